@@ -1,0 +1,89 @@
+"""Small shared helpers: cache location, atomic writes, stable hashing, seeded RNGs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def cache_dir() -> Path:
+    """The recjudge cache root: ``$RECJUDGE_CACHE`` or ``~/.cache/recjudge``."""
+    root = os.environ.get("RECJUDGE_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "recjudge"
+    )
+    path = Path(root)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def stable_hash(*parts: Any, length: int = 16) -> str:
+    """A process-independent hex digest of JSON-serialisable parts (never Python's ``hash``)."""
+    payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:length]
+
+
+def stable_int(*parts: Any) -> int:
+    """A 64-bit integer derived from sha256 of ``parts``; equal across processes and machines."""
+    payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return int.from_bytes(hashlib.sha256(payload.encode("utf-8")).digest()[:8], "big")
+
+
+def rng(*parts: Any) -> np.random.Generator:
+    """A numpy Generator seeded from sha256 of ``parts``."""
+    return np.random.default_rng(stable_int(*parts))
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextmanager
+def atomic_dir(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Build a folder in a temp sibling and rename it into place only if the block succeeds.
+
+    A crash leaves only a ``.tmp-*`` sibling, never a half-written ``final``.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise

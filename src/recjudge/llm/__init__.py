@@ -1,0 +1,41 @@
+"""LLM backends behind one protocol, model presets and the weight cache."""
+
+from recjudge.llm._backend import (
+    Generation,
+    LLMBackend,
+    LLMConfig,
+    SamplingConfig,
+    TransformersBackend,
+    load_llm,
+)
+from recjudge.llm._models import (
+    DEFAULT_MODEL,
+    PRESETS,
+    ModelIntegrityError,
+    ModelNotInstalledError,
+    ModelPreset,
+    assemble_gguf,
+    build_cache,
+    install_preset,
+    preset_info,
+    resolve_model_path,
+)
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "PRESETS",
+    "Generation",
+    "LLMBackend",
+    "LLMConfig",
+    "ModelIntegrityError",
+    "ModelNotInstalledError",
+    "ModelPreset",
+    "SamplingConfig",
+    "TransformersBackend",
+    "assemble_gguf",
+    "build_cache",
+    "install_preset",
+    "load_llm",
+    "preset_info",
+    "resolve_model_path",
+]

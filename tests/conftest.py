@@ -1,0 +1,32 @@
+"""Shared fixtures: the real SmolLM2 backend and real MovieLens data, loaded once per session."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+# Small torch ops are slower with 2 threads than 1 on this class of machine; tests are
+# dominated by them, so keep one thread unless told otherwise.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+
+@pytest.fixture(scope="session")
+def smollm():
+    from recjudge.llm import load_llm
+
+    return load_llm("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def ml1m():
+    from recjudge.data import load_dataset
+
+    return load_dataset("ml-1m")
+
+
+@pytest.fixture(scope="session")
+def ml100k():
+    from recjudge.data import load_dataset
+
+    return load_dataset("ml-100k")
