@@ -1,0 +1,55 @@
+"""Grammars compiled per (schema, tokenizer), per-row matchers, and the branch bias."""
+
+from recjudge.decoding._api import (
+    BranchBias,
+    ConstrainedOutput,
+    constrained_generate,
+    make_processors,
+)
+from recjudge.decoding._compile import (
+    GRAMMARS,
+    CompiledSchema,
+    GrammarCache,
+    TokenTable,
+    compile_schema,
+)
+from recjudge.decoding._processors import (
+    BranchBiasProcessor,
+    DecisionRecord,
+    GrammarLogitsProcessor,
+    branch_deltas,
+)
+from recjudge.decoding._schemas import (
+    EVIDENCE_OPEN,
+    Choice,
+    CitedList,
+    DecisionSpec,
+    EvidenceFirst,
+    Schema,
+    SchemaError,
+    json_literal,
+)
+
+__all__ = [
+    "EVIDENCE_OPEN",
+    "GRAMMARS",
+    "BranchBias",
+    "BranchBiasProcessor",
+    "Choice",
+    "CitedList",
+    "CompiledSchema",
+    "ConstrainedOutput",
+    "DecisionRecord",
+    "DecisionSpec",
+    "EvidenceFirst",
+    "GrammarCache",
+    "GrammarLogitsProcessor",
+    "Schema",
+    "SchemaError",
+    "TokenTable",
+    "branch_deltas",
+    "compile_schema",
+    "constrained_generate",
+    "json_literal",
+    "make_processors",
+]

@@ -1,0 +1,470 @@
+"""Logits processors: the grammar mask and the entropy-adaptive branch bias.
+
+Both follow the transformers ``LogitsProcessor`` contract ``__call__(input_ids[B, T],
+scores[B, V]) -> scores`` and keep per-row state, so one instance serves one batch of one
+generation (create a new one per ``generate`` call). Both modify ``scores`` in place and
+return it. Order: grammar first, then bias; temperature/top-p/top-k come after both.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from recjudge.decoding._compile import CompiledSchema
+from recjudge.decoding._schemas import EVIDENCE_OPEN, DecisionSpec, EvidenceFirst, json_literal
+
+NEG_INF = float("-inf")
+
+
+# -- evidence distinctness --------------------------------------------------------------
+class _EvidenceTracker:
+    """Tracks the evidence list of one row and vetoes tokens that would repeat a title.
+
+    Titles are handled in their JSON-escaped form; a title's key is its escaped content plus
+    the closing quote, so titles that are prefixes of others stay distinct.
+    """
+
+    OPEN = EVIDENCE_OPEN.encode()
+
+    def __init__(self, schema: EvidenceFirst, encode: Callable[[str], str] = json_literal) -> None:
+        self.keys = sorted(encode(t)[1:].encode() for t in schema.titles)
+        self.cited: set[bytes] = set()
+        self.state = "pre"  # pre -> item -> in -> after -> sep -> item ... -> done
+        self.partial = b""
+        self.prefix = b""
+
+    def _step(
+        self, state: str, partial: bytes, cited: set[bytes], data: bytes
+    ) -> tuple[str, bytes, bool]:
+        """Advance over ``data``; returns (state, partial, ok). ``cited`` is updated in place."""
+        for c in data:
+            ch = bytes((c,))
+            if state == "item":
+                if ch == b'"':
+                    state, partial = "in", b""
+                elif ch == b"]":
+                    state = "done"
+            elif state == "in":
+                partial += ch
+                if ch == b'"':
+                    body = partial[:-1]
+                    escapes = len(body) - len(body.rstrip(b"\\"))
+                    if escapes % 2 == 0:  # an unescaped quote closes the title
+                        if partial in cited:
+                            return state, partial, False
+                        cited.add(partial)
+                        state = "after"
+            elif state == "after":
+                state = "sep" if ch == b"," else ("done" if ch == b"]" else state)
+            elif state == "sep" and ch == b" ":
+                state = "item"
+        return state, partial, True
+
+    def _viable(self, state: str, partial: bytes, cited: set[bytes]) -> bool:
+        if state in ("item", "sep"):
+            return len(cited) < len(self.keys)
+        if state == "in":
+            lo = bisect.bisect_left(self.keys, partial)
+            for key in self.keys[lo:]:
+                if not key.startswith(partial):
+                    return False
+                if key not in cited:
+                    return True
+            return False
+        return True
+
+    def feed(self, data: bytes) -> None:
+        if self.state == "pre":
+            self.prefix += data
+            if len(self.prefix) < len(self.OPEN):
+                return
+            if not self.prefix.startswith(self.OPEN):
+                self.state = "done"
+                return
+            data, self.state = self.prefix[len(self.OPEN) :], "item"
+        self.state, self.partial, _ = self._step(self.state, self.partial, self.cited, data)
+
+    def active(self) -> bool:
+        return self.state not in ("pre", "done") and bool(self.cited)
+
+    def allows(self, data: bytes) -> bool:
+        cited = set(self.cited)
+        state, partial, ok = self._step(self.state, self.partial, cited, data)
+        return ok and self._viable(state, partial, cited)
+
+
+class GrammarLogitsProcessor:
+    """Masks logits to a compiled schema, one xgrammar matcher per batch row.
+
+    Rows may use different schemas (e.g. each user's own titles). Tokens outside the grammar
+    get ``-inf``; for ``EvidenceFirst`` a title already cited is also masked, so evidence is
+    always distinct. Rows whose grammar has terminated may only emit a stop token.
+    Modifies ``scores`` in place.
+
+    Args:
+        compiled: one compiled schema per row, or one for all rows with ``batch_size``.
+        batch_size: number of rows when ``compiled`` is a single schema.
+    """
+
+    def __init__(
+        self, compiled: CompiledSchema | Sequence[CompiledSchema], batch_size: int | None = None
+    ) -> None:
+        import xgrammar as xgr
+
+        if isinstance(compiled, CompiledSchema):
+            if batch_size is None or batch_size < 1:
+                raise ValueError("give batch_size >= 1 with a single compiled schema")
+            rows = [compiled] * batch_size
+        else:
+            rows = list(compiled)
+            if not rows:
+                raise ValueError("need at least one compiled schema")
+        widths = {c.table.width for c in rows}
+        if len(widths) != 1:
+            raise ValueError(f"rows were compiled for different vocab widths: {widths}")
+        self.rows = rows
+        self.table = rows[0].table
+        self.width = self.table.width
+        self._xgr = xgr
+        self.matchers = [xgr.GrammarMatcher(c.grammar) for c in rows]
+        self.generated = [bytearray() for _ in rows]
+        self.token_ids: list[list[int]] = [[] for _ in rows]
+        self.trackers = [
+            _EvidenceTracker(c.schema, c.table.json_literal)
+            if isinstance(c.schema, EvidenceFirst) and c.schema.titles
+            else None
+            for c in rows
+        ]
+        self._bitmask = xgr.allocate_token_bitmask(len(rows), self.width)
+        self._prompt_len: int | None = None
+
+    @property
+    def batch_size(self) -> int:
+        return len(self.rows)
+
+    def done(self, row: int) -> bool:
+        """The row's text is a complete match (its stop token may not have been seen yet)."""
+        return self.matchers[row].is_completed() or self.matchers[row].is_terminated()
+
+    def text(self, row: int) -> str:
+        return self.generated[row].decode("utf-8", errors="replace")
+
+    def accept(self, row: int, token: int) -> None:
+        """Advance row ``row`` by ``token`` (used by engines that do not pass input_ids)."""
+        m = self.matchers[row]
+        if m.is_terminated():
+            return  # padding after the end
+        if not m.accept_token(token):
+            raise RuntimeError(
+                f"row {row}: token {token} ({self.table.token_bytes[token]!r}) is not allowed "
+                f"after {bytes(self.generated[row])[-80:]!r}; was the grammar processor "
+                "applied before sampling?"
+            )
+        data = self.table.token_bytes[token]
+        self.generated[row] += data
+        self.token_ids[row].append(token)
+        if self.trackers[row] is not None:
+            self.trackers[row].feed(data)
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if scores.dim() != 2 or scores.shape[0] != self.batch_size:
+            raise ValueError(f"scores must be [B={self.batch_size}, V], got {tuple(scores.shape)}")
+        if scores.shape[1] != self.width:
+            raise ValueError(
+                f"scores width {scores.shape[1]} != grammar width {self.width}; "
+                "compile with the model's logits width"
+            )
+        if self._prompt_len is None:
+            self._prompt_len = input_ids.shape[1]
+        else:
+            last = input_ids[:, -1].tolist()
+            for row, tok in enumerate(last):
+                self.accept(row, int(tok))
+        self.mask(scores)
+        return scores
+
+    def mask(self, scores: torch.Tensor) -> None:
+        """Apply the grammar (and evidence distinctness) to ``scores`` in place."""
+        terminated = []
+        for row, m in enumerate(self.matchers):
+            if m.is_terminated():
+                terminated.append(row)
+                self._bitmask[row].fill_(-1)
+            else:
+                m.fill_next_token_bitmask(self._bitmask, row)
+        self._xgr.apply_token_bitmask_inplace(scores, self._bitmask)
+        for row in terminated:
+            stop = self.table.stop_ids[0] if self.table.stop_ids else 0
+            scores[row].fill_(NEG_INF)
+            scores[row, stop] = 0.0
+        for row, tracker in enumerate(self.trackers):
+            if tracker is None or not tracker.active() or row in terminated:
+                continue
+            allowed = torch.isfinite(scores[row]).nonzero().flatten().tolist()
+            tb = self.table.token_bytes
+            veto = [t for t in allowed if tb[t] and not tracker.allows(tb[t])]
+            if veto:
+                scores[row, veto] = NEG_INF
+
+
+# -- branch bias ------------------------------------------------------------------------
+@dataclass
+class DecisionRecord:
+    """What happened at a row's decision step.
+
+    Attributes:
+        branches: branch names (``("YES", "NO")`` for evidence-first).
+        p_before: branch probabilities (mass of each branch's tokens, normalised over the
+            branches) after the grammar mask, before the bias.
+        p_after: the same after the bias.
+        entropy: normalised entropy ``E_n = H(p_before) / ln k``.
+        delta: the logit shift added to each branch (``+Delta, -Delta`` for YES/NO).
+        signal: the behavioural signal per branch (``+sigma, -sigma`` for YES/NO).
+        beta: bias strength; adaptive: whether ``(1 + E_n)`` scaled it.
+        step: index of the generated token chosen at the (last) decision step.
+        decision_steps: steps at which every branch could be decided (bias applied each time).
+        blocked_steps: steps at which one-sided deciding tokens were masked.
+        chosen: the branch the row committed to, once known.
+    """
+
+    branches: tuple[str, ...]
+    p_before: tuple[float, ...] = ()
+    p_after: tuple[float, ...] = ()
+    entropy: float = 0.0
+    delta: tuple[float, ...] = ()
+    signal: tuple[float, ...] = ()
+    beta: float = 0.0
+    adaptive: bool = True
+    step: int = -1
+    decision_steps: int = 0
+    blocked_steps: int = 0
+    chosen: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def _p(self, probs: tuple[float, ...], name: str) -> float | None:
+        if name not in self.branches:
+            return None
+        if not probs:  # a single-branch decision (e.g. no titles to cite) is certain
+            return 1.0 if len(self.branches) == 1 else None
+        return probs[self.branches.index(name)]
+
+    @property
+    def p_yes_before(self) -> float | None:
+        p = self._p(self.p_before, "YES")
+        return 0.0 if p is None and self.branches == ("NO",) else p
+
+    @property
+    def p_yes_after(self) -> float | None:
+        p = self._p(self.p_after, "YES")
+        return 0.0 if p is None and self.branches == ("NO",) else p
+
+    @property
+    def delta_yes(self) -> float:
+        return self.delta[0] if self.delta else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["p_yes_before"], d["p_yes_after"] = self.p_yes_before, self.p_yes_after
+        return d
+
+
+def branch_deltas(
+    p: np.ndarray, signal: np.ndarray, beta: float, adaptive: bool
+) -> tuple[np.ndarray, float]:
+    """``delta_i = beta * (1 + E_n) * s_i`` (adaptive) or ``beta * s_i``; E_n = H(p) / ln k.
+
+    Returns the per-branch deltas and E_n. With one branch, E_n = 0.
+    """
+    k = len(p)
+    nz = p[p > 0]
+    entropy = float(-(nz * np.log(nz)).sum() / math.log(k)) if k > 1 else 0.0
+    scale = beta * (1.0 + entropy) if adaptive else beta
+    return scale * signal, entropy
+
+
+class BranchBiasProcessor:
+    """Adds the behavioural bias at the decision step of each row.
+
+    While a row's generated text has not committed to a branch, every finite-logit token
+    (the grammar processor must run first and mask the rest with ``-inf``) is classified by
+    its bytes as deciding one branch, or undecided. If some but not all branches can be
+    decided at a step, the deciding tokens are masked so the decision waits for a step where
+    all can (``block_one_sided``). At a step where all can, the branch masses
+    ``p_i = softmax_i(logsumexp(scores[branch i tokens]))`` give ``E_n = H(p) / ln k`` and
+    ``delta_i = beta * (1 + E_n) * s_i`` is added to branch i's tokens. For the binary
+    evidence decision ``s = (+sigma, -sigma)``, i.e. ``+Delta`` on YES and ``-Delta`` on NO.
+    With ``beta = 0`` the bias adds exactly zero. Modifies ``scores`` in place.
+
+    Args:
+        decisions: one DecisionSpec per row, or one for all rows.
+        token_bytes: bytes of each token id (``TokenTable.token_bytes``).
+        signal: per row, sigma (binary decisions) or a vector of k per-branch signals.
+        beta: bias strength, one for all rows or one per row.
+        adaptive: scale by ``1 + E_n`` (BRIEF) or not (the non-adaptive ablation).
+        block_one_sided: mask deciding tokens until all branches are decidable at once.
+    """
+
+    def __init__(
+        self,
+        decisions: DecisionSpec | Sequence[DecisionSpec],
+        token_bytes: Sequence[bytes],
+        signal: Sequence[float] | Sequence[Sequence[float]],
+        beta: float | Sequence[float] = 25.0,
+        adaptive: bool = True,
+        block_one_sided: bool = True,
+    ) -> None:
+        n = len(signal)
+        if n < 1:
+            raise ValueError("signal needs one entry per batch row")
+        specs = [decisions] * n if isinstance(decisions, DecisionSpec) else list(decisions)
+        if len(specs) != n:
+            raise ValueError(f"{len(specs)} decision specs for {n} rows")
+        betas = [float(beta)] * n if isinstance(beta, int | float) else [float(b) for b in beta]
+        if len(betas) != n:
+            raise ValueError(f"{len(betas)} betas for {n} rows")
+        self.signals: list[np.ndarray] = []
+        for row, (spec, s) in enumerate(zip(specs, signal, strict=True)):
+            k = len(spec.names)
+            if isinstance(s, int | float | np.floating):
+                if k > 2:
+                    raise ValueError(f"row {row}: a {k}-way decision needs a signal vector")
+                vec = np.array([float(s), -float(s)][:k])
+                if k == 1:
+                    vec = np.zeros(1)
+            else:
+                vec = np.asarray(s, dtype=float)
+                if vec.shape != (k,):
+                    raise ValueError(f"row {row}: signal has shape {vec.shape}, need ({k},)")
+            if not np.all(np.isfinite(vec)):
+                raise ValueError(
+                    f"row {row}: signal {vec} is not finite (map unknown items "
+                    "to sigma = 0 before decoding)"
+                )
+            self.signals.append(vec)
+        for row, b in enumerate(betas):
+            if not math.isfinite(b):
+                raise ValueError(f"row {row}: beta {b} is not finite")
+        self.specs = specs
+        self.betas = betas
+        self.adaptive = adaptive
+        self.block_one_sided = block_one_sided
+        self.token_bytes = token_bytes
+        self._markers = [tuple(m.encode() for m in s.markers) for s in specs]
+        self.generated = [bytearray() for _ in range(n)]
+        self.n_generated = [0] * n
+        self.records = [
+            DecisionRecord(branches=tuple(s.names), signal=tuple(v), beta=b, adaptive=adaptive)
+            for s, v, b in zip(specs, self.signals, betas, strict=True)
+        ]
+        self._prompt_len: int | None = None
+        self._cache: dict[tuple[int, bytes, int], int] = {}
+
+    # -- classification ---------------------------------------------------------------
+    def _live(self, row: int, text: bytes) -> list[int]:
+        """Branches ``text`` is still consistent with (all while outside the region)."""
+        markers = self._markers[row]
+        start = self.specs[row].region_start(text)
+        if start is None:
+            return list(range(len(markers)))
+        region = text[start:]
+        return [i for i, m in enumerate(markers) if region.startswith(m) or m.startswith(region)]
+
+    def _classify(self, row: int, text: bytes, token: int, live: list[int]) -> int:
+        """-1 undecided, -2 partial (several but not all live branches), else branch index."""
+        key = (id(self.specs[row]), bytes(text), token)
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        after = self._live(row, text + self.token_bytes[token])
+        after = [i for i in after if i in live]
+        if len(after) == len(live) or not after:
+            cls = -1
+        elif len(after) == 1:
+            cls = after[0]
+        else:
+            cls = -2
+        if len(self._cache) > 200_000:
+            self._cache.clear()
+        self._cache[key] = cls
+        return cls
+
+    def committed(self, row: int) -> bool:
+        return len(self._live(row, bytes(self.generated[row]))) <= 1
+
+    def accept(self, row: int, token: int) -> None:
+        """Advance row ``row`` by ``token`` (for engines that do not pass input_ids)."""
+        was_open = not self.committed(row)
+        self.generated[row] += self.token_bytes[token]
+        self.n_generated[row] += 1
+        if was_open:
+            live = self._live(row, bytes(self.generated[row]))
+            if len(live) == 1:
+                self.records[row].chosen = self.specs[row].names[live[0]]
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if scores.shape[0] != len(self.specs):
+            raise ValueError(f"scores has {scores.shape[0]} rows, processor {len(self.specs)}")
+        if self._prompt_len is None:
+            self._prompt_len = input_ids.shape[1]
+        else:
+            for row, tok in enumerate(input_ids[:, -1].tolist()):
+                self.accept(row, int(tok))
+        self.apply(scores)
+        return scores
+
+    def apply(self, scores: torch.Tensor) -> None:
+        """Block or bias each undecided row of ``scores`` in place."""
+        for row in range(len(self.specs)):
+            text = bytes(self.generated[row])
+            live = self._live(row, text)
+            if len(live) <= 1:
+                continue
+            allowed = torch.isfinite(scores[row]).nonzero().flatten().tolist()
+            groups: dict[int, list[int]] = {}
+            for t in allowed:
+                cls = self._classify(row, text, t, live)
+                if cls >= 0:
+                    groups.setdefault(cls, []).append(t)
+            if not groups:
+                continue
+            rec = self.records[row]
+            if len(groups) < len(live):
+                undecided_left = len(allowed) > sum(len(g) for g in groups.values())
+                if self.block_one_sided and undecided_left:
+                    for toks in groups.values():
+                        scores[row, toks] = NEG_INF
+                    rec.blocked_steps += 1
+                continue
+            # The decision step: every live branch has a deciding token.
+            idx = [torch.tensor(groups[i]) for i in live]
+            lse = np.array([torch.logsumexp(scores[row, ix].double(), 0).item() for ix in idx])
+            p = np.exp(lse - lse.max())
+            p /= p.sum()
+            signal = self.signals[row][live]
+            deltas, entropy = branch_deltas(p, signal, self.betas[row], self.adaptive)
+            q = np.exp(lse + deltas - (lse + deltas).max())
+            q /= q.sum()
+            for ix, d in zip(idx, deltas, strict=True):
+                if d != 0.0:
+                    scores[row, ix] += float(d)
+            full = len(self.specs[row].names)
+            rec.p_before = _expand(p, live, full)
+            rec.p_after = _expand(q, live, full)
+            rec.delta = _expand(deltas, live, full)
+            rec.entropy = entropy
+            rec.step = self.n_generated[row]
+            rec.decision_steps += 1
+
+
+def _expand(values: np.ndarray, live: list[int], k: int) -> tuple[float, ...]:
+    out = [0.0] * k
+    for i, v in zip(live, values, strict=True):
+        out[i] = float(v)
+    return tuple(out)

@@ -1,0 +1,197 @@
+"""Grammars under random logits over the real SmolLM2 tokenizer, with adversarial strings."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from recjudge.decoding import (
+    GRAMMARS,
+    BranchBiasProcessor,
+    Choice,
+    CitedList,
+    EvidenceFirst,
+    GrammarLogitsProcessor,
+    compile_schema,
+)
+
+
+@pytest.fixture(scope="module")
+def tok():
+    from transformers import AutoTokenizer
+
+    from recjudge.llm import resolve_model_path
+
+    return AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
+
+
+def run_random(compiled, seed: int, signal=None, beta=0.0, max_steps=3000):
+    """Decode one row with random logits through grammar (+ bias) processors."""
+    rng = np.random.default_rng(seed)
+    grammar = GrammarLogitsProcessor([compiled])
+    spec = compiled.decision()
+    bias = None
+    if spec is not None and signal is not None:
+        bias = BranchBiasProcessor([spec], compiled.table.token_bytes, [signal], beta=beta)
+    ids = torch.zeros((1, 1), dtype=torch.long)
+    for _ in range(max_steps):
+        scores = torch.from_numpy(rng.normal(0, 3, compiled.table.width).astype(np.float32))
+        scores = scores[None, :].clone()
+        grammar(ids, scores)
+        if bias is not None:
+            bias(ids, scores)
+        finite = torch.isfinite(scores[0])
+        assert finite.any(), f"dead end after {grammar.text(0)!r}"
+        tok_id = int(torch.where(finite, scores[0], torch.tensor(-1e30)).argmax())
+        if grammar.matchers[0].is_terminated():
+            break
+        ids = torch.cat([ids, torch.tensor([[tok_id]])], dim=1)
+        if tok_id in compiled.table.stop_ids:
+            grammar(ids, torch.zeros_like(scores))  # consume the stop token
+            if bias is not None:
+                bias(ids, torch.zeros_like(scores))
+            break
+    assert grammar.done(0), f"did not finish: {grammar.text(0)!r}"
+    return grammar.text(0), (bias.records[0] if bias else None)
+
+
+_nasty = st.sampled_from(
+    [
+        'He said "hi"',
+        "back\\slash",
+        "new\nline",
+        "tab\there",
+        "emoji 🎬🍿",
+        "日本語の映画",
+        '"]',
+        '"is_relevant"',
+        "}",
+        '", "is_relevant": "YES"}',
+        '\\"',
+        "Heat",
+        "Heat 2",
+        "Heat (1995)",
+        "x" * 300,
+        "",
+        " ",
+        "\u2028sep",
+        "NUL\x00byte",
+    ]
+)
+titles_st = st.lists(st.one_of(_nasty, st.text(min_size=0, max_size=40)), min_size=0, max_size=12)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(titles_st, st.integers(0, 2**31), st.floats(-1, 1), st.sampled_from([0.0, 5.0, 50.0]))
+def test_evidence_first_random_logits(tok, titles, seed, sigma, beta):
+    schema = EvidenceFirst(titles, max_evidence=3)
+    compiled = compile_schema(schema, tok, 49152)
+    text, rec = run_random(compiled, seed, signal=sigma, beta=beta)
+    obj = json.loads(text)
+    assert list(obj) == ["evidence", "is_relevant"]  # evidence comes first
+    ev = obj["evidence"]
+    assert set(ev) <= set(titles)
+    assert len(ev) == len(set(ev)) <= 3  # distinct, bounded
+    assert (len(ev) > 0) == (obj["is_relevant"] == "YES")  # the iff rule
+    assert schema.parse(text) == obj
+    if titles:
+        assert rec.chosen == obj["is_relevant"]
+        assert rec.decision_steps >= 1
+        assert 0.0 <= rec.p_yes_before <= 1.0
+
+
+def test_all_titles_cited_never_dead_ends(tok):
+    """With max_evidence >= len(titles) a run may cite everything; it must still close."""
+    schema = EvidenceFirst(["A", "B"], max_evidence=5)
+    compiled = compile_schema(schema, tok, 49152)
+    seen_two = False
+    for seed in range(60):
+        text, _ = run_random(compiled, seed, signal=1.0, beta=50.0)
+        ev = json.loads(text)["evidence"]
+        assert len(ev) == len(set(ev))
+        seen_two |= len(ev) == 2
+    assert seen_two
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(_nasty, st.text(min_size=1, max_size=20)), min_size=1, max_size=6, unique=True
+    ),
+    st.integers(0, 2**31),
+    st.sampled_from([None, 60]),
+)
+def test_choice_random_logits(tok, options, seed, analysis):
+    schema = Choice(options, analysis_chars=analysis)
+    compiled = compile_schema(schema, tok, 49152)
+    k = len(schema.options)
+    signal = np.linspace(-1, 1, k) if k > 2 else 0.5
+    text, rec = run_random(compiled, seed, signal=signal, beta=5.0)
+    obj = schema.parse(text)
+    assert obj["answer"] in options
+    if analysis:
+        assert len(obj["analysis"]) <= analysis
+    if k > 1:
+        assert rec.chosen == obj["answer"]
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.from_regex(r"[a-z0-9_\-\"\\]{1,8}", fullmatch=True), min_size=1, max_size=15, unique=True
+    ),
+    st.integers(0, 2**31),
+)
+def test_cited_list_random_logits(tok, ids, seed):
+    schema = CitedList(ids, max_words=5, min_words=2, max_items=3, max_ids=4)
+    compiled = compile_schema(schema, tok, 49152)
+    text, _ = run_random(compiled, seed)
+    entries = json.loads(text)
+    assert 1 <= len(entries) <= 3
+    for e in entries:
+        assert 2 <= len(e["interest"].split(" ")) <= 5
+        assert 1 <= len(e["ids"]) <= 4
+        assert set(e["ids"]) <= set(ids)
+    assert schema.parse(text)
+
+
+def test_compiled_once_per_schema_and_tokenizer(tok):
+    titles = [f"Movie {i} (19{i % 100:02d})" for i in range(200)]
+    a = compile_schema(EvidenceFirst(titles), tok, 49152)
+    hits = GRAMMARS.hits
+    b = compile_schema(EvidenceFirst(list(titles)), tok, 49152)
+    assert a is b and GRAMMARS.hits == hits + 1
+    c = compile_schema(EvidenceFirst(titles, max_evidence=2), tok, 49152)
+    assert c is not a
+
+
+def test_mask_is_sized_to_logits_width(tok):
+    # SmolLM2's tokenizer and logits are both 49152 wide; a wider head (as in Qwen) must be
+    # masked beyond the tokenizer length.
+    compiled = compile_schema(EvidenceFirst(["A"]), tok, 49152 + 64)
+    proc = GrammarLogitsProcessor([compiled])
+    scores = torch.zeros(1, 49152 + 64)
+    proc(torch.zeros(1, 3, dtype=torch.long), scores)
+    assert torch.isinf(scores[0, 49152:]).all()
+    with pytest.raises(ValueError, match="width"):
+        GrammarLogitsProcessor([compiled])(
+            torch.zeros(1, 3, dtype=torch.long), torch.zeros(1, 49152)
+        )
+
+
+def test_processor_validates_inputs(tok):
+    compiled = compile_schema(EvidenceFirst(["A"]), tok, 49152)
+    with pytest.raises(ValueError, match="batch_size"):
+        GrammarLogitsProcessor(compiled)
+    spec = compiled.schema.decision()
+    with pytest.raises(ValueError, match="not finite"):
+        BranchBiasProcessor([spec], compiled.table.token_bytes, [float("nan")])
+    with pytest.raises(ValueError, match="betas"):
+        BranchBiasProcessor([spec, spec], compiled.table.token_bytes, [0.1, 0.2], beta=[1.0])
+    with pytest.raises(ValueError, match="signal vector"):
+        BranchBiasProcessor([Choice(["a", "b", "c"]).decision()], compiled.table.token_bytes, [0.5])
