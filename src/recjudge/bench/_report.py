@@ -1,0 +1,38 @@
+"""Report writing shared by every benchmark: results.json + report.md (+ PNGs), atomically."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import atomic_write_json, atomic_write_text
+
+
+def environment() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu_count": __import__("os").cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def write_report(out: str | Path, results: dict[str, Any], lines: list[str]) -> Path:
+    """Write ``results.json`` (with the environment) and ``report.md`` under ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {**results, "environment": environment()}
+    atomic_write_json(out / "results.json", results)
+    env = results["environment"]
+    footer = ["", f"_torch {env['torch']}, transformers {env['transformers']}, "
+                  f"{env['cpu_count']} CPUs, {env['torch_threads']} threads, {env['date']}_"]
+    atomic_write_text(out / "report.md", "\n".join(lines + footer) + "\n")
+    return out
