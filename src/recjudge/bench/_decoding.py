@@ -10,9 +10,15 @@ from typing import Any
 from recjudge.bench._report import write_report
 
 
-def bench_decoding(model: str = "qwen2.5-coder-0.5b", n_titles: int = 200, batch: int = 4,
-                   steps: int = 40, repeats: int = 5, out: str | Path = "reports/decoding",
-                   seed: int = 0) -> dict[str, Any]:
+def bench_decoding(
+    model: str = "qwen2.5-coder-0.5b",
+    n_titles: int = 200,
+    batch: int = 4,
+    steps: int = 40,
+    repeats: int = 5,
+    out: str | Path = "reports/decoding",
+    seed: int = 0,
+) -> dict[str, Any]:
     """Measure compile time for ``n_titles`` titles and the per-token processor overhead.
 
     The overhead is measured inside one real greedy decode loop: each step times the model
@@ -22,8 +28,12 @@ def bench_decoding(model: str = "qwen2.5-coder-0.5b", n_titles: int = 200, batch
     import torch
 
     from recjudge.data import load_dataset, sample_users
-    from recjudge.decoding import BranchBiasProcessor, EvidenceFirst, GrammarCache, \
-        GrammarLogitsProcessor
+    from recjudge.decoding import (
+        BranchBiasProcessor,
+        EvidenceFirst,
+        GrammarCache,
+        GrammarLogitsProcessor,
+    )
     from recjudge.llm import load_llm
 
     ds = load_dataset("ml-1m")
@@ -49,16 +59,26 @@ def bench_decoding(model: str = "qwen2.5-coder-0.5b", n_titles: int = 200, batch
     compiled = cache.compile(schema, tok, llm.vocab_size)
     hist = "\n".join(f"- {t}" for t in titles[-50:])
     cands = ds.items.title.tolist()[:batch]
-    prompts = [llm.chat_prompt([
-        {"role": "system", "content": "Judge if the user would enjoy the candidate. List "
-         "evidence titles from the history if and only if it is relevant. Answer in JSON."},
-        {"role": "user", "content": f"History:\n{hist}\n\nCandidate: {c}"}]) for c in cands]
+    prompts = [
+        llm.chat_prompt(
+            [
+                {
+                    "role": "system",
+                    "content": "Judge if the user would enjoy the candidate. List "
+                    "evidence titles from the history if and only if it is relevant. Answer in JSON.",
+                },
+                {"role": "user", "content": f"History:\n{hist}\n\nCandidate: {c}"},
+            ]
+        )
+        for c in cands
+    ]
     enc = llm.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
     model_ms, proc_ms = [], []
     for rep in range(2):  # first pass warms up
         grammar = GrammarLogitsProcessor([compiled] * batch)
-        bias = BranchBiasProcessor([compiled.decision()] * batch, compiled.table.token_bytes,
-                                   [0.5] * batch, beta=25.0)
+        bias = BranchBiasProcessor(
+            [compiled.decision()] * batch, compiled.table.token_bytes, [0.5] * batch, beta=25.0
+        )
         ids = enc["input_ids"]
         mask = enc["attention_mask"]
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
@@ -67,8 +87,14 @@ def bench_decoding(model: str = "qwen2.5-coder-0.5b", n_titles: int = 200, batch
         with torch.inference_mode():
             for _ in range(steps):
                 t0 = time.perf_counter()
-                fwd = llm.model(input_ids=step_in, attention_mask=mask, position_ids=pos,
-                                past_key_values=past, use_cache=True, logits_to_keep=1)
+                fwd = llm.model(
+                    input_ids=step_in,
+                    attention_mask=mask,
+                    position_ids=pos,
+                    past_key_values=past,
+                    use_cache=True,
+                    logits_to_keep=1,
+                )
                 scores = fwd.logits[:, -1, :].float()
                 t1 = time.perf_counter()
                 grammar(ids, scores)

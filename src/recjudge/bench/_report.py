@@ -32,7 +32,10 @@ def write_report(out: str | Path, results: dict[str, Any], lines: list[str]) -> 
     results = {**results, "environment": environment()}
     atomic_write_json(out / "results.json", results)
     env = results["environment"]
-    footer = ["", f"_torch {env['torch']}, transformers {env['transformers']}, "
-                  f"{env['cpu_count']} CPUs, {env['torch_threads']} threads, {env['date']}_"]
+    footer = [
+        "",
+        f"_torch {env['torch']}, transformers {env['transformers']}, "
+        f"{env['cpu_count']} CPUs, {env['torch_threads']} threads, {env['date']}_",
+    ]
     atomic_write_text(out / "report.md", "\n".join(lines + footer) + "\n")
     return out
