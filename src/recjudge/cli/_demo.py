@@ -2,19 +2,90 @@
 
 from __future__ import annotations
 
+import time
+
 import typer
 
 from recjudge.cli._app import app
 
 
 @app.command("demo")
-def demo(model: str = typer.Option("smollm2-135m", help="Model preset or path.")) -> None:
-    """Load the default model and print one chat reply and the model info."""
-    from recjudge.llm import load_llm, preset_info
+def demo(
+    model: str = typer.Option("smollm2-135m", help="Model preset or path."),
+    users: int = typer.Option(3, help="How many real ML-1M users to judge."),
+    epochs: int = typer.Option(3, help="SASRec epochs for the demo's sigma model."),
+    seed: int = typer.Option(0),
+) -> None:
+    """Train (or load) a small SASRec on ML-1M and judge real users' held-out and random
+    candidates with the BRIEF judge, printing verdicts, evidence, sigma and Delta."""
+    import numpy as np
+    from rich.console import Console
+    from rich.table import Table
 
-    llm = load_llm(model)
-    typer.echo(f"model {model}: vocab {llm.vocab_size}, loaded in {llm.load_seconds:.1f}s")
-    prompt = llm.chat_prompt([{"role": "user", "content": "Recommend one classic movie."}])
-    reply = llm.generate([prompt])[0]
-    typer.echo(f"reply: {reply.text}")
-    typer.echo(str(preset_info(model)))
+    from recjudge._util import cache_dir, rng
+    from recjudge.cf_models import SASRecConfig, TrainOptions, load_model, train_cf
+    from recjudge.data import leave_one_out, load_dataset, sample_users
+    from recjudge.reward import Judge, JudgeConfig, request_for
+
+    console = Console()
+    ds = load_dataset("ml-1m")
+    cfg = SASRecConfig(epochs=epochs, max_len=100)
+    path = cache_dir() / "demo" / f"sasrec-ml1m-e{epochs}-s{seed}"
+    if (path / "model.json").exists():
+        cf = load_model(path)
+        console.print(f"SASRec loaded from {path}")
+    else:
+        console.print(f"Training SASRec on ML-1M ({epochs} epochs; cached afterwards) ...")
+        t0 = time.perf_counter()
+        cf = train_cf("sasrec", ds, path, cfg.model_dump(), TrainOptions(seed=seed, threads=2))
+        console.print(f"  done in {time.perf_counter() - t0:.0f}s")
+    split = leave_one_out(ds.interactions)
+    test = split.test.set_index("user_id")
+    chosen = [u for u in sample_users(ds.user_ids(), 200, seed) if u in test.index][:users]
+    reqs = []
+    for u in chosen:
+        held_out = str(test.loc[u, "item_id"])
+        seen = set(ds.history(u)["item_id"].astype(str))
+        g = rng("demo", seed, u)
+        items = ds.items["item_id"].astype(str).tolist()
+        rand = next(items[i] for i in g.permutation(len(items)) if items[i] not in seen)
+        reqs.append(request_for(ds, u, held_out, meta={"kind": "held-out"}))
+        reqs.append(request_for(ds, u, rand, meta={"kind": "random"}))
+    judge = Judge(JudgeConfig(model=model, mode="brief", max_evidence=3), cf=cf)
+    console.print(f"Judging {len(reqs)} pairs with {model} (BRIEF, beta=25) ...")
+    t0 = time.perf_counter()
+    results = judge.judge_many(reqs, progress=True)
+    elapsed = time.perf_counter() - t0
+    table = Table(title=f"BRIEF judgments on ML-1M ({model}, {elapsed:.0f}s)")
+    for col in (
+        "user",
+        "candidate",
+        "kind",
+        "verdict",
+        "p_yes (LLM)",
+        "sigma",
+        "Delta",
+        "p_yes",
+        "evidence",
+    ):
+        table.add_column(col, overflow="fold")
+    for r, j in zip(reqs, results, strict=True):
+        table.add_row(
+            j.user_id,
+            r.candidate_title,
+            r.meta["kind"],
+            "YES" if j.is_relevant else "NO",
+            f"{j.p_yes_semantic:.3f}" if j.p_yes_semantic is not None else "-",
+            f"{j.sigma:+.2f}",
+            f"{j.delta:+.1f}",
+            f"{j.p_yes:.3f}",
+            "; ".join(j.evidence) or "-",
+        )
+    console.print(table)
+    held = np.mean(
+        [j.is_relevant for r, j in zip(reqs, results, strict=True) if r.meta["kind"] == "held-out"]
+    )
+    rand_yes = np.mean(
+        [j.is_relevant for r, j in zip(reqs, results, strict=True) if r.meta["kind"] == "random"]
+    )
+    console.print(f"YES rate: held-out {held:.2f}, random {rand_yes:.2f}")

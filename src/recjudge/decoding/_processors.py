@@ -190,28 +190,42 @@ class GrammarLogitsProcessor:
         self.mask(scores)
         return scores
 
-    def mask(self, scores: torch.Tensor) -> None:
-        """Apply the grammar (and evidence distinctness) to ``scores`` in place."""
+    def mask(self, scores: torch.Tensor, rows: Sequence[int] | None = None) -> None:
+        """Apply the grammar (and evidence distinctness) to ``scores`` in place.
+
+        ``rows[i]`` names the processor row that ``scores[i]`` belongs to (default: all rows
+        in order), so an engine can drop finished rows from its batch.
+        """
+        rows = list(range(self.batch_size)) if rows is None else list(rows)
+        if len(rows) != scores.shape[0]:
+            raise ValueError(f"{scores.shape[0]} score rows for {len(rows)} processor rows")
+        bitmask = self._bitmask[: len(rows)]
         terminated = []
-        for row, m in enumerate(self.matchers):
+        for i, row in enumerate(rows):
+            m = self.matchers[row]
             if m.is_terminated():
-                terminated.append(row)
-                self._bitmask[row].fill_(-1)
+                terminated.append(i)
+                bitmask[i].fill_(-1)
             else:
-                m.fill_next_token_bitmask(self._bitmask, row)
-        self._xgr.apply_token_bitmask_inplace(scores, self._bitmask)
-        for row in terminated:
+                m.fill_next_token_bitmask(bitmask, i)
+        self._xgr.apply_token_bitmask_inplace(scores, bitmask)
+        for i in terminated:
             stop = self.table.stop_ids[0] if self.table.stop_ids else 0
-            scores[row].fill_(NEG_INF)
-            scores[row, stop] = 0.0
-        for row, tracker in enumerate(self.trackers):
-            if tracker is None or not tracker.active() or row in terminated:
+            scores[i].fill_(NEG_INF)
+            scores[i, stop] = 0.0
+        tb = self.table.token_bytes
+        for i, row in enumerate(rows):
+            tracker = self.trackers[row]
+            if tracker is None or not tracker.active() or i in terminated:
                 continue
-            allowed = torch.isfinite(scores[row]).nonzero().flatten().tolist()
-            tb = self.table.token_bytes
+            allowed = torch.isfinite(scores[i]).nonzero().flatten().tolist()
             veto = [t for t in allowed if tb[t] and not tracker.allows(tb[t])]
             if veto:
-                scores[row, veto] = NEG_INF
+                scores[i, veto] = NEG_INF
+
+    def jump_forward(self, row: int) -> str:
+        """The text the grammar forces next for ``row`` (empty if there is a choice)."""
+        return self.matchers[row].find_jump_forward_string()
 
 
 # -- branch bias ------------------------------------------------------------------------
@@ -419,14 +433,16 @@ class BranchBiasProcessor:
         self.apply(scores)
         return scores
 
-    def apply(self, scores: torch.Tensor) -> None:
-        """Block or bias each undecided row of ``scores`` in place."""
-        for row in range(len(self.specs)):
+    def apply(self, scores: torch.Tensor, rows: Sequence[int] | None = None) -> None:
+        """Block or bias each undecided row of ``scores`` in place (``rows`` as in
+        ``GrammarLogitsProcessor.mask``)."""
+        rows = list(range(len(self.specs))) if rows is None else list(rows)
+        for i, row in enumerate(rows):
             text = bytes(self.generated[row])
             live = self._live(row, text)
             if len(live) <= 1:
                 continue
-            allowed = torch.isfinite(scores[row]).nonzero().flatten().tolist()
+            allowed = torch.isfinite(scores[i]).nonzero().flatten().tolist()
             groups: dict[int, list[int]] = {}
             for t in allowed:
                 cls = self._classify(row, text, t, live)
@@ -439,12 +455,12 @@ class BranchBiasProcessor:
                 undecided_left = len(allowed) > sum(len(g) for g in groups.values())
                 if self.block_one_sided and undecided_left:
                     for toks in groups.values():
-                        scores[row, toks] = NEG_INF
+                        scores[i, toks] = NEG_INF
                     rec.blocked_steps += 1
                 continue
             # The decision step: every live branch has a deciding token.
-            idx = [torch.tensor(groups[i]) for i in live]
-            lse = np.array([torch.logsumexp(scores[row, ix].double(), 0).item() for ix in idx])
+            idx = [torch.tensor(groups[b]) for b in live]
+            lse = np.array([torch.logsumexp(scores[i, ix].double(), 0).item() for ix in idx])
             p = np.exp(lse - lse.max())
             p /= p.sum()
             signal = self.signals[row][live]
@@ -453,7 +469,7 @@ class BranchBiasProcessor:
             q /= q.sum()
             for ix, d in zip(idx, deltas, strict=True):
                 if d != 0.0:
-                    scores[row, ix] += float(d)
+                    scores[i, ix] += float(d)
             full = len(self.specs[row].names)
             rec.p_before = _expand(p, live, full)
             rec.p_after = _expand(q, live, full)

@@ -1,0 +1,115 @@
+"""``recjudge judge``: one Judgment as JSON, or many pairs with a resumable store."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from recjudge._registry import UnknownNameError
+from recjudge.cli._app import app, emit, fail
+
+
+def build_judge(
+    model: str,
+    mode: str,
+    cf: str | None,
+    beta: float,
+    need_evidence: bool = True,
+    sample: int = 0,
+    seed: int = 0,
+    batch_size: int = 8,
+    max_evidence: int = 5,
+):
+    from recjudge.cf_models import load_model
+    from recjudge.llm import SamplingConfig
+    from recjudge.reward import JUDGES, Judge, JudgeConfig
+
+    JUDGES.get(mode)
+    sampling = SamplingConfig.paper(seed=seed) if sample else SamplingConfig(max_new_tokens=256)
+    config = JudgeConfig(
+        model=model,
+        mode=mode,
+        beta=beta,
+        need_evidence=need_evidence,
+        sampling=sampling,
+        samples=max(sample, 1),
+        batch_size=batch_size,
+        max_evidence=max_evidence,
+    )
+    cf_model = load_model(cf) if cf else None
+    if config.uses_cf() and cf_model is None:
+        raise ValueError(
+            f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "
+            "use --mode no-behavior / zero-shot"
+        )
+    return Judge(config, cf=cf_model)
+
+
+@app.command("judge")
+def judge_cmd(
+    data: str = typer.Option("ml-1m", "--data", help="Dataset name or saved folder."),
+    user: str = typer.Option(None, "--user", help="User id (single judgment)."),
+    candidate: str = typer.Option(None, "--candidate", help="Item id or exact title."),
+    pairs: str = typer.Option(None, "--pairs", help="JSONL of {user_id, item_id} to score."),
+    out: str = typer.Option(None, "--out", help="Results JSONL for --pairs."),
+    store: str = typer.Option(None, "--store", help="SQLite store (default: OUT.sqlite)."),
+    resume: bool = typer.Option(False, "--resume", help="Skip pairs already in the store."),
+    model: str = typer.Option("smollm2-135m", "--model"),
+    cf: str = typer.Option(None, "--cf", help="A saved CF model folder (sigma source)."),
+    mode: str = typer.Option("brief", "--mode"),
+    beta: float = typer.Option(25.0, "--beta"),
+    no_evidence: bool = typer.Option(
+        False, "--no-evidence", help="Stop at the decision step (reward only)."
+    ),
+    samples: int = typer.Option(
+        0, "--samples", help="Estimate P(YES) from N samples (T 0.7, top-p 0.8)."
+    ),
+    seed: int = typer.Option(0, "--seed"),
+    batch_size: int = typer.Option(8, "--batch-size"),
+) -> None:
+    """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
+    from recjudge.data import load_dataset
+    from recjudge.reward import ResultsStore, request_for
+
+    try:
+        judge = build_judge(model, mode, cf, beta, not no_evidence, samples, seed, batch_size)
+        ds = load_dataset(data)
+        if pairs is None:
+            if user is None or candidate is None:
+                fail("give --user and --candidate, or --pairs FILE --out FILE")
+            emit(judge.judge(request_for(ds, user, candidate)).to_dict())
+            return
+        if out is None:
+            fail("--pairs needs --out")
+        reqs = []
+        for n, line in enumerate(Path(pairs).read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                reqs.append(
+                    request_for(
+                        ds,
+                        str(rec["user_id"]),
+                        str(rec["item_id"]),
+                        meta={k: v for k, v in rec.items() if k not in ("user_id", "item_id")},
+                    )
+                )
+            except (json.JSONDecodeError, KeyError, ValueError) as e:
+                fail(
+                    f'{pairs}, line {n}: {e}. Each line must be {{"user_id": ..., "item_id": ...}}'
+                )
+        store_path = Path(store or f"{out}.sqlite")
+        if store_path.exists() and not resume:
+            fail(f"{store_path} exists; pass --resume to continue it, or remove it")
+        with ResultsStore(store_path) as st:
+            results = judge.judge_many(reqs, store=st, progress=True)
+        tmp = Path(out).with_name(Path(out).name + ".tmp")
+        tmp.write_text("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results))
+        tmp.replace(out)
+        yes = sum(r.is_relevant for r in results)
+        typer.echo(f"{len(results)} judgments ({yes} YES) -> {out} (store {store_path})")
+    except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
+        fail(str(e).strip("'\""))

@@ -1,0 +1,254 @@
+"""A batch-invariant constrained decoding loop for the transformers backend.
+
+HF's left-padded batches are not bit-identical to single runs in bf16 (the attention kernel
+for a masked batch differs from the unmasked one). Here every row computes exactly what it
+would alone:
+
+- prefill: prompts are right-padded and run with plain causal attention and no padding mask,
+  so a real token never sees a pad (pads only follow it); hidden states are gathered at each
+  row's last real position and only those go through the LM head. The CPU attention kernel's
+  blocking depends on the padded width, so every row is padded to its length rounded up to
+  ``BUCKET`` tokens and only rows of one bucket share a prefill;
+- decode: one token per step with eager attention and an explicit mask over the pad slots
+  of the cache; masked keys get exactly zero weight. Matrix kernels choose their reduction
+  order by the number of rows, so every decode step runs exactly ``DECODE_ROWS`` rows,
+  padding with copies of active rows; finished rows leave (their slots are refilled).
+
+Sampling uses one torch Generator per row, seeded per request, so sampled outputs are also
+independent of batching.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from recjudge.llm._backend import SamplingConfig
+
+
+@dataclass
+class EngineStats:
+    prefill_tokens: int = 0
+    decode_steps: int = 0
+    decode_tokens: int = 0
+    rows: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@contextmanager
+def _attention(model: Any, impl: str):
+    old = model.config._attn_implementation
+    if old == impl:
+        yield
+        return
+    model.set_attn_implementation(impl)
+    try:
+        yield
+    finally:
+        model.set_attn_implementation(old)
+
+
+def sample_next(
+    scores: torch.Tensor, sampling: SamplingConfig, generators: Sequence[torch.Generator] | None
+) -> torch.Tensor:
+    """Greedy argmax, or temperature -> top-k -> top-p sampling with per-row generators."""
+    if not sampling.do_sample:
+        return scores.argmax(-1)
+    out = []
+    for r in range(scores.shape[0]):
+        s = scores[r] / sampling.temperature
+        if sampling.top_k and sampling.top_k < s.shape[0]:
+            kth = torch.topk(s, sampling.top_k).values[-1]
+            s = s.masked_fill(s < kth, float("-inf"))
+        if sampling.top_p < 1.0:
+            sorted_s, order = torch.sort(s, descending=True)
+            cum = torch.softmax(sorted_s, -1).cumsum(-1)
+            drop = cum - torch.softmax(sorted_s, -1) >= sampling.top_p  # keep the first over p
+            s = s.scatter(0, order, sorted_s.masked_fill(drop, float("-inf")))
+        probs = torch.softmax(s, -1)
+        out.append(torch.multinomial(probs, 1, generator=generators[r]).squeeze(0))
+    return torch.stack(out)
+
+
+BUCKET = 64
+DECODE_ROWS = 8
+
+
+def bucket_width(length: int, bucket: int = BUCKET) -> int:
+    """The padded width a prompt of ``length`` tokens is always computed at."""
+    return -(-length // bucket) * bucket
+
+
+def prefill(
+    backend: Any, prompt_ids: Sequence[Sequence[int]], bucket: int = BUCKET
+) -> tuple[torch.Tensor, Any]:
+    """Right-padded causal prefill: fp32 next-token logits ``[B, V]`` and the KV cache.
+
+    All rows must fall in one bucket (see ``bucket_width``).
+    """
+    from transformers import DynamicCache
+
+    model = backend.model
+    lens = torch.tensor([len(p) for p in prompt_ids])
+    if int(lens.min()) < 1:
+        raise ValueError("empty prompt")
+    widths = {bucket_width(int(n), bucket) for n in lens}
+    if len(widths) != 1:
+        raise ValueError(f"rows span several buckets {sorted(widths)}; split them first")
+    width = widths.pop()
+    pad = backend.tokenizer.pad_token_id
+    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    for r, p in enumerate(prompt_ids):
+        ids[r, : len(p)] = torch.tensor(list(p), dtype=torch.long)
+    cache = DynamicCache(config=model.config)
+    with torch.inference_mode(), _attention(model, "sdpa"):
+        hidden = model.base_model(
+            input_ids=ids, past_key_values=cache, use_cache=True
+        ).last_hidden_state
+        last = hidden[torch.arange(len(prompt_ids)), lens - 1]
+        logits = model.get_output_embeddings()(last).float()
+    return logits, cache
+
+
+def constrained_decode(
+    backend: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    step: Callable[[torch.Tensor, list[int]], None],
+    accept: Callable[[int, int], None],
+    finished: Callable[[int], bool],
+    *,
+    sampling: SamplingConfig | None = None,
+    seeds: Sequence[int] | None = None,
+    stats: EngineStats | None = None,
+) -> list[list[int]]:
+    """Generate for each prompt until ``finished(row)`` or ``sampling.max_new_tokens``.
+
+    Args:
+        backend: a ``TransformersBackend``.
+        prompt_ids: token ids per row.
+        step: called as ``step(scores, rows)`` to modify ``scores[i]`` (row ``rows[i]``) in
+            place, e.g. grammar mask then branch bias.
+        accept: called as ``accept(row, token)`` after each chosen token.
+        finished: whether a row is done (checked after each accepted token).
+        sampling: decoding settings (greedy by default).
+        seeds: one seed per row for sampling (default: ``sampling.seed + row``).
+
+    Returns:
+        The generated token ids per row.
+    """
+    sampling = sampling or SamplingConfig()
+    n = len(prompt_ids)
+    lens = [len(p) for p in prompt_ids]
+    if seeds is None:
+        seeds = [sampling.seed + r for r in range(n)]
+    groups: dict[int, list[int]] = {}
+    for r, length in enumerate(lens):
+        groups.setdefault(bucket_width(length), []).append(r)
+    if len(groups) > 1:  # one decode loop per bucket keeps every row's arithmetic fixed
+        out: list[list[int]] = [[] for _ in range(n)]
+        for rows in groups.values():
+            sub = _decode_group(
+                backend,
+                [prompt_ids[r] for r in rows],
+                _remap_step(step, rows),
+                lambda i, t, rows=rows: accept(rows[i], t),
+                lambda i, rows=rows: finished(rows[i]),
+                sampling,
+                [seeds[r] for r in rows],
+                stats,
+            )
+            for i, r in enumerate(rows):
+                out[r] = sub[i]
+        return out
+    return _decode_group(backend, prompt_ids, step, accept, finished, sampling, list(seeds), stats)
+
+
+def _remap_step(step, rows):
+    def inner(scores, active):
+        step(scores, [rows[i] for i in active])
+
+    return inner
+
+
+def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, stats):
+    model = backend.model
+    n = len(prompt_ids)
+    if n > DECODE_ROWS:  # keep each decode batch at exactly DECODE_ROWS rows
+        out: list[list[int]] = []
+        for b in range(0, n, DECODE_ROWS):
+            rows = list(range(b, min(n, b + DECODE_ROWS)))
+            out.extend(
+                _decode_group(
+                    backend,
+                    prompt_ids[b : b + DECODE_ROWS],
+                    _remap_step(step, rows),
+                    lambda i, t, rows=rows: accept(rows[i], t),
+                    lambda i, rows=rows: finished(rows[i]),
+                    sampling,
+                    seeds[b : b + DECODE_ROWS],
+                    stats,
+                )
+            )
+        return out
+    lens = [len(p) for p in prompt_ids]
+    width = bucket_width(max(lens))
+    gens = None
+    if sampling.do_sample:
+        gens = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds]
+    logits, cache = prefill(backend, prompt_ids)
+    if stats is not None:
+        stats.prefill_tokens += sum(lens)
+        stats.rows += n
+    out = [[] for _ in range(n)]
+    key_mask = torch.zeros(n, width, dtype=torch.long)
+    for r, length in enumerate(lens):
+        key_mask[r, :length] = 1
+    active = list(range(n))
+    # slot i of the decode batch holds row slots[i]; slots beyond len(active) are copies
+    slots = active + [active[0]] * (DECODE_ROWS - n)
+    sel = torch.tensor(slots)
+    cache.batch_select_indices(sel)
+    key_mask, logits = key_mask[sel], logits[sel]
+    produced = 0
+    with torch.inference_mode(), _attention(model, "eager"):
+        while active:
+            real = logits[: len(active)]
+            step(real, active)
+            nxt = sample_next(real, sampling, [gens[r] for r in active] if gens else None)
+            keep = []
+            for i, row in enumerate(active):
+                tok = int(nxt[i])
+                out[row].append(tok)
+                accept(row, tok)
+                if not finished(row) and len(out[row]) < sampling.max_new_tokens:
+                    keep.append(i)
+            if not keep:
+                break
+            order = keep + [keep[0]] * (DECODE_ROWS - len(keep))
+            if len(keep) < len(active):
+                sel = torch.tensor(order)
+                cache.batch_select_indices(sel)
+                key_mask = key_mask[sel]
+                active = [active[i] for i in keep]
+            tokens = nxt[torch.tensor(order)]
+            key_mask = torch.cat([key_mask, torch.ones(DECODE_ROWS, 1, dtype=torch.long)], 1)
+            source = active + [active[0]] * (DECODE_ROWS - len(active))
+            pos = torch.tensor([[lens[r] + produced] for r in source])
+            fwd = model(
+                input_ids=tokens[:, None],
+                attention_mask=key_mask,
+                position_ids=pos,
+                past_key_values=cache,
+                use_cache=True,
+                logits_to_keep=1,
+            )
+            logits = fwd.logits[:, -1, :].float()
+            produced += 1
+            if stats is not None:
+                stats.decode_steps += 1
+                stats.decode_tokens += len(active)
+    return out

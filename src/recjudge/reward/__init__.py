@@ -1,0 +1,29 @@
+"""The BRIEF judge (evidence-first + CF bias), its ablations, batch scoring, results store."""
+
+from recjudge.reward._judge import (
+    JUDGES,
+    MODES,
+    Judge,
+    JudgeConfig,
+    JudgeRequest,
+    Judgment,
+    cf_identity,
+    request_for,
+)
+from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
+from recjudge.reward._store import ResultsStore
+
+__all__ = [
+    "JUDGES",
+    "MODES",
+    "PROMPT_VERSION",
+    "HistoryItem",
+    "Judge",
+    "JudgeConfig",
+    "JudgeRequest",
+    "Judgment",
+    "ResultsStore",
+    "build_messages",
+    "cf_identity",
+    "request_for",
+]

@@ -1,0 +1,511 @@
+"""The BRIEF judge and its ablations, batch scoring and resumable runs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from recjudge._registry import Registry, suggest
+from recjudge._util import stable_hash
+from recjudge.decoding import BranchBias, Choice, EvidenceFirst, make_processors
+from recjudge.llm import SamplingConfig
+from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
+from recjudge.reward._store import ResultsStore
+
+Mode = Literal["brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item"]
+MODES: tuple[str, ...] = (
+    "brief",
+    "non-adaptive",
+    "no-behavior",
+    "zero-shot",
+    "cf-only",
+    "item-item",
+)
+JUDGES: Registry[str] = Registry("judge mode")
+for _m in MODES:
+    JUDGES.register(_m, _m)
+
+
+class JudgeConfig(BaseModel):
+    """Everything that defines a judge (and, with the request, its result key).
+
+    Attributes:
+        model: LLM preset, path or Hugging Face id.
+        mode: brief (evidence-first + adaptive bias), non-adaptive (Delta = beta*sigma),
+            no-behavior (beta = 0), zero-shot (plain YES/NO), cf-only (sigma > threshold),
+            item-item (brief with the item-item sigma).
+        beta: bias strength (the paper's best is 25).
+        max_evidence: most titles one answer may cite.
+        token_budget / max_history: history shown in the prompt.
+        show_ratings: show the user's ratings next to history items.
+        rating_scale: the top of the rating scale, for "rated r/scale".
+        cf_threshold: the cf-only verdict is sigma > threshold.
+        need_evidence: generate the evidence list; False stops at the decision step
+            (reward only, much faster).
+        sampling: decoding settings (greedy by default).
+        samples: with sampling, how many samples estimate P(YES).
+        batch_size: requests per forward batch.
+        domain: prompt wording (None: from the dataset).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "smollm2-135m"
+    mode: Mode = "brief"
+    beta: float = Field(25.0, ge=0)
+    max_evidence: int = Field(5, ge=1)
+    token_budget: int = Field(1500, ge=16)
+    max_history: int = Field(50, ge=1)
+    show_ratings: bool = True
+    rating_scale: float | None = 5.0
+    cf_threshold: float = 0.0
+    need_evidence: bool = True
+    sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
+    samples: int = Field(1, ge=1)
+    batch_size: int = Field(8, ge=1)
+    domain: str | None = None
+
+    def effective_beta(self) -> float:
+        return 0.0 if self.mode in ("no-behavior", "zero-shot") else self.beta
+
+    def uses_cf(self) -> bool:
+        return self.mode in ("brief", "non-adaptive", "cf-only", "item-item")
+
+    def uses_llm(self) -> bool:
+        return self.mode != "cf-only"
+
+
+@dataclass
+class JudgeRequest:
+    """One (user, candidate) question. ``sigma`` overrides the judge's CF model."""
+
+    user_id: str
+    history: list[HistoryItem]
+    candidate_id: str
+    candidate_text: str
+    candidate_title: str = ""
+    sigma: float | None = None
+    domain: str = "generic"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.history:
+            raise ValueError(
+                f"user {self.user_id!r} has an empty history; the judge needs at "
+                "least one past item"
+            )
+
+
+@dataclass
+class Judgment:
+    """The judge's answer for one request.
+
+    Attributes:
+        is_relevant: the verdict.
+        evidence: cited titles (a subset of the prompt's history titles).
+        p_yes: YES-branch probability at the decision step after the bias.
+        p_yes_semantic: the same before the bias (the LLM alone).
+        sigma, delta, entropy: the behavioural signal, the logit shift on YES, and E_n.
+        raw_text: the constrained JSON the model produced.
+    """
+
+    user_id: str
+    candidate_id: str
+    mode: str
+    is_relevant: bool
+    evidence: list[str]
+    p_yes: float
+    p_yes_semantic: float | None
+    sigma: float | None
+    delta: float
+    entropy: float
+    raw_text: str
+    decision_steps: int = 0
+    history_shown: int = 0
+    history_dropped: int = 0
+    samples_yes: int | None = None
+    key: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Judgment:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def cf_identity(cf: Any) -> str | None:
+    """A stable id for a CF model: its kind, config, training facts and sigma scale."""
+    if cf is None:
+        return None
+    info = {
+        k: v
+        for k, v in getattr(cf, "train_info", {}).items()
+        if k not in ("train_seconds", "epochs")
+    }
+    return stable_hash(cf.name, cf.config.model_dump(), info, cf.scaler.state(), len(cf.items))
+
+
+class Judge:
+    """The BRIEF judge.
+
+    Args:
+        config: the judge's settings.
+        llm: a loaded backend (loaded from ``config.model`` when needed and not given).
+        cf: a CF model giving sigma (required by brief, non-adaptive, cf-only, item-item
+            unless every request carries its own sigma). For item-item, a SASRec or MF model
+            is wrapped in ``ItemItemSimilarity`` automatically.
+    """
+
+    def __init__(self, config: JudgeConfig | None = None, llm: Any = None, cf: Any = None) -> None:
+        self.config = config or JudgeConfig()
+        JUDGES.get(self.config.mode)
+        if self.config.mode == "item-item" and cf is not None and cf.name != "item-item":
+            from recjudge.cf_models import ItemItemSimilarity
+
+            base = cf
+            cf = ItemItemSimilarity.from_model(base)
+            cf.scaler = base.scaler.__class__(base.scaler.config)
+            cf.scaler.low, cf.scaler.high = -1.0, 1.0  # cosine range; recalibrate if needed
+        self.cf = cf
+        self._llm = llm
+        self._cf_id = cf_identity(cf)
+
+    @property
+    def llm(self) -> Any:
+        if self._llm is None:
+            from recjudge.llm import load_llm
+
+            self._llm = load_llm(self.config.model)
+        return self._llm
+
+    # -- keys -----------------------------------------------------------------------------
+    def key(self, req: JudgeRequest) -> str:
+        c = self.config
+        settings = c.model_dump(exclude={"batch_size"})
+        return stable_hash(
+            PROMPT_VERSION,
+            settings,
+            self._cf_id if req.sigma is None else None,
+            req.sigma,
+            req.user_id,
+            req.candidate_id,
+            req.candidate_text,
+            [(h.item_id, h.text, h.rating) for h in req.history],
+            length=32,
+        )
+
+    # -- sigma ------------------------------------------------------------------------------
+    def sigma_for(self, req: JudgeRequest) -> float | None:
+        if req.sigma is not None:
+            if not np.isfinite(req.sigma):
+                raise ValueError(f"request {req.user_id}/{req.candidate_id}: sigma is not finite")
+            return float(np.clip(req.sigma, -1.0, 1.0))
+        if not self.config.uses_cf():
+            return None
+        if self.cf is None:
+            raise ValueError(
+                f"mode {self.config.mode!r} needs a CF model (or a sigma per "
+                "request); pass cf=... or --cf DIR"
+            )
+        return self.cf.sigma([h.item_id for h in req.history], req.candidate_id, req.user_id)
+
+    # -- judging ------------------------------------------------------------------------
+    def judge(self, req: JudgeRequest) -> Judgment:
+        return self.judge_many([req])[0]
+
+    def judge_many(
+        self,
+        reqs: Sequence[JudgeRequest],
+        store: ResultsStore | None = None,
+        progress: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+    ) -> list[Judgment]:
+        """Judge many requests; results come back in input order.
+
+        A result is identical alone or in a batch. With ``store``, finished keys are read
+        back instead of recomputed, and each batch is written in one transaction.
+        """
+        keys = [self.key(r) for r in reqs]
+        done = store.get_many(keys) if store is not None else {}
+        results: dict[str, Judgment] = {k: Judgment.from_dict(v) for k, v in done.items()}
+        todo = [i for i, k in enumerate(keys) if k not in results]
+        todo = list(dict.fromkeys(todo))
+        seen_keys: set[str] = set()
+        todo = [i for i in todo if not (keys[i] in seen_keys or seen_keys.add(keys[i]))]
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(reqs), initial=len(reqs) - len(todo), desc="judge", unit="pair")
+        for batch in self._batches(reqs, todo):
+            judged = self._judge_batch([reqs[i] for i in batch])
+            for i, j in zip(batch, judged, strict=True):
+                j.key = keys[i]
+                results[keys[i]] = j
+            if store is not None:
+                store.put_many(
+                    (keys[i], _request_record(reqs[i], self.config), results[keys[i]].to_dict())
+                    for i in batch
+                )
+            if bar is not None:
+                bar.update(len(batch))
+            if on_batch is not None:
+                on_batch(len(batch))
+        if bar is not None:
+            bar.close()
+        return [results[k] for k in keys]
+
+    def _batches(self, reqs: Sequence[JudgeRequest], todo: list[int]) -> list[list[int]]:
+        """Group by prompt length so batches share a padding bucket (cf-only: any order)."""
+        size = self.config.batch_size
+        if not self.config.uses_llm():
+            return [todo[b : b + size] for b in range(0, len(todo), size)]
+        from recjudge.llm._engine import bucket_width
+
+        lengths = {i: len(self._prompt(reqs[i])[1]) for i in todo}
+        order = sorted(todo, key=lambda i: (bucket_width(lengths[i]), i))
+        batches: list[list[int]] = []
+        for i in order:
+            if (
+                batches
+                and len(batches[-1]) < size
+                and bucket_width(lengths[batches[-1][0]]) == bucket_width(lengths[i])
+            ):
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        return batches
+
+    def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int]]:
+        cache = getattr(self, "_prompt_cache", None)
+        if cache is None:
+            cache = self._prompt_cache = {}
+        k = id(req)
+        if k in cache and cache[k][0] is req:
+            return cache[k][1], cache[k][2]
+        c = self.config
+        tok = self.llm.tokenizer
+
+        def count(lines: list[str]) -> list[int]:
+            return [len(x) for x in tok(lines, add_special_tokens=False)["input_ids"]]
+
+        rendered = build_messages(
+            req.history,
+            req.candidate_text,
+            domain=c.domain or req.domain,
+            evidence=c.mode != "zero-shot",
+            rating_scale=c.rating_scale if c.show_ratings else None,
+            count_tokens=count,
+            token_budget=c.token_budget,
+            max_items=c.max_history,
+        )
+        ids = self.llm.encode(self.llm.chat_prompt(rendered.messages))
+        if len(cache) > 4096:
+            cache.clear()
+        cache[k] = (req, rendered, ids)
+        return rendered, ids
+
+    def _judge_batch(self, reqs: list[JudgeRequest]) -> list[Judgment]:
+        c = self.config
+        sigmas = [self.sigma_for(r) for r in reqs]
+        if not c.uses_llm():
+            out = []
+            for r, s in zip(reqs, sigmas, strict=True):
+                out.append(
+                    Judgment(
+                        r.user_id,
+                        r.candidate_id,
+                        c.mode,
+                        bool(s > c.cf_threshold),
+                        [],
+                        (s + 1) / 2,
+                        None,
+                        s,
+                        0.0,
+                        0.0,
+                        "",
+                        history_shown=len(r.history),
+                    )
+                )
+            return out
+        from recjudge.llm._engine import constrained_decode
+
+        rendered, prompt_ids, schemas = [], [], []
+        for r in reqs:
+            rp, ids = self._prompt(r)
+            rendered.append(rp)
+            prompt_ids.append(ids)
+            if c.mode == "zero-shot":
+                schemas.append(Choice(["YES", "NO"], answer_key="is_relevant"))
+            else:
+                schemas.append(EvidenceFirst([h.title for h in rp.shown], c.max_evidence))
+        n = c.samples if c.sampling.do_sample else 1
+        rows = [i for i in range(len(reqs)) for _ in range(n)]
+        seeds = [
+            c.sampling.seed + s + int(self.key(reqs[i])[:8], 16)
+            for i in range(len(reqs))
+            for s in range(n)
+        ]
+        bias = BranchBias(beta=c.effective_beta(), adaptive=c.mode != "non-adaptive")
+        grammar, bias_proc = make_processors(
+            self.llm,
+            [schemas[i] for i in rows],
+            [0.0 if sigmas[i] is None else sigmas[i] for i in rows],
+            bias,
+        )
+
+        def step(scores, active):
+            grammar.mask(scores, active)
+            bias_proc.apply(scores, active)
+
+        def accept(row, tok):
+            grammar.accept(row, tok)
+            bias_proc.accept(row, tok)
+
+        evidence_wanted = c.need_evidence and c.mode != "zero-shot"
+
+        def finished(row):
+            if grammar.done(row):
+                return True
+            chosen = bias_proc.records[row].chosen
+            return chosen is not None and (not evidence_wanted or chosen == "NO")
+
+        constrained_decode(
+            self.llm,
+            [prompt_ids[i] for i in rows],
+            step,
+            accept,
+            finished,
+            sampling=c.sampling,
+            seeds=seeds,
+        )
+        out = []
+        for i, r in enumerate(reqs):
+            my_rows = [k for k, ri in enumerate(rows) if ri == i]
+            texts = [
+                grammar.text(k) + (grammar.jump_forward(k) if not grammar.done(k) else "")
+                for k in my_rows
+            ]
+            first = my_rows[0]
+            rec = bias_proc.records[first]
+            text = texts[0]
+            verdicts = [bias_proc.records[k].chosen for k in my_rows]
+            evidence: list[str] = []
+            try:
+                value = schemas[i].parse(text)
+                evidence = list(value.get("evidence", []))
+            except Exception:  # decision read-out stops before the evidence closes
+                value = None
+            is_yes = (
+                verdicts[0] == "YES"
+                if n == 1
+                else sum(v == "YES" for v in verdicts) * 2 > len(verdicts)
+            )
+            p_yes = rec.p_yes_after if n == 1 else sum(v == "YES" for v in verdicts) / n
+            out.append(
+                Judgment(
+                    user_id=r.user_id,
+                    candidate_id=r.candidate_id,
+                    mode=c.mode,
+                    is_relevant=bool(is_yes),
+                    evidence=evidence,
+                    p_yes=float(p_yes if p_yes is not None else 0.0),
+                    p_yes_semantic=rec.p_yes_before,
+                    sigma=sigmas[i],
+                    delta=rec.delta_yes,
+                    entropy=rec.entropy,
+                    raw_text=text if value is not None else text,
+                    decision_steps=rec.decision_steps,
+                    history_shown=len(rendered[i].shown),
+                    history_dropped=rendered[i].dropped,
+                    samples_yes=sum(v == "YES" for v in verdicts) if n > 1 else None,
+                )
+            )
+        return out
+
+
+def _request_record(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:
+    return {
+        "user_id": req.user_id,
+        "candidate_id": req.candidate_id,
+        "candidate_text": req.candidate_text,
+        "history_len": len(req.history),
+        "model": config.model,
+        "mode": config.mode,
+        "beta": config.effective_beta(),
+        **req.meta,
+    }
+
+
+# -- building requests from a dataset ----------------------------------------------------
+def _closest(name: str, choices: Sequence[str], what: str, dataset: str) -> str:
+    close = suggest(name, list(choices))
+    hint = f" Closest matches: {', '.join(repr(c) for c in close)}." if close else ""
+    return f"{what} {name!r} is not in dataset {dataset!r}.{hint}"
+
+
+def request_for(
+    ds: Any,
+    user_id: str,
+    candidate: str,
+    sigma: float | None = None,
+    history: str = "before",
+    meta: dict[str, Any] | None = None,
+) -> JudgeRequest:
+    """A request for ``user_id`` and ``candidate`` (an item id or exact title) in ``ds``.
+
+    Args:
+        history: ``before``: the user's items before the candidate's timestamp if the user
+            interacted with it, else all of them; ``all``: everything except the candidate.
+    """
+    from recjudge.data import item_title, render_item
+
+    user_id = str(user_id)
+    try:
+        h = ds.history(user_id)
+    except KeyError:
+        raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
+    if not ds.has_item(candidate):
+        by_title = ds.items.index[ds.items["title"].astype(str) == candidate]
+        if len(by_title):
+            candidate = str(ds.items.iloc[by_title[0]]["item_id"])
+        else:
+            titles = ds.items["title"].astype(str).tolist()
+            raise KeyError(_closest(candidate, titles, "item", ds.name))
+    cand_row = ds.item_row(candidate).to_dict()
+    ids = h["item_id"].astype(str)
+    if history == "before" and (ids == candidate).any():
+        t = h.loc[ids == candidate, "timestamp"].iloc[0]
+        pos = int(np.flatnonzero((ids == candidate).to_numpy())[0])
+        h = h[(h["timestamp"] < t) | ((h["timestamp"] == t) & (np.arange(len(h)) < pos))]
+    h = h[h["item_id"].astype(str) != candidate]
+    if h.empty:
+        raise ValueError(
+            f"user {user_id!r} has no history before {candidate!r}; the judge needs"
+            " at least one past item"
+        )
+    rows = ds.items.set_index("item_id").loc[h["item_id"].astype(str)].reset_index()
+    items = [
+        HistoryItem(
+            str(r["item_id"]),
+            item_title(r),
+            render_item(r, ds.domain),
+            float(rt) if rt == rt else None,
+        )
+        for r, rt in zip(rows.to_dict("records"), h["rating"].tolist(), strict=True)
+    ]
+    return JudgeRequest(
+        user_id,
+        items,
+        candidate,
+        render_item(cand_row, ds.domain),
+        item_title(cand_row),
+        sigma,
+        ds.domain,
+        meta or {},
+    )

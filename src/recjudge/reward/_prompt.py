@@ -1,0 +1,108 @@
+"""Versioned judge prompts. The version is part of every result key: change the text, bump it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+PROMPT_VERSION = "brief-v1"
+
+DOMAINS = {
+    "movies": {"item": "movie", "items": "movies", "verb": "watched"},
+    "books": {"item": "book", "items": "books", "verb": "read"},
+    "generic": {"item": "item", "items": "items", "verb": "interacted with"},
+}
+
+
+@dataclass(frozen=True)
+class HistoryItem:
+    """One past interaction: the citable title, the rendered text and an optional rating."""
+
+    item_id: str
+    title: str
+    text: str
+    rating: float | None = None
+
+
+@dataclass(frozen=True)
+class RenderedPrompt:
+    messages: list[dict[str, str]]
+    shown: list[HistoryItem]  # most recent first, as shown
+    dropped: int  # older items left out to fit the budget
+
+
+def _rating_note(rating: float | None, scale: float | None) -> str:
+    if rating is None or scale is None or rating != rating:
+        return ""
+    r = int(rating) if float(rating).is_integer() else rating
+    return f" (rated {r}/{int(scale)})"
+
+
+def build_messages(
+    history: Sequence[HistoryItem],
+    candidate_text: str,
+    *,
+    domain: str = "generic",
+    evidence: bool = True,
+    rating_scale: float | None = None,
+    count_tokens: Any = None,
+    token_budget: int = 1500,
+    max_items: int = 50,
+) -> RenderedPrompt:
+    """Render the judge prompt.
+
+    Args:
+        history: the user's past items, oldest first.
+        candidate_text: the rendered candidate.
+        domain: movies, books or generic (wording only).
+        evidence: the evidence-first instruction (False for the zero-shot ablation).
+        rating_scale: show ratings as "rated r/scale" when set.
+        count_tokens: ``f(list[str]) -> list[int]`` token counts per line, for the budget.
+        token_budget: most tokens the history lines may use.
+        max_items: most history items shown.
+    """
+    words = DOMAINS.get(domain, DOMAINS["generic"])
+    recent = list(reversed(history))[:max_items]
+    lines = [f"- {h.text}{_rating_note(h.rating, rating_scale)}" for h in recent]
+    if count_tokens is not None and lines:
+        counts = count_tokens(lines)
+        used, keep = 0, 0
+        for c in counts:
+            if used + c > token_budget:
+                break
+            used += c
+            keep += 1
+        keep = max(keep, 1)  # always show the most recent item
+    else:
+        keep = len(lines)
+    shown = recent[:keep]
+    dropped = len(history) - keep
+    body = "\n".join(lines[:keep])
+    if dropped:
+        body += f"\n({dropped} older {words['items']} not shown.)"
+    system = (
+        f"You are a careful {words['item']} recommendation judge. Given the "
+        f"{words['items']} a user has {words['verb']}, you decide whether a candidate "
+        f"{words['item']} is relevant to them, i.e. whether they would enjoy it."
+    )
+    if evidence:
+        rule = (
+            "First list, as evidence, the exact titles from the history that show the "
+            "user would enjoy the candidate. List evidence titles if and only if the "
+            "candidate is relevant; if it is not, leave the list empty. Then give the "
+            "verdict.\nAnswer in JSON: "
+            '{"evidence": ["<title from the history>", ...], "is_relevant": "YES" or "NO"}'
+        )
+    else:
+        rule = 'Answer in JSON: {"is_relevant": "YES" or "NO"}'
+    user = (
+        f"The user's {words['items']}, most recent first:\n{body}\n\n"
+        f"Candidate {words['item']}: {candidate_text}\n\n"
+        f"Is the candidate relevant to this user? {rule}"
+    )
+    return RenderedPrompt(
+        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+        shown=shown,
+        dropped=dropped,
+    )

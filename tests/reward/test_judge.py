@@ -1,0 +1,253 @@
+"""The judge end to end on real ML-1M rows with SmolLM2, the store, keys and resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from recjudge.llm import SamplingConfig
+from recjudge.reward import (
+    MODES,
+    HistoryItem,
+    Judge,
+    JudgeConfig,
+    JudgeRequest,
+    ResultsStore,
+    build_messages,
+    request_for,
+)
+
+PAIRS = [
+    ("1", "Toy Story (1995)"),
+    ("1", "Friday the 13th (1980)"),
+    ("10", "Heat (1995)"),
+    ("10", "Fargo (1996)"),
+]
+
+
+@pytest.fixture(scope="module")
+def als(ml1m, tmp_path_factory):
+    from recjudge.cf_models import TrainOptions, train_cf
+
+    path = tmp_path_factory.mktemp("cf") / "als"
+    return train_cf(
+        "als", ml1m, path, {"factors": 16, "iterations": 3}, TrainOptions(progress=False, threads=2)
+    ), path
+
+
+@pytest.fixture(scope="module")
+def requests(ml1m):
+    return [request_for(ml1m, u, c) for u, c in PAIRS]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_every_mode_end_to_end(smollm, als, requests, mode):
+    judge = Judge(JudgeConfig(mode=mode, max_evidence=2, batch_size=4), llm=smollm, cf=als[0])
+    results = judge.judge_many(requests[:2])
+    for req, j in zip(requests[:2], results, strict=True):
+        assert j.mode == mode and j.candidate_id == req.candidate_id
+        assert 0.0 <= j.p_yes <= 1.0
+        shown = {h.title for h in req.history}
+        assert set(j.evidence) <= shown  # evidence is a subset of the history titles
+        if mode in ("brief", "non-adaptive", "no-behavior", "item-item"):
+            value = json.loads(j.raw_text)
+            assert (len(value["evidence"]) > 0) == j.is_relevant  # the iff rule
+            assert (value["is_relevant"] == "YES") == j.is_relevant
+            assert len(value["evidence"]) == len(set(value["evidence"])) <= 2
+            assert 0.0 <= j.p_yes_semantic <= 1.0
+        if mode == "zero-shot":
+            assert json.loads(j.raw_text)["is_relevant"] in ("YES", "NO") and not j.evidence
+        if mode in ("no-behavior", "zero-shot"):
+            assert j.delta == 0.0 and j.p_yes == pytest.approx(j.p_yes_semantic)
+        if mode == "cf-only":
+            assert j.is_relevant == (j.sigma > 0)
+        if mode in ("brief", "non-adaptive", "item-item"):
+            assert -1.0 <= j.sigma <= 1.0
+            assert j.delta == pytest.approx(j.delta)  # finite
+            if j.sigma > 0.5:
+                assert j.is_relevant  # beta = 25 with a strong signal decides
+            if j.sigma < -0.5:
+                assert not j.is_relevant
+
+
+def test_adaptive_delta_formula(smollm, als, requests):
+    j = Judge(JudgeConfig(mode="brief", need_evidence=False), llm=smollm, cf=als[0]).judge(
+        requests[2]
+    )
+    assert j.delta == pytest.approx(25.0 * (1 + j.entropy) * j.sigma, rel=1e-9)
+    n = Judge(JudgeConfig(mode="non-adaptive", need_evidence=False), llm=smollm, cf=als[0]).judge(
+        requests[2]
+    )
+    assert n.delta == pytest.approx(25.0 * n.sigma, rel=1e-9)
+
+
+def test_batch_equals_single(smollm, als, requests):
+    judge = Judge(
+        JudgeConfig(mode="brief", beta=2.0, max_evidence=2, batch_size=4), llm=smollm, cf=als[0]
+    )
+    batched = judge.judge_many(requests)
+    for req, b in zip(requests, batched, strict=True):
+        s = judge.judge(req)
+        assert s.is_relevant == b.is_relevant
+        assert abs(s.p_yes - b.p_yes) < 1e-3
+        assert abs(s.p_yes_semantic - b.p_yes_semantic) < 1e-3
+        assert s.raw_text == b.raw_text
+
+
+def test_sampled_estimate_is_seeded(smollm, requests):
+    cfg = JudgeConfig(
+        mode="no-behavior",
+        need_evidence=False,
+        samples=6,
+        sampling=SamplingConfig.paper(seed=5, max_new_tokens=64),
+    )
+    a = Judge(cfg, llm=smollm).judge(requests[0])
+    b = Judge(cfg, llm=smollm).judge(requests[0])
+    assert a.samples_yes == b.samples_yes and 0 <= a.samples_yes <= 6
+    assert a.p_yes == pytest.approx(a.samples_yes / 6)
+
+
+def test_keys_change_with_every_keyed_setting(als, requests, monkeypatch):
+    base = JudgeConfig()
+    req = requests[0]
+    k0 = Judge(base, llm=object(), cf=als[0]).key(req)
+    variants = [
+        base.model_copy(update={"model": "qwen2.5-coder-0.5b"}),
+        base.model_copy(update={"mode": "non-adaptive"}),
+        base.model_copy(update={"beta": 10.0}),
+        base.model_copy(update={"max_evidence": 3}),
+        base.model_copy(update={"sampling": SamplingConfig.paper(seed=1)}),
+        base.model_copy(update={"token_budget": 500}),
+    ]
+    keys = {Judge(v, llm=object(), cf=als[0]).key(req) for v in variants}
+    assert k0 not in keys and len(keys) == len(variants)
+    assert (
+        Judge(base.model_copy(update={"batch_size": 3}), llm=object(), cf=als[0]).key(req) == k0
+    )  # batching never changes a result
+    assert Judge(base, llm=object(), cf=als[0]).key(requests[1]) != k0
+    assert Judge(base, llm=object(), cf=None).key(req) != k0  # another CF model
+    import recjudge.reward._judge as jm
+
+    monkeypatch.setattr(jm, "PROMPT_VERSION", "brief-v2")
+    assert Judge(base, llm=object(), cf=als[0]).key(req) != k0
+
+
+def test_config_round_trip():
+    c = JudgeConfig(mode="item-item", beta=15, sampling=SamplingConfig.paper(seed=3))
+    assert JudgeConfig.model_validate_json(c.model_dump_json()) == c
+
+
+def test_bad_requests(ml1m):
+    with pytest.raises(KeyError, match="Closest matches: 'Toy Story \\(1995\\)'"):
+        request_for(ml1m, "1", "Toy Stroy (1995)")
+    with pytest.raises(KeyError, match="user '0' is not in dataset"):
+        request_for(ml1m, "0", "Toy Story (1995)")
+    with pytest.raises(ValueError, match="empty history"):
+        JudgeRequest("u", [], "i", "Item")
+    with pytest.raises(ValueError, match="needs a CF model"):
+        Judge(JudgeConfig(mode="brief"), llm=object()).sigma_for(
+            JudgeRequest("u", [HistoryItem("a", "A", "A")], "b", "B")
+        )
+
+
+def test_history_is_before_candidate(ml1m):
+    h = ml1m.history("1")
+    target = h.iloc[10]
+    req = request_for(ml1m, "1", target["item_id"])
+    assert target["item_id"] not in [x.item_id for x in req.history]
+    assert len(req.history) <= 10 + int((h["timestamp"] == target["timestamp"]).sum())
+
+
+def test_prompt_budget_drops_oldest_and_counts():
+    hist = [HistoryItem(str(i), f"T{i}", f"Title {i}", 4.0) for i in range(30)]
+    rp = build_messages(
+        hist,
+        "Cand",
+        domain="movies",
+        rating_scale=5,
+        count_tokens=lambda lines: [10] * len(lines),
+        token_budget=95,
+    )
+    assert len(rp.shown) == 9 and rp.dropped == 21
+    assert rp.shown[0].title == "T29"  # most recent first
+    assert "21 older movies not shown" in rp.messages[1]["content"]
+    assert "(rated 4/5)" in rp.messages[1]["content"]
+
+
+def test_store_transactions_and_export(tmp_path):
+    with ResultsStore(tmp_path / "s.sqlite") as st:
+        st.put_many([("a", {"u": 1}, {"p": 0.5}), ("b", {"u": 2}, {"p": 0.1})])
+        st.put_many([("a", {"u": 1}, {"p": 0.9})])  # an existing key is kept
+        assert len(st) == 2 and st.get_many(["a"])["a"]["p"] == 0.5
+        assert st.missing(["a", "c"]) == ["c"]
+        lines = st.export_jsonl(tmp_path / "o.jsonl").read_text().splitlines()
+        assert [json.loads(x)["key"] for x in lines] == ["a", "b"]
+        assert st.export_parquet(tmp_path / "o.parquet").exists()
+
+
+def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m):
+    """A real subprocess killed with SIGKILL mid-run, then resumed, ends with exactly one row
+    per request and the same results as an uninterrupted run."""
+    users = ["1", "2", "3", "4", "5", "6"]
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_text(
+        "".join(json.dumps({"user_id": u, "item_id": "Toy Story (1995)"}) + "\n" for u in users)
+    )
+    cmd = [
+        sys.executable,
+        "-m",
+        "recjudge.cli._main",
+        "judge",
+        "--data",
+        "ml-1m",
+        "--pairs",
+        str(pairs),
+        "--mode",
+        "zero-shot",
+        "--batch-size",
+        "1",
+    ]
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    killed = tmp_path / "killed.jsonl"
+    proc = subprocess.Popen(
+        cmd + ["--out", str(killed)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    store = Path(f"{killed}.sqlite")
+    deadline = time.time() + 300
+    rows = 0
+    while time.time() < deadline and proc.poll() is None:
+        if store.exists():
+            try:
+                with sqlite3.connect(store) as db:
+                    rows = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+            except sqlite3.Error:
+                rows = 0
+            if rows >= 2:
+                break
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run finished before it could be killed"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(store) as db:
+        partial = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
+    assert 2 <= partial < len(users)
+    assert not killed.exists()
+    subprocess.run(
+        cmd + ["--out", str(killed), "--resume"], env=env, check=True, capture_output=True
+    )
+    clean = tmp_path / "clean.jsonl"
+    subprocess.run(cmd + ["--out", str(clean)], env=env, check=True, capture_output=True)
+    with sqlite3.connect(store) as db:
+        keys = [k for (k,) in db.execute("SELECT key FROM results")]
+    assert len(keys) == len(set(keys)) == len(users)
+    a = [json.loads(x) for x in killed.read_text().splitlines()]
+    b = [json.loads(x) for x in clean.read_text().splitlines()]
+    assert a == b
