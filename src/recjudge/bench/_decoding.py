@@ -9,6 +9,11 @@ from typing import Any
 
 from recjudge.bench._report import write_report
 
+JUDGE_SYSTEM = (
+    "Judge if the user would enjoy the candidate. List evidence titles from the "
+    "history if and only if it is relevant. Answer in JSON."
+)
+
 
 def bench_decoding(
     model: str = "qwen2.5-coder-0.5b",
@@ -64,8 +69,7 @@ def bench_decoding(
             [
                 {
                     "role": "system",
-                    "content": "Judge if the user would enjoy the candidate. List "
-                    "evidence titles from the history if and only if it is relevant. Answer in JSON.",
+                    "content": JUDGE_SYSTEM,
                 },
                 {"role": "user", "content": f"History:\n{hist}\n\nCandidate: {c}"},
             ]
