@@ -27,7 +27,8 @@ def demo(
     from recjudge.data import leave_one_out, load_dataset, sample_users
     from recjudge.reward import Judge, JudgeConfig, request_for
 
-    console = Console()
+    # Pipes and CI logs report 80 columns; the table needs more to stay readable.
+    console = Console(width=None if Console().is_terminal else 150)
     ds = load_dataset("ml-1m")
     cfg = SASRecConfig(epochs=epochs, max_len=100)
     path = cache_dir() / "demo" / f"sasrec-ml1m-e{epochs}-s{seed}"
