@@ -175,7 +175,6 @@ def _remap_step(step, rows):
 
 
 def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, stats):
-    model = backend.model
     n = len(prompt_ids)
     if n > DECODE_ROWS:  # keep each decode batch at exactly DECODE_ROWS rows
         out: list[list[int]] = []
@@ -196,23 +195,45 @@ def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, 
         return out
     lens = [len(p) for p in prompt_ids]
     width = bucket_width(max(lens))
-    gens = None
-    if sampling.do_sample:
-        gens = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds]
     logits, cache = prefill(backend, prompt_ids)
     if stats is not None:
         stats.prefill_tokens += sum(lens)
         stats.rows += n
-    out = [[] for _ in range(n)]
     key_mask = torch.zeros(n, width, dtype=torch.long)
     for r, length in enumerate(lens):
         key_mask[r, :length] = 1
+    slots = torch.tensor(list(range(n)) + [0] * (DECODE_ROWS - n))
+    cache.batch_select_indices(slots)
+    return _loop(
+        backend,
+        logits[slots],
+        cache,
+        key_mask[slots],
+        lens,
+        step,
+        accept,
+        finished,
+        sampling,
+        seeds,
+        stats,
+    )
+
+
+def _loop(
+    backend, logits, cache, key_mask, base_pos, step, accept, finished, sampling, seeds, stats
+):
+    """Decode rows ``0..n-1`` held in ``DECODE_ROWS`` cache slots (extra slots are copies).
+
+    ``logits`` are the slots' next-token logits, ``key_mask`` marks real cache entries and
+    ``base_pos[r]`` is the position of row r's first generated token.
+    """
+    model = backend.model
+    n = len(base_pos)
+    gens = None
+    if sampling.do_sample:
+        gens = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds]
+    out: list[list[int]] = [[] for _ in range(n)]
     active = list(range(n))
-    # slot i of the decode batch holds row slots[i]; slots beyond len(active) are copies
-    slots = active + [active[0]] * (DECODE_ROWS - n)
-    sel = torch.tensor(slots)
-    cache.batch_select_indices(sel)
-    key_mask, logits = key_mask[sel], logits[sel]
     produced = 0
     with torch.inference_mode(), _attention(model, "eager"):
         while active:
@@ -237,7 +258,7 @@ def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, 
             tokens = nxt[torch.tensor(order)]
             key_mask = torch.cat([key_mask, torch.ones(DECODE_ROWS, 1, dtype=torch.long)], 1)
             source = active + [active[0]] * (DECODE_ROWS - len(active))
-            pos = torch.tensor([[lens[r] + produced] for r in source])
+            pos = torch.tensor([[base_pos[r] + produced] for r in source])
             fwd = model(
                 input_ids=tokens[:, None],
                 attention_mask=key_mask,
@@ -251,4 +272,104 @@ def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, 
             if stats is not None:
                 stats.decode_steps += 1
                 stats.decode_tokens += len(active)
+    return out
+
+
+SUFFIX_BUCKET = 16
+
+
+def prefix_cache(backend: Any, prefix_ids: Sequence[int]) -> Any:
+    """KV cache of one shared prefix, computed once at its exact length (no padding)."""
+    from transformers import DynamicCache
+
+    if not prefix_ids:
+        raise ValueError("empty prefix")
+    cache = DynamicCache(config=backend.model.config)
+    ids = torch.tensor([list(prefix_ids)], dtype=torch.long)
+    with torch.inference_mode(), _attention(backend.model, "sdpa"):
+        backend.model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
+    return cache
+
+
+def _copy_cache(cache: Any, rows: int) -> Any:
+    import copy
+
+    new = copy.deepcopy(cache)
+    new.batch_repeat_interleave(rows)
+    return new
+
+
+def shared_prefix_decode(
+    backend: Any,
+    prefix_ids: Sequence[int],
+    suffix_ids: Sequence[Sequence[int]],
+    step: Callable[[torch.Tensor, list[int]], None],
+    accept: Callable[[int, int], None],
+    finished: Callable[[int], bool],
+    *,
+    sampling: SamplingConfig | None = None,
+    seeds: Sequence[int] | None = None,
+    stats: EngineStats | None = None,
+    cache: Any = None,
+) -> list[list[int]]:
+    """Decode many suffixes after one shared prefix whose KV cache is computed once.
+
+    Each chunk of ``DECODE_ROWS`` suffixes copies the prefix cache, prefills the suffixes
+    (right-padded to a ``SUFFIX_BUCKET`` multiple, always ``DECODE_ROWS`` rows) and decodes.
+    Every row sees exactly the same shapes whether it is alone or in a full chunk, so a
+    suffix's result does not depend on the others.
+    """
+    sampling = sampling or SamplingConfig()
+    n = len(suffix_ids)
+    seeds = list(seeds) if seeds is not None else [sampling.seed + r for r in range(n)]
+    plen = len(prefix_ids)
+    if cache is None:
+        cache = prefix_cache(backend, prefix_ids)
+        if stats is not None:
+            stats.prefill_tokens += plen
+    out: list[list[int]] = []
+    model = backend.model
+    pad = backend.tokenizer.pad_token_id
+    for b in range(0, n, DECODE_ROWS):
+        chunk = [list(s) for s in suffix_ids[b : b + DECODE_ROWS]]
+        rows = list(range(b, b + len(chunk)))
+        if min(len(c) for c in chunk) < 1:
+            raise ValueError("empty suffix")
+        lens = [len(c) for c in chunk]
+        width = bucket_width(max(lens), SUFFIX_BUCKET)
+        ids = torch.full((DECODE_ROWS, width), pad, dtype=torch.long)
+        for r in range(DECODE_ROWS):
+            src = chunk[r] if r < len(chunk) else chunk[0]
+            ids[r, : len(src)] = torch.tensor(src, dtype=torch.long)
+        slot_lens = lens + [lens[0]] * (DECODE_ROWS - len(chunk))
+        c = _copy_cache(cache, DECODE_ROWS)
+        pos = torch.arange(plen, plen + width)[None].expand(DECODE_ROWS, -1)
+        with torch.inference_mode(), _attention(model, "sdpa"):
+            hidden = model.base_model(
+                input_ids=ids, position_ids=pos, past_key_values=c, use_cache=True
+            ).last_hidden_state
+            last = hidden[torch.arange(DECODE_ROWS), torch.tensor(slot_lens) - 1]
+            logits = model.get_output_embeddings()(last).float()
+        key_mask = torch.zeros(DECODE_ROWS, plen + width, dtype=torch.long)
+        key_mask[:, :plen] = 1
+        for r, length in enumerate(slot_lens):
+            key_mask[r, plen : plen + length] = 1
+        if stats is not None:
+            stats.prefill_tokens += sum(lens)
+            stats.rows += len(chunk)
+        out.extend(
+            _loop(
+                backend,
+                logits,
+                c,
+                key_mask,
+                [plen + x for x in lens],
+                _remap_step(step, rows),
+                lambda i, t, rows=rows: accept(rows[i], t),
+                lambda i, rows=rows: finished(rows[i]),
+                sampling,
+                seeds[b : b + len(chunk)],
+                stats,
+            )
+        )
     return out

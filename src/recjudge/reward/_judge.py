@@ -13,7 +13,7 @@ from recjudge._registry import Registry, suggest
 from recjudge._util import stable_hash
 from recjudge.decoding import BranchBias, Choice, EvidenceFirst, make_processors
 from recjudge.llm import SamplingConfig
-from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
+from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore
 
 Mode = Literal["brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item"]
@@ -174,6 +174,20 @@ class Judge:
         self.cf = cf
         self._llm = llm
         self._cf_id = cf_identity(cf)
+        from recjudge.llm._engine import EngineStats
+
+        self.stats = EngineStats()
+        self._prefix: tuple[tuple[int, ...], Any] | None = None
+
+    def _prefix_cache(self, prefix: list[int]) -> Any:
+        """The KV cache of ``prefix``, kept for the most recent prefix (one user at a time)."""
+        from recjudge.llm._engine import prefix_cache
+
+        key = tuple(prefix)
+        if self._prefix is None or self._prefix[0] != key:
+            self._prefix = (key, prefix_cache(self.llm, prefix))
+            self.stats.prefill_tokens += len(prefix)
+        return self._prefix[1]
 
     @property
     def llm(self) -> Any:
@@ -261,33 +275,24 @@ class Judge:
         return [results[k] for k in keys]
 
     def _batches(self, reqs: Sequence[JudgeRequest], todo: list[int]) -> list[list[int]]:
-        """Group by prompt length so batches share a padding bucket (cf-only: any order)."""
+        """Chunks of requests that share one prompt prefix (same user and history)."""
         size = self.config.batch_size
         if not self.config.uses_llm():
             return [todo[b : b + size] for b in range(0, len(todo), size)]
-        from recjudge.llm._engine import bucket_width
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i in todo:
+            groups.setdefault(tuple(self._prompt(reqs[i])[1]), []).append(i)
+        return [g[b : b + size] for g in groups.values() for b in range(0, len(g), size)]
 
-        lengths = {i: len(self._prompt(reqs[i])[1]) for i in todo}
-        order = sorted(todo, key=lambda i: (bucket_width(lengths[i]), i))
-        batches: list[list[int]] = []
-        for i in order:
-            if (
-                batches
-                and len(batches[-1]) < size
-                and bucket_width(lengths[batches[-1][0]]) == bucket_width(lengths[i])
-            ):
-                batches[-1].append(i)
-            else:
-                batches.append([i])
-        return batches
-
-    def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int]]:
+    def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:
+        """(rendered prompt, prefix ids, suffix ids); the prefix is shared by every candidate
+        judged against the same history, the suffix holds the candidate."""
         cache = getattr(self, "_prompt_cache", None)
         if cache is None:
             cache = self._prompt_cache = {}
         k = id(req)
         if k in cache and cache[k][0] is req:
-            return cache[k][1], cache[k][2]
+            return cache[k][1:]
         c = self.config
         tok = self.llm.tokenizer
 
@@ -296,7 +301,7 @@ class Judge:
 
         rendered = build_messages(
             req.history,
-            req.candidate_text,
+            CANDIDATE_SLOT,
             domain=c.domain or req.domain,
             evidence=c.mode != "zero-shot",
             rating_scale=c.rating_scale if c.show_ratings else None,
@@ -304,11 +309,21 @@ class Judge:
             token_budget=c.token_budget,
             max_items=c.max_history,
         )
-        ids = self.llm.encode(self.llm.chat_prompt(rendered.messages))
+        text = self.llm.chat_prompt(rendered.messages)
+        head, slot, tail = text.partition(" " + CANDIDATE_SLOT)
+        if not slot:
+            raise RuntimeError("the chat template moved the candidate slot; cannot split")
+        prefix = self.llm.encode(head)
+        suffix = self.llm.encode(" " + req.candidate_text + tail)
         if len(cache) > 4096:
             cache.clear()
-        cache[k] = (req, rendered, ids)
-        return rendered, ids
+        cache[k] = (req, rendered, prefix, suffix)
+        return rendered, prefix, suffix
+
+    def prompt_text(self, req: JudgeRequest) -> str:
+        """The full prompt as the model sees it (prefix + suffix tokens decoded)."""
+        _, prefix, suffix = self._prompt(req)
+        return self.llm.tokenizer.decode(prefix + suffix)
 
     def _judge_batch(self, reqs: list[JudgeRequest]) -> list[Judgment]:
         c = self.config
@@ -333,13 +348,14 @@ class Judge:
                     )
                 )
             return out
-        from recjudge.llm._engine import constrained_decode
+        from recjudge.llm._engine import shared_prefix_decode
 
-        rendered, prompt_ids, schemas = [], [], []
+        rendered, suffixes, schemas = [], [], []
+        prefix: list[int] = []
         for r in reqs:
-            rp, ids = self._prompt(r)
+            rp, prefix, suffix = self._prompt(r)
             rendered.append(rp)
-            prompt_ids.append(ids)
+            suffixes.append(suffix)
             if c.mode == "zero-shot":
                 schemas.append(Choice(["YES", "NO"], answer_key="is_relevant"))
             else:
@@ -375,14 +391,17 @@ class Judge:
             chosen = bias_proc.records[row].chosen
             return chosen is not None and (not evidence_wanted or chosen == "NO")
 
-        constrained_decode(
+        shared_prefix_decode(
             self.llm,
-            [prompt_ids[i] for i in rows],
+            prefix,
+            [suffixes[i] for i in rows],
             step,
             accept,
             finished,
             sampling=c.sampling,
             seeds=seeds,
+            stats=self.stats,
+            cache=self._prefix_cache(prefix),
         )
         out = []
         for i, r in enumerate(reqs):

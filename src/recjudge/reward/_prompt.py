@@ -8,6 +8,11 @@ from typing import Any
 
 PROMPT_VERSION = "brief-v1"
 
+# Where the candidate goes. The judge renders the chat with this slot, splits the text there
+# and tokenises the two halves separately, so one user's prompts share an identical prefix
+# (system + history + instructions) whose KV cache is computed once.
+CANDIDATE_SLOT = "\x00CANDIDATE\x00"
+
 DOMAINS = {
     "movies": {"item": "movie", "items": "movies", "verb": "watched"},
     "books": {"item": "book", "items": "books", "verb": "read"},
@@ -98,8 +103,8 @@ def build_messages(
         rule = 'Answer in JSON: {"is_relevant": "YES" or "NO"}'
     user = (
         f"The user's {words['items']}, most recent first:\n{body}\n\n"
-        f"Candidate {words['item']}: {candidate_text}\n\n"
-        f"Is the candidate relevant to this user? {rule}"
+        f"Is the candidate below relevant to this user? {rule}\n\n"
+        f"Candidate {words['item']}: {candidate_text}"
     )
     return RenderedPrompt(
         messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
