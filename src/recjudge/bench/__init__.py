@@ -2,5 +2,12 @@
 
 from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._report import environment, write_report
+from recjudge.bench._throughput import bench_throughput, matmul_flops
 
-__all__ = ["bench_decoding", "environment", "write_report"]
+__all__ = [
+    "bench_decoding",
+    "bench_throughput",
+    "environment",
+    "matmul_flops",
+    "write_report",
+]

@@ -1,0 +1,58 @@
+"""``recjudge bench``: benchmarks that write reports/<name>/ (report.md + results.json)."""
+
+from __future__ import annotations
+
+import typer
+
+from recjudge.cli._app import app
+
+bench_app = typer.Typer(help="Benchmarks and experiments that write reports.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+
+@bench_app.command("throughput")
+def bench_throughput_cmd(
+    model: str = typer.Option("qwen2.5-coder-0.5b", "--model"),
+    users: int = typer.Option(3, "--users"),
+    candidates: int = typer.Option(20, "--candidates"),
+    threads: int = typer.Option(2, "--threads"),
+    seed: int = typer.Option(0, "--seed"),
+    out: str = typer.Option(None, "--out", help="Default: reports/throughput/<model>."),
+) -> None:
+    """Naive transformers+xgrammar vs the recjudge engine: judgments/s, agreement, memory."""
+    from recjudge.bench import bench_throughput
+
+    r = bench_throughput(
+        model,
+        users,
+        candidates,
+        threads=threads,
+        seed=seed,
+        out=out or f"reports/throughput/{model}",
+    )
+    for name, m in r["methods"].items():
+        typer.echo(
+            f"{name:<16} {m['judgments_per_s']:.3f} judgments/s  agreement "
+            f"{100 * m['verdict_agreement_with_naive']:.1f} %  peak {m['peak_rss_mb']:.0f}"
+            f" MB  roofline {100 * m['roofline_fraction']:.1f} %"
+        )
+    typer.echo(
+        f"speed-up (reward): {r['speedup_reward_vs_naive']:.1f}x; with evidence: "
+        f"{r['speedup_evidence_vs_naive']:.1f}x"
+    )
+
+
+@bench_app.command("decoding")
+def bench_decoding_cmd(
+    model: str = typer.Option("qwen2.5-coder-0.5b", "--model"),
+    titles: int = typer.Option(200, "--titles"),
+    out: str = typer.Option("reports/decoding", "--out"),
+) -> None:
+    """Grammar compile time and per-token mask + bias overhead vs a decode step."""
+    from recjudge.bench import bench_decoding
+
+    r = bench_decoding(model, n_titles=titles, out=out)
+    typer.echo(
+        f"compile {r['compile_ms']['median']:.1f} ms; overhead "
+        f"{100 * r['overhead_fraction']:.2f} % of a decode step"
+    )
