@@ -223,3 +223,23 @@ def test_sampled_protocol_is_deterministic_and_excludes_seen():
     a = evaluate_sampled(m, train, test, seed=3)
     assert a == evaluate_sampled(m, train, test, seed=3)
     assert a["hr@10"] == 1.0  # i298 outranks every unseen item (i299 is seen)
+
+
+def test_sasrec_resumes_from_checkpoint(tmp_path):
+    df, items = checkerboard(12)
+    df = df.assign(timestamp=df.groupby("user_id").cumcount().astype(float))
+    cfg = SASRecConfig(hidden=8, max_len=8, epochs=2, batch=8)
+    first = SASRec(cfg)
+    first.checkpoint_dir = tmp_path / "ckpt"
+    first.train(df, OPTS, items=items)
+    assert [e["epoch"] for e in first.train_info["epochs"]] == [1, 2]
+    more = SASRec(cfg.model_copy(update={"epochs": 3}))
+    more.checkpoint_dir = tmp_path / "ckpt"
+    more.train(df, OPTS, items=items)
+    epochs = more.train_info["epochs"]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]  # epochs 1-2 were not rerun
+    assert epochs[:2] == first.train_info["epochs"]
+    other = SASRec(cfg.model_copy(update={"hidden": 16}))
+    other.checkpoint_dir = tmp_path / "ckpt"
+    other.train(df, OPTS, items=items)  # another config: starts fresh
+    assert [e["epoch"] for e in other.train_info["epochs"]] == [1, 2]

@@ -315,3 +315,18 @@ def test_dataset_save_load_round_trip(tmp_path, ml100k):
     pd.testing.assert_frame_equal(back.interactions, small.interactions)
     assert back.card["filters"] == ["head(500)"]
     assert list(back.interactions.event_type.cat.categories) == list(EVENT_TYPES)
+
+
+def test_bookcrossing_from_wheel():
+    from recjudge.data import load_dataset
+
+    ds = load_dataset("bookcrossing")
+    info = ds.info()
+    assert info["interactions"] + ds.card["dropped_ratings_without_book_row"] == 1_149_780
+    assert info["items"] == 271_379  # every row of BX-Books.csv, ISBNs unique
+    zero = ds.interactions[ds.interactions.rating == 0]
+    assert (zero.event_type.astype(str) == "implicit_positive").all()
+    assert ds.domain == "books"
+    row = ds.item_row("0195153448")
+    assert render_item(row.to_dict(), "books") == \
+        "Classical Mythology by Mark P. O. Morford (2002)"

@@ -261,8 +261,10 @@ class SASRec(CFModel):
         from safetensors.torch import load_file
 
         meta = json.loads((d / "checkpoint.json").read_text())
-        if meta["config"] != self.config.model_dump() or meta["items"] != len(self.items):
-            return 0  # a checkpoint of another run: start fresh
+        same = {k: v for k, v in meta["config"].items() if k != "epochs"}
+        mine = {k: v for k, v in self.config.model_dump().items() if k != "epochs"}
+        if json.loads(json.dumps(mine)) != same or meta["items"] != len(self.items):
+            return 0  # a checkpoint of another run: start fresh (more epochs is the same run)
         t = load_file(str(d / "checkpoint.safetensors"))
         self.net.load_state_dict({k[4:]: v for k, v in t.items() if k.startswith("net.")})
         state = opt.state_dict()
