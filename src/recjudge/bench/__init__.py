@@ -1,10 +1,12 @@
 """Reproducible experiments and performance benchmarks that write reports."""
 
+from recjudge.bench._cf import bench_cf
 from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._report import environment, write_report
 from recjudge.bench._throughput import bench_throughput, matmul_flops
 
 __all__ = [
+    "bench_cf",
     "bench_decoding",
     "bench_throughput",
     "environment",

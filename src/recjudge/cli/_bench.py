@@ -56,3 +56,21 @@ def bench_decoding_cmd(
         f"compile {r['compile_ms']['median']:.1f} ms; overhead "
         f"{100 * r['overhead_fraction']:.2f} % of a decode step"
     )
+
+
+@bench_app.command("cf")
+def bench_cf_cmd(
+    sasrec: str = typer.Option(..., "--sasrec", help="A SASRec folder from `cf train`."),
+    data: str = typer.Option("ml-1m", "--data"),
+    out: str = typer.Option("reports/cf", "--out"),
+) -> None:
+    """SASRec vs the paper, with ALS/BPR/ItemKNN/Pop on the same protocols."""
+    from recjudge.bench import bench_cf
+
+    r = bench_cf(sasrec, data, out=out)
+    for name, m in r["models"].items():
+        typer.echo(
+            f"{name:<8} HR@10 {m['sampled_hr@10']:.4f}  NDCG@10 {m['sampled_ndcg@10']:.4f}"
+            f"  full Recall@10 {m['full_recall@10']:.4f}"
+        )
+    typer.echo(f"SASRec gap to paper: {r['gap_to_paper']}")
