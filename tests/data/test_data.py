@@ -328,5 +328,4 @@ def test_bookcrossing_from_wheel():
     assert (zero.event_type.astype(str) == "implicit_positive").all()
     assert ds.domain == "books"
     row = ds.item_row("0195153448")
-    assert render_item(row.to_dict(), "books") == \
-        "Classical Mythology by Mark P. O. Morford (2002)"
+    assert render_item(row.to_dict(), "books") == "Classical Mythology by Mark P. O. Morford (2002)"

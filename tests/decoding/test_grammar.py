@@ -195,3 +195,20 @@ def test_processor_validates_inputs(tok):
         BranchBiasProcessor([spec, spec], compiled.table.token_bytes, [0.1, 0.2], beta=[1.0])
     with pytest.raises(ValueError, match="signal vector"):
         BranchBiasProcessor([Choice(["a", "b", "c"]).decision()], compiled.table.token_bytes, [0.5])
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31))
+def test_verdicts_random_logits(tok, seed):
+    from recjudge.decoding import Verdicts
+
+    schema = Verdicts(
+        ["accuracy", "novelty", "overall"], ["A wins", "B wins", "Tie"], analysis_chars=40
+    )
+    compiled = compile_schema(schema, tok, 49152)
+    text, rec = run_random(compiled, seed, signal=np.array([0.5, -0.5, 0.0]), beta=1.0)
+    obj = schema.parse(text)
+    assert list(obj) == ["analysis", "accuracy", "novelty", "overall"]
+    assert len(obj["analysis"]) <= 40
+    assert rec.chosen == obj["overall"]  # the decision is taken on the last field
+    assert sum(rec.p_before) == pytest.approx(1.0)

@@ -27,6 +27,7 @@ from recjudge.decoding._schemas import (
     EvidenceFirst,
     Schema,
     SchemaError,
+    Verdicts,
     json_literal,
 )
 
@@ -47,6 +48,7 @@ __all__ = [
     "Schema",
     "SchemaError",
     "TokenTable",
+    "Verdicts",
     "branch_deltas",
     "compile_schema",
     "constrained_generate",

@@ -53,7 +53,9 @@ def make_processors(
     if any(spec is None for spec in specs):
         return grammar, None
     bias = bias or BranchBias(beta=0.0)
-    sig = list(signal) if signal is not None else [0.0] * len(schemas)
+    # No signal: zero for binary decisions, a zero vector for k-way ones.
+    sig = list(signal) if signal is not None else [
+        0.0 if len(spec.names) <= 2 else [0.0] * len(spec.names) for spec in specs]
     proc = BranchBiasProcessor(
         specs,
         compiled[0].table.token_bytes,

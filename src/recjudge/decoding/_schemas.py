@@ -268,3 +268,69 @@ class CitedList(Schema):
             ids = list(dict.fromkeys(i for i in entry["ids"] if i in allowed))
             out.append({self.text_key: entry[self.text_key], "ids": ids})
         return out
+
+
+# -- several verdicts after one analysis ----------------------------------------------------
+class Verdicts(Schema):
+    """``{"analysis": "<text>", "<field>": "<option>", ..., "<decision field>": "<option>"}``.
+
+    One bounded free-text analysis comes first, then one closed verdict per field (e.g. the
+    six arena aspects and ``overall``). The branch decision (and any bias) is taken on
+    ``decision_field``, which must be the last field.
+
+    Args:
+        fields: verdict keys in output order.
+        options: the allowed verdicts.
+        analysis_chars: most characters of analysis (no quotes or backslashes).
+        decision_field: the field whose verdict is the recorded decision.
+    """
+
+    kind = "verdicts"
+
+    def __init__(
+        self,
+        fields: Sequence[str],
+        options: Sequence[str],
+        analysis_chars: int = 400,
+        decision_field: str | None = None,
+    ) -> None:
+        self.fields = _unique(fields)
+        self.options = _unique(options)
+        if not self.fields or len(self.options) < 2:
+            raise ValueError("Verdicts needs at least one field and two options")
+        self.decision_field = decision_field or self.fields[-1]
+        if self.fields[-1] != self.decision_field:
+            raise ValueError("the decision field must be the last field")
+        if analysis_chars < 1:
+            raise ValueError("analysis_chars must be >= 1")
+        self.analysis_chars = analysis_chars
+
+    def ebnf(self, encode: Encoder = json_literal) -> str:
+        parts = [
+            ebnf_literal('{"analysis": "'),
+            f'[^"\\\\\\x00-\\x1f]{{0,{self.analysis_chars}}}',
+            ebnf_literal('"'),
+        ]
+        for f in self.fields:
+            parts += [ebnf_literal(f", {json_literal(f)}: "), "answer"]
+        parts.append(ebnf_literal("}"))
+        return f"root ::= {' '.join(parts)}\nanswer ::= {_alternatives(self.options, encode)}"
+
+    def decision(self, encode: Encoder = json_literal) -> DecisionSpec:
+        anchor = f", {json_literal(self.decision_field)}: ".encode()
+
+        def region_start(text: bytes) -> int | None:
+            i = text.find(anchor)  # the analysis has no quotes, so the anchor is unique
+            return None if i < 0 else i
+
+        markers = tuple(anchor.decode() + encode(o) for o in self.options)
+        return DecisionSpec(self.options, markers, region_start)
+
+    def parse(self, text: str) -> dict[str, Any]:
+        try:
+            obj = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
+        if any(obj.get(f) not in self.options for f in self.fields):
+            raise SchemaError(f"a verdict is not among the options: {text[:300]!r}")
+        return obj

@@ -1,0 +1,90 @@
+"""``recjudge arena``: pairwise LLM judging of recommenders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from recjudge._registry import UnknownNameError
+from recjudge.cli._app import app, emit, fail
+
+arena_app = typer.Typer(
+    help="RecSys Arena: pairwise judging, Q and Bradley-Terry.", no_args_is_help=True
+)
+app.add_typer(arena_app, name="arena")
+
+
+@arena_app.command("run")
+def arena_run(
+    data: str = typer.Option("ml-1m", "--data"),
+    systems: str = typer.Option(
+        "pop,itemknn,als,sasrec",
+        "--systems",
+        help="CF model names, name=DIR (saved model) or name=FILE (user_id, rank, item_id lists).",
+    ),
+    model: str = typer.Option("qwen2.5-coder-0.5b", "--model"),
+    users: int = typer.Option(100, "--users"),
+    k: int = typer.Option(5, "--k"),
+    analysis_chars: int = typer.Option(400, "--analysis-chars"),
+    swap_rule: str = typer.Option("tie", "--swap-rule", help="tie or keep."),
+    absolute: bool = typer.Option(True, "--absolute/--no-absolute"),
+    seed: int = typer.Option(0, "--seed"),
+    out: str = typer.Option("reports/arena", "--out"),
+) -> None:
+    """Judge every pair of systems in both orders (resumable); write report.md + JSON + PNG."""
+    from recjudge.evaluators import ArenaConfig, run_arena
+
+    try:
+        cfg = ArenaConfig(
+            model=model,
+            systems=tuple(s.strip() for s in systems.split(",")),
+            users=users,
+            k=k,
+            analysis_chars=analysis_chars,
+            swap_rule=swap_rule,
+            absolute=absolute,
+            seed=seed,
+        )
+        r = run_arena(cfg, data, out)
+    except (UnknownNameError, ValueError) as e:
+        fail(str(e))
+    typer.echo((Path(out) / "report.md").read_text())
+    typer.echo(f"order-flip rate {100 * r['order_flip_rate']:.1f} %; results in {out}")
+
+
+@arena_app.command("summarize")
+def arena_summarize(
+    verdicts: str = typer.Option(
+        ..., "--verdicts", help="JSONL: user_id, system_a, system_b, aspect, verdict."
+    ),
+    auc: str = typer.Option(None, "--auc", help='JSON {"system": auc, ...} for correlations.'),
+    bootstrap: int = typer.Option(200, "--bootstrap"),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """All aggregates from per-comparison records alone (no model needed)."""
+    from recjudge.evaluators import summarize
+
+    records = []
+    for n, line in enumerate(Path(verdicts).read_text().splitlines(), 1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                fail(f"{verdicts}, line {n}: not JSON ({e})")
+    try:
+        s = summarize(records, json.loads(Path(auc).read_text()) if auc else None, bootstrap, seed)
+    except ValueError as e:
+        fail(f"{verdicts}: {e}")
+    if as_json:
+        emit(s)
+        return
+    for pair, c in s["pairs"]["overall"].items():
+        typer.echo(
+            f"{pair:<24} win {c['win']:>4} tie {c['tie']:>4} lose {c['lose']:>4} q {c['q']:.3f}"
+        )
+    typer.echo("Bradley-Terry:")
+    for sys_, v in s["bradley_terry"].items():
+        typer.echo(f"  {sys_:<12} {v['strength']:+.3f}  CI {v['ci95']}")
