@@ -106,6 +106,7 @@ def bench_throughput(
     seed: int = 0,
     max_new_tokens: int = 256,
     out: str | Path = "reports/throughput",
+    sweep_settings: bool = True,
 ) -> dict[str, Any]:
     """Judgments per second of (a) the naive baseline and (b) our engine, in one run.
 
@@ -194,6 +195,29 @@ def bench_throughput(
                         name, reward_judge if name == "engine_reward" else evidence_judge, reqs
                     )
     mem.close()
+    sweep = []
+    if sweep_settings:
+        # Engine settings chosen by measurement: decode rows x threads on one user's pairs.
+        for threads_ in (1, 2):
+            torch.set_num_threads(threads_)
+            for rows_ in (4, 8, 16):
+                j = Judge(
+                    base_cfg.model_copy(update={"need_evidence": False, "decode_rows": rows_}),
+                    llm=llm,
+                )
+                j.judge_many(groups[0][:2])  # warm-up (also computes the prefix)
+                j._prefix = None
+                t0 = time.perf_counter()
+                j.judge_many(groups[0])
+                dt = time.perf_counter() - t0
+                sweep.append(
+                    {
+                        "threads": threads_,
+                        "decode_rows": rows_,
+                        "judgments_per_s": len(groups[0]) / dt,
+                    }
+                )
+        torch.set_num_threads(threads)
     n = sum(len(g) for g in groups)
     attainable = matmul_flops(threads)
     rows = {}
@@ -230,6 +254,8 @@ def bench_throughput(
         "speedup_evidence_vs_naive": rows["engine_evidence"]["judgments_per_s"]
         / rows["naive"]["judgments_per_s"],
         "target_speedup": 10.0,
+        "settings_sweep": sweep,
+        "best_setting": max(sweep, key=lambda r: r["judgments_per_s"]) if sweep else None,
     }
     lines = [
         f"# Judge throughput ({model})",
@@ -258,5 +284,16 @@ def bench_throughput(
         "- naive = transformers generate() + xgrammar.contrib.hf.LogitsProcessor, one "
         "full prompt per pair; engine = recjudge (shared prefix, batch-invariant chunks)",
     ]
+    if sweep:
+        lines += [
+            "",
+            "## Engine settings (reward read-out, one user's pairs)",
+            "",
+            "| threads | decode rows | judgments/s |",
+            "|---|---|---|",
+        ]
+        lines += [
+            f"| {r['threads']} | {r['decode_rows']} | {r['judgments_per_s']:.3f} |" for r in sweep
+        ]
     write_report(out, results, lines)
     return results

@@ -54,8 +54,11 @@ def make_processors(
         return grammar, None
     bias = bias or BranchBias(beta=0.0)
     # No signal: zero for binary decisions, a zero vector for k-way ones.
-    sig = list(signal) if signal is not None else [
-        0.0 if len(spec.names) <= 2 else [0.0] * len(spec.names) for spec in specs]
+    sig = (
+        list(signal)
+        if signal is not None
+        else [0.0 if len(spec.names) <= 2 else [0.0] * len(spec.names) for spec in specs]
+    )
     proc = BranchBiasProcessor(
         specs,
         compiled[0].table.token_bytes,

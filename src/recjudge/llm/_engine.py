@@ -124,6 +124,7 @@ def constrained_decode(
     sampling: SamplingConfig | None = None,
     seeds: Sequence[int] | None = None,
     stats: EngineStats | None = None,
+    decode_rows: int = DECODE_ROWS,
 ) -> list[list[int]]:
     """Generate for each prompt until ``finished(row)`` or ``sampling.max_new_tokens``.
 
@@ -136,6 +137,7 @@ def constrained_decode(
         finished: whether a row is done (checked after each accepted token).
         sampling: decoding settings (greedy by default).
         seeds: one seed per row for sampling (default: ``sampling.seed + row``).
+        decode_rows: rows per decode step (fixed, so results do not depend on batching).
 
     Returns:
         The generated token ids per row.
@@ -164,7 +166,9 @@ def constrained_decode(
             for i, r in enumerate(rows):
                 out[r] = sub[i]
         return out
-    return _decode_group(backend, prompt_ids, step, accept, finished, sampling, list(seeds), stats)
+    return _decode_group(
+        backend, prompt_ids, step, accept, finished, sampling, list(seeds), stats, decode_rows
+    )
 
 
 def _remap_step(step, rows):
@@ -174,22 +178,25 @@ def _remap_step(step, rows):
     return inner
 
 
-def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, stats):
+def _decode_group(
+    backend, prompt_ids, step, accept, finished, sampling, seeds, stats, decode_rows=DECODE_ROWS
+):
     n = len(prompt_ids)
-    if n > DECODE_ROWS:  # keep each decode batch at exactly DECODE_ROWS rows
+    if n > decode_rows:  # keep each decode batch at exactly decode_rows rows
         out: list[list[int]] = []
-        for b in range(0, n, DECODE_ROWS):
-            rows = list(range(b, min(n, b + DECODE_ROWS)))
+        for b in range(0, n, decode_rows):
+            rows = list(range(b, min(n, b + decode_rows)))
             out.extend(
                 _decode_group(
                     backend,
-                    prompt_ids[b : b + DECODE_ROWS],
+                    prompt_ids[b : b + decode_rows],
                     _remap_step(step, rows),
                     lambda i, t, rows=rows: accept(rows[i], t),
                     lambda i, rows=rows: finished(rows[i]),
                     sampling,
-                    seeds[b : b + DECODE_ROWS],
+                    seeds[b : b + decode_rows],
                     stats,
+                    decode_rows,
                 )
             )
         return out
@@ -202,7 +209,7 @@ def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, 
     key_mask = torch.zeros(n, width, dtype=torch.long)
     for r, length in enumerate(lens):
         key_mask[r, :length] = 1
-    slots = torch.tensor(list(range(n)) + [0] * (DECODE_ROWS - n))
+    slots = torch.tensor(list(range(n)) + [0] * (decode_rows - n))
     cache.batch_select_indices(slots)
     return _loop(
         backend,
@@ -216,13 +223,25 @@ def _decode_group(backend, prompt_ids, step, accept, finished, sampling, seeds, 
         sampling,
         seeds,
         stats,
+        decode_rows,
     )
 
 
 def _loop(
-    backend, logits, cache, key_mask, base_pos, step, accept, finished, sampling, seeds, stats
+    backend,
+    logits,
+    cache,
+    key_mask,
+    base_pos,
+    step,
+    accept,
+    finished,
+    sampling,
+    seeds,
+    stats,
+    decode_rows=DECODE_ROWS,
 ):
-    """Decode rows ``0..n-1`` held in ``DECODE_ROWS`` cache slots (extra slots are copies).
+    """Decode rows ``0..n-1`` held in ``decode_rows`` cache slots (extra slots are copies).
 
     ``logits`` are the slots' next-token logits, ``key_mask`` marks real cache entries and
     ``base_pos[r]`` is the position of row r's first generated token.
@@ -249,15 +268,15 @@ def _loop(
                     keep.append(i)
             if not keep:
                 break
-            order = keep + [keep[0]] * (DECODE_ROWS - len(keep))
+            order = keep + [keep[0]] * (decode_rows - len(keep))
             if len(keep) < len(active):
                 sel = torch.tensor(order)
                 cache.batch_select_indices(sel)
                 key_mask = key_mask[sel]
                 active = [active[i] for i in keep]
             tokens = nxt[torch.tensor(order)]
-            key_mask = torch.cat([key_mask, torch.ones(DECODE_ROWS, 1, dtype=torch.long)], 1)
-            source = active + [active[0]] * (DECODE_ROWS - len(active))
+            key_mask = torch.cat([key_mask, torch.ones(decode_rows, 1, dtype=torch.long)], 1)
+            source = active + [active[0]] * (decode_rows - len(active))
             pos = torch.tensor([[base_pos[r] + produced] for r in source])
             fwd = model(
                 input_ids=tokens[:, None],
@@ -311,11 +330,12 @@ def shared_prefix_decode(
     seeds: Sequence[int] | None = None,
     stats: EngineStats | None = None,
     cache: Any = None,
+    decode_rows: int = DECODE_ROWS,
 ) -> list[list[int]]:
     """Decode many suffixes after one shared prefix whose KV cache is computed once.
 
-    Each chunk of ``DECODE_ROWS`` suffixes copies the prefix cache, prefills the suffixes
-    (right-padded to a ``SUFFIX_BUCKET`` multiple, always ``DECODE_ROWS`` rows) and decodes.
+    Each chunk of ``decode_rows`` suffixes copies the prefix cache, prefills the suffixes
+    (right-padded to a ``SUFFIX_BUCKET`` multiple, always ``decode_rows`` rows) and decodes.
     Every row sees exactly the same shapes whether it is alone or in a full chunk, so a
     suffix's result does not depend on the others.
     """
@@ -330,27 +350,27 @@ def shared_prefix_decode(
     out: list[list[int]] = []
     model = backend.model
     pad = backend.tokenizer.pad_token_id
-    for b in range(0, n, DECODE_ROWS):
-        chunk = [list(s) for s in suffix_ids[b : b + DECODE_ROWS]]
+    for b in range(0, n, decode_rows):
+        chunk = [list(s) for s in suffix_ids[b : b + decode_rows]]
         rows = list(range(b, b + len(chunk)))
         if min(len(c) for c in chunk) < 1:
             raise ValueError("empty suffix")
         lens = [len(c) for c in chunk]
         width = bucket_width(max(lens), SUFFIX_BUCKET)
-        ids = torch.full((DECODE_ROWS, width), pad, dtype=torch.long)
-        for r in range(DECODE_ROWS):
+        ids = torch.full((decode_rows, width), pad, dtype=torch.long)
+        for r in range(decode_rows):
             src = chunk[r] if r < len(chunk) else chunk[0]
             ids[r, : len(src)] = torch.tensor(src, dtype=torch.long)
-        slot_lens = lens + [lens[0]] * (DECODE_ROWS - len(chunk))
-        c = _copy_cache(cache, DECODE_ROWS)
-        pos = torch.arange(plen, plen + width)[None].expand(DECODE_ROWS, -1)
+        slot_lens = lens + [lens[0]] * (decode_rows - len(chunk))
+        c = _copy_cache(cache, decode_rows)
+        pos = torch.arange(plen, plen + width)[None].expand(decode_rows, -1)
         with torch.inference_mode(), _attention(model, "sdpa"):
             hidden = model.base_model(
                 input_ids=ids, position_ids=pos, past_key_values=c, use_cache=True
             ).last_hidden_state
-            last = hidden[torch.arange(DECODE_ROWS), torch.tensor(slot_lens) - 1]
+            last = hidden[torch.arange(decode_rows), torch.tensor(slot_lens) - 1]
             logits = model.get_output_embeddings()(last).float()
-        key_mask = torch.zeros(DECODE_ROWS, plen + width, dtype=torch.long)
+        key_mask = torch.zeros(decode_rows, plen + width, dtype=torch.long)
         key_mask[:, :plen] = 1
         for r, length in enumerate(slot_lens):
             key_mask[r, plen : plen + length] = 1
@@ -370,6 +390,7 @@ def shared_prefix_decode(
                 sampling,
                 seeds[b : b + len(chunk)],
                 stats,
+                decode_rows,
             )
         )
     return out

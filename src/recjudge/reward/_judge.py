@@ -48,7 +48,10 @@ class JudgeConfig(BaseModel):
             (reward only, much faster).
         sampling: decoding settings (greedy by default).
         samples: with sampling, how many samples estimate P(YES).
-        batch_size: requests per forward batch.
+        batch_size: requests judged per engine call (never changes a result).
+        decode_rows: rows in every decode step. Fixed so a result does not depend on what
+            else is in the batch; it is part of the result key (other values give other
+            bf16 rounding).
         domain: prompt wording (None: from the dataset).
     """
 
@@ -67,6 +70,7 @@ class JudgeConfig(BaseModel):
     sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
     samples: int = Field(1, ge=1)
     batch_size: int = Field(8, ge=1)
+    decode_rows: int = Field(8, ge=1)
     domain: str | None = None
 
     def effective_beta(self) -> float:
@@ -402,6 +406,7 @@ class Judge:
             seeds=seeds,
             stats=self.stats,
             cache=self._prefix_cache(prefix),
+            decode_rows=c.decode_rows,
         )
         out = []
         for i, r in enumerate(reqs):
