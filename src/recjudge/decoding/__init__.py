@@ -3,6 +3,7 @@
 from recjudge.decoding._api import (
     BranchBias,
     ConstrainedOutput,
+    collect_outputs,
     constrained_generate,
     make_processors,
 )
@@ -50,6 +51,7 @@ __all__ = [
     "TokenTable",
     "Verdicts",
     "branch_deltas",
+    "collect_outputs",
     "compile_schema",
     "constrained_generate",
     "json_literal",

@@ -98,15 +98,28 @@ def constrained_generate(
     grammar, bias_proc = make_processors(llm, schemas, signal, bias)
     procs = [grammar] + ([bias_proc] if bias_proc is not None else [])
     gens = llm.generate(prompts, processors=procs, sampling=sampling)
+    return collect_outputs(grammar, bias_proc, schemas, [g.token_ids for g in gens])
+
+
+def collect_outputs(
+    grammar: GrammarLogitsProcessor,
+    bias: BranchBiasProcessor | None,
+    schemas: Sequence[Schema],
+    token_ids: Sequence[list[int]],
+) -> list[ConstrainedOutput]:
+    """Parsed values and decision records of a finished constrained generation, in row order.
+
+    A row that did not complete its grammar (token budget) gets ``value=None``.
+    """
     out = []
-    for row, (gen, schema) in enumerate(zip(gens, schemas, strict=True)):
+    for row, schema in enumerate(schemas):
         text = grammar.text(row)
         out.append(
             ConstrainedOutput(
                 text=text,
                 value=schema.parse(text) if grammar.done(row) else None,
-                record=bias_proc.records[row] if bias_proc is not None else None,
-                token_ids=gen.token_ids,
+                record=bias.records[row] if bias is not None else None,
+                token_ids=list(token_ids[row]),
             )
         )
     return out

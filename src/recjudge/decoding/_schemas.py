@@ -41,6 +41,13 @@ class SchemaError(ValueError):
     """Generated text does not match the schema (a bug or an unconstrained backend)."""
 
 
+def _load_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
+
+
 @dataclass(frozen=True)
 class DecisionSpec:
     """Where a schema's branch decision happens, in terms of the generated text.
@@ -122,10 +129,7 @@ class EvidenceFirst(Schema):
         return DecisionSpec(("YES", "NO"), (YES_MARKER, NO_MARKER))
 
     def parse(self, text: str) -> dict[str, Any]:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
+        obj = _load_json(text)
         if set(obj) != {"evidence", "is_relevant"} or obj["is_relevant"] not in ("YES", "NO"):
             raise SchemaError(f"wrong keys or verdict: {text[:200]!r}")
         ev = obj["evidence"]
@@ -199,10 +203,7 @@ class Choice(Schema):
         return DecisionSpec(self.options, markers, region_start)
 
     def parse(self, text: str) -> dict[str, Any]:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
+        obj = _load_json(text)
         if obj.get(self.answer_key) not in self.options:
             raise SchemaError(f"answer not among options: {text[:200]!r}")
         return obj
@@ -258,10 +259,7 @@ class CitedList(Schema):
         )
 
     def parse(self, text: str) -> list[dict[str, Any]]:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
+        obj = _load_json(text)
         allowed = set(self.ids)
         out = []
         for entry in obj:
@@ -327,10 +325,7 @@ class Verdicts(Schema):
         return DecisionSpec(self.options, markers, region_start)
 
     def parse(self, text: str) -> dict[str, Any]:
-        try:
-            obj = json.loads(text)
-        except json.JSONDecodeError as e:
-            raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
+        obj = _load_json(text)
         if any(obj.get(f) not in self.options for f in self.fields):
             raise SchemaError(f"a verdict is not among the options: {text[:300]!r}")
         return obj

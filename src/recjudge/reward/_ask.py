@@ -5,7 +5,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from recjudge.decoding import BranchBias, ConstrainedOutput, Schema, make_processors
+from recjudge.decoding import (
+    BranchBias,
+    ConstrainedOutput,
+    Schema,
+    collect_outputs,
+    make_processors,
+)
 from recjudge.llm import SamplingConfig
 
 
@@ -61,15 +67,4 @@ def ask(
         sampling=sampling or SamplingConfig(max_new_tokens=512),
         seeds=seeds,
     )
-    out = []
-    for row, schema in enumerate(schemas):
-        text = grammar.text(row)
-        out.append(
-            ConstrainedOutput(
-                text=text,
-                value=schema.parse(text) if grammar.done(row) else None,
-                record=proc.records[row] if proc is not None else None,
-                token_ids=tokens[row],
-            )
-        )
-    return out
+    return collect_outputs(grammar, proc, schemas, tokens)
