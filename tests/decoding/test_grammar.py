@@ -212,3 +212,17 @@ def test_verdicts_random_logits(tok, seed):
     assert len(obj["analysis"]) <= 40
     assert rec.chosen == obj["overall"]  # the decision is taken on the last field
     assert sum(rec.p_before) == pytest.approx(1.0)
+
+
+def test_finish_forced_jumps_to_the_end(tok):
+    compiled = compile_schema(EvidenceFirst(["Alpha", "Beta"]), tok, 49152)
+    g = GrammarLogitsProcessor([compiled])
+    assert not g.finish_forced(0)  # at the start the verdict is open
+    for t in tok.encode('{"evidence": ["Alpha"]', add_special_tokens=False):
+        g.accept(0, t)
+    assert g.finish_forced(0)
+    assert json.loads(g.text(0)) == {"evidence": ["Alpha"], "is_relevant": "YES"}
+    assert g.done(0)
+    empty = GrammarLogitsProcessor([compile_schema(EvidenceFirst([]), tok, 49152)])
+    assert empty.finish_forced(0)  # nothing to choose at all
+    assert json.loads(empty.text(0))["is_relevant"] == "NO"

@@ -227,6 +227,25 @@ class GrammarLogitsProcessor:
         """The text the grammar forces next for ``row`` (empty if there is a choice)."""
         return self.matchers[row].find_jump_forward_string()
 
+    def finish_forced(self, row: int) -> bool:
+        """Jump-forward to the end: if everything left for ``row`` is forced by the grammar,
+        accept it as text now (no model steps) and return True; else change nothing."""
+        m = self.matchers[row]
+        if m.is_completed() or m.is_terminated():
+            return True
+        rest = m.find_jump_forward_string()
+        if not rest:
+            return False
+        probe = m.fork()
+        if not (probe.accept_string(rest) and probe.is_completed()):
+            return False
+        m.accept_string(rest)
+        data = rest.encode()
+        self.generated[row] += data
+        if self.trackers[row] is not None:
+            self.trackers[row].feed(data)
+        return True
+
 
 # -- branch bias ------------------------------------------------------------------------
 @dataclass

@@ -63,7 +63,7 @@ def ask(
         ids,
         step,
         accept,
-        grammar.done,
+        grammar.finish_forced,  # stop as soon as the rest is forced
         sampling=sampling or SamplingConfig(max_new_tokens=512),
         seeds=seeds,
     )

@@ -390,7 +390,7 @@ class Judge:
         evidence_wanted = c.need_evidence and c.mode != "zero-shot"
 
         def finished(row):
-            if grammar.done(row):
+            if grammar.finish_forced(row):  # the rest is forced: no more model steps
                 return True
             chosen = bias_proc.records[row].chosen
             return chosen is not None and (not evidence_wanted or chosen == "NO")
