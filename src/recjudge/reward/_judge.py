@@ -52,6 +52,7 @@ class JudgeConfig(BaseModel):
         decode_rows: rows in every decode step. Fixed so a result does not depend on what
             else is in the batch; it is part of the result key (other values give other
             bf16 rounding).
+        jump_forward_prefix: prefill the forced opening ``{"evidence`` instead of decoding it.
         domain: prompt wording (None: from the dataset).
     """
 
@@ -71,6 +72,7 @@ class JudgeConfig(BaseModel):
     samples: int = Field(1, ge=1)
     batch_size: int = Field(8, ge=1)
     decode_rows: int = Field(8, ge=1)
+    jump_forward_prefix: bool = True
     domain: str | None = None
 
     def effective_beta(self) -> float:
@@ -388,6 +390,16 @@ class Judge:
             bias_proc.accept(row, tok)
 
         evidence_wanted = c.need_evidence and c.mode != "zero-shot"
+        lead: list[int] = []
+        if c.jump_forward_prefix:
+            # The answer always opens with a forced key; prefill its canonical tokens with the
+            # candidate instead of decoding them one by one. Stop before '": [' so the model
+            # still produces the merged decision tokens (' ["', ' []') itself.
+            key = "is_relevant" if c.mode == "zero-shot" else "evidence"
+            lead = self.llm.encode('{"' + key)
+            for row in range(len(rows)):
+                for t in lead:
+                    accept(row, t)
 
         def finished(row):
             if grammar.finish_forced(row):  # the rest is forced: no more model steps
@@ -398,7 +410,7 @@ class Judge:
         shared_prefix_decode(
             self.llm,
             prefix,
-            [suffixes[i] for i in rows],
+            [suffixes[i] + lead for i in rows],
             step,
             accept,
             finished,
