@@ -137,3 +137,18 @@ def test_arena_end_to_end_two_users(smollm, tmp_path):
     assert 0.0 <= r["offline"]["pop"]["auc"] <= 1.0
     again = run_arena(cfg, "ml-1m", tmp_path, llm=smollm, progress=False)  # resumes: no work
     assert again["pairs"] == r["pairs"]
+
+
+def test_embedding_similarity_is_cosine():
+    from recjudge.evaluators._arena import embedding_similarity
+
+    class M:
+        item_index = {"a": 0, "b": 1, "c": 2}
+
+        def item_embeddings(self):
+            return np.array([[1.0, 0.0], [2.0, 0.0], [0.0, 3.0]])
+
+    sim = embedding_similarity(M())
+    assert sim("a", "b") == pytest.approx(1.0) and sim("a", "c") == pytest.approx(0.0)
+    assert urd(["a", "b", "c"], sim) == pytest.approx(1 - 1 / 3)
+    assert sim("a", "zzz") == 0.0
