@@ -313,6 +313,21 @@ def genre_similarity(ds: Any) -> Callable[[str, str], float]:
     return sim
 
 
+def embedding_similarity(model: Any) -> Callable[[str, str], float]:
+    """Cosine between l2-normalised item embeddings of a trained CF model."""
+    emb = np.asarray(model.item_embeddings(), dtype=np.float64)
+    norm = np.linalg.norm(emb, axis=1, keepdims=True)
+    emb = np.divide(emb, norm, out=np.zeros_like(emb), where=norm > 0)
+    index = model.item_index
+
+    def sim(a: str, b: str) -> float:
+        if a not in index or b not in index:
+            return 0.0
+        return float(emb[index[a]] @ emb[index[b]])
+
+    return sim
+
+
 def urd(items: Sequence[str], sim: Callable[[str, str], float]) -> float:
     """URD = 1 - mean pairwise similarity within the list (list diversity)."""
     pairs = list(itertools.combinations(items, 2))
@@ -447,10 +462,29 @@ def build_systems(
 
 
 def offline_metrics(
-    ds: Any, systems: dict[str, RecSystem], split: Any, users: Sequence[str], k: int = 5
+    ds: Any,
+    systems: dict[str, RecSystem],
+    split: Any,
+    users: Sequence[str],
+    k: int = 5,
+    similarity: str = "genre",
+    seed: int = 0,
 ) -> dict[str, dict[str, float | None]]:
-    """AUC (held-out item vs unseen items), nDCG@k of the list, URD (genre Jaccard)."""
-    sim = genre_similarity(ds)
+    """AUC (held-out item vs unseen items), nDCG@k of the list, URD (1 - mean pairwise
+    similarity: genre Jaccard, or cosine of ALS item embeddings trained on the train split)."""
+    if similarity == "genre":
+        sim = genre_similarity(ds)
+    elif similarity == "embedding":
+        from recjudge.cf_models import ALS, TrainOptions
+
+        als = ALS().train(
+            split.train,
+            TrainOptions(seed=seed, progress=False),
+            items=ds.items["item_id"].astype(str).tolist(),
+        )
+        sim = embedding_similarity(als)
+    else:
+        raise ValueError(f"unknown similarity {similarity!r}; use genre or embedding")
     hist = split.train.groupby("user_id")["item_id"].apply(lambda s: s.astype(str).tolist())
     valid = dict(
         zip(split.valid["user_id"].astype(str), split.valid["item_id"].astype(str), strict=True)
@@ -506,7 +540,7 @@ def run_arena(
         u for u in sample_users(ds.user_ids(), config.users * 3, config.seed) if u in eligible
     ][: config.users]
     systems = build_systems(ds, config.systems, split, users, config.k, config.seed)
-    offline = offline_metrics(ds, systems, split, users, config.k)
+    offline = offline_metrics(ds, systems, split, users, config.k, config.similarity, config.seed)
     llm = llm or load_llm(config.model)
     text = {
         str(i): render_item(r, ds.domain)
