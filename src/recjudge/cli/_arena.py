@@ -30,6 +30,7 @@ def arena_run(
     analysis_chars: int = typer.Option(400, "--analysis-chars"),
     swap_rule: str = typer.Option("tie", "--swap-rule", help="tie or keep."),
     absolute: bool = typer.Option(True, "--absolute/--no-absolute"),
+    similarity: str = typer.Option("genre", "--similarity", help="URD: genre or embedding."),
     seed: int = typer.Option(0, "--seed"),
     out: str = typer.Option("reports/arena", "--out"),
 ) -> None:
