@@ -1,0 +1,93 @@
+"""The command line as a user runs it (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+CLI = [sys.executable, "-m", "recjudge.cli._main"]
+
+
+def run(*args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    return subprocess.run(
+        [*CLI, *args], capture_output=True, text=True, check=check, timeout=timeout, env=env
+    )
+
+
+def test_models_list_json_has_three_presets():
+    rows = json.loads(run("models", "list", "--json").stdout)
+    assert [r["name"] for r in rows] == ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
+    for r in rows:
+        assert set(r) >= {"name", "params", "installed", "cached"}
+    assert rows[0]["installed"] is True and rows[0]["cached"] is True  # set up by make
+
+
+def test_unknown_model_is_a_clear_error():
+    r = run("models", "info", "smollm", check=False)
+    assert r.returncode == 2 and "Did you mean 'smollm2-135m'" in r.stderr
+
+
+def test_data_info_json():
+    info = json.loads(run("data", "info", "ml-100k", "--json").stdout)
+    assert (info["interactions"], info["users"], info["items"], info["items_rated"]) == (
+        100_000,
+        943,
+        1_682,
+        1_682,
+    )
+    assert set(info["event_types"]) == {
+        "explicit_positive",
+        "implicit_positive",
+        "implicit_negative",
+        "explicit_negative",
+    }
+    assert info["time_range"][0] < info["time_range"][1]
+
+
+def test_judge_single_pair_prints_a_judgment():
+    j = json.loads(
+        run(
+            "judge",
+            "--data",
+            "ml-1m",
+            "--user",
+            "1",
+            "--candidate",
+            "Toy Story (1995)",
+            "--mode",
+            "zero-shot",
+        ).stdout
+    )
+    assert j["user_id"] == "1" and j["mode"] == "zero-shot"
+    assert j["is_relevant"] in (True, False) and 0 <= j["p_yes"] <= 1
+    bad = run(
+        "judge",
+        "--data",
+        "ml-1m",
+        "--user",
+        "1",
+        "--candidate",
+        "Toy Stroy",
+        "--mode",
+        "zero-shot",
+        check=False,
+    )
+    assert bad.returncode == 2 and "Toy Story (1995)" in bad.stderr
+
+
+@pytest.mark.parametrize("mode", ["brief"])
+def test_brief_without_cf_explains_what_to_do(mode):
+    r = run("judge", "--user", "1", "--candidate", "Toy Story (1995)", "--mode", mode, check=False)
+    assert r.returncode == 2 and "--cf DIR" in r.stderr
+
+
+def test_demo_main_job_runs():
+    r = run("demo", "--users", "1", "--epochs", "1")
+    assert "BRIEF judgments on ML-1M" in r.stdout
+    assert "held-out" in r.stdout and "random" in r.stdout
+    assert "YES rate: held-out" in r.stdout
