@@ -243,3 +243,13 @@ def test_sasrec_resumes_from_checkpoint(tmp_path):
     other.checkpoint_dir = tmp_path / "ckpt"
     other.train(df, OPTS, items=items)  # another config: starts fresh
     assert [e["epoch"] for e in other.train_info["epochs"]] == [1, 2]
+
+
+def test_item_item_for_is_calibrated(trained, ml100k):
+    from recjudge.cf_models import item_item_for
+
+    m = item_item_for(trained["als"], ml100k, top_k=3)
+    assert m.name == "item-item" and m.scaler.low < m.scaler.high < 1.0
+    h = ml100k.history("1").item_id.tolist()
+    s = m.sigmas(h, ["50", "100", "181"], "1")
+    assert np.all((s >= -1) & (s <= 1))

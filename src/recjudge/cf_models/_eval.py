@@ -196,6 +196,24 @@ def train_cf(
     return model
 
 
+def item_item_for(
+    base: CFModel,
+    dataset: Dataset,
+    top_k: int = 5,
+    seed: int = 0,
+    signal: SignalConfig | None = None,
+) -> CFModel:
+    """The item-item sigma model on ``base``'s item embeddings, calibrated like the others
+    (validation items and random unseen items of the leave-one-out split)."""
+    from recjudge.cf_models._classic import ItemItemConfig, ItemItemSimilarity
+
+    model = ItemItemSimilarity.from_model(base, ItemItemConfig(top_k=top_k))
+    split = leave_one_out(dataset.interactions)
+    hs, cs, us = calibration_pairs(split.train, split.valid, model.items, seed)
+    model.calibrate(hs, cs, us, signal)
+    return model
+
+
 def eval_saved(
     path: str | Path,
     dataset: Dataset,

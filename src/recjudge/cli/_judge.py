@@ -39,6 +39,12 @@ def build_judge(
         max_evidence=max_evidence,
     )
     cf_model = load_model(cf) if cf else None
+    if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
+        from recjudge.cf_models import item_item_for
+        from recjudge.data import load_dataset
+
+        dataset = cf_model.train_info.get("dataset", "ml-1m")
+        cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
     if config.uses_cf() and cf_model is None:
         raise ValueError(
             f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "

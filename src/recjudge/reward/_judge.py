@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -15,6 +16,8 @@ from recjudge.decoding import BranchBias, Choice, EvidenceFirst, make_processors
 from recjudge.llm import SamplingConfig
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore
+
+log = logging.getLogger(__name__)
 
 Mode = Literal["brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item"]
 MODES: tuple[str, ...] = (
@@ -173,10 +176,13 @@ class Judge:
         if self.config.mode == "item-item" and cf is not None and cf.name != "item-item":
             from recjudge.cf_models import ItemItemSimilarity
 
+            # Uncalibrated: the cosine range [-1, 1] maps to sigma as is. For a scale fitted
+            # on validation pairs use cf_models.item_item_for(base, dataset).
+            log.warning("item-item mode: wrapping %s without calibration", cf.name)
             base = cf
             cf = ItemItemSimilarity.from_model(base)
             cf.scaler = base.scaler.__class__(base.scaler.config)
-            cf.scaler.low, cf.scaler.high = -1.0, 1.0  # cosine range; recalibrate if needed
+            cf.scaler.low, cf.scaler.high = -1.0, 1.0
         self.cf = cf
         self._llm = llm
         self._cf_id = cf_identity(cf)
@@ -254,7 +260,6 @@ class Judge:
         done = store.get_many(keys) if store is not None else {}
         results: dict[str, Judgment] = {k: Judgment.from_dict(v) for k, v in done.items()}
         todo = [i for i, k in enumerate(keys) if k not in results]
-        todo = list(dict.fromkeys(todo))
         seen_keys: set[str] = set()
         todo = [i for i in todo if not (keys[i] in seen_keys or seen_keys.add(keys[i]))]
         bar = None
@@ -455,7 +460,7 @@ class Judge:
                     sigma=sigmas[i],
                     delta=rec.delta_yes,
                     entropy=rec.entropy,
-                    raw_text=text if value is not None else text,
+                    raw_text=text,
                     decision_steps=rec.decision_steps,
                     history_shown=len(rendered[i].shown),
                     history_dropped=rendered[i].dropped,
