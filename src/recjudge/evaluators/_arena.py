@@ -594,6 +594,10 @@ def run_arena(
     with ResultsStore(out / "store.sqlite") as store:
         have = store.get_many([j[0] for j in jobs])
         todo = [j for j in jobs if j[0] not in have]
+        # Batches of similar prompt length share a padding bucket, so the engine decodes
+        # them together instead of one bucket group at a time.
+        length = {j[0]: len(llm.encode(llm.chat_prompt(j[1]))) for j in todo}
+        todo.sort(key=lambda j: length[j[0]])
         bar = None
         if progress:
             from tqdm.auto import tqdm
