@@ -253,3 +253,12 @@ def test_item_item_for_is_calibrated(trained, ml100k):
     h = ml100k.history("1").item_id.tolist()
     s = m.sigmas(h, ["50", "100", "181"], "1")
     assert np.all((s >= -1) & (s <= 1))
+
+
+def test_itemknn_refuses_huge_catalogues_with_advice():
+    from recjudge.cf_models import ItemKNN
+
+    df, _ = checkerboard(4)
+    items = [f"i{j}" for j in range(ItemKNN.MAX_ITEMS + 1)]
+    with pytest.raises(ValueError, match="kcore"):
+        ItemKNN().train(df, OPTS, items=items)

@@ -159,7 +159,16 @@ class ItemKNN(CFModel):
     name = "itemknn"
     Config = KNNConfig
 
+    MAX_ITEMS = 40_000  # the dense item-item matrix needs items^2 floats
+
     def _fit(self, df: pd.DataFrame, options: TrainOptions) -> None:
+        if len(self.items) > self.MAX_ITEMS:
+            raise ValueError(
+                f"ItemKNN keeps a dense {len(self.items)} x {len(self.items)} similarity matrix "
+                f"(~{4 * len(self.items) ** 2 / 2**30:.0f} GiB); at most {self.MAX_ITEMS} items "
+                "are supported. Filter the data first (recjudge.data.kcore, e.g. k = 10) or use "
+                "als/bpr/sasrec."
+            )
         ui = interaction_matrix(self, df).astype(np.float64)
         norms = np.sqrt(np.asarray(ui.multiply(ui).sum(0)).ravel())
         co = (ui.T @ ui).toarray()
