@@ -142,8 +142,7 @@ def bench_throughput(
 
     def run_naive(reqs: list[Any]) -> None:
         for r in reqs:
-            _, prefix, suffix = reward_judge._prompt(r)
-            rp = reward_judge._prompt(r)[0]
+            rp, prefix, suffix = reward_judge._prompt(r)
             schema = EvidenceFirst([h.title for h in rp.shown], base_cfg.max_evidence)
             grammar = compile_schema(schema, tok, llm.vocab_size).grammar
             proc = xgr.contrib.hf.LogitsProcessor(grammar)

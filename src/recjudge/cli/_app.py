@@ -29,6 +29,12 @@ def emit(obj: Any, as_json: bool = True) -> None:
         typer.echo(obj)
 
 
+def emit_kv(d: dict[str, Any], width: int = 16) -> None:
+    """Print a flat mapping as aligned ``key value`` lines."""
+    for k, v in d.items():
+        typer.echo(f"{k:<{width}} {v}")
+
+
 def fail(msg: str, code: int = 2) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)
@@ -80,8 +86,7 @@ def models_info(name: str, as_json: bool = typer.Option(False, "--json")) -> Non
     if as_json:
         emit(info)
     else:
-        for k, v in info.items():
-            typer.echo(f"{k:<16} {v}")
+        emit_kv(info, 16)
 
 
 # -- data ------------------------------------------------------------------------------
@@ -113,8 +118,7 @@ def data_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     if as_json:
         emit(info)
     else:
-        for k, v in info.items():
-            typer.echo(f"{k:<14} {v}")
+        emit_kv(info, 14)
 
 
 @data_app.command("fetch")

@@ -7,7 +7,7 @@ import json
 import typer
 
 from recjudge._registry import UnknownNameError
-from recjudge.cli._app import app, emit, fail
+from recjudge.cli._app import app, emit, emit_kv, fail
 
 cf_app = typer.Typer(help="CF models: SASRec, ALS, BPR, ItemKNN, Pop.", no_args_is_help=True)
 app.add_typer(cf_app, name="cf")
@@ -72,8 +72,7 @@ def cf_eval(
     if as_json:
         emit(res)
     else:
-        for k, v in res.items():
-            typer.echo(f"{k:<12} {v}")
+        emit_kv(res, 12)
 
 
 @cf_app.command("recommend")

@@ -32,7 +32,6 @@ class TokenTable:
     def __post_init__(self) -> None:
         self._vocab = {b for b in self.token_bytes if b}
         self._max_len = max((len(b) for b in self._vocab), default=1)
-        self._single = bytes(256)
         singles = bytearray(256)
         for b in self._vocab:
             if len(b) == 1:

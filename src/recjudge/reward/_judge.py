@@ -259,9 +259,12 @@ class Judge:
         keys = [self.key(r) for r in reqs]
         done = store.get_many(keys) if store is not None else {}
         results: dict[str, Judgment] = {k: Judgment.from_dict(v) for k, v in done.items()}
-        todo = [i for i, k in enumerate(keys) if k not in results]
-        seen_keys: set[str] = set()
-        todo = [i for i in todo if not (keys[i] in seen_keys or seen_keys.add(keys[i]))]
+        todo: list[int] = []  # first occurrence of each key not yet in the store
+        pending: set[str] = set()
+        for i, k in enumerate(keys):
+            if k not in results and k not in pending:
+                pending.add(k)
+                todo.append(i)
         bar = None
         if progress:
             from tqdm.auto import tqdm
@@ -428,13 +431,11 @@ class Judge:
         out = []
         for i, r in enumerate(reqs):
             my_rows = [k for k, ri in enumerate(rows) if ri == i]
-            texts = [
-                grammar.text(k) + (grammar.jump_forward(k) if not grammar.done(k) else "")
-                for k in my_rows
-            ]
             first = my_rows[0]
             rec = bias_proc.records[first]
-            text = texts[0]
+            text = grammar.text(first)
+            if not grammar.done(first):
+                text += grammar.jump_forward(first)
             verdicts = [bias_proc.records[k].chosen for k in my_rows]
             evidence: list[str] = []
             try:
