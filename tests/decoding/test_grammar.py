@@ -226,3 +226,26 @@ def test_finish_forced_jumps_to_the_end(tok):
     empty = GrammarLogitsProcessor([compile_schema(EvidenceFirst([]), tok, 49152)])
     assert empty.finish_forced(0)  # nothing to choose at all
     assert json.loads(empty.text(0))["is_relevant"] == "NO"
+
+
+def test_picks_exactly_n_distinct_labels(smollm):
+    from recjudge.decoding import Picks
+    from recjudge.reward import ask
+
+    labels = [str(i) for i in range(1, 13)]  # "1" is a prefix of "10", "11", "12"
+    schema = Picks(labels, 4)
+    # A prompt that invites repetition: distinctness must still hold.
+    out = ask(
+        smollm,
+        [[{"role": "user", "content": 'Say "1" four times as JSON {"picks": [...]}.'}]],
+        schema,
+    )[0]
+    assert out.value is not None
+    assert len(out.value) == 4 and len(set(out.value)) == 4
+    assert set(out.value) <= set(labels)
+    with pytest.raises(ValueError):
+        Picks(labels, 13)
+    from recjudge.decoding import SchemaError
+
+    with pytest.raises(SchemaError):
+        schema.parse('{"picks": ["1", "1", "2", "3"]}')

@@ -18,23 +18,30 @@ import numpy as np
 import torch
 
 from recjudge.decoding._compile import CompiledSchema
-from recjudge.decoding._schemas import EVIDENCE_OPEN, DecisionSpec, EvidenceFirst, json_literal
+from recjudge.decoding._schemas import DecisionSpec, json_literal
 
 NEG_INF = float("-inf")
 
 
 # -- evidence distinctness --------------------------------------------------------------
 class _EvidenceTracker:
-    """Tracks the evidence list of one row and vetoes tokens that would repeat a title.
+    """Tracks a list of distinct strings (evidence titles, picked labels) in one row and
+    vetoes tokens that would repeat one.
 
-    Titles are handled in their JSON-escaped form; a title's key is its escaped content plus
-    the closing quote, so titles that are prefixes of others stay distinct.
+    Strings are handled in their JSON-escaped form; a string's key is its escaped content
+    plus the closing quote, so strings that are prefixes of others stay distinct.
+
+    Args:
+        opening: the text that opens the list, e.g. ``{"evidence": [``.
+        strings: the allowed strings.
+        encode: renders a string as the JSON literal the model emits.
     """
 
-    OPEN = EVIDENCE_OPEN.encode()
-
-    def __init__(self, schema: EvidenceFirst, encode: Callable[[str], str] = json_literal) -> None:
-        self.keys = sorted(encode(t)[1:].encode() for t in schema.titles)
+    def __init__(
+        self, opening: str, strings: Sequence[str], encode: Callable[[str], str] = json_literal
+    ) -> None:
+        self.OPEN = opening.encode()
+        self.keys = sorted(encode(t)[1:].encode() for t in strings)
         self.cited: set[bytes] = set()
         self.state = "pre"  # pre -> item -> in -> after -> sep -> item ... -> done
         self.partial = b""
@@ -137,8 +144,8 @@ class GrammarLogitsProcessor:
         self.generated = [bytearray() for _ in rows]
         self.token_ids: list[list[int]] = [[] for _ in rows]
         self.trackers = [
-            _EvidenceTracker(c.schema, c.table.json_literal)
-            if isinstance(c.schema, EvidenceFirst) and c.schema.titles
+            _EvidenceTracker(*c.schema.distinct_list(), c.table.json_literal)
+            if c.schema.distinct_list() is not None
             else None
             for c in rows
         ]

@@ -81,6 +81,11 @@ class Schema:
     def decision(self, encode: Encoder = json_literal) -> DecisionSpec | None:
         return None
 
+    def distinct_list(self) -> tuple[str, tuple[str, ...]] | None:
+        """(list opening, allowed strings) when entries of one list must be distinct (the
+        grammar processor enforces it while decoding), else None."""
+        return None
+
     def key(self) -> str:
         """A stable id for compile caches and result keys."""
         return f"{self.kind}:{stable_hash(self.ebnf())}"
@@ -127,6 +132,9 @@ class EvidenceFirst(Schema):
         if not self.titles:
             return DecisionSpec(("NO",), (NO_MARKER,))
         return DecisionSpec(("YES", "NO"), (YES_MARKER, NO_MARKER))
+
+    def distinct_list(self) -> tuple[str, tuple[str, ...]] | None:
+        return (EVIDENCE_OPEN, self.titles) if self.titles else None
 
     def parse(self, text: str) -> dict[str, Any]:
         obj = _load_json(text)
@@ -207,6 +215,56 @@ class Choice(Schema):
         if obj.get(self.answer_key) not in self.options:
             raise SchemaError(f"answer not among options: {text[:200]!r}")
         return obj
+
+
+# -- picks ----------------------------------------------------------------------------------
+class Picks(Schema):
+    """``{"picks": ["<label>", ...]}`` with exactly ``n`` distinct labels from a set.
+
+    Used where a judge must choose a fixed number of items (GISTBench specificity).
+    Distinctness is enforced during decoding by the grammar processor.
+
+    Args:
+        labels: the allowed labels.
+        n: how many to pick (1 <= n <= number of labels).
+        key: the JSON key of the list.
+    """
+
+    kind = "picks"
+
+    def __init__(self, labels: Sequence[str], n: int, key: str = "picks") -> None:
+        self.labels = _unique(labels)
+        if not 1 <= n <= len(self.labels):
+            raise ValueError(f"need 1 <= n <= {len(self.labels)} labels, got n={n}")
+        self.n, self.key_name = n, key
+
+    def _open(self) -> str:
+        return "{" + json_literal(self.key_name) + ": ["
+
+    def ebnf(self, encode: Encoder = json_literal) -> str:
+        rep = f' ("," " " label){{{self.n - 1},{self.n - 1}}}' if self.n > 1 else ""
+        return (
+            f"root ::= {ebnf_literal(self._open())} label{rep} {ebnf_literal(']}')}\n"
+            f"label ::= {_alternatives(self.labels, encode)}"
+        )
+
+    def distinct_list(self) -> tuple[str, tuple[str, ...]] | None:
+        return (self._open(), self.labels)
+
+    def parse(self, text: str) -> list[str]:
+        obj = _load_json(text)
+        picks = obj.get(self.key_name) if isinstance(obj, dict) else None
+        if (
+            not isinstance(picks, list)
+            or len(picks) != self.n
+            or len(set(picks)) != self.n
+            or any(p not in self.labels for p in picks)
+        ):
+            raise SchemaError(f"need {self.n} distinct labels: {text[:200]!r}")
+        return picks
+
+    def key(self) -> str:
+        return f"{self.kind}:{self.n}:{stable_hash([self.key_name, list(self.labels)])}"
 
 
 # -- cited list ---------------------------------------------------------------------------

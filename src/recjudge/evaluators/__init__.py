@@ -1,4 +1,4 @@
-"""Evaluators that reuse the reward core: RecSys Arena (more to come)."""
+"""Evaluators that reuse the reward core: RecSys Arena, GISTBench, UserSumBench."""
 
 from recjudge.evaluators._arena import (
     ABSOLUTE,
@@ -21,8 +21,32 @@ from recjudge.evaluators._arena import (
     system_q,
     urd,
 )
+from recjudge.evaluators._gist import (
+    GistConfig,
+    Predicate,
+    build_oracle,
+    gist_scores,
+    global_pool,
+    load_categories,
+    read_interest_records,
+    read_oracle,
+    run_gist,
+    specificity_options,
+    user_scores,
+)
 
 __all__ = [
+    "GistConfig",
+    "Predicate",
+    "build_oracle",
+    "gist_scores",
+    "global_pool",
+    "load_categories",
+    "read_interest_records",
+    "read_oracle",
+    "run_gist",
+    "specificity_options",
+    "user_scores",
     "ABSOLUTE",
     "ASPECTS",
     "OPTIONS",

@@ -1,5 +1,6 @@
 """The BRIEF judge (evidence-first + CF bias), its ablations, batch scoring, results store."""
 
+from recjudge.reward._ask import SLOT, ask, ask_shared
 from recjudge.reward._judge import (
     JUDGES,
     MODES,
@@ -17,12 +18,15 @@ __all__ = [
     "JUDGES",
     "MODES",
     "PROMPT_VERSION",
+    "SLOT",
     "HistoryItem",
     "Judge",
     "JudgeConfig",
     "JudgeRequest",
     "Judgment",
     "ResultsStore",
+    "ask",
+    "ask_shared",
     "build_messages",
     "cf_identity",
     "request_for",

@@ -14,6 +14,29 @@ from recjudge.decoding import (
 )
 from recjudge.llm import SamplingConfig
 
+SLOT = "<<recjudge-slot>>"
+
+
+def _lead_ids(llm: Any, grammar: Any, row: int) -> list[int]:
+    """Token ids of the forced opening of ``row``'s answer, cut after its last letter or
+    digit (e.g. ``{"answer``), so the model still produces the merged ``": "`` tokens itself
+    (forcing those as separate prompt text puts the next token off-distribution)."""
+    forced = grammar.jump_forward(row)
+    cut = max((i for i, ch in enumerate(forced) if ch.isalnum()), default=-1)
+    return llm.encode(forced[: cut + 1]) if cut >= 0 else []
+
+
+def _accept_lead(llm: Any, grammar: Any, proc: Any, rows: int) -> list[list[int]]:
+    leads = []
+    for row in range(rows):
+        lead = _lead_ids(llm, grammar, row)
+        for t in lead:
+            grammar.accept(row, t)
+            if proc is not None:
+                proc.accept(row, t)
+        leads.append(lead)
+    return leads
+
 
 def ask(
     llm: Any,
@@ -24,6 +47,7 @@ def ask(
     bias: BranchBias | None = None,
     sampling: SamplingConfig | None = None,
     seeds: Sequence[int] | None = None,
+    jump_forward_prefix: bool = True,
 ) -> list[ConstrainedOutput]:
     """Ask each chat a grammar-constrained question; results are batch-invariant.
 
@@ -38,6 +62,7 @@ def ask(
         signal, bias: optional behavioural bias at the decision step.
         sampling: decoding settings (greedy by default; set max_new_tokens to fit).
         seeds: per-question seeds for sampling.
+        jump_forward_prefix: prefill the answer's forced opening key instead of decoding it.
     """
     from recjudge.llm._engine import constrained_decode
 
@@ -47,6 +72,9 @@ def ask(
         raise ValueError(f"{len(schemas)} schemas for {n} questions")
     ids = [llm.encode(llm.chat_prompt(list(m))) for m in messages]
     grammar, proc = make_processors(llm, schemas, signal, bias)
+    if jump_forward_prefix:
+        leads = _accept_lead(llm, grammar, proc, n)
+        ids = [i + lead for i, lead in zip(ids, leads, strict=True)]
 
     def step(scores, rows):
         grammar.mask(scores, rows)
@@ -66,5 +94,72 @@ def ask(
         grammar.finish_forced,  # stop as soon as the rest is forced
         sampling=sampling or SamplingConfig(max_new_tokens=512),
         seeds=seeds,
+    )
+    return collect_outputs(grammar, proc, schemas, tokens)
+
+
+def ask_shared(
+    llm: Any,
+    messages: Sequence[dict[str, str]],
+    fills: Sequence[str],
+    schemas: Schema | Sequence[Schema],
+    *,
+    sampling: SamplingConfig | None = None,
+    decode_rows: int = 8,
+    jump_forward_prefix: bool = True,
+) -> list[ConstrainedOutput]:
+    """Ask one templated question for many fills, encoding the shared part only once.
+
+    ``messages`` is one chat whose last message contains ``" " + SLOT`` exactly once; the
+    chat up to the slot is prefilled once and its KV cache reused for every fill (the
+    suffix, from the fill to the end of the template, is decoded per fill in fixed-size
+    chunks, so an answer does not depend on the other fills).
+
+    Args:
+        llm: a transformers backend.
+        messages: the chat with the slot.
+        fills: the texts put in the slot (untrusted text is fine: it is only tokenised).
+        schemas: one schema for all fills or one per fill.
+        sampling: decoding settings (greedy by default).
+        decode_rows: rows per decode step (fixed, so results are batch-invariant).
+    """
+    from recjudge.llm._engine import shared_prefix_decode
+
+    n = len(fills)
+    schemas = [schemas] * n if isinstance(schemas, Schema) else list(schemas)
+    if len(schemas) != n:
+        raise ValueError(f"{len(schemas)} schemas for {n} fills")
+    if n == 0:
+        return []
+    text = llm.chat_prompt(list(messages))
+    if text.count(" " + SLOT) != 1:
+        raise ValueError(f"the chat must contain ' {SLOT}' exactly once")
+    head, _, tail = text.partition(" " + SLOT)
+    prefix = llm.encode(head)
+    suffixes = [llm.encode(" " + str(f) + tail) for f in fills]
+    grammar, proc = make_processors(llm, schemas, None, None)
+    if jump_forward_prefix:
+        leads = _accept_lead(llm, grammar, proc, n)
+        suffixes = [s + lead for s, lead in zip(suffixes, leads, strict=True)]
+
+    def step(scores, rows):
+        grammar.mask(scores, rows)
+        if proc is not None:
+            proc.apply(scores, rows)
+
+    def accept(row, tok):
+        grammar.accept(row, tok)
+        if proc is not None:
+            proc.accept(row, tok)
+
+    tokens = shared_prefix_decode(
+        llm,
+        prefix,
+        suffixes,
+        step,
+        accept,
+        grammar.finish_forced,
+        sampling=sampling or SamplingConfig(max_new_tokens=256),
+        decode_rows=decode_rows,
     )
     return collect_outputs(grammar, proc, schemas, tokens)

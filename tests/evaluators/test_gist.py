@@ -1,0 +1,221 @@
+"""GISTBench: hand-computed scores, the predicate table, oracle union, seeded sampling, e2e."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from recjudge.evaluators import (
+    GistConfig,
+    Predicate,
+    build_oracle,
+    gist_scores,
+    global_pool,
+    load_categories,
+    run_gist,
+    specificity_options,
+    user_scores,
+)
+
+
+def rec(user, model, cat, verified, correct=0, backing=0, interest=None):
+    return {
+        "user_id": user,
+        "model": model,
+        "interest": interest or f"{cat}-{verified}-{correct}",
+        "category_id": cat,
+        "verified": verified,
+        "correct": correct,
+        "backing": backing,
+    }
+
+
+def test_taxonomy_is_the_papers_325_categories():
+    cats = load_categories()
+    assert len(cats) == 325
+    assert sorted(cats) == list(range(1, 326))
+    assert cats[1] == "A.I. Art"
+    assert "Movies & TV Reviews or Commentary" in cats.values()
+
+
+def test_bad_taxonomy_file_names_the_line(tmp_path):
+    p = tmp_path / "cats.csv"
+    p.write_text("category_id,category_name\n1,Art\nx,Broken\n")
+    with pytest.raises(ValueError, match=r"cats.csv, line 3"):
+        load_categories(p)
+
+
+@pytest.mark.parametrize(
+    ("counts", "verified", "reasons"),
+    [
+        ({"imp+": 3}, True, []),
+        ({"imp+": 2}, False, ["insufficient_imp+"]),
+        ({"exp+": 2}, True, []),
+        ({"exp+": 1, "imp+": 2}, True, []),
+        ({"exp+": 1, "imp+": 1}, False, ["insufficient_exp+"]),
+        ({"imp+": 5, "imp-": 4}, False, ["excess_negatives"]),
+        ({"imp+": 5, "imp-": 3}, True, []),
+        ({"exp+": 2, "exp-": 3}, False, ["excess_negatives"]),
+        ({"exp+": 2, "exp-": 2}, True, []),
+        ({"imp-": 4}, False, ["excess_negatives", "insufficient_imp+"]),
+        ({}, False, ["no_evidence"]),
+    ],
+)
+def test_predicate_table(counts, verified, reasons):
+    assert Predicate().check(counts) == (verified, reasons)
+
+
+def test_predicate_thresholds_are_configurable_and_described():
+    strict = Predicate(imp_pos=5, max_exp_neg=0)
+    assert strict.check({"imp+": 4}) == (False, ["insufficient_imp+"])
+    assert strict.check({"imp+": 5, "exp-": 1}) == (False, ["excess_negatives"])
+    words = strict.describe()
+    assert "at least 5 implicit_positive" in words and "more than 0 explicit_negative" in words
+
+
+def test_user_scores_by_hand_with_taxonomy():
+    # Category 1: two interests, one verified -> G = 0.5; S = (2 + 1) / (4 + 2) = 0.5.
+    # Category 2: one verified interest -> G = 1; S = 3 / 3 = 1.
+    # Category 3: one unverified interest -> G = 0 (its S does not count for IS).
+    rs = [
+        rec("u", "m", 1, True, 2, 4),
+        rec("u", "m", 1, False, 1, 2),
+        rec("u", "m", 2, True, 3, 3),
+        rec("u", "m", 3, False, 0, 5),
+    ]
+    s = user_scores(rs, oracle={1, 2, 4, 5})
+    assert s["ig_p"] == pytest.approx(1.5 / 3)
+    assert s["ig_r"] == pytest.approx(1.5 / 4)
+    p, r = 0.5, 0.375
+    assert s["ig_f1"] == pytest.approx(2 * p * r / (p + r))
+    assert s["is"] == pytest.approx((0.5 + 1.0) / 2)
+    assert (s["interests"], s["categories"], s["oracle"]) == (4, 3, 4)
+
+
+def test_scores_without_taxonomy_each_interest_is_a_category():
+    rs = [
+        rec("u", "a", "jazz records", True, 1, 2),
+        rec("u", "a", "old westerns", False, 0, 1),
+        rec("u", "b", "jazz records", True, 2, 2),
+        rec("u", "b", "war films", True, 0, 3),
+    ]
+    s = gist_scores(rs)
+    # Oracle for u = {jazz records, war films}.
+    assert s["a"]["ig_p"] == pytest.approx(0.5)
+    assert s["a"]["ig_r"] == pytest.approx(0.5)
+    assert s["a"]["is"] == pytest.approx(0.5)
+    assert s["b"]["ig_p"] == pytest.approx(1.0)
+    assert s["b"]["ig_r"] == pytest.approx(1.0)
+    assert s["b"]["is"] == pytest.approx((1.0 + 0.0) / 2)
+
+
+def test_oracle_union_medians_and_missing_users():
+    rs = [
+        rec("u1", "a", 1, True),
+        rec("u1", "b", 2, True),
+        rec("u1", "b", 3, False),
+        rec("u2", "a", 1, False),
+    ]
+    assert build_oracle(rs) == {"u1": [1, 2], "u2": []}
+    s = gist_scores(rs, users=["u1", "u2", "u3"])
+    # a: u1 P=1 R=0.5; u2 P=0 R=0 (empty oracle); u3 no interests -> 0. Medians: 0, 0.
+    assert s["a"]["users"]["u1"]["ig_r"] == pytest.approx(0.5)
+    assert s["a"]["users"]["u3"]["interests"] == 0
+    assert s["a"]["ig_p"] == 0.0
+    # b: u1 P = 1/2, R = 1/2; u2, u3 zero -> median 0.
+    assert s["b"]["users"]["u1"]["ig_p"] == pytest.approx(0.5)
+    # An imported oracle replaces the union.
+    s2 = gist_scores(rs, oracle={"u1": [1, 2, 3, 4]})
+    assert s2["a"]["users"]["u1"]["ig_r"] == pytest.approx(0.25)
+
+
+def test_score_records_need_fields():
+    with pytest.raises(ValueError, match="record 0 lacks"):
+        gist_scores([{"user_id": "u", "model": "m"}])
+
+
+POOL_SCRIPT = """
+import json
+from recjudge.evaluators import global_pool, specificity_options
+h = {str(u): [f"i{u}-{k}" for k in range(u % 7 + 1)] for u in range(300)}
+pool = global_pool(h, 100, seed=3)
+opts = specificity_options(["e1", "e2"], pool[:10], ("u", "m", "interest"))
+print(json.dumps([pool, opts]))
+"""
+
+
+def test_specificity_sampling_is_identical_across_processes():
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", POOL_SCRIPT],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={"PYTHONHASHSEED": str(seed), "PATH": ""},
+        ).stdout
+        for seed in (1, 2)
+    ]
+    assert runs[0] == runs[1]
+    pool, (opts, is_ev) = json.loads(runs[0])
+    assert len(pool) == len(set(pool)) == 100
+    assert sorted(o for o, e in zip(opts, is_ev, strict=True) if e) == ["e1", "e2"]
+    assert len(opts) == 12
+    other = specificity_options(["e1", "e2"], pool[:10], ("u", "m", "other interest"))[0]
+    assert other != opts  # the order depends on the seed parts
+
+
+def test_pool_is_uniform_over_users_not_interactions():
+    # One heavy user with 1000 objects and 99 users with one object each: sampling users
+    # uniformly gives the heavy user ~1/100 of draws; sampling interactions would give ~90 %.
+    h = {"heavy": [f"h{k}" for k in range(1000)]}
+    h.update({f"u{k}": [f"o{k}"] for k in range(99)})
+    pool = global_pool(h, 60, seed=0)
+    heavy = sum(o.startswith("h") for o in pool)
+    assert heavy <= 6
+
+
+def test_config_round_trip():
+    cfg = GistConfig(models=("a", "b"), judge="j", users=3, predicate=Predicate(imp_pos=4))
+    assert GistConfig.model_validate_json(cfg.model_dump_json()) == cfg
+
+
+def test_gist_end_to_end_two_real_users(smollm, tmp_path):
+    cfg = GistConfig(
+        models=("smollm2-135m",),
+        judge="smollm2-135m",
+        users=2,
+        max_history=30,
+        max_interests=3,
+        max_ids=5,
+        options=8,
+        pool_size=60,
+        shortlist=6,
+    )
+    llms = {"smollm2-135m": smollm}
+    r = run_gist(cfg, "ml-1m", tmp_path, llms=llms, progress=False)
+    lines = [json.loads(x) for x in (tmp_path / "interests.jsonl").read_text().splitlines()]
+    assert lines, "SmolLM2 produced no interest at all"
+    for x in lines:
+        assert x["user_id"] in r["users"]
+        assert 2 <= len(x["interest"].split()) <= 5
+        assert set(x["surviving"]) <= set(x["cited"])
+        assert x["verified"] == Predicate().check(x["counts"])[0]
+        assert 1 <= x["category_id"] <= 325
+        if x["backing"]:
+            assert 0 <= x["correct"] <= x["backing"]
+            assert x["backing"] + x["distractors"] == 8
+    s = r["scores"]["smollm2-135m"]
+    for k in ("ig_p", "ig_r", "ig_f1", "is"):
+        assert 0.0 <= s[k] <= 1.0
+    assert (tmp_path / "pr.png").stat().st_size > 1000
+    assert "IG_F1" in (tmp_path / "report.md").read_text()
+    oracle = json.loads((tmp_path / "oracle.json").read_text())["oracle"]
+    assert set(oracle) == set(r["users"])
+    # The scorer on the written records reproduces the run's scores.
+    assert gist_scores(lines, oracle, r["users"])["smollm2-135m"]["ig_f1"] == s["ig_f1"]
+    # A rerun resumes from the store and changes nothing.
+    again = run_gist(cfg, "ml-1m", tmp_path, llms=llms, progress=False)
+    assert again["scores"] == r["scores"]
