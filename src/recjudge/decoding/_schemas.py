@@ -267,6 +267,44 @@ class Picks(Schema):
         return f"{self.kind}:{self.n}:{stable_hash([self.key_name, list(self.labels)])}"
 
 
+# -- question-answer pairs ------------------------------------------------------------------
+class QAPairs(Schema):
+    """``[{"question": "<text>", "answer": "<text>"}, ...]`` with 1..``n`` pairs.
+
+    Used for QG-QA fact checking (question generation whose answers are key entities).
+    Texts are bounded and contain no quotes or backslashes.
+    """
+
+    kind = "qa_pairs"
+
+    def __init__(self, n: int, question_chars: int = 120, answer_chars: int = 60) -> None:
+        if n < 1 or question_chars < 1 or answer_chars < 1:
+            raise ValueError("QAPairs needs n, question_chars, answer_chars >= 1")
+        self.n, self.question_chars, self.answer_chars = n, question_chars, answer_chars
+
+    def ebnf(self, encode: Encoder = json_literal) -> str:
+        free = '[^"\\\\\\x00-\\x1f]'
+        entry = (
+            ebnf_literal('{"question": "')
+            + f" {free}{{1,{self.question_chars}}} "
+            + ebnf_literal('", "answer": "')
+            + f" {free}{{1,{self.answer_chars}}} "
+            + ebnf_literal('"}')
+        )
+        return f'root ::= "[" entry (", " entry){{0,{self.n - 1}}} "]"\nentry ::= {entry}'
+
+    def parse(self, text: str) -> list[dict[str, str]]:
+        obj = _load_json(text)
+        if not isinstance(obj, list) or not all(
+            isinstance(e, dict) and set(e) == {"question", "answer"} for e in obj
+        ):
+            raise SchemaError(f"not a list of question/answer pairs: {text[:200]!r}")
+        return obj
+
+    def key(self) -> str:
+        return f"{self.kind}:{self.n}:{self.question_chars}:{self.answer_chars}"
+
+
 # -- cited list ---------------------------------------------------------------------------
 class CitedList(Schema):
     """``[{"<text_key>": "<2..N words>", "ids": ["id", ...]}, ...]`` with ids from a set.

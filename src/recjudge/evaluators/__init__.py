@@ -34,8 +34,30 @@ from recjudge.evaluators._gist import (
     specificity_options,
     user_scores,
 )
+from recjudge.evaluators._usersum import (
+    TASKS,
+    UserSumConfig,
+    bleu,
+    make_mcq,
+    rouge_l,
+    rouge_n,
+    run_usersum,
+    segment,
+    summary_quality,
+    usersum_metrics,
+)
 
 __all__ = [
+    "TASKS",
+    "UserSumConfig",
+    "bleu",
+    "make_mcq",
+    "rouge_l",
+    "rouge_n",
+    "run_usersum",
+    "segment",
+    "summary_quality",
+    "usersum_metrics",
     "GistConfig",
     "Predicate",
     "build_oracle",

@@ -1,0 +1,129 @@
+"""UserSumBench: MCQ invariants, metric arithmetic, segmentation, text overlap, e2e."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from recjudge.evaluators import (
+    TASKS,
+    UserSumConfig,
+    bleu,
+    make_mcq,
+    rouge_l,
+    rouge_n,
+    run_usersum,
+    segment,
+    summary_quality,
+    usersum_metrics,
+)
+
+
+@given(
+    pool=st.lists(st.text(min_size=1, max_size=6), min_size=5, max_size=40, unique=True),
+    seed=st.integers(0, 10**6),
+)
+@settings(max_examples=60, deadline=None)
+def test_mcq_has_exactly_one_correct_distinct_options_and_is_seeded(pool, seed):
+    correct = pool[0]
+    opts, ans = make_mcq(correct, pool[1:] + [correct], seed)
+    assert len(opts) == 5 and len(set(opts)) == 5
+    assert opts.count(correct) == 1
+    assert opts["ABCDE".index(ans)] == correct
+    assert set(opts) - {correct} <= set(pool[1:])
+    assert make_mcq(correct, pool[1:] + [correct], seed) == (opts, ans)
+
+
+def test_mcq_positions_are_spread_and_small_pools_fail():
+    letters = [make_mcq("x", [f"o{i}" for i in range(10)], s)[1] for s in range(500)]
+    for letter in "ABCDE":
+        assert 60 <= letters.count(letter) <= 140  # ~100 each
+    with pytest.raises(ValueError, match="need 4 wrong options"):
+        make_mcq("x", ["a", "b", "c", "x"], 0)
+
+
+def test_quality_metrics_by_hand():
+    assert summary_quality([True, True, True, False]) == 1
+    assert summary_quality([True, True, False, False]) == 0
+    assert summary_quality([True, True, False, False], m=2) == 1
+    sums = [
+        {"text": "a b c d", "correct": [True, True, True, False]},  # Q 1, 4 words, acc .75
+        {"text": " ".join(["w"] * 10), "correct": [True, False, False, False]},  # Q 0, acc .25
+        {"text": "", "correct": [False] * 4},  # empty: density 0, within the limit
+    ]
+    m = usersum_metrics(sums, word_limit=5)
+    assert m["qm"] == pytest.approx(1 / 3)
+    assert m["ifm"] == pytest.approx(2 / 3)
+    assert m["idm"] == pytest.approx((0.75 / 4 + 0.25 / 10 + 0) / 3)
+    assert m["task_accuracy"] == pytest.approx((0.75 + 0.25 + 0) / 3)
+    assert usersum_metrics([], 5)["qm"] == 0.0
+
+
+def test_text_overlap_metrics_by_hand():
+    assert rouge_n("the cat sat", "the cat sat", 2) == pytest.approx(1.0)
+    assert rouge_l("a b c", "x y z") == 0.0
+    # candidate bigrams {the cat, cat sat}; reference {the cat, cat ran, ran far}: overlap 1,
+    # P = 1/2, R = 1/3 -> F1 = 0.4.
+    assert rouge_n("The cat sat", "the cat ran far", 2) == pytest.approx(0.4)
+    # LCS("a b c d", "a c d e") = 3 -> P = R = 3/4.
+    assert rouge_l("a b c d", "a c d e") == pytest.approx(0.75)
+    assert bleu("a b c d e", "a b c d e") == pytest.approx(1.0)
+    assert bleu("zzz", "a b c") == 0.0
+    short, long_ = bleu("a b", "a b c d"), bleu("a b c d", "a b c d")
+    assert 0 < short < long_  # the brevity penalty
+
+
+@given(n=st.integers(1, 400), min_size=st.integers(2, 60), max_seg=st.integers(1, 8))
+@settings(max_examples=200, deadline=None)
+def test_segments_are_contiguous_chronological_and_large_enough(n, min_size, max_seg):
+    segs = segment(n, min_size, max_seg)
+    assert segs[0][0] == 0 and segs[-1][1] == n
+    assert all(a < b for a, b in segs)
+    assert all(segs[i][1] == segs[i + 1][0] for i in range(len(segs) - 1))
+    assert len(segs) <= max_seg
+    sizes = [b - a for a, b in segs]
+    if n >= min_size:
+        assert min(sizes) >= min_size
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_config_round_trip():
+    cfg = UserSumConfig(summarizers=("hierarchy",), users=4, word_limit=80, runs=2)
+    assert UserSumConfig.model_validate_json(cfg.model_dump_json()) == cfg
+
+
+def test_usersum_end_to_end_two_real_users(smollm, tmp_path):
+    cfg = UserSumConfig(
+        model="smollm2-135m",
+        predictor="smollm2-135m",
+        users=2,
+        max_activities=50,
+        future=5,
+        min_segment=20,
+        critique_rounds=1,
+        qa_pairs=1,
+        word_limit=30,
+        runs=2,
+    )
+    llms = {"smollm2-135m": smollm}
+    r = run_usersum(cfg, "ml-1m", tmp_path, llms=llms, progress=False)
+    assert set(r["table"]) == {"single", "hierarchy"}
+    for v in r["table"].values():
+        for k in ("qm", "ifm", "idm"):
+            assert 0.0 <= v[k]["mean"] <= 1.0 and v[k]["sd"] >= 0.0
+        assert set(v["per_task_accuracy"]) == set(TASKS)
+    # 2 users x 2 summarisers x 2 runs, each with the four task outcomes.
+    assert len(r["answers"]) == 8
+    assert all(set(TASKS) <= set(a) for a in r["answers"])
+    sums = [json.loads(x) for x in (tmp_path / "summaries.jsonl").read_text().splitlines()]
+    assert len(sums) == 4 and all(s["text"] for s in sums)
+    hier = [s for s in sums if s["summarizer"] == "hierarchy"]
+    assert all(s["segments"] == 2 for s in hier)  # 45 past activities, segments of >= 20
+    assert all(len(s["audit"]) == 2 and s["audit"][0][0]["round"] == 0 for s in hier)
+    assert (tmp_path / "metrics.png").stat().st_size > 1000
+    assert "QM" in (tmp_path / "report.md").read_text()
+    again = run_usersum(cfg, "ml-1m", tmp_path, llms=llms, progress=False)  # resumes
+    assert again["table"] == r["table"]
