@@ -1,11 +1,29 @@
 """Reproducible experiments and performance benchmarks that write reports."""
 
+from recjudge.bench._brief import (
+    BriefExperimentConfig,
+    auc,
+    auc_ci,
+    bench_brief_beta,
+    bench_brief_ratings,
+    level_correlations,
+    level_table,
+    spearman_ci,
+)
 from recjudge.bench._cf import bench_cf
 from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._report import environment, write_report
 from recjudge.bench._throughput import bench_throughput, matmul_flops
 
 __all__ = [
+    "BriefExperimentConfig",
+    "auc",
+    "auc_ci",
+    "bench_brief_beta",
+    "bench_brief_ratings",
+    "level_correlations",
+    "level_table",
+    "spearman_ci",
     "bench_cf",
     "bench_decoding",
     "bench_throughput",

@@ -123,6 +123,7 @@ def bench_throughput(
     from recjudge.decoding import EvidenceFirst, compile_schema
     from recjudge.llm import load_llm
     from recjudge.reward import Judge, JudgeConfig
+    from recjudge.reward._judge import clear_prefix_cache
 
     torch.set_num_threads(threads)
     ds = load_dataset("ml-1m")
@@ -172,6 +173,7 @@ def bench_throughput(
 
     def run_engine(name: str, judge: Judge, reqs: list[Any]) -> None:
         before = judge.stats.prefill_tokens + judge.stats.decode_tokens
+        clear_prefix_cache()  # each method encodes the user's prefix itself
         t0 = time.perf_counter()
         res = judge.judge_many(reqs)
         timing[name] += time.perf_counter() - t0
@@ -205,7 +207,7 @@ def bench_throughput(
                     llm=llm,
                 )
                 j.judge_many(groups[0][:2])  # warm-up (also computes the prefix)
-                j._prefix = None
+                clear_prefix_cache()
                 t0 = time.perf_counter()
                 j.judge_many(groups[0])
                 dt = time.perf_counter() - t0

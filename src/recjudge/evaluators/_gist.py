@@ -562,6 +562,7 @@ def run_gist(
                     [j[3] for j in chunk_jobs],
                     [j[4] for j in chunk_jobs],
                     sampling=budget,
+                    decode_rows=1,  # long prompts, long answers: each decodes alone
                 )
                 store.put_many(
                     (
@@ -705,6 +706,7 @@ def run_gist(
                         ],
                         [Choice(nm, answer_key="category") for nm in names],
                         sampling=SamplingConfig(max_new_tokens=48),
+                        decode_rows=1,
                     )
                     store.put_many(
                         (
@@ -807,6 +809,7 @@ def run_gist(
                 [p[2] for p in part],
                 [p[3] for p in part],
                 sampling=SamplingConfig(max_new_tokens=8 * config.evidence_for_specificity + 16),
+                decode_rows=1,
             )
             store.put_many(
                 (p[0], {"kind": "specificity", "interest": p[1]["interest"]}, {"picks": a.value})

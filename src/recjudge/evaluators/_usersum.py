@@ -436,6 +436,7 @@ def run_usersum(
                     [msgs_list[i] for i in part],
                     [schemas[i] for i in part],
                     sampling=SamplingConfig(max_new_tokens=budget),
+                    decode_rows=1,  # long prompts of different lengths: decode each alone
                 )
                 store.put_many(
                     (keys[i], {"kind": desc}, {"value": a.value})
@@ -586,7 +587,11 @@ def run_usersum(
         for b in range(0, len(todo), 8):
             part = todo[b : b + 8]
             answers = ask(
-                llm, [q[5] for q in part], letter, sampling=SamplingConfig(max_new_tokens=16)
+                llm,
+                [q[5] for q in part],
+                letter,
+                sampling=SamplingConfig(max_new_tokens=16),
+                decode_rows=1,
             )
             store.put_many(
                 (

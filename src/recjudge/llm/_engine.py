@@ -162,6 +162,7 @@ def constrained_decode(
                 sampling,
                 [seeds[r] for r in rows],
                 stats,
+                decode_rows,
             )
             for i, r in enumerate(rows):
                 out[r] = sub[i]

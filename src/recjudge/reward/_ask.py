@@ -48,6 +48,7 @@ def ask(
     sampling: SamplingConfig | None = None,
     seeds: Sequence[int] | None = None,
     jump_forward_prefix: bool = True,
+    decode_rows: int = 8,
 ) -> list[ConstrainedOutput]:
     """Ask each chat a grammar-constrained question; results are batch-invariant.
 
@@ -63,6 +64,9 @@ def ask(
         sampling: decoding settings (greedy by default; set max_new_tokens to fit).
         seeds: per-question seeds for sampling.
         jump_forward_prefix: prefill the answer's forced opening key instead of decoding it.
+        decode_rows: rows per decode step. Fixed, so an answer does not depend on the other
+            questions; 1 suits long answers to prompts of different lengths (each prompt
+            decodes alone instead of padding 8 rows), 8 suits many short answers.
     """
     from recjudge.llm._engine import constrained_decode
 
@@ -94,6 +98,7 @@ def ask(
         grammar.finish_forced,  # stop as soon as the rest is forced
         sampling=sampling or SamplingConfig(max_new_tokens=512),
         seeds=seeds,
+        decode_rows=decode_rows,
     )
     return collect_outputs(grammar, proc, schemas, tokens)
 

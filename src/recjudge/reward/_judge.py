@@ -19,6 +19,17 @@ from recjudge.reward._store import ResultsStore
 
 log = logging.getLogger(__name__)
 
+# Shared prefix KV caches (insertion order = age): two slots, for a user's evidence-first
+# and zero-shot prompts.
+_PREFIXES: dict[tuple[int, tuple[int, ...]], Any] = {}
+_PREFIX_SLOTS = 2
+
+
+def clear_prefix_cache() -> None:
+    """Forget the shared prefix caches (benchmarks time each method from a cold start)."""
+    _PREFIXES.clear()
+
+
 Mode = Literal["brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item"]
 MODES: tuple[str, ...] = (
     "brief",
@@ -189,17 +200,21 @@ class Judge:
         from recjudge.llm._engine import EngineStats
 
         self.stats = EngineStats()
-        self._prefix: tuple[tuple[int, ...], Any] | None = None
 
     def _prefix_cache(self, prefix: list[int]) -> Any:
-        """The KV cache of ``prefix``, kept for the most recent prefix (one user at a time)."""
+        """The KV cache of ``prefix``. The most recent prefixes are kept per process and
+        shared by every judge on the same model, so ablations and beta sweeps over one
+        user's candidates encode the user's history once (the cache is read-only: each
+        decode chunk works on a copy)."""
         from recjudge.llm._engine import prefix_cache
 
-        key = tuple(prefix)
-        if self._prefix is None or self._prefix[0] != key:
-            self._prefix = (key, prefix_cache(self.llm, prefix))
+        key = (id(self.llm), tuple(prefix))
+        if key not in _PREFIXES:
+            _PREFIXES[key] = prefix_cache(self.llm, prefix)
             self.stats.prefill_tokens += len(prefix)
-        return self._prefix[1]
+            while len(_PREFIXES) > _PREFIX_SLOTS:
+                _PREFIXES.pop(next(iter(_PREFIXES)))
+        return _PREFIXES[key]
 
     @property
     def llm(self) -> Any:

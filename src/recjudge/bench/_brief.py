@@ -1,0 +1,509 @@
+"""BRIEF experiments: rating correlation (Table 6), beta sweep (Figure 3).
+
+Held-out pairs come from the last part of each sampled user's timeline; the judge sees the
+user's earlier activity only. CF signals come from models trained on that earlier activity
+(all of it, and positive interactions only, since a model of *watching* is not a model of
+*liking*). Every judgment goes through the results store, so a rerun resumes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from recjudge._util import rng
+
+LLM_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "item-item")
+CF_MODES = ("brief", "non-adaptive", "cf-only", "item-item")
+ALL_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item")
+
+
+class BriefExperimentConfig(BaseModel):
+    """Settings shared by the BRIEF experiments.
+
+    Attributes:
+        model: the judge LLM.
+        data: dataset name.
+        users: users sampled (sha256 order) among those with enough held-out ratings.
+        per_level: most held-out pairs per rating level per user (levels are then balanced
+            by subsampling every level to the rarest level's count).
+        relevance_pairs: per user, this many held-out future items and as many random items
+            the user never rated (the relevance form of the question).
+        future_fraction: the last fraction of each timeline held out.
+        min_past: users need at least this many earlier interactions.
+        history_items: most recent earlier items shown to the judge.
+        cf: the CF model giving sigma (``als``, ``bpr``, ``itemknn``, ...).
+        positive_rating: rating threshold of the positive-only CF model (None: 4 on a 1-5
+            scale, 8 on Book-Crossing's 1-10).
+        sigma_source: CF model used for the beta sweep: ``positive`` or ``all``.
+        beta: the bias strength of the main comparison.
+        betas: the sweep.
+        bootstrap: resamples for confidence intervals.
+        seed: sampling and training seed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "qwen2.5-coder-1.5b"
+    data: str = "ml-1m"
+    users: int = Field(30, ge=1)
+    per_level: int = Field(1, ge=1)
+    relevance_pairs: int = Field(2, ge=0)
+    future_fraction: float = Field(0.2, gt=0, lt=1)
+    min_past: int = Field(20, ge=2)
+    history_items: int = Field(50, ge=1)
+    cf: str = "als"
+    positive_rating: float | None = None
+    sigma_source: str = Field("positive", pattern="^(positive|all)$")
+    beta: float = Field(25.0, ge=0)
+    betas: tuple[float, ...] = (0, 5, 10, 15, 20, 25, 30, 35, 40)
+    bootstrap: int = Field(1000, ge=0)
+    seed: int = 0
+    decode_rows: int = Field(8, ge=1)
+
+
+def rating_level(rating: float, scale_max: float) -> int:
+    """Ratings on 1-5 stay; on a 1-10 scale two points make one level (ceil(r / 2))."""
+    return int(rating) if scale_max <= 5 else int(np.ceil(rating / 2))
+
+
+# -- statistics (pure) ------------------------------------------------------------------------
+def level_table(levels: Sequence[int], positive: Sequence[bool]) -> dict[int, float]:
+    """Percentage of positive rewards per rating level."""
+    out: dict[int, float] = {}
+    lv, pos = np.asarray(levels), np.asarray(positive, dtype=float)
+    for v in sorted(set(lv.tolist())):
+        out[int(v)] = float(100 * pos[lv == v].mean())
+    return out
+
+
+def level_correlations(table: Mapping[int, float]) -> dict[str, float | None]:
+    """Spearman rho and Kendall tau between rating level and % positive (as BRIEF's Table 6,
+    n = number of levels)."""
+    from scipy.stats import kendalltau, spearmanr
+
+    x, y = list(table), list(table.values())
+    if len(x) < 3 or len(set(y)) < 2:
+        return {"spearman": None, "kendall": None}
+    return {
+        "spearman": float(spearmanr(x, y).statistic),
+        "kendall": float(kendalltau(x, y).statistic),
+    }
+
+
+def spearman_ci(
+    x: Sequence[float], y: Sequence[float], bootstrap: int, seed: Any
+) -> dict[str, float | None]:
+    """Per-pair Spearman rho with a percentile bootstrap 95 % CI (resampling pairs)."""
+    from scipy.stats import spearmanr
+
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+        return {"rho": None, "lo": None, "hi": None, "n": int(len(x))}
+    rho = float(spearmanr(x, y).statistic)
+    g = rng("spearman-ci", seed)
+    boots = []
+    for _ in range(bootstrap):
+        i = g.integers(len(x), size=len(x))
+        if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0:
+            boots.append(spearmanr(x[i], y[i]).statistic)
+    lo, hi = np.percentile(boots, [2.5, 97.5]).tolist() if boots else (None, None)
+    return {"rho": rho, "lo": lo, "hi": hi, "n": int(len(x))}
+
+
+def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
+    """P(score of a positive > score of a negative), ties count one half (Mann-Whitney)."""
+    p, n = np.asarray(pos, float), np.asarray(neg, float)
+    if not len(p) or not len(n):
+        return None
+    diff = p[:, None] - n[None, :]
+    return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
+
+
+def auc_ci(
+    pos: Sequence[float], neg: Sequence[float], bootstrap: int, seed: Any
+) -> dict[str, float | None]:
+    """AUC with a percentile bootstrap 95 % CI (positives and negatives resampled apart)."""
+    a = auc(pos, neg)
+    if a is None:
+        return {"auc": None, "lo": None, "hi": None}
+    p, n = np.asarray(pos, float), np.asarray(neg, float)
+    g = rng("auc-ci", seed)
+    boots = [
+        auc(p[g.integers(len(p), size=len(p))], n[g.integers(len(n), size=len(n))])
+        for _ in range(bootstrap)
+    ]
+    lo, hi = np.percentile(boots, [2.5, 97.5]).tolist() if boots else (None, None)
+    return {"auc": a, "lo": lo, "hi": hi}
+
+
+# -- preparation --------------------------------------------------------------------------------
+def _requests(config: BriefExperimentConfig, ds: Any) -> tuple[list[Any], dict[str, Any]]:
+    """Held-out rating pairs and relevance pairs for the sampled users, as JudgeRequests."""
+    from recjudge.data import item_title, render_item, sample_users, timeline_split
+    from recjudge.reward import HistoryItem, JudgeRequest
+
+    inter = ds.interactions
+    explicit = inter[inter["rating"] > 0] if ds.name.startswith("bookcrossing") else inter
+    scale_max = float(explicit["rating"].max())
+    past, future = timeline_split(inter, fraction=config.future_fraction)
+    future = future[future["rating"] > 0] if ds.name.startswith("bookcrossing") else future
+    n_past = past.groupby("user_id", observed=True).size()
+    n_fut = future.groupby("user_id", observed=True).size()
+    eligible = sorted(
+        str(u) for u in n_fut.index if n_fut[u] >= 3 and n_past.get(u, 0) >= config.min_past
+    )
+    users = sample_users(eligible, config.users, config.seed)
+    items = ds.items.set_index(ds.items["item_id"].astype(str))
+    text = {i: render_item(r, ds.domain) for i, r in items.to_dict("index").items()}
+    titles = {i: item_title(r) for i, r in items.to_dict("index").items()}
+    all_items = sorted(text)
+    past_by = {str(u): g for u, g in past.groupby("user_id", observed=True)}
+    fut_by = {str(u): g for u, g in future.groupby("user_id", observed=True)}
+    rated = {
+        str(u): set(g["item_id"].astype(str)) for u, g in inter.groupby("user_id", observed=True)
+    }
+    reqs, by_level = [], {}
+    for u in users:
+        h = past_by[u].tail(config.history_items)
+        history = [
+            HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
+            for i, r in zip(h["item_id"], h["rating"], strict=True)
+        ]
+
+        def req(item: str, meta: dict[str, Any], u: str = u, history: list = history) -> Any:
+            return JudgeRequest(
+                u, history, item, text[item], titles[item], domain=ds.domain, meta=meta
+            )
+
+        f = fut_by[u]
+        g = rng("brief-heldout", config.seed, u)
+        for lvl in range(1, 6):
+            cand = [
+                str(i)
+                for i, r in zip(f["item_id"], f["rating"], strict=True)
+                if r > 0 and rating_level(r, scale_max) == lvl
+            ]
+            for i in g.permutation(len(cand))[: config.per_level]:
+                by_level.setdefault(lvl, []).append(
+                    req(
+                        cand[i],
+                        {
+                            "kind": "rating",
+                            "level": lvl,
+                            "rating": float(
+                                f.loc[f["item_id"].astype(str) == cand[i], "rating"].iloc[0]
+                            ),
+                        },
+                    )
+                )
+        first = [str(i) for i in f["item_id"]][: config.relevance_pairs]
+        for i in first:
+            reqs.append(req(i, {"kind": "relevance", "label": 1}))
+        k = 0
+        while k < len(first):
+            c = all_items[int(g.integers(len(all_items)))]
+            if c not in rated[u]:
+                reqs.append(req(c, {"kind": "relevance", "label": 0}))
+                k += 1
+    # balance: every level subsampled to the rarest level's count
+    counts = {lvl: len(v) for lvl, v in by_level.items()}
+    keep = min(counts.values()) if counts else 0
+    g = rng("brief-balance", config.seed)
+    for lvl in sorted(by_level):
+        v = by_level[lvl]
+        reqs += [v[i] for i in sorted(g.permutation(len(v))[:keep])]
+    info = {
+        "users": users,
+        "scale_max": scale_max,
+        "level_counts_before_balance": counts,
+        "pairs_per_level": keep,
+        "relevance_pairs": sum(r.meta["kind"] == "relevance" for r in reqs),
+        "past_interactions": int(len(past)),
+    }
+    return reqs, info | {"past": past}
+
+
+def _train_sigma_models(
+    config: BriefExperimentConfig, ds: Any, past: Any
+) -> dict[str, dict[str, Any]]:
+    """Per source (all / positive): the CF model and its item-item companion, trained on the
+    earlier activity, sigma calibrated on its own leave-one-out validation items."""
+    from recjudge.cf_models import MODELS, ItemItemSimilarity, TrainOptions
+    from recjudge.cf_models._eval import calibration_pairs
+    from recjudge.data import leave_one_out
+
+    scale_max = float(ds.interactions["rating"].max())
+    pos = config.positive_rating or (4.0 if scale_max <= 5 else 8.0)
+    out = {}
+    for source, min_rating in (("all", None), ("positive", pos)):
+        df = past if min_rating is None else past[past["rating"] >= min_rating]
+        split = leave_one_out(df)
+        cls = MODELS.get(config.cf)
+        model = cls(cls.Config())
+        items = ds.items["item_id"].astype(str).tolist()
+        model.train(split.train, TrainOptions(seed=config.seed, progress=False), items=items)
+        model.train_info["source"] = source
+        hs, cs, us = calibration_pairs(split.train, split.valid, model.items, config.seed)
+        model.calibrate(hs, cs, us)
+        ii = ItemItemSimilarity.from_model(model)
+        ii.train_info["source"] = source
+        ii.calibrate(hs, cs, us)
+        out[source] = {"cf": model, "item-item": ii, "min_rating": min_rating}
+    return out
+
+
+def _judge_all(
+    config: BriefExperimentConfig,
+    reqs: Sequence[Any],
+    judges: Mapping[str, Any],
+    store: Any,
+    progress: bool,
+) -> dict[str, list[Any]]:
+    """Every judge on every request, one user at a time so judges share the user's prefix."""
+    users: dict[str, list[int]] = {}
+    for i, r in enumerate(reqs):
+        users.setdefault(r.user_id, []).append(i)
+    out: dict[str, list[Any]] = {name: [None] * len(reqs) for name in judges}
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(users), desc=f"judge ({len(judges)} settings)", unit="user")
+    for idx in users.values():
+        for name, judge in judges.items():
+            for i, j in zip(idx, judge.judge_many([reqs[i] for i in idx], store), strict=True):
+                out[name][i] = j
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return out
+
+
+def _make_judges(
+    config: BriefExperimentConfig, llm: Any, cf: Mapping[str, Any], settings: Sequence[tuple]
+) -> dict[str, Any]:
+    from recjudge.reward import Judge, JudgeConfig
+
+    judges = {}
+    for name, mode, source, beta in settings:
+        jc = JudgeConfig(
+            model=config.model,
+            mode=mode,
+            beta=beta,
+            need_evidence=False,
+            max_history=config.history_items,
+            decode_rows=config.decode_rows,
+        )
+        model = None
+        if mode in CF_MODES:
+            model = cf[source]["item-item" if mode == "item-item" else "cf"]
+        judges[name] = Judge(jc, llm=llm, cf=model)
+    return judges
+
+
+def _analyse(
+    reqs: Sequence[Any], results: Mapping[str, Sequence[Any]], config: BriefExperimentConfig
+) -> dict[str, Any]:
+    rating_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "rating"]
+    rel_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "relevance"]
+    out = {}
+    for name, js in results.items():
+        levels = [reqs[i].meta["level"] for i in rating_idx]
+        ratings = [reqs[i].meta["rating"] for i in rating_idx]
+        table = level_table(levels, [js[i].is_relevant for i in rating_idx])
+        pos = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 1]
+        neg = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 0]
+        out[name] = {
+            "pct_positive_by_level": table,
+            **level_correlations(table),
+            "pair_spearman": spearman_ci(
+                [js[i].p_yes for i in rating_idx], ratings, config.bootstrap, (config.seed, name)
+            ),
+            "relevance_auc": auc_ci(pos, neg, config.bootstrap, (config.seed, name)),
+            "mean_p_yes": float(np.mean([js[i].p_yes for i in rating_idx])) if rating_idx else None,
+        }
+    return out
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def bench_brief_ratings(
+    config: BriefExperimentConfig,
+    out: str | Path = "reports/brief-ratings",
+    llm: Any = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """BRIEF Table 6 on held-out ratings, plus the relevance AUC, for every mode and both CF
+    sources; writes report.md, results.json and ratings.png under ``out``."""
+    from recjudge.bench._report import write_report
+    from recjudge.data import load_dataset
+    from recjudge.llm import load_llm
+    from recjudge.reward import ResultsStore
+
+    t0 = time.time()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset(config.data)
+    reqs, info = _requests(config, ds)
+    cf = _train_sigma_models(config, ds, info.pop("past"))
+    llm = llm or load_llm(config.model)
+    settings = []
+    for mode in ALL_MODES:
+        for source in ("all", "positive") if mode in CF_MODES else ("-",):
+            name = mode if source == "-" else f"{mode} [cf:{source}]"
+            settings.append((name, mode, source, config.beta))
+    judges = _make_judges(config, llm, cf, settings)
+    with ResultsStore(out / "store.sqlite") as store:
+        results = _judge_all(config, reqs, judges, store, progress)
+    analysis = _analyse(reqs, results, config)
+    res = {
+        "config": config.model_dump(),
+        **info,
+        "cf": {s: dict(v["cf"].train_info) for s, v in cf.items()},
+        "wall_seconds": round(time.time() - t0, 1),
+        "modes": analysis,
+    }
+    _plot_levels(analysis, out / "ratings.png", config)
+    lines = [
+        f"# BRIEF rating correlation on {config.data} (Table 6)",
+        "",
+        f"Judge `{config.model}`, beta {config.beta}, CF `{config.cf}` trained on the earlier "
+        f"{int((1 - config.future_fraction) * 100)} % of each timeline (all ratings, or only "
+        f"ratings >= {cf['positive']['min_rating']}); {len(info['users'])} users, "
+        f"{info['pairs_per_level']} held-out pairs per rating level (balanced), "
+        f"{info['relevance_pairs']} relevance pairs (held-out future item vs. never-rated item, "
+        f"1:1); {config.history_items} history items shown; reward read-out (greedy); "
+        f"bootstrap {config.bootstrap}; seed {config.seed}. Wall time {res['wall_seconds']} s.",
+        "",
+        "| mode | % positive at level 1..5 | rho (levels) | tau (levels) | pair Spearman "
+        "[95 % CI] | relevance AUC [95 % CI] | mean p_yes |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for name, a in analysis.items():
+        pct = " / ".join(f"{v:.0f}" for v in a["pct_positive_by_level"].values())
+        ps, ra = a["pair_spearman"], a["relevance_auc"]
+        lines.append(
+            f"| {name} | {pct} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
+            f"{_fmt(ps['rho'])} [{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} "
+            f"[{_fmt(ra['lo'])}, {_fmt(ra['hi'])}] | {_fmt(a['mean_p_yes'])} |"
+        )
+    lines += [
+        "",
+        "rho/tau use the 5 level percentages (n = 5, as the paper); the pair Spearman uses "
+        "p_yes per held-out pair. cf-only's p_yes is (sigma + 1) / 2.",
+        "",
+        "![positive rate by rating level](ratings.png)",
+    ]
+    write_report(out, res, lines)
+    return res
+
+
+def bench_brief_beta(
+    config: BriefExperimentConfig,
+    out: str | Path = "reports/brief-beta",
+    llm: Any = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """BRIEF Figure 3: Spearman (and relevance AUC) against beta for the brief judge."""
+    from recjudge.bench._report import write_report
+    from recjudge.data import load_dataset
+    from recjudge.llm import load_llm
+    from recjudge.reward import ResultsStore
+
+    t0 = time.time()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset(config.data)
+    reqs, info = _requests(config, ds)
+    cf = _train_sigma_models(config, ds, info.pop("past"))
+    llm = llm or load_llm(config.model)
+    settings = [(f"beta={b:g}", "brief", config.sigma_source, float(b)) for b in config.betas]
+    judges = _make_judges(config, llm, cf, settings)
+    with ResultsStore(out / "store.sqlite") as store:
+        results = _judge_all(config, reqs, judges, store, progress)
+    analysis = _analyse(reqs, results, config)
+    res = {
+        "config": config.model_dump(),
+        **info,
+        "wall_seconds": round(time.time() - t0, 1),
+        "betas": {name: a for name, a in analysis.items()},
+    }
+    _plot_beta(config, analysis, out / "beta.png")
+    lines = [
+        f"# BRIEF beta sweep on {config.data} (Figure 3)",
+        "",
+        f"Judge `{config.model}` in brief mode, sigma from `{config.cf}` "
+        f"[{config.sigma_source}]; {len(info['users'])} users, {info['pairs_per_level']} pairs "
+        f"per rating level, {info['relevance_pairs']} relevance pairs; seed {config.seed}. "
+        f"Wall time {res['wall_seconds']} s.",
+        "",
+        "| beta | rho (levels) | pair Spearman [95 % CI] | relevance AUC [95 % CI] | % positive |",
+        "|---|---|---|---|---|",
+    ]
+    for name, a in analysis.items():
+        ps, ra = a["pair_spearman"], a["relevance_auc"]
+        allpos = np.mean(list(a["pct_positive_by_level"].values()))
+        lines.append(
+            f"| {name.split('=')[1]} | {_fmt(a['spearman'])} | {_fmt(ps['rho'])} "
+            f"[{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} [{_fmt(ra['lo'])}, "
+            f"{_fmt(ra['hi'])}] | {allpos:.1f} |"
+        )
+    lines += ["", "![Spearman vs beta](beta.png)"]
+    write_report(out, res, lines)
+    return res
+
+
+def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimentConfig) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for name, a in analysis.items():
+        t = a["pct_positive_by_level"]
+        ax.plot(list(t), list(t.values()), marker="o", label=name)
+    ax.set_xlabel("rating level")
+    ax.set_ylabel("% positive rewards")
+    ax.set_xticks([1, 2, 3, 4, 5])
+    ax.set_ylim(-2, 102)
+    ax.set_title(f"Positive rewards by held-out rating ({config.model}, {config.data})")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _plot_beta(config: BriefExperimentConfig, analysis: Mapping[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    betas = [float(n.split("=")[1]) for n in analysis]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    rho = [a["pair_spearman"]["rho"] for a in analysis.values()]
+    lo = [a["pair_spearman"]["lo"] for a in analysis.values()]
+    hi = [a["pair_spearman"]["hi"] for a in analysis.values()]
+    ax.plot(betas, [np.nan if v is None else v for v in rho], marker="o", label="pair Spearman")
+    if all(v is not None for v in lo + hi):
+        ax.fill_between(betas, lo, hi, alpha=0.2, label="95 % CI")
+    aucs = [a["relevance_auc"]["auc"] for a in analysis.values()]
+    ax.plot(betas, [np.nan if v is None else v - 0.5 for v in aucs], marker="s", label="AUC - 0.5")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xlabel("beta")
+    ax.set_ylabel("correlation with rating / AUC - 0.5")
+    ax.set_title(f"BRIEF beta sweep ({config.model}, {config.data})")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
