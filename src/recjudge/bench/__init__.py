@@ -12,11 +12,17 @@ from recjudge.bench._brief import (
 )
 from recjudge.bench._cf import bench_cf
 from recjudge.bench._decoding import bench_decoding
+from recjudge.bench._offline import OfflineConfig, bench_brief_offline, gap, lift, ranking_metrics
 from recjudge.bench._report import environment, write_report
 from recjudge.bench._throughput import bench_throughput, matmul_flops
 
 __all__ = [
     "BriefExperimentConfig",
+    "OfflineConfig",
+    "bench_brief_offline",
+    "gap",
+    "lift",
+    "ranking_metrics",
     "auc",
     "auc_ci",
     "bench_brief_beta",

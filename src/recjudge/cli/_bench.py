@@ -137,3 +137,34 @@ def bench_brief_beta_cmd(
         typer.echo(
             f"{name:<10} pair rho {a['pair_spearman']['rho']}  AUC {a['relevance_auc']['auc']}"
         )
+
+
+@bench_app.command("brief-offline")
+def bench_brief_offline_cmd(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model"),
+    data: str = typer.Option("ml-1m", "--data"),
+    users: int = typer.Option(30, "--users"),
+    systems: str = typer.Option("pop,itemknn,als,bpr", "--systems"),
+    alpha: float = typer.Option(1.0, "--alpha", help="Popularity exponent of the logging policy."),
+    seed: int = typer.Option(0, "--seed"),
+    out: str = typer.Option(None, "--out", help="Default: reports/brief-offline/<data>-<model>."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """BRIEF Tables 2-3: offline metrics with logged, CF-imputed and judge-imputed feedback."""
+    from recjudge.bench import OfflineConfig, bench_brief_offline
+    from recjudge.cli._app import emit
+
+    cfg = OfflineConfig(
+        model=model,
+        data=data,
+        users=users,
+        systems=tuple(s.strip() for s in systems.split(",")),
+        alpha=alpha,
+        seed=seed,
+    )
+    r = bench_brief_offline(cfg, out or f"reports/brief-offline/{data}-{model}")
+    if as_json:
+        emit({"gap": r["gap"], "mean_gap": r["mean_gap"], "imputers": r["imputers"]})
+        return
+    for m, g in r["mean_gap"].items():
+        typer.echo(f"{m:<22} mean gap {g}")

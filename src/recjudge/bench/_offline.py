@@ -1,0 +1,385 @@
+"""BRIEF offline evaluation with imputed feedback (Tables 2-3), on a simulated
+offline-online gap.
+
+The future part of each sampled user's timeline is the "online" truth. The logged future
+keeps only the items a popularity-biased logging policy exposed (exposure probability
+(pop / max pop)^alpha), which is what an offline evaluation sees. Recommenders trained on the
+past are scored three ways: on the logged truth alone, and with the top-k items that have
+no logged feedback labelled by a CF model or by the judge. The gap is the mean absolute error
+between offline and online relative lifts over recommender pairs.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from recjudge._util import rng
+
+KS = (10, 20)
+
+
+# -- ranking metrics (pure) ---------------------------------------------------------------
+def ranking_metrics(
+    rel: Sequence[int], n_relevant: int, ks: Sequence[int] = KS
+) -> dict[str, float]:
+    """Binary-relevance metrics of one ranked list (cross-checked against ranx in tests).
+
+    ``rel[i]`` is 1 if the item at rank i+1 is relevant; ``n_relevant`` is the number of
+    relevant items overall (for MAP's normaliser).
+    P@k = hits@k / k; HitRate@k = 1[hits@k > 0]; nDCG@k = DCG@k / IDCG@k with
+    DCG = sum rel_i / log2(i + 1) (Jarvelin & Kekalainen, 2002); MAP@k = sum_{i<=k} P@i rel_i /
+    n_relevant (the trec_eval / ranx convention); MRR = 1 / rank of the first relevant item in the list (0 if none).
+    """
+    r = np.asarray(rel, dtype=float)
+    out = {}
+    for k in ks:
+        top = r[:k]
+        hits = top.sum()
+        disc = 1.0 / np.log2(np.arange(2, len(top) + 2))
+        ideal = disc[: min(n_relevant, len(top))].sum() if len(top) else 0.0
+        prec_at = np.cumsum(top) / np.arange(1, len(top) + 1)
+        out[f"p@{k}"] = float(hits / k)
+        out[f"hit_rate@{k}"] = float(hits > 0)
+        out[f"ndcg@{k}"] = float((top * disc).sum() / ideal) if ideal else 0.0
+        out[f"map@{k}"] = float((prec_at * top).sum() / min(n_relevant, k)) if n_relevant else 0.0
+    first = np.flatnonzero(r)
+    out["mrr"] = float(1.0 / (first[0] + 1)) if len(first) else 0.0
+    return out
+
+
+def lift(a: float, b: float) -> float | None:
+    """Relative lift of B over A in percent: 100 (M_B - M_A) / M_A (None if M_A = 0)."""
+    return None if a == 0 else 100.0 * (b - a) / a
+
+
+def gap(
+    offline: Mapping[str, Mapping[str, float]],
+    online: Mapping[str, Mapping[str, float]],
+    pairs: Sequence[tuple[str, str]],
+) -> dict[str, float | None]:
+    """Per metric: mean absolute error between offline and online lifts over ``pairs``
+    (pairs whose lift is undefined on either side are skipped)."""
+    out = {}
+    for m in next(iter(online.values())):
+        errs = []
+        for a, b in pairs:
+            lo, ln = lift(offline[a][m], offline[b][m]), lift(online[a][m], online[b][m])
+            if lo is not None and ln is not None:
+                errs.append(abs(lo - ln))
+        out[m] = float(np.mean(errs)) if errs else None
+    return out
+
+
+def exposure_mask(
+    items: Sequence[str], popularity: Mapping[str, int], alpha: float, seed: Any
+) -> list[bool]:
+    """Which items a popularity-biased logging policy exposed: P = (pop / max pop)^alpha."""
+    top = max(popularity.values()) if popularity else 1
+    g = rng("exposure", seed)
+    return [
+        bool(g.random() < (popularity.get(i, 0) / top) ** alpha) if alpha > 0 else True
+        for i in items
+    ]
+
+
+class OfflineConfig(BaseModel):
+    """Settings of ``brief-offline``.
+
+    Attributes:
+        model: judge LLM.
+        data: dataset.
+        users: users sampled among those with at least ``min_future`` future items.
+        systems: recommenders (CF model names) trained on the past; every pair is compared.
+        alpha: popularity exponent of the logging policy.
+        future_fraction: last fraction of each timeline = the online truth.
+        positive_rating: only future items rated at least this count as relevant (None:
+            every future interaction).
+        cf: the CF imputer (trained on positive past interactions).
+        judges: judge modes used as imputers.
+        history_items: history shown to the judge.
+        seed: sampling seed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "qwen2.5-coder-1.5b"
+    data: str = "ml-1m"
+    users: int = Field(30, ge=1)
+    systems: tuple[str, ...] = ("pop", "itemknn", "als", "bpr")
+    alpha: float = Field(1.0, ge=0)
+    future_fraction: float = Field(0.2, gt=0, lt=1)
+    min_future: int = Field(5, ge=1)
+    positive_rating: float | None = 4.0
+    cf: str = "als"
+    judges: tuple[str, ...] = ("brief", "no-behavior", "zero-shot")
+    history_items: int = Field(50, ge=1)
+    beta: float = Field(25.0, ge=0)
+    seed: int = 0
+    decode_rows: int = Field(8, ge=1)
+
+
+def bench_brief_offline(
+    config: OfflineConfig,
+    out: str | Path = "reports/brief-offline",
+    llm: Any = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the simulation; write report.md, results.json and gap.png under ``out``."""
+    from recjudge.bench._report import write_report
+    from recjudge.cf_models import MODELS, TrainOptions
+    from recjudge.cf_models._eval import calibration_pairs
+    from recjudge.data import (
+        item_title,
+        leave_one_out,
+        load_dataset,
+        render_item,
+        sample_users,
+        timeline_split,
+    )
+    from recjudge.llm import load_llm
+    from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, ResultsStore
+
+    t0 = time.time()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset(config.data)
+    past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
+    if config.positive_rating is not None:
+        future = future[future["rating"] >= config.positive_rating]
+    fut_by = {
+        str(u): g["item_id"].astype(str).tolist()
+        for u, g in future.groupby("user_id", observed=True)
+    }
+    past_by = {str(u): g for u, g in past.groupby("user_id", observed=True)}
+    eligible = sorted(u for u, f in fut_by.items() if len(f) >= config.min_future and u in past_by)
+    users = sample_users(eligible, config.users, config.seed)
+    items = ds.items["item_id"].astype(str).tolist()
+    popularity = past["item_id"].astype(str).value_counts().to_dict()
+    logged = {
+        u: [
+            i
+            for i, e in zip(
+                fut_by[u],
+                exposure_mask(fut_by[u], popularity, config.alpha, (config.seed, u)),
+                strict=True,
+            )
+            if e
+        ]
+        for u in users
+    }
+    kmax = max(KS)
+    # recommenders trained on the past
+    lists: dict[str, dict[str, list[str]]] = {}
+    for name in config.systems:
+        cls = MODELS.get(name)
+        model = cls(cls.Config())
+        model.train(past, TrainOptions(seed=config.seed, progress=False), items=items)
+        lists[name] = {
+            u: model.recommend(past_by[u]["item_id"].astype(str).tolist(), kmax) for u in users
+        }
+    # CF imputer on positive past interactions, sigma calibrated on its validation items
+    pos_past = (
+        past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
+    )
+    split = leave_one_out(pos_past)
+    cls = MODELS.get(config.cf)
+    cf = cls(cls.Config())
+    cf.train(split.train, TrainOptions(seed=config.seed, progress=False), items=items)
+    hs, cs, us = calibration_pairs(split.train, split.valid, cf.items, config.seed)
+    cf.calibrate(hs, cs, us)
+    # what each imputer must label: top-k items without logged feedback
+    to_label = {
+        u: sorted({i for s in lists.values() for i in s[u] if i not in set(logged[u])})
+        for u in users
+    }
+    imputed: dict[str, dict[tuple[str, str], bool]] = {"cf": {}}
+    for u in users:
+        hist = past_by[u]["item_id"].astype(str).tolist()
+        for i in to_label[u]:
+            imputed["cf"][(u, i)] = cf.sigma(hist, i, u) > 0
+    rows = ds.items.set_index(ds.items["item_id"].astype(str)).to_dict("index")
+    text = {i: render_item(r, ds.domain) for i, r in rows.items()}
+    titles = {i: item_title(r) for i, r in rows.items()}
+    reqs = []
+    for u in users:
+        h = past_by[u].tail(config.history_items)
+        history = [
+            HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
+            for i, r in zip(h["item_id"], h["rating"], strict=True)
+        ]
+        reqs += [
+            JudgeRequest(u, history, i, text[i], titles[i], domain=ds.domain) for i in to_label[u]
+        ]
+    if config.judges:
+        llm = llm or load_llm(config.model)
+        judges = {
+            m: Judge(
+                JudgeConfig(
+                    model=config.model,
+                    mode=m,
+                    beta=config.beta,
+                    need_evidence=False,
+                    max_history=config.history_items,
+                    decode_rows=config.decode_rows,
+                ),
+                llm=llm,
+                cf=cf,
+            )
+            for m in config.judges
+        }
+        from recjudge.bench._brief import _judge_all
+
+        with ResultsStore(out / "store.sqlite") as store:
+            res = _judge_all(config, reqs, judges, store, progress)  # type: ignore[arg-type]
+        for m, js in res.items():
+            imputed[f"judge:{m}"] = {
+                (r.user_id, r.candidate_id): j.is_relevant for r, j in zip(reqs, js, strict=True)
+            }
+
+    def system_metrics(truth: str) -> dict[str, dict[str, float]]:
+        outm = {}
+        for s, ls in lists.items():
+            per_user = []
+            for u in users:
+                lg, online = set(logged[u]), set(fut_by[u])
+                lst = ls[u]
+                if truth == "online":
+                    rel = [int(i in online) for i in lst]
+                    n_rel = len(online)
+                elif truth == "logged":
+                    rel = [int(i in lg) for i in lst]
+                    n_rel = len(lg)
+                else:
+                    lab = imputed[truth]
+                    rel = [int(i in lg or lab.get((u, i), False)) for i in lst]
+                    n_rel = len(lg) + sum(1 for i in lst if i not in lg and lab.get((u, i), False))
+                per_user.append(ranking_metrics(rel, n_rel))
+            outm[s] = {k: float(np.mean([p[k] for p in per_user])) for k in per_user[0]}
+        return outm
+
+    online = system_metrics("online")
+    methods = ["logged", *imputed]
+    offline = {m: system_metrics(m) for m in methods}
+    pairs = list(itertools.combinations(config.systems, 2))
+    gaps = {m: gap(offline[m], online, pairs) for m in methods}
+    mean_gap = {
+        m: float(np.mean([v for v in g.values() if v is not None]))
+        if any(v is not None for v in g.values())
+        else None
+        for m, g in gaps.items()
+    }
+    imputed_pos = {m: float(np.mean(list(v.values()))) if v else None for m, v in imputed.items()}
+    # agreement of each imputer with the online truth on the items it labelled
+    imputer_acc = {}
+    for m, lab in imputed.items():
+        ys = [(v, k[1] in set(fut_by[k[0]])) for k, v in lab.items()]
+        tp = sum(1 for v, t in ys if v and t)
+        imputer_acc[m] = {
+            "labelled": len(ys),
+            "positive_rate": imputed_pos[m],
+            "precision_vs_online": tp / max(1, sum(1 for v, _ in ys if v)),
+            "recall_vs_online": tp / max(1, sum(1 for _, t in ys if t)),
+        }
+    results = {
+        "config": config.model_dump(),
+        "users": users,
+        "logged_share": float(
+            sum(len(logged[u]) for u in users) / max(1, sum(len(fut_by[u]) for u in users))
+        ),
+        "online": online,
+        "offline": offline,
+        "gap": gaps,
+        "mean_gap": mean_gap,
+        "imputers": imputer_acc,
+        "wall_seconds": round(time.time() - t0, 1),
+    }
+    _plot_gap(gaps, out / "gap.png", config)
+    write_report(out, results, _report(config, results, pairs))
+    return results
+
+
+def _fmt(v: Any, nd: int = 3) -> str:
+    return "-" if v is None else f"{v:.{nd}f}"
+
+
+def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple]) -> list[str]:
+    metrics = list(next(iter(r["online"].values())))
+    lines = [
+        f"# BRIEF offline evaluation with imputed feedback on {config.data} (Tables 2-3)",
+        "",
+        f"{len(r['users'])} users; the last {int(config.future_fraction * 100)} % of each "
+        f"timeline (ratings >= {config.positive_rating}) is the online truth; a popularity-biased "
+        f"logging policy (alpha {config.alpha}) kept {100 * r['logged_share']:.1f} % of it as "
+        f"logged feedback. Recommenders {', '.join(config.systems)} trained on the past; "
+        f"{len(pairs)} pairs. Imputers label top-{max(KS)} items without logged feedback: CF "
+        f"= `{config.cf}` on positive past interactions (sigma > 0); judges = `{config.model}` "
+        f"({', '.join(config.judges)}), beta {config.beta}. Seed {config.seed}. Wall time "
+        f"{r['wall_seconds']} s.",
+        "",
+        "Gap = mean absolute error (percentage points) between offline and online relative "
+        "lift over recommender pairs; lower is better.",
+        "",
+        "| method | " + " | ".join(metrics) + " | mean |",
+        "|---|" + "---|" * (len(metrics) + 1),
+    ]
+    for m, g in r["gap"].items():
+        lines.append(
+            f"| {m} | "
+            + " | ".join(_fmt(g[k], 1) for k in metrics)
+            + f" | {_fmt(r['mean_gap'][m], 1)} |"
+        )
+    lines += ["", "Metric values (online truth, then each offline method):", ""]
+    for name, table in [("online", r["online"]), *r["offline"].items()]:
+        lines += [
+            f"**{name}**",
+            "",
+            "| system | " + " | ".join(metrics) + " |",
+            "|---|" + "---|" * len(metrics),
+        ]
+        for s, v in table.items():
+            lines.append(f"| {s} | " + " | ".join(_fmt(v[k]) for k in metrics) + " |")
+        lines.append("")
+    lines += ["Imputers against the online truth on the items they labelled:", ""]
+    for m, a in r["imputers"].items():
+        lines.append(
+            f"- {m}: {a['labelled']} labelled, {100 * (a['positive_rate'] or 0):.1f} % positive, "
+            f"precision {a['precision_vs_online']:.3f}, recall {a['recall_vs_online']:.3f}"
+        )
+    lines += ["", "![gap per metric](gap.png)"]
+    return lines
+
+
+def _plot_gap(
+    gaps: Mapping[str, Mapping[str, float | None]], path: Path, config: OfflineConfig
+) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    methods = list(gaps)
+    metrics = list(next(iter(gaps.values())))
+    fig, ax = plt.subplots(figsize=(10, 4.5))
+    w = 0.8 / len(methods)
+    for k, m in enumerate(methods):
+        ax.bar(
+            np.arange(len(metrics)) + k * w,
+            [np.nan if gaps[m][x] is None else gaps[m][x] for x in metrics],
+            w,
+            label=m,
+        )
+    ax.set_xticks(np.arange(len(metrics)) + w * (len(methods) - 1) / 2)
+    ax.set_xticklabels(metrics, rotation=30)
+    ax.set_ylabel("offline-online lift gap (pp, lower is better)")
+    ax.set_title(f"Offline evaluation gap ({config.data}, alpha {config.alpha})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,122 @@
+"""BRIEF experiment statistics on hand-computed cases, and a tiny real run."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from recjudge.bench import (
+    BriefExperimentConfig,
+    auc,
+    auc_ci,
+    bench_brief_beta,
+    level_correlations,
+    level_table,
+    spearman_ci,
+)
+from recjudge.bench._brief import rating_level
+
+
+def test_level_table_and_correlations_by_hand():
+    levels = [1, 1, 2, 2, 3, 3, 4, 4, 5, 5]
+    positive = [0, 0, 0, 1, 1, 0, 1, 1, 1, 1]
+    t = level_table(levels, positive)
+    assert t == {1: 0.0, 2: 50.0, 3: 50.0, 4: 100.0, 5: 100.0}
+    c = level_correlations(t)
+    # ranks of y: 1, 2.5, 2.5, 4.5, 4.5 against 1..5 -> rho = 0.9487 (hand-computed)
+    assert c["spearman"] == pytest.approx(0.9486832980505138)
+    assert c["kendall"] == pytest.approx(0.8944271909999159)
+    assert level_correlations({1: 50.0, 2: 50.0, 3: 50.0}) == {"spearman": None, "kendall": None}
+
+
+def test_auc_by_hand_and_ties():
+    assert auc([0.9, 0.8], [0.1, 0.2]) == 1.0
+    assert auc([0.1], [0.9]) == 0.0
+    assert auc([0.5, 0.7], [0.5, 0.1]) == pytest.approx((0.5 + 1 + 1 + 1) / 4)
+    assert auc([], [0.1]) is None
+    ci = auc_ci([0.9, 0.8, 0.7], [0.1, 0.75, 0.2], 200, 0)
+    assert ci["lo"] <= ci["auc"] <= ci["hi"]
+
+
+def test_spearman_ci_contains_estimate_and_is_seeded():
+    g = np.random.default_rng(0)
+    x = np.arange(40.0)
+    y = x + g.normal(0, 10, 40)
+    a = spearman_ci(x, y, 300, "s")
+    assert a["lo"] <= a["rho"] <= a["hi"] and a["n"] == 40
+    assert spearman_ci(x, y, 300, "s") == a
+    assert spearman_ci([1, 1, 1], [1, 2, 3], 10, 0)["rho"] is None
+
+
+def test_rating_levels():
+    assert [rating_level(r, 5) for r in (1, 3, 5)] == [1, 3, 5]
+    assert [rating_level(r, 10) for r in (1, 2, 3, 9, 10)] == [1, 1, 2, 5, 5]
+
+
+def test_config_round_trip():
+    cfg = BriefExperimentConfig(model="m", users=3, betas=(0, 10), sigma_source="all")
+    assert BriefExperimentConfig.model_validate_json(cfg.model_dump_json()) == cfg
+    with pytest.raises(ValueError):
+        BriefExperimentConfig(sigma_source="both")
+
+
+@pytest.mark.slow
+def test_brief_beta_tiny_real_run(smollm, tmp_path):
+    cfg = BriefExperimentConfig(model="smollm2-135m", users=2, betas=(0, 40), bootstrap=20)
+    r = bench_brief_beta(cfg, tmp_path, llm=smollm, progress=False)
+    b0, b40 = r["betas"]["beta=0"], r["betas"]["beta=40"]
+    assert b0["pct_positive_by_level"].keys() == b40["pct_positive_by_level"].keys()
+    assert (tmp_path / "beta.png").stat().st_size > 1000
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert set(saved["betas"]) == {"beta=0", "beta=40"}
+
+
+def test_ranking_metrics_match_ranx():
+    from ranx import Qrels, Run
+    from ranx import evaluate as rx
+
+    from recjudge.bench import ranking_metrics
+
+    g = np.random.default_rng(1)
+    qrels, run, ours = {}, {}, []
+    for q in range(25):
+        relevant = {f"i{j}" for j in g.choice(60, size=int(g.integers(1, 12)), replace=False)}
+        ranked = [f"i{j}" for j in g.permutation(60)[:20]]
+        qrels[f"q{q}"] = dict.fromkeys(relevant, 1)
+        run[f"q{q}"] = {item: 20.0 - r for r, item in enumerate(ranked)}
+        ours.append(ranking_metrics([int(i in relevant) for i in ranked], len(relevant)))
+    names = ["precision@10", "hit_rate@10", "ndcg@10", "map@10", "precision@20", "ndcg@20",
+             "map@20", "mrr"]
+    theirs = rx(Qrels(qrels), Run(run), names)
+    mine = {
+        "precision@10": "p@10", "hit_rate@10": "hit_rate@10", "ndcg@10": "ndcg@10",
+        "map@10": "map@10", "precision@20": "p@20", "ndcg@20": "ndcg@20", "map@20": "map@20",
+        "mrr": "mrr",
+    }
+    for rx_name, key in mine.items():
+        assert np.mean([o[key] for o in ours]) == pytest.approx(theirs[rx_name], abs=1e-9), rx_name
+
+
+def test_lift_and_gap_by_hand():
+    from recjudge.bench import gap, lift
+
+    assert lift(0.2, 0.3) == pytest.approx(50.0)
+    assert lift(0.0, 0.3) is None
+    online = {"a": {"m": 0.2}, "b": {"m": 0.3}, "c": {"m": 0.1}}
+    offline = {"a": {"m": 0.1}, "b": {"m": 0.2}, "c": {"m": 0.1}}
+    # pairs (a,b): offline +100, online +50 -> 50; (a,c): offline 0, online -50 -> 50
+    assert gap(offline, online, [("a", "b"), ("a", "c")]) == {"m": pytest.approx(50.0)}
+
+
+def test_exposure_is_popularity_biased_and_seeded():
+    from recjudge.bench._offline import exposure_mask
+
+    pop = {"hit": 1000, "niche": 10}
+    items = ["hit"] * 200 + ["niche"] * 200
+    m = exposure_mask(items, pop, 1.0, 0)
+    assert all(m[:200])  # (1000/1000)^1 = 1
+    assert sum(m[200:]) < 10  # ~1 %
+    assert m == exposure_mask(items, pop, 1.0, 0)
+    assert all(exposure_mask(items, pop, 0.0, 0))  # alpha 0: everything logged
