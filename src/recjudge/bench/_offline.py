@@ -35,7 +35,8 @@ def ranking_metrics(
     relevant items overall (for MAP's normaliser).
     P@k = hits@k / k; HitRate@k = 1[hits@k > 0]; nDCG@k = DCG@k / IDCG@k with
     DCG = sum rel_i / log2(i + 1) (Jarvelin & Kekalainen, 2002); MAP@k = sum_{i<=k} P@i rel_i /
-    n_relevant (the trec_eval / ranx convention); MRR = 1 / rank of the first relevant item in the list (0 if none).
+    n_relevant (the trec_eval / ranx convention); MRR = 1 / rank of the first relevant item
+    in the list (0 if none).
     """
     r = np.asarray(rel, dtype=float)
     out = {}
@@ -48,7 +49,7 @@ def ranking_metrics(
         out[f"p@{k}"] = float(hits / k)
         out[f"hit_rate@{k}"] = float(hits > 0)
         out[f"ndcg@{k}"] = float((top * disc).sum() / ideal) if ideal else 0.0
-        out[f"map@{k}"] = float((prec_at * top).sum() / min(n_relevant, k)) if n_relevant else 0.0
+        out[f"map@{k}"] = float((prec_at * top).sum() / n_relevant) if n_relevant else 0.0
     first = np.flatnonzero(r)
     out["mrr"] = float(1.0 / (first[0] + 1)) if len(first) else 0.0
     return out
