@@ -1,5 +1,6 @@
 """Reproducible experiments and performance benchmarks that write reports."""
 
+from recjudge.bench._augment import AugmentConfig, bench_brief_augment
 from recjudge.bench._brief import (
     BriefExperimentConfig,
     auc,
@@ -17,6 +18,8 @@ from recjudge.bench._report import environment, write_report
 from recjudge.bench._throughput import bench_throughput, matmul_flops
 
 __all__ = [
+    "AugmentConfig",
+    "bench_brief_augment",
     "BriefExperimentConfig",
     "OfflineConfig",
     "bench_brief_offline",

@@ -33,7 +33,8 @@ def ranking_metrics(
 
     ``rel[i]`` is 1 if the item at rank i+1 is relevant; ``n_relevant`` is the number of
     relevant items overall (for MAP's normaliser).
-    P@k = hits@k / k; HitRate@k = 1[hits@k > 0]; nDCG@k = DCG@k / IDCG@k with
+    P@k = hits@k / k; Recall@k = hits@k / n_relevant; HitRate@k = 1[hits@k > 0];
+    nDCG@k = DCG@k / IDCG@k with
     DCG = sum rel_i / log2(i + 1) (Jarvelin & Kekalainen, 2002); MAP@k = sum_{i<=k} P@i rel_i /
     n_relevant (the trec_eval / ranx convention); MRR = 1 / rank of the first relevant item
     in the list (0 if none).
@@ -47,6 +48,7 @@ def ranking_metrics(
         ideal = disc[: min(n_relevant, len(top))].sum() if len(top) else 0.0
         prec_at = np.cumsum(top) / np.arange(1, len(top) + 1)
         out[f"p@{k}"] = float(hits / k)
+        out[f"recall@{k}"] = float(hits / n_relevant) if n_relevant else 0.0
         out[f"hit_rate@{k}"] = float(hits > 0)
         out[f"ndcg@{k}"] = float((top * disc).sum() / ideal) if ideal else 0.0
         out[f"map@{k}"] = float((prec_at * top).sum() / n_relevant) if n_relevant else 0.0

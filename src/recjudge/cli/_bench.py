@@ -168,3 +168,39 @@ def bench_brief_offline_cmd(
         return
     for m, g in r["mean_gap"].items():
         typer.echo(f"{m:<22} mean gap {g}")
+
+
+@bench_app.command("brief-augment")
+def bench_brief_augment_cmd(
+    model: str = typer.Option("qwen2.5-coder-1.5b", "--model"),
+    data: str = typer.Option("ml-1m", "--data"),
+    users: int = typer.Option(30, "--users"),
+    candidates: int = typer.Option(8, "--candidates", help="N: top-N CF candidates per user."),
+    add: int = typer.Option(2, "--add", help="M: positives added per user by every method."),
+    retrain: str = typer.Option("als", "--retrain", help="Comma-separated: als, sasrec, bpr."),
+    seeds: int = typer.Option(3, "--seeds"),
+    seed: int = typer.Option(0, "--seed", help="User sampling seed."),
+    out: str = typer.Option(None, "--out", help="Default: reports/brief-augment/<data>-<model>."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """BRIEF Tables 4-5: retrain recommenders on data augmented by each labelling method."""
+    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.cli._app import emit
+
+    cfg = AugmentConfig(
+        model=model,
+        data=data,
+        users=users,
+        candidates=candidates,
+        add=add,
+        retrain=tuple(s.strip() for s in retrain.split(",")),
+        seeds=seeds,
+        seed=seed,
+    )
+    r = bench_brief_augment(cfg, out or f"reports/brief-augment/{data}-{model}")
+    if as_json:
+        emit(r["table"])
+        return
+    for rec, by_method in r["table"].items():
+        for m, v in by_method.items():
+            typer.echo(f"{rec:<8} {m:<14} Recall@10 {v['recall@10']['mean']:.4f}")
