@@ -219,3 +219,27 @@ def test_gist_end_to_end_two_real_users(smollm, tmp_path):
     # A rerun resumes from the store and changes nothing.
     again = run_gist(cfg, "ml-1m", tmp_path, llms=llms, progress=False)
     assert again["scores"] == r["scores"]
+
+
+def test_gist_score_cli_on_records(tmp_path):
+    recs = [
+        rec("u", "a", 1, True, 2, 4),
+        rec("u", "a", 1, False, 1, 2),
+        rec("u", "b", 2, True, 3, 3),
+    ]
+    path = tmp_path / "i.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    oracle = tmp_path / "o.json"
+    oracle.write_text(json.dumps({"oracle": {"u": [1, 2, 3]}}))
+    cmd = [sys.executable, "-m", "recjudge.cli._main", "gist", "score", "--interests", str(path)]
+    s = json.loads(
+        subprocess.run(
+            [*cmd, "--oracle", str(oracle), "--json"], capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert s["a"]["ig_p"] == pytest.approx(0.5)
+    assert s["a"]["ig_r"] == pytest.approx(0.5 / 3)
+    assert s["b"]["is"] == pytest.approx(1.0)
+    path.write_text('{"user_id": "u"}\nnot json\n')
+    bad = subprocess.run(cmd, capture_output=True, text=True)
+    assert bad.returncode == 2 and "line 2" in bad.stderr

@@ -78,20 +78,17 @@ def bench_brief_augment(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the augmentation experiment; write report.md, results.json and augment.png."""
-    from recjudge.bench._brief import _judge_all
+    from recjudge.bench._brief import (
+        calibrated_cf,
+        candidate_requests,
+        judge_per_user,
+        judges_for,
+    )
     from recjudge.bench._offline import ranking_metrics
     from recjudge.bench._report import write_report
     from recjudge.cf_models import MODELS, TrainOptions
-    from recjudge.cf_models._eval import calibration_pairs
-    from recjudge.data import (
-        item_title,
-        leave_one_out,
-        load_dataset,
-        render_item,
-        sample_users,
-        timeline_split,
-    )
-    from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, ResultsStore
+    from recjudge.data import load_dataset, sample_users, timeline_split
+    from recjudge.reward import ResultsStore
 
     unknown = set(config.methods) - set(METHODS)
     if unknown:
@@ -111,13 +108,9 @@ def bench_brief_augment(
     items = ds.items["item_id"].astype(str).tolist()
     popularity = past["item_id"].astype(str).value_counts()
     # candidate generator and sigma source: CF on positive past interactions
-    pos = past[past["rating"] >= config.positive_rating]
-    split = leave_one_out(pos)
-    cls = MODELS.get(config.cf)
-    cf = cls(cls.Config())
-    cf.train(split.train, TrainOptions(seed=config.seed, progress=False), items=items)
-    hs, cs, us = calibration_pairs(split.train, split.valid, cf.items, config.seed)
-    cf.calibrate(hs, cs, us)
+    cf = calibrated_cf(
+        config.cf, past[past["rating"] >= config.positive_rating], items, config.seed
+    )
     hist = {u: past_by[u]["item_id"].astype(str).tolist() for u in users}
     cands = {u: cf.recommend(hist[u], config.candidates) for u in users}
     scores: dict[str, dict[tuple[str, str], float]] = {}
@@ -130,36 +123,9 @@ def bench_brief_augment(
         from recjudge.llm import load_llm
 
         llm = llm or load_llm(config.model)
-        rows = ds.items.set_index(ds.items["item_id"].astype(str)).to_dict("index")
-        text = {i: render_item(r, ds.domain) for i, r in rows.items()}
-        titles = {i: item_title(r) for i, r in rows.items()}
-        reqs = []
-        for u in users:
-            h = past_by[u].tail(config.history_items)
-            history = [
-                HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
-                for i, r in zip(h["item_id"], h["rating"], strict=True)
-            ]
-            reqs += [
-                JudgeRequest(u, history, i, text[i], titles[i], domain=ds.domain) for i in cands[u]
-            ]
-        judges = {
-            m: Judge(
-                JudgeConfig(
-                    model=config.model,
-                    mode=m,
-                    beta=config.beta,
-                    need_evidence=False,
-                    max_history=config.history_items,
-                    decode_rows=config.decode_rows,
-                ),
-                llm=llm,
-                cf=cf,
-            )
-            for m in llm_methods
-        }
+        reqs = candidate_requests(ds, past_by, cands, config.history_items)
         with ResultsStore(out / "store.sqlite") as store:
-            res = _judge_all(config, reqs, judges, store, progress)  # type: ignore[arg-type]
+            res = judge_per_user(reqs, judges_for(config, llm, cf, llm_methods), store, progress)
         for m, js in res.items():
             scores[m] = {
                 (r.user_id, r.candidate_id): j.p_yes for r, j in zip(reqs, js, strict=True)

@@ -143,10 +143,65 @@ def auc_ci(
 
 
 # -- preparation --------------------------------------------------------------------------------
+def calibrated_cf(name: str, interactions: Any, items: Sequence[str], seed: int) -> Any:
+    """CF model ``name`` trained on the leave-one-out train part of ``interactions``, its
+    sigma scale calibrated on the held-out validation items (and random unseen items)."""
+    from recjudge.cf_models import MODELS, TrainOptions
+    from recjudge.cf_models._eval import calibration_pairs
+    from recjudge.data import leave_one_out
+
+    split = leave_one_out(interactions)
+    cls = MODELS.get(name)
+    model = cls(cls.Config())
+    model.train(split.train, TrainOptions(seed=seed, progress=False), items=list(items))
+    hs, cs, us = calibration_pairs(split.train, split.valid, model.items, seed)
+    model.calibrate(hs, cs, us)
+    return model
+
+
+def item_texts(ds: Any) -> tuple[dict[str, str], dict[str, str]]:
+    """(prompt text, citable title) per item id."""
+    from recjudge.data import item_title, render_item
+
+    rows = ds.items.set_index(ds.items["item_id"].astype(str)).to_dict("index")
+    return (
+        {i: render_item(r, ds.domain) for i, r in rows.items()},
+        {i: item_title(r) for i, r in rows.items()},
+    )
+
+
+def history_of(rows: Any, text: Mapping[str, str], titles: Mapping[str, str]) -> list[Any]:
+    """HistoryItems of interaction rows (ratings of 0, i.e. implicit, are not shown)."""
+    from recjudge.reward import HistoryItem
+
+    return [
+        HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
+        for i, r in zip(rows["item_id"], rows["rating"], strict=True)
+    ]
+
+
+def candidate_requests(
+    ds: Any,
+    past_by: Mapping[str, Any],
+    candidates: Mapping[str, Sequence[str]],
+    history_items: int,
+) -> list[Any]:
+    """One JudgeRequest per (user, candidate), the history being the user's most recent
+    ``history_items`` past interactions."""
+    from recjudge.reward import JudgeRequest
+
+    text, titles = item_texts(ds)
+    reqs = []
+    for u, cands in candidates.items():
+        history = history_of(past_by[u].tail(history_items), text, titles)
+        reqs += [JudgeRequest(u, history, i, text[i], titles[i], domain=ds.domain) for i in cands]
+    return reqs
+
+
 def _requests(config: BriefExperimentConfig, ds: Any) -> tuple[list[Any], dict[str, Any]]:
     """Held-out rating pairs and relevance pairs for the sampled users, as JudgeRequests."""
-    from recjudge.data import item_title, render_item, sample_users, timeline_split
-    from recjudge.reward import HistoryItem, JudgeRequest
+    from recjudge.data import sample_users, timeline_split
+    from recjudge.reward import JudgeRequest
 
     inter = ds.interactions
     explicit = inter[inter["rating"] > 0] if ds.name.startswith("bookcrossing") else inter
@@ -159,9 +214,7 @@ def _requests(config: BriefExperimentConfig, ds: Any) -> tuple[list[Any], dict[s
         str(u) for u in n_fut.index if n_fut[u] >= 3 and n_past.get(u, 0) >= config.min_past
     )
     users = sample_users(eligible, config.users, config.seed)
-    items = ds.items.set_index(ds.items["item_id"].astype(str))
-    text = {i: render_item(r, ds.domain) for i, r in items.to_dict("index").items()}
-    titles = {i: item_title(r) for i, r in items.to_dict("index").items()}
+    text, titles = item_texts(ds)
     all_items = sorted(text)
     past_by = {str(u): g for u, g in past.groupby("user_id", observed=True)}
     fut_by = {str(u): g for u, g in future.groupby("user_id", observed=True)}
@@ -170,11 +223,7 @@ def _requests(config: BriefExperimentConfig, ds: Any) -> tuple[list[Any], dict[s
     }
     reqs, by_level = [], {}
     for u in users:
-        h = past_by[u].tail(config.history_items)
-        history = [
-            HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
-            for i, r in zip(h["item_id"], h["rating"], strict=True)
-        ]
+        history = history_of(past_by[u].tail(config.history_items), text, titles)
 
         def req(item: str, meta: dict[str, Any], u: str = u, history: list = history) -> Any:
             return JudgeRequest(
@@ -234,23 +283,20 @@ def _train_sigma_models(
 ) -> dict[str, dict[str, Any]]:
     """Per source (all / positive): the CF model and its item-item companion, trained on the
     earlier activity, sigma calibrated on its own leave-one-out validation items."""
-    from recjudge.cf_models import MODELS, ItemItemSimilarity, TrainOptions
+    from recjudge.cf_models import ItemItemSimilarity
     from recjudge.cf_models._eval import calibration_pairs
     from recjudge.data import leave_one_out
 
     scale_max = float(ds.interactions["rating"].max())
     pos = config.positive_rating or (4.0 if scale_max <= 5 else 8.0)
     out = {}
+    items = ds.items["item_id"].astype(str).tolist()
     for source, min_rating in (("all", None), ("positive", pos)):
         df = past if min_rating is None else past[past["rating"] >= min_rating]
-        split = leave_one_out(df)
-        cls = MODELS.get(config.cf)
-        model = cls(cls.Config())
-        items = ds.items["item_id"].astype(str).tolist()
-        model.train(split.train, TrainOptions(seed=config.seed, progress=False), items=items)
+        model = calibrated_cf(config.cf, df, items, config.seed)
         model.train_info["source"] = source
+        split = leave_one_out(df)
         hs, cs, us = calibration_pairs(split.train, split.valid, model.items, config.seed)
-        model.calibrate(hs, cs, us)
         ii = ItemItemSimilarity.from_model(model)
         ii.train_info["source"] = source
         ii.calibrate(hs, cs, us)
@@ -258,12 +304,8 @@ def _train_sigma_models(
     return out
 
 
-def _judge_all(
-    config: BriefExperimentConfig,
-    reqs: Sequence[Any],
-    judges: Mapping[str, Any],
-    store: Any,
-    progress: bool,
+def judge_per_user(
+    reqs: Sequence[Any], judges: Mapping[str, Any], store: Any, progress: bool
 ) -> dict[str, list[Any]]:
     """Every judge on every request, one user at a time so judges share the user's prefix."""
     users: dict[str, list[int]] = {}
@@ -286,13 +328,17 @@ def _judge_all(
     return out
 
 
-def _make_judges(
-    config: BriefExperimentConfig, llm: Any, cf: Mapping[str, Any], settings: Sequence[tuple]
+def judges_for(
+    config: Any, llm: Any, cf: Any, settings: Sequence[str | tuple[str, str, Any, float]]
 ) -> dict[str, Any]:
+    """Reward read-out judges on ``config.model``: a mode name (beta ``config.beta``, sigma
+    from ``cf``), or ``(name, mode, CF model, beta)``. ``config`` needs ``model``, ``beta``,
+    ``history_items`` and ``decode_rows``."""
     from recjudge.reward import Judge, JudgeConfig
 
     judges = {}
-    for name, mode, source, beta in settings:
+    for s in settings:
+        name, mode, model, beta = (s, s, cf, config.beta) if isinstance(s, str) else s
         jc = JudgeConfig(
             model=config.model,
             mode=mode,
@@ -301,11 +347,17 @@ def _make_judges(
             max_history=config.history_items,
             decode_rows=config.decode_rows,
         )
-        model = None
-        if mode in CF_MODES:
-            model = cf[source]["item-item" if mode == "item-item" else "cf"]
-        judges[name] = Judge(jc, llm=llm, cf=model)
+        judges[name] = Judge(jc, llm=llm, cf=model if mode in CF_MODES else None)
     return judges
+
+
+def _settings(cf: Mapping[str, Any], named: Sequence[tuple[str, str, str, float]]) -> list[tuple]:
+    """(name, mode, source, beta) -> (name, mode, CF model of that source, beta)."""
+    out = []
+    for name, mode, source, beta in named:
+        model = cf[source]["item-item" if mode == "item-item" else "cf"] if source in cf else None
+        out.append((name, mode, model, beta))
+    return out
 
 
 def _analyse(
@@ -361,9 +413,9 @@ def bench_brief_ratings(
         for source in ("all", "positive") if mode in CF_MODES else ("-",):
             name = mode if source == "-" else f"{mode} [cf:{source}]"
             settings.append((name, mode, source, config.beta))
-    judges = _make_judges(config, llm, cf, settings)
+    judges = judges_for(config, llm, None, _settings(cf, settings))
     with ResultsStore(out / "store.sqlite") as store:
-        results = _judge_all(config, reqs, judges, store, progress)
+        results = judge_per_user(reqs, judges, store, progress)
     analysis = _analyse(reqs, results, config)
     res = {
         "config": config.model_dump(),
@@ -427,9 +479,9 @@ def bench_brief_beta(
     cf = _train_sigma_models(config, ds, info.pop("past"))
     llm = llm or load_llm(config.model)
     settings = [(f"beta={b:g}", "brief", config.sigma_source, float(b)) for b in config.betas]
-    judges = _make_judges(config, llm, cf, settings)
+    judges = judges_for(config, llm, None, _settings(cf, settings))
     with ResultsStore(out / "store.sqlite") as store:
-        results = _judge_all(config, reqs, judges, store, progress)
+        results = judge_per_user(reqs, judges, store, progress)
     analysis = _analyse(reqs, results, config)
     res = {
         "config": config.model_dump(),

@@ -135,19 +135,17 @@ def bench_brief_offline(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the simulation; write report.md, results.json and gap.png under ``out``."""
+    from recjudge.bench._brief import (
+        calibrated_cf,
+        candidate_requests,
+        judge_per_user,
+        judges_for,
+    )
     from recjudge.bench._report import write_report
     from recjudge.cf_models import MODELS, TrainOptions
-    from recjudge.cf_models._eval import calibration_pairs
-    from recjudge.data import (
-        item_title,
-        leave_one_out,
-        load_dataset,
-        render_item,
-        sample_users,
-        timeline_split,
-    )
+    from recjudge.data import load_dataset, sample_users, timeline_split
     from recjudge.llm import load_llm
-    from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, ResultsStore
+    from recjudge.reward import ResultsStore
 
     t0 = time.time()
     out = Path(out)
@@ -191,12 +189,7 @@ def bench_brief_offline(
     pos_past = (
         past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
     )
-    split = leave_one_out(pos_past)
-    cls = MODELS.get(config.cf)
-    cf = cls(cls.Config())
-    cf.train(split.train, TrainOptions(seed=config.seed, progress=False), items=items)
-    hs, cs, us = calibration_pairs(split.train, split.valid, cf.items, config.seed)
-    cf.calibrate(hs, cs, us)
+    cf = calibrated_cf(config.cf, pos_past, items, config.seed)
     # what each imputer must label: top-k items without logged feedback
     to_label = {
         u: sorted({i for s in lists.values() for i in s[u] if i not in set(logged[u])})
@@ -207,40 +200,12 @@ def bench_brief_offline(
         hist = past_by[u]["item_id"].astype(str).tolist()
         for i in to_label[u]:
             imputed["cf"][(u, i)] = cf.sigma(hist, i, u) > 0
-    rows = ds.items.set_index(ds.items["item_id"].astype(str)).to_dict("index")
-    text = {i: render_item(r, ds.domain) for i, r in rows.items()}
-    titles = {i: item_title(r) for i, r in rows.items()}
-    reqs = []
-    for u in users:
-        h = past_by[u].tail(config.history_items)
-        history = [
-            HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
-            for i, r in zip(h["item_id"], h["rating"], strict=True)
-        ]
-        reqs += [
-            JudgeRequest(u, history, i, text[i], titles[i], domain=ds.domain) for i in to_label[u]
-        ]
+    reqs = candidate_requests(ds, past_by, to_label, config.history_items)
     if config.judges:
         llm = llm or load_llm(config.model)
-        judges = {
-            m: Judge(
-                JudgeConfig(
-                    model=config.model,
-                    mode=m,
-                    beta=config.beta,
-                    need_evidence=False,
-                    max_history=config.history_items,
-                    decode_rows=config.decode_rows,
-                ),
-                llm=llm,
-                cf=cf,
-            )
-            for m in config.judges
-        }
-        from recjudge.bench._brief import _judge_all
-
+        judges = judges_for(config, llm, cf, config.judges)
         with ResultsStore(out / "store.sqlite") as store:
-            res = _judge_all(config, reqs, judges, store, progress)  # type: ignore[arg-type]
+            res = judge_per_user(reqs, judges, store, progress)
         for m, js in res.items():
             imputed[f"judge:{m}"] = {
                 (r.user_id, r.candidate_id): j.is_relevant for r, j in zip(reqs, js, strict=True)
