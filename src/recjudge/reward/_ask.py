@@ -26,6 +26,22 @@ def _lead_ids(llm: Any, grammar: Any, row: int) -> list[int]:
     return llm.encode(forced[: cut + 1]) if cut >= 0 else []
 
 
+def _callbacks(grammar: Any, proc: Any) -> tuple[Any, Any]:
+    """The engine's per-step hook (grammar mask, then bias) and per-token hook."""
+
+    def step(scores, rows):
+        grammar.mask(scores, rows)
+        if proc is not None:
+            proc.apply(scores, rows)
+
+    def accept(row, tok):
+        grammar.accept(row, tok)
+        if proc is not None:
+            proc.accept(row, tok)
+
+    return step, accept
+
+
 def _accept_lead(llm: Any, grammar: Any, proc: Any, rows: int) -> list[list[int]]:
     leads = []
     for row in range(rows):
@@ -80,16 +96,7 @@ def ask(
         leads = _accept_lead(llm, grammar, proc, n)
         ids = [i + lead for i, lead in zip(ids, leads, strict=True)]
 
-    def step(scores, rows):
-        grammar.mask(scores, rows)
-        if proc is not None:
-            proc.apply(scores, rows)
-
-    def accept(row, tok):
-        grammar.accept(row, tok)
-        if proc is not None:
-            proc.accept(row, tok)
-
+    step, accept = _callbacks(grammar, proc)
     tokens = constrained_decode(
         llm,
         ids,
@@ -147,16 +154,7 @@ def ask_shared(
         leads = _accept_lead(llm, grammar, proc, n)
         suffixes = [s + lead for s, lead in zip(suffixes, leads, strict=True)]
 
-    def step(scores, rows):
-        grammar.mask(scores, rows)
-        if proc is not None:
-            proc.apply(scores, rows)
-
-    def accept(row, tok):
-        grammar.accept(row, tok)
-        if proc is not None:
-            proc.accept(row, tok)
-
+    step, accept = _callbacks(grammar, proc)
     tokens = shared_prefix_decode(
         llm,
         prefix,
