@@ -87,13 +87,30 @@ def test_ranking_metrics_match_ranx():
         qrels[f"q{q}"] = dict.fromkeys(relevant, 1)
         run[f"q{q}"] = {item: 20.0 - r for r, item in enumerate(ranked)}
         ours.append(ranking_metrics([int(i in relevant) for i in ranked], len(relevant)))
-    names = ["precision@10", "hit_rate@10", "ndcg@10", "map@10", "precision@20", "ndcg@20",
-             "map@20", "mrr", "recall@10", "recall@20"]
+    names = [
+        "precision@10",
+        "hit_rate@10",
+        "ndcg@10",
+        "map@10",
+        "precision@20",
+        "ndcg@20",
+        "map@20",
+        "mrr",
+        "recall@10",
+        "recall@20",
+    ]
     theirs = rx(Qrels(qrels), Run(run), names)
     mine = {
-        "precision@10": "p@10", "hit_rate@10": "hit_rate@10", "ndcg@10": "ndcg@10",
-        "map@10": "map@10", "precision@20": "p@20", "ndcg@20": "ndcg@20", "map@20": "map@20",
-        "mrr": "mrr", "recall@10": "recall@10", "recall@20": "recall@20",
+        "precision@10": "p@10",
+        "hit_rate@10": "hit_rate@10",
+        "ndcg@10": "ndcg@10",
+        "map@10": "map@10",
+        "precision@20": "p@20",
+        "ndcg@20": "ndcg@20",
+        "map@20": "map@20",
+        "mrr": "mrr",
+        "recall@10": "recall@10",
+        "recall@20": "recall@20",
     }
     for rx_name, key in mine.items():
         assert np.mean([o[key] for o in ours]) == pytest.approx(theirs[rx_name], abs=1e-9), rx_name

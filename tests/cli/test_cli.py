@@ -91,3 +91,29 @@ def test_demo_main_job_runs():
     assert "BRIEF judgments on ML-1M" in r.stdout
     assert "held-out" in r.stdout and "random" in r.stdout
     assert "YES rate: held-out" in r.stdout
+
+
+def test_evaluator_and_experiment_commands_are_wired():
+    top = run("--help").stdout
+    for cmd in ("gist", "usersum", "arena", "bench"):
+        assert cmd in top
+    bench = run("bench", "--help").stdout
+    for cmd in ("brief-ratings", "brief-beta", "brief-augment", "brief-offline"):
+        assert cmd in bench
+
+
+def test_unknown_judge_model_in_gist_run_is_a_clear_error(tmp_path):
+    r = run(
+        "gist",
+        "run",
+        "--data",
+        "ml-100k",
+        "--models",
+        "smolm2-135m",
+        "--users",
+        "1",
+        "--out",
+        str(tmp_path),
+        check=False,
+    )
+    assert r.returncode == 2 and "smollm2-135m" in r.stderr
