@@ -521,9 +521,12 @@ def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimen
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9, 5))
-    for name, a in analysis.items():
+    n = len(analysis)
+    for k, (name, a) in enumerate(analysis.items()):
         t = a["pct_positive_by_level"]
-        ax.plot(list(t), list(t.values()), marker="o", label=name)
+        dx = (k - (n - 1) / 2) * 0.025  # small offsets so identical lines stay visible
+        style = "-" if k < 10 else "--"
+        ax.plot([x + dx for x in t], list(t.values()), style, marker="o", ms=4, label=name)
     ax.set_xlabel("rating level")
     ax.set_ylabel("% positive rewards")
     ax.set_xticks([1, 2, 3, 4, 5])
