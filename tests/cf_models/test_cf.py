@@ -262,3 +262,24 @@ def test_itemknn_refuses_huge_catalogues_with_advice():
     items = [f"i{j}" for j in range(ItemKNN.MAX_ITEMS + 1)]
     with pytest.raises(ValueError, match="kcore"):
         ItemKNN().train(df, OPTS, items=items)
+
+
+def test_item_item_candidate_scores_equal_full_rows():
+    from recjudge.cf_models import ItemItemSimilarity
+    from recjudge.cf_models._base import CFModel
+
+    g = np.random.default_rng(0)
+
+    class Base:
+        name = "base"
+        items = [f"i{k}" for k in range(30)]
+        item_index = {f"i{k}": k for k in range(30)}
+
+        def item_embeddings(self):
+            return g.normal(size=(30, 4))
+
+    ii = ItemItemSimilarity.from_model(Base())
+    hist, cands = ["i1", "i5", "i7", "i9"], ["i0", "i5", "i29", "unknown"]
+    fast, full = ii.score(hist, cands), CFModel.score(ii, hist, cands)
+    assert np.allclose(fast[:3], full[:3]) and np.isnan(fast[3]) and np.isnan(full[3])
+    assert np.all(ii.score([], cands)[:3] == 0.0)

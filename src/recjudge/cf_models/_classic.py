@@ -258,6 +258,24 @@ class ItemItemSimilarity(CFModel):
         top = -np.partition(-sims, k - 1, axis=1)[:, :k] if k < sims.shape[1] else sims
         return top.mean(1)
 
+    def score(self, history, candidates, user_id=None):
+        """Only the candidates' rows of ``score_history`` (the same values; a full row over a
+        large catalogue per (history, candidate) pair made sigma and calibration slow)."""
+        idx = self.encode(history)
+        out = np.full(len(candidates), np.nan)
+        known = [k for k, c in enumerate(candidates) if c in self.item_index]
+        if not known:
+            return out
+        if not idx:
+            out[known] = 0.0
+            return out
+        rows = [self.item_index[candidates[k]] for k in known]
+        sims = self.emb[rows] @ self.emb[idx].T
+        kk = min(self.config.top_k, sims.shape[1])
+        top = -np.partition(-sims, kk - 1, axis=1)[:, :kk] if kk < sims.shape[1] else sims
+        out[known] = top.mean(1)
+        return out
+
     def _tensors(self):
         return {"emb": self.emb}
 
