@@ -388,6 +388,31 @@ def _fmt(v: Any, nd: int = 3) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+def _run(
+    config: BriefExperimentConfig,
+    out: Path,
+    llm: Any,
+    progress: bool,
+    named: Any,
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """Shared by the ratings and beta experiments: build the held-out requests, train the
+    sigma models, judge every request under each ``(name, mode, source, beta)`` setting
+    (through ``out/store.sqlite``) and analyse. Returns (info, cf models, analysis)."""
+    from recjudge.data import load_dataset
+    from recjudge.llm import load_llm
+    from recjudge.reward import ResultsStore
+
+    out.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset(config.data)
+    reqs, info = _requests(config, ds)
+    cf = _train_sigma_models(config, ds, info.pop("past"))
+    llm = llm or load_llm(config.model)
+    judges = judges_for(config, llm, None, _settings(cf, named))
+    with ResultsStore(out / "store.sqlite") as store:
+        results = judge_per_user(reqs, judges, store, progress)
+    return info, cf, _analyse(reqs, results, config)
+
+
 def bench_brief_ratings(
     config: BriefExperimentConfig,
     out: str | Path = "reports/brief-ratings",
@@ -397,26 +422,15 @@ def bench_brief_ratings(
     """BRIEF Table 6 on held-out ratings, plus the relevance AUC, for every mode and both CF
     sources; writes report.md, results.json and ratings.png under ``out``."""
     from recjudge.bench._report import write_report
-    from recjudge.data import load_dataset
-    from recjudge.llm import load_llm
-    from recjudge.reward import ResultsStore
 
     t0 = time.time()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset(config.data)
-    reqs, info = _requests(config, ds)
-    cf = _train_sigma_models(config, ds, info.pop("past"))
-    llm = llm or load_llm(config.model)
     settings = []
     for mode in ALL_MODES:
         for source in ("all", "positive") if mode in CF_MODES else ("-",):
             name = mode if source == "-" else f"{mode} [cf:{source}]"
             settings.append((name, mode, source, config.beta))
-    judges = judges_for(config, llm, None, _settings(cf, settings))
-    with ResultsStore(out / "store.sqlite") as store:
-        results = judge_per_user(reqs, judges, store, progress)
-    analysis = _analyse(reqs, results, config)
+    info, cf, analysis = _run(config, out, llm, progress, settings)
     res = {
         "config": config.model_dump(),
         **info,
@@ -467,27 +481,16 @@ def bench_brief_beta(
 ) -> dict[str, Any]:
     """BRIEF Figure 3: Spearman (and relevance AUC) against beta for the brief judge."""
     from recjudge.bench._report import write_report
-    from recjudge.data import load_dataset
-    from recjudge.llm import load_llm
-    from recjudge.reward import ResultsStore
 
     t0 = time.time()
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset(config.data)
-    reqs, info = _requests(config, ds)
-    cf = _train_sigma_models(config, ds, info.pop("past"))
-    llm = llm or load_llm(config.model)
     settings = [(f"beta={b:g}", "brief", config.sigma_source, float(b)) for b in config.betas]
-    judges = judges_for(config, llm, None, _settings(cf, settings))
-    with ResultsStore(out / "store.sqlite") as store:
-        results = judge_per_user(reqs, judges, store, progress)
-    analysis = _analyse(reqs, results, config)
+    info, _, analysis = _run(config, out, llm, progress, settings)
     res = {
         "config": config.model_dump(),
         **info,
         "wall_seconds": round(time.time() - t0, 1),
-        "betas": {name: a for name, a in analysis.items()},
+        "betas": dict(analysis),
     }
     _plot_beta(config, analysis, out / "beta.png")
     lines = [

@@ -213,10 +213,9 @@ class UserSumConfig(BaseModel):
 
 # -- prompts ------------------------------------------------------------------------------------
 def _activity_lines(acts: Sequence[Mapping[str, Any]]) -> list[str]:
+    # ratings are floats from the dataset; NaN (no rating) is the only value unequal to itself
     return [
-        f"- {a['text']} (rated {a['rating']:g})"
-        if a.get("rating") == a.get("rating") and a.get("rating") is not None
-        else f"- {a['text']}"
+        f"- {a['text']} (rated {a['rating']:g})" if a["rating"] == a["rating"] else f"- {a['text']}"
         for a in acts
     ]
 
