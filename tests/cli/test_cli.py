@@ -117,3 +117,46 @@ def test_unknown_judge_model_in_gist_run_is_a_clear_error(tmp_path):
         check=False,
     )
     assert r.returncode == 2 and "smollm2-135m" in r.stderr
+
+
+def test_serve_dry_run_registers_the_processor_for_the_runner():
+    out = run(
+        "serve",
+        "--model",
+        "smollm2-135m",
+        "--dry-run",
+        "--runner",
+        "v1",
+        "--port",
+        "9001",
+        "--tensor-parallel-size",
+        "2",
+    ).stdout
+    assert "VLLM_USE_V2_MODEL_RUNNER=0" in out
+    assert "--logits-processors recjudge.decoding.vllm:BranchBiasV1" in out
+    assert '--structured-outputs-config {"backend": "xgrammar"}' in out
+    assert "--port 9001" in out and out.rstrip().endswith("--tensor-parallel-size 2")
+    out2 = run("serve", "--dry-run", "--runner", "v2").stdout
+    assert "VLLM_USE_V2_MODEL_RUNNER=1" in out2 and "BranchBiasV2" in out2
+    bad = run("serve", "--dry-run", "--speculative-config", "{}", check=False)
+    assert bad.returncode == 2 and "speculative decoding" in bad.stderr
+
+
+def test_judge_against_an_unreachable_server_says_what_to_do():
+    r = run(
+        "judge",
+        "--data",
+        "ml-100k",
+        "--user",
+        "1",
+        "--candidate",
+        "1",
+        "--mode",
+        "no-behavior",
+        "--server",
+        "http://127.0.0.1:9/v1",
+        check=False,
+    )
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "cannot reach http://127.0.0.1:9/v1/completions" in r.stderr
+    assert "recjudge serve" in r.stderr

@@ -149,7 +149,16 @@ def data_export(
 
 def _register_extensions() -> None:
     """Import sibling command modules so they attach to ``app``."""
-    from recjudge.cli import _arena, _bench, _cf, _demo, _gist, _judge, _usersum  # noqa: F401
+    from recjudge.cli import (  # noqa: F401
+        _arena,
+        _bench,
+        _cf,
+        _demo,
+        _gist,
+        _judge,
+        _serve,
+        _usersum,
+    )
 
 
 def main() -> None:

@@ -21,9 +21,11 @@ def build_judge(
     seed: int = 0,
     batch_size: int = 8,
     max_evidence: int = 5,
+    backend: str = "transformers",
+    server: str | None = None,
 ):
     from recjudge.cf_models import load_model
-    from recjudge.llm import SamplingConfig
+    from recjudge.llm import LLMConfig, SamplingConfig, load_llm
     from recjudge.reward import JUDGES, Judge, JudgeConfig
 
     JUDGES.get(mode)
@@ -38,6 +40,11 @@ def build_judge(
         batch_size=batch_size,
         max_evidence=max_evidence,
     )
+    llm = None
+    if backend != "transformers" or server:
+        if server and backend == "transformers":
+            backend = "openai-compatible"
+        llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
     cf_model = load_model(cf) if cf else None
     if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
         from recjudge.cf_models import item_item_for
@@ -50,7 +57,7 @@ def build_judge(
             f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "
             "use --mode no-behavior / zero-shot"
         )
-    return Judge(config, cf=cf_model)
+    return Judge(config, llm=llm, cf=cf_model)
 
 
 @app.command("judge")
@@ -74,13 +81,33 @@ def judge_cmd(
     ),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(8, "--batch-size"),
+    backend: str = typer.Option(
+        "transformers", "--backend", help="transformers | vllm | openai-compatible."
+    ),
+    server: str = typer.Option(
+        None,
+        "--server",
+        help="URL of a `recjudge serve` server, e.g. http://127.0.0.1:8000/v1 "
+        "(implies --backend openai-compatible; API key from $RECJUDGE_API_KEY).",
+    ),
 ) -> None:
     """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
     from recjudge.data import load_dataset
     from recjudge.reward import ResultsStore, request_for
 
     try:
-        judge = build_judge(model, mode, cf, beta, not no_evidence, samples, seed, batch_size)
+        judge = build_judge(
+            model,
+            mode,
+            cf,
+            beta,
+            not no_evidence,
+            samples,
+            seed,
+            batch_size,
+            backend=backend,
+            server=server,
+        )
         ds = load_dataset(data)
         if pairs is None:
             if user is None or candidate is None:
@@ -117,5 +144,5 @@ def judge_cmd(
         tmp.replace(out)
         yes = sum(r.is_relevant for r in results)
         typer.echo(f"{len(results)} judgments ({yes} YES) -> {out} (store {store_path})")
-    except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
+    except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
         fail(str(e).strip("'\""))

