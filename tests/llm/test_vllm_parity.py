@@ -191,3 +191,91 @@ def test_speculative_decoding_is_refused():
             ),
             reuse=False,
         )
+
+
+def _fake_vllm_config(hf):
+    from types import SimpleNamespace
+
+    from recjudge.llm import resolve_model_path
+
+    mc = SimpleNamespace(
+        tokenizer=str(resolve_model_path("smollm2-135m")),
+        tokenizer_revision=None,
+        trust_remote_code=False,
+        get_vocab_size=lambda: hf.vocab_size,
+    )
+    return SimpleNamespace(model_config=mc, speculative_config=None)
+
+
+def test_v2_processor_matches_v1_on_the_same_rows():
+    """Model Runner V2 cannot run on this CPU (no Triton CPU backend), so its processor is
+    driven here with the runner's state layout (slot-indexed token buffer, row -> slot map)
+    and checked against the V1 adapter on identical logits."""
+    from types import SimpleNamespace
+
+    import numpy as np
+    import torch
+
+    from recjudge.decoding import EvidenceFirst
+    from recjudge.decoding._remote import BiasPayload
+    from recjudge.decoding.vllm import SPEC_DECODE_ERROR, BranchBiasV1, BranchBiasV2
+
+    hf = load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
+    cfg = _fake_vllm_config(hf)
+    lead = hf.encode('{"evidence')
+    prompt = hf.encode("Judge this.") + lead
+    schema = EvidenceFirst(["Heat (1995)", "Fargo (1996)"], 2)
+    params = [
+        SimpleNamespace(extra_args={"recjudge": BiasPayload.build(schema, lead, s, 25.0).encode()})
+        for s in (0.9, -0.7)
+    ] + [SimpleNamespace(extra_args=None)]
+    width = hf.vocab_size
+    slots, max_len = 3, 64
+    all_ids = torch.zeros(slots, max_len, dtype=torch.long)
+    for s in range(slots):
+        all_ids[s, : len(prompt)] = torch.tensor(prompt)
+    rs = SimpleNamespace(
+        prompt_len=SimpleNamespace(np=np.full(slots, len(prompt))),
+        total_len=SimpleNamespace(gpu=torch.full((slots,), len(prompt))),
+        all_token_ids=SimpleNamespace(gpu=all_ids),
+    )
+    v2 = BranchBiasV2(cfg, rs)
+    assert [v2.add_request(i, p) for i, p in enumerate(params)] == [True, True, False]
+    v1 = BranchBiasV1(cfg, torch.device("cpu"), False)
+    fns = [v1.new_req_logits_processor(p) for p in params]
+    assert fns[2] is None
+    # generated so far: '": ' -> the next token decides between [] and ["...
+    import xgrammar as xgr
+
+    from recjudge.decoding import compile_schema
+    from recjudge.decoding._remote import _allowed
+
+    out = hf.encode('": ')
+    compiled = compile_schema(schema, hf.tokenizer, width)
+    m = xgr.GrammarMatcher(compiled.grammar)
+    for t in lead + out:
+        assert m.accept_token(t)
+    allowed = _allowed(m, width)
+    assert len(allowed) >= 2
+    for s in range(slots):
+        all_ids[s, len(prompt) : len(prompt) + len(out)] = torch.tensor(out)
+    rs.total_len.gpu[:] = len(prompt) + len(out)
+    g = torch.Generator().manual_seed(1)
+    logits = torch.full((slots, width), float("-inf"))
+    logits[:, allowed] = torch.randn(slots, len(allowed), generator=g)
+    order = [2, 0, 1]  # rows are reordered every step in MRV2
+    ctx = SimpleNamespace(expanded_idx_mapping=torch.tensor(order), idx_mapping_np=np.array(order))
+    out2 = v2.apply(logits[order].clone(), ctx)
+    for row, slot in enumerate(order):
+        ref = logits[slot].clone()
+        if fns[slot] is not None:
+            ref = fns[slot](list(out), ref)
+        assert torch.equal(out2[row], ref), slot
+    assert not torch.equal(out2[1], logits[0])  # the bias changed a biased row
+    assert torch.equal(out2[0], logits[2])  # and left the request without a payload alone
+    spec_ctx = SimpleNamespace(
+        expanded_idx_mapping=torch.tensor([0, 0, 1]), idx_mapping_np=np.array([0, 1])
+    )
+    with pytest.raises(RuntimeError, match="speculative decoding"):
+        v2.apply(logits.clone(), spec_ctx)
+    assert "speculative" in SPEC_DECODE_ERROR

@@ -180,6 +180,7 @@ def bench_brief_augment_cmd(
     retrain: str = typer.Option("als", "--retrain", help="Comma-separated: als, sasrec, bpr."),
     seeds: int = typer.Option(3, "--seeds"),
     seed: int = typer.Option(0, "--seed", help="User sampling seed."),
+    sasrec_epochs: int = typer.Option(30, "--sasrec-epochs", help="Epochs per SASRec retrain."),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-augment/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -196,6 +197,7 @@ def bench_brief_augment_cmd(
         retrain=tuple(s.strip() for s in retrain.split(",")),
         seeds=seeds,
         seed=seed,
+        sasrec_epochs=sasrec_epochs,
     )
     r = bench_brief_augment(cfg, out or f"reports/brief-augment/{data}-{model}")
     if as_json:

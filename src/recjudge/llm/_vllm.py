@@ -24,7 +24,7 @@ from typing import Any
 from recjudge.decoding._api import BranchBias, ConstrainedOutput
 from recjudge.decoding._compile import compile_schema
 from recjudge.decoding._remote import XARGS_KEY, BiasPayload, replay_decision, watch_tokens
-from recjudge.decoding._schemas import Schema, remainder_ebnf
+from recjudge.decoding._schemas import WIRE_KINDS, Schema, remainder_ebnf
 from recjudge.llm._backend import Generation, LLMConfig, SamplingConfig, render_chat
 from recjudge.llm._models import resolve_model_path
 
@@ -91,7 +91,7 @@ class _ConstrainedMixin:
         signals: Sequence[Any] | None,
         bias: BranchBias | None,
         sampling: SamplingConfig | None = None,
-        lead_ids: Sequence[int] = (),
+        lead_ids: Sequence[int] | Sequence[Sequence[int]] = (),
         seeds: Sequence[int] | None = None,
     ) -> list[ConstrainedOutput]:
         """Constrained generation with the engine-side bias; one output per prompt.
@@ -101,14 +101,17 @@ class _ConstrainedMixin:
             schemas: the answer schema per prompt.
             signals: per prompt, sigma or a per-branch vector (None: zeros).
             bias: bias settings (None: record the decision without biasing).
-            lead_ids: the prefilled opening of the answer (part of every prompt).
+            lead_ids: the prefilled opening of the answer (already at the end of every
+                prompt): one list for all prompts, or one list per prompt.
             seeds: per-prompt sampling seeds (sampled decoding only).
         """
         sampling = sampling or SamplingConfig()
         bias = bias or BranchBias(beta=0.0)
-        lead = list(lead_ids)
+        per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)
+        leads = [list(x) for x in lead_ids] if per_row else [list(lead_ids)] * len(prompt_ids)
         reqs, compiled_rows, payloads = [], [], []
         for i, (ids, schema) in enumerate(zip(prompt_ids, schemas, strict=True)):
+            lead = leads[i]
             if lead and list(ids[-len(lead) :]) != lead:
                 raise ValueError(f"prompt {i} does not end with the lead tokens")
             compiled = compile_schema(schema, self.tokenizer, self.vocab_size)
@@ -117,7 +120,10 @@ class _ConstrainedMixin:
             grammar = remainder_ebnf(schema, lead_text, table.json_literal)
             spec = compiled.decision()
             payload = watch = None
-            if spec is not None or schema.distinct_list() is not None:
+            if schema.kind not in WIRE_KINDS:
+                if schema.distinct_list() is not None:
+                    log.warning("%s: distinct entries are not enforced on vLLM", schema.kind)
+            elif spec is not None or schema.distinct_list() is not None:
                 k = len(spec.names) if spec is not None else 2
                 sig = signals[i] if signals is not None else (0.0 if k <= 2 else [0.0] * k)
                 payload = BiasPayload.build(
@@ -145,7 +151,9 @@ class _ConstrainedMixin:
             payloads.append(payload)
         results = self._submit(reqs)
         outs = []
-        for compiled, payload, res in zip(compiled_rows, payloads, results, strict=True):
+        for compiled, payload, res, lead in zip(
+            compiled_rows, payloads, results, leads, strict=True
+        ):
             tb = compiled.table.token_bytes
             ids = [t for t in res.token_ids if t not in compiled.table.stop_ids]
             text = b"".join(tb[t] for t in lead + ids if t < len(tb)).decode("utf-8", "replace")

@@ -92,9 +92,20 @@ def ask(
         raise ValueError(f"{len(schemas)} schemas for {n} questions")
     ids = [llm.encode(llm.chat_prompt(list(m))) for m in messages]
     grammar, proc = make_processors(llm, schemas, signal, bias)
+    leads = [[] for _ in range(n)]
     if jump_forward_prefix:
         leads = _accept_lead(llm, grammar, proc, n)
         ids = [i + lead for i, lead in zip(ids, leads, strict=True)]
+    if hasattr(llm, "constrained"):  # vLLM: the engine applies grammar and bias itself
+        return llm.constrained(
+            ids,
+            schemas,
+            signal,
+            bias,
+            sampling or SamplingConfig(max_new_tokens=512),
+            leads,
+            seeds,
+        )
 
     step, accept = _callbacks(grammar, proc)
     tokens = constrained_decode(
@@ -150,9 +161,19 @@ def ask_shared(
     prefix = llm.encode(head)
     suffixes = [llm.encode(" " + str(f) + tail) for f in fills]
     grammar, proc = make_processors(llm, schemas, None, None)
+    leads = [[] for _ in range(n)]
     if jump_forward_prefix:
         leads = _accept_lead(llm, grammar, proc, n)
         suffixes = [s + lead for s, lead in zip(suffixes, leads, strict=True)]
+    if hasattr(llm, "constrained"):  # vLLM: its prefix cache shares the common head
+        return llm.constrained(
+            [prefix + s for s in suffixes],
+            schemas,
+            None,
+            None,
+            sampling or SamplingConfig(max_new_tokens=256),
+            leads,
+        )
 
     step, accept = _callbacks(grammar, proc)
     tokens = shared_prefix_decode(
