@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 
 import pytest
+
+# The vLLM parity tests run only in the vLLM environment (`make test-vllm`).
+collect_ignore = [] if importlib.util.find_spec("vllm") else ["llm/test_vllm_parity.py"]
 
 # Small torch ops are slower with 2 threads than 1 on this class of machine; tests are
 # dominated by them, so keep one thread unless told otherwise.

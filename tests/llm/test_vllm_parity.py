@@ -22,7 +22,6 @@ from pathlib import Path
 import pytest
 
 pytestmark = pytest.mark.vllm
-vllm = pytest.importorskip("vllm")
 
 from _parity_data import parity_requests  # noqa: E402
 
