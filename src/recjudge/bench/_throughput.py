@@ -47,13 +47,13 @@ class PeakRSS:
         self._thread.join()
 
 
-def matmul_flops(threads: int, n: int = 2048, repeats: int = 5) -> float:
-    """Measured bf16 matmul FLOP/s on this machine (median of ``repeats``)."""
+def matmul_flops(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "bfloat16") -> float:
+    """Measured matmul FLOP/s in ``dtype`` on this machine (median of ``repeats``)."""
     import torch
 
     torch.set_num_threads(threads)
-    a = torch.randn(n, n, dtype=torch.bfloat16)
-    b = torch.randn(n, n, dtype=torch.bfloat16)
+    a = torch.randn(n, n, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, dtype=getattr(torch, dtype))
     a @ b  # warm up
     times = []
     for _ in range(repeats):
@@ -107,6 +107,7 @@ def bench_throughput(
     max_new_tokens: int = 256,
     out: str | Path = "reports/throughput",
     sweep_settings: bool = True,
+    dtype: str = "bfloat16",
 ) -> dict[str, Any]:
     """Judgments per second of (a) the naive baseline and (b) our engine, in one run.
 
@@ -121,13 +122,13 @@ def bench_throughput(
 
     from recjudge.data import load_dataset
     from recjudge.decoding import EvidenceFirst, compile_schema
-    from recjudge.llm import load_llm
+    from recjudge.llm import LLMConfig, load_llm
     from recjudge.reward import Judge, JudgeConfig
     from recjudge.reward._judge import clear_prefix_cache
 
     torch.set_num_threads(threads)
     ds = load_dataset("ml-1m")
-    llm = load_llm(model)
+    llm = load_llm(LLMConfig(model=model, dtype=dtype))
     params = sum(p.numel() for p in llm.model.parameters())
     groups = _requests(ds, users, candidates, history, seed)
     base_cfg = JudgeConfig(
@@ -220,7 +221,7 @@ def bench_throughput(
                 )
         torch.set_num_threads(threads)
     n = sum(len(g) for g in groups)
-    attainable = matmul_flops(threads)
+    attainable = matmul_flops(threads, dtype=dtype)
     rows = {}
     for name in timing:
         jps = n / timing[name]
@@ -242,13 +243,14 @@ def bench_throughput(
         }
     results = {
         "model": model,
+        "dtype": dtype,
         "params": params,
         "users": len(groups),
         "candidates": candidates,
         "history": history,
         "threads": threads,
         "seed": seed,
-        "attainable_bf16_matmul_flops": attainable,
+        "attainable_matmul_flops": attainable,
         "methods": rows,
         "speedup_reward_vs_naive": rows["engine_reward"]["judgments_per_s"]
         / rows["naive"]["judgments_per_s"],
@@ -262,7 +264,7 @@ def bench_throughput(
         f"# Judge throughput ({model})",
         "",
         f"{len(groups)} real ML-1M users x {candidates} candidates, {history}-item "
-        f"histories, greedy, beta = 0, {threads} threads; methods alternate per user.",
+        f"histories, greedy, beta = 0, {dtype}, {threads} threads; methods alternate per user.",
         "",
         "| method | judgments/s | s | tokens/judgment | peak RSS MB | verdict agreement "
         "| roofline |",
@@ -280,7 +282,7 @@ def bench_throughput(
         f"- speed-up, reward read-out vs naive: **{results['speedup_reward_vs_naive']:.1f}x**"
         f" (target >= 10x)",
         f"- speed-up, with evidence vs naive: {results['speedup_evidence_vs_naive']:.1f}x",
-        f"- attainable bf16 matmul: {attainable / 1e9:.1f} GFLOP/s; FLOPs per judgment = "
+        f"- attainable {dtype} matmul: {attainable / 1e9:.1f} GFLOP/s; FLOPs per judgment = "
         "2 x parameters x tokens processed",
         "- naive = transformers generate() + xgrammar.contrib.hf.LogitsProcessor, one "
         "full prompt per pair; engine = recjudge (shared prefix, batch-invariant chunks)",

@@ -17,18 +17,23 @@ def bench_throughput_cmd(
     candidates: int = typer.Option(20, "--candidates"),
     threads: int = typer.Option(2, "--threads"),
     seed: int = typer.Option(0, "--seed"),
-    out: str = typer.Option(None, "--out", help="Default: reports/throughput/<model>."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="bfloat16 | float32 (both methods)."),
+    sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also sweep threads x rows."),
+    out: str = typer.Option(None, "--out", help="Default: reports/throughput/<model>[-fp32]."),
 ) -> None:
     """Naive transformers+xgrammar vs the recjudge engine: judgments/s, agreement, memory."""
     from recjudge.bench import bench_throughput
 
+    suffix = "" if dtype == "bfloat16" else "-fp32" if dtype == "float32" else f"-{dtype}"
     r = bench_throughput(
         model,
         users,
         candidates,
         threads=threads,
         seed=seed,
-        out=out or f"reports/throughput/{model}",
+        out=out or f"reports/throughput/{model}{suffix}",
+        sweep_settings=sweep,
+        dtype=dtype,
     )
     for name, m in r["methods"].items():
         typer.echo(
