@@ -205,3 +205,20 @@ def test_bad_payloads_are_refused_clearly(bad, match):
     with pytest.raises(ValueError, match=match):
         BiasPayload.from_extra_args({"recjudge": bad})
     assert BiasPayload.from_extra_args({"other": 1}) is None
+
+
+def test_ask_through_an_engine_backend_matches_local(smollm32):
+    """Evaluators' questions (reward.ask) take the engine path too, including a schema whose
+    grammar cannot start after the prefilled opening (QAPairs: the model decodes it)."""
+    from recjudge.decoding import QAPairs
+    from recjudge.reward import ask
+
+    msgs = [[{"role": "user", "content": "Which is a fruit? A: apple, B: car"}]]
+    engine = ReferenceEngine(smollm32)
+    for schema in [Choice(["A", "B"]), QAPairs(1)]:
+        local = ask(smollm32, msgs, schema, decode_rows=1)[0]
+        remote = ask(engine, msgs, schema)[0]
+        assert remote.text == local.text
+        assert remote.value == local.value
+    assert engine.sent[-1].grammar.startswith("root ::= ")
+    assert not engine.sent[-1].payload  # no decision, no distinct list: nothing to bias

@@ -108,7 +108,7 @@ class _ConstrainedMixin:
         sampling = sampling or SamplingConfig()
         bias = bias or BranchBias(beta=0.0)
         per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)
-        leads = [list(x) for x in lead_ids] if per_row else [list(lead_ids)] * len(prompt_ids)
+        leads = [list(x) for x in lead_ids] if per_row else [list(lead_ids) for _ in prompt_ids]
         reqs, compiled_rows, payloads = [], [], []
         for i, (ids, schema) in enumerate(zip(prompt_ids, schemas, strict=True)):
             lead = leads[i]
@@ -117,7 +117,14 @@ class _ConstrainedMixin:
             compiled = compile_schema(schema, self.tokenizer, self.vocab_size)
             table = compiled.table
             lead_text = b"".join(table.token_bytes[t] for t in lead).decode("utf-8")
-            grammar = remainder_ebnf(schema, lead_text, table.json_literal)
+            try:
+                grammar = remainder_ebnf(schema, lead_text, table.json_literal)
+            except ValueError:
+                # The grammar does not open with one literal holding the lead: let the
+                # model decode the opening itself under the full grammar.
+                ids, lead = list(ids[: len(ids) - len(lead)]), []
+                leads[i] = lead
+                grammar = schema.ebnf(table.json_literal)
             spec = compiled.decision()
             payload = watch = None
             if schema.kind not in WIRE_KINDS:
