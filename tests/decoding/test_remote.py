@@ -4,7 +4,7 @@
 remainder grammar it is sent (as vLLM's structured outputs would), masks with a fresh
 matcher, reports the watched tokens' log-probabilities after the mask, calls
 ``RequestBias.process`` (the code inside ``BranchBiasV1/V2``) and decodes greedily. The client
-code under test is the real ``_ConstrainedMixin``: payload, remainder grammar, watch set and
+code under test is the real ``engine_constrained``: payload, remainder grammar, watch set and
 decision replay.
 """
 
@@ -24,7 +24,7 @@ from recjudge.decoding._schemas import (
     schema_from_spec,
     schema_spec,
 )
-from recjudge.llm._vllm import EngineRequest, EngineResult, _ConstrainedMixin
+from recjudge.llm._vllm import EngineRequest, EngineResult, _EngineMixin
 from recjudge.reward import Judge, JudgeConfig, request_for
 
 PAIRS = [
@@ -35,7 +35,7 @@ PAIRS = [
 ]
 
 
-class ReferenceEngine(_ConstrainedMixin):
+class ReferenceEngine(_EngineMixin):
     def __init__(self, hf):
         self.hf = hf
         self.tokenizer = hf.tokenizer
@@ -43,7 +43,7 @@ class ReferenceEngine(_ConstrainedMixin):
         self.name = hf.name
         self.sent: list[EngineRequest] = []
 
-    def _submit(self, requests):
+    def submit(self, requests):
         import xgrammar as xgr
 
         table = compile_schema(Choice(["x"]), self.tokenizer, self.vocab_size).table

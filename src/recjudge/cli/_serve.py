@@ -42,7 +42,7 @@ def serve_command(
     outputs backend (the grammars are xgrammar EBNF) and raises ``--max-logprobs`` to the
     128 decision tokens a request may watch.
     """
-    from recjudge.llm._vllm import _source, use_v2_runner
+    from recjudge.llm._vllm import PROCESSORS, _source, use_v2_runner
 
     if runner not in ("auto", "v1", "v2"):
         raise ValueError(f"--runner must be auto, v1 or v2, got {runner!r}")
@@ -65,7 +65,7 @@ def serve_command(
         "--dtype",
         dtype,
         "--logits-processors",
-        f"recjudge.decoding.vllm:{'BranchBiasV2' if v2 else 'BranchBiasV1'}",
+        PROCESSORS[v2],
         "--structured-outputs-config",
         json.dumps({"backend": "xgrammar"}),
         "--max-logprobs",

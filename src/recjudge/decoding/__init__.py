@@ -20,6 +20,7 @@ from recjudge.decoding._processors import (
     GrammarLogitsProcessor,
     branch_deltas,
 )
+from recjudge.decoding._remote import BiasPayload, engine_constrained
 from recjudge.decoding._schemas import (
     EVIDENCE_OPEN,
     Choice,
@@ -37,6 +38,7 @@ from recjudge.decoding._schemas import (
 __all__ = [
     "EVIDENCE_OPEN",
     "GRAMMARS",
+    "BiasPayload",
     "BranchBias",
     "BranchBiasProcessor",
     "Choice",
@@ -58,6 +60,7 @@ __all__ = [
     "collect_outputs",
     "compile_schema",
     "constrained_generate",
+    "engine_constrained",
     "json_literal",
     "make_processors",
 ]

@@ -95,8 +95,12 @@ def constrained_generate(
     schemas = [schemas] * len(prompts) if isinstance(schemas, Schema) else list(schemas)
     if len(schemas) != len(prompts):
         raise ValueError(f"{len(schemas)} schemas for {len(prompts)} prompts")
-    if hasattr(llm, "constrained"):  # vLLM backends run grammar and bias in the engine
-        return llm.constrained([llm.encode(p) for p in prompts], schemas, signal, bias, sampling)
+    if getattr(llm, "engine_constraints", False):  # vLLM: grammar and bias run in the engine
+        from recjudge.decoding._remote import engine_constrained
+
+        return engine_constrained(
+            llm, [llm.encode(p) for p in prompts], schemas, signal, bias, sampling
+        )
     grammar, bias_proc = make_processors(llm, schemas, signal, bias)
     procs = [grammar] + ([bias_proc] if bias_proc is not None else [])
     gens = llm.generate(prompts, processors=procs, sampling=sampling)

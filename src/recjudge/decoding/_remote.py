@@ -18,9 +18,10 @@ processor per request. Three pieces, none importing vLLM:
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -32,9 +33,21 @@ from recjudge.decoding._processors import (
     DecisionRecord,
     _EvidenceTracker,
 )
-from recjudge.decoding._schemas import Schema, schema_from_spec, schema_spec
+from recjudge.decoding._schemas import (
+    WIRE_KINDS,
+    Schema,
+    remainder_ebnf,
+    schema_from_spec,
+    schema_spec,
+)
 
-XARGS_KEY = "recjudge"
+if TYPE_CHECKING:
+    from recjudge.decoding._api import BranchBias, ConstrainedOutput
+    from recjudge.llm import SamplingConfig
+
+log = logging.getLogger(__name__)
+
+XARGS_KEY = "recjudge"  # the same key as recjudge.llm._vllm.XARGS_KEY
 PAYLOAD_VERSION = 1
 MAX_WATCH = 128  # vLLM's MAX_LOGPROB_TOKEN_IDS
 
@@ -276,3 +289,102 @@ def replay_decision(
     rec = bias.records[0]
     rec.extra["coverage"] = coverage
     return rec
+
+
+def engine_constrained(
+    llm: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    schemas: Sequence[Schema],
+    signals: Sequence[Any] | None,
+    bias: BranchBias | None,
+    sampling: SamplingConfig | None = None,
+    lead_ids: Sequence[int] | Sequence[Sequence[int]] = (),
+    seeds: Sequence[int] | None = None,
+) -> list[ConstrainedOutput]:
+    """Constrained generation on an engine backend (vLLM, in process or a server) that
+    applies the grammar and the bias itself; one output per prompt.
+
+    Builds one ``EngineRequest`` per prompt (remainder grammar, bias payload, watched
+    tokens), sends them with ``llm.submit`` and replays each decision record.
+
+    Args:
+        llm: a backend with ``engine_constraints`` (``recjudge.llm`` vllm backends).
+        prompt_ids: full prompts as token ids, each already ending with ``lead_ids``.
+        schemas: the answer schema per prompt.
+        signals: per prompt, sigma or a per-branch vector (None: zeros).
+        bias: bias settings (None: record the decision without biasing).
+        lead_ids: the prefilled opening of the answer (already at the end of every
+            prompt): one list for all prompts, or one list per prompt.
+        seeds: per-prompt sampling seeds (sampled decoding only).
+    """
+    from recjudge.decoding._api import BranchBias, ConstrainedOutput
+    from recjudge.decoding._compile import compile_schema
+    from recjudge.llm import SamplingConfig
+    from recjudge.llm._vllm import EngineRequest
+
+    sampling = sampling or SamplingConfig()
+    bias = bias or BranchBias(beta=0.0)
+    per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)
+    leads = [list(x) for x in lead_ids] if per_row else [list(lead_ids) for _ in prompt_ids]
+    reqs, compiled_rows, payloads = [], [], []
+    for i, (ids, schema) in enumerate(zip(prompt_ids, schemas, strict=True)):
+        lead = leads[i]
+        if lead and list(ids[-len(lead) :]) != lead:
+            raise ValueError(f"prompt {i} does not end with the lead tokens")
+        compiled = compile_schema(schema, llm.tokenizer, llm.vocab_size)
+        table = compiled.table
+        lead_text = b"".join(table.token_bytes[t] for t in lead).decode("utf-8")
+        try:
+            grammar = remainder_ebnf(schema, lead_text, table.json_literal)
+        except ValueError:
+            # The grammar does not open with one literal holding the lead: let the
+            # model decode the opening itself under the full grammar.
+            ids, lead = list(ids[: len(ids) - len(lead)]), []
+            leads[i] = lead
+            grammar = schema.ebnf(table.json_literal)
+        spec = compiled.decision()
+        payload = watch = None
+        if schema.kind not in WIRE_KINDS:
+            if schema.distinct_list() is not None:
+                log.warning("%s: distinct entries are not enforced on vLLM", schema.kind)
+        elif spec is not None or schema.distinct_list() is not None:
+            k = len(spec.names) if spec is not None else 2
+            sig = signals[i] if signals is not None else (0.0 if k <= 2 else [0.0] * k)
+            payload = BiasPayload.build(
+                schema, lead, sig, bias.beta, bias.adaptive, bias.block_one_sided
+            )
+            watch, complete = watch_tokens(compiled, lead)
+            if not complete:
+                log.warning(
+                    "prompt %d: %d tokens can take part in the decision; p_yes is "
+                    "replayed from the first 128 only",
+                    i,
+                    len(watch),
+                )
+        reqs.append(
+            EngineRequest(
+                list(map(int, ids)),
+                grammar,
+                payload.encode() if payload is not None else None,
+                watch or [],
+                sampling,
+                int(seeds[i]) if seeds is not None else sampling.seed,
+            )
+        )
+        compiled_rows.append(compiled)
+        payloads.append(payload)
+    results = llm.submit(reqs)
+    outs = []
+    for compiled, payload, res, lead in zip(compiled_rows, payloads, results, leads, strict=True):
+        tb = compiled.table.token_bytes
+        ids = [t for t in res.token_ids if t not in compiled.table.stop_ids]
+        text = b"".join(tb[t] for t in lead + ids if t < len(tb)).decode("utf-8", "replace")
+        record = None
+        if payload is not None and compiled.decision() is not None:
+            record = replay_decision(compiled, payload, ids, res.step_logprobs)
+        try:
+            value = compiled.schema.parse(text)
+        except Exception:  # token budget ran out before the grammar completed
+            value = None
+        outs.append(ConstrainedOutput(text=text, value=value, record=record, token_ids=ids))
+    return outs

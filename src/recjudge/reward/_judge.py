@@ -12,7 +12,13 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry, suggest
 from recjudge._util import stable_hash
-from recjudge.decoding import BranchBias, Choice, EvidenceFirst, make_processors
+from recjudge.decoding import (
+    BranchBias,
+    Choice,
+    EvidenceFirst,
+    engine_constrained,
+    make_processors,
+)
 from recjudge.llm import SamplingConfig
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore
@@ -407,9 +413,10 @@ class Judge:
             # still produces the merged decision tokens (' ["', ' []') itself.
             key = "is_relevant" if c.mode == "zero-shot" else "evidence"
             lead = self.llm.encode('{"' + key)
-        if hasattr(self.llm, "constrained"):
+        if getattr(self.llm, "engine_constraints", False):
             # vLLM (in process or a server): the engine applies grammar and bias itself.
-            outs = self.llm.constrained(
+            outs = engine_constrained(
+                self.llm,
                 [prefix + suffixes[i] + lead for i in rows],
                 row_schemas,
                 row_sigmas,
