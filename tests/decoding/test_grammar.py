@@ -249,3 +249,21 @@ def test_picks_exactly_n_distinct_labels(smollm):
 
     with pytest.raises(SchemaError):
         schema.parse('{"picks": ["1", "1", "2", "3"]}')
+
+
+def test_free_text_rejects_utf16_surrogates(tok):
+    """Byte tokens can spell ED A0 80 (a UTF-16 surrogate, not valid UTF-8); free text must
+    not accept it, or an analysis decodes to replacement characters and overruns its limit
+    (found by test_verdicts_random_logits, seed 2795)."""
+    import xgrammar as xgr
+
+    compiled = compile_schema(Choice(["x"], analysis_chars=10), tok, 49152)
+    byte_tok = {}
+    for i, b in enumerate(compiled.table.token_bytes):
+        if len(b) == 1:
+            byte_tok.setdefault(b[0], i)
+    m = xgr.GrammarMatcher(compiled.grammar)
+    assert m.accept_string('{"analysis": "')
+    assert m.accept_token(byte_tok[0xED])
+    assert not m.accept_token(byte_tok[0xA0])  # ED A0..BF starts a surrogate
+    assert m.accept_token(byte_tok[0x9F]) and m.accept_token(byte_tok[0xBF])  # U+D7FF is fine

@@ -16,6 +16,11 @@ from typing import Any
 from recjudge._util import stable_hash
 
 
+# Free text inside a JSON string: no quote, backslash or control character, and no UTF-16
+# surrogate (xgrammar would accept their 3-byte encodings, which are not valid UTF-8).
+FREE_TEXT = '[^"\\\\\\x00-\\x1f\\uD800-\\uDFFF]'
+
+
 def json_literal(s: str) -> str:
     """The JSON encoding of ``s`` as the model must emit it (unicode kept, controls escaped)."""
     return json.dumps(s, ensure_ascii=False)
@@ -187,7 +192,7 @@ class Choice(Schema):
         if self.analysis_chars:
             head = (
                 ebnf_literal('{"analysis": "')
-                + f' [^"\\\\\\x00-\\x1f]{{0,{self.analysis_chars}}} '
+                + f" {FREE_TEXT}{{0,{self.analysis_chars}}} "
                 + ebnf_literal('"')
             )
         return (
@@ -283,7 +288,7 @@ class QAPairs(Schema):
         self.n, self.question_chars, self.answer_chars = n, question_chars, answer_chars
 
     def ebnf(self, encode: Encoder = json_literal) -> str:
-        free = '[^"\\\\\\x00-\\x1f]'
+        free = FREE_TEXT
         entry = (
             ebnf_literal('{"question": "')
             + f" {free}{{1,{self.question_chars}}} "
@@ -402,7 +407,7 @@ class Verdicts(Schema):
     def ebnf(self, encode: Encoder = json_literal) -> str:
         parts = [
             ebnf_literal('{"analysis": "'),
-            f'[^"\\\\\\x00-\\x1f]{{0,{self.analysis_chars}}}',
+            f"{FREE_TEXT}{{0,{self.analysis_chars}}}",
             ebnf_literal('"'),
         ]
         for f in self.fields:
