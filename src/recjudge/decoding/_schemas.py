@@ -15,7 +15,6 @@ from typing import Any
 
 from recjudge._util import stable_hash
 
-
 # Free text inside a JSON string: no quote, backslash or control character, and no UTF-16
 # surrogate (xgrammar would accept their 3-byte encodings, which are not valid UTF-8).
 FREE_TEXT = '[^"\\\\\\x00-\\x1f\\uD800-\\uDFFF]'
