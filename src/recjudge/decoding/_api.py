@@ -13,6 +13,7 @@ from recjudge.decoding._processors import (
     BranchBiasProcessor,
     DecisionRecord,
     GrammarLogitsProcessor,
+    zero_signal,
 )
 from recjudge.decoding._schemas import Schema
 
@@ -53,12 +54,7 @@ def make_processors(
     if any(spec is None for spec in specs):
         return grammar, None
     bias = bias or BranchBias(beta=0.0)
-    # No signal: zero for binary decisions, a zero vector for k-way ones.
-    sig = (
-        list(signal)
-        if signal is not None
-        else [0.0 if len(spec.names) <= 2 else [0.0] * len(spec.names) for spec in specs]
-    )
+    sig = list(signal) if signal is not None else [zero_signal(spec) for spec in specs]
     proc = BranchBiasProcessor(
         specs,
         compiled[0].table.token_bytes,

@@ -107,6 +107,21 @@ class _EvidenceTracker:
         return ok and self._viable(state, partial, cited)
 
 
+def veto_repeats(tracker: _EvidenceTracker | None, row: torch.Tensor, token_bytes) -> None:
+    """Mask (in place) the allowed tokens of one logits row that would repeat a string the
+    tracker has already seen in its list."""
+    if tracker is None or not tracker.active():
+        return
+    allowed = torch.isfinite(row).nonzero().flatten().tolist()
+    veto = [
+        t
+        for t in allowed
+        if t < len(token_bytes) and token_bytes[t] and not tracker.allows(token_bytes[t])
+    ]
+    if veto:
+        row[veto] = NEG_INF
+
+
 class GrammarLogitsProcessor:
     """Masks logits to a compiled schema, one xgrammar matcher per batch row.
 
@@ -220,15 +235,10 @@ class GrammarLogitsProcessor:
             stop = self.table.stop_ids[0] if self.table.stop_ids else 0
             scores[i].fill_(NEG_INF)
             scores[i, stop] = 0.0
-        tb = self.table.token_bytes
         for i, row in enumerate(rows):
             tracker = self.trackers[row]
-            if tracker is None or not tracker.active() or i in terminated:
-                continue
-            allowed = torch.isfinite(scores[i]).nonzero().flatten().tolist()
-            veto = [t for t in allowed if tb[t] and not tracker.allows(tb[t])]
-            if veto:
-                scores[i, veto] = NEG_INF
+            if tracker is not None and i not in terminated:
+                veto_repeats(tracker, scores[i], self.table.token_bytes)
 
     def jump_forward(self, row: int) -> str:
         """The text the grammar forces next for ``row`` (empty if there is a choice)."""
@@ -313,6 +323,12 @@ class DecisionRecord:
         d = asdict(self)
         d["p_yes_before"], d["p_yes_after"] = self.p_yes_before, self.p_yes_after
         return d
+
+
+def zero_signal(spec: DecisionSpec) -> float | list[float]:
+    """No behavioural signal: 0 for a binary decision, a zero vector for a k-way one."""
+    k = len(spec.names)
+    return 0.0 if k <= 2 else [0.0] * k
 
 
 def branch_deltas(

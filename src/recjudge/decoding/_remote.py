@@ -32,6 +32,8 @@ from recjudge.decoding._processors import (
     BranchBiasProcessor,
     DecisionRecord,
     _EvidenceTracker,
+    veto_repeats,
+    zero_signal,
 )
 from recjudge.decoding._schemas import (
     WIRE_KINDS,
@@ -119,10 +121,13 @@ class BiasPayload(BaseModel):
         return schema_from_spec(self.schema_)
 
 
-def _bias_processor(payload: BiasPayload, schema: Schema, table: TokenTable) -> BranchBiasProcessor:
+def _bias_processor(
+    payload: BiasPayload, schema: Schema, table: TokenTable
+) -> BranchBiasProcessor | None:
+    """A one-row bias processor for the payload, or None when the schema has no decision."""
     spec = schema.decision(table.json_literal)
     if spec is None:
-        raise ValueError(f"schema {schema.kind!r} has no decision point to bias")
+        return None
     return BranchBiasProcessor(
         [spec],
         table.token_bytes,
@@ -144,7 +149,7 @@ class RequestBias:
     def __init__(self, payload: BiasPayload, table: TokenTable) -> None:
         schema = payload.to_schema()
         self.table = table
-        self.bias = _bias_processor(payload, schema, table) if schema.decision() else None
+        self.bias = _bias_processor(payload, schema, table)
         distinct = schema.distinct_list()
         self.tracker = (
             _EvidenceTracker(*distinct, table.json_literal) if distinct is not None else None
@@ -166,12 +171,7 @@ class RequestBias:
             self._accept(int(t))
         self.seen = len(output_ids)
         row = logits.view(1, -1)
-        if self.tracker is not None and self.tracker.active():
-            tb = self.table.token_bytes
-            allowed = torch.isfinite(row[0]).nonzero().flatten().tolist()
-            veto = [t for t in allowed if t < len(tb) and tb[t] and not self.tracker.allows(tb[t])]
-            if veto:
-                row[0, veto] = NEG_INF
+        veto_repeats(self.tracker, row[0], self.table.token_bytes)
         if self.bias is not None and not self.bias.committed(0):
             self.bias.apply(row)
         return logits
@@ -204,12 +204,7 @@ def watch_tokens(
     spec = compiled.decision()
     if spec is None:
         return [], True
-    probe = BranchBiasProcessor(
-        [spec],
-        table.token_bytes,
-        [0.0 if len(spec.names) <= 2 else [0.0] * len(spec.names)],
-        beta=0.0,
-    )
+    probe = BranchBiasProcessor([spec], table.token_bytes, [zero_signal(spec)], beta=0.0)
     matcher = xgr.GrammarMatcher(compiled.grammar)
     text = b""
     for t in lead_ids:
@@ -261,10 +256,9 @@ def replay_decision(
     from recjudge.decoding._processors import GrammarLogitsProcessor
 
     table = compiled.table
-    schema = compiled.schema
-    if schema.decision() is None:
+    bias = _bias_processor(payload, compiled.schema, table)
+    if bias is None:
         return None
-    bias = _bias_processor(payload, schema, table)
     grammar = GrammarLogitsProcessor([compiled])
     for t in payload.lead_ids:
         grammar.accept(0, int(t))
@@ -327,6 +321,7 @@ def engine_constrained(
     per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)
     leads = [list(x) for x in lead_ids] if per_row else [list(lead_ids) for _ in prompt_ids]
     reqs, compiled_rows, payloads = [], [], []
+    walks: dict[tuple[int, tuple[int, ...]], tuple[list[int], bool]] = {}
     for i, (ids, schema) in enumerate(zip(prompt_ids, schemas, strict=True)):
         lead = leads[i]
         if lead and list(ids[-len(lead) :]) != lead:
@@ -348,12 +343,15 @@ def engine_constrained(
             if schema.distinct_list() is not None:
                 log.warning("%s: distinct entries are not enforced on vLLM", schema.kind)
         elif spec is not None or schema.distinct_list() is not None:
-            k = len(spec.names) if spec is not None else 2
-            sig = signals[i] if signals is not None else (0.0 if k <= 2 else [0.0] * k)
+            sig = signals[i] if signals is not None else (zero_signal(spec) if spec else 0.0)
             payload = BiasPayload.build(
                 schema, lead, sig, bias.beta, bias.adaptive, bias.block_one_sided
             )
-            watch, complete = watch_tokens(compiled, lead)
+            # One user's candidates share a schema and lead: walk the grammar once.
+            walk_key = (id(compiled), tuple(lead))
+            if walk_key not in walks:
+                walks[walk_key] = watch_tokens(compiled, lead)
+            watch, complete = walks[walk_key]
             if not complete:
                 log.warning(
                     "prompt %d: %d tokens can take part in the decision; p_yes is "
@@ -379,9 +377,7 @@ def engine_constrained(
         tb = compiled.table.token_bytes
         ids = [t for t in res.token_ids if t not in compiled.table.stop_ids]
         text = b"".join(tb[t] for t in lead + ids if t < len(tb)).decode("utf-8", "replace")
-        record = None
-        if payload is not None and compiled.decision() is not None:
-            record = replay_decision(compiled, payload, ids, res.step_logprobs)
+        record = replay_decision(compiled, payload, ids, res.step_logprobs) if payload else None
         try:
             value = compiled.schema.parse(text)
         except Exception:  # token budget ran out before the grammar completed

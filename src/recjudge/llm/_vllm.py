@@ -69,6 +69,10 @@ def _source(model: str) -> tuple[str, str | None]:
     return str(src), None
 
 
+def _gguf_kwargs(gguf: str | None) -> dict[str, str]:
+    return {"gguf_file": gguf} if gguf else {}
+
+
 class _EngineMixin:
     """Text helpers shared by the engine backends."""
 
@@ -81,6 +85,14 @@ class _EngineMixin:
 
     def encode(self, text: str) -> list[int]:
         return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _refuse_processors(self, processors: Sequence[Any]) -> None:
+        if processors:
+            raise NotImplementedError(
+                f"backend {type(self).__name__} cannot run local logits processors (the engine "
+                "runs them); use recjudge.decoding.engine_constrained or the Judge, which send "
+                "the grammar and bias to the engine"
+            )
 
     def next_token_logits(self, prompts: Sequence[str]) -> Any:
         raise NotImplementedError(
@@ -140,11 +152,7 @@ class VLLMBackend(_EngineMixin):
         if args.get("speculative_config"):
             raise ValueError(SPEC_DECODE_ERROR)
         self.llm = LLM(**args)
-        self.tokenizer = (
-            AutoTokenizer.from_pretrained(source, gguf_file=gguf)
-            if gguf
-            else (AutoTokenizer.from_pretrained(source))
-        )
+        self.tokenizer = AutoTokenizer.from_pretrained(source, **_gguf_kwargs(gguf))
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.name = config.model
 
@@ -158,12 +166,7 @@ class VLLMBackend(_EngineMixin):
         ``recjudge.decoding.engine_constrained`` (or a ``Judge``) for grammar + bias."""
         from vllm import SamplingParams
 
-        if processors:
-            raise NotImplementedError(
-                "the vllm backend cannot run in-process logits processors; use "
-                "recjudge.decoding.engine_constrained (or the Judge), which sends the grammar "
-                "and bias to the engine"
-            )
+        self._refuse_processors(processors)
         s = sampling or SamplingConfig()
         params = SamplingParams(**_sampling_kwargs(s, s.seed))
         outs = self.llm.generate(
@@ -237,9 +240,8 @@ class OpenAICompatibleBackend(_EngineMixin):
             )
         self.config = config
         source, gguf = _source(config.model)
-        kw = {"gguf_file": gguf} if gguf else {}
-        self.tokenizer = AutoTokenizer.from_pretrained(source, **kw)
-        self.vocab_size = int(AutoConfig.from_pretrained(source, **kw).vocab_size)
+        self.tokenizer = AutoTokenizer.from_pretrained(source, **_gguf_kwargs(gguf))
+        self.vocab_size = int(AutoConfig.from_pretrained(source, **_gguf_kwargs(gguf)).vocab_size)
         self.name = config.model
         self.url = config.base_url.rstrip("/")
         self.served_model = config.served_model or config.model
@@ -294,11 +296,7 @@ class OpenAICompatibleBackend(_EngineMixin):
         processors: Sequence[Any] = (),
         sampling: SamplingConfig | None = None,
     ) -> list[Generation]:
-        if processors:
-            raise NotImplementedError(
-                "the openai-compatible backend cannot run local logits processors; use "
-                "recjudge.decoding.engine_constrained (or the Judge)"
-            )
+        self._refuse_processors(processors)
         s = sampling or SamplingConfig()
         out = []
         for p in prompts:
