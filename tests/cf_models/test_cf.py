@@ -40,17 +40,25 @@ def checkerboard(n: int = 24) -> tuple[pd.DataFrame, list[str]]:
     return df, [f"i{j}" for j in range(n)]
 
 
+# ALS gets exactly the rank of the two parity blocks. With more factors a correct ALS is free
+# to fit the held-out diagonal's zeros (the unobserved cells it is trained to predict as 0),
+# and the held-out item then ties with the other parity's items: whether it still ranks
+# first depended on the random initialisation (4 factors failed for 9 of 20 seeds, 8 factors
+# for 10 of 20). With 2 factors no correct solution can represent the diagonal, so every
+# optimum ranks it first; checked for seeds 0-19 with 1 and 2 threads.
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
 @pytest.mark.parametrize(
     ("name", "config"),
     [
-        ("als", {"factors": 4, "iterations": 15, "regularization": 0.01}),
+        ("als", {"factors": 2, "iterations": 30, "regularization": 0.01}),
         ("bpr", {"factors": 4, "iterations": 40, "learning_rate": 0.05}),
         ("itemknn", {"neighbours": 30}),
     ],
 )
-def test_checkerboard_heldout_diagonal_ranks_first(name, config):
+def test_checkerboard_heldout_diagonal_ranks_first(name, config, seed):
     df, items = checkerboard()
-    model = MODELS.get(name)(MODELS.get(name).Config(**config)).train(df, OPTS, items=items)
+    opts = TrainOptions(progress=False, seed=seed, threads=1)
+    model = MODELS.get(name)(MODELS.get(name).Config(**config)).train(df, opts, items=items)
     for u in range(24):
         hist = df[df.user_id == str(u)].item_id.tolist()
         assert model.recommend(hist, k=1, user_id=str(u))[0] == f"i{u}", (name, u)
