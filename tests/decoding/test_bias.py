@@ -175,19 +175,19 @@ def user_titles(ml1m):
 
 @pytest.mark.parametrize(("sigma", "verdict"), [(1.0, "YES"), (-1.0, "NO")])
 def test_smollm_strong_bias_controls_verdict(smollm, user_titles, sigma, verdict):
-    """beta = 50: the sampled verdict follows sigma in at least 19 of 20 runs."""
-    schema = EvidenceFirst(user_titles, max_evidence=2)
+    """beta = 50: the sampled verdict follows sigma in at least 9 of 10 runs."""
+    schema = EvidenceFirst(user_titles, max_evidence=1)
     prompt = _prompt(smollm, user_titles, "Jurassic Park (1993)")
     outs = constrained_generate(
         smollm,
-        [prompt] * 20,
+        [prompt] * 10,
         schema,
-        signal=[sigma] * 20,
+        signal=[sigma] * 10,
         bias=BranchBias(beta=50.0),
-        sampling=SamplingConfig.paper(seed=11, max_new_tokens=160),
+        sampling=SamplingConfig.paper(seed=11, max_new_tokens=120),
     )
     verdicts = [o.value["is_relevant"] for o in outs]
-    assert sum(v == verdict for v in verdicts) >= 19
+    assert sum(v == verdict for v in verdicts) >= 9
     for o in outs:
         assert set(o.value["evidence"]) <= set(user_titles)
         assert o.record.chosen == o.value["is_relevant"]

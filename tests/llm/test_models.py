@@ -108,7 +108,18 @@ def test_kill_mid_write_leaves_no_valid_cache(tmp_path: Path):
     assert not final.exists() or not _valid_cache(final, preset.sha256)
     leftovers = list((tmp_path / "models").glob(".tmp-*"))
     assert leftovers, "the partial write should be confined to a temp sibling"
-    # A half-written folder at the final path is detected and rebuilt.
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "model.safetensors").write_bytes(b"garbage")
+    assert not _valid_cache(junk, preset.sha256)
+
+
+@pytest.mark.slow
+def test_half_written_cache_is_detected_and_rebuilt(tmp_path: Path):
+    """A folder at the final path with garbage weights is not trusted: it is rebuilt (a full
+    GGUF conversion, hence slow; the detection itself is in the test above)."""
+    preset = PRESETS.get("smollm2-135m")
+    final = tmp_path / "models" / preset.name
     final.mkdir(parents=True, exist_ok=True)
     (final / "model.safetensors").write_bytes(b"garbage")
     os.environ["RECJUDGE_CACHE"], old = str(tmp_path), os.environ.get("RECJUDGE_CACHE")

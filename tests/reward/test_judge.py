@@ -102,6 +102,15 @@ def test_batch_equals_single(smollm, als, requests):
         assert s.raw_text == b.raw_text
 
 
+def test_deterministic_engine_is_bit_identical_alone_or_batched(smollm, als, requests):
+    cfg = JudgeConfig(mode="brief", beta=2.0, max_evidence=2, deterministic=True, decode_rows=4)
+    judge = Judge(cfg, llm=smollm, cf=als[0])
+    batched = judge.judge_many(requests[:2])  # one user: two rows share the prefix
+    for req, b in zip(requests[:2], batched, strict=True):
+        s = judge.judge(req)
+        assert (s.p_yes, s.p_yes_semantic, s.raw_text) == (b.p_yes, b.p_yes_semantic, b.raw_text)
+
+
 def test_sampled_estimate_is_seeded(smollm, requests):
     cfg = JudgeConfig(
         mode="no-behavior",
@@ -132,6 +141,16 @@ def test_keys_change_with_every_keyed_setting(als, requests, monkeypatch):
     assert (
         Judge(base.model_copy(update={"batch_size": 3}), llm=object(), cf=als[0]).key(req) == k0
     )  # batching never changes a result
+    # decode_rows is only a batch bound on the fast engine, but fixes the rounding of the
+    # batch-invariant one; that engine's results never share keys with the fast one's.
+    rows = base.model_copy(update={"decode_rows": 3})
+    assert Judge(rows, llm=object(), cf=als[0]).key(req) == k0
+    det = base.model_copy(update={"deterministic": True})
+    det_keys = {
+        Judge(d, llm=object(), cf=als[0]).key(req)
+        for d in (det, det.model_copy(update={"decode_rows": 3}))
+    }
+    assert len(det_keys) == 2 and k0 not in det_keys
     assert Judge(base, llm=object(), cf=als[0]).key(requests[1]) != k0
     assert Judge(base, llm=object(), cf=None).key(req) != k0  # another CF model
     import recjudge.reward._judge as jm

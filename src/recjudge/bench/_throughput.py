@@ -174,7 +174,7 @@ def bench_throughput(
 
     def run_engine(name: str, judge: Judge, reqs: list[Any]) -> None:
         before = judge.stats.prefill_tokens + judge.stats.decode_tokens
-        clear_prefix_cache()  # each method encodes the user's prefix itself
+        clear_prefix_cache(llm)  # each method encodes the user's prefix itself
         t0 = time.perf_counter()
         res = judge.judge_many(reqs)
         timing[name] += time.perf_counter() - t0
@@ -208,7 +208,7 @@ def bench_throughput(
                     llm=llm,
                 )
                 j.judge_many(groups[0][:2])  # warm-up (also computes the prefix)
-                clear_prefix_cache()
+                clear_prefix_cache(llm)
                 t0 = time.perf_counter()
                 j.judge_many(groups[0])
                 dt = time.perf_counter() - t0

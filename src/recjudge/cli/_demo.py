@@ -13,32 +13,39 @@ from recjudge.cli._app import app
 def demo(
     model: str = typer.Option("smollm2-135m", help="Model preset or path."),
     users: int = typer.Option(3, help="How many real ML-1M users to judge."),
-    epochs: int = typer.Option(3, help="SASRec epochs for the demo's sigma model."),
+    cf: str = typer.Option(
+        "als", help="CF model for sigma: als (trains in seconds) or sasrec (minutes)."
+    ),
+    epochs: int = typer.Option(3, help="SASRec epochs (with --cf sasrec)."),
     seed: int = typer.Option(0),
 ) -> None:
-    """Train (or load) a small SASRec on ML-1M and judge real users' held-out and random
+    """Train (or load) a CF model on ML-1M and judge real users' held-out and random
     candidates with the BRIEF judge, printing verdicts, evidence, sigma and Delta."""
     import numpy as np
     from rich.console import Console
     from rich.table import Table
 
     from recjudge._util import cache_dir, rng
-    from recjudge.cf_models import SASRecConfig, TrainOptions, load_model, train_cf
+    from recjudge.cf_models import TrainOptions, load_model, train_cf
     from recjudge.data import leave_one_out, load_dataset, sample_users
     from recjudge.reward import Judge, JudgeConfig, request_for
 
+    configs = {"als": ({"factors": 64, "iterations": 15}, "als"), "sasrec": (None, "sasrec")}
+    if cf not in configs:
+        raise typer.BadParameter(f"--cf must be one of {sorted(configs)}, not {cf!r}")
     # Pipes and CI logs report 80 columns; the table needs more to stay readable.
     console = Console(width=None if Console().is_terminal else 150)
     ds = load_dataset("ml-1m")
-    cfg = SASRecConfig(epochs=epochs, max_len=100)
-    path = cache_dir() / "demo" / f"sasrec-ml1m-e{epochs}-s{seed}"
+    config = configs[cf][0] or {"epochs": epochs, "max_len": 100}
+    tag = f"e{epochs}" if cf == "sasrec" else "f64i15"
+    path = cache_dir() / "demo" / f"{cf}-ml1m-{tag}-s{seed}"
     if (path / "model.json").exists():
-        cf = load_model(path)
-        console.print(f"SASRec loaded from {path}")
+        cf_model = load_model(path)
+        console.print(f"{cf} loaded from {path}")
     else:
-        console.print(f"Training SASRec on ML-1M ({epochs} epochs; cached afterwards) ...")
+        console.print(f"Training {cf} on ML-1M (cached afterwards) ...")
         t0 = time.perf_counter()
-        cf = train_cf("sasrec", ds, path, cfg.model_dump(), TrainOptions(seed=seed, threads=2))
+        cf_model = train_cf(cf, ds, path, config, TrainOptions(seed=seed, threads=2))
         console.print(f"  done in {time.perf_counter() - t0:.0f}s")
     split = leave_one_out(ds.interactions)
     test = split.test.set_index("user_id")
@@ -52,8 +59,8 @@ def demo(
         rand = next(items[i] for i in g.permutation(len(items)) if items[i] not in seen)
         reqs.append(request_for(ds, u, held_out, meta={"kind": "held-out"}))
         reqs.append(request_for(ds, u, rand, meta={"kind": "random"}))
-    judge = Judge(JudgeConfig(model=model, mode="brief", max_evidence=3), cf=cf)
-    console.print(f"Judging {len(reqs)} pairs with {model} (BRIEF, beta=25) ...")
+    judge = Judge(JudgeConfig(model=model, mode="brief", max_evidence=3), cf=cf_model)
+    console.print(f"Judging {len(reqs)} pairs with {model} (BRIEF, beta=25, sigma from {cf}) ...")
     t0 = time.perf_counter()
     results = judge.judge_many(reqs, progress=True)
     elapsed = time.perf_counter() - t0

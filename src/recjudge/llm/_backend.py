@@ -56,12 +56,25 @@ class SamplingConfig(BaseModel):
         return self.model_dump()
 
 
+def native_bf16() -> bool:
+    """Whether this CPU has bf16 arithmetic in hardware (AVX512-BF16 or AMX-BF16)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: trust torch's own check
+        import torch
+
+        return bool(torch.cpu._is_avx512_bf16_supported())
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 class LLMConfig(BaseModel):
     """How to load a model.
 
     Attributes:
         model: a preset name, a local folder or ``.gguf`` file, or a Hugging Face id.
-        dtype: compute dtype; bf16 is ~3x faster than fp32 on AVX512-BF16 CPUs.
+        dtype: compute dtype. ``auto`` (the default) is bf16 on CPUs that compute it natively
+            (AVX512-BF16 or AMX: there bf16 is ~3x faster than fp32) and fp32 elsewhere (without
+            those instructions torch emulates bf16 and it is 2-3x *slower* than fp32).
         num_threads: torch intra-op threads (None keeps torch's default).
         backend: ``transformers`` (in process, the default), ``vllm`` (vLLM in process;
             install the ``vllm`` extra) or ``openai-compatible`` (a vLLM server started with
@@ -76,7 +89,7 @@ class LLMConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     model: str = DEFAULT_MODEL
-    dtype: Literal["bfloat16", "float32", "float16"] = "bfloat16"
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
     num_threads: int | None = Field(None, ge=1)
     backend: Literal["transformers", "vllm", "openai-compatible"] = "transformers"
     vllm_args: dict[str, Any] = {}
@@ -85,6 +98,12 @@ class LLMConfig(BaseModel):
     served_model: str | None = None
     concurrency: int = Field(16, ge=1)
     timeout: float = Field(600.0, gt=0)
+
+    def resolved_dtype(self) -> str:
+        """The dtype the model computes in (``auto`` resolved for this machine)."""
+        if self.dtype != "auto":
+            return self.dtype
+        return "bfloat16" if native_bf16() else "float32"
 
 
 @dataclass
@@ -149,7 +168,8 @@ class TransformersBackend:
         if isinstance(source, Path) and source.suffix == ".gguf":
             kwargs["gguf_file"] = source.name
             source = source.parent
-        dtype = getattr(torch, self.config.dtype)
+        self.dtype = self.config.resolved_dtype()
+        dtype = getattr(torch, self.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
         self.model.eval()
@@ -191,13 +211,20 @@ class TransformersBackend:
     ) -> list[Generation]:
         """Generate with ``processors`` applied in order, before temperature/top-p/top-k.
 
-        Greedy unless ``sampling.do_sample``; sampled runs seed torch's RNG with
-        ``sampling.seed`` so they are reproducible.
+        With processors this is transformers' ``generate()`` (the processors follow its
+        ``LogitsProcessor`` contract). Without, free text runs on the fast engine (prompts
+        in one batch share their common prefix; see ``recjudge.llm._fast``). Greedy unless
+        ``sampling.do_sample``; sampled runs are seeded by ``sampling.seed``.
         """
         import torch
         from transformers import GenerationConfig, LogitsProcessorList
 
         sampling = sampling or SamplingConfig()
+        if not processors:
+            from recjudge.llm._fast import supports_fast
+
+            if supports_fast(self.model):
+                return self._generate_fast(prompts, sampling)
         enc = self._batch(prompts)
         eos = self.tokenizer.eos_token_id
         gen_kwargs: dict[str, Any] = {
@@ -230,6 +257,32 @@ class TransformersBackend:
                 new.pop()
             text = self.tokenizer.decode(new, skip_special_tokens=True)
             results.append(Generation(text=text, token_ids=new, prompt_tokens=int(mask.sum())))
+        return results
+
+    def _generate_fast(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Generation]:
+        """Free text on the fast engine, until an end-of-sequence token or the budget."""
+        from recjudge.llm._fast import decode_prompts
+
+        ids = [self.encode(p) for p in prompts]
+        eos = self.model.generation_config.eos_token_id
+        stops = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        stops.discard(None)
+        last: dict[int, int] = {}
+
+        def accept(row: int, token: int) -> None:
+            last[row] = token
+
+        tokens = decode_prompts(
+            self, ids, lambda scores, rows: None, accept, lambda row: last.get(row) in stops,
+            sampling=sampling,
+        )  # fmt: skip
+        special = set(self.tokenizer.all_special_ids)
+        results = []
+        for prompt, new in zip(ids, tokens, strict=True):
+            while new and new[-1] in special:  # as generate(): trim trailing eos/pad
+                new.pop()
+            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            results.append(Generation(text=text, token_ids=new, prompt_tokens=len(prompt)))
         return results
 
 

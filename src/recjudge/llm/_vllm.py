@@ -142,7 +142,7 @@ class VLLMBackend(_EngineMixin):
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if v2 else "0"
         args: dict[str, Any] = {
             "model": source if gguf is None else str(Path(source) / gguf),
-            "dtype": config.dtype,
+            "dtype": config.resolved_dtype(),
             "structured_outputs_config": {"backend": "xgrammar"},
             "max_logprobs": 128,
             "logits_processors": [PROCESSORS[v2]],

@@ -66,8 +66,9 @@ def ask(
     seeds: Sequence[int] | None = None,
     jump_forward_prefix: bool = True,
     decode_rows: int = 8,
+    deterministic: bool = False,
 ) -> list[ConstrainedOutput]:
-    """Ask each chat a grammar-constrained question; results are batch-invariant.
+    """Ask each chat a grammar-constrained question.
 
     Every evaluator's closed question (verdicts, multiple choice, categories) goes through
     here, so parsing never fails and each answer carries its decision record (branch
@@ -81,11 +82,12 @@ def ask(
         sampling: decoding settings (greedy by default; set max_new_tokens to fit).
         seeds: per-question seeds for sampling.
         jump_forward_prefix: prefill the answer's forced opening key instead of decoding it.
-        decode_rows: rows per decode step. Fixed, so an answer does not depend on the other
-            questions; 1 suits long answers to prompts of different lengths (each prompt
-            decodes alone instead of padding 8 rows), 8 suits many short answers.
+        decode_rows: rows per decode batch (questions in one batch share their common
+            prompt prefix). With ``deterministic`` the fixed row count of every step.
+        deterministic: the batch-invariant engine: an answer is bit-identical whatever the
+            other questions (slower; see ``recjudge.llm._fast``).
     """
-    from recjudge.llm._engine import constrained_decode
+    from recjudge.llm._fast import decode_prompts
 
     n = len(messages)
     schemas = [schemas] * n if isinstance(schemas, Schema) else list(schemas)
@@ -110,7 +112,7 @@ def ask(
         )
 
     step, accept = _callbacks(grammar, proc)
-    tokens = constrained_decode(
+    tokens = decode_prompts(
         llm,
         ids,
         step,
@@ -118,7 +120,8 @@ def ask(
         grammar.finish_forced,  # stop as soon as the rest is forced
         sampling=sampling or SamplingConfig(max_new_tokens=512),
         seeds=seeds,
-        decode_rows=decode_rows,
+        deterministic=deterministic,
+        rows=decode_rows,
     )
     return collect_outputs(grammar, proc, schemas, tokens)
 
@@ -132,13 +135,13 @@ def ask_shared(
     sampling: SamplingConfig | None = None,
     decode_rows: int = 8,
     jump_forward_prefix: bool = True,
+    deterministic: bool = False,
 ) -> list[ConstrainedOutput]:
     """Ask one templated question for many fills, encoding the shared part only once.
 
     ``messages`` is one chat whose last message contains ``" " + SLOT`` exactly once; the
     chat up to the slot is prefilled once and its KV cache reused for every fill (the
-    suffix, from the fill to the end of the template, is decoded per fill in fixed-size
-    chunks, so an answer does not depend on the other fills).
+    suffix, from the fill to the end of the template, is decoded per fill).
 
     Args:
         llm: a transformers backend.
@@ -146,9 +149,10 @@ def ask_shared(
         fills: the texts put in the slot (untrusted text is fine: it is only tokenised).
         schemas: one schema for all fills or one per fill.
         sampling: decoding settings (greedy by default).
-        decode_rows: rows per decode step (fixed, so results are batch-invariant).
+        decode_rows: rows per decode batch (with ``deterministic``: the fixed row count).
+        deterministic: the batch-invariant engine (bit-identical whatever the other fills).
     """
-    from recjudge.llm._engine import shared_prefix_decode
+    from recjudge.llm._fast import decode_shared
 
     n = len(fills)
     schemas = [schemas] * n if isinstance(schemas, Schema) else list(schemas)
@@ -179,7 +183,7 @@ def ask_shared(
         )
 
     step, accept = _callbacks(grammar, proc)
-    tokens = shared_prefix_decode(
+    tokens = decode_shared(
         llm,
         prefix,
         suffixes,
@@ -187,6 +191,7 @@ def ask_shared(
         accept,
         grammar.finish_forced,
         sampling=sampling or SamplingConfig(max_new_tokens=256),
-        decode_rows=decode_rows,
+        deterministic=deterministic,
+        rows=decode_rows,
     )
     return collect_outputs(grammar, proc, schemas, tokens)

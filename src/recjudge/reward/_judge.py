@@ -19,21 +19,18 @@ from recjudge.decoding import (
     engine_constrained,
     make_processors,
 )
-from recjudge.llm import SamplingConfig
+from recjudge.llm import LLMConfig, SamplingConfig
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore
 
 log = logging.getLogger(__name__)
 
-# Shared prefix KV caches (insertion order = age): two slots, for a user's evidence-first
-# and zero-shot prompts.
-_PREFIXES: dict[tuple[int, tuple[int, ...]], Any] = {}
-_PREFIX_SLOTS = 2
 
+def clear_prefix_cache(llm: Any) -> None:
+    """Forget ``llm``'s shared prefix caches (benchmarks time each method from a cold start)."""
+    from recjudge.llm._fast import prefixes_of
 
-def clear_prefix_cache() -> None:
-    """Forget the shared prefix caches (benchmarks time each method from a cold start)."""
-    _PREFIXES.clear()
+    prefixes_of(llm).clear()
 
 
 Mode = Literal["brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item"]
@@ -69,9 +66,12 @@ class JudgeConfig(BaseModel):
         sampling: decoding settings (greedy by default).
         samples: with sampling, how many samples estimate P(YES).
         batch_size: requests judged per engine call (never changes a result).
-        decode_rows: rows in every decode step. Fixed so a result does not depend on what
-            else is in the batch; it is part of the result key (other values give other
-            bf16 rounding).
+        decode_rows: rows per decode batch. With ``deterministic`` it is the fixed row
+            count of every decode step and part of the result key (other values round
+            differently); otherwise only a bound on the batch.
+        deterministic: use the batch-invariant engine, whose results are bit-identical
+            alone or in any batch (several times slower). The default fast engine agrees
+            with it up to floating-point rounding.
         jump_forward_prefix: prefill the forced opening ``{"evidence`` instead of decoding it.
         domain: prompt wording (None: from the dataset).
     """
@@ -92,6 +92,7 @@ class JudgeConfig(BaseModel):
     samples: int = Field(1, ge=1)
     batch_size: int = Field(8, ge=1)
     decode_rows: int = Field(8, ge=1)
+    deterministic: bool = False
     jump_forward_prefix: bool = True
     domain: str | None = None
 
@@ -207,21 +208,6 @@ class Judge:
 
         self.stats = EngineStats()
 
-    def _prefix_cache(self, prefix: list[int]) -> Any:
-        """The KV cache of ``prefix``. The most recent prefixes are kept per process and
-        shared by every judge on the same model, so ablations and beta sweeps over one
-        user's candidates encode the user's history once (the cache is read-only: each
-        decode chunk works on a copy)."""
-        from recjudge.llm._engine import prefix_cache
-
-        key = (id(self.llm), tuple(prefix))
-        if key not in _PREFIXES:
-            _PREFIXES[key] = prefix_cache(self.llm, prefix)
-            self.stats.prefill_tokens += len(prefix)
-            while len(_PREFIXES) > _PREFIX_SLOTS:
-                _PREFIXES.pop(next(iter(_PREFIXES)))
-        return _PREFIXES[key]
-
     @property
     def llm(self) -> Any:
         if self._llm is None:
@@ -233,10 +219,16 @@ class Judge:
     # -- keys -----------------------------------------------------------------------------
     def key(self, req: JudgeRequest) -> str:
         c = self.config
-        settings = c.model_dump(exclude={"batch_size"})
-        backend = getattr(getattr(self._llm, "config", None), "backend", "transformers")
-        if backend != "transformers":  # other engines round differently: their own keys
-            settings["backend"] = backend
+        # batch_size never changes a result; decode_rows does only on the invariant engine.
+        unused = {"batch_size"} if c.deterministic else {"batch_size", "decode_rows"}
+        settings = c.model_dump(exclude=unused)
+        llm_config = getattr(self._llm, "config", None)
+        if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
+            llm_config = LLMConfig(model=c.model)
+        if llm_config.backend != "transformers":  # other engines round differently
+            settings["backend"] = llm_config.backend
+        # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
+        settings["dtype"] = llm_config.resolved_dtype()
         return stable_hash(
             PROMPT_VERSION,
             settings,
@@ -475,7 +467,7 @@ class Judge:
     def _decode_local(self, prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds):
         """Grammar + bias in the transformers engine over a shared prefix KV cache.
         Returns (decision record, answer text) per row."""
-        from recjudge.llm._engine import shared_prefix_decode
+        from recjudge.llm._fast import decode_shared
 
         c = self.config
         grammar, bias_proc = make_processors(self.llm, row_schemas, row_sigmas, bias)
@@ -499,7 +491,7 @@ class Judge:
             chosen = bias_proc.records[row].chosen
             return chosen is not None and (not evidence_wanted or chosen == "NO")
 
-        shared_prefix_decode(
+        decode_shared(
             self.llm,
             prefix,
             [suffixes[i] + lead for i in rows],
@@ -509,8 +501,8 @@ class Judge:
             sampling=c.sampling,
             seeds=seeds,
             stats=self.stats,
-            cache=self._prefix_cache(prefix),
-            decode_rows=c.decode_rows,
+            deterministic=c.deterministic,
+            rows=c.decode_rows,
         )
         texts = []
         for row in range(len(rows)):

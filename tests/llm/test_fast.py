@@ -1,0 +1,140 @@
+"""The fast engine against plain full forwards of the same token sequences (real SmolLM2, fp32)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from recjudge.llm import LLMConfig, SamplingConfig, load_llm
+from recjudge.llm._fast import (
+    PrefixLRU,
+    decode_prompts,
+    decode_shared,
+    encode_prefix,
+    fast_shared_prefix_decode,
+    supports_fast,
+)
+
+ATOL = 2e-3  # fp32 logits of magnitude ~20; different kernels round differently
+
+
+@pytest.fixture(scope="module")
+def llm32():
+    return load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
+
+
+def _full_logits(llm, ids: list[int]) -> torch.Tensor:
+    with torch.inference_mode():
+        return llm.model(input_ids=torch.tensor([ids])).logits[0].float()
+
+
+def _record(n_rows: int, stop_after: dict[int, int]):
+    """Callbacks that keep every row's scores per step and stop row r after stop_after[r]."""
+    scores: dict[int, list[torch.Tensor]] = {r: [] for r in range(n_rows)}
+    tokens: dict[int, list[int]] = {r: [] for r in range(n_rows)}
+
+    def step(s, rows):
+        for i, r in enumerate(rows):
+            scores[r].append(s[i].clone())
+
+    def accept(r, t):
+        tokens[r].append(t)
+
+    def finished(r):
+        return len(tokens[r]) >= stop_after.get(r, 10**9)
+
+    return scores, tokens, step, accept, finished
+
+
+def test_smollm2_is_supported(llm32):
+    assert supports_fast(llm32.model)
+
+
+def test_every_step_matches_a_full_forward_with_rows_leaving(llm32):
+    prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 6)
+    suffixes = [
+        llm32.encode(" Would they watch " + t + "? Answer:")
+        for t in ["Up (2009)", "The Godfather: Part II (1974)", "Babe (1995)"]
+    ]
+    stop = {0: 3, 1: 7, 2: 5}  # rows finish at different steps: the batch shrinks twice
+    scores, tokens, step, accept, finished = _record(3, stop)
+    out = fast_shared_prefix_decode(
+        llm32,
+        encode_prefix(llm32, prefix),
+        suffixes,
+        step,
+        accept,
+        finished,
+        sampling=SamplingConfig(max_new_tokens=20),
+    )
+    for r, suffix in enumerate(suffixes):
+        assert out[r] == tokens[r] and len(out[r]) == stop[r]
+        full = _full_logits(llm32, prefix + suffix + out[r])
+        start = len(prefix) + len(suffix) - 1
+        for k, got in enumerate(scores[r]):
+            torch.testing.assert_close(got, full[start + k], atol=ATOL, rtol=0)
+        # greedy: each token is the argmax of its step's scores
+        assert out[r] == [int(s.argmax()) for s in scores[r]]
+
+
+def test_a_row_alone_and_in_a_batch_agree(llm32):
+    prefix = llm32.encode("History: Alien (1979); Aliens (1986); Jaws (1975).")
+    suffixes = [llm32.encode(f" Candidate {c}. Verdict:") for c in ("Rocky", "Up", "Heat", "Big")]
+    steps = {r: 4 for r in range(4)}
+    kv = encode_prefix(llm32, prefix)
+    batch, _, step_b, acc_b, fin_b = _record(4, steps)
+    fast_shared_prefix_decode(llm32, kv, suffixes, step_b, acc_b, fin_b)
+    for r in range(4):
+        alone, _, step_a, acc_a, fin_a = _record(1, {0: 4})
+        fast_shared_prefix_decode(llm32, kv, [suffixes[r]], step_a, acc_a, fin_a)
+        for a, b in zip(alone[0], batch[r], strict=True):
+            torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+def test_prompts_without_a_shared_prefix_and_the_invariant_engine_agree(llm32):
+    prompts = [
+        llm32.encode("The capital of France is"),
+        llm32.encode("Two plus two equals"),
+        llm32.encode("The capital of Italy is"),
+    ]
+    runs = {}
+    for deterministic in (False, True):
+        scores, tokens, step, accept, finished = _record(3, {0: 4, 1: 4, 2: 4})
+        decode_prompts(llm32, prompts, step, accept, finished, deterministic=deterministic, rows=2)
+        runs[deterministic] = scores
+    for r in range(3):
+        for a, b in zip(runs[False][r], runs[True][r], strict=True):
+            torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
+
+
+def test_shared_decode_caches_the_prefix_once_per_backend(llm32):
+    lru = PrefixLRU(slots=1)
+    llm32.prefixes, old = lru, getattr(llm32, "prefixes", None)
+    try:
+        prefix = llm32.encode("Shared prompt prefix for caching.")
+        for _ in range(2):
+            _, _, step, accept, finished = _record(1, {0: 1})
+            decode_shared(llm32, prefix, [llm32.encode(" x")], step, accept, finished)
+        assert len(lru._items) == 1
+        decode_shared(llm32, prefix[:-1], [llm32.encode(" y")], step, accept, lambda r: True)
+        assert len(lru._items) == 1 and ("fast", tuple(prefix[:-1])) in lru._items
+    finally:
+        llm32.prefixes = old
+
+
+def test_free_text_generate_is_greedy_under_a_full_forward(llm32):
+    """generate() without processors runs on the fast engine: every token it emits is (up to
+    rounding) the argmax of a plain full forward over the text so far, and it stops at EOS."""
+    prompts = [
+        llm32.chat_prompt([{"role": "user", "content": "Name a famous movie."}]),
+        llm32.chat_prompt([{"role": "user", "content": "Say hello in French."}]),
+    ]
+    outs = llm32.generate(prompts, sampling=SamplingConfig(max_new_tokens=16))
+    eos = llm32.tokenizer.eos_token_id
+    for prompt, out in zip(prompts, outs, strict=True):
+        ids = llm32.encode(prompt)
+        assert out.prompt_tokens == len(ids) and out.token_ids and eos not in out.token_ids
+        full = _full_logits(llm32, ids + out.token_ids)
+        for k, tok in enumerate(out.token_ids):
+            row = full[len(ids) - 1 + k]
+            assert row[tok] >= row.max() - ATOL
