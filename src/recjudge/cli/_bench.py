@@ -17,14 +17,18 @@ def bench_throughput_cmd(
     candidates: int = typer.Option(20, "--candidates"),
     threads: int = typer.Option(2, "--threads"),
     seed: int = typer.Option(0, "--seed"),
-    dtype: str = typer.Option("bfloat16", "--dtype", help="bfloat16 | float32 (both methods)."),
+    dtype: str = typer.Option(
+        "auto", "--dtype", help="auto | bfloat16 | float32 (every method alike)."
+    ),
     sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also sweep threads x rows."),
     out: str = typer.Option(None, "--out", help="Default: reports/throughput/<model>[-fp32]."),
 ) -> None:
     """Naive transformers+xgrammar vs the recjudge engine: judgments/s, agreement, memory."""
     from recjudge.bench import bench_throughput
+    from recjudge.llm import LLMConfig
 
-    suffix = "" if dtype == "bfloat16" else "-fp32" if dtype == "float32" else f"-{dtype}"
+    resolved = LLMConfig(model=model, dtype=dtype).resolved_dtype()
+    suffix = "" if resolved == "bfloat16" else "-fp32" if resolved == "float32" else f"-{resolved}"
     r = bench_throughput(
         model,
         users,
