@@ -22,7 +22,7 @@ FETCH_FAILED = { echo "setup: could not install $(1). A package registry did not
 not serve a pinned version; check that pip can reach PyPI (pip config list) and run make \
 again. Finished steps are kept." >&2; exit 1; }
 
-.PHONY: setup demo test lint lock clean-cache setup-vllm test-vllm
+.PHONY: setup demo test lint lock clean-cache setup-vllm test-vllm setup-llamacpp
 
 setup: $(STAMP)
 
@@ -41,6 +41,9 @@ $(STAMP): pyproject.toml Makefile $(LOCK) $(DATA)
 	@# One-off conversion: its per-tensor progress bars would be pages of \r lines in a log.
 	@TQDM_DISABLE=1 $(BIN)/recjudge models install smollm2-135m
 	@$(BIN)/recjudge data fetch
+	@# ranx (the metrics' reference in tests) JIT-compiles for minutes on first use; numba
+	@# caches the result on disk, so pay it once here rather than inside a test.
+	@$(BIN)/python scripts/warm_jit.py
 	@touch $(STAMP)
 	@echo "[setup] done"
 
@@ -80,6 +83,15 @@ $(VSTAMP): pyproject.toml Makefile $(VLOCK) $(DATA) $(STAMP)
 	@echo "[setup-vllm] done"
 
 # Parity of the vllm and openai-compatible backends with the transformers backend.
+# llama.cpp (llama-cpp-python) as a benchmark method, built for this CPU.
+LLAMACPP := requirements/llamacpp.txt
+setup-llamacpp: setup
+	@echo "[setup-llamacpp] building llama-cpp-python from source (minutes on 2 cores)"
+	@CMAKE_ARGS="-DGGML_NATIVE=ON" $(call PIP,$(BIN)) --no-deps -r $(LLAMACPP) \
+		|| $(call FETCH_FAILED,the packages in $(LLAMACPP))
+	@$(BIN)/python -c "import llama_cpp; print('[setup-llamacpp] llama-cpp-python', \
+		llama_cpp.__version__)"
+
 test-vllm: setup-vllm
 	$(VBIN)/python -m pytest -q -m vllm tests/llm/test_vllm_parity.py -s
 

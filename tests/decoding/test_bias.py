@@ -18,6 +18,7 @@ from recjudge.decoding import (
     branch_deltas,
     compile_schema,
     constrained_generate,
+    replay_greedy,
 )
 from recjudge.decoding._schemas import NO_MARKER, YES_MARKER
 from recjudge.llm import SamplingConfig
@@ -244,3 +245,46 @@ def test_smollm_choice_k_way_record(smollm):
     assert sum(rec.p_before) == pytest.approx(1.0)
     p = np.array(rec.p_before)
     assert rec.entropy == pytest.approx(float(-(p[p > 0] * np.log(p[p > 0])).sum() / math.log(3)))
+
+
+def _greedy_branch(row_scores, sigma, beta, adaptive):
+    """Brute force: bias one decision-step row with a fresh processor and take the argmax."""
+    proc = _proc([sigma], [beta], adaptive)
+    s = row_scores.clone().unsqueeze(0)
+    proc.apply(s)
+    top = int(s[0].argmax())
+    branch = "YES" if top in YES else "NO" if top in NO else None
+    return branch, proc.records[0]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_replay_greedy_equals_decoding_under_the_other_bias(seed):
+    g = np.random.default_rng(seed)
+    steps = [_scores(seed * 10 + k, 1)[0] for k in range(int(g.integers(1, 4)))]
+    # The recorded run, under some bias: it stays undecided until it commits (or runs out).
+    rec_sigma, rec_beta = float(g.uniform(-1, 1)), float(g.choice([0.0, 1.0, 4.0]))
+    record = None
+    for k, row in enumerate(steps):
+        branch, r = _greedy_branch(row, rec_sigma, rec_beta, True)
+        if record is None:
+            record = r
+        else:
+            record.steps.extend(r.steps)
+        if branch is not None:
+            record.chosen = branch
+            steps = steps[: k + 1]
+            break
+    sigma, beta = float(g.uniform(-1, 1)), float(g.choice([0.0, 0.5, 2.0, 8.0, 25.0]))
+    adaptive = bool(g.integers(2))
+    got = replay_greedy(record, [sigma, -sigma], beta, adaptive)
+    want, want_step = None, len(steps) - 1
+    for k, row in enumerate(steps):
+        branch, r = _greedy_branch(row, sigma, beta, adaptive)
+        if branch is not None:
+            want, want_step, want_rec = branch, k, r
+            break
+    assert got.branch == want and got.step == want_step
+    if want is not None:
+        assert got.p_after == pytest.approx(want_rec.p_after, abs=1e-9)
+        assert got.delta == pytest.approx(want_rec.delta, abs=1e-9)
+        assert got.entropy == pytest.approx(want_rec.entropy, abs=1e-9)

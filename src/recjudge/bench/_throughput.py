@@ -1,4 +1,11 @@
-"""Judge throughput: our engine against the naive transformers + xgrammar baseline."""
+"""Judge throughput on this CPU, like for like: naive ``generate()``, our engines, one-pass
+sweeps over every bias setting, and llama.cpp when it is installed.
+
+Every method judges the same requests (real ML-1M users, half their own later items and half
+random unseen items) under the same BRIEF bias (sigma from ALS, so verdicts are mixed), in
+one process, methods alternating per user. Full answers are compared with full answers
+(evidence included) and decision read-outs with read-outs.
+"""
 
 from __future__ import annotations
 
@@ -10,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from recjudge.bench._methods import Answer, method_runners
 from recjudge.bench._report import write_report
 
 
@@ -97,6 +105,14 @@ def _requests(ds: Any, users: int, candidates: int, history: int, seed: int) -> 
     return out
 
 
+def _agreement(a: list[Answer], b: list[Answer], evidence: bool) -> float:
+    same = [
+        x.yes == y.yes and (not evidence or x.evidence == y.evidence)
+        for x, y in zip(a, b, strict=True)
+    ]
+    return sum(same) / len(same)
+
+
 def bench_throughput(
     model: str = "qwen2.5-coder-0.5b",
     users: int = 3,
@@ -104,150 +120,75 @@ def bench_throughput(
     history: int = 50,
     threads: int = 2,
     seed: int = 0,
+    beta: float = 25.0,
     max_new_tokens: int = 256,
     out: str | Path = "reports/throughput",
-    sweep_settings: bool = True,
     dtype: str = "auto",
+    methods: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """Judgments per second of (a) the naive baseline and (b) our engine, in one run.
+    """Judgments per second of every method on one mixed-verdict workload, in one run.
 
-    (a) one full prompt per pair through transformers ``generate()`` with xgrammar's own
-    transformers logits processor (EvidenceFirst grammar, greedy); (b) the recjudge engine
-    (shared prefix, batch-invariant chunks) as a reward (decision read-out) and with evidence.
-    Both use beta = 0 so the verdicts are comparable. Users alternate which runs first.
+    Methods (``recjudge.bench._methods``): naive ``generate()`` with the same grammar and
+    bias processors (full answer, and stopped at the decision), the fast engine (full,
+    read-out), the batch-invariant engine (full), a one-pass sweep over 28 bias settings
+    (read-out and full), llama.cpp on the preset's GGUF (when ``llama_cpp`` imports).
     """
     import torch
-    import xgrammar as xgr
-    from transformers import GenerationConfig
 
+    from recjudge.cf_models import cached_cf, item_item_for
     from recjudge.data import load_dataset
-    from recjudge.decoding import EvidenceFirst, compile_schema
     from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reward import Judge, JudgeConfig
-    from recjudge.reward._judge import clear_prefix_cache
 
     torch.set_num_threads(threads)
     ds = load_dataset("ml-1m")
-    llm = load_llm(LLMConfig(model=model, dtype=dtype))
-    dtype = LLMConfig(model=model, dtype=dtype).resolved_dtype()  # "auto" -> this CPU's
+    cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=seed)
+    item_item = item_item_for(cf, ds, seed=seed)
+    llm_config = LLMConfig(model=model, dtype=dtype)
+    llm = load_llm(llm_config)
+    dtype = llm_config.resolved_dtype()
     params = sum(p.numel() for p in llm.model.parameters())
     groups = _requests(ds, users, candidates, history, seed)
-    base_cfg = JudgeConfig(
-        model=model, mode="no-behavior", max_history=history, token_budget=100_000
-    )
-    reward_judge = Judge(base_cfg.model_copy(update={"need_evidence": False}), llm=llm)
-    evidence_judge = Judge(base_cfg, llm=llm)
-    # The batch-invariant engine (bit-exact in any batch), producing the same full answers.
-    invariant_judge = Judge(base_cfg.model_copy(update={"deterministic": True}), llm=llm)
-    judges = {
-        "engine_reward": reward_judge,
-        "engine_evidence": evidence_judge,
-        "engine_evidence_invariant": invariant_judge,
-    }
+    runners = method_runners(model, llm, cf, item_item, history, beta, max_new_tokens, only=methods)
     mem = PeakRSS()
-    timing = {"naive": 0.0, **{k: 0.0 for k in judges}}
-    tokens = {k: 0 for k in timing}
-    verdicts: dict[str, list[bool]] = {k: [] for k in timing}
-    tok = llm.tokenizer
-
-    def run_naive(reqs: list[Any]) -> None:
-        for r in reqs:
-            rp, prefix, suffix = reward_judge._prompt(r)
-            schema = EvidenceFirst([h.title for h in rp.shown], base_cfg.max_evidence)
-            grammar = compile_schema(schema, tok, llm.vocab_size).grammar
-            proc = xgr.contrib.hf.LogitsProcessor(grammar)
-            ids = torch.tensor([prefix + suffix])
-            cfg = GenerationConfig(
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=tok.pad_token_id,
-                eos_token_id=tok.eos_token_id,
-                temperature=None,
-                top_p=None,
-                top_k=None,
-            )
-            t0 = time.perf_counter()
-            with torch.inference_mode():
-                gen = llm.model.generate(
-                    input_ids=ids,
-                    attention_mask=torch.ones_like(ids),
-                    generation_config=cfg,
-                    logits_processor=[proc],
-                )
-            timing["naive"] += time.perf_counter() - t0
-            new = gen[0, ids.shape[1] :]
-            tokens["naive"] += ids.shape[1] + len(new)
-            text = tok.decode(new, skip_special_tokens=True)
-            verdicts["naive"].append('"is_relevant": "YES"' in text)
-
-    def run_engine(name: str, judge: Judge, reqs: list[Any]) -> None:
-        before = judge.stats.prefill_tokens + judge.stats.decode_tokens
-        clear_prefix_cache(llm)  # each method encodes the user's prefix itself
-        t0 = time.perf_counter()
-        res = judge.judge_many(reqs)
-        timing[name] += time.perf_counter() - t0
-        tokens[name] += judge.stats.prefill_tokens + judge.stats.decode_tokens - before
-        verdicts[name].extend(j.is_relevant for j in res)
-
+    timing = {k: 0.0 for k in runners}
+    answers: dict[str, list[Answer]] = {k: [] for k in runners}
     for k, reqs in enumerate(groups):
-        for r in reqs:  # tokenisation and prompt rendering are not what we time
-            reward_judge._prompt(r)
-            evidence_judge._prompt(r)
-        order = ["naive", *judges]
+        runners["naive_full"].warm(reqs)  # prompt rendering and tokenisation are not timed
+        order = list(runners)
         if k % 2:
             order = order[::-1]
         for name in order:
             with mem.phase(name):
-                if name == "naive":
-                    run_naive(reqs)
-                else:
-                    run_engine(name, judges[name], reqs)
-    mem.close()
-    sweep = []
-    if sweep_settings:
-        # Engine settings chosen by measurement: decode rows x threads on one user's pairs.
-        for threads_ in (1, 2):
-            torch.set_num_threads(threads_)
-            for rows_ in (4, 8, 16):
-                j = Judge(
-                    base_cfg.model_copy(update={"need_evidence": False, "decode_rows": rows_}),
-                    llm=llm,
-                )
-                j.judge_many(groups[0][:2])  # warm-up (also computes the prefix)
-                clear_prefix_cache(llm)
                 t0 = time.perf_counter()
-                j.judge_many(groups[0])
-                dt = time.perf_counter() - t0
-                sweep.append(
-                    {
-                        "threads": threads_,
-                        "decode_rows": rows_,
-                        "judgments_per_s": len(groups[0]) / dt,
-                    }
-                )
-        torch.set_num_threads(threads)
+                got = runners[name].run(reqs)
+                timing[name] += time.perf_counter() - t0
+            answers[name].extend(got)
+    mem.close()
     n = sum(len(g) for g in groups)
-    attainable = matmul_flops(threads, dtype=dtype)
     rows = {}
-    for name in timing:
-        jps = n / timing[name]
-        flops = 2 * params * tokens[name]
+    for name, r in runners.items():
+        ref = "naive_full" if r.kind == "full" else "naive_readout"
         rows[name] = {
-            "judgments": n,
+            "kind": r.kind,
+            "settings": r.settings,
+            "judgments": n * r.settings,
             "seconds": timing[name],
-            "judgments_per_s": jps,
-            "tokens_processed": tokens[name],
-            "tokens_per_judgment": tokens[name] / n,
-            "achieved_flops": flops / timing[name],
-            "roofline_fraction": flops / timing[name] / attainable,
+            "pairs_per_s": n / timing[name],
+            "judgments_per_s": n * r.settings / timing[name],
             "peak_rss_mb": mem.peaks.get(name, 0) / 2**20,
-            "verdict_agreement_with_naive": sum(
-                a == b for a, b in zip(verdicts[name], verdicts["naive"], strict=True)
-            )
-            / n,
-            "yes_rate": sum(verdicts[name]) / n,
+            "agreement_with_naive": _agreement(answers[name], answers[ref], r.kind == "full"),
+            "yes_rate": sum(a.yes for a in answers[name]) / n,
+            "engine": r.engine,
         }
-    results = {
+    results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
+    results["methods"] = rows
+    results["ratios"] = _ratios(rows)
+    write_report(out, results, _report_lines(results))
+    return results
+
+
+def _summary(model, dtype, params, groups, candidates, history, threads, seed, beta):
+    return {
         "model": model,
         "dtype": dtype,
         "params": params,
@@ -256,54 +197,65 @@ def bench_throughput(
         "history": history,
         "threads": threads,
         "seed": seed,
-        "attainable_matmul_flops": attainable,
-        "methods": rows,
-        "speedup_reward_vs_naive": rows["engine_reward"]["judgments_per_s"]
-        / rows["naive"]["judgments_per_s"],
-        "speedup_evidence_vs_naive": rows["engine_evidence"]["judgments_per_s"]
-        / rows["naive"]["judgments_per_s"],
-        "target_speedup": 10.0,
-        "settings_sweep": sweep,
-        "best_setting": max(sweep, key=lambda r: r["judgments_per_s"]) if sweep else None,
+        "beta": beta,
+        "attainable_matmul_flops": matmul_flops(threads, dtype=dtype),
     }
+
+
+def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Like-for-like speed ratios (pairs/s over pairs/s of the same output)."""
+
+    def r(a: str, b: str) -> float | None:
+        if a in rows and b in rows:
+            return rows[a]["pairs_per_s"] / rows[b]["pairs_per_s"]
+        return None
+
+    out = {
+        "engine_full / naive_full": r("engine_full", "naive_full"),
+        "engine_readout / naive_readout": r("engine_readout", "naive_readout"),
+        "engine_full / engine_full_invariant": r("engine_full", "engine_full_invariant"),
+        "engine_full / llamacpp_full": r("engine_full", "llamacpp_full"),
+        "engine_readout / llamacpp_readout": r("engine_readout", "llamacpp_readout"),
+        # cost of all 28 settings relative to one setting (target <= 1.5)
+        "sweep_readout cost / engine_readout cost": r("engine_readout", "sweep_readout"),
+        "sweep_full cost / engine_full cost": r("engine_full", "sweep_full"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _report_lines(res: dict[str, Any]) -> list[str]:
+    naive = res["methods"].get("naive_full", {})
     lines = [
-        f"# Judge throughput ({model})",
+        f"# Judge throughput ({res['model']}, {res['dtype']})",
         "",
-        f"{len(groups)} real ML-1M users x {candidates} candidates, {history}-item "
-        f"histories, greedy, beta = 0, {dtype}, {threads} threads; methods alternate per user.",
+        f"{res['users']} real ML-1M users x {res['candidates']} candidates (half the user's "
+        f"later items, half random unseen), {res['history']}-item histories, BRIEF with "
+        f"beta = {res['beta']:g} and sigma from ALS, greedy, {res['threads']} threads, one "
+        "process, methods alternating per user. YES rate of the naive full answers: "
+        f"{100 * naive.get('yes_rate', float('nan')):.0f} %.",
         "",
-        "| method | judgments/s | s | tokens/judgment | peak RSS MB | verdict agreement "
-        "| roofline |",
-        "|---|---|---|---|---|---|---|",
+        "| method | output | settings | pairs/s | judgments/s | s | peak RSS MB | "
+        "agreement with naive |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in rows.items():
+    for name, r in res["methods"].items():
         lines.append(
-            f"| {name} | {r['judgments_per_s']:.3f} | {r['seconds']:.1f} | "
-            f"{r['tokens_per_judgment']:.0f} | {r['peak_rss_mb']:.0f} | "
-            f"{100 * r['verdict_agreement_with_naive']:.1f} % | "
-            f"{100 * r['roofline_fraction']:.1f} % |"
+            f"| {name} | {r['kind']} | {r['settings']} | {r['pairs_per_s']:.3f} | "
+            f"{r['judgments_per_s']:.3f} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} | "
+            f"{100 * r['agreement_with_naive']:.1f} % |"
         )
+    lines += ["", "## Ratios (same output on both sides)", ""]
+    lines += [f"- {k}: **{v:.2f}x**" for k, v in res["ratios"].items()]
     lines += [
         "",
-        f"- speed-up, reward read-out vs naive: **{results['speedup_reward_vs_naive']:.1f}x**"
-        f" (target >= 10x)",
-        f"- speed-up, with evidence vs naive: {results['speedup_evidence_vs_naive']:.1f}x",
-        f"- attainable {dtype} matmul: {attainable / 1e9:.1f} GFLOP/s; FLOPs per judgment = "
-        "2 x parameters x tokens processed",
-        "- naive = transformers generate() + xgrammar.contrib.hf.LogitsProcessor, one "
-        "full prompt per pair; engine_* = recjudge's fast engine (one shared prefix KV read "
-        "in place); engine_evidence_invariant = the batch-invariant engine (deterministic=True)",
+        "- agreement: verdict and evidence list for full answers, verdict for read-outs, "
+        "each against the naive method with the same output",
+        "- peak RSS is the process's (model, data and earlier methods included), sampled "
+        "while the method ran",
+        f"- attainable {res['dtype']} matmul here: "
+        f"{res['attainable_matmul_flops'] / 1e9:.1f} GFLOP/s",
+        "",
+        "Methods:",
     ]
-    if sweep:
-        lines += [
-            "",
-            "## Engine settings (reward read-out, one user's pairs)",
-            "",
-            "| threads | decode rows | judgments/s |",
-            "|---|---|---|",
-        ]
-        lines += [
-            f"| {r['threads']} | {r['decode_rows']} | {r['judgments_per_s']:.3f} |" for r in sweep
-        ]
-    write_report(out, results, lines)
-    return results
+    lines += [f"- {name}: {r['engine']}" for name, r in res["methods"].items()]
+    return lines

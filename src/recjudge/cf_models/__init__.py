@@ -20,6 +20,7 @@ from recjudge.cf_models._classic import (
     interaction_matrix,
 )
 from recjudge.cf_models._eval import (
+    cached_cf,
     calibration_pairs,
     eval_saved,
     evaluate_full,
@@ -53,6 +54,7 @@ __all__ = [
     "evaluate_full",
     "evaluate_sampled",
     "hit_ndcg",
+    "cached_cf",
     "interaction_matrix",
     "item_item_for",
     "load_model",

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recjudge._util import atomic_write_json, rng
+from recjudge._util import atomic_write_json, cache_dir, rng, stable_hash
 from recjudge.cf_models._base import MODELS, CFModel, SignalConfig, TrainOptions, load_model
 from recjudge.data import Dataset, leave_one_out
 
@@ -194,6 +194,32 @@ def train_cf(
     if out is not None:
         model.save(out)
     return model
+
+
+def cached_cf(
+    name: str,
+    dataset: Dataset,
+    config: dict[str, Any] | None = None,
+    seed: int = 0,
+    threads: int = 2,
+) -> tuple[CFModel, Path, bool]:
+    """A CF model trained once per (model, dataset, config, seed), then loaded from the cache.
+
+    Returns (model, its folder under ``$RECJUDGE_CACHE/cf``, whether it was trained now). A
+    folder that does not load (an interrupted save) is trained again.
+    """
+    config = dict(config or {})
+    tag = stable_hash(name, dataset.name, len(dataset.interactions), config, seed, length=10)
+    path = cache_dir() / "cf" / f"{name}-{dataset.name}-{tag}"
+    if (path / "model.json").exists():
+        try:
+            return load_model(path), path, False
+        except Exception:  # a half-written folder from a crash: rebuild below
+            import shutil
+
+            shutil.rmtree(path, ignore_errors=True)
+    model = train_cf(name, dataset, path, config, TrainOptions(seed=seed, threads=threads))
+    return model, path, True
 
 
 def item_item_for(

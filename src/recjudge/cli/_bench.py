@@ -17,13 +17,16 @@ def bench_throughput_cmd(
     candidates: int = typer.Option(20, "--candidates"),
     threads: int = typer.Option(2, "--threads"),
     seed: int = typer.Option(0, "--seed"),
+    beta: float = typer.Option(25.0, "--beta", help="BRIEF beta of the workload."),
     dtype: str = typer.Option(
         "auto", "--dtype", help="auto | bfloat16 | float32 (every method alike)."
     ),
-    sweep: bool = typer.Option(True, "--sweep/--no-sweep", help="Also sweep threads x rows."),
+    methods: str = typer.Option(
+        None, "--methods", help="Comma-separated subset (the naive references always run)."
+    ),
     out: str = typer.Option(None, "--out", help="Default: reports/throughput/<model>[-fp32]."),
 ) -> None:
-    """Naive transformers+xgrammar vs the recjudge engine: judgments/s, agreement, memory."""
+    """Naive generate(), the recjudge engines, one-pass sweeps and llama.cpp, like for like."""
     from recjudge.bench import bench_throughput
     from recjudge.llm import LLMConfig
 
@@ -35,19 +38,40 @@ def bench_throughput_cmd(
         candidates,
         threads=threads,
         seed=seed,
+        beta=beta,
         out=out or f"reports/throughput/{model}{suffix}",
-        sweep_settings=sweep,
         dtype=dtype,
+        methods=tuple(m.strip() for m in methods.split(",")) if methods else None,
     )
     for name, m in r["methods"].items():
         typer.echo(
-            f"{name:<16} {m['judgments_per_s']:.3f} judgments/s  agreement "
-            f"{100 * m['verdict_agreement_with_naive']:.1f} %  peak {m['peak_rss_mb']:.0f}"
-            f" MB  roofline {100 * m['roofline_fraction']:.1f} %"
+            f"{name:<22} {m['kind']:<8} {m['pairs_per_s']:.3f} pairs/s  agreement "
+            f"{100 * m['agreement_with_naive']:.1f} %  YES {100 * m['yes_rate']:.0f} %  "
+            f"peak {m['peak_rss_mb']:.0f} MB"
         )
+    for k, v in r["ratios"].items():
+        typer.echo(f"{k}: {v:.2f}x")
+
+
+@bench_app.command("latency")
+def bench_latency_cmd(
+    model: str = typer.Option("smollm2-135m", "--model"),
+    users: int = typer.Option(6, "--users"),
+    repeats: int = typer.Option(3, "--repeats"),
+    seed: int = typer.Option(0, "--seed"),
+    out: str = typer.Option(None, "--out", help="Default: reports/latency/<model>."),
+) -> None:
+    """Cold CLI judgment (fresh process) and warm judgments with evidence."""
+    from recjudge.bench import bench_latency
+
+    r = bench_latency(
+        model, users, repeats=repeats, seed=seed, out=out or f"reports/latency/{model}"
+    )
+    c, w = r["cold"], r["warm"]
     typer.echo(
-        f"speed-up (reward): {r['speedup_reward_vs_naive']:.1f}x; with evidence: "
-        f"{r['speedup_evidence_vs_naive']:.1f}x"
+        f"cold CLI judgment {c['cli_judgment_s']:.2f} s (import {c['import_s']:.2f} s, data "
+        f"{c['data_load_s']:.2f} s); warm new user {w['new_user_judgment_s']:.2f} s, same "
+        f"user {w['same_user_judgment_s']:.2f} s"
     )
 
 

@@ -25,28 +25,22 @@ def demo(
     from rich.console import Console
     from rich.table import Table
 
-    from recjudge._util import cache_dir, rng
-    from recjudge.cf_models import TrainOptions, load_model, train_cf
+    from recjudge._util import rng
+    from recjudge.cf_models import cached_cf
     from recjudge.data import leave_one_out, load_dataset, sample_users
     from recjudge.reward import Judge, JudgeConfig, request_for
 
-    configs = {"als": ({"factors": 64, "iterations": 15}, "als"), "sasrec": (None, "sasrec")}
+    configs = {"als": {"factors": 64, "iterations": 15}, "sasrec": {"max_len": 100}}
     if cf not in configs:
         raise typer.BadParameter(f"--cf must be one of {sorted(configs)}, not {cf!r}")
     # Pipes and CI logs report 80 columns; the table needs more to stay readable.
     console = Console(width=None if Console().is_terminal else 150)
     ds = load_dataset("ml-1m")
-    config = configs[cf][0] or {"epochs": epochs, "max_len": 100}
-    tag = f"e{epochs}" if cf == "sasrec" else "f64i15"
-    path = cache_dir() / "demo" / f"{cf}-ml1m-{tag}-s{seed}"
-    if (path / "model.json").exists():
-        cf_model = load_model(path)
-        console.print(f"{cf} loaded from {path}")
-    else:
-        console.print(f"Training {cf} on ML-1M (cached afterwards) ...")
-        t0 = time.perf_counter()
-        cf_model = train_cf(cf, ds, path, config, TrainOptions(seed=seed, threads=2))
-        console.print(f"  done in {time.perf_counter() - t0:.0f}s")
+    config = configs[cf] | ({"epochs": epochs} if cf == "sasrec" else {})
+    t0 = time.perf_counter()
+    cf_model, path, trained = cached_cf(cf, ds, config, seed=seed)
+    verb = "trained (cached for next time)" if trained else "loaded"
+    console.print(f"{cf} {verb} in {time.perf_counter() - t0:.0f}s: {path}")
     split = leave_one_out(ds.interactions)
     test = split.test.set_index("user_id")
     chosen = [u for u in sample_users(ds.user_ids(), 200, seed) if u in test.index][:users]

@@ -17,8 +17,11 @@ from recjudge.decoding._compile import (
 from recjudge.decoding._processors import (
     BranchBiasProcessor,
     DecisionRecord,
+    DecisionStep,
     GrammarLogitsProcessor,
+    Replayed,
     branch_deltas,
+    replay_greedy,
 )
 from recjudge.decoding._remote import BiasPayload, engine_constrained
 from recjudge.decoding._schemas import (
@@ -48,6 +51,7 @@ __all__ = [
     "CompiledSchema",
     "ConstrainedOutput",
     "DecisionRecord",
+    "DecisionStep",
     "DecisionSpec",
     "EvidenceFirst",
     "GrammarCache",
@@ -56,7 +60,9 @@ __all__ = [
     "SchemaError",
     "TokenTable",
     "Verdicts",
+    "Replayed",
     "branch_deltas",
+    "replay_greedy",
     "collect_outputs",
     "compile_schema",
     "constrained_generate",

@@ -265,6 +265,24 @@ class GrammarLogitsProcessor:
 
 
 # -- branch bias ------------------------------------------------------------------------
+@dataclass(frozen=True)
+class DecisionStep:
+    """The unbiased scores at one decision step, enough to replay it under any bias.
+
+    Attributes:
+        live: indices of the branches that could be decided at this step.
+        lse: per live branch, ``logsumexp`` of its tokens' scores (gives ``p`` and ``E_n``).
+        top: per live branch, its best token's score (what greedy compares).
+        other: the best score among the allowed tokens that decide nothing yet
+            (``-inf`` when every allowed token decides a branch).
+    """
+
+    live: tuple[int, ...]
+    lse: tuple[float, ...]
+    top: tuple[float, ...]
+    other: float
+
+
 @dataclass
 class DecisionRecord:
     """What happened at a row's decision step.
@@ -282,6 +300,8 @@ class DecisionRecord:
         decision_steps: steps at which every branch could be decided (bias applied each time).
         blocked_steps: steps at which one-sided deciding tokens were masked.
         chosen: the branch the row committed to, once known.
+        steps: the unbiased scores at each decision step (``replay_greedy`` re-decides
+            the row under another bias from them).
     """
 
     branches: tuple[str, ...]
@@ -297,6 +317,7 @@ class DecisionRecord:
     blocked_steps: int = 0
     chosen: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    steps: list[DecisionStep] = field(default_factory=list, repr=False)
 
     def _p(self, probs: tuple[float, ...], name: str) -> float | None:
         if name not in self.branches:
@@ -321,6 +342,7 @@ class DecisionRecord:
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d.pop("steps")
         d["p_yes_before"], d["p_yes_after"] = self.p_yes_before, self.p_yes_after
         return d
 
@@ -419,6 +441,10 @@ class BranchBiasProcessor:
             DecisionRecord(branches=tuple(s.names), signal=tuple(v), beta=b, adaptive=adaptive)
             for s, v, b in zip(specs, self.signals, betas, strict=True)
         ]
+        # Optional hook (row, record) -> bool, asked after each decision step is recorded:
+        # True masks every deciding token so the row goes on undecided (judge_sweep uses it
+        # to record the path that settings which stay undecided here would take).
+        self.explore: Callable[[int, DecisionRecord], bool] | None = None
         self._prompt_len: int | None = None
         self._cache: dict[tuple[int, bytes, int], int] = {}
         self._quotes: torch.Tensor | None = None
@@ -464,6 +490,11 @@ class BranchBiasProcessor:
     def committed(self, row: int) -> bool:
         return len(self._live(row, bytes(self.generated[row]))) <= 1
 
+    def commits_with(self, row: int, token: int) -> bool:
+        """Whether row ``row`` is committed to a branch once ``token`` follows its text (a
+        stopping criterion for read-outs through ``generate()``)."""
+        return len(self._live(row, bytes(self.generated[row]) + self.token_bytes[token])) <= 1
+
     def accept(self, row: int, token: int) -> None:
         """Advance row ``row`` by ``token`` (for engines that do not pass input_ids)."""
         was_open = not self.committed(row)
@@ -494,7 +525,7 @@ class BranchBiasProcessor:
             live = self._live(row, text)
             if len(live) <= 1:
                 continue
-            finite = torch.isfinite(scores[i])
+            allowed = finite = torch.isfinite(scores[i])
             n_allowed = int(finite.sum())
             gate = self.specs[row].quote_gate
             if gate is not None and self.specs[row].region_start(text) is None and gate(text):
@@ -517,6 +548,22 @@ class BranchBiasProcessor:
             # The decision step: every live branch has a deciding token.
             idx = [torch.tensor(groups[b]) for b in live]
             lse = np.array([torch.logsumexp(scores[i, ix].double(), 0).item() for ix in idx])
+            rest = torch.where(allowed, scores[i], NEG_INF)
+            rest[torch.cat(idx)] = NEG_INF
+            other = float(rest.max())
+            rec.steps.append(
+                DecisionStep(
+                    tuple(live),
+                    tuple(lse.tolist()),
+                    tuple(float(scores[i, ix].max()) for ix in idx),
+                    other,
+                )
+            )
+            if self.explore is not None and other > NEG_INF and self.explore(row, rec):
+                for ix in idx:
+                    scores[i, ix] = NEG_INF
+                rec.decision_steps += 1
+                continue
             p = np.exp(lse - lse.max())
             p /= p.sum()
             signal = self.signals[row][live]
@@ -533,6 +580,66 @@ class BranchBiasProcessor:
             rec.entropy = entropy
             rec.step = self.n_generated[row]
             rec.decision_steps += 1
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """A greedy decision re-decided under another bias (see ``replay_greedy``).
+
+    ``branch`` is None when the replay cannot tell: the bias would have kept the row
+    undecided where the recorded run committed, so the rest of its text is unknown.
+    """
+
+    branch: str | None
+    step: int  # index into the record's steps where the row commits
+    p_before: tuple[float, ...] = ()
+    p_after: tuple[float, ...] = ()
+    delta: tuple[float, ...] = ()
+    entropy: float = 0.0
+
+
+def replay_greedy(
+    rec: DecisionRecord, signal: Sequence[float], beta: float, adaptive: bool
+) -> Replayed:
+    """Re-decide a greedy row from its unbiased record under bias ``(signal, beta, adaptive)``.
+
+    The bias only moves the scores of deciding tokens, by the same amount for every token of
+    a branch, so at each recorded step greedy commits to branch ``b`` iff
+    ``top_b + delta_b`` beats every other branch and ``other`` (ties resolve as in the
+    engine only up to rounding). While the undecided token wins, the row takes the same
+    token as the recorded run and reaches its next recorded step. ``rec`` may come from any
+    greedy run (its steps hold the scores before its own bias).
+    """
+    if not rec.steps:
+        # No step offered every branch: the grammar alone decided (e.g. nothing to cite).
+        return Replayed(rec.chosen, -1)
+    names = rec.branches
+    sig = np.asarray(signal, dtype=float)
+    for k, st in enumerate(rec.steps):
+        live = list(st.live)
+        lse = np.asarray(st.lse)
+        p = np.exp(lse - lse.max())
+        p /= p.sum()
+        deltas, entropy = branch_deltas(p, sig[live], beta, adaptive)
+        # float32, as the engine adds the bias to float32 scores
+        biased = np.asarray(st.top, dtype=np.float32) + deltas.astype(np.float32)
+        best = int(np.argmax(biased))
+        if biased[best] > np.float32(st.other):
+            q = np.exp(lse + deltas - (lse + deltas).max())
+            q /= q.sum()
+            k_all = len(names)
+            return Replayed(
+                names[live[best]],
+                k,
+                _expand(p, live, k_all),
+                _expand(q, live, k_all),
+                _expand(deltas, live, k_all),
+                entropy,
+            )
+        if k == len(rec.steps) - 1:
+            # The recorded run committed here (or stopped): under this bias it would not have.
+            return Replayed(None, k)
+    return Replayed(None, len(rec.steps) - 1)
 
 
 def _expand(values: np.ndarray, live: list[int], k: int) -> tuple[float, ...]:

@@ -13,12 +13,14 @@ from recjudge.reward._judge import (
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore
+from recjudge.reward._sweep import SWEEPABLE, judge_sweep
 
 __all__ = [
     "JUDGES",
     "MODES",
     "PROMPT_VERSION",
     "SLOT",
+    "SWEEPABLE",
     "HistoryItem",
     "Judge",
     "JudgeConfig",
@@ -29,5 +31,6 @@ __all__ = [
     "ask_shared",
     "build_messages",
     "cf_identity",
+    "judge_sweep",
     "request_for",
 ]

@@ -177,6 +177,28 @@ def cf_identity(cf: Any) -> str | None:
     return stable_hash(cf.name, cf.config.model_dump(), info, cf.scaler.state(), len(cf.items))
 
 
+@dataclass
+class _Decoded:
+    """One decoded batch: per request its rendered prompt, schema and sigma; per decoded row
+    (``rows[k]`` = its request) the decision record and answer text."""
+
+    rendered: list[Any]
+    schemas: list[Any]
+    sigmas: list[float | None]
+    rows: list[int]
+    records: list[Any]
+    texts: list[str]
+
+
+def parsed_evidence(schema: Any, text: str) -> list[str]:
+    """The evidence titles of a complete answer; [] for a read-out that stopped early."""
+    try:
+        value = schema.parse(text)
+    except Exception:  # decision read-out stops before the evidence closes
+        return []
+    return list(value.get("evidence", []))
+
+
 class Judge:
     """The BRIEF judge.
 
@@ -378,6 +400,15 @@ class Judge:
                     )
                 )
             return out
+        d = self._decode_batch(reqs, sigmas)
+        return [self._judgment(r, d, i) for i, r in enumerate(reqs)]
+
+    def _decode_batch(
+        self, reqs: list[JudgeRequest], sigmas: list[float | None], explore: Any = None
+    ) -> _Decoded:
+        """Grammar- and bias-constrained decoding of one prefix-sharing batch (``explore``:
+        see ``BranchBiasProcessor.explore``; local engines only)."""
+        c = self.config
         rendered, suffixes, schemas = [], [], []
         prefix: list[int] = []
         for r in reqs:
@@ -422,55 +453,48 @@ class Judge:
             self.stats.prefill_tokens += sum(len(prefix) + len(suffixes[i]) for i in rows)
         else:
             records, texts = self._decode_local(
-                prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds
+                prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds, explore
             )
-        out = []
-        for i, r in enumerate(reqs):
-            my_rows = [k for k, ri in enumerate(rows) if ri == i]
-            first = my_rows[0]
-            rec = records[first]
-            text = texts[first]
-            verdicts = [records[k].chosen for k in my_rows]
-            evidence: list[str] = []
-            try:
-                value = schemas[i].parse(text)
-                evidence = list(value.get("evidence", []))
-            except Exception:  # decision read-out stops before the evidence closes
-                value = None
-            is_yes = (
-                verdicts[0] == "YES"
-                if n == 1
-                else sum(v == "YES" for v in verdicts) * 2 > len(verdicts)
-            )
-            p_yes = rec.p_yes_after if n == 1 else sum(v == "YES" for v in verdicts) / n
-            out.append(
-                Judgment(
-                    user_id=r.user_id,
-                    candidate_id=r.candidate_id,
-                    mode=c.mode,
-                    is_relevant=bool(is_yes),
-                    evidence=evidence,
-                    p_yes=float(p_yes if p_yes is not None else 0.0),
-                    p_yes_semantic=rec.p_yes_before,
-                    sigma=sigmas[i],
-                    delta=rec.delta_yes,
-                    entropy=rec.entropy,
-                    raw_text=text,
-                    decision_steps=rec.decision_steps,
-                    history_shown=len(rendered[i].shown),
-                    history_dropped=rendered[i].dropped,
-                    samples_yes=sum(v == "YES" for v in verdicts) if n > 1 else None,
-                )
-            )
-        return out
+        return _Decoded(rendered, schemas, sigmas, rows, records, texts)
 
-    def _decode_local(self, prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds):
+    def _judgment(self, r: JudgeRequest, d: _Decoded, i: int) -> Judgment:
+        """Request ``i`` of a decoded batch as a Judgment (majority over its samples)."""
+        my_rows = [k for k, ri in enumerate(d.rows) if ri == i]
+        n = len(my_rows)
+        rec = d.records[my_rows[0]]
+        text = d.texts[my_rows[0]]
+        verdicts = [d.records[k].chosen for k in my_rows]
+        is_yes = verdicts[0] == "YES" if n == 1 else sum(v == "YES" for v in verdicts) * 2 > n
+        p_yes = rec.p_yes_after if n == 1 else sum(v == "YES" for v in verdicts) / n
+        return Judgment(
+            user_id=r.user_id,
+            candidate_id=r.candidate_id,
+            mode=self.config.mode,
+            is_relevant=bool(is_yes),
+            evidence=parsed_evidence(d.schemas[i], text),
+            p_yes=float(p_yes if p_yes is not None else 0.0),
+            p_yes_semantic=rec.p_yes_before,
+            sigma=d.sigmas[i],
+            delta=rec.delta_yes,
+            entropy=rec.entropy,
+            raw_text=text,
+            decision_steps=rec.decision_steps,
+            history_shown=len(d.rendered[i].shown),
+            history_dropped=d.rendered[i].dropped,
+            samples_yes=sum(v == "YES" for v in verdicts) if n > 1 else None,
+        )
+
+    def _decode_local(
+        self, prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds, explore=None
+    ):
         """Grammar + bias in the transformers engine over a shared prefix KV cache.
         Returns (decision record, answer text) per row."""
         from recjudge.llm._fast import decode_shared
 
         c = self.config
         grammar, bias_proc = make_processors(self.llm, row_schemas, row_sigmas, bias)
+        if bias_proc is not None:
+            bias_proc.explore = explore
 
         def step(scores, active):
             grammar.mask(scores, active)

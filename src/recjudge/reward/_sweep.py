@@ -1,0 +1,224 @@
+"""Many bias settings from one decoding pass: ablations and beta sweeps at the cost of one.
+
+brief, non-adaptive, no-behavior and item-item judges show the model the same prompt and
+differ only in the bias added at the decision step (``Delta = beta * (1 + E_n) * sigma``,
+``beta * sigma``, 0, or the item-item sigma). Under greedy decoding the tokens before the
+decision do not depend on the bias, and the bias shifts every token of a branch by the same
+amount, so the unbiased scores recorded at each decision step (``DecisionStep``) decide every
+setting's verdict (``replay_greedy``). Evidence after a YES is the unbiased greedy
+continuation, identical for every setting that commits at the same step, so it is decoded
+once per (request, step) and only for settings that ask for evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from recjudge.decoding import replay_greedy
+from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parsed_evidence
+
+SWEEPABLE = ("brief", "non-adaptive", "no-behavior", "item-item")
+# Settings that may differ between the judges of one sweep (everything else shapes the
+# prompt or the decoding and must be equal).
+_FREE = {"mode", "beta", "need_evidence", "batch_size", "cf_threshold"}
+
+
+def _check(judges: Mapping[str, Judge]) -> Judge:
+    if not judges:
+        raise ValueError("judge_sweep needs at least one judge")
+    labels = list(judges)
+    first = judges[labels[0]]
+    shared = first.config.model_dump(exclude=_FREE)
+    for label, j in judges.items():
+        c = j.config
+        if c.mode not in SWEEPABLE:
+            raise ValueError(
+                f"judge {label!r}: mode {c.mode!r} cannot share a pass (sweepable: "
+                f"{', '.join(SWEEPABLE)}); judge it on its own with judge_many"
+            )
+        if c.sampling.do_sample or c.samples > 1:
+            raise ValueError(f"judge {label!r}: a sweep replays greedy decoding; it samples")
+        diff = {k for k, v in c.model_dump(exclude=_FREE).items() if shared[k] != v}
+        if diff:
+            raise ValueError(
+                f"judge {label!r} differs from {labels[0]!r} in {sorted(diff)}: only "
+                f"{sorted(_FREE)} may differ within one sweep"
+            )
+        if j.llm is not first.llm:
+            raise ValueError(f"judge {label!r}: give every judge of a sweep the same llm=")
+    return first
+
+
+def _signal(sigma: float | None, k: int) -> list[float]:
+    s = 0.0 if sigma is None else float(sigma)
+    return [s, -s][:k] if k > 1 else [0.0]
+
+
+def judge_sweep(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], progress: bool = False
+) -> dict[str, list[Judgment]]:
+    """Judge ``reqs`` under every judge of ``judges`` from one decoding pass.
+
+    Args:
+        judges: label -> Judge. They may differ only in mode (brief, non-adaptive,
+            no-behavior, item-item), beta, CF model, cf_threshold and need_evidence, must
+            decode greedily and share one loaded llm.
+        reqs: the requests, judged by every judge.
+        progress: a progress bar over the recording pass.
+
+    Returns:
+        label -> one Judgment per request, in input order, each with the key its judge
+        gives it. Verdicts, probabilities, Delta and E_n equal the judge's own
+        ``judge_many`` up to floating-point rounding; a read-out judgment's ``raw_text`` is
+        the recorded pass's text where the setting committed like it, else empty. Where a
+        setting would keep a row undecided past the recorded commit (rare: the bias pushes
+        both branches below an undecided token) that pair is decoded on its own.
+    """
+    first = _check(judges)
+    if getattr(first.llm, "engine_constraints", False):
+        # A remote or vLLM engine applies the bias itself and records no per-step scores.
+        return {label: j.judge_many(reqs, progress=progress) for label, j in judges.items()}
+    base = Judge(
+        first.config.model_copy(update={"mode": "no-behavior", "need_evidence": False}),
+        llm=first.llm,
+    )
+    sigmas = {label: [j.sigma_for(r) for r in reqs] for label, j in judges.items()}
+    recorded: list[Any] = [None] * len(reqs)  # (decoded batch, index in it) per request
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(reqs), desc="record", unit="pair")
+    for batch in base._batches(reqs, list(range(len(reqs)))):
+        sub = [reqs[i] for i in batch]
+        explore = _explorer(judges, sigmas, batch)
+        d = base._decode_batch(sub, [None] * len(sub), explore=explore)
+        for k, i in enumerate(batch):
+            recorded[i] = (d, k)
+        if bar is not None:
+            bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    for name in ("prefill_tokens", "decode_steps", "decode_tokens", "rows"):
+        setattr(first.stats, name, getattr(first.stats, name) + getattr(base.stats, name))
+    out = {label: _replay_all(j, reqs, recorded, sigmas[label]) for label, j in judges.items()}
+    _fill_evidence(judges, reqs, recorded, out)
+    return out
+
+
+def _explorer(judges: Mapping[str, Judge], sigmas: dict[str, list[Any]], batch: list[int]):
+    """The recording pass goes on undecided past a decision step while some setting would
+    (its bias leaves an undecided token on top), so every setting's path is recorded."""
+    settings = [
+        (sigmas[label], j.config.effective_beta(), j.config.mode != "non-adaptive")
+        for label, j in judges.items()
+    ]
+
+    def explore(row: int, rec: Any) -> bool:
+        i = batch[row]  # greedy: one decoded row per request
+        k = len(rec.branches)
+        return any(
+            replay_greedy(rec, _signal(sig[i], k), beta, adaptive).branch is None
+            for sig, beta, adaptive in settings
+        )
+
+    return explore
+
+
+def _replay_all(
+    judge: Judge, reqs: Sequence[JudgeRequest], recorded: list[Any], sigmas: list[Any]
+) -> list[Any]:
+    """Each request's Judgment under ``judge``'s bias, or None where replay cannot tell."""
+    c = judge.config
+    results: list[Any] = []
+    for i, r in enumerate(reqs):
+        d, k = recorded[i]
+        rec = d.records[k]
+        sigma = sigmas[i]
+        rp = replay_greedy(
+            rec, _signal(sigma, len(rec.branches)), c.effective_beta(), c.mode != "non-adaptive"
+        )
+        if rp.branch is None:
+            results.append(None)
+            continue
+        same = rp.branch == rec.chosen and rp.step == len(rec.steps) - 1
+        p_yes_after = _p(rec.branches, rp.p_after, rp.branch)
+        p_yes_before = _p(rec.branches, rp.p_before, rp.branch)
+        results.append(
+            Judgment(
+                user_id=r.user_id,
+                candidate_id=r.candidate_id,
+                mode=c.mode,
+                is_relevant=rp.branch == "YES",
+                evidence=[],
+                p_yes=p_yes_after,
+                p_yes_semantic=p_yes_before,
+                sigma=sigma,
+                delta=rp.delta[0] if rp.delta else 0.0,
+                entropy=rp.entropy,
+                raw_text=d.texts[k] if same else "",
+                decision_steps=rp.step + 1 if rec.steps else 0,
+                history_shown=len(d.rendered[k].shown),
+                history_dropped=d.rendered[k].dropped,
+                key=judge.key(r),
+            )
+        )
+    return results
+
+
+def _p(branches: tuple[str, ...], probs: tuple[float, ...], chosen: str) -> float:
+    """P(YES) from replayed branch probabilities (a one-branch decision is certain)."""
+    if "YES" not in branches:
+        return 0.0
+    if not probs:
+        return 1.0 if chosen == "YES" else 0.0
+    return float(probs[branches.index("YES")])
+
+
+def _fill_evidence(
+    judges: Mapping[str, Judge],
+    reqs: Sequence[JudgeRequest],
+    recorded: list[Any],
+    out: dict[str, list[Any]],
+) -> None:
+    """Complete the answers of judges that want evidence (one decode per request and commit
+    step), and decode on its own every pair the replay could not decide."""
+    groups: dict[tuple[int, str, int], list[str]] = {}
+    alone: list[tuple[str, int]] = []
+    for label, j in judges.items():
+        for i, res in enumerate(out[label]):
+            if res is None:
+                alone.append((label, i))
+            elif j.config.need_evidence:
+                d, k = recorded[i]
+                if res.raw_text and _complete(d, k):
+                    # The recorded pass committed the same way and its answer is whole (a
+                    # NO is forced to the end; a read-out YES stops after the decision).
+                    res.evidence = parsed_evidence(d.schemas[k], d.texts[k])
+                    continue
+                verdict = "YES" if res.is_relevant else "NO"
+                groups.setdefault((i, verdict, res.decision_steps), []).append(label)
+    by_rep: dict[str, list[tuple[int, list[str]]]] = {}
+    for (i, _, _), labels in groups.items():
+        by_rep.setdefault(labels[0], []).append((i, labels))
+    for rep, items in by_rep.items():
+        decoded = judges[rep].judge_many([reqs[i] for i, _ in items])
+        for (i, labels), full in zip(items, decoded, strict=True):
+            for label in labels:
+                res = out[label][i]
+                if full.is_relevant != res.is_relevant:
+                    alone.append((label, i))  # rounding moved the decision: decode it alone
+                    continue
+                out[label][i] = replace(res, evidence=full.evidence, raw_text=full.raw_text)
+    for label, i in alone:
+        out[label][i] = judges[label].judge(reqs[i])
+
+
+def _complete(d: Any, k: int) -> bool:
+    try:
+        d.schemas[k].parse(d.texts[k])
+    except Exception:
+        return False
+    return True
