@@ -14,7 +14,7 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
-from recjudge.bench._methods import Answer, Runner, _answer
+from recjudge.bench._methods import Answer, Runner, _answer, processors_for
 
 
 def _load(model: str, threads: int) -> Any:
@@ -36,13 +36,7 @@ def _judge_one(lcpp: Any, judge: Any, r: Any, readout: bool, max_new_tokens: int
     import numpy as np
     import torch
 
-    from recjudge.decoding import BranchBias, EvidenceFirst, make_processors
-
-    c = judge.config
-    bias = BranchBias(beta=c.effective_beta(), adaptive=c.mode != "non-adaptive")
-    rp, prefix, suffix = judge._prompt(r)
-    schema = EvidenceFirst([h.title for h in rp.shown], c.max_evidence)
-    grammar, proc = make_processors(judge.llm, [schema], [judge.sigma_for(r) or 0.0], bias)
+    prompt, schema, grammar, proc = processors_for(judge, r)
     width = grammar.width
 
     def constrain(ids: np.ndarray, scores: np.ndarray) -> np.ndarray:
@@ -56,7 +50,7 @@ def _judge_one(lcpp: Any, judge: Any, r: Any, readout: bool, max_new_tokens: int
 
     new: list[int] = []
     eos = lcpp.token_eos()
-    for token in lcpp.generate(prefix + suffix, temp=0.0, reset=True, logits_processor=[constrain]):
+    for token in lcpp.generate(prompt, temp=0.0, reset=True, logits_processor=[constrain]):
         if token == eos:
             break
         new.append(token)

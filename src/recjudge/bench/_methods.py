@@ -32,6 +32,20 @@ class Runner:
     warm: Callable[[list[Any]], None] = field(default=lambda reqs: None)
 
 
+def processors_for(judge: Any, r: Any) -> tuple[list[int], Any, Any, Any]:
+    """One request as a baseline method runs it: its full prompt ids, its schema, and fresh
+    grammar and bias processors with the judge's settings and the request's sigma."""
+    from recjudge.decoding import make_processors
+
+    c = judge.config
+    rp, prefix, suffix = judge._prompt(r)
+    schema = c.schema_for(rp)
+    grammar, proc = make_processors(
+        judge.llm, [schema], [judge.sigma_for(r) or 0.0], c.branch_bias()
+    )
+    return prefix + suffix, schema, grammar, proc
+
+
 def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any]], list[Answer]]:
     """transformers ``generate()``, one full prompt per pair, with the judge's grammar and
     bias processors (the transformers ``LogitsProcessor`` contract); a read-out stops as
@@ -44,9 +58,7 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
         StoppingCriteriaList,
     )
 
-    from recjudge.decoding import BranchBias, EvidenceFirst, make_processors
-
-    llm, c = judge.llm, judge.config
+    llm = judge.llm
     tok = llm.tokenizer
     cfg = GenerationConfig(
         max_new_tokens=max_new_tokens,
@@ -57,7 +69,6 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
         top_p=None,
         top_k=None,
     )
-    bias = BranchBias(beta=c.effective_beta(), adaptive=c.mode != "non-adaptive")
 
     class Committed(StoppingCriteria):
         def __init__(self, proc: Any) -> None:
@@ -70,10 +81,8 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
     def run(reqs: list[Any]) -> list[Answer]:
         out = []
         for r in reqs:
-            rp, prefix, suffix = judge._prompt(r)
-            schema = EvidenceFirst([h.title for h in rp.shown], c.max_evidence)
-            grammar, proc = make_processors(llm, [schema], [judge.sigma_for(r) or 0.0], bias)
-            ids = torch.tensor([prefix + suffix])
+            prompt, schema, grammar, proc = processors_for(judge, r)
+            ids = torch.tensor([prompt])
             with torch.inference_mode():
                 gen = llm.model.generate(
                     input_ids=ids,

@@ -105,6 +105,17 @@ class JudgeConfig(BaseModel):
     def uses_llm(self) -> bool:
         return self.mode != "cf-only"
 
+    def branch_bias(self) -> BranchBias:
+        """The decision-step bias of this mode: Delta = beta (1 + E_n) sigma, or beta sigma
+        (non-adaptive), with beta 0 for no-behavior and zero-shot."""
+        return BranchBias(beta=self.effective_beta(), adaptive=self.mode != "non-adaptive")
+
+    def schema_for(self, rendered: Any) -> Any:
+        """The answer schema for a rendered prompt (its shown titles are citable)."""
+        if self.mode == "zero-shot":
+            return Choice(["YES", "NO"], answer_key="is_relevant")
+        return EvidenceFirst([h.title for h in rendered.shown], self.max_evidence)
+
 
 @dataclass
 class JudgeRequest:
@@ -190,13 +201,18 @@ class _Decoded:
     texts: list[str]
 
 
+def parse_answer(schema: Any, text: str) -> Any | None:
+    """The parsed answer, or None for text that is not a whole answer (a read-out)."""
+    try:
+        return schema.parse(text)
+    except Exception:  # decision read-out stops before the evidence closes
+        return None
+
+
 def parsed_evidence(schema: Any, text: str) -> list[str]:
     """The evidence titles of a complete answer; [] for a read-out that stopped early."""
-    try:
-        value = schema.parse(text)
-    except Exception:  # decision read-out stops before the evidence closes
-        return []
-    return list(value.get("evidence", []))
+    value = parse_answer(schema, text)
+    return [] if value is None else list(value.get("evidence", []))
 
 
 class Judge:
@@ -415,10 +431,7 @@ class Judge:
             rp, prefix, suffix = self._prompt(r)
             rendered.append(rp)
             suffixes.append(suffix)
-            if c.mode == "zero-shot":
-                schemas.append(Choice(["YES", "NO"], answer_key="is_relevant"))
-            else:
-                schemas.append(EvidenceFirst([h.title for h in rp.shown], c.max_evidence))
+            schemas.append(c.schema_for(rp))
         n = c.samples if c.sampling.do_sample else 1
         rows = [i for i in range(len(reqs)) for _ in range(n)]
         seeds = [
@@ -426,7 +439,7 @@ class Judge:
             for i in range(len(reqs))
             for s in range(n)
         ]
-        bias = BranchBias(beta=c.effective_beta(), adaptive=c.mode != "non-adaptive")
+        bias = c.branch_bias()
         row_schemas = [schemas[i] for i in rows]
         row_sigmas = [0.0 if sigmas[i] is None else sigmas[i] for i in rows]
         lead: list[int] = []

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from recjudge.decoding import replay_greedy
-from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parsed_evidence
+from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parse_answer, parsed_evidence
 
 SWEEPABLE = ("brief", "non-adaptive", "no-behavior", "item-item")
 # Settings that may differ between the judges of one sweep (everything else shapes the
@@ -111,17 +111,14 @@ def judge_sweep(
 def _explorer(judges: Mapping[str, Judge], sigmas: dict[str, list[Any]], batch: list[int]):
     """The recording pass goes on undecided past a decision step while some setting would
     (its bias leaves an undecided token on top), so every setting's path is recorded."""
-    settings = [
-        (sigmas[label], j.config.effective_beta(), j.config.mode != "non-adaptive")
-        for label, j in judges.items()
-    ]
+    settings = [(sigmas[label], j.config.branch_bias()) for label, j in judges.items()]
 
     def explore(row: int, rec: Any) -> bool:
         i = batch[row]  # greedy: one decoded row per request
         k = len(rec.branches)
         return any(
-            replay_greedy(rec, _signal(sig[i], k), beta, adaptive).branch is None
-            for sig, beta, adaptive in settings
+            replay_greedy(rec, _signal(sig[i], k), bias.beta, bias.adaptive).branch is None
+            for sig, bias in settings
         )
 
     return explore
@@ -137,9 +134,8 @@ def _replay_all(
         d, k = recorded[i]
         rec = d.records[k]
         sigma = sigmas[i]
-        rp = replay_greedy(
-            rec, _signal(sigma, len(rec.branches)), c.effective_beta(), c.mode != "non-adaptive"
-        )
+        bias = c.branch_bias()
+        rp = replay_greedy(rec, _signal(sigma, len(rec.branches)), bias.beta, bias.adaptive)
         if rp.branch is None:
             results.append(None)
             continue
@@ -193,7 +189,7 @@ def _fill_evidence(
                 alone.append((label, i))
             elif j.config.need_evidence:
                 d, k = recorded[i]
-                if res.raw_text and _complete(d, k):
+                if res.raw_text and parse_answer(d.schemas[k], d.texts[k]) is not None:
                     # The recorded pass committed the same way and its answer is whole (a
                     # NO is forced to the end; a read-out YES stops after the decision).
                     res.evidence = parsed_evidence(d.schemas[k], d.texts[k])
@@ -214,11 +210,3 @@ def _fill_evidence(
                 out[label][i] = replace(res, evidence=full.evidence, raw_text=full.raw_text)
     for label, i in alone:
         out[label][i] = judges[label].judge(reqs[i])
-
-
-def _complete(d: Any, k: int) -> bool:
-    try:
-        d.schemas[k].parse(d.texts[k])
-    except Exception:
-        return False
-    return True
