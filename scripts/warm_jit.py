@@ -2,12 +2,38 @@
 
 ranx is the reference our ranking metrics are cross-checked against; on a fresh machine its
 first evaluation JIT-compiles every metric, minutes on 2 cores, which would otherwise land
-in the first test that calls it.
+in the first test that calls it. numba compiles one specialisation per argument layout, and
+a toy run of two queries does not produce the ones a real run needs, so this warms ranx with
+runs shaped like real ones (many queries, ranked lists of 20, several relevant items), in
+both call forms (a list of metrics and a single metric name take different paths).
 """
 
+import warnings
+
+import numpy as np
 from ranx import Qrels, Run, evaluate
 
-qrels = Qrels({"q1": {"a": 1, "b": 1}, "q2": {"c": 1}})
-run = Run({"q1": {"a": 2.0, "x": 1.0}, "q2": {"y": 2.0, "c": 1.0}})
-metrics = ["precision@10", "hit_rate@10", "ndcg@10", "map@10", "mrr", "recall@10"]
-evaluate(qrels, run, metrics)
+# numba warns about a uint64 -> int64 cast inside ranx on every compile; not ours to fix.
+warnings.filterwarnings("ignore")
+g = np.random.default_rng(0)
+qrels, run = {}, {}
+for q in range(25):
+    relevant = {f"i{j}" for j in g.choice(60, size=int(g.integers(1, 12)), replace=False)}
+    ranked = [f"i{j}" for j in g.permutation(60)[:20]]
+    qrels[f"q{q}"] = dict.fromkeys(relevant, 1)
+    run[f"q{q}"] = {item: 20.0 - r for r, item in enumerate(ranked)}
+qrels, run = Qrels(qrels), Run(run)
+metrics = ["precision", "hit_rate", "ndcg", "map", "recall"]
+evaluate(qrels, run, [f"{m}@{k}" for m in metrics for k in (5, 10, 20)] + ["mrr"])
+for m in metrics:
+    evaluate(qrels, run, f"{m}@10")
+evaluate(qrels, run, "mrr")
+
+# Scores drawn at random (not rank-like) and small queries take other specialisations.
+items = [f"i{j}" for j in range(12)]
+table = {str(u): {it: float(g.random()) for it in items} for u in range(6)}
+qrels = Qrels({u: {items[1 + (int(u) + k) % 11]: 1 for k in (0, 3)} for u in table})
+run = Run({u: {it: s for it, s in table[u].items() if it != "i0"} for u in table})
+for k in (5, 10):
+    evaluate(qrels, run, f"ndcg@{k}")
+    evaluate(qrels, run, f"recall@{k}")

@@ -23,6 +23,16 @@ def smollm():
 
 
 @pytest.fixture(scope="session")
+def smollm32():
+    """SmolLM2 in fp32 whatever the CPU: for tests that compare two computations of the same
+    numbers (batch vs single, engine vs engine), where bf16 rounding (picked by ``dtype="auto"``
+    on CPUs with native bf16) would differ by kernel and batch shape, not by mechanism."""
+    from recjudge.llm import LLMConfig, load_llm
+
+    return load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
+
+
+@pytest.fixture(scope="session")
 def ml1m():
     from recjudge.data import load_dataset
 

@@ -61,6 +61,8 @@ def test_judge_single_pair_prints_a_judgment():
             "Toy Story (1995)",
             "--mode",
             "zero-shot",
+            "--max-history",
+            "10",
         ).stdout
     )
     assert j["user_id"] == "1" and j["mode"] == "zero-shot"

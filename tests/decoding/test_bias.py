@@ -171,7 +171,7 @@ def _prompt(llm, titles, candidate):
 
 @pytest.fixture(scope="module")
 def user_titles(ml1m):
-    return ml1m.history("10").item_id.tolist()[-25:]
+    return ml1m.history("10").item_id.tolist()[-12:]
 
 
 @pytest.mark.parametrize(("sigma", "verdict"), [(1.0, "YES"), (-1.0, "NO")])

@@ -82,14 +82,6 @@ class ReferenceEngine(_EngineMixin):
 
 
 @pytest.fixture(scope="module")
-def smollm32():
-    from recjudge.llm import LLMConfig, load_llm
-
-    # fp32 on both sides: this compares mechanisms, not bf16 rounding of two kernels
-    return load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
-
-
-@pytest.fixture(scope="module")
 def requests_(ml1m):
     sigmas = [0.8, -0.6, 0.3, -0.1]
     return [request_for(ml1m, u, c, sigma=s) for (u, c), s in zip(PAIRS, sigmas, strict=True)]

@@ -182,11 +182,11 @@ def test_config_round_trip():
     assert GistConfig.model_validate_json(cfg.model_dump_json()) == cfg
 
 
-def test_gist_end_to_end_two_real_users(smollm, tmp_path):
+def test_gist_end_to_end_one_real_user(smollm, tmp_path):
     cfg = GistConfig(
         models=("smollm2-135m",),
         judge="smollm2-135m",
-        users=2,
+        users=1,
         max_history=30,
         max_interests=3,
         max_ids=5,
@@ -195,7 +195,7 @@ def test_gist_end_to_end_two_real_users(smollm, tmp_path):
         shortlist=6,
     )
     llms = {"smollm2-135m": smollm}
-    r = run_gist(cfg, "ml-1m", tmp_path, llms=llms, progress=False)
+    r = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
     lines = [json.loads(x) for x in (tmp_path / "interests.jsonl").read_text().splitlines()]
     assert lines, "SmolLM2 produced no interest at all"
     for x in lines:
@@ -217,7 +217,7 @@ def test_gist_end_to_end_two_real_users(smollm, tmp_path):
     # The scorer on the written records reproduces the run's scores.
     assert gist_scores(lines, oracle, r["users"])["smollm2-135m"]["ig_f1"] == s["ig_f1"]
     # A rerun resumes from the store and changes nothing.
-    again = run_gist(cfg, "ml-1m", tmp_path, llms=llms, progress=False)
+    again = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
     assert again["scores"] == r["scores"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recjudge.llm import LLMConfig, SamplingConfig, load_llm
+from recjudge.llm import SamplingConfig
 from recjudge.llm._fast import (
     PrefixLRU,
     decode_prompts,
@@ -19,8 +19,8 @@ ATOL = 2e-3  # fp32 logits of magnitude ~20; different kernels round differently
 
 
 @pytest.fixture(scope="module")
-def llm32():
-    return load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
+def llm32(smollm32):
+    return smollm32
 
 
 def _full_logits(llm, ids: list[int]) -> torch.Tensor:

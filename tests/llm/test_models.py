@@ -74,11 +74,22 @@ def test_cache_validity_requires_marker_and_files(tmp_path: Path):
 
 def test_kill_mid_write_leaves_no_valid_cache(tmp_path: Path):
     """SIGKILL while the bf16 cache is being written: no valid-looking cache remains, and the
-    next load rebuilds it."""
+    next load rebuilds it. The child runs the real ``build_cache`` (temp sibling, save, marker
+    last) but reads the weights from the existing cache instead of dequantising the GGUF,
+    which only costs time (the conversion itself runs in set-up and in a slow test)."""
+    source = PRESETS.get("smollm2-135m").cache_path()
+    assert _valid_cache(source, PRESETS.get("smollm2-135m").sha256), "run make setup first"
     env = dict(os.environ, RECJUDGE_CACHE=str(tmp_path))
-    script = textwrap.dedent("""
+    script = textwrap.dedent(f"""
         import recjudge.llm._models as m
         import transformers
+        from pathlib import Path
+        source = Path({str(source)!r})
+        m.assemble_gguf = lambda preset: source / "model.gguf"  # never opened: see below
+        model_load = transformers.AutoModelForCausalLM.from_pretrained
+        tok_load = transformers.AutoTokenizer.from_pretrained
+        transformers.AutoModelForCausalLM.from_pretrained = lambda *a, **k: model_load(source)
+        transformers.AutoTokenizer.from_pretrained = lambda *a, **k: tok_load(source)
         real = transformers.PreTrainedModel.save_pretrained
         def slow_save(self, path, **kw):
             real(self, path, **kw)

@@ -89,10 +89,10 @@ def test_adaptive_delta_formula(smollm, als, requests):
     assert n.delta == pytest.approx(25.0 * n.sigma, rel=1e-9)
 
 
-def test_batch_equals_single(smollm, als, requests):
-    judge = Judge(
-        JudgeConfig(mode="brief", beta=2.0, max_evidence=2, batch_size=4), llm=smollm, cf=als[0]
-    )
+def test_batch_equals_single(smollm32, als, requests):
+    # fp32: in bf16 a batch of 4 and a batch of 1 round differently (kernel blocking).
+    cfg = JudgeConfig(mode="brief", beta=2.0, max_evidence=2, batch_size=4, max_history=20)
+    judge = Judge(cfg, llm=smollm32, cf=als[0])
     batched = judge.judge_many(requests)
     for req, b in zip(requests, batched, strict=True):
         s = judge.judge(req)
@@ -103,7 +103,9 @@ def test_batch_equals_single(smollm, als, requests):
 
 
 def test_deterministic_engine_is_bit_identical_alone_or_batched(smollm, als, requests):
-    cfg = JudgeConfig(mode="brief", beta=2.0, max_evidence=2, deterministic=True, decode_rows=4)
+    cfg = JudgeConfig(
+        mode="brief", beta=2.0, max_evidence=2, deterministic=True, decode_rows=4, max_history=20
+    )
     judge = Judge(cfg, llm=smollm, cf=als[0])
     batched = judge.judge_many(requests[:2])  # one user: two rows share the prefix
     for req, b in zip(requests[:2], batched, strict=True):
@@ -212,9 +214,9 @@ def test_store_transactions_and_export(tmp_path):
         assert st.export_parquet(tmp_path / "o.parquet").exists()
 
 
-def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m):
+def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m, smollm):
     """A real subprocess killed with SIGKILL mid-run, then resumed, ends with exactly one row
-    per request and the same results as an uninterrupted run."""
+    per request and the same results as an uninterrupted run (here in-process)."""
     users = ["1", "2", "3", "4", "5", "6"]
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_text(
@@ -233,6 +235,8 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m):
         "zero-shot",
         "--batch-size",
         "1",
+        "--max-history",
+        "8",
     ]
     env = dict(os.environ, OMP_NUM_THREADS="1")
     killed = tmp_path / "killed.jsonl"
@@ -251,7 +255,7 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m):
                 rows = 0
             if rows >= 2:
                 break
-        time.sleep(0.2)
+        time.sleep(0.05)
     assert proc.poll() is None, "the run finished before it could be killed"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -262,11 +266,15 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m):
     subprocess.run(
         cmd + ["--out", str(killed), "--resume"], env=env, check=True, capture_output=True
     )
-    clean = tmp_path / "clean.jsonl"
-    subprocess.run(cmd + ["--out", str(clean)], env=env, check=True, capture_output=True)
     with sqlite3.connect(store) as db:
         keys = [k for (k,) in db.execute("SELECT key FROM results")]
     assert len(keys) == len(set(keys)) == len(users)
-    a = [json.loads(x) for x in killed.read_text().splitlines()]
-    b = [json.loads(x) for x in clean.read_text().splitlines()]
-    assert a == b
+    resumed = [json.loads(x) for x in killed.read_text().splitlines()]
+    cfg = JudgeConfig(mode="zero-shot", batch_size=1, max_history=8)
+    reqs = [request_for(ml1m, u, "Toy Story (1995)") for u in users]
+    clean = Judge(cfg, llm=smollm).judge_many(reqs)
+    assert [r["key"] for r in resumed] == [j.key for j in clean]
+    for r, j in zip(resumed, clean, strict=True):
+        # Another process may round the last bits differently (thread count, allocation).
+        assert r["is_relevant"] == j.is_relevant and r["raw_text"] == j.raw_text
+        assert r["p_yes"] == pytest.approx(j.p_yes, abs=1e-4)

