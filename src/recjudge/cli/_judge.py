@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import typer
@@ -71,6 +72,9 @@ def judge_cmd(
     out: str = typer.Option(None, "--out", help="Results JSONL for --pairs."),
     store: str = typer.Option(None, "--store", help="SQLite store (default: OUT.sqlite)."),
     resume: bool = typer.Option(False, "--resume", help="Skip pairs already in the store."),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="With --resume: judge again the pairs that failed before."
+    ),
     model: str = typer.Option("smollm2-135m", "--model"),
     cf: str = typer.Option(None, "--cf", help="A saved CF model folder (sigma source)."),
     mode: str = typer.Option("brief", "--mode"),
@@ -143,12 +147,42 @@ def judge_cmd(
         store_path = Path(store or f"{out}.sqlite")
         if store_path.exists() and not resume:
             fail(f"{store_path} exists; pass --resume to continue it, or remove it")
+        t0 = time.perf_counter()
         with ResultsStore(store_path) as st:
-            results = judge.judge_many(reqs, store=st, progress=True)
+            results = judge.judge_many(
+                reqs, store=st, progress=True, errors="record", retry_failed=retry_failed
+            )
+        seconds = time.perf_counter() - t0
         tmp = Path(out).with_name(Path(out).name + ".tmp")
         tmp.write_text("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results))
         tmp.replace(out)
-        yes = sum(r.is_relevant for r in results)
-        typer.echo(f"{len(results)} judgments ({yes} YES) -> {out} (store {store_path})")
+        _summary(results, judge.last_run, seconds, out, store_path)
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
         fail(str(e).strip("'\""))
+    except RuntimeError as e:
+        from recjudge.llm import NonFiniteLogitsError
+
+        if not isinstance(e, NonFiniteLogitsError):
+            raise
+        fail(str(e))
+
+
+def _summary(results, run, seconds: float, out: str, store_path: Path) -> None:
+    """One line of counts and throughput; failed pairs (no verdict) with examples on stderr."""
+    ok = [r for r in results if r.error is None]
+    failed = [r for r in results if r.error is not None]
+    yes = sum(r.is_relevant for r in ok)
+    rate = f", {run.judged / seconds:.2f} pairs/s" if run and run.judged and seconds > 0 else ""
+    reused = f", {run.reused} from the store" if run and run.reused else ""
+    typer.echo(
+        f"{len(results)} pairs: {len(ok)} judged ({yes} YES), {len(failed)} failed{reused}"
+        f"{rate} -> {out} (store {store_path})"
+    )
+    if failed:
+        for r in failed[:3]:
+            typer.echo(f"  user {r.user_id!r}, item {r.candidate_id!r}: {r.error}", err=True)
+        typer.echo(
+            f"{len(failed)} pairs failed and have no verdict (their lines in {out} carry "
+            "'error'); fix the input, then rerun with --resume --retry-failed",
+            err=True,
+        )

@@ -122,6 +122,21 @@ def veto_repeats(tracker: _EvidenceTracker | None, row: torch.Tensor, token_byte
         row[veto] = NEG_INF
 
 
+def forced_text(matcher: Any) -> str:
+    """The text ``matcher``'s grammar forces next ("" if there is a choice).
+
+    xgrammar hands the forced bytes over as ``str``; when they begin or end inside a
+    multi-byte UTF-8 character (a CJK, emoji or mathematical-letter title after a byte-level
+    token, or two titles sharing a character's first bytes) that conversion raises
+    ``UnicodeDecodeError``. Then nothing is jumped: decoding token by token reaches the same
+    text, and the jump is taken again once the character is complete.
+    """
+    try:
+        return matcher.find_jump_forward_string()
+    except UnicodeDecodeError:
+        return ""
+
+
 class GrammarLogitsProcessor:
     """Masks logits to a compiled schema, one xgrammar matcher per batch row.
 
@@ -242,7 +257,7 @@ class GrammarLogitsProcessor:
 
     def jump_forward(self, row: int) -> str:
         """The text the grammar forces next for ``row`` (empty if there is a choice)."""
-        return self.matchers[row].find_jump_forward_string()
+        return forced_text(self.matchers[row])
 
     def finish_forced(self, row: int) -> bool:
         """Jump-forward to the end: if everything left for ``row`` is forced by the grammar,
@@ -250,7 +265,7 @@ class GrammarLogitsProcessor:
         m = self.matchers[row]
         if m.is_completed() or m.is_terminated():
             return True
-        rest = m.find_jump_forward_string()
+        rest = forced_text(m)
         if not rest:
             return False
         probe = m.fork()

@@ -8,6 +8,7 @@ from recjudge.llm._backend import (
     TransformersBackend,
     load_llm,
 )
+from recjudge.llm._engine import NonFiniteLogitsError
 from recjudge.llm._models import (
     DEFAULT_MODEL,
     PRESETS,
@@ -30,6 +31,7 @@ __all__ = [
     "ModelIntegrityError",
     "ModelNotInstalledError",
     "ModelPreset",
+    "NonFiniteLogitsError",
     "SamplingConfig",
     "TransformersBackend",
     "assemble_gguf",

@@ -52,6 +52,27 @@ def _attention(model: Any, impl: str):
         model.set_attn_implementation(old)
 
 
+class NonFiniteLogitsError(RuntimeError):
+    """The model produced NaN or infinite logits: its weights (or the cache they were loaded
+    from) are damaged, or the computation overflowed. No verdict can be read from them."""
+
+
+def check_finite(logits: torch.Tensor, model_name: str = "the model") -> None:
+    """Raise ``NonFiniteLogitsError`` if any raw logit is NaN or infinite.
+
+    Checked before the grammar mask, which writes ``-inf`` on purpose: a NaN there would
+    otherwise pass as a probability and give a confident answer from garbage.
+    """
+    if not bool(torch.isfinite(logits).all()):
+        bad = int((~torch.isfinite(logits)).sum())
+        raise NonFiniteLogitsError(
+            f"{model_name} produced {bad} NaN/inf logits of {logits.numel()}; its weights are "
+            "damaged or overflowed. For a preset, rebuild the cache: `recjudge models install "
+            "NAME --force` (or delete $RECJUDGE_CACHE/models/NAME); for your own folder, "
+            "re-download the weights"
+        )
+
+
 def sample_next(
     scores: torch.Tensor, sampling: SamplingConfig, generators: Sequence[torch.Generator] | None
 ) -> torch.Tensor:
@@ -258,6 +279,7 @@ def _loop(
     with torch.inference_mode(), _attention(model, "eager"):
         while active:
             real = logits[: len(active)]
+            check_finite(real, getattr(backend, "name", "the model"))
             step(real, active)
             nxt = sample_next(real, sampling, [gens[r] for r in active] if gens else None)
             keep = []

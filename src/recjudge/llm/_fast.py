@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from recjudge.llm._backend import SamplingConfig
-from recjudge.llm._engine import EngineStats, _attention, sample_next
+from recjudge.llm._engine import EngineStats, _attention, check_finite, sample_next
 
 ATTN_NAME = "recjudge_prefix"
 _FAST_TYPES = {"llama", "qwen2", "qwen3", "mistral", "granite", "olmo2", "smollm3"}
@@ -398,10 +398,12 @@ def _decode_chunk(backend, prefix, suffixes, step, accept, finished, sampling, s
         if stats is not None:
             stats.prefill_tokens += int(lens.sum())
             stats.rows += n
-        return _loop(model, st, logits, step, accept, finished, sampling, seeds, stats)
+        return _loop(
+            model, st, logits, step, accept, finished, sampling, seeds, stats, backend.name
+        )  # fmt: skip
 
 
-def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats):
+def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, name="the model"):
     """Decode until every row is finished; ``st`` holds the rows' prefilled slots."""
     n = logits.shape[0]
     gens = None
@@ -411,6 +413,7 @@ def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats):
     active = list(range(n))
     plen = st.prefix.length if st.prefix is not None else 0
     while True:
+        check_finite(logits, name)
         step(logits, active)
         nxt = sample_next(logits, sampling, [gens[r] for r in active] if gens else None)
         keep = []

@@ -4,10 +4,12 @@ from recjudge.reward._ask import SLOT, ask, ask_shared
 from recjudge.reward._judge import (
     JUDGES,
     MODES,
+    RECORDED_ERRORS,
     Judge,
     JudgeConfig,
     JudgeRequest,
     Judgment,
+    RunSummary,
     cf_identity,
     request_for,
 )
@@ -19,6 +21,7 @@ __all__ = [
     "JUDGES",
     "MODES",
     "PROMPT_VERSION",
+    "RECORDED_ERRORS",
     "SLOT",
     "SWEEPABLE",
     "HistoryItem",
@@ -27,6 +30,7 @@ __all__ = [
     "JudgeRequest",
     "Judgment",
     "ResultsStore",
+    "RunSummary",
     "ask",
     "ask_shared",
     "build_messages",

@@ -19,7 +19,7 @@ from recjudge.decoding import (
     engine_constrained,
     make_processors,
 )
-from recjudge.llm import LLMConfig, SamplingConfig
+from recjudge.llm import LLMConfig, NonFiniteLogitsError, SamplingConfig
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore
 
@@ -138,6 +138,30 @@ class JudgeRequest:
             )
 
 
+# Errors that belong to one request (its text, ids, grammar or sigma), recorded per request
+# by ``judge_many(errors="record")``. Anything else (a broken model, an unreachable server,
+# missing packages, interruption) ends the run.
+RECORDED_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    KeyError,
+    IndexError,
+    RuntimeError,
+    UnicodeError,
+    ArithmeticError,
+)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Counts of the last ``judge_many`` call: requests, reused from the store (including
+    recorded failures not retried), judged now, and failed (no verdict)."""
+
+    requests: int
+    reused: int
+    judged: int
+    failed: int
+
+
 @dataclass
 class Judgment:
     """The judge's answer for one request.
@@ -167,9 +191,21 @@ class Judgment:
     history_dropped: int = 0
     samples_yes: int | None = None
     key: str = ""
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """All fields; for a failed judgment only who, the key and the error (no verdict)."""
+        if self.error is not None:
+            return {
+                "user_id": self.user_id,
+                "candidate_id": self.candidate_id,
+                "mode": self.mode,
+                "key": self.key,
+                "error": self.error,
+            }
+        d = asdict(self)
+        del d["error"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Judgment:
@@ -245,6 +281,7 @@ class Judge:
         from recjudge.llm._engine import EngineStats
 
         self.stats = EngineStats()
+        self.last_run: RunSummary | None = None
 
     @property
     def llm(self) -> Any:
@@ -304,15 +341,34 @@ class Judge:
         store: ResultsStore | None = None,
         progress: bool = False,
         on_batch: Callable[[int], None] | None = None,
+        errors: Literal["raise", "record"] = "raise",
+        retry_failed: bool = True,
     ) -> list[Judgment]:
         """Judge many requests; results come back in input order.
 
         A result is identical alone or in a batch. With ``store``, finished keys are read
         back instead of recomputed, and each batch is written in one transaction.
+
+        Args:
+            errors: ``raise``: the first failing request ends the run (finished batches are
+                in the store). ``record``: a request that fails (a ``RECORDED_ERRORS`` error
+                while building its prompt or decoding it) comes back as a Judgment with
+                ``error`` set and no verdict, is written to the store's failures, and the run
+                goes on; a batch that fails is retried request by request so only the
+                failing ones are lost. Errors of the whole run (damaged weights giving NaN
+                logits, an unreachable server, missing packages) still end it.
+            retry_failed: with a store, judge again the requests whose failure it recorded
+                (False: return those failures as they are).
         """
         keys = [self.key(r) for r in reqs]
         done = store.get_many(keys) if store is not None else {}
         results: dict[str, Judgment] = {k: Judgment.from_dict(v) for k, v in done.items()}
+        if store is not None and not retry_failed:
+            old = store.failures([k for k in keys if k not in results])
+            for i, k in enumerate(keys):
+                if k in old and k not in results:
+                    results[k] = self._failure(reqs[i], old[k], k)
+        reused = len(results)
         todo: list[int] = []  # first occurrence of each key not yet in the store
         pending: set[str] = set()
         for i, k in enumerate(keys):
@@ -324,32 +380,90 @@ class Judge:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(reqs), initial=len(reqs) - len(todo), desc="judge", unit="pair")
-        for batch in self._batches(reqs, todo):
-            judged = self._judge_batch([reqs[i] for i in batch])
+        record = errors == "record"
+        unprompted: dict[int, Exception] = {}
+        batches = self._batches(reqs, todo, unprompted if record else None)
+        if unprompted:
+            batches.insert(0, sorted(unprompted))
+        for batch in batches:
+            if batch and batch[0] in unprompted:
+                judged: list[Judgment | Exception] = [unprompted[i] for i in batch]
+            else:
+                judged = self._judge_isolating([reqs[i] for i in batch], record)
             for i, j in zip(batch, judged, strict=True):
+                if isinstance(j, Exception):
+                    j = self._failure(reqs[i], f"{type(j).__name__}: {j}", keys[i])
                 j.key = keys[i]
                 results[keys[i]] = j
             if store is not None:
+                ok = [i for i in batch if results[keys[i]].error is None]
                 store.put_many(
-                    (keys[i], _request_record(reqs[i], self.config), results[keys[i]].to_dict())
-                    for i in batch
-                )
+                    [(keys[i], _request_record(reqs[i], self.config), results[keys[i]].to_dict())
+                     for i in ok],
+                    [(keys[i], _request_record(reqs[i], self.config), results[keys[i]].error)
+                     for i in batch if i not in ok],
+                )  # fmt: skip
             if bar is not None:
                 bar.update(len(batch))
             if on_batch is not None:
                 on_batch(len(batch))
         if bar is not None:
             bar.close()
-        return [results[k] for k in keys]
+        out = [results[k] for k in keys]
+        self.last_run = RunSummary(
+            requests=len(reqs),
+            reused=reused,
+            judged=len(todo),
+            failed=sum(j.error is not None for j in out),
+        )
+        return out
 
-    def _batches(self, reqs: Sequence[JudgeRequest], todo: list[int]) -> list[list[int]]:
-        """Chunks of requests that share one prompt prefix (same user and history)."""
+    def _judge_isolating(
+        self, reqs: list[JudgeRequest], record: bool
+    ) -> list[Judgment | Exception]:
+        """Judge a batch; with ``record``, a failing batch is retried request by request and
+        each request that still fails comes back as its exception."""
+        try:
+            return list(self._judge_batch(reqs))
+        except NonFiniteLogitsError:
+            raise  # the model is broken: every request would fail the same way
+        except RECORDED_ERRORS as e:
+            if not record:
+                raise
+            if len(reqs) == 1:
+                log.warning("user %r, candidate %r failed: %s", reqs[0].user_id,
+                            reqs[0].candidate_id, e)  # fmt: skip
+                return [e]
+            return [self._judge_isolating([r], record)[0] for r in reqs]
+
+    def _failure(self, req: JudgeRequest, error: str, key: str) -> Judgment:
+        """A failed judgment: no verdict (p_yes NaN, so no average silently includes it)."""
+        return Judgment(
+            req.user_id, req.candidate_id, self.config.mode, False, [], float("nan"), None,
+            None, 0.0, 0.0, "", key=key, error=error,
+        )  # fmt: skip
+
+    def _batches(
+        self,
+        reqs: Sequence[JudgeRequest],
+        todo: list[int],
+        failed: dict[int, Exception] | None = None,
+    ) -> list[list[int]]:
+        """Chunks of requests that share one prompt prefix (same user and history). With
+        ``failed``, a request whose prompt cannot be built goes there instead."""
         size = self.config.batch_size
         if not self.config.uses_llm():
             return [todo[b : b + size] for b in range(0, len(todo), size)]
         groups: dict[tuple[int, ...], list[int]] = {}
         for i in todo:
-            groups.setdefault(tuple(self._prompt(reqs[i])[1]), []).append(i)
+            try:
+                prefix = tuple(self._prompt(reqs[i])[1])
+            except RECORDED_ERRORS as e:
+                if failed is None:
+                    raise
+                failed[i] = e
+                continue
+            groups.setdefault(prefix, []).append(i)
         return [g[b : b + size] for g in groups.values() for b in range(0, len(g), size)]
 
     def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:

@@ -16,6 +16,12 @@ CREATE TABLE IF NOT EXISTS results (
     result TEXT NOT NULL,
     created REAL NOT NULL
 );
+CREATE TABLE IF NOT EXISTS failures (
+    key TEXT PRIMARY KEY,
+    request TEXT NOT NULL,
+    error TEXT NOT NULL,
+    created REAL NOT NULL
+);
 """
 
 
@@ -36,7 +42,7 @@ class ResultsStore:
         self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(SCHEMA)
+        self._db.executescript(SCHEMA)
 
     def close(self) -> None:
         self._db.close()
@@ -50,27 +56,47 @@ class ResultsStore:
     def __len__(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM results").fetchone()[0])
 
-    def put_many(self, rows: Iterable[tuple[str, dict[str, Any], dict[str, Any]]]) -> int:
-        """Insert (key, request, result) rows in one transaction; existing keys are kept."""
+    def put_many(
+        self,
+        rows: Iterable[tuple[str, dict[str, Any], dict[str, Any]]],
+        failures: Iterable[tuple[str, dict[str, Any], str]] = (),
+    ) -> int:
+        """Insert (key, request, result) rows and (key, request, error) failures in one
+        transaction. Existing result keys are kept; a result clears its key's failure, and a
+        failure is recorded (or its error replaced) only for a key without a result."""
         now = time.time()
-        data = [
-            (
-                k,
-                json.dumps(req, default=str, ensure_ascii=False),
-                json.dumps(res, default=str, ensure_ascii=False),
-                now,
-            )
-            for k, req, res in rows
-        ]
+
+        def dumps(x: Any) -> str:
+            return json.dumps(x, default=str, ensure_ascii=False)
+
+        data = [(k, dumps(req), dumps(res), now) for k, req, res in rows]
+        failed = [(k, dumps(req), str(err), now) for k, req, err in failures]
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
             cur.executemany("INSERT OR IGNORE INTO results VALUES (?, ?, ?, ?)", data)
+            cur.executemany("DELETE FROM failures WHERE key = ?", [(k,) for k, *_ in data])
+            cur.executemany(
+                "INSERT OR REPLACE INTO failures SELECT ?, ?, ?, ? "
+                "WHERE NOT EXISTS (SELECT 1 FROM results WHERE key = ?)",
+                [(*f, f[0]) for f in failed],
+            )
             cur.execute("COMMIT")
         except BaseException:
             cur.execute("ROLLBACK")
             raise
         return len(data)
+
+    def failures(self, keys: Sequence[str] | None = None) -> dict[str, str]:
+        """Recorded errors by key (all of them, or those of ``keys``)."""
+        if keys is None:
+            return dict(self._db.execute("SELECT key, error FROM failures ORDER BY rowid"))
+        out: dict[str, str] = {}
+        for b in range(0, len(keys), 500):
+            chunk = list(keys[b : b + 500])
+            q = f"SELECT key, error FROM failures WHERE key IN ({','.join('?' * len(chunk))})"
+            out.update(dict(self._db.execute(q, chunk)))
+        return out
 
     def get_many(self, keys: Sequence[str]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {}
