@@ -6,7 +6,9 @@ from recjudge.llm._backend import (
     LLMConfig,
     SamplingConfig,
     TransformersBackend,
+    escape_special,
     load_llm,
+    special_strings,
 )
 from recjudge.llm._engine import NonFiniteLogitsError
 from recjudge.llm._models import (
@@ -36,8 +38,10 @@ __all__ = [
     "TransformersBackend",
     "assemble_gguf",
     "build_cache",
+    "escape_special",
     "install_preset",
     "load_llm",
     "preset_info",
     "resolve_model_path",
+    "special_strings",
 ]

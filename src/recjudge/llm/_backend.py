@@ -137,12 +137,38 @@ class LLMBackend(Protocol):
     ) -> list[Generation]: ...
 
 
+ZERO_WIDTH_SPACE = "\u200b"
+
+
+def special_strings(tokenizer: Any) -> tuple[str, ...]:
+    """The strings this tokenizer reads as one special (control) token, longest first:
+    chat markers such as ``<|im_end|>``, BOS/EOS, tool and FIM markers."""
+    decoder = getattr(tokenizer, "added_tokens_decoder", None) or {}
+    found = {t.content for t in decoder.values() if getattr(t, "special", False)}
+    found |= set(getattr(tokenizer, "all_special_tokens", []) or [])
+    return tuple(sorted((x for x in found if len(x) > 1), key=len, reverse=True))
+
+
+def escape_special(tokenizer: Any, text: str) -> str:
+    """``text`` with every special-token string broken by a zero-width space after its first
+    character, so that untrusted text (titles, profiles, user files) is always tokenized as
+    plain text and never closes a chat turn or opens a new one. Text without such strings
+    is returned unchanged (so are its tokens)."""
+    for special in special_strings(tokenizer):
+        if special in text:
+            text = text.replace(special, special[0] + ZERO_WIDTH_SPACE + special[1:])
+    return text
+
+
 def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
-    """Chat messages in the model's template, ending with the assistant turn."""
+    """Chat messages in the model's template, ending with the assistant turn.
+
+    Message contents are escaped (``escape_special``): only the template itself produces
+    special tokens.
+    """
+    messages = [{**m, "content": escape_special(tokenizer, m["content"])} for m in messages]
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(
-            list(messages), tokenize=False, add_generation_prompt=True
-        )
+        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     # Plain fallback for base models without a template.
     body = "\n\n".join(f"{m['role'].upper()}: {m['content']}" for m in messages)
     return body + "\n\nASSISTANT: "

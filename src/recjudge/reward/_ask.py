@@ -13,7 +13,7 @@ from recjudge.decoding import (
     engine_constrained,
     make_processors,
 )
-from recjudge.llm import SamplingConfig
+from recjudge.llm import SamplingConfig, escape_special
 
 SLOT = "<<recjudge-slot>>"
 
@@ -165,7 +165,7 @@ def ask_shared(
         raise ValueError(f"the chat must contain ' {SLOT}' exactly once")
     head, _, tail = text.partition(" " + SLOT)
     prefix = llm.encode(head)
-    suffixes = [llm.encode(" " + str(f) + tail) for f in fills]
+    suffixes = [llm.encode(" " + escape_special(llm.tokenizer, str(f)) + tail) for f in fills]
     grammar, proc = make_processors(llm, schemas, None, None)
     leads = [[] for _ in range(n)]
     if jump_forward_prefix:

@@ -19,7 +19,7 @@ from recjudge.decoding import (
     engine_constrained,
     make_processors,
 )
-from recjudge.llm import LLMConfig, NonFiniteLogitsError, SamplingConfig
+from recjudge.llm import LLMConfig, NonFiniteLogitsError, SamplingConfig, escape_special
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore
 
@@ -496,7 +496,8 @@ class Judge:
         if not slot:
             raise RuntimeError("the chat template moved the candidate slot; cannot split")
         prefix = self.llm.encode(head)
-        suffix = self.llm.encode(" " + req.candidate_text + tail)
+        candidate = escape_special(self.llm.tokenizer, req.candidate_text)
+        suffix = self.llm.encode(" " + candidate + tail)
         if len(cache) > 4096:
             cache.clear()
         cache[k] = (req, rendered, prefix, suffix)
