@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import typer
@@ -51,8 +52,12 @@ def demo(
         g = rng("demo", seed, u)
         items = ds.items["item_id"].astype(str).tolist()
         rand = next(items[i] for i in g.permutation(len(items)) if items[i] not in seen)
-        reqs.append(request_for(ds, u, held_out, meta={"kind": "held-out"}))
-        reqs.append(request_for(ds, u, rand, meta={"kind": "random"}))
+        held = request_for(ds, u, held_out, meta={"kind": "held-out"})
+        # Both candidates are judged against the same past (before the held-out item), so
+        # the random one does not see the held-out item in its history, and the judge
+        # encodes the user's history once for both.
+        rand_req = request_for(ds, u, rand, meta={"kind": "random"})
+        reqs += [held, dataclasses.replace(rand_req, history=held.history)]
     judge = Judge(JudgeConfig(model=model, mode="brief", max_evidence=3), cf=cf_model)
     console.print(f"Judging {len(reqs)} pairs with {model} (BRIEF, beta=25, sigma from {cf}) ...")
     t0 = time.perf_counter()

@@ -8,7 +8,8 @@ satisfy the same protocol (see ``make_backend``'s ``backend`` argument).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -174,6 +175,20 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
     return body + "\n\nASSISTANT: "
 
 
+@contextmanager
+def _quiet_loading() -> Iterator[None]:
+    """transformers' weight-loading progress bar off for the block (restored after)."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
+
+
 class TransformersBackend:
     """A causal LM from transformers on CPU (or wherever torch puts it).
 
@@ -197,7 +212,8 @@ class TransformersBackend:
         self.dtype = self.config.resolved_dtype()
         dtype = getattr(torch, self.dtype)
         self.tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        with _quiet_loading():  # a per-tensor bar would break into the caller's progress bar
+            self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
         self.model.eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token

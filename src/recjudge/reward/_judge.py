@@ -291,6 +291,18 @@ class Judge:
             self._llm = load_llm(self.config.model)
         return self._llm
 
+    def warm_up(self) -> None:
+        """Load the LLM and build its grammar token table now (both are otherwise built by
+        the first judgment). Safe to run in a background thread while the caller loads data:
+        a cold CLI judgment overlaps the two."""
+        if not self.config.uses_llm():
+            return
+        from recjudge.decoding import GRAMMARS
+
+        llm = self.llm
+        if not getattr(llm, "engine_constraints", False):
+            GRAMMARS.table(llm.tokenizer, llm.vocab_size)
+
     # -- keys -----------------------------------------------------------------------------
     def key(self, req: JudgeRequest) -> str:
         c = self.config
