@@ -10,6 +10,7 @@ from pathlib import Path
 
 import typer
 
+from recjudge._util import is_loopback
 from recjudge.cli._app import app, fail
 
 
@@ -79,6 +80,11 @@ def serve_command(
     return cmd, env
 
 
+def _shown(name: str, value: str) -> str:
+    """Environment values as printed: secrets masked."""
+    return "***" if "KEY" in name or "TOKEN" in name or "SECRET" in name else value
+
+
 @app.command(
     "serve",
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
@@ -93,6 +99,12 @@ def serve_cmd(
         "auto", "--runner", help="vLLM model runner: auto | v1 | v2 (picks the processor)."
     ),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the command and exit."),
+    allow_unauthenticated: bool = typer.Option(
+        False,
+        "--allow-unauthenticated",
+        help="Serve on a non-loopback address without an API key (anyone who can reach it "
+        "can use it).",
+    ),
 ) -> None:
     """Start `vllm serve` (OpenAI-compatible) with recjudge's grammar/bias processor.
 
@@ -105,8 +117,15 @@ def serve_cmd(
         cmd, env = serve_command(model, host, port, dtype, runner, list(ctx.args))
     except (ValueError, FileNotFoundError) as e:
         fail(str(e))
+    keyed = bool(env.get("VLLM_API_KEY") or os.environ.get("VLLM_API_KEY"))
+    if not keyed and not is_loopback(host) and not allow_unauthenticated:
+        fail(
+            f"--host {host} is reachable from other machines and no API key is set. Set "
+            "$RECJUDGE_API_KEY (clients send the same one), bind to 127.0.0.1, or pass "
+            "--allow-unauthenticated if that is really meant"
+        )
     if dry_run:
-        typer.echo(" ".join(f"{k}={v}" for k, v in env.items()) + " " + " ".join(cmd))
+        typer.echo(" ".join(f"{k}={_shown(k, v)}" for k, v in env.items()) + " " + " ".join(cmd))
         return
     try:
         import vllm  # noqa: F401

@@ -218,6 +218,43 @@ def use_v2_runner() -> bool:
     return bool(HAS_TRITON)
 
 
+class ServerError(ConnectionError):
+    """The server answered, but not with a result (refused key, redirect, error status)."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+def check_key_transport(url: str, has_key: bool) -> None:
+    """Refuse to send an API key in clear (plain http) to a host other than this machine."""
+    import urllib.parse
+
+    from recjudge._util import is_loopback
+
+    parts = urllib.parse.urlsplit(url)
+    if has_key and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+        raise ValueError(
+            f"refusing to send the API key over plain http to {parts.hostname}: anyone on the "
+            "path could read it. Use an https:// URL, or an SSH tunnel to a 127.0.0.1 port "
+            "(or unset $RECJUDGE_API_KEY if the server needs none)"
+        )
+
+
+def _http_error_line(url: str, e: urllib.error.HTTPError) -> str:
+    """One line for an HTTP error status, with what to do."""
+    detail = " ".join(e.read().decode(errors="replace").split())[:300]
+    if e.code in (401, 403):
+        return (f"{url} refused the request ({e.code}): the API key is missing or wrong; set "
+                "$RECJUDGE_API_KEY to the key the server was started with")  # fmt: skip
+    if 300 <= e.code < 400:
+        where = e.headers.get("Location", "elsewhere")
+        return (f"{url} redirects ({e.code}) to {where}; not followed (the API key would go "
+                "with it): point --server at the server's own /v1 URL")  # fmt: skip
+    return f"{url} answered {e.code}: {detail}"
+
+
 class OpenAICompatibleBackend(_EngineMixin):
     """Judge requests sent to a vLLM OpenAI-compatible server (``recjudge serve`` or your
     own ``vllm serve ... --logits-processors recjudge.decoding.vllm:BranchBiasV1``).
@@ -247,6 +284,9 @@ class OpenAICompatibleBackend(_EngineMixin):
         self.served_model = config.served_model or config.model
         self.api_key = os.environ.get(config.api_key_env or "RECJUDGE_API_KEY", "")
         self.concurrency = config.concurrency
+        check_key_transport(self.url, bool(self.api_key))
+        # No redirects: urllib would carry the Authorization header to wherever one points.
+        self._opener = urllib.request.build_opener(_NoRedirect)
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps(body).encode()
@@ -256,11 +296,13 @@ class OpenAICompatibleBackend(_EngineMixin):
         if self.api_key:
             req.add_header("Authorization", f"Bearer {self.api_key}")
         try:
-            with urllib.request.urlopen(req, timeout=self.config.timeout) as resp:
+            with self._opener.open(req, timeout=self.config.timeout) as resp:
                 return json.loads(resp.read())
         except urllib.error.HTTPError as e:
-            detail = e.read().decode(errors="replace")[:500]
-            raise RuntimeError(f"{self.url}{path} answered {e.code}: {detail}") from None
+            raise ServerError(_http_error_line(self.url + path, e)) from None
+        except json.JSONDecodeError:
+            raise ServerError(f"{self.url}{path} answered with something that is not JSON; "
+                              "is it a vLLM server (`recjudge serve`)?") from None  # fmt: skip
         except urllib.error.URLError as e:
             raise ConnectionError(
                 f"cannot reach {self.url}{path}: {e.reason}; is `recjudge serve` running?"

@@ -1,0 +1,132 @@
+"""Server and client: no unauthenticated public bind, no printed key, no key in clear to
+another host, no redirect followed with the key, and HTTP errors as one clear line."""
+
+from __future__ import annotations
+
+import http.server
+import os
+import subprocess
+import sys
+import threading
+
+import pytest
+
+from recjudge._util import is_loopback
+from recjudge.llm import LLMConfig
+from recjudge.llm._vllm import OpenAICompatibleBackend, ServerError, check_key_transport
+
+CLI = [sys.executable, "-m", "recjudge.cli._main"]
+
+
+def run(*args, key=None):
+    env = {k: v for k, v in os.environ.items() if k not in ("RECJUDGE_API_KEY", "VLLM_API_KEY")}
+    if key:
+        env["RECJUDGE_API_KEY"] = key
+    return subprocess.run([*CLI, *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize(
+    ("host", "loop"),
+    [("127.0.0.1", True), ("127.8.0.1", True), ("::1", True), ("[::1]", True),
+     ("localhost", True), ("0.0.0.0", False), ("10.0.0.5", False), ("example.org", False)],
+)  # fmt: skip
+def test_is_loopback(host, loop):
+    assert is_loopback(host) is loop
+
+
+def test_public_bind_without_key_is_refused():
+    r = run("serve", "--dry-run", "--host", "0.0.0.0")
+    assert r.returncode == 2 and "no API key is set" in r.stderr and "Traceback" not in r.stderr
+    assert run("serve", "--dry-run", "--host", "0.0.0.0", "--allow-unauthenticated").returncode == 0
+    assert run("serve", "--dry-run", "--host", "0.0.0.0", key="s3cret-key").returncode == 0
+
+
+def test_dry_run_never_prints_the_key():
+    r = run("serve", "--dry-run", key="s3cret-key")
+    assert r.returncode == 0 and "s3cret-key" not in r.stdout + r.stderr
+    assert "VLLM_API_KEY=***" in r.stdout
+
+
+@pytest.mark.parametrize(
+    ("url", "ok"),
+    [("http://10.0.0.5:8000/v1", False), ("http://gpu-box:8000/v1", False),
+     ("https://gpu-box/v1", True), ("http://127.0.0.1:8000/v1", True)],
+)  # fmt: skip
+def test_key_is_never_sent_in_clear_to_another_host(url, ok):
+    if ok:
+        check_key_transport(url, has_key=True)
+    else:
+        with pytest.raises(ValueError, match="plain http"):
+            check_key_transport(url, has_key=True)
+    check_key_transport(url, has_key=False)  # no key, nothing to leak
+
+
+class _Server:
+    """A loopback HTTP server answering every POST with ``status`` (and ``headers``), and
+    recording the Authorization header of every request it gets."""
+
+    def __init__(self, status, headers=None):
+        seen = self.seen = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                seen.append(self.headers.get("Authorization"))
+                self.send_response(status)
+                for k, v in (headers or {}).items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(b'{"error": "nope"}')
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+@pytest.fixture
+def client(monkeypatch):
+    monkeypatch.setenv("RECJUDGE_API_KEY", "s3cret-key")
+
+    def make(url):
+        return OpenAICompatibleBackend(
+            LLMConfig(model="smollm2-135m", backend="openai-compatible", base_url=url)
+        )
+
+    return make
+
+
+def test_401_is_one_clear_line(client):
+    srv = _Server(401)
+    try:
+        with pytest.raises(ServerError, match=r"refused the request \(401\).*RECJUDGE_API_KEY"):
+            client(srv.url)._post("/completions", {})
+    finally:
+        srv.close()
+
+
+def test_redirect_is_not_followed_with_the_key(client):
+    elsewhere = _Server(200)
+    srv = _Server(307, {"Location": elsewhere.url + "/completions"})
+    try:
+        with pytest.raises(ServerError, match=r"redirects \(307\).*not followed"):
+            client(srv.url)._post("/completions", {})
+        assert srv.seen == ["Bearer s3cret-key"] and elsewhere.seen == []
+    finally:
+        srv.close()
+        elsewhere.close()
+
+
+def test_cli_against_a_server_that_refuses_the_key():
+    srv = _Server(401)
+    try:
+        r = run("judge", "--data", "ml-100k", "--user", "1", "--candidate", "1", "--mode",
+                "no-behavior", "--server", srv.url, key="k3y-0f-the-client")  # fmt: skip
+    finally:
+        srv.close()
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "refused the request (401)" in r.stderr and "k3y-0f-the-client" not in r.stderr
