@@ -2,10 +2,12 @@
 
 from recjudge.cf_models._base import (
     MODELS,
+    CFMismatchError,
     CFModel,
     SignalConfig,
     SignalScaler,
     TrainOptions,
+    check_fits,
     load_model,
 )
 from recjudge.cf_models._classic import (
@@ -34,6 +36,8 @@ from recjudge.cf_models._eval import (
 from recjudge.cf_models._sasrec import SASRec, SASRecConfig
 
 __all__ = [
+    "CFMismatchError",
+    "check_fits",
     "ALS",
     "BPR",
     "MODELS",

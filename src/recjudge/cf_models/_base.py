@@ -288,3 +288,33 @@ def load_model(path: str | Path) -> CFModel:
     model.train_info = meta.get("train_info", {})
     model._restore(load_file(str(path / "model.safetensors")))
     return model
+
+
+class CFMismatchError(ValueError):
+    """A CF model used on data it was not trained on (sigma would be 0 for unknown items)."""
+
+
+def check_fits(model: CFModel, dataset: Any, *, allow_mismatch: bool = False) -> float:
+    """Check that ``model`` was trained on ``dataset``'s items; return the share of the
+    dataset's items it knows.
+
+    A model trained elsewhere knows few of these items and silently gives sigma 0 for the
+    rest, so that is an error unless ``allow_mismatch``.
+
+    Raises:
+        CFMismatchError: the model's training dataset differs by name, or it knows fewer
+            than half of the dataset's items.
+    """
+    items = dataset.items["item_id"].astype(str)
+    known = float(items.isin(model.item_index).mean()) if len(items) else 0.0
+    trained_on = model.train_info.get("dataset")
+    renamed = trained_on is not None and trained_on != dataset.name
+    if (renamed or known < 0.5) and not allow_mismatch:
+        where = f"dataset {trained_on!r}" if trained_on else "other data"
+        raise CFMismatchError(
+            f"the CF model was trained on {where} ({len(model.items):,} items); "
+            f"{dataset.name!r} has {len(items):,} items, of which {known:.0%} are known to it, "
+            "and every unknown candidate would get sigma 0. Train one on this data (`recjudge "
+            f"cf train NAME --data {dataset.name} --out DIR`), or pass --allow-cf-mismatch"
+        )
+    return known

@@ -72,6 +72,9 @@ def judge_cmd(
     out: str = typer.Option(None, "--out", help="Results JSONL for --pairs."),
     store: str = typer.Option(None, "--store", help="SQLite store (default: OUT.sqlite)."),
     resume: bool = typer.Option(False, "--resume", help="Skip pairs already in the store."),
+    repair: bool = typer.Option(
+        False, "--repair", help="With --resume: salvage a damaged store's readable rows first."
+    ),
     retry_failed: bool = typer.Option(
         False, "--retry-failed", help="With --resume: judge again the pairs that failed before."
     ),
@@ -87,6 +90,11 @@ def judge_cmd(
     ),
     seed: int = typer.Option(0, "--seed"),
     batch_size: int = typer.Option(8, "--batch-size"),
+    allow_cf_mismatch: bool = typer.Option(
+        False,
+        "--allow-cf-mismatch",
+        help="Use a CF model trained on other data (unknown items get sigma 0).",
+    ),
     max_history: int = typer.Option(
         50, "--max-history", min=1, help="Most recent history items shown in the prompt."
     ),
@@ -122,6 +130,10 @@ def judge_cmd(
         # safetensors reads release the GIL); the thread's error, if any, is raised below.
         warm = _Background(judge.warm_up)
         ds = load_dataset(data)
+        if judge.cf is not None:
+            from recjudge.cf_models import check_fits
+
+            check_fits(judge.cf, ds, allow_mismatch=allow_cf_mismatch)
         if pairs is None:
             if user is None or candidate is None:
                 fail("give --user and --candidate, or --pairs FILE --out FILE")
@@ -153,6 +165,8 @@ def judge_cmd(
         store_path = Path(store or f"{out}.sqlite")
         if store_path.exists() and not resume:
             fail(f"{store_path} exists; pass --resume to continue it, or remove it")
+        if repair and store_path.exists():
+            _repair(store_path)
         t0 = time.perf_counter()
         with ResultsStore(store_path) as st:
             results = judge.judge_many(
@@ -164,6 +178,7 @@ def judge_cmd(
         tmp.replace(out)
         _summary(results, judge.last_run, seconds, out, store_path)
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
+        # DataError, StoreError, CFMismatchError and ServerError are among these.
         fail(str(e).strip("'\""))
     except RuntimeError as e:
         from recjudge.llm import NonFiniteLogitsError
@@ -171,6 +186,23 @@ def judge_cmd(
         if not isinstance(e, NonFiniteLogitsError):
             raise
         fail(str(e))
+
+
+def _repair(path: Path) -> None:
+    """Replace a damaged store by a new one with its readable rows (the old file is kept)."""
+    from recjudge.reward import salvage
+
+    fresh = path.with_name(path.name + ".repaired")
+    fresh.unlink(missing_ok=True)
+    copied, lost = salvage(path, fresh)
+    broken = path.with_name(path.name + ".broken")
+    path.replace(broken)
+    for suffix in ("-wal", "-shm"):  # they belong to the old file
+        side = Path(f"{path}{suffix}")
+        if side.exists():
+            side.replace(f"{broken}{suffix}")
+    fresh.replace(path)
+    typer.echo(f"repaired {path}: {copied} rows kept, {lost} unreadable (old file: {broken})")
 
 
 class _Background:

@@ -344,6 +344,27 @@ def parse_mapping(spec: str | Mapping[str, str] | None) -> dict[str, str]:
     return out
 
 
+def _check_star_scale(stars: pd.Series, source: str, column: str) -> None:
+    """Event types are derived from ratings with the 1-5 star convention; a rating outside
+    that scale would get an event type by accident, so it is an error."""
+    outside = stars.notna() & ((stars < 1) | (stars > 5) | ~np.isfinite(stars))
+    if outside.any():
+        r = int(np.flatnonzero(outside.to_numpy())[0]) + 1
+        value = float(stars.iloc[r - 1])
+        what = (
+            "is not a finite number" if not np.isfinite(value) else "is outside the 1-5 star scale"
+        )
+        raise DataError(
+            f"rating {value:g} {what} used to derive event types from ratings "
+            f"({int(outside.sum())} row(s)).",
+            source=source,
+            row=r,
+            field=column,
+            fix="rescale the ratings to 1-5, or give an event_type column (mapping "
+            "event_type=<your column>) so ratings are kept as they are.",
+        )
+
+
 def load_from_files(
     interactions: str | Path,
     items: str | Path | None = None,
@@ -397,9 +418,9 @@ def load_from_files(
         if df["rating"].isna().all():
             df["event_type"] = "implicit_positive"
         else:
-            df["event_type"] = movielens_event(
-                pd.to_numeric(df["rating"], errors="coerce").fillna(3)
-            )
+            stars = pd.to_numeric(df["rating"], errors="coerce")
+            _check_star_scale(stars, str(inter_path), cols.get("rating", "rating"))
+            df["event_type"] = movielens_event(stars.fillna(3))
     elif event_map:
         df["event_type"] = df["event_type"].map(lambda v: event_map.get(v, v))
     removed = {}

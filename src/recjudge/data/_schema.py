@@ -70,6 +70,12 @@ def validate_interactions(
         DataError: for a missing column, a non-numeric rating or timestamp, an unknown event
             type, an item with no item row, an empty id, or duplicate rows.
     """
+    if len(df) == 0:
+        raise DataError(
+            "no interactions (the file has a header but no data rows).",
+            source=source,
+            fix="check that this is the right file and that it was written completely.",
+        )
     missing = [c for c in INTERACTION_COLUMNS if c not in df.columns]
     if missing:
         raise DataError(
@@ -104,6 +110,16 @@ def validate_interactions(
                 row=r,
                 field=col,
                 fix=f"make {col} numeric, or leave it empty where unknown.",
+            )
+        infinite = num.notna() & ~np.isfinite(num.astype("float64"))
+        if infinite.any():
+            r = _first_bad(infinite)
+            raise DataError(
+                f"{col} {raw.iloc[r - 1]!r} is not a finite number.",
+                source=source,
+                row=r,
+                field=col,
+                fix=f"give a finite {col}, or leave it empty where unknown.",
             )
         out[col] = num.astype("float64")
     et = out["event_type"].astype("string")

@@ -14,7 +14,7 @@ from recjudge.reward._judge import (
     request_for,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
-from recjudge.reward._store import ResultsStore
+from recjudge.reward._store import ResultsStore, StoreError, salvage
 from recjudge.reward._sweep import SWEEPABLE, judge_sweep
 
 __all__ = [
@@ -31,10 +31,12 @@ __all__ = [
     "Judgment",
     "ResultsStore",
     "RunSummary",
+    "StoreError",
     "ask",
     "ask_shared",
     "build_messages",
     "cf_identity",
     "judge_sweep",
     "request_for",
+    "salvage",
 ]

@@ -21,7 +21,7 @@ from recjudge.decoding import (
 )
 from recjudge.llm import LLMConfig, NonFiniteLogitsError, SamplingConfig, escape_special
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
-from recjudge.reward._store import ResultsStore
+from recjudge.reward._store import ResultsStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -212,6 +212,21 @@ class Judgment:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
 
 
+_REQUIRED = ("user_id", "candidate_id", "mode", "is_relevant", "evidence", "p_yes", "raw_text")
+
+
+def _stored(store: ResultsStore, key: str, row: dict[str, Any]) -> Judgment:
+    """A stored result as a Judgment; a row that is not one is named, not guessed at."""
+    missing = [f for f in _REQUIRED if f not in row]
+    if missing:
+        raise StoreError(
+            f"results store {store.path}: the result stored under key {key!r} lacks "
+            f"{missing}; it was not written by this version or was edited. Remove the store "
+            "(or that row) and run again"
+        )
+    return Judgment.from_dict(row)
+
+
 def cf_identity(cf: Any) -> str | None:
     """A stable id for a CF model: its kind, config, training facts and sigma scale."""
     if cf is None:
@@ -374,7 +389,7 @@ class Judge:
         """
         keys = [self.key(r) for r in reqs]
         done = store.get_many(keys) if store is not None else {}
-        results: dict[str, Judgment] = {k: Judgment.from_dict(v) for k, v in done.items()}
+        results: dict[str, Judgment] = {k: _stored(store, k, v) for k, v in done.items()}
         if store is not None and not retry_failed:
             old = store.failures([k for k in keys if k not in results])
             for i, k in enumerate(keys):
@@ -720,6 +735,12 @@ def request_for(
         raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
     if not ds.has_item(candidate):
         by_title = ds.items.index[ds.items["title"].astype(str) == candidate]
+        if len(by_title) > 1:
+            ids = ds.items.iloc[by_title[:5]]["item_id"].astype(str).tolist()
+            raise ValueError(
+                f"title {candidate!r} names {len(by_title)} items in dataset {ds.name!r} "
+                f"(ids {', '.join(repr(i) for i in ids)}); give the item id instead"
+            )
         if len(by_title):
             candidate = str(ds.items.iloc[by_title[0]]["item_id"])
         else:

@@ -25,6 +25,37 @@ CREATE TABLE IF NOT EXISTS failures (
 """
 
 
+class StoreError(ValueError):
+    """A results store that cannot be read (not SQLite, truncated, another schema)."""
+
+
+def salvage(src: str | Path, dst: str | Path) -> tuple[int, int]:
+    """Copy every readable (key, request, result) row of a damaged store ``src`` into a new
+    store ``dst``; returns (rows copied, rows lost). Rows are read one by one, so one
+    damaged page loses only the rows on it."""
+    src, dst = Path(src), Path(dst)
+    copied = lost = 0
+    try:
+        db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
+        rowids = [r for (r,) in db.execute("SELECT rowid FROM results ORDER BY rowid")]
+    except sqlite3.DatabaseError:
+        return 0, 0  # not a database at all: nothing to read
+    with ResultsStore(dst) as out:
+        for rid in rowids:
+            try:
+                k, req, res = db.execute(
+                    "SELECT key, request, result FROM results WHERE rowid = ?", (rid,)
+                ).fetchone()
+                row = (k, json.loads(req), json.loads(res))
+            except (sqlite3.DatabaseError, TypeError, ValueError):
+                lost += 1
+                continue
+            out.put_many([row])
+            copied += 1
+    db.close()
+    return copied, lost
+
+
 class ResultsStore:
     """Results keyed by a hash of everything that changes them.
 
@@ -40,9 +71,17 @@ class ResultsStore:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(SCHEMA)
+        try:
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(SCHEMA)
+            self._db.execute("SELECT key, request, result, created FROM results LIMIT 1")
+        except sqlite3.DatabaseError as e:
+            self._db.close()
+            raise StoreError(
+                f"results store {self.path} cannot be read ({e}). Salvage its readable rows "
+                "with --repair (the file is kept as .broken), or remove it to start over"
+            ) from None
 
     def close(self) -> None:
         self._db.close()

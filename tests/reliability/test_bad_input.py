@@ -1,0 +1,87 @@
+"""Bad input gets a clear error naming the file, row and field and a fix that exists."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from recjudge.cf_models import CFMismatchError, Pop, TrainOptions, check_fits
+from recjudge.data import DataError, load_from_files
+from recjudge.reward import request_for
+
+
+@pytest.mark.parametrize(
+    ("rating", "words"),
+    [("inf", "not a finite number"), ("-inf", "not a finite number"),
+     ("-7", "outside the 1-5 star scale"), ("1e308", "outside the 1-5 star scale")],
+)  # fmt: skip
+def test_ratings_that_would_be_silently_wrong_are_rejected(tmp_path, rating, words):
+    f = tmp_path / "log.csv"
+    f.write_text(f"uid,iid,stars\nu1,a,4\nu1,b,{rating}\n")
+    with pytest.raises(DataError, match=words) as e:
+        load_from_files(f, mapping="user_id=uid,item_id=iid,rating=stars")
+    assert e.value.source == str(f) and e.value.row == 2 and e.value.field in ("stars", "rating")
+    assert e.value.fix
+
+
+def test_header_only_file_is_rejected(tmp_path):
+    f = tmp_path / "log.csv"
+    f.write_text("user_id,item_id,rating\n")
+    with pytest.raises(DataError, match="no interactions") as e:
+        load_from_files(f)
+    assert str(f) in str(e.value)
+
+
+def test_duplicate_titles_are_not_resolved_silently(tmp_path):
+    log, items = tmp_path / "log.csv", tmp_path / "items.csv"
+    log.write_text("user_id,item_id,timestamp\nu1,a,1\nu1,c,2\n")
+    items.write_text("item_id,title\na,Heat (1995)\nb,Heat (1995)\nc,Up (2009)\n")
+    ds = load_from_files(log, items)
+    with pytest.raises(ValueError, match=r"names 2 items .*'a', 'b'.*give the item id"):
+        request_for(ds, "u1", "Heat (1995)")
+    assert request_for(ds, "u1", "b").candidate_id == "b"
+
+
+def test_cf_model_from_other_data_is_refused(ml100k):
+    other = pd.DataFrame(
+        {"user_id": ["x", "y"], "item_id": ["i1", "i2"], "timestamp": [0.0, 1.0], "rating": 4.0}
+    )
+    model = Pop().train(other, TrainOptions(progress=False))
+    model.train_info["dataset"] = "somewhere-else"
+    with pytest.raises(CFMismatchError, match="somewhere-else.*0% are known.*cf train"):
+        check_fits(model, ml100k)
+    assert check_fits(model, ml100k, allow_mismatch=True) == 0.0
+    own = Pop().train(ml100k.interactions, TrainOptions(progress=False))
+    own.train_info["dataset"] = ml100k.name
+    assert check_fits(own, ml100k) == 1.0
+
+
+def test_unreadable_store_is_named_and_repair_keeps_readable_rows(tmp_path):
+    from recjudge.reward import ResultsStore, StoreError, salvage
+
+    garbage = tmp_path / "garbage.sqlite"
+    garbage.write_bytes(b"this is not a database" * 100)
+    with pytest.raises(StoreError, match=f"{garbage}.*--repair"):
+        ResultsStore(garbage)
+    assert salvage(garbage, tmp_path / "none.sqlite") == (0, 0)
+    good = tmp_path / "good.sqlite"
+    with ResultsStore(good) as st:
+        st.put_many([(f"k{i}", {"i": i}, {"p": i / 10}) for i in range(5)])
+    with ResultsStore(good) as st:  # damage one stored result's text
+        st._db.execute("UPDATE results SET result = '{broken' WHERE key = 'k2'")
+    assert salvage(good, tmp_path / "new.sqlite") == (4, 1)
+    with ResultsStore(tmp_path / "new.sqlite") as st:
+        assert sorted(st.get_many([f"k{i}" for i in range(5)])) == ["k0", "k1", "k3", "k4"]
+
+
+def test_stored_result_with_missing_fields_is_named(smollm, tmp_path):
+    from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, ResultsStore
+    from recjudge.reward import StoreError
+
+    hist = [HistoryItem("a", "Heat (1995)", "Heat (1995)", 4.0)]
+    req = JudgeRequest("u", hist, "b", "Up (2009)", "Up (2009)")
+    judge = Judge(JudgeConfig(mode="zero-shot"), llm=smollm)
+    with ResultsStore(tmp_path / "s.sqlite") as st:
+        st.put_many([(judge.key(req), {}, {"user_id": "u"})])
+        with pytest.raises(StoreError, match=r"s.sqlite.*lacks \['candidate_id'"):
+            judge.judge_many([req], store=st)
