@@ -75,8 +75,14 @@ def test_unreadable_store_is_named_and_repair_keeps_readable_rows(tmp_path):
 
 
 def test_stored_result_with_missing_fields_is_named(smollm, tmp_path):
-    from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, ResultsStore
-    from recjudge.reward import StoreError
+    from recjudge.reward import (
+        HistoryItem,
+        Judge,
+        JudgeConfig,
+        JudgeRequest,
+        ResultsStore,
+        StoreError,
+    )
 
     hist = [HistoryItem("a", "Heat (1995)", "Heat (1995)", 4.0)]
     req = JudgeRequest("u", hist, "b", "Up (2009)", "Up (2009)")
