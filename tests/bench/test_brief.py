@@ -137,3 +137,15 @@ def test_exposure_is_popularity_biased_and_seeded():
     assert sum(m[200:]) < 10  # ~1 %
     assert m == exposure_mask(items, pop, 1.0, 0)
     assert all(exposure_mask(items, pop, 0.0, 0))  # alpha 0: everything logged
+
+
+def test_vllm_worker_requests_round_trip_exactly(ml1m):
+    """The vLLM throughput worker judges the very requests the parent built."""
+    import json
+
+    from recjudge.bench._vllm_worker import request_from_dict, request_to_dict
+    from recjudge.reward import request_for
+
+    r = request_for(ml1m, "10", "Heat (1995)", sigma=-0.25, meta={"kind": "x"})
+    again = request_from_dict(json.loads(json.dumps(request_to_dict(r))))
+    assert again == r

