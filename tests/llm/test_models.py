@@ -15,7 +15,7 @@ import pytest
 
 from recjudge._registry import Registry, UnknownNameError
 from recjudge.llm import PRESETS, LLMConfig, SamplingConfig
-from recjudge.llm._models import CACHE_MARKER, _valid_cache, resolve_model_path
+from recjudge.llm._models import CACHE_FORMAT, CACHE_MARKER, _valid_cache, resolve_model_path
 
 
 def test_registry_did_you_mean():
@@ -184,3 +184,37 @@ def test_next_token_logits_width_is_model_vocab(smollm):
     alone = smollm.next_token_logits(["Hello"])
     assert (logits[0] - alone[0]).abs().max().item() < 0.15
     assert logits[0].argmax() == alone[0].argmax()
+
+
+def test_concurrent_first_loads_build_the_cache_once(tmp_path: Path, monkeypatch):
+    """Two loaders of a preset whose cache is missing: one builds, the other waits for it
+    (before the lock, the second deleted the first one's half-built files and crashed)."""
+    import threading
+
+    import recjudge.llm._models as m
+
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
+    preset = PRESETS.get("smollm2-135m")
+    builds = []
+
+    def fake_build(p):
+        builds.append(p.name)
+        time.sleep(0.5)  # the other loader arrives meanwhile
+        final = p.cache_path()
+        final.mkdir(parents=True)
+        (final / "config.json").write_text("{}")
+        marker = {"format": CACHE_FORMAT, "gguf_sha256": p.sha256, "files": ["config.json"]}
+        (final / CACHE_MARKER).write_text(json.dumps(marker))
+        return final
+
+    monkeypatch.setattr(m, "build_cache", fake_build)
+    paths = []
+    threads = [
+        threading.Thread(target=lambda: paths.append(resolve_model_path(preset.name)))
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert builds == [preset.name] and len(paths) == 2 and _valid_cache(paths[0], preset.sha256)

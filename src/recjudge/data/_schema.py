@@ -101,26 +101,22 @@ def validate_interactions(
     for col in ("rating", "timestamp"):
         raw = out[col]
         num = pd.to_numeric(raw, errors="coerce")
-        bad = num.isna() & raw.notna() & (raw.astype("string").str.strip() != "")
-        if bad.any():
-            r = _first_bad(bad)
-            raise DataError(
-                f"{col} {raw.iloc[r - 1]!r} is not a number.",
-                source=source,
-                row=r,
-                field=col,
-                fix=f"make {col} numeric, or leave it empty where unknown.",
-            )
-        infinite = num.notna() & ~np.isfinite(num.astype("float64"))
-        if infinite.any():
-            r = _first_bad(infinite)
-            raise DataError(
-                f"{col} {raw.iloc[r - 1]!r} is not a finite number.",
-                source=source,
-                row=r,
-                field=col,
-                fix=f"give a finite {col}, or leave it empty where unknown.",
-            )
+        given = raw.notna() & (raw.astype("string").str.strip() != "")
+        # a text that is no number, or a number that is not finite (inf, -inf)
+        for bad, what, fix in (
+            (num.isna() & given, "is not a number", f"make {col} numeric"),
+            (num.notna() & ~np.isfinite(num.astype("float64")), "is not a finite number",
+             f"give a finite {col}"),
+        ):  # fmt: skip
+            if bad.any():
+                r = _first_bad(bad)
+                raise DataError(
+                    f"{col} {raw.iloc[r - 1]!r} {what}.",
+                    source=source,
+                    row=r,
+                    field=col,
+                    fix=f"{fix}, or leave it empty where unknown.",
+                )
         out[col] = num.astype("float64")
     et = out["event_type"].astype("string")
     unknown = ~et.isin(EVENT_TYPES)

@@ -15,6 +15,8 @@ import json
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -231,6 +233,20 @@ def build_cache(preset: ModelPreset) -> Path:
     return final
 
 
+@contextmanager
+def _build_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock beside the cache folder ``path`` while it is built."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(f".{path.name}.lock"), "w") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def resolve_model_path(name_or_path: str) -> Path | str:
     """Map a preset name, local folder, ``.gguf`` file or HF id to something loadable.
 
@@ -242,9 +258,13 @@ def resolve_model_path(name_or_path: str) -> Path | str:
         preset = PRESETS.get(name_or_path)
         path = preset.cache_path()
         if not _valid_cache(path, preset.sha256):
-            if path.exists():
-                shutil.rmtree(path)  # half-written or stale: rebuild
-            build_cache(preset)
+            # One builder at a time: a second process (a benchmark started while `models
+            # install` converts) waits, then finds the finished cache.
+            with _build_lock(path):
+                if not _valid_cache(path, preset.sha256):
+                    if path.exists():
+                        shutil.rmtree(path)  # half-written or stale: rebuild
+                    build_cache(preset)
         return path
     p = Path(name_or_path).expanduser()
     if p.exists():
