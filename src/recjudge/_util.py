@@ -21,8 +21,23 @@ def cache_dir() -> Path:
         os.path.expanduser("~"), ".cache", "recjudge"
     )
     path = Path(root)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # under a file, read-only, ...
+        raise CacheDirError(
+            f"the recjudge cache {path} cannot be created ({e.strerror or e}); point "
+            "$RECJUDGE_CACHE at a writable folder"
+        ) from None
     return path
+
+
+class UserFacingError(Exception):
+    """An error whose message names what is wrong and the fix: the CLI prints it as one
+    line (exit 2), never as a traceback. Mixed into the specific error classes."""
+
+
+class CacheDirError(UserFacingError, ValueError):
+    """``$RECJUDGE_CACHE`` (or ``~/.cache/recjudge``) cannot be used as a folder."""
 
 
 def stable_hash(*parts: Any, length: int = 16) -> str:

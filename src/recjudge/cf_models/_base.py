@@ -14,7 +14,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry
-from recjudge._util import atomic_dir
+from recjudge._util import UserFacingError, atomic_dir
 
 log = logging.getLogger(__name__)
 
@@ -290,7 +290,7 @@ def load_model(path: str | Path) -> CFModel:
     return model
 
 
-class CFMismatchError(ValueError):
+class CFMismatchError(UserFacingError, ValueError):
     """A CF model used on data it was not trained on (sigma would be 0 for unknown items)."""
 
 

@@ -174,8 +174,11 @@ def _register_extensions() -> None:
 
 def main() -> None:
     _register_extensions()
+    from recjudge._util import UserFacingError
+
     try:
         app()
-    except UnknownNameError as e:
-        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+    except (UnknownNameError, UserFacingError, FileNotFoundError) as e:
+        # Errors that say what is wrong and how to fix it: one line, never a traceback.
+        typer.secho(f"error: {str(e).strip(chr(39) + chr(34))}", err=True, fg=typer.colors.RED)
         sys.exit(2)

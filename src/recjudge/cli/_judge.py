@@ -149,6 +149,8 @@ def judge_cmd(
                 continue
             try:
                 rec = json.loads(line)
+                if not isinstance(rec, dict):
+                    raise ValueError(f"a JSON {type(rec).__name__}, not an object")
                 reqs.append(
                     request_for(
                         ds,

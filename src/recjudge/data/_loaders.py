@@ -466,6 +466,13 @@ def load_from_files(
     if users is not None:
         us = _read_table(Path(users), encoding)
         us = us.rename(columns={v: k for k, v in cols.items() if v in us.columns})
+        if "user_id" not in us.columns:
+            raise DataError(
+                f"missing column 'user_id'; found {list(us.columns)}.",
+                source=str(users),
+                field="user_id",
+                fix="name the users file's id column user_id, or map it (user_id=<column>).",
+            )
         us["user_id"] = us["user_id"].astype(str)
     card: dict[str, Any] = {"source": str(inter_path), "format": fmt, "mapping": cols}
     if removed:

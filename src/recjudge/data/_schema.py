@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recjudge._util import atomic_dir
+from recjudge._util import UserFacingError, atomic_dir
 
 EVENT_TYPES: tuple[str, ...] = (
     "explicit_positive",
@@ -22,7 +22,7 @@ INTERACTION_COLUMNS: tuple[str, ...] = ("user_id", "item_id", "timestamp", "rati
 POSITIVE_EVENTS = frozenset({"explicit_positive", "implicit_positive"})
 
 
-class DataError(ValueError):
+class DataError(UserFacingError, ValueError):
     """Bad input data. The message names the file, row and field, and how to fix it.
 
     Attributes:
@@ -272,21 +272,36 @@ class Dataset:
 
     @classmethod
     def load(cls, path: str | Path) -> Dataset:
+        """Read a folder written by ``save``.
+
+        Raises:
+            DataError: a missing, unreadable or incomplete file, named.
+        """
+        import pyarrow
+
         path = Path(path)
-        meta = json.loads((path / "card.json").read_text())
         users = path / "users.parquet"
-        inter = pd.read_parquet(path / "interactions.parquet")
-        inter["event_type"] = pd.Categorical(
-            inter["event_type"].astype(str), categories=list(EVENT_TYPES)
-        )
-        return cls(
-            meta["name"],
-            inter,
-            pd.read_parquet(path / "items.parquet"),
-            pd.read_parquet(users) if users.exists() else None,
-            meta["card"],
-            meta["domain"],
-        )
+        current = path / "card.json"
+        try:
+            meta = json.loads(current.read_text())
+            current = path / "interactions.parquet"
+            inter = pd.read_parquet(current)
+            inter["event_type"] = pd.Categorical(
+                inter["event_type"].astype(str), categories=list(EVENT_TYPES)
+            )
+            current = path / "items.parquet"
+            items = pd.read_parquet(current)
+            current = users
+            user_table = pd.read_parquet(users) if users.exists() else None
+            current = path / "card.json"
+            return cls(meta["name"], inter, items, user_table, meta["card"], meta["domain"])
+        except (OSError, ValueError, KeyError, TypeError, pyarrow.ArrowException) as e:
+            raise DataError(
+                f"cannot read this dataset folder ({type(e).__name__}: {e}).",
+                source=str(current),
+                fix="write the folder again (Dataset.save, or the command that made it); for "
+                "a built-in dataset's cache, delete it and it is rebuilt.",
+            ) from None
 
 
 def _id_key(s: str) -> tuple[int, int | str]:

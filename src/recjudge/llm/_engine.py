@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from recjudge._util import UserFacingError
 from recjudge.llm._backend import SamplingConfig
 
 
@@ -52,7 +53,7 @@ def _attention(model: Any, impl: str):
         model.set_attn_implementation(old)
 
 
-class NonFiniteLogitsError(RuntimeError):
+class NonFiniteLogitsError(UserFacingError, RuntimeError):
     """The model produced NaN or infinite logits: its weights (or the cache they were loaded
     from) are damaged, or the computation overflowed. No verdict can be read from them."""
 

@@ -269,6 +269,11 @@ def resolve_model_path(name_or_path: str) -> Path | str:
     p = Path(name_or_path).expanduser()
     if p.exists():
         return p
+    if name_or_path.startswith(("/", "./", "../", "~")) or name_or_path.endswith(".gguf"):
+        raise FileNotFoundError(
+            f"model path {name_or_path!r} does not exist; give an existing folder (or .gguf "
+            f"file), a preset ({', '.join(PRESETS.names())}) or a Hugging Face id"
+        )
     if "/" not in name_or_path:
         # Looks like a mistyped preset rather than an "org/name" hub id.
         PRESETS.get(name_or_path)

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from recjudge._util import UserFacingError
 from recjudge.llm._backend import Generation, LLMConfig, SamplingConfig, render_chat
 from recjudge.llm._models import resolve_model_path
 
@@ -218,7 +219,7 @@ def use_v2_runner() -> bool:
     return bool(HAS_TRITON)
 
 
-class ServerError(ConnectionError):
+class ServerError(UserFacingError, ConnectionError):
     """The server answered, but not with a result (refused key, redirect, error status)."""
 
 

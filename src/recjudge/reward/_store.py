@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from recjudge._util import UserFacingError
+
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
     key TEXT PRIMARY KEY,
@@ -25,7 +27,7 @@ CREATE TABLE IF NOT EXISTS failures (
 """
 
 
-class StoreError(ValueError):
+class StoreError(UserFacingError, ValueError):
     """A results store that cannot be read (not SQLite, truncated, another schema)."""
 
 
