@@ -86,3 +86,23 @@ def test_forced_multibyte_tails_never_crash_the_grammar(smollm):
     assert grammar.text(0).startswith('{"evidence": ["')
     assert grammar.finish_forced(0)  # every title cited: only '], "is_relevant": "YES"}' left
     assert json.loads(grammar.text(0))["evidence"] == titles
+
+
+def test_items_sharing_a_title_are_citable_apart_and_evidence_resolves_to_ids(smollm):
+    """Two items with one title (remakes, editions) render to two different citable strings,
+    and every cited title resolves to exactly one item id."""
+    history = [
+        HistoryItem("m1", "Heat (1995)", "Heat (1995)", 5.0),
+        HistoryItem("m2", "Heat (1995)", "Heat (1995)", 2.0),
+        HistoryItem("m3", "Alien (1979)", "Alien (1979)", 5.0),
+    ]
+    judge = Judge(JudgeConfig(beta=50.0, max_evidence=3), llm=smollm)
+    req = JudgeRequest("u", history, "c", "Ronin (1998)", "Ronin (1998)", sigma=1.0)
+    rendered, _, _ = judge._prompt(req)
+    titles = [h.title for h in rendered.shown]
+    assert len(set(titles)) == 3 and "Heat (1995) [id m1]" in titles
+    assert "Alien (1979)" in titles  # a unique title is left as it is
+    j = judge.judge(req)
+    assert j.is_relevant and j.evidence
+    by_title = {h.title: h.item_id for h in rendered.shown}
+    assert j.evidence_ids == [by_title[t] for t in j.evidence]

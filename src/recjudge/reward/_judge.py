@@ -168,7 +168,9 @@ class Judgment:
 
     Attributes:
         is_relevant: the verdict.
-        evidence: cited titles (a subset of the prompt's history titles).
+        evidence: cited titles (a subset of the prompt's history titles, as shown).
+        evidence_ids: the item ids of the cited titles, in the same order (titles shared
+            by several items are shown with ``[id ITEM]``, so each names one item).
         p_yes: YES-branch probability at the decision step after the bias.
         p_yes_semantic: the same before the bias (the LLM alone).
         sigma, delta, entropy: the behavioural signal, the logit shift on YES, and E_n.
@@ -192,6 +194,7 @@ class Judgment:
     samples_yes: int | None = None
     key: str = ""
     error: str | None = None
+    evidence_ids: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """All fields; for a failed judgment only who, the key and the error (no verdict)."""
@@ -621,12 +624,15 @@ class Judge:
         verdicts = [d.records[k].chosen for k in my_rows]
         is_yes = verdicts[0] == "YES" if n == 1 else sum(v == "YES" for v in verdicts) * 2 > n
         p_yes = rec.p_yes_after if n == 1 else sum(v == "YES" for v in verdicts) / n
+        evidence = parsed_evidence(d.schemas[i], text)
+        ids = {h.title: h.item_id for h in d.rendered[i].shown}
         return Judgment(
             user_id=r.user_id,
             candidate_id=r.candidate_id,
             mode=self.config.mode,
             is_relevant=bool(is_yes),
-            evidence=parsed_evidence(d.schemas[i], text),
+            evidence=evidence,
+            evidence_ids=[ids[t] for t in evidence],
             p_yes=float(p_yes if p_yes is not None else 0.0),
             p_yes_semantic=rec.p_yes_before,
             sigma=d.sigmas[i],

@@ -37,6 +37,23 @@ class RenderedPrompt:
     dropped: int  # older items left out to fit the budget
 
 
+def citable(items: Sequence[HistoryItem]) -> list[HistoryItem]:
+    """``items`` with titles that name one item each: where different items share a title
+    (remakes, two editions, a user's file with repeated names), each gets ``[id ITEM]``
+    after its title and shown text, so a cited title always resolves to one item id.
+    Items with a unique title are returned unchanged (so are their prompts)."""
+    owners: dict[str, set[str]] = {}
+    for h in items:
+        owners.setdefault(h.title, set()).add(h.item_id)
+    out = []
+    for h in items:
+        if len(owners[h.title]) > 1:
+            tag = f" [id {h.item_id}]"
+            h = HistoryItem(h.item_id, h.title + tag, h.text + tag, h.rating)
+        out.append(h)
+    return out
+
+
 def _rating_note(rating: float | None, scale: float | None) -> str:
     if rating is None or scale is None or rating != rating:
         return ""
@@ -68,7 +85,7 @@ def build_messages(
         max_items: most history items shown.
     """
     words = DOMAINS.get(domain, DOMAINS["generic"])
-    recent = list(reversed(history))[:max_items]
+    recent = citable(list(reversed(history))[:max_items])
     lines = [f"- {h.text}{_rating_note(h.rating, rating_scale)}" for h in recent]
     if count_tokens is not None and lines:
         counts = count_tokens(lines)

@@ -193,6 +193,8 @@ def _fill_evidence(
                     # The recorded pass committed the same way and its answer is whole (a
                     # NO is forced to the end; a read-out YES stops after the decision).
                     res.evidence = parsed_evidence(d.schemas[k], d.texts[k])
+                    ids = {h.title: h.item_id for h in d.rendered[k].shown}
+                    res.evidence_ids = [ids[t] for t in res.evidence]
                     continue
                 verdict = "YES" if res.is_relevant else "NO"
                 groups.setdefault((i, verdict, res.decision_steps), []).append(label)
@@ -207,6 +209,9 @@ def _fill_evidence(
                 if full.is_relevant != res.is_relevant:
                     alone.append((label, i))  # rounding moved the decision: decode it alone
                     continue
-                out[label][i] = replace(res, evidence=full.evidence, raw_text=full.raw_text)
+                out[label][i] = replace(
+                    res, evidence=full.evidence, evidence_ids=full.evidence_ids,
+                    raw_text=full.raw_text,
+                )  # fmt: skip
     for label, i in alone:
         out[label][i] = judges[label].judge(reqs[i])
