@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import typer
@@ -138,6 +139,56 @@ def data_fetch() -> None:
     for name in ("ml-1m", "ml-100k", "bookcrossing"):
         ds = load_dataset(name)
         typer.echo(f"{name}: {len(ds.interactions)} interactions (parsed and cached)")
+
+
+@data_app.command("import")
+def data_import(
+    interactions: str = typer.Argument(..., help="Interactions: CSV, TSV, Parquet or JSONL."),
+    out: str = typer.Option(..., "--out", help="The dataset folder to write."),
+    items: str = typer.Option(None, "--items", help="Items file (item_id, title, ...)."),
+    users: str = typer.Option(None, "--users", help="Users file (user_id, ...)."),
+    mapping: str = typer.Option(
+        None,
+        "--mapping",
+        help='Our field = your column: "user_id=uid,item_id=iid,rating=stars,timestamp=ts,'
+        'event_type=action,title=name", or a TOML file with a [columns] table.',
+    ),
+    events: str = typer.Option(
+        None,
+        "--events",
+        help='Your event labels onto ours: "click=implicit_positive,buy=explicit_positive,'
+        'skip=implicit_negative,dislike=explicit_negative".',
+    ),
+    fmt: str = typer.Option("plain", "--format", help="plain, or gistbench (its columns)."),
+    name: str = typer.Option(None, "--name", help="Dataset name (default: the folder name)."),
+    domain: str = typer.Option("generic", "--domain", help="movies, books or generic."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="The files' text encoding."),
+    dedupe: bool = typer.Option(False, "--dedupe", help="Keep the first of duplicate rows."),
+    drop_orphans: bool = typer.Option(
+        False, "--drop-orphans", help="Drop interactions whose item has no items row."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Validate your files and write a dataset folder (parquet + card.json) that every
+    --data option accepts."""
+    from recjudge.data import DataError, load_from_files
+    from recjudge.data._loaders import parse_mapping
+
+    try:
+        event_map = parse_mapping(events) if events else None
+        ds = load_from_files(
+            interactions, items, users, mapping, name=name or Path(out).name, domain=domain,
+            fmt=fmt, encoding=encoding, event_map=event_map, dedupe=dedupe,
+            drop_orphans=drop_orphans,
+        )  # fmt: skip
+        ds.save(out)
+    except (DataError, FileNotFoundError) as e:
+        fail(str(e))
+    info = {**ds.info(), "out": str(out), "removed": ds.card.get("removed", {})}
+    if as_json:
+        emit(info)
+    else:
+        emit_kv(info, 14)
 
 
 @data_app.command("export")

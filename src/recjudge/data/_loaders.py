@@ -336,8 +336,8 @@ def parse_mapping(spec: str | Mapping[str, str] | None) -> dict[str, str]:
         if "=" not in part:
             raise DataError(
                 f"mapping entry {part!r} is not field=column.",
-                source="--map",
-                fix="write e.g. --map user_id=uid,item_id=iid,rating=stars",
+                source="--mapping",
+                fix="write e.g. --mapping user_id=uid,item_id=iid,rating=stars",
             )
         k, v = part.split("=", 1)
         out[k.strip()] = v.strip()
@@ -377,6 +377,7 @@ def load_from_files(
     encoding: str = "utf-8",
     event_map: Mapping[str, str] | None = None,
     dedupe: bool = False,
+    drop_orphans: bool = False,
 ) -> Dataset:
     """Load any CSV/TSV/parquet/JSONL with a column mapping.
 
@@ -390,6 +391,8 @@ def load_from_files(
         fmt: ``plain`` or ``gistbench`` (GISTBench's published columns).
         event_map: maps the source's interaction labels onto our four event types.
         dedupe: keep the first of duplicate (user, item, timestamp) rows and report the count.
+        drop_orphans: drop interactions whose item has no row in ``items`` (counted in the
+            card's ``removed``) instead of refusing the file.
     """
     inter_path = Path(interactions)
     cols = dict(GISTBENCH_COLUMNS) if fmt == "gistbench" else {}
@@ -407,7 +410,7 @@ def load_from_files(
                 f"{list(raw.columns)}.",
                 source=str(inter_path),
                 field=cols.get(needed, needed),
-                fix=f"pass --map {needed}=<your column>.",
+                fix=f"pass --mapping {needed}=<your column>.",
             )
     df = pd.DataFrame(ours)
     if "timestamp" not in df:
@@ -438,7 +441,7 @@ def load_from_files(
                     f"missing column {needed!r}; found {list(it.columns)}.",
                     source=str(items_path),
                     field=needed,
-                    fix=f"pass --map {needed}=<your column>.",
+                    fix=f"pass --mapping {needed}=<your column>.",
                 )
         it["item_id"] = it["item_id"].astype(str)
         dup = it.duplicated("item_id")
@@ -459,6 +462,10 @@ def load_from_files(
             .reset_index(drop=True)
         )
     df = df.drop(columns=[c for c in ("title",) if c in df])
+    if drop_orphans:
+        known = df["item_id"].astype(str).isin(set(it["item_id"].astype(str)))
+        removed["orphans"] = int((~known).sum())
+        df = df[known.to_numpy()]
     df = validate_interactions(
         df.reset_index(drop=True), str(inter_path), pd.Index(it["item_id"]), allow_duplicates=False
     )

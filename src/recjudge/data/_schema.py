@@ -82,7 +82,7 @@ def validate_interactions(
             f"missing column(s) {missing}; found {list(df.columns)}.",
             source=source,
             field=missing[0],
-            fix="rename the columns or pass a column mapping (e.g. --map user_id=uid).",
+            fix="rename the columns or pass a column mapping (e.g. --mapping user_id=uid).",
         )
     out = df.loc[
         :, list(INTERACTION_COLUMNS) + [c for c in df.columns if c not in INTERACTION_COLUMNS]
