@@ -218,3 +218,32 @@ def test_concurrent_first_loads_build_the_cache_once(tmp_path: Path, monkeypatch
     for t in threads:
         t.join()
     assert builds == [preset.name] and len(paths) == 2 and _valid_cache(paths[0], preset.sha256)
+
+
+def test_verify_finds_damage_that_keeps_the_size(tmp_path: Path, monkeypatch):
+    """A flipped block keeps a weight file's size (so every load still trusts the cache);
+    the digests recorded at write time catch it."""
+    import recjudge.llm._models as m
+    from recjudge.llm import verify_cache
+
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
+    preset = PRESETS.get("smollm2-135m")
+    final = preset.cache_path()
+    final.mkdir(parents=True)
+    (final / "model.safetensors").write_bytes(b"w" * 4096)
+    (final / "config.json").write_text("{}")
+    files = ["config.json", "model.safetensors"]
+    marker = {
+        "format": CACHE_FORMAT, "gguf_sha256": preset.sha256, "files": files,
+        "sizes": {f: (final / f).stat().st_size for f in files},
+        "sha256": {f: m.sha256_file(final / f) for f in files},
+    }  # fmt: skip
+    (final / CACHE_MARKER).write_text(json.dumps(marker))
+    assert verify_cache(preset.name) == []
+    data = bytearray((final / "model.safetensors").read_bytes())
+    data[2000] ^= 0xFF
+    (final / "model.safetensors").write_bytes(bytes(data))
+    assert _valid_cache(final, preset.sha256)  # size intact: the cheap check passes
+    assert verify_cache(preset.name) == ["model.safetensors"]
+    (final / "model.safetensors").write_bytes(b"short")
+    assert not _valid_cache(final, preset.sha256)  # a size change fails at load

@@ -81,6 +81,24 @@ def models_install(
         typer.echo(f"{name}: cached at {path}")
 
 
+@models_app.command("verify")
+def models_verify(name: str) -> None:
+    """Check every file of a preset's cache against the sha256 recorded when it was written."""
+    from recjudge.llm import PRESETS, verify_cache
+
+    try:
+        PRESETS.get(name)
+        bad = verify_cache(name)
+    except (UnknownNameError, FileNotFoundError) as e:
+        fail(str(e))
+    if bad:
+        fail(
+            f"{name}: damaged cache files {bad} (their sha256 changed since they were "
+            f"written); rebuild with `recjudge models install {name} --force`"
+        )
+    typer.echo(f"{name}: every cache file matches its recorded sha256")
+
+
 @models_app.command("info")
 def models_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
     """Show a preset's packages, licence and cache state."""

@@ -22,6 +22,7 @@ from recjudge.llm._models import (
     install_preset,
     preset_info,
     resolve_model_path,
+    verify_cache,
 )
 
 __all__ = [
@@ -44,4 +45,5 @@ __all__ = [
     "preset_info",
     "resolve_model_path",
     "special_strings",
+    "verify_cache",
 ]

@@ -68,9 +68,9 @@ def check_finite(logits: torch.Tensor, model_name: str = "the model") -> None:
         bad = int((~torch.isfinite(logits)).sum())
         raise NonFiniteLogitsError(
             f"{model_name} produced {bad} NaN/inf logits of {logits.numel()}; its weights are "
-            "damaged or overflowed. For a preset, rebuild the cache: `recjudge models install "
-            "NAME --force` (or delete $RECJUDGE_CACHE/models/NAME); for your own folder, "
-            "re-download the weights"
+            "damaged or overflowed. For a preset, `recjudge models verify NAME` names the "
+            "damaged files and `recjudge models install NAME --force` rebuilds the cache; for "
+            "your own folder, re-download the weights"
         )
 
 

@@ -189,7 +189,32 @@ def _valid_cache(path: Path, sha: str) -> bool:
         return False
     if meta.get("gguf_sha256") != sha or meta.get("format") != CACHE_FORMAT:
         return False
-    return all((path / f).is_file() for f in meta.get("files", []))
+    if not all((path / f).is_file() for f in meta.get("files", [])):
+        return False
+    sizes = meta.get("sizes", {})  # caches written before sizes were recorded have none
+    return all((path / f).stat().st_size == n for f, n in sizes.items())
+
+
+def verify_cache(name: str) -> list[str]:
+    """The files of preset ``name``'s cache whose sha256 differs from the one recorded when
+    the cache was written (``[]``: intact). Reads every byte: seconds for a large model.
+
+    Raises:
+        FileNotFoundError: no valid cache, or one written before digests were recorded.
+    """
+    preset = PRESETS.get(name)
+    path = preset.cache_path()
+    if not _valid_cache(path, preset.sha256):
+        raise FileNotFoundError(
+            f"{name} has no valid cache at {path}; build it with `recjudge models install {name}`"
+        )
+    digests = json.loads((path / CACHE_MARKER).read_text()).get("sha256")
+    if not digests:
+        raise FileNotFoundError(
+            f"the cache at {path} was written before digests were recorded; rebuild it with "
+            f"`recjudge models install {name} --force` to be able to verify it"
+        )
+    return [f for f, d in digests.items() if sha256_file(path / f) != d]
 
 
 def build_cache(preset: ModelPreset) -> Path:
@@ -224,6 +249,10 @@ def build_cache(preset: ModelPreset) -> Path:
                     "preset": preset.name,
                     "gguf_sha256": preset.sha256,
                     "files": files,
+                    # For `models verify`: damage that keeps a file's size (a flipped
+                    # block) passes the cheap check at every load, not the digest.
+                    "sizes": {f: (tmp / f).stat().st_size for f in files},
+                    "sha256": {f: sha256_file(tmp / f) for f in files},
                 },
                 indent=2,
             )
