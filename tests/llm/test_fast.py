@@ -138,3 +138,32 @@ def test_free_text_generate_is_greedy_under_a_full_forward(llm32):
         for k, tok in enumerate(out.token_ids):
             row = full[len(ids) - 1 + k]
             assert row[tok] >= row.max() - ATOL
+
+
+def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypatch):
+    """The LM head restricted to the grammar's allowed tokens gives the judge's answers and
+    probabilities of the full head (the masked scores are -inf either way)."""
+    from recjudge.llm import _fast
+    from recjudge.reward import Judge, JudgeConfig, request_for
+
+    reqs = [request_for(ml1m, "10", c, sigma=s) for c, s in
+            (("Heat (1995)", 0.4), ("Fargo (1996)", -0.3), ("Big (1988)", 0.9))]  # fmt: skip
+    cfg = JudgeConfig(beta=5.0, max_evidence=2, max_history=15)
+    calls = {"restricted": 0}
+    real = _fast._Head.__call__
+
+    def spy(self, hidden, rows):
+        out = real(self, hidden, rows)
+        calls["restricted"] += bool(torch.isinf(out).any())  # only the restricted head has -inf
+        return out
+
+    monkeypatch.setattr(_fast._Head, "__call__", spy)
+    restricted = Judge(cfg, llm=llm32).judge_many(reqs)
+    assert calls["restricted"] > 0
+    monkeypatch.setattr(_fast._Head, "MAX_SHARE", 0.0)  # never restrict
+    _fast.prefixes_of(llm32).clear()
+    full = Judge(cfg, llm=llm32).judge_many(reqs)
+    for a, b in zip(restricted, full, strict=True):
+        assert (a.is_relevant, a.raw_text) == (b.is_relevant, b.raw_text)
+        assert a.p_yes == pytest.approx(b.p_yes, abs=1e-4)
+        assert a.p_yes_semantic == pytest.approx(b.p_yes_semantic, abs=1e-4)

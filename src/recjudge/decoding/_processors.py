@@ -255,6 +255,20 @@ class GrammarLogitsProcessor:
             if tracker is not None and i not in terminated:
                 veto_repeats(tracker, scores[i], self.table.token_bytes)
 
+    def allowed(self, rows: Sequence[int]) -> torch.Tensor | None:
+        """The tokens each of ``rows`` may take next under its grammar (bool ``[len(rows),
+        width]``), or None where a row has terminated (it may take only a stop token, which
+        ``mask`` handles). Distinct-evidence vetoes are not applied here (``mask`` does)."""
+        rows = list(rows)
+        if any(self.matchers[r].is_terminated() for r in rows):
+            return None
+        bitmask = self._bitmask[: len(rows)]
+        for i, row in enumerate(rows):
+            self.matchers[row].fill_next_token_bitmask(bitmask, i)
+        shifts = torch.arange(32, dtype=bitmask.dtype)
+        bits = (bitmask.unsqueeze(-1) >> shifts) & 1  # word w, bit j: token 32 w + j
+        return bits.reshape(len(rows), -1)[:, : self.width].bool()
+
     def jump_forward(self, row: int) -> str:
         """The text the grammar forces next for ``row`` (empty if there is a choice)."""
         return forced_text(self.matchers[row])

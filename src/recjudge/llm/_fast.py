@@ -135,12 +135,16 @@ def decode_shared(
     stats: EngineStats | None = None,
     deterministic: bool = False,
     rows: int = 8,
+    allowed: Callable[[list[int]], torch.Tensor | None] | None = None,
 ) -> list[list[int]]:
     """Decode suffixes after one shared prefix on the fast engine, or on the batch-invariant
     engine with ``deterministic`` (or for a model the fast engine does not support).
 
     ``rows``: rows per decode batch (with ``deterministic``, the fixed row count that makes
     results batch-invariant; else only a memory bound).
+    ``allowed(rows)``: the tokens each row may take next (bool ``[len(rows), V]``, or None
+    for any), known before the step: the fast engine then computes the LM head only for
+    them (see ``_head``). ``step`` must still mask: the rest come as ``-inf``.
     """
     from recjudge.llm._engine import prefix_cache, shared_prefix_decode
 
@@ -154,7 +158,7 @@ def decode_shared(
     kv = lru.get("fast", prefix_ids, lambda: encode_prefix(backend, prefix_ids), stats)
     return fast_shared_prefix_decode(
         backend, kv, suffix_ids, step, accept, finished, sampling=sampling, seeds=seeds,
-        stats=stats, max_rows=max(rows, 1),
+        stats=stats, max_rows=max(rows, 1), allowed=allowed,
     )  # fmt: skip
 
 
@@ -311,6 +315,42 @@ def _prefill_attention(st, layer, query, key, value, attention_mask, scaling):
     return out.transpose(1, 2).to(query.dtype), None
 
 
+class _Head:
+    """The LM head, computed only for the tokens some row may take next when ``allowed``
+    knows them (fewer than ``MAX_SHARE`` of the vocabulary): a grammar-constrained step
+    (inside a title, at the decision, in the closing keys) allows a few hundred of 50-150k
+    tokens, and the head is 20-30 % of a small model's weights, all read at every step.
+    The other scores are ``-inf``, as the grammar mask would set them; the computed ones are
+    the same dot products (up to the kernel's rounding). NaN/inf in the computed scores stop
+    the run (``check_finite``)."""
+
+    MAX_SHARE = 0.25
+
+    def __init__(self, model: Any, allowed: Any, name: str) -> None:
+        self.layer = model.get_output_embeddings()
+        self.allowed = allowed
+        self.name = name
+        self.width = int(self.layer.weight.shape[0])
+
+    def __call__(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        mask = self.allowed(rows) if self.allowed is not None else None
+        if mask is not None:
+            ids = mask.any(0).nonzero().squeeze(1)
+            if 0 < ids.numel() <= self.MAX_SHARE * self.width:
+                bias = self.layer.bias
+                sub = torch.nn.functional.linear(
+                    hidden, self.layer.weight.index_select(0, ids),
+                    None if bias is None else bias.index_select(0, ids),
+                ).float()  # fmt: skip
+                check_finite(sub, self.name)
+                out = torch.full((hidden.shape[0], self.width), float("-inf"))
+                out[:, ids] = sub
+                return out
+        logits = self.layer(hidden).float()
+        check_finite(logits, self.name)
+        return logits
+
+
 def _register() -> None:
     from transformers import AttentionInterface
 
@@ -341,6 +381,7 @@ def fast_shared_prefix_decode(
     seeds: Sequence[int] | None = None,
     stats: EngineStats | None = None,
     max_rows: int = 32,
+    allowed: Callable[[list[int]], torch.Tensor | None] | None = None,
 ) -> list[list[int]]:
     """Decode every suffix after one shared prefix (``None``: no prefix).
 
@@ -366,12 +407,17 @@ def fast_shared_prefix_decode(
                 sampling,
                 [seeds[r] for r in rows],
                 stats,
-            )
+                None
+                if allowed is None
+                else lambda active, rows=rows: allowed([rows[i] for i in active]),
+            )  # fmt: skip
         )
     return out
 
 
-def _decode_chunk(backend, prefix, suffixes, step, accept, finished, sampling, seeds, stats):
+def _decode_chunk(
+    backend, prefix, suffixes, step, accept, finished, sampling, seeds, stats, allowed=None
+):
     model = backend.model
     _register()
     n = len(suffixes)
@@ -393,17 +439,16 @@ def _decode_chunk(backend, prefix, suffixes, step, accept, finished, sampling, s
     st.width = width
     with torch.inference_mode(), _attention(model, ATTN_NAME):
         hidden = _forward(model, st, ids, (plen + slot)[None].expand(n, -1), mask)
-        logits = model.get_output_embeddings()(hidden[torch.arange(n), lens - 1]).float()
+        head = _Head(model, allowed, backend.name)
+        logits = head(hidden[torch.arange(n), lens - 1], list(range(n)))
         st.lens = lens.clone()
         if stats is not None:
             stats.prefill_tokens += int(lens.sum())
             stats.rows += n
-        return _loop(
-            model, st, logits, step, accept, finished, sampling, seeds, stats, backend.name
-        )  # fmt: skip
+        return _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, head)
 
 
-def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, name="the model"):
+def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, head):
     """Decode until every row is finished; ``st`` holds the rows' prefilled slots."""
     n = logits.shape[0]
     gens = None
@@ -413,7 +458,6 @@ def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, nam
     active = list(range(n))
     plen = st.prefix.length if st.prefix is not None else 0
     while True:
-        check_finite(logits, name)
         step(logits, active)
         nxt = sample_next(logits, sampling, [gens[r] for r in active] if gens else None)
         keep = []
@@ -438,7 +482,7 @@ def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, nam
             (slot[None, :] > st.lens[:, None])[:, None, None], float("-inf")
         )
         hidden = _forward(model, st, nxt[:, None], (plen + st.lens)[:, None], mask)
-        logits = model.get_output_embeddings()(hidden[:, -1]).float()
+        logits = head(hidden[:, -1], active)
         st.lens = st.lens + 1
         if stats is not None:
             stats.decode_steps += 1

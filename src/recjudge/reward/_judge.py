@@ -688,6 +688,7 @@ class Judge:
             stats=self.stats,
             deterministic=c.deterministic,
             rows=c.decode_rows,
+            allowed=grammar.allowed,
         )
         texts = []
         for row in range(len(rows)):
