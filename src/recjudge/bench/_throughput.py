@@ -185,38 +185,35 @@ def bench_throughput(
             answers[name].extend(got)
     mem.close()
     n = sum(len(g) for g in groups)
-    rows = {}
     vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens)
-    for name, (kind, seconds, got, peak, engine) in vllm.get("rows", {}).items():
-        runners_kind = {"full": "naive_full", "readout": "naive_readout"}[kind]
+    methods = [
+        (
+            name,
+            r.kind,
+            r.settings,
+            timing[name],
+            answers[name],
+            mem.peaks.get(name, 0) / 2**20,
+            r.engine,
+        )
+        for name, r in runners.items()
+    ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()]
+    rows = {}
+    for name, kind, settings, seconds, got, peak_mb, engine in methods:
         rows[name] = {
             "kind": kind,
-            "settings": 1,
-            "judgments": n,
+            "settings": settings,
+            "judgments": n * settings,
             "seconds": seconds,
             "pairs_per_s": n / seconds,
-            "judgments_per_s": n / seconds,
-            "peak_rss_mb": peak,
-            "agreement_with_naive": _agreement(got, answers[runners_kind], kind == "full"),
+            "judgments_per_s": n * settings / seconds,
+            "peak_rss_mb": peak_mb,
+            "agreement_with_naive": _agreement(got, answers[f"naive_{kind}"], kind == "full"),
             "yes_rate": sum(a.yes for a in got) / n,
             "engine": engine,
-        }
-    for name, r in runners.items():
-        ref = "naive_full" if r.kind == "full" else "naive_readout"
-        rows[name] = {
-            "kind": r.kind,
-            "settings": r.settings,
-            "judgments": n * r.settings,
-            "seconds": timing[name],
-            "pairs_per_s": n / timing[name],
-            "judgments_per_s": n * r.settings / timing[name],
-            "peak_rss_mb": mem.peaks.get(name, 0) / 2**20,
-            "agreement_with_naive": _agreement(answers[name], answers[ref], r.kind == "full"),
-            "yes_rate": sum(a.yes for a in answers[name]) / n,
-            "engine": r.engine,
-        }
+        }  # fmt: skip
     results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
-    results["methods"] = dict(sorted(rows.items(), key=lambda kv: kv[0].startswith("vllm")))
+    results["methods"] = rows
     results["vllm"] = {k: v for k, v in vllm.items() if k != "rows"}
     results["ratios"] = _ratios(rows)
     write_report(out, results, _report_lines(results))

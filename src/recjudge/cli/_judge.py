@@ -182,12 +182,7 @@ def judge_cmd(
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
         # DataError, StoreError, CFMismatchError and ServerError are among these.
         fail(str(e).strip("'\""))
-    except RuntimeError as e:
-        from recjudge.llm import NonFiniteLogitsError
-
-        if not isinstance(e, NonFiniteLogitsError):
-            raise
-        fail(str(e))
+    # NonFiniteLogitsError, like every UserFacingError, is printed as one line by cli.main.
 
 
 def _repair(path: Path) -> None:

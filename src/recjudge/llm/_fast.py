@@ -144,7 +144,7 @@ def decode_shared(
     results batch-invariant; else only a memory bound).
     ``allowed(rows)``: the tokens each row may take next (bool ``[len(rows), V]``, or None
     for any), known before the step: the fast engine then computes the LM head only for
-    them (see ``_head``). ``step`` must still mask: the rest come as ``-inf``.
+    them (see ``_Head``). ``step`` must still mask: the rest come as ``-inf``.
     """
     from recjudge.llm._engine import prefix_cache, shared_prefix_decode
 

@@ -36,26 +36,27 @@ def salvage(src: str | Path, dst: str | Path) -> tuple[int, int]:
     store ``dst``; returns (rows copied, rows lost). Rows are read one by one, so one
     damaged page loses only the rows on it."""
     src, dst = Path(src), Path(dst)
-    copied = lost = 0
+    lost = 0
     try:
         db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
         rowids = [r for (r,) in db.execute("SELECT rowid FROM results ORDER BY rowid")]
     except sqlite3.DatabaseError:
         return 0, 0  # not a database at all: nothing to read
-    with ResultsStore(dst) as out:
+    rows = []
+    try:
         for rid in rowids:
             try:
                 k, req, res = db.execute(
                     "SELECT key, request, result FROM results WHERE rowid = ?", (rid,)
                 ).fetchone()
-                row = (k, json.loads(req), json.loads(res))
+                rows.append((k, json.loads(req), json.loads(res)))
             except (sqlite3.DatabaseError, TypeError, ValueError):
                 lost += 1
-                continue
-            out.put_many([row])
-            copied += 1
-    db.close()
-    return copied, lost
+    finally:
+        db.close()
+    with ResultsStore(dst) as out:
+        out.put_many(rows)  # one transaction for all of them
+    return len(rows), lost
 
 
 class ResultsStore:
