@@ -85,9 +85,9 @@ def bench_brief_augment(
         judges_for,
     )
     from recjudge.bench._offline import ranking_metrics
-    from recjudge.bench._report import write_report
     from recjudge.cf_models import MODELS, TrainOptions
     from recjudge.data import load_dataset, sample_users, timeline_split
+    from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore
 
     unknown = set(config.methods) - set(METHODS)

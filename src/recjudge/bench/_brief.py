@@ -421,7 +421,7 @@ def bench_brief_ratings(
 ) -> dict[str, Any]:
     """BRIEF Table 6 on held-out ratings, plus the relevance AUC, for every mode and both CF
     sources; writes report.md, results.json and ratings.png under ``out``."""
-    from recjudge.bench._report import write_report
+    from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)
@@ -480,7 +480,7 @@ def bench_brief_beta(
     progress: bool = True,
 ) -> dict[str, Any]:
     """BRIEF Figure 3: Spearman (and relevance AUC) against beta for the brief judge."""
-    from recjudge.bench._report import write_report
+    from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)

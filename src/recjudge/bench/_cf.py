@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recjudge.bench._report import write_report
+from recjudge.reporting import write_report
 
 PAPER = {"hr@10": 0.8245, "ndcg@10": 0.5905}  # Kang & McAuley 2018, Table III, ML-1M
 

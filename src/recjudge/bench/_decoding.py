@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recjudge.bench._report import write_report
+from recjudge.reporting import write_report
 
 JUDGE_SYSTEM = (
     "Judge if the user would enjoy the candidate. List evidence titles from the "

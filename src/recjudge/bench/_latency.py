@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recjudge.bench._report import write_report
+from recjudge.reporting import write_report
 
 
 def _wall(cmd: list[str]) -> float:

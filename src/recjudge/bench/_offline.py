@@ -141,10 +141,10 @@ def bench_brief_offline(
         judge_per_user,
         judges_for,
     )
-    from recjudge.bench._report import write_report
     from recjudge.cf_models import MODELS, TrainOptions
     from recjudge.data import load_dataset, sample_users, timeline_split
     from recjudge.llm import load_llm
+    from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore
 
     t0 = time.time()

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from recjudge.bench._methods import Answer, method_runners
-from recjudge.bench._report import write_report
+from recjudge.reporting import write_report
 
 
 class PeakRSS:

@@ -8,6 +8,7 @@ from recjudge.cf_models._base import (
     SignalScaler,
     TrainOptions,
     check_fits,
+    trained_on,
     load_model,
 )
 from recjudge.cf_models._classic import (
@@ -38,6 +39,7 @@ from recjudge.cf_models._sasrec import SASRec, SASRecConfig
 __all__ = [
     "CFMismatchError",
     "check_fits",
+    "trained_on",
     "ALS",
     "BPR",
     "MODELS",

@@ -290,6 +290,12 @@ def load_model(path: str | Path) -> CFModel:
     return model
 
 
+def trained_on(model: CFModel) -> str:
+    """Where the model's training data can be loaded from (a dataset name or folder)."""
+    info = model.train_info
+    return str(info.get("dataset_location") or info.get("dataset") or "ml-1m")
+
+
 class CFMismatchError(UserFacingError, ValueError):
     """A CF model used on data it was not trained on (sigma would be 0 for unknown items)."""
 

@@ -189,6 +189,7 @@ def train_cf(
     model.train(split.train, options, items=items)
     model.train_info["train_seconds"] = time.perf_counter() - t0
     model.train_info["dataset"] = dataset.name
+    model.train_info["dataset_location"] = dataset.location or dataset.name
     hs, cs, us = calibration_pairs(split.train, split.valid, model.items, options.seed)
     model.calibrate(hs, cs, us, signal)
     if out is not None:

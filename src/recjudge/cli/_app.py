@@ -212,19 +212,61 @@ def data_import(
 @data_app.command("export")
 def data_export(
     name: str,
-    out: str = typer.Option(..., "--out", help="Output file (.csv, .jsonl or .parquet)."),
-    fmt: str = typer.Option("gistbench", "--format", help="Only 'gistbench' for now."),
+    out: str = typer.Option(
+        ..., "--out", help="gistbench: a .csv/.jsonl/.parquet file; csv/jsonl/parquet: a folder."
+    ),
+    fmt: str = typer.Option(
+        "gistbench",
+        "--format",
+        help="gistbench (its published columns), or csv / jsonl / parquet tables "
+        "(interactions, items, users) that `data import` reads back as they are.",
+    ),
 ) -> None:
-    """Export a dataset in GISTBench's published columns."""
-    from recjudge.data import export_gistbench, load_dataset
+    """Export a dataset: GISTBench's columns, or plain tables in our column names."""
+    from recjudge.data import export_gistbench, export_tables, load_dataset
 
-    if fmt != "gistbench":
-        fail(f"unknown format {fmt!r}; supported: gistbench")
+    if fmt not in ("gistbench", "csv", "jsonl", "parquet"):
+        fail(f"unknown format {fmt!r}; supported: gistbench, csv, jsonl, parquet")
     try:
-        path = export_gistbench(load_dataset(name), out)
+        ds = load_dataset(name)
+        if fmt == "gistbench":
+            typer.echo(f"wrote {export_gistbench(ds, out)}")
+            return
+        for path in export_tables(ds, out, fmt):
+            typer.echo(f"wrote {path}")
     except UnknownNameError as e:
         fail(str(e))
-    typer.echo(f"wrote {path}")
+
+
+@data_app.command("split")
+def data_split(
+    name: str = typer.Argument(..., help="Dataset name or folder."),
+    out: str = typer.Option(..., "--out", help="Writes OUT/past and OUT/future dataset folders."),
+    by: str = typer.Option("user-time", "--by", help="user-time or global-time."),
+    fraction: float = typer.Option(
+        0.2, "--fraction", min=0.01, max=0.99, help="Share of interactions in the future."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Split into past (train recommenders on it; the judge's histories) and future (the
+    held-out logged feedback that `impute` and `evaluate` read)."""
+    from recjudge.data import load_dataset, split_past_future
+
+    try:
+        past, future = split_past_future(load_dataset(name), by, fraction)
+    except (UnknownNameError, ValueError) as e:
+        fail(str(e))
+    past.save(Path(out) / "past")
+    future.save(Path(out) / "future")
+    info = {
+        "past": {"path": str(Path(out) / "past"), "interactions": len(past.interactions)},
+        "future": {"path": str(Path(out) / "future"), "interactions": len(future.interactions),
+                   "users": int(future.interactions["user_id"].nunique())},
+    }  # fmt: skip
+    if as_json:
+        emit(info)
+    else:
+        emit_kv(info, 8)
 
 
 def _register_extensions() -> None:
@@ -236,6 +278,7 @@ def _register_extensions() -> None:
         _demo,
         _gist,
         _judge,
+        _offline,
         _serve,
         _usersum,
     )

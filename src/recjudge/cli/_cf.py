@@ -61,11 +61,11 @@ def cf_eval(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Evaluate on the leave-one-out test split (HR@10/NDCG@10 or Recall@k/NDCG@k)."""
-    from recjudge.cf_models import eval_saved, load_model
+    from recjudge.cf_models import eval_saved, load_model, trained_on
     from recjudge.data import load_dataset
 
     try:
-        name = data or load_model(path).train_info.get("dataset", "ml-1m")
+        name = data or trained_on(load_model(path))
         res = eval_saved(path, load_dataset(name), protocol, max_users)
     except (UnknownNameError, ValueError, FileNotFoundError) as e:
         fail(str(e))
@@ -83,11 +83,11 @@ def cf_recommend(
     data: str = typer.Option(None, "--data"),
 ) -> None:
     """Top-k lists for every user, excluding items they have seen."""
-    from recjudge.cf_models import load_model, recommend_saved
+    from recjudge.cf_models import load_model, recommend_saved, trained_on
     from recjudge.data import load_dataset
 
     try:
-        name = data or load_model(path).train_info.get("dataset", "ml-1m")
+        name = data or trained_on(load_model(path))
         p = recommend_saved(path, load_dataset(name), k, out)
     except (UnknownNameError, FileNotFoundError) as e:
         fail(str(e))

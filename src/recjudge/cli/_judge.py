@@ -50,10 +50,10 @@ def build_judge(
         llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
     cf_model = load_model(cf) if cf else None
     if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
-        from recjudge.cf_models import item_item_for
+        from recjudge.cf_models import item_item_for, trained_on
         from recjudge.data import load_dataset
 
-        dataset = cf_model.train_info.get("dataset", "ml-1m")
+        dataset = trained_on(cf_model)
         cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
     if config.uses_cf() and cf_model is None:
         raise ValueError(

@@ -520,6 +520,32 @@ def export_gistbench(ds: Dataset, out: str | Path) -> Path:
     return out
 
 
+def export_tables(ds: Dataset, out: str | Path, fmt: str = "csv") -> list[Path]:
+    """Write ``interactions``, ``items`` (and ``users``) as CSV, JSONL or Parquet files in
+    the folder ``out``, in our column names: ``recjudge data import`` reads them back as they
+    are (no --mapping needed)."""
+    if fmt not in ("csv", "jsonl", "parquet"):
+        raise ValueError(f"unknown table format {fmt!r}; use csv, jsonl or parquet")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    tables = {"interactions": ds.interactions, "items": ds.items, "users": ds.users}
+    for name, df in tables.items():
+        if df is None:
+            continue
+        path = out / f"{name}.{fmt}"
+        tmp = path.with_name(path.name + ".tmp")
+        if fmt == "csv":
+            df.to_csv(tmp, index=False)
+        elif fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        tmp.replace(path)
+        written.append(path)
+    return written
+
+
 # Bump when a loader's parsing changes: cached parquet copies of the old parse are ignored.
 PARSE_VERSION = 1
 # The packages a registered dataset is read from (their versions key the parsed cache).
@@ -549,12 +575,16 @@ def load_dataset(name: str, cache: bool = True, **kwargs: Any) -> Dataset:
     """
     p = Path(name)
     if p.is_dir() and (p / "card.json").exists():
-        return Dataset.load(p)
+        ds = Dataset.load(p)
+        ds.location = str(p.resolve())
+        return ds
     loader = LOADERS.get(name)
     where = _parsed_cache(name, kwargs) if cache else None
     if where is not None and (where / "card.json").exists():
         try:
-            return Dataset.load(where)
+            ds = Dataset.load(where)
+            ds.location = name
+            return ds
         except (OSError, ValueError, KeyError) as e:  # a damaged copy is rebuilt, not trusted
             import logging
 
@@ -562,4 +592,5 @@ def load_dataset(name: str, cache: bool = True, **kwargs: Any) -> Dataset:
     ds = loader(**kwargs)
     if where is not None:
         ds.save(where)
+    ds.location = name
     return ds

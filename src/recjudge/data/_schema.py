@@ -182,6 +182,9 @@ class Dataset:
         self.items = self.items.reset_index(drop=True)
         self._item_index = pd.Index(self.items["item_id"].astype(str))
         self._by_user: dict[str, pd.DataFrame] | None = None
+        # Where load_dataset found it (a registered name or a folder path); None if built
+        # in memory. CF models record it so later commands reload the same data.
+        self.location: str | None = None
 
     # -- lookups ------------------------------------------------------------------------
     def item_row(self, item_id: str) -> pd.Series:

@@ -29,15 +29,21 @@ def _ordered(df: pd.DataFrame) -> pd.DataFrame:
 def leave_one_out(df: pd.DataFrame, min_items: int = 4) -> Split:
     """Last interaction -> test, second last -> validation, the rest -> train.
 
-    Users with fewer than ``min_items`` interactions stay entirely in train.
+    Users with fewer than ``min_items`` interactions stay entirely in train. With a
+    ``source`` column (``recjudge augment``), only ``logged`` rows are held out and counted:
+    added pseudo-positives always train.
     """
     d = _ordered(df)
-    pos_from_end = d.groupby("user_id", observed=True).cumcount(ascending=False)
-    size = d.groupby("user_id", observed=True)["item_id"].transform("size")
+    logged = d["source"].eq("logged") if "source" in d.columns else pd.Series(True, d.index)
+    lg = d[logged]
+    pos_from_end = lg.groupby("user_id", observed=True).cumcount(ascending=False)
+    pos_from_end = pos_from_end.reindex(d.index, fill_value=2)
+    size = lg.groupby("user_id", observed=True)["item_id"].size()
+    size = d["user_id"].map(size).fillna(0)
     eligible = size >= min_items
-    test = d[eligible & (pos_from_end == 0)]
-    valid = d[eligible & (pos_from_end == 1)]
-    train = d[~eligible | (pos_from_end >= 2)]
+    test = d[logged & eligible & (pos_from_end == 0)]
+    valid = d[logged & eligible & (pos_from_end == 1)]
+    train = d[~(logged & eligible & (pos_from_end <= 1))]
     return Split(
         train,
         valid,
@@ -122,3 +128,30 @@ def sample_users(user_ids: list[str] | pd.Series, n: int, seed: int | str = 0) -
 
 def split_dataset(ds: Dataset, min_items: int = 4) -> Split:
     return leave_one_out(ds.interactions, min_items=min_items)
+
+
+def split_past_future(
+    ds: Dataset, by: str = "user-time", fraction: float = 0.2
+) -> tuple[Dataset, Dataset]:
+    """Past (train the recommenders, the judge's histories) and future (held-out logged
+    feedback) datasets, noted in their cards.
+
+    Args:
+        by: ``user-time``: each user's last ``fraction`` of interactions (every user keeps
+            one past item); ``global-time``: everything after the ``1 - fraction`` quantile
+            of timestamps (users with no past item are dropped from the future, counted).
+    """
+    if by == "user-time":
+        past, future = timeline_split(ds.interactions, fraction=fraction)
+        dropped = 0
+    elif by == "global-time":
+        past, future = temporal_split(ds.interactions, quantile=1 - fraction)
+        known = future["user_id"].isin(set(past["user_id"]))
+        dropped = int((~known).sum())
+        future = future[known]
+    else:
+        raise ValueError(f"unknown split {by!r}; use user-time or global-time")
+    note = f"split {by}, fraction {fraction}"
+    extra = f" ({dropped} future rows of users with no past dropped)" if dropped else ""
+    return (ds.with_interactions(past, f"{note}: past"),
+            ds.with_interactions(future, f"{note}: future{extra}"))  # fmt: skip

@@ -1,4 +1,5 @@
-"""Evaluators that reuse the reward core: RecSys Arena, GISTBench, UserSumBench."""
+"""Evaluators that reuse the reward core: offline evaluation with imputed feedback,
+augmentation, RecSys Arena, GISTBench, UserSumBench."""
 
 from recjudge.evaluators._arena import (
     ABSOLUTE,
@@ -21,6 +22,13 @@ from recjudge.evaluators._arena import (
     system_q,
     urd,
 )
+from recjudge.evaluators._augment import (
+    AugmentConfig,
+    augment,
+    augmented_interactions,
+    select_positives,
+)
+from recjudge.evaluators._evaluate import EvaluateConfig, evaluate_runs, kendall_tau
 from recjudge.evaluators._gist import (
     GistConfig,
     Predicate,
@@ -33,6 +41,22 @@ from recjudge.evaluators._gist import (
     run_gist,
     specificity_options,
     user_scores,
+)
+from recjudge.evaluators._impute import (
+    ImputeConfig,
+    evaluation_users,
+    impute,
+    logged_qrels,
+    pairs_to_impute,
+)
+from recjudge.evaluators._runs import (
+    RUN_FORMATS,
+    RecRun,
+    RunCheck,
+    read_qrels,
+    read_run,
+    restrict_to,
+    write_qrels,
 )
 from recjudge.evaluators._usersum import (
     TASKS,
@@ -48,6 +72,25 @@ from recjudge.evaluators._usersum import (
 )
 
 __all__ = [
+    "RUN_FORMATS",
+    "AugmentConfig",
+    "EvaluateConfig",
+    "ImputeConfig",
+    "RecRun",
+    "RunCheck",
+    "augment",
+    "augmented_interactions",
+    "evaluate_runs",
+    "evaluation_users",
+    "impute",
+    "kendall_tau",
+    "logged_qrels",
+    "pairs_to_impute",
+    "read_qrels",
+    "read_run",
+    "restrict_to",
+    "select_positives",
+    "write_qrels",
     "TASKS",
     "UserSumConfig",
     "bleu",

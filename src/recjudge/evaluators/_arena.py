@@ -524,10 +524,10 @@ def run_arena(
     """Judge every pair of systems for ``config.users`` users in both orders; write
     ``verdicts.jsonl``, ``results.json``, ``report.md`` and ``winrates.png`` under ``out``.
     Judgments are stored in ``out/store.sqlite``; a rerun resumes."""
-    from recjudge.bench._report import write_report
     from recjudge.data import leave_one_out, load_dataset, render_item, sample_users
     from recjudge.decoding import Choice, Verdicts
     from recjudge.llm import SamplingConfig, load_llm
+    from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore
     from recjudge.reward._ask import ask
 

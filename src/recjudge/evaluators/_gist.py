@@ -494,10 +494,10 @@ def run_gist(
     """
     import time
 
-    from recjudge.bench._report import write_report
     from recjudge.data import load_dataset, render_item, sample_users
     from recjudge.decoding import Choice, CitedList, Picks
     from recjudge.llm import SamplingConfig, load_llm
+    from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore, ask, ask_shared
 
     t0 = time.time()

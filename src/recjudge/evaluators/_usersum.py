@@ -341,10 +341,10 @@ def run_usersum(
     ``config.runs`` times, and write ``summaries.jsonl``, ``results.json``, ``report.md`` and
     ``metrics.png`` under ``out``. Every LLM answer is stored (``out/store.sqlite``), so a
     rerun resumes."""
-    from recjudge.bench._report import write_report
     from recjudge.data import load_dataset, render_item, sample_users
     from recjudge.decoding import Choice, QAPairs, Verdicts
     from recjudge.llm import SamplingConfig, load_llm
+    from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore, ask
 
     t0 = time.time()

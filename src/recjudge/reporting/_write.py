@@ -1,4 +1,4 @@
-"""Report writing shared by every benchmark: results.json + report.md (+ PNGs), atomically."""
+"""Report writing shared by evaluators and benchmarks: results.json + report.md (+ PNGs)."""
 
 from __future__ import annotations
 
