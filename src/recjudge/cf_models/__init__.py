@@ -8,8 +8,8 @@ from recjudge.cf_models._base import (
     SignalScaler,
     TrainOptions,
     check_fits,
-    trained_on,
     load_model,
+    trained_on,
 )
 from recjudge.cf_models._classic import (
     ALS,
