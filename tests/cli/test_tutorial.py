@@ -61,8 +61,9 @@ def test_tutorial(tmp_path, ml100k):
     res = json.loads(r.stdout)
     assert (t / "report/report.md").exists() and (t / "report/evaluate.png").exists()
     _same_as_ranx(t, res, ("als", "pop"))
-    r = rj("augment", "--data", "data/split/past", "--candidates", "runs/als.jsonl", "--k", "3",
-           "--top-m", "1", "--users", "3", *judge, "--out", "data/augmented", "--json", cwd=t)  # fmt: skip
+    r = rj("augment", "--data", "data/split/past", "--candidates", "runs/als.jsonl",
+           "--k", "3", "--top-m", "1", "--users", "3", *judge, "--out", "data/augmented",
+           "--json", cwd=t)  # fmt: skip
     a = json.loads(r.stdout)
     # top-1 of the YES per user: one per user that got any YES, never a NO
     assert a["added"] <= min(a["yes"], 3) and (a["added"] > 0) == (a["yes"] > 0)

@@ -243,3 +243,56 @@ def test_gist_score_cli_on_records(tmp_path):
     path.write_text('{"user_id": "u"}\nnot json\n')
     bad = subprocess.run(cmd, capture_output=True, text=True)
     assert bad.returncode == 2 and "line 2" in bad.stderr
+
+
+def _profile_line(user, interests):
+    return json.dumps({"user_id": user, "interests": [
+        {"name": n, "object_ids": ids} for n, ids in interests]}) + "\n"  # fmt: skip
+
+
+def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
+    from recjudge.data import DataError
+    from recjudge.evaluators._gist_pipeline import read_profiles
+
+    h = ml100k.history("1")["item_id"].astype(str).tolist()
+    p = tmp_path / "mine.jsonl"
+    p.write_text(
+        _profile_line("1", [("war movies", [h[0], h[1], "99999"]), ("War  Movies", [h[2]])])
+        + _profile_line("nobody", [("anything", [h[0]])])
+    )
+    interests, check = read_profiles(p, ml100k)
+    assert [(i.model, i.interest, i.ids) for i in interests] == [
+        ("mine", "war movies", [h[0], h[1], h[2]])
+    ]
+    assert (check.profiles, check.unknown_users, check.outside_history, check.merged) == (
+        2, 1, 1, 1)  # fmt: skip
+    assert "'99999'" in check.examples["outside_history"][0]
+    for text, field in [('{"user_id": "1", "interests": {}}\n', "interests"),
+                        ('{"interests": []}\n', "user_id"),
+                        ('{"user_id": "1", "interests": [{"object_ids": []}]}\n', "interests")]:  # fmt: skip
+        p.write_text(text)
+        with pytest.raises(DataError) as e:
+            read_profiles(p, ml100k)
+        assert "mine.jsonl, row 1" in str(e.value) and field in str(e.value)
+
+
+def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp_path):
+    from recjudge.evaluators import verify_profiles
+
+    h = ml100k.history("1")["item_id"].astype(str).tolist()
+    a, b = tmp_path / "sys_a.jsonl", tmp_path / "sys_b.jsonl"
+    a.write_text(_profile_line("1", [("classic films", h[:3]), ("science fiction", h[3:5])]))
+    b.write_text(_profile_line("1", [("comedy movies", h[5:8])]))
+    cfg = GistConfig(judge="smollm2-135m", options=6, pool_size=60, taxonomy=False)
+    r = verify_profiles(cfg, "ml-100k", [a, b], tmp_path / "out", llms={"smollm2-135m": smollm},
+                        progress=False)  # fmt: skip
+    lines = [json.loads(x) for x in (tmp_path / "out/interests.jsonl").read_text().splitlines()]
+    assert sorted(x["model"] for x in lines) == ["sys_a", "sys_a", "sys_b"]
+    for x in lines:
+        assert set(x["surviving"]) <= set(x["cited"]) <= set(h)
+        assert x["verified"] == Predicate().check(x["counts"])[0]
+        if x["backing"]:
+            assert x["backing"] + x["distractors"] == 6
+    oracle = json.loads((tmp_path / "out/oracle.json").read_text())["oracle"]
+    assert gist_scores(lines, oracle, ["1"]) == r["scores"]
+    assert set(r["scores"]) == {"sys_a", "sys_b"}

@@ -55,6 +55,47 @@ def gist_run(
     typer.echo((Path(out) / "report.md").read_text())
 
 
+@gist_app.command("verify")
+def gist_verify(
+    data: str = typer.Option(..., "--data", help="The dataset the profiles describe."),
+    profiles: str = typer.Option(
+        ...,
+        "--profiles",
+        help="Comma-separated JSONL files, one system each: "
+        '{"user_id": ..., "interests": [{"name": ..., "object_ids": [...]}]} per line.',
+    ),
+    judge: str = typer.Option("qwen2.5-coder-0.5b", "--judge", help="The verifying judge model."),
+    oracle: str = typer.Option(
+        None, "--oracle", help='JSON {"oracle": {user_id: [category_ids]}} (default: the union).'
+    ),
+    options: int = typer.Option(50, "--options", help="Options per specificity question."),
+    pool_size: int = typer.Option(1000, "--pool-size"),
+    taxonomy: bool = typer.Option(True, "--taxonomy/--no-taxonomy"),
+    seed: int = typer.Option(0, "--seed"),
+    out: str = typer.Option(..., "--out", help="Report folder (records gist score reads)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
+) -> None:
+    """Verify interest profiles from your own system: IG precision/recall/F1 and IS."""
+    from recjudge.evaluators import GistConfig, read_oracle, verify_profiles
+
+    try:
+        cfg = GistConfig(judge=judge, options=options, pool_size=pool_size, taxonomy=taxonomy,
+                         seed=seed)  # fmt: skip
+        files = [p.strip() for p in profiles.split(",") if p.strip()]
+        r = verify_profiles(cfg, data, files, out, read_oracle(oracle) if oracle else None)
+    except (UnknownNameError, ValueError, KeyError, FileNotFoundError) as e:
+        fail(str(e).strip("'\""))
+    for name, c in r["profiles"].items():
+        dropped = {k: v for k, v in c.items() if k in ("unknown_users", "outside_history",
+                                                        "merged") and v}  # fmt: skip
+        if dropped:
+            typer.echo(f"{name}: {dropped} (e.g. {c['examples']})", err=True)
+    if as_json:
+        emit({m: {k: v for k, v in s.items() if k != "users"} for m, s in r["scores"].items()})
+        return
+    typer.echo((Path(out) / "report.md").read_text())
+
+
 @gist_app.command("score")
 def gist_score(
     interests: str = typer.Option(

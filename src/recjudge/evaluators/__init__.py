@@ -38,10 +38,10 @@ from recjudge.evaluators._gist import (
     load_categories,
     read_interest_records,
     read_oracle,
-    run_gist,
     specificity_options,
     user_scores,
 )
+from recjudge.evaluators._gist_pipeline import run_gist, verify_profiles
 from recjudge.evaluators._impute import (
     ImputeConfig,
     evaluation_users,
@@ -110,6 +110,7 @@ __all__ = [
     "read_interest_records",
     "read_oracle",
     "run_gist",
+    "verify_profiles",
     "specificity_options",
     "user_scores",
     "ABSOLUTE",

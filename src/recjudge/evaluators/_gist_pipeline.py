@@ -1,0 +1,669 @@
+"""GISTBench pipeline: extraction by the models under test, then verification by the judge
+(evidence filter + predicate, taxonomy, specificity) and scoring.
+
+``run_gist`` extracts interests with our models; ``verify_profiles`` takes interest profiles
+from the user's own system and runs the same verification, so their records and scores are
+the same kind as ``run_gist``'s (``gist score`` reads both).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import rng, stable_hash
+from recjudge.evaluators._gist import (
+    EVENT_SIGNAL,
+    GIST_PROMPT_VERSION,
+    SIGNALS,
+    GistConfig,
+    _gist_report,
+    _plot_pr,
+    build_oracle,
+    embed_texts,
+    extraction_messages,
+    gist_scores,
+    global_pool,
+    load_categories,
+    normalize_interest,
+    relevance_messages,
+    shortlist_categories,
+    specificity_messages,
+    specificity_options,
+    taxonomy_messages,
+)
+
+
+@dataclass
+class _Interest:
+    user_id: str
+    model: str
+    interest: str
+    ids: list[str]
+    dropped_citations: int = 0
+
+
+@dataclass
+class _Run:
+    """What every stage needs: settings, data, the store and loaded models."""
+
+    config: GistConfig
+    ds: Any
+    users: list[str]
+    histories: dict[str, list[tuple[str, str]]]  # most recent first: (item_id, event_type)
+    text: dict[str, str]
+    word: str
+    store: Any
+    progress: bool
+    llms: dict[str, Any] = field(default_factory=dict)
+
+    def llm(self, name: str) -> Any:
+        from recjudge.llm import load_llm
+
+        if name not in self.llms:
+            self.llms[name] = load_llm(name)
+        return self.llms[name]
+
+    @property
+    def judge(self) -> Any:
+        return self.llm(self.config.judge)
+
+    def bar(self, total: int, desc: str) -> Any:
+        if not (self.progress and total):
+            return None
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc)
+
+
+def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run:
+    from recjudge.data import render_item
+    from recjudge.reward import ResultsStore
+
+    histories = {}
+    for u in users:
+        h = ds.history(u).iloc[::-1]
+        if max_history:
+            h = h.iloc[:max_history]
+        histories[u] = list(zip(h["item_id"].astype(str), h["event_type"].astype(str), strict=True))
+    text = {
+        str(i): render_item(r, ds.domain)
+        for i, r in zip(ds.items["item_id"], ds.items.to_dict("records"), strict=True)
+    }
+    word = {"movies": "movies", "books": "books"}.get(ds.domain, "items")
+    out.mkdir(parents=True, exist_ok=True)
+    store = ResultsStore(out / "store.sqlite")
+    return _Run(config, ds, users, histories, text, word, store, progress, dict(llms or {}))
+
+
+# -- 1. extraction -------------------------------------------------------------------------
+def _extraction_jobs(run: _Run) -> list[tuple[str, str, str, Any, Any]]:
+    from recjudge.decoding import CitedList
+
+    c = run.config
+    jobs = []
+    for m in c.models:
+        for u in run.users:
+            h = run.histories[u]
+            for start in range(0, len(h), c.chunk_size):
+                chunk = h[start : start + c.chunk_size]
+                # Object ids are positions in the user's history (most recent = 1): short,
+                # and unique across the user's chunks.
+                ids = [str(start + k + 1) for k in range(len(chunk))]
+                lines = [f"[{o}] {e} - {run.text[i]}" for o, (i, e) in zip(ids, chunk, strict=True)]
+                msgs = extraction_messages(lines, run.word, c)
+                schema = CitedList(
+                    ids,
+                    max_words=c.words[1],
+                    min_words=c.words[0],
+                    max_items=c.max_interests,
+                    max_ids=c.max_ids,
+                )
+                key = stable_hash(GIST_PROMPT_VERSION, "extract", m, msgs, schema.key())
+                jobs.append((key, m, u, msgs, schema))
+    return jobs
+
+
+def _extract(run: _Run) -> tuple[list[_Interest], int]:
+    """Interests per (model, user), merged over chunks; and how many answers were cut."""
+    from recjudge.llm import SamplingConfig
+    from recjudge.reward import ask
+
+    c = run.config
+    jobs = _extraction_jobs(run)
+    budget = SamplingConfig(max_new_tokens=c.max_interests * (12 + 6 * c.max_ids))
+    have = run.store.get_many([j[0] for j in jobs])
+    for m in c.models:
+        todo = [j for j in jobs if j[1] == m and j[0] not in have]
+        bar = run.bar(len(todo), f"extract {m}")
+        for b in range(0, len(todo), c.batch_size):
+            part = todo[b : b + c.batch_size]
+            answers = ask(
+                run.llm(m),
+                [j[3] for j in part],
+                [j[4] for j in part],
+                sampling=budget,
+                decode_rows=1,
+            )  # long answers: each decodes alone
+            run.store.put_many(
+                (
+                    j[0],
+                    {"kind": "extract", "model": m, "user_id": j[2]},
+                    {"value": a.value, "text": a.text, "complete": a.value is not None},
+                )
+                for j, a in zip(part, answers, strict=True)
+            )
+            if bar is not None:
+                bar.update(len(part))
+        if bar is not None:
+            bar.close()
+        if m != c.judge:
+            run.llms.pop(m, None)  # free memory before the next model
+    done = run.store.get_many([j[0] for j in jobs])
+    incomplete = 0
+    merged: dict[tuple[str, str, str], _Interest] = {}
+    for key, m, u, _, _ in jobs:
+        value = done[key]["value"]
+        if value is None:  # token budget ran out mid-answer: salvage complete entries
+            incomplete += 1
+            value = _salvage(done[key]["text"])
+        for entry in value:
+            name = " ".join(str(entry.get("interest", "")).split())
+            if not name:
+                continue
+            it = merged.setdefault((m, u, normalize_interest(name)), _Interest(u, m, name, []))
+            cited = [run.histories[u][int(o) - 1][0] for o in entry.get("ids", [])]
+            it.ids = list(dict.fromkeys([*it.ids, *cited]))
+    return list(merged.values()), incomplete
+
+
+def _salvage(text: str) -> list[dict[str, Any]]:
+    """Complete ``{"interest": ..., "ids": [...]}`` entries of a cut-off answer."""
+    out = []
+    for m in re.finditer(r'\{"interest": "([^"]*)", "ids": \[([^\]]*)\]\}', text):
+        ids = re.findall(r'"((?:[^"\\]|\\.)*)"', m.group(2))
+        out.append({"interest": m.group(1), "ids": [json.loads(f'"{i}"') for i in ids]})
+    return out
+
+
+def _cap_citations(interests: list[_Interest], max_citations: int) -> None:
+    """An object supports at most ``max_citations`` interests per model and user; later
+    citations are dropped and counted on the interest."""
+    uses: dict[tuple[str, str, str], int] = {}
+    for it in interests:
+        kept = []
+        for i in it.ids:
+            k = (it.model, it.user_id, i)
+            if uses.get(k, 0) < max_citations:
+                uses[k] = uses.get(k, 0) + 1
+                kept.append(i)
+            else:
+                it.dropped_citations += 1
+        it.ids = kept
+
+
+# -- 2. verification -----------------------------------------------------------------------
+def _relevant(
+    run: _Run, pairs: Sequence[tuple[str, str]], desc: str
+) -> dict[tuple[str, str], tuple[bool, float]]:
+    """(interest, item_id) -> the judge's YES/NO and P(YES); shared prefix per interest."""
+    from recjudge.decoding import Choice
+    from recjudge.llm import SamplingConfig
+    from recjudge.reward import ask_shared
+
+    c = run.config
+    keys = {
+        p: stable_hash(GIST_PROMPT_VERSION, "relevant", c.judge, p[0], run.text[p[1]])
+        for p in dict.fromkeys(pairs)
+    }
+    have = run.store.get_many(list(keys.values()))
+    todo: dict[str, list[tuple[str, str]]] = {}
+    for p, k in keys.items():
+        if k not in have:
+            todo.setdefault(p[0], []).append(p)
+    bar = run.bar(sum(map(len, todo.values())), desc)
+    for interest, ps in todo.items():
+        answers = ask_shared(
+            run.judge,
+            relevance_messages(interest, run.word),
+            [run.text[i] for _, i in ps],
+            Choice(["YES", "NO"]),
+            sampling=SamplingConfig(max_new_tokens=16),
+            decode_rows=c.batch_size,
+        )
+        run.store.put_many(
+            (
+                keys[p],
+                {"kind": "relevant", "interest": p[0], "item_id": p[1]},
+                {"yes": a.value["answer"] == "YES", "p": list(a.record.p_before)},
+            )
+            for p, a in zip(ps, answers, strict=True)
+        )
+        if bar is not None:
+            bar.update(len(ps))
+    if bar is not None:
+        bar.close()
+    got = run.store.get_many(list(keys.values()))
+    return {p: (bool(got[k]["yes"]), float(got[k]["p"][0])) for p, k in keys.items()}
+
+
+def _ground(run: _Run, interests: Sequence[_Interest]) -> list[dict[str, Any]]:
+    """Evidence filter by the judge, then the signal-count predicate: one record each."""
+    rel = _relevant(
+        run, [(it.interest, i) for it in interests for i in it.ids], "judge: evidence filter"
+    )
+    event_of = {u: dict(h) for u, h in run.histories.items()}
+    records = []
+    for it in interests:
+        surviving = [i for i in it.ids if rel[(it.interest, i)][0]]
+        counts = {s: 0 for s in SIGNALS}
+        for i in surviving:
+            counts[EVENT_SIGNAL[event_of[it.user_id][i]]] += 1
+        verified, reasons = run.config.predicate.check(counts)
+        records.append(
+            {
+                "user_id": it.user_id,
+                "model": it.model,
+                "interest": it.interest,
+                "cited": it.ids,
+                "surviving": surviving,
+                "counts": counts,
+                "verified": verified,
+                "reasons": reasons,
+                "dropped_citations": it.dropped_citations,
+            }
+        )
+    return records
+
+
+def _categorize(run: _Run, records: list[dict[str, Any]]) -> None:
+    """Each unique interest string -> one of the 325 categories (shared by all models)."""
+    if not run.config.taxonomy:
+        for r in records:
+            r["category_id"] = normalize_interest(r["interest"])
+        return
+    from recjudge.decoding import Choice
+    from recjudge.llm import SamplingConfig
+    from recjudge.reward import ask
+
+    c = run.config
+    categories = load_categories()
+    cat_ids, cat_names = list(categories), list(categories.values())
+    uniq = sorted({r["interest"] for r in records})
+    tkeys = {s: stable_hash(GIST_PROMPT_VERSION, "taxonomy", c.judge, s, c.shortlist) for s in uniq}
+    have = run.store.get_many(list(tkeys.values()))
+    todo = [s for s in uniq if tkeys[s] not in have]
+    if todo:
+        short = shortlist_categories(
+            embed_texts(run.judge, todo),
+            todo,
+            embed_texts(run.judge, cat_names),
+            cat_names,
+            c.shortlist,
+        )
+        bar = run.bar(len(todo), "judge: taxonomy")
+        for b in range(0, len(todo), c.batch_size):
+            part = list(range(b, min(b + c.batch_size, len(todo))))
+            names = [[cat_names[j] for j in short[i]] for i in part]
+            answers = ask(
+                run.judge,
+                [taxonomy_messages(todo[i], nm) for i, nm in zip(part, names, strict=True)],
+                [Choice(nm, answer_key="category") for nm in names],
+                sampling=SamplingConfig(max_new_tokens=48),
+                decode_rows=1,
+            )
+            run.store.put_many(
+                (
+                    tkeys[todo[i]],
+                    {"kind": "taxonomy", "interest": todo[i]},
+                    {
+                        "category_id": cat_ids[cat_names.index(a.value["category"])],
+                        "category": a.value["category"],
+                    },
+                )
+                for i, a in zip(part, answers, strict=True)
+            )
+            if bar is not None:
+                bar.update(len(part))
+        if bar is not None:
+            bar.close()
+    got = run.store.get_many(list(tkeys.values()))
+    for r in records:
+        r["category_id"] = got[tkeys[r["interest"]]]["category_id"]
+        r["category"] = categories[r["category_id"]]
+
+
+# -- 3. specificity ------------------------------------------------------------------------
+def _distractors(run: _Run, jobs: list) -> dict[int, tuple[list[str], int]]:
+    """Per job: distractors the judge calls unrelated to the interest.
+
+    At most ``4 * options`` candidates are examined per interest: a judge that calls (nearly)
+    everything related would exhaust the pool. If too few pass, the gap is filled with the
+    examined objects the judge found least related (counted as ``filled``).
+    """
+    c = run.config
+    need = [c.options - len(ev) for _, ev, _, _ in jobs]
+    chosen: list[list[str]] = [[] for _ in jobs]
+    rejected: list[list[tuple[float, str]]] = [[] for _ in jobs]
+    offset = [0] * len(jobs)
+    limit = 4 * c.options
+    while True:
+        asks = []
+        for n, (_, _, cands, _) in enumerate(jobs):
+            short_by = need[n] - len(chosen[n])
+            if short_by <= 0 or offset[n] >= min(len(cands), limit):
+                continue
+            take = cands[offset[n] : min(offset[n] + short_by + max(2, short_by // 5), limit)]
+            asks.append((n, take))
+        if not asks:
+            break
+        verdicts = _relevant(
+            run,
+            [(jobs[n][0]["interest"], i) for n, take in asks for i in take],
+            "judge: distractors",
+        )
+        for n, take in asks:
+            offset[n] += len(take)
+            for i in take:
+                yes, p_yes = verdicts[(jobs[n][0]["interest"], i)]
+                if yes:
+                    rejected[n].append((p_yes, i))
+                elif len(chosen[n]) < need[n]:
+                    chosen[n].append(i)
+    out = {}
+    for n in range(len(jobs)):
+        gap = max(need[n] - len(chosen[n]), 0)
+        out[n] = (chosen[n] + [i for _, i in sorted(rejected[n])[:gap]], gap)
+    return out
+
+
+def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
+    """Ask the judge to find each interest's n evidence objects among distractors; sets
+    ``correct``, ``backing``, ``distractors``, ``filled``. Returns the pool size."""
+    from recjudge.decoding import Picks
+    from recjudge.llm import SamplingConfig
+    from recjudge.reward import ask
+
+    c = run.config
+    by_user = run.ds.interactions.groupby("user_id", observed=True)["item_id"]
+    pool = global_pool({str(u): sorted(map(str, s)) for u, s in by_user}, c.pool_size, c.seed)
+    jobs = []
+    for r in records:
+        evidence = (r["surviving"] or r["cited"])[: c.evidence_for_specificity]
+        if not evidence or len(evidence) >= c.options:
+            r["correct"], r["backing"] = 0, 0
+            continue
+        # Distractors are never the user's own items, however old (GISTBench 4.3).
+        seen = set(run.ds.history(r["user_id"])["item_id"].astype(str))
+        seed = (c.seed, r["user_id"], r["model"], r["interest"])
+        order = rng("gist-distractors", seed).permutation(len(pool))
+        jobs.append((r, evidence, [pool[i] for i in order if pool[i] not in seen], seed))
+    chosen = _distractors(run, jobs)
+    pkeys = []
+    for n, (r, evidence, _, seed) in enumerate(jobs):
+        distract, r["filled"] = chosen[n]
+        opts, is_ev = specificity_options(evidence, distract, seed)
+        msgs = specificity_messages(
+            r["interest"], [run.text[o] for o in opts], len(evidence), run.word
+        )
+        schema = Picks([str(i + 1) for i in range(len(opts))], len(evidence))
+        key = stable_hash(GIST_PROMPT_VERSION, "specificity", c.judge, msgs, schema.key())
+        pkeys.append((key, r, msgs, schema, is_ev))
+    have = run.store.get_many([p[0] for p in pkeys])
+    todo = sorted((p for p in pkeys if p[0] not in have), key=lambda p: len(p[2][1]["content"]))
+    bar = run.bar(len(todo), "judge: specificity")
+    for b in range(0, len(todo), c.batch_size):
+        part = todo[b : b + c.batch_size]
+        answers = ask(
+            run.judge,
+            [p[2] for p in part],
+            [p[3] for p in part],
+            sampling=SamplingConfig(max_new_tokens=8 * c.evidence_for_specificity + 16),
+            decode_rows=1,
+        )
+        run.store.put_many(
+            (p[0], {"kind": "specificity", "interest": p[1]["interest"]}, {"picks": a.value})
+            for p, a in zip(part, answers, strict=True)
+        )
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
+    got = run.store.get_many([p[0] for p in pkeys])
+    for key, r, _, _, is_ev in pkeys:
+        r["correct"] = sum(bool(is_ev[int(x) - 1]) for x in got[key]["picks"])
+        r["backing"] = int(sum(is_ev))
+        r["distractors"] = len(is_ev) - int(sum(is_ev))
+    return len(pool)
+
+
+def _verify(run: _Run, interests: list[_Interest]) -> tuple[list[dict[str, Any]], int]:
+    _cap_citations(interests, run.config.max_citations)
+    records = _ground(run, interests)
+    _categorize(run, records)
+    return records, _specificity(run, records)
+
+
+def _finish(run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: float) -> dict:
+    """Scores, ``interests.jsonl``, ``oracle.json``, ``results.json``, report and PNG."""
+    from recjudge._util import atomic_write_json, atomic_write_text
+    from recjudge.reporting import write_report
+
+    oracle = build_oracle(records) if oracle is None else oracle
+    scores = gist_scores(records, oracle, run.users)
+    atomic_write_text(
+        out / "interests.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    )
+    atomic_write_json(out / "oracle.json", {"oracle": oracle})
+    results = {
+        "config": run.config.model_dump(),
+        "data": data,
+        "users": run.users,
+        **extra,
+        "dropped_citations": sum(r["dropped_citations"] for r in records),
+        "filled_distractors": sum(r.get("filled", 0) for r in records),
+        "wall_seconds": round(time.time() - t0, 1),
+        "scores": scores,
+    }
+    _plot_pr(scores, out / "pr.png", data)
+    write_report(out, results, _gist_report(run.config, data, results))
+    return results
+
+
+def run_gist(
+    config: GistConfig,
+    data: str = "ml-1m",
+    out: str | Path = "reports/gist",
+    llms: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run GISTBench for every model in ``config.models`` on ``data``; write
+    ``interests.jsonl``, ``oracle.json``, ``results.json``, ``report.md`` and ``pr.png``.
+
+    Every model and judge answer is stored in ``out/store.sqlite`` under a key of its
+    prompt and settings, so a rerun resumes and a second model reuses the judge's answers.
+
+    Args:
+        llms: already loaded backends by model name (tests); others are loaded on demand.
+    """
+    from recjudge.data import load_dataset, sample_users
+
+    t0 = time.time()
+    out = Path(out)
+    ds = load_dataset(data)
+    lengths = ds.interactions.groupby("user_id", observed=True).size()
+    eligible = sorted(str(u) for u, n in lengths.items() if n >= config.min_history)
+    users = sample_users(eligible, config.users, config.seed)
+    run = _open_run(config, ds, users, out, llms, progress, config.max_history)
+    try:
+        interests, incomplete = _extract(run)
+        records, pool = _verify(run, interests)
+    finally:
+        run.store.close()
+    return _finish(
+        run, records, out, data, None, {"pool_size": pool, "incomplete_extractions": incomplete}, t0
+    )
+
+
+# -- profiles from the user's own system ---------------------------------------------------
+_PROFILE_FIX = (
+    'one JSON object per line: {"user_id": "...", "interests": [{"name": "...", '
+    '"object_ids": ["item id", ...]}]} (object ids from the user\'s history)'
+)
+
+
+@dataclass
+class ProfileCheck:
+    """What a profile file held and what the documented rules did (counts + examples):
+    users the dataset lacks are skipped; object ids outside the user's history are dropped
+    from their interest; a repeated interest of one user is merged into the first."""
+
+    profiles: int = 0
+    interests: int = 0
+    unknown_users: int = 0
+    outside_history: int = 0
+    merged: int = 0
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def note(self, what: str, example: str) -> None:
+        setattr(self, what, getattr(self, what) + 1)
+        ex = self.examples.setdefault(what, [])
+        if len(ex) < 3:
+            ex.append(example)
+
+
+def read_profiles(
+    path: str | Path, ds: Any, model: str | None = None
+) -> tuple[list[_Interest], ProfileCheck]:
+    """Interests from a JSONL profile file, checked against ``ds`` (rules: ``ProfileCheck``).
+
+    Raises:
+        DataError: a line that is not a profile (names the file, line and field).
+    """
+    from recjudge.data import DataError
+
+    path = Path(path)
+    model = model or path.stem
+    check = ProfileCheck()
+    merged: dict[tuple[str, str], _Interest] = {}
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(
+            f"cannot read it ({type(e).__name__}).", source=str(path), fix=_PROFILE_FIX
+        ) from None
+    known = set(ds.interactions["user_id"].astype(str).unique())
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise DataError(
+                f"not JSON ({e.msg}).", source=str(path), row=n, fix=_PROFILE_FIX
+            ) from None
+        if not isinstance(rec, dict) or rec.get("user_id") is None:
+            raise DataError(
+                "not an object with a user_id.",
+                source=str(path),
+                row=n,
+                field="user_id",
+                fix=_PROFILE_FIX,
+            )
+        interests = rec.get("interests")
+        if not isinstance(interests, list):
+            raise DataError(
+                "interests must be a list.",
+                source=str(path),
+                row=n,
+                field="interests",
+                fix=_PROFILE_FIX,
+            )
+        user = str(rec["user_id"])
+        check.profiles += 1
+        if user not in known:
+            check.note("unknown_users", repr(user))
+            continue
+        history = set(ds.history(user)["item_id"].astype(str))
+        for k, entry in enumerate(interests):
+            name = " ".join(str(entry.get("name", "")).split()) if isinstance(entry, dict) else ""
+            ids = entry.get("object_ids", []) if isinstance(entry, dict) else None
+            if not name or not isinstance(ids, list):
+                raise DataError(
+                    f"interest {k} needs a name and an object_ids list.",
+                    source=str(path),
+                    row=n,
+                    field="interests",
+                    fix=_PROFILE_FIX,
+                )
+            check.interests += 1
+            key = (user, normalize_interest(name))
+            if key in merged:
+                check.note("merged", f"user {user!r}: {name!r}")
+            it = merged.setdefault(key, _Interest(user, model, name, []))
+            for o in map(str, ids):
+                if o not in history:
+                    check.note("outside_history", f"user {user!r} object {o!r}")
+                elif o not in it.ids:
+                    it.ids.append(o)
+    if not check.profiles:
+        raise DataError("no profile in the file.", source=str(path), fix=_PROFILE_FIX)
+    return list(merged.values()), check
+
+
+def verify_profiles(
+    config: GistConfig,
+    data: str,
+    profiles: Sequence[str | Path],
+    out: str | Path,
+    oracle: Mapping[str, Sequence[Any]] | None = None,
+    llms: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Verify interest profiles from your own system with GISTBench's judge stages.
+
+    Each file is one system (named by its stem); its interests go through the same evidence
+    filter, predicate, taxonomy and specificity as ``run_gist``'s, and the same records and
+    scores come out (``interests.jsonl``, ``oracle.json``, ``results.json``, ``report.md``).
+    IG recall is against ``oracle`` if given, else the union of verified categories over the
+    given files. ``config.models`` and the extraction settings are not used.
+    """
+    from recjudge.data import load_dataset
+
+    t0 = time.time()
+    out = Path(out)
+    ds = load_dataset(data)
+    interests, checks = [], {}
+    for p in profiles:
+        its, check = read_profiles(p, ds)
+        if check.unknown_users == check.profiles:
+            from recjudge.data import DataError
+
+            raise DataError(
+                f"no user of it is in dataset {ds.name!r} "
+                f"(e.g. {check.examples['unknown_users'][0]}).",
+                source=str(p),
+                fix="pass the --data the profiles were built from",
+            )
+        interests += its
+        checks[Path(p).stem] = check.__dict__
+    users = sorted({it.user_id for it in interests} | set(oracle or {}))
+    run = _open_run(config, ds, users, out, llms, progress, None)
+    try:
+        records, pool = _verify(run, interests)
+    finally:
+        run.store.close()
+    return _finish(
+        run,
+        records,
+        out,
+        data,
+        dict(oracle) if oracle else None,
+        {"pool_size": pool, "incomplete_extractions": 0, "profiles": checks},
+        t0,
+    )
