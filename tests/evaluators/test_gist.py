@@ -267,9 +267,12 @@ def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
     assert (check.profiles, check.unknown_users, check.outside_history, check.merged) == (
         2, 1, 1, 1)  # fmt: skip
     assert "'99999'" in check.examples["outside_history"][0]
-    for text, field in [('{"user_id": "1", "interests": {}}\n', "interests"),
-                        ('{"interests": []}\n', "user_id"),
-                        ('{"user_id": "1", "interests": [{"object_ids": []}]}\n', "interests")]:  # fmt: skip
+    bad = [
+        ('{"user_id": "1", "interests": {}}\n', "interests"),
+        ('{"interests": []}\n', "user_id"),
+        ('{"user_id": "1", "interests": [{"object_ids": []}]}\n', "interests"),
+    ]
+    for text, field in bad:
         p.write_text(text)
         with pytest.raises(DataError) as e:
             read_profiles(p, ml100k)
