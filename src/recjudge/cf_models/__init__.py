@@ -4,6 +4,7 @@ from recjudge.cf_models._base import (
     MODELS,
     CFMismatchError,
     CFModel,
+    CFModelError,
     SignalConfig,
     SignalScaler,
     TrainOptions,
@@ -38,6 +39,7 @@ from recjudge.cf_models._sasrec import SASRec, SASRecConfig
 
 __all__ = [
     "CFMismatchError",
+    "CFModelError",
     "check_fits",
     "trained_on",
     "ALS",

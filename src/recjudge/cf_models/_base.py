@@ -278,15 +278,28 @@ def load_model(path: str | Path) -> CFModel:
         raise FileNotFoundError(
             f"{path} is not a saved CF model (no model.json); train one with `recjudge cf train`"
         )
-    meta = json.loads(meta_path.read_text())
-    cls = MODELS.get(meta["model"])
-    model = cls(cls.Config(**meta["config"]))
-    model.items = meta["items"]
-    model.item_index = {it: i for i, it in enumerate(model.items)}
-    model.user_index = {u: i for i, u in enumerate(meta["users"])}
-    model.scaler = SignalScaler.from_state(meta["scaler"])
-    model.train_info = meta.get("train_info", {})
-    model._restore(load_file(str(path / "model.safetensors")))
+    current = meta_path
+    try:
+        meta = json.loads(meta_path.read_text())
+        cls = MODELS.get(meta["model"])
+        model = cls(cls.Config(**meta["config"]))
+        model.items = meta["items"]
+        model.item_index = {it: i for i, it in enumerate(model.items)}
+        model.user_index = {u: i for i, u in enumerate(meta["users"])}
+        model.scaler = SignalScaler.from_state(meta["scaler"])
+        model.train_info = meta.get("train_info", {})
+        current = path / "model.safetensors"
+        model._restore(load_file(str(current)))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        # safetensors raises its own SafetensorError (not an OSError) for a damaged file.
+        raise CFModelError(f"{current}: not readable as a saved CF model ({type(e).__name__}: "
+                           f"{str(e).strip(chr(39))}). Fix: train it again with `recjudge cf "
+                           "train MODEL --data DATA --out DIR`") from None  # fmt: skip
+    except Exception as e:
+        if type(e).__name__ != "SafetensorError":
+            raise
+        raise CFModelError(f"{current}: damaged weights ({e}). Fix: train it again with "
+                           "`recjudge cf train MODEL --data DATA --out DIR`") from None  # fmt: skip
     return model
 
 
@@ -294,6 +307,10 @@ def trained_on(model: CFModel) -> str:
     """Where the model's training data can be loaded from (a dataset name or folder)."""
     info = model.train_info
     return str(info.get("dataset_location") or info.get("dataset") or "ml-1m")
+
+
+class CFModelError(UserFacingError, ValueError):
+    """A saved CF model folder that cannot be read (names the file)."""
 
 
 class CFMismatchError(UserFacingError, ValueError):

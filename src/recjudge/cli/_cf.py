@@ -37,12 +37,16 @@ def cf_train(
     from recjudge.data import load_dataset
 
     try:
+        overrides = json.loads(config)
+    except json.JSONDecodeError as e:
+        fail(f"--config is not JSON ({e.msg}); write e.g. --config '{{\"epochs\": 50}}'")
+    try:
         ds = load_dataset(data)
         m = train_cf(
             model,
             ds,
             out,
-            json.loads(config),
+            overrides,
             TrainOptions(min_rating=min_rating, seed=seed, threads=threads),
             SignalConfig(method=signal),
             eval_every=eval_every,

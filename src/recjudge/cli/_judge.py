@@ -126,9 +126,6 @@ def judge_cmd(
             server=server,
             max_history=max_history,
         )
-        # Load the model in the background while the data loads (they overlap: parquet and
-        # safetensors reads release the GIL); the thread's error, if any, is raised below.
-        warm = _Background(judge.warm_up)
         ds = load_dataset(data)
         if judge.cf is not None:
             from recjudge.cf_models import check_fits
@@ -138,7 +135,6 @@ def judge_cmd(
             if user is None or candidate is None:
                 fail("give --user and --candidate, or --pairs FILE --out FILE")
             req = request_for(ds, user, candidate)
-            warm.join()
             emit(judge.judge(req).to_dict())
             return
         if out is None:
@@ -163,7 +159,6 @@ def judge_cmd(
                 fail(
                     f'{pairs}, line {n}: {e}. Each line must be {{"user_id": ..., "item_id": ...}}'
                 )
-        warm.join()
         store_path = Path(store or f"{out}.sqlite")
         if store_path.exists() and not resume:
             fail(f"{store_path} exists; pass --resume to continue it, or remove it")
@@ -200,28 +195,6 @@ def _repair(path: Path) -> None:
             side.replace(f"{broken}{suffix}")
     fresh.replace(path)
     typer.echo(f"repaired {path}: {copied} rows kept, {lost} unreadable (old file: {broken})")
-
-
-class _Background:
-    """Run ``fn`` in a daemon thread; ``join()`` waits and re-raises its exception."""
-
-    def __init__(self, fn) -> None:
-        import threading
-
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(fn,), daemon=True)
-        self._thread.start()
-
-    def _run(self, fn) -> None:
-        try:
-            fn()
-        except BaseException as e:  # handed to the caller by join()
-            self.error = e
-
-    def join(self) -> None:
-        self._thread.join()
-        if self.error is not None:
-            raise self.error
 
 
 def _summary(results, run, seconds: float, out: str, store_path: Path) -> None:

@@ -157,6 +157,9 @@ def evaluate_cmd(
                                 k=k, stat_test=stat_test)  # fmt: skip
         recs = _parse_runs(runs, run_format)
         if qrels:
+            if not (Path(qrels) / "qrels_imputed.json").exists():
+                fail(f"{qrels} holds no qrels_logged.json / qrels_imputed.json; --qrels takes "
+                     "the --out folder of `recjudge impute`")  # fmt: skip
             q = {kind: read_qrels(Path(qrels) / f"qrels_{kind}.json")
                  for kind in ("logged", "imputed")}  # fmt: skip
             users = sorted(q["imputed"])

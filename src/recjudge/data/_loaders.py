@@ -395,6 +395,12 @@ def load_from_files(
             card's ``removed``) instead of refusing the file.
     """
     inter_path = Path(interactions)
+    if fmt not in ("plain", "gistbench"):
+        raise DataError(
+            f"unknown format {fmt!r}.",
+            source="--format",
+            fix="use --format plain (your columns, with --mapping) or gistbench",
+        )
     cols = dict(GISTBENCH_COLUMNS) if fmt == "gistbench" else {}
     cols.update(parse_mapping(mapping))
     raw = _read_table(inter_path, encoding)

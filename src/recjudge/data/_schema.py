@@ -127,7 +127,8 @@ def validate_interactions(
             source=source,
             row=r,
             field="event_type",
-            fix="map the source's labels to these four (see the loader's event mapping).",
+            fix="map your labels onto these four with --events "
+            "'click=implicit_positive,buy=explicit_positive,...' (Python: event_map=).",
         )
     out["event_type"] = pd.Categorical(et, categories=list(EVENT_TYPES))
     if item_ids is not None:

@@ -12,13 +12,17 @@ import itertools
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge.evaluators._runs import Qrels, RecRun
 
 QRELS_KINDS = ("logged", "imputed")
+# ranx's binary-relevance metrics (``name@k``; ``ndcg_burges`` is ranx's exp-gain nDCG).
+METRICS = ("hits", "hit_rate", "precision", "recall", "f1", "r-precision", "mrr", "map",
+           "ndcg", "ndcg_burges")  # fmt: skip
+STAT_TESTS = ("student", "fisher", "tukey", "wilcoxon")
 
 
 class EvaluateConfig(BaseModel):
@@ -36,8 +40,24 @@ class EvaluateConfig(BaseModel):
 
     metrics: tuple[str, ...] = ("ndcg@10", "precision@10", "recall@10", "mrr@10")
     k: int = Field(20, ge=1)
-    stat_test: str = "student"
+    stat_test: Literal["student", "fisher", "tukey", "wilcoxon"] = "student"
     max_p: float = Field(0.05, gt=0, lt=1)
+
+    @field_validator("metrics")
+    @classmethod
+    def _known(cls, metrics: tuple[str, ...]) -> tuple[str, ...]:
+        from recjudge._registry import suggest
+
+        if not metrics:
+            raise ValueError("give at least one metric, e.g. ndcg@10")
+        for m in metrics:
+            name, _, cut = m.partition("@")
+            if name not in METRICS or (cut and not cut.isdigit()):
+                close = suggest(name, list(METRICS))
+                hint = f" Did you mean {close[0]}@{cut or 10}?" if close else ""
+                raise ValueError(f"unknown metric {m!r}.{hint} Known: {', '.join(METRICS)} "
+                                 "(with @k for a cut-off)")  # fmt: skip
+        return metrics
 
 
 def _ranx(qrels: Qrels, runs: Sequence[RecRun], users: Sequence[str], k: int):
