@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pandas as pd
 import pytest
 
@@ -91,3 +93,47 @@ def test_stored_result_with_missing_fields_is_named(smollm, tmp_path):
         st.put_many([(judge.key(req), {}, {"user_id": "u"})])
         with pytest.raises(StoreError, match=r"s.sqlite.*lacks \['candidate_id'"):
             judge.judge_many([req], store=st)
+
+
+def test_hand_edited_stored_result_is_refused_and_repair_rejudges_it(smollm, tmp_path):
+    from recjudge.reward import (
+        HistoryItem,
+        Judge,
+        JudgeConfig,
+        JudgeRequest,
+        ResultsStore,
+        StoreError,
+        salvage,
+    )
+
+    hist = [HistoryItem("a", "Heat (1995)", "Heat (1995)", 4.0)]
+    reqs = [JudgeRequest("u", hist, c, t, t) for c, t in [("b", "Up (2009)"), ("c", "Jaws (1975)")]]
+    judge = Judge(JudgeConfig(mode="zero-shot"), llm=smollm)
+    path = tmp_path / "s.sqlite"
+    with ResultsStore(path) as st:
+        first = judge.judge_many(reqs, store=st)
+        key = judge.key(reqs[0])
+        flipped = json.dumps({**first[0].to_dict(), "is_relevant": not first[0].is_relevant})
+        st._db.execute("UPDATE results SET result = ? WHERE key = ?", (flipped, key))
+        with pytest.raises(StoreError, match=f"s.sqlite.*{key}.*changed after it was written"):
+            judge.judge_many(reqs, store=st)
+    assert salvage(path, tmp_path / "fixed.sqlite") == (1, 1)  # the edited row is not kept
+    with ResultsStore(tmp_path / "fixed.sqlite") as st:
+        again = judge.judge_many(reqs, store=st)
+        assert judge.last_run.judged == 1 and judge.last_run.reused == 1
+    assert [j.is_relevant for j in again] == [j.is_relevant for j in first]
+
+
+def test_long_titles_equal_after_truncation_stay_distinct_and_resolve(tmp_path):
+    from recjudge.reward._prompt import citable
+
+    log, items = tmp_path / "log.csv", tmp_path / "items.csv"
+    stem = "An Extremely Long Title " * 20  # 480 characters, cut to 200 when shown
+    log.write_text("user_id,item_id,timestamp\nu1,a,1\nu1,b,2\nu1,c,3\n")
+    items.write_text(f'item_id,title\na,"{stem} Part One"\nb,"{stem} Part Two"\nc,Up (2009)\n')
+    ds = load_from_files(log, items)
+    req = request_for(ds, "u1", "c")
+    shown = citable(req.history)
+    titles = [h.title for h in shown]
+    assert len(set(titles)) == 2 and all(len(t) < 260 for t in titles)
+    assert {t.rsplit("[id ", 1)[1].rstrip("]") for t in titles} == {"a", "b"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import sqlite3
 import time
@@ -16,7 +17,8 @@ CREATE TABLE IF NOT EXISTS results (
     key TEXT PRIMARY KEY,
     request TEXT NOT NULL,
     result TEXT NOT NULL,
-    created REAL NOT NULL
+    created REAL NOT NULL,
+    digest TEXT
 );
 CREATE TABLE IF NOT EXISTS failures (
     key TEXT PRIMARY KEY,
@@ -31,6 +33,21 @@ class StoreError(UserFacingError, ValueError):
     """A results store that cannot be read (not SQLite, truncated, another schema)."""
 
 
+def row_digest(key: str, request: str, result: str) -> str:
+    """sha256 over a row's key, request and result text. It detects a row changed after it
+    was written (a hand edit, a damaged page), not an attacker who recomputes it."""
+    h = hashlib.sha256()
+    for part in (key, request, result):
+        h.update(part.encode("utf-8", "surrogatepass"))
+        h.update(b"\x00")
+    return h.hexdigest()
+
+
+def _intact(key: str, request: str, result: str, digest: str | None) -> bool:
+    # Rows written before digests existed (NULL) cannot be checked and are accepted.
+    return digest is None or digest == row_digest(key, request, result)
+
+
 def salvage(src: str | Path, dst: str | Path) -> tuple[int, int]:
     """Copy every readable (key, request, result) row of a damaged store ``src`` into a new
     store ``dst``; returns (rows copied, rows lost). Rows are read one by one, so one
@@ -40,15 +57,19 @@ def salvage(src: str | Path, dst: str | Path) -> tuple[int, int]:
     try:
         db = sqlite3.connect(f"file:{src}?mode=ro", uri=True)
         rowids = [r for (r,) in db.execute("SELECT rowid FROM results ORDER BY rowid")]
+        cols = {c[1] for c in db.execute("PRAGMA table_info(results)")}
     except sqlite3.DatabaseError:
         return 0, 0  # not a database at all: nothing to read
     rows = []
     try:
         for rid in rowids:
             try:
-                k, req, res = db.execute(
-                    "SELECT key, request, result FROM results WHERE rowid = ?", (rid,)
+                digest = "digest" if "digest" in cols else "NULL"
+                k, req, res, dg = db.execute(
+                    f"SELECT key, request, result, {digest} FROM results WHERE rowid = ?", (rid,)
                 ).fetchone()
+                if not _intact(k, req, res, dg):
+                    raise ValueError("changed after it was written")
                 rows.append((k, json.loads(req), json.loads(res)))
             except (sqlite3.DatabaseError, TypeError, ValueError):
                 lost += 1
@@ -78,7 +99,10 @@ class ResultsStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.executescript(SCHEMA)
-            self._db.execute("SELECT key, request, result, created FROM results LIMIT 1")
+            cols = {c[1] for c in self._db.execute("PRAGMA table_info(results)")}
+            if "digest" not in cols:  # a store from before row digests
+                self._db.execute("ALTER TABLE results ADD COLUMN digest TEXT")
+            self._db.execute("SELECT key, request, result, created, digest FROM results LIMIT 1")
         except sqlite3.DatabaseError as e:
             self._db.close()
             raise StoreError(
@@ -111,12 +135,19 @@ class ResultsStore:
         def dumps(x: Any) -> str:
             return json.dumps(x, default=str, ensure_ascii=False)
 
-        data = [(k, dumps(req), dumps(res), now) for k, req, res in rows]
+        data = []
+        for k, req, res in rows:
+            req_s, res_s = dumps(req), dumps(res)
+            data.append((k, req_s, res_s, now, row_digest(k, req_s, res_s)))
         failed = [(k, dumps(req), str(err), now) for k, req, err in failures]
         cur = self._db.cursor()
         cur.execute("BEGIN IMMEDIATE")
         try:
-            cur.executemany("INSERT OR IGNORE INTO results VALUES (?, ?, ?, ?)", data)
+            cur.executemany(
+                "INSERT OR IGNORE INTO results (key, request, result, created, digest) "
+                "VALUES (?, ?, ?, ?, ?)",
+                data,
+            )
             cur.executemany("DELETE FROM failures WHERE key = ?", [(k,) for k, *_ in data])
             cur.executemany(
                 "INSERT OR REPLACE INTO failures SELECT ?, ?, ?, ? "
@@ -144,8 +175,18 @@ class ResultsStore:
         out: dict[str, dict[str, Any]] = {}
         for b in range(0, len(keys), 500):
             chunk = list(keys[b : b + 500])
-            q = f"SELECT key, result FROM results WHERE key IN ({','.join('?' * len(chunk))})"
-            for k, res in self._db.execute(q, chunk):
+            q = (
+                "SELECT key, request, result, digest FROM results "
+                f"WHERE key IN ({','.join('?' * len(chunk))})"
+            )
+            for k, req, res, digest in self._db.execute(q, chunk):
+                if not _intact(k, req, res, digest):
+                    raise StoreError(
+                        f"results store {self.path}: the row under key {k!r} was changed "
+                        "after it was written (its checksum does not match). Rerun with "
+                        "--resume --repair to keep only intact rows (that one is judged "
+                        "again), or remove the store"
+                    )
                 out[k] = json.loads(res)
         return out
 
