@@ -247,3 +247,18 @@ def test_verify_finds_damage_that_keeps_the_size(tmp_path: Path, monkeypatch):
     assert verify_cache(preset.name) == ["model.safetensors"]
     (final / "model.safetensors").write_bytes(b"short")
     assert not _valid_cache(final, preset.sha256)  # a size change fails at load
+
+
+def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(monkeypatch):
+    import recjudge.llm._vllm as v
+    from recjudge.llm import _models
+
+    def broken(name):
+        raise FileNotFoundError(f"weights of preset {name} are not installed")
+
+    monkeypatch.setattr(_models, "build_cache", broken)
+    monkeypatch.setattr(_models, "_valid_cache", lambda path, sha: False)
+    with pytest.raises(FileNotFoundError, match="not installed"):
+        v._source("qwen2.5-coder-1.5b")
+    # a string that is neither a preset nor a path is still passed on as a hub id
+    assert v._source("org/some-model") == ("org/some-model", None)

@@ -155,6 +155,15 @@ def test_keys_change_with_every_keyed_setting(als, requests, monkeypatch):
     assert len(det_keys) == 2 and k0 not in det_keys
     assert Judge(base, llm=object(), cf=als[0]).key(requests[1]) != k0
     assert Judge(base, llm=object(), cf=None).key(req) != k0  # another CF model
+    from recjudge.llm import LLMConfig
+
+    class _Remote:  # a loaded backend is identified by its config
+        def __init__(self, url):
+            self.config = LLMConfig(model=base.model, backend="openai-compatible", base_url=url)
+
+    a, b = (Judge(base, llm=_Remote(u), cf=als[0]).key(req)
+            for u in ("http://127.0.0.1:8000/v1", "http://127.0.0.1:9000/v1"))  # fmt: skip
+    assert len({k0, a, b}) == 3  # another endpoint may serve another build of the model
     import recjudge.reward._judge as jm
 
     monkeypatch.setattr(jm, "PROMPT_VERSION", "brief-v2")

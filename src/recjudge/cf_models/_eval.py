@@ -215,7 +215,7 @@ def cached_cf(
     if (path / "model.json").exists():
         try:
             return load_model(path), path, False
-        except Exception:  # a half-written folder from a crash: rebuild below
+        except (FileNotFoundError, ValueError):  # CFModelError: a half-written folder
             import shutil
 
             shutil.rmtree(path, ignore_errors=True)

@@ -380,7 +380,7 @@ def engine_constrained(
         record = replay_decision(compiled, payload, ids, res.step_logprobs) if payload else None
         try:
             value = compiled.schema.parse(text)
-        except Exception:  # token budget ran out before the grammar completed
+        except ValueError:  # token budget ran out before the grammar completed
             value = None
         outs.append(ConstrainedOutput(text=text, value=value, record=record, token_ids=ids))
     return outs

@@ -59,12 +59,11 @@ class EngineResult:
 
 def _source(model: str) -> tuple[str, str | None]:
     """(folder or hub id, gguf file name) for a preset, a path or a Hugging Face id."""
-    try:
-        src = resolve_model_path(model)
-    except Exception:
-        if Path(model).expanduser().exists():
-            raise
-        return model, None  # a Hugging Face id: vLLM and transformers resolve it themselves
+    # A preset that is missing or damaged raises here (never becomes a hub id); a string
+    # that is neither a preset nor a path comes back unchanged as a Hugging Face id.
+    src = resolve_model_path(model)
+    if not isinstance(src, Path):
+        return src, None
     if isinstance(src, Path) and src.suffix == ".gguf":
         return str(src.parent), src.name
     return str(src), None

@@ -259,7 +259,7 @@ def parse_answer(schema: Any, text: str) -> Any | None:
     """The parsed answer, or None for text that is not a whole answer (a read-out)."""
     try:
         return schema.parse(text)
-    except Exception:  # decision read-out stops before the evidence closes
+    except ValueError:  # SchemaError / JSONDecodeError: a read-out stops before it closes
         return None
 
 
@@ -332,6 +332,8 @@ class Judge:
             llm_config = LLMConfig(model=c.model)
         if llm_config.backend != "transformers":  # other engines round differently
             settings["backend"] = llm_config.backend
+            # another server may serve another model or build under the same name
+            settings["endpoint"] = llm_config.base_url
         # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
         settings["dtype"] = llm_config.resolved_dtype()
         return stable_hash(
