@@ -191,8 +191,14 @@ def test_remainder_grammar_and_wire_form_round_trip():
             json.dumps({"schema": {"kind": "choice", "args": {"options": ["a"]}}, "beta": -1}),
             "beta",
         ),
+        (json.dumps({"schema": {"kind": "choice", "args": {"options": ["x" * 20_000]}}}),
+         "at most 16,384"),
+        (json.dumps({"schema": {"kind": "choice",
+                                "args": {"options": list(map(str, range(6000)))}}}),
+         "at most 5,000"),
+        ("x" * 1_000_001, "at most 1,000,000"),
     ],
-)
+)  # fmt: skip
 def test_bad_payloads_are_refused_clearly(bad, match):
     with pytest.raises(ValueError, match=match):
         BiasPayload.from_extra_args({"recjudge": bad})

@@ -52,6 +52,47 @@ log = logging.getLogger(__name__)
 XARGS_KEY = "recjudge"  # the same key as recjudge.llm._vllm.XARGS_KEY
 PAYLOAD_VERSION = 1
 MAX_WATCH = 128  # vLLM's MAX_LOGPROB_TOKEN_IDS
+# Bounds on what one request may ask the server to compile: a grammar over an unbounded
+# list of unbounded strings would let one client hold the server's CPU and memory.
+MAX_PAYLOAD_CHARS = 1_000_000
+MAX_SCHEMA_STRINGS = 5_000
+MAX_STRING_CHARS = 16_384
+
+
+def _check_size(raw: Any) -> None:
+    text = raw if isinstance(raw, str) else json.dumps(raw, default=str)
+    if len(text) > MAX_PAYLOAD_CHARS:
+        raise ValueError(
+            f"bias payload of {len(text):,} characters; the server accepts at most "
+            f"{MAX_PAYLOAD_CHARS:,} (show fewer history items, e.g. --max-history)"
+        )
+
+
+def _check_strings(spec: Any) -> None:
+    strings: list[str] = []
+
+    def walk(x: Any) -> None:
+        if isinstance(x, str):
+            strings.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, list | tuple):
+            for v in x:
+                walk(v)
+
+    walk(spec)
+    if len(strings) > MAX_SCHEMA_STRINGS:
+        raise ValueError(
+            f"the schema holds {len(strings):,} strings; the server accepts at most "
+            f"{MAX_SCHEMA_STRINGS:,}"
+        )
+    longest = max(map(len, strings), default=0)
+    if longest > MAX_STRING_CHARS:
+        raise ValueError(
+            f"a schema string of {longest:,} characters; the server accepts at most "
+            f"{MAX_STRING_CHARS:,} per title or option"
+        )
 
 
 class BiasPayload(BaseModel):
@@ -103,6 +144,7 @@ class BiasPayload(BaseModel):
         if not extra_args or XARGS_KEY not in extra_args:
             return None
         raw = extra_args[XARGS_KEY]
+        _check_size(raw)
         try:
             data = json.loads(raw) if isinstance(raw, str) else raw
             payload = cls.model_validate(data)
@@ -114,6 +156,7 @@ class BiasPayload(BaseModel):
                 f"bias payload version {payload.v}, this recjudge speaks {PAYLOAD_VERSION}; "
                 "install the same recjudge version on the client and the server"
             )
+        _check_strings(payload.schema_)
         schema_from_spec(payload.schema_)  # raises ValueError on a bad schema
         return payload
 
