@@ -291,3 +291,16 @@ def test_item_item_candidate_scores_equal_full_rows():
     fast, full = ii.score(hist, cands), CFModel.score(ii, hist, cands)
     assert np.allclose(fast[:3], full[:3]) and np.isnan(fast[3]) and np.isnan(full[3])
     assert np.all(ii.score([], cands)[:3] == 0.0)
+
+
+def test_test_time_history_includes_the_validation_item_as_kang_and_mcauley():
+    from recjudge.cf_models import history_at_test
+    from recjudge.data import leave_one_out
+
+    df = pd.DataFrame({"user_id": ["u"] * 5, "item_id": list("abcde"),
+                       "timestamp": [1.0, 2, 3, 4, 5], "rating": 4.0})  # fmt: skip
+    split = leave_one_out(df)
+    hist, extra = history_at_test(split)
+    assert hist["item_id"].tolist() == ["a", "b", "c", "d"] and extra is None  # d = validation
+    hist, extra = history_at_test(split, include_valid=False)
+    assert hist["item_id"].tolist() == ["a", "b", "c"] and extra["item_id"].tolist() == ["d"]

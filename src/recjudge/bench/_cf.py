@@ -30,6 +30,7 @@ def bench_cf(
         TrainOptions,
         evaluate_full,
         evaluate_sampled,
+        history_at_test,
         load_model,
         train_cf,
     )
@@ -48,8 +49,9 @@ def bench_cf(
         train_seconds[name] = time.perf_counter() - t0
     rows = {}
     for name, m in models.items():
-        s = evaluate_sampled(m, split.train, split.test, extra_seen=split.valid, seed=seed)
-        f = evaluate_full(m, split.train, split.test, ks=(10, 20), extra_seen=split.valid)
+        hist, extra = history_at_test(split)  # train + validation, as Kang & McAuley
+        s = evaluate_sampled(m, hist, split.test, extra_seen=extra, seed=seed)
+        f = evaluate_full(m, hist, split.test, ks=(10, 20), extra_seen=extra)
         rows[name] = {
             **{f"sampled_{k}": v for k, v in s.items() if k != "users"},
             **{f"full_{k}": v for k, v in f.items() if k != "users"},

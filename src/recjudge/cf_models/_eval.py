@@ -241,28 +241,42 @@ def item_item_for(
     return model
 
 
+def history_at_test(split: Any, include_valid: bool = True) -> tuple[pd.DataFrame, Any]:
+    """(history the model sees at test time, extra seen items excluded from candidates).
+
+    Kang & McAuley (2018) feed the training sequence plus the validation item when
+    predicting the test item (``include_valid``, the default). Without it the validation
+    item is only excluded from the candidates, a harder protocol than the paper's.
+    """
+    if include_valid:
+        both = pd.concat([split.train, split.valid], ignore_index=True)
+        return both.sort_values(["user_id", "timestamp"], kind="stable"), None
+    return split.train, split.valid
+
+
 def eval_saved(
     path: str | Path,
     dataset: Dataset,
     protocol: str = "sampled100",
     max_users: int | None = None,
     seed: int = 0,
+    include_valid: bool = True,
 ) -> dict[str, Any]:
-    """Evaluate a saved model on the dataset's leave-one-out test split."""
+    """Evaluate a saved model on the dataset's leave-one-out test split (test-time history:
+    ``history_at_test``)."""
     model = load_model(path)
     split = leave_one_out(dataset.interactions)
-    train_seen = pd.concat([split.train])
+    hist, extra = history_at_test(split, include_valid)
     if protocol == "sampled100":
         res = evaluate_sampled(
-            model, train_seen, split.test, extra_seen=split.valid, max_users=max_users, seed=seed
+            model, hist, split.test, extra_seen=extra, max_users=max_users, seed=seed
         )
     elif protocol == "full":
-        res = evaluate_full(
-            model, train_seen, split.test, extra_seen=split.valid, max_users=max_users
-        )
+        res = evaluate_full(model, hist, split.test, extra_seen=extra, max_users=max_users)
     else:
         raise ValueError(f"unknown protocol {protocol!r}; use sampled100 or full")
-    return {"model": model.name, "protocol": protocol, "dataset": dataset.name, **res}
+    return {"model": model.name, "protocol": protocol, "dataset": dataset.name,
+            "test_history": "train+valid" if include_valid else "train", **res}  # fmt: skip
 
 
 def recommend_saved(
