@@ -304,3 +304,32 @@ def test_test_time_history_includes_the_validation_item_as_kang_and_mcauley():
     assert hist["item_id"].tolist() == ["a", "b", "c", "d"] and extra is None  # d = validation
     hist, extra = history_at_test(split, include_valid=False)
     assert hist["item_id"].tolist() == ["a", "b", "c"] and extra["item_id"].tolist() == ["d"]
+
+
+def test_als_fold_in_solves_implicits_own_user_equation(ml100k):
+    """Folding in a training user's own row gives implicit's recalculate_user (same confidence
+    alpha * r and regularisation), and sigma never reads the stored training vector."""
+    import scipy.sparse as sp
+
+    from recjudge.cf_models import ALS, MFConfig
+
+    m = ALS(MFConfig(iterations=5, alpha=10.0)).train(
+        ml100k.interactions, TrainOptions(progress=False, threads=1)
+    )
+    from implicit.cpu.als import AlternatingLeastSquares
+
+    ref = AlternatingLeastSquares(factors=m.config.factors, regularization=m.config.regularization,
+                                  alpha=m.config.alpha, use_cg=False)  # fmt: skip
+    ref.item_factors = m.item_factors.copy()
+    ref.user_factors = m.user_factors.copy()
+    for user in ("1", "405"):
+        hist = ml100k.history(user)["item_id"].astype(str).tolist()
+        row = sp.csr_matrix(
+            (np.ones(len(hist), np.float32), ([0] * len(hist), m.encode(hist))),
+            shape=(1, len(m.items)),
+        )
+        want = np.asarray(ref.recalculate_user(0, row)).ravel()
+        got = m.user_vector(hist, None)
+        np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-4)
+        short = hist[:3]  # a request that shows less than the training row
+        np.testing.assert_allclose(m.score_history(short, user), m.score_history(short, None))

@@ -57,8 +57,9 @@ class _MF(CFModel):
         raise NotImplementedError
 
     def user_vector(self, history: Sequence[str], user_id: str | None) -> np.ndarray:
-        if user_id is not None and str(user_id) in self.user_index:
-            return self.user_factors[self.user_index[str(user_id)]]
+        """Always from ``history`` (``user_id`` is not used): a training user's stored
+        vector would bring in training rows the request's history may not have (items after
+        a cut, a held-out item), so every request is folded in from what it shows."""
         return self._fold_in(self.encode(history))
 
     def score_history(self, history: Sequence[str], user_id: str | None = None) -> np.ndarray:
@@ -102,12 +103,13 @@ class ALS(_MF):
     def _fold_in(self, idx: list[int]) -> np.ndarray:
         y = self.item_factors.astype(np.float64)
         c = self.config
-        # Confidence-weighted least squares: (Y'Y + Y_u'(C_u - I)Y_u + reg I) x = Y_u' C_u 1
+        # Confidence-weighted least squares: (Y'Y + Y_u'(C_u - I)Y_u + reg I) x = Y_u' C_u 1,
+        # with C = alpha * r as implicit (>= 0.5) trains: confidence alpha for a binary r.
         a = y.T @ y + c.regularization * np.eye(y.shape[1])
         if idx:
-            yu = y[idx]
-            a += c.alpha * yu.T @ yu
-            b = (1.0 + c.alpha) * yu.sum(0)
+            yu = y[sorted(set(idx))]
+            a += (c.alpha - 1.0) * yu.T @ yu
+            b = c.alpha * yu.sum(0)
         else:
             b = np.zeros(y.shape[1])
         return np.linalg.solve(a, b).astype(np.float32)
