@@ -230,6 +230,9 @@ def _stored(store: ResultsStore, key: str, row: dict[str, Any]) -> Judgment:
     return Judgment.from_dict(row)
 
 
+SIGMA_VERSION = 2  # 2: MF fold-in with confidence alpha*r, always from the request's history
+
+
 def cf_identity(cf: Any) -> str | None:
     """A stable id for a CF model: its kind, config, training facts and sigma scale."""
     if cf is None:
@@ -239,7 +242,10 @@ def cf_identity(cf: Any) -> str | None:
         for k, v in getattr(cf, "train_info", {}).items()
         if k not in ("train_seconds", "epochs")
     }
-    return stable_hash(cf.name, cf.config.model_dump(), info, cf.scaler.state(), len(cf.items))
+    # SIGMA_VERSION: how sigma is computed from a saved model (fold-in, signal); results of
+    # an older computation must not be reused for a newer one.
+    return stable_hash(cf.name, cf.config.model_dump(), info, cf.scaler.state(), len(cf.items),
+                       SIGMA_VERSION)  # fmt: skip
 
 
 @dataclass
