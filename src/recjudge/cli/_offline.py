@@ -140,6 +140,9 @@ def evaluate_cmd(
     stat_test: str = typer.Option("student", "--stat-test", help="student, fisher, wilcoxon."),
     run_format: str = typer.Option("auto", "--run-format"),
     out: str = typer.Option(None, "--out", help="Report folder (report.md, results.json, PNG)."),
+    note: str = typer.Option(
+        None, "--note", help="A paragraph for the report's header (protocol, deviations)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Metrics per system on logged-only and on imputed feedback, paired tests, and how far
@@ -174,7 +177,7 @@ def evaluate_cmd(
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
         fail(str(e).strip("'\""))
     if out:
-        _write_evaluation(res, recs, qrels or feedback, out)
+        _write_evaluation(res, recs, qrels or feedback, out, note)
     if as_json:
         emit(res)
         return
@@ -183,7 +186,7 @@ def evaluate_cmd(
     typer.echo("\n".join(report_lines(res, [])))
 
 
-def _write_evaluation(res, recs, source: str, out: str) -> None:
+def _write_evaluation(res, recs, source: str, out: str, note: str | None = None) -> None:
     from recjudge.evaluators._evaluate import plot_scores, report_lines
     from recjudge.reporting import write_report
 
@@ -191,6 +194,7 @@ def _write_evaluation(res, recs, source: str, out: str) -> None:
         "# Offline evaluation: logged-only vs imputed feedback",
         "",
         f"Systems: {', '.join(f'{r.name} ({r.path})' for r in recs)}. Qrels: {source}.",
+        *(["", note] if note else []),
     ]
     write_report(out, {**res, "runs": {r.name: r.path for r in recs}}, report_lines(res, header))
     plot_scores(res, Path(out) / "evaluate.png")
