@@ -37,6 +37,7 @@ from recjudge.evaluators._gist import (
     specificity_options,
     taxonomy_messages,
 )
+from recjudge.evaluators._runs import Tally
 
 
 @dataclass
@@ -79,6 +80,39 @@ class _Run:
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc)
+
+
+@dataclass
+class _Ask:
+    """One stored question: its store key, request record, prompt, schema, and how an
+    answer becomes the stored result."""
+
+    key: str
+    request: dict[str, Any]
+    messages: list[dict[str, str]]
+    schema: Any
+    result: Any  # Callable[[answer], dict]
+
+
+def _ask_stored(run: _Run, llm: Any, asks: Sequence[_Ask], desc: str, sampling: Any) -> None:
+    """``ask`` every question not yet in the store, ``batch_size`` at a time; each batch is
+    stored in one transaction (so a rerun resumes). Long answers: each row decodes alone."""
+    from recjudge.reward import ask
+
+    have = run.store.get_many([a.key for a in asks])
+    todo = [a for a in asks if a.key not in have]
+    bar = run.bar(len(todo), desc)
+    for b in range(0, len(todo), run.config.batch_size):
+        part = todo[b : b + run.config.batch_size]
+        answers = ask(llm, [a.messages for a in part], [a.schema for a in part],
+                      sampling=sampling, decode_rows=1)  # fmt: skip
+        run.store.put_many(
+            (q.key, q.request, q.result(a)) for q, a in zip(part, answers, strict=True)
+        )
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
 
 
 def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run:
@@ -132,36 +166,17 @@ def _extraction_jobs(run: _Run) -> list[tuple[str, str, str, Any, Any]]:
 def _extract(run: _Run) -> tuple[list[_Interest], int]:
     """Interests per (model, user), merged over chunks; and how many answers were cut."""
     from recjudge.llm import SamplingConfig
-    from recjudge.reward import ask
 
     c = run.config
     jobs = _extraction_jobs(run)
     budget = SamplingConfig(max_new_tokens=c.max_interests * (12 + 6 * c.max_ids))
-    have = run.store.get_many([j[0] for j in jobs])
     for m in c.models:
-        todo = [j for j in jobs if j[1] == m and j[0] not in have]
-        bar = run.bar(len(todo), f"extract {m}")
-        for b in range(0, len(todo), c.batch_size):
-            part = todo[b : b + c.batch_size]
-            answers = ask(
-                run.llm(m),
-                [j[3] for j in part],
-                [j[4] for j in part],
-                sampling=budget,
-                decode_rows=1,
-            )  # long answers: each decodes alone
-            run.store.put_many(
-                (
-                    j[0],
-                    {"kind": "extract", "model": m, "user_id": j[2]},
-                    {"value": a.value, "text": a.text, "complete": a.value is not None},
-                )
-                for j, a in zip(part, answers, strict=True)
-            )
-            if bar is not None:
-                bar.update(len(part))
-        if bar is not None:
-            bar.close()
+        asks = [
+            _Ask(key, {"kind": "extract", "model": m, "user_id": u}, msgs, schema,
+                 lambda a: {"value": a.value, "text": a.text, "complete": a.value is not None})
+            for key, mm, u, msgs, schema in jobs if mm == m
+        ]  # fmt: skip
+        _ask_stored(run, run.llm(m), asks, f"extract {m}", budget)
         if m != c.judge:
             run.llms.pop(m, None)  # free memory before the next model
     done = run.store.get_many([j[0] for j in jobs])
@@ -289,7 +304,6 @@ def _categorize(run: _Run, records: list[dict[str, Any]]) -> None:
         return
     from recjudge.decoding import Choice
     from recjudge.llm import SamplingConfig
-    from recjudge.reward import ask
 
     c = run.config
     categories = load_categories()
@@ -306,32 +320,16 @@ def _categorize(run: _Run, records: list[dict[str, Any]]) -> None:
             cat_names,
             c.shortlist,
         )
-        bar = run.bar(len(todo), "judge: taxonomy")
-        for b in range(0, len(todo), c.batch_size):
-            part = list(range(b, min(b + c.batch_size, len(todo))))
-            names = [[cat_names[j] for j in short[i]] for i in part]
-            answers = ask(
-                run.judge,
-                [taxonomy_messages(todo[i], nm) for i, nm in zip(part, names, strict=True)],
-                [Choice(nm, answer_key="category") for nm in names],
-                sampling=SamplingConfig(max_new_tokens=48),
-                decode_rows=1,
-            )
-            run.store.put_many(
-                (
-                    tkeys[todo[i]],
-                    {"kind": "taxonomy", "interest": todo[i]},
-                    {
-                        "category_id": cat_ids[cat_names.index(a.value["category"])],
-                        "category": a.value["category"],
-                    },
-                )
-                for i, a in zip(part, answers, strict=True)
-            )
-            if bar is not None:
-                bar.update(len(part))
-        if bar is not None:
-            bar.close()
+        asks = []
+        for i, name in enumerate(todo):
+            names = [cat_names[j] for j in short[i]]
+            asks.append(_Ask(
+                tkeys[name], {"kind": "taxonomy", "interest": name},
+                taxonomy_messages(name, names), Choice(names, answer_key="category"),
+                lambda a: {"category_id": cat_ids[cat_names.index(a.value["category"])],
+                           "category": a.value["category"]},
+            ))  # fmt: skip
+        _ask_stored(run, run.judge, asks, "judge: taxonomy", SamplingConfig(max_new_tokens=48))
     got = run.store.get_many(list(tkeys.values()))
     for r in records:
         r["category_id"] = got[tkeys[r["interest"]]]["category_id"]
@@ -387,7 +385,6 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
     ``correct``, ``backing``, ``distractors``, ``filled``. Returns the pool size."""
     from recjudge.decoding import Picks
     from recjudge.llm import SamplingConfig
-    from recjudge.reward import ask
 
     c = run.config
     by_user = run.ds.interactions.groupby("user_id", observed=True)["item_id"]
@@ -414,26 +411,13 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
         schema = Picks([str(i + 1) for i in range(len(opts))], len(evidence))
         key = stable_hash(GIST_PROMPT_VERSION, "specificity", c.judge, msgs, schema.key())
         pkeys.append((key, r, msgs, schema, is_ev))
-    have = run.store.get_many([p[0] for p in pkeys])
-    todo = sorted((p for p in pkeys if p[0] not in have), key=lambda p: len(p[2][1]["content"]))
-    bar = run.bar(len(todo), "judge: specificity")
-    for b in range(0, len(todo), c.batch_size):
-        part = todo[b : b + c.batch_size]
-        answers = ask(
-            run.judge,
-            [p[2] for p in part],
-            [p[3] for p in part],
-            sampling=SamplingConfig(max_new_tokens=8 * c.evidence_for_specificity + 16),
-            decode_rows=1,
-        )
-        run.store.put_many(
-            (p[0], {"kind": "specificity", "interest": p[1]["interest"]}, {"picks": a.value})
-            for p, a in zip(part, answers, strict=True)
-        )
-        if bar is not None:
-            bar.update(len(part))
-    if bar is not None:
-        bar.close()
+    asks = [
+        _Ask(key, {"kind": "specificity", "interest": r["interest"]}, msgs, schema,
+             lambda a: {"picks": a.value})
+        for key, r, msgs, schema, _ in sorted(pkeys, key=lambda p: len(p[2][1]["content"]))
+    ]  # fmt: skip
+    budget = SamplingConfig(max_new_tokens=8 * c.evidence_for_specificity + 16)
+    _ask_stored(run, run.judge, asks, "judge: specificity", budget)
     got = run.store.get_many([p[0] for p in pkeys])
     for key, r, _, _, is_ev in pkeys:
         r["correct"] = sum(bool(is_ev[int(x) - 1]) for x in got[key]["picks"])
@@ -518,7 +502,7 @@ _PROFILE_FIX = (
 
 
 @dataclass
-class ProfileCheck:
+class ProfileCheck(Tally):
     """What a profile file held and what the documented rules did (counts + examples):
     users the dataset lacks are skipped; object ids outside the user's history are dropped
     from their interest; a repeated interest of one user is merged into the first."""
@@ -528,13 +512,6 @@ class ProfileCheck:
     unknown_users: int = 0
     outside_history: int = 0
     merged: int = 0
-    examples: dict[str, list[str]] = field(default_factory=dict)
-
-    def note(self, what: str, example: str) -> None:
-        setattr(self, what, getattr(self, what) + 1)
-        ex = self.examples.setdefault(what, [])
-        if len(ex) < 3:
-            ex.append(example)
 
 
 def read_profiles(

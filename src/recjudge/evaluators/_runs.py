@@ -33,7 +33,21 @@ _FIX = (
 
 
 @dataclass
-class RunCheck:
+class Tally:
+    """Counts of what documented rules did to an input file, with up to three examples of
+    each (subclasses add the counters)."""
+
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    def note(self, what: str, example: str, n: int = 1) -> None:
+        setattr(self, what, getattr(self, what) + n)
+        ex = self.examples.setdefault(what, [])
+        if len(ex) < 3:
+            ex.append(example)
+
+
+@dataclass
+class RunCheck(Tally):
     """What a run file held and what the documented rules did with it (counts + examples)."""
 
     rows: int = 0
@@ -43,13 +57,6 @@ class RunCheck:
     unknown_users: int = 0
     unknown_items: int = 0
     short_lists: int = 0
-    examples: dict[str, list[str]] = field(default_factory=dict)
-
-    def note(self, what: str, example: str, n: int = 1) -> None:
-        setattr(self, what, getattr(self, what) + n)
-        ex = self.examples.setdefault(what, [])
-        if len(ex) < 3:
-            ex.append(example)
 
     def to_dict(self) -> dict[str, Any]:
         return {**{k: v for k, v in self.__dict__.items() if k != "examples"},
