@@ -290,3 +290,20 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m, smoll
         # Another process may round the last bits differently (thread count, allocation).
         assert r["is_relevant"] == j.is_relevant and r["raw_text"] == j.raw_text
         assert r["p_yes"] == pytest.approx(j.p_yes, abs=1e-4)
+
+
+def test_requests_for_equals_request_for_pair_by_pair(ml100k):
+    from recjudge.reward import requests_for
+
+    seen = ml100k.history("1")["item_id"].astype(str).tolist()
+    pairs = [("1", "1682"), ("1", seen[3]), ("2", "50"), ("ghost", "1"), ("1", "no-such"),
+             ("1", "Toy Story (1995)"), ("1", "1681")]  # fmt: skip
+    got = requests_for(ml100k, pairs)
+    for (u, i), r in zip(pairs, got, strict=True):
+        try:
+            want = request_for(ml100k, u, i, history="all")
+        except (KeyError, ValueError) as e:
+            assert type(r) is type(e) and str(r) == str(e)
+            continue
+        assert r == want
+    assert isinstance(got[3], KeyError) and isinstance(got[4], KeyError)

@@ -100,18 +100,17 @@ def augment(
         the distribution per user), YES rate, seconds per judged pair.
     """
     from recjudge.data import sample_users
-    from recjudge.reward import request_for
+    from recjudge.reward import requests_for
 
     users = sample_users(list(candidates.rankings), config.users or len(candidates.rankings),
                          config.seed)  # fmt: skip
-    reqs, unbuildable = [], 0
+    pairs = []
     for u in users:
         seen = set(data.history(u)["item_id"].astype(str))
-        for item in [i for i in candidates.rankings[u] if i not in seen][: config.k]:
-            try:
-                reqs.append(request_for(data, u, item, history="all"))
-            except (KeyError, ValueError):
-                unbuildable += 1
+        pairs += [(u, i) for i in candidates.rankings[u] if i not in seen][: config.k]
+    built = requests_for(data, pairs)
+    reqs = [r for r in built if not isinstance(r, Exception)]
+    unbuildable = len(built) - len(reqs)
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0

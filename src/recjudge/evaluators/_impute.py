@@ -118,7 +118,7 @@ def impute(
         The summary: users, pairs judged/failed/reused, YES rate, seconds per pair, per-run
         checks.
     """
-    from recjudge.reward import request_for
+    from recjudge.reward import requests_for
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -126,11 +126,11 @@ def impute(
     users = evaluation_users(runs, logged, config.users, config.seed)
     pairs = pairs_to_impute(runs, logged, users, config.k)
     reqs, unbuildable = [], []
-    for u, i in pairs:
-        try:
-            reqs.append(request_for(data, u, i, history="all"))
-        except (KeyError, ValueError) as e:  # no history before the item, unknown id
-            unbuildable.append({"user_id": u, "candidate_id": i, "error": str(e).strip("'\"")})
+    for (u, i), r in zip(pairs, requests_for(data, pairs), strict=True):
+        if isinstance(r, Exception):  # no history before the item, unknown id
+            unbuildable.append({"user_id": u, "candidate_id": i, "error": str(r).strip("'\"")})
+        else:
+            reqs.append(r)
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0

@@ -12,6 +12,7 @@ from recjudge.reward._judge import (
     RunSummary,
     cf_identity,
     request_for,
+    requests_for,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore, StoreError, salvage
@@ -38,5 +39,6 @@ __all__ = [
     "cf_identity",
     "judge_sweep",
     "request_for",
+    "requests_for",
     "salvage",
 ]

@@ -727,6 +727,54 @@ def _closest(name: str, choices: Sequence[str], what: str, dataset: str) -> str:
     return f"{what} {name!r} is not in dataset {dataset!r}.{hint}"
 
 
+def _resolve_candidate(ds: Any, candidate: str) -> str:
+    """An item id from an item id or an exact title (KeyError / ValueError otherwise)."""
+    if ds.has_item(candidate):
+        return candidate
+    by_title = ds.items.index[ds.items["title"].astype(str) == candidate]
+    if len(by_title) > 1:
+        ids = ds.items.iloc[by_title[:5]]["item_id"].astype(str).tolist()
+        raise ValueError(
+            f"title {candidate!r} names {len(by_title)} items in dataset {ds.name!r} "
+            f"(ids {', '.join(repr(i) for i in ids)}); give the item id instead"
+        )
+    if len(by_title):
+        return str(ds.items.iloc[by_title[0]]["item_id"])
+    titles = ds.items["title"].astype(str).tolist()
+    raise KeyError(_closest(candidate, titles, "item", ds.name))
+
+
+def _user_history(ds: Any, user_id: str) -> Any:
+    try:
+        return ds.history(user_id)
+    except KeyError:
+        raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
+
+
+def _history_items(ds: Any, h: Any) -> list[HistoryItem]:
+    from recjudge.data import item_title, render_item
+
+    rows = ds.items.set_index("item_id").loc[h["item_id"].astype(str)].reset_index()
+    return [
+        HistoryItem(str(r["item_id"]), item_title(r), render_item(r, ds.domain),
+                    float(rt) if rt == rt else None)
+        for r, rt in zip(rows.to_dict("records"), h["rating"].tolist(), strict=True)
+    ]  # fmt: skip
+
+
+def _request(ds, user_id, items, candidate, sigma, meta) -> JudgeRequest:
+    from recjudge.data import item_title, render_item
+
+    if not items:
+        raise ValueError(
+            f"user {user_id!r} has no history before {candidate!r}; the judge needs"
+            " at least one past item"
+        )
+    cand_row = ds.item_row(candidate).to_dict()
+    return JudgeRequest(user_id, items, candidate, render_item(cand_row, ds.domain),
+                        item_title(cand_row), sigma, ds.domain, meta or {})  # fmt: skip
+
+
 def request_for(
     ds: Any,
     user_id: str,
@@ -741,55 +789,48 @@ def request_for(
         history: ``before``: the user's items before the candidate's timestamp if the user
             interacted with it, else all of them; ``all``: everything except the candidate.
     """
-    from recjudge.data import item_title, render_item
-
     user_id = str(user_id)
-    try:
-        h = ds.history(user_id)
-    except KeyError:
-        raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
-    if not ds.has_item(candidate):
-        by_title = ds.items.index[ds.items["title"].astype(str) == candidate]
-        if len(by_title) > 1:
-            ids = ds.items.iloc[by_title[:5]]["item_id"].astype(str).tolist()
-            raise ValueError(
-                f"title {candidate!r} names {len(by_title)} items in dataset {ds.name!r} "
-                f"(ids {', '.join(repr(i) for i in ids)}); give the item id instead"
-            )
-        if len(by_title):
-            candidate = str(ds.items.iloc[by_title[0]]["item_id"])
-        else:
-            titles = ds.items["title"].astype(str).tolist()
-            raise KeyError(_closest(candidate, titles, "item", ds.name))
-    cand_row = ds.item_row(candidate).to_dict()
+    h = _user_history(ds, user_id)
+    candidate = _resolve_candidate(ds, candidate)
     ids = h["item_id"].astype(str)
     if history == "before" and (ids == candidate).any():
         t = h.loc[ids == candidate, "timestamp"].iloc[0]
         pos = int(np.flatnonzero((ids == candidate).to_numpy())[0])
         h = h[(h["timestamp"] < t) | ((h["timestamp"] == t) & (np.arange(len(h)) < pos))]
     h = h[h["item_id"].astype(str) != candidate]
-    if h.empty:
-        raise ValueError(
-            f"user {user_id!r} has no history before {candidate!r}; the judge needs"
-            " at least one past item"
-        )
-    rows = ds.items.set_index("item_id").loc[h["item_id"].astype(str)].reset_index()
-    items = [
-        HistoryItem(
-            str(r["item_id"]),
-            item_title(r),
-            render_item(r, ds.domain),
-            float(rt) if rt == rt else None,
-        )
-        for r, rt in zip(rows.to_dict("records"), h["rating"].tolist(), strict=True)
-    ]
-    return JudgeRequest(
-        user_id,
-        items,
-        candidate,
-        render_item(cand_row, ds.domain),
-        item_title(cand_row),
-        sigma,
-        ds.domain,
-        meta or {},
-    )
+    return _request(ds, user_id, _history_items(ds, h), candidate, sigma, meta)
+
+
+def requests_for(
+    ds: Any, pairs: Sequence[tuple[str, str]], history: str = "all"
+) -> list[JudgeRequest | Exception]:
+    """``request_for`` for many (user, candidate) pairs, in order; a pair that cannot be
+    built comes back as its exception (KeyError / ValueError).
+
+    A user's history is rendered once and shared by every candidate the user has not
+    interacted with (those see the whole history under either ``history`` rule); a
+    candidate in the history goes through ``request_for``.
+    """
+    shared: dict[str, tuple[set[str], list[HistoryItem]] | Exception] = {}
+    out: list[JudgeRequest | Exception] = []
+    for user, cand in pairs:
+        user = str(user)
+        try:
+            if user not in shared:
+                try:
+                    h = _user_history(ds, user)
+                    shared[user] = (set(h["item_id"].astype(str)), _history_items(ds, h))
+                except KeyError as e:
+                    shared[user] = e
+            got = shared[user]
+            if isinstance(got, Exception):
+                raise got
+            item = _resolve_candidate(ds, cand)
+            seen, items = got
+            if item in seen:
+                out.append(request_for(ds, user, item, history=history))
+            else:
+                out.append(_request(ds, user, items, item, None, None))
+        except (KeyError, ValueError) as e:
+            out.append(e)
+    return out
