@@ -152,3 +152,21 @@ def test_embedding_similarity_is_cosine():
     assert sim("a", "b") == pytest.approx(1.0) and sim("a", "c") == pytest.approx(0.0)
     assert urd(["a", "b", "c"], sim) == pytest.approx(1 - 1 / 3)
     assert sim("a", "zzz") == 0.0
+
+
+def test_order_flip_rate_counts_each_pair_once_under_both_swap_rules():
+    from recjudge.evaluators import ASPECTS, order_flip_rate, pair_records
+
+    def both(v):
+        return {a: v for a in (*ASPECTS, "overall")}
+
+    # (x, y): A wins, and from the swapped side B wins = the same verdict (no flip);
+    # (x, z): A wins both times from each side's A = a flip.
+    judged = [("x", "y", "A wins", "B wins"), ("x", "z", "A wins", "A wins")]
+    for rule in ("tie", "keep"):
+        records = [r for a, b, v_ab, v_ba in judged
+                   for r in pair_records("u1", a, b, both(v_ab), both(v_ba), rule)]  # fmt: skip
+        overall = [r for r in records if r["aspect"] == "overall"]
+        assert len(overall) == (2 if rule == "tie" else 4)
+        assert all("order_flip" in r for r in overall)
+        assert order_flip_rate(records) == 0.5, rule

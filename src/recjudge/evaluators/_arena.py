@@ -119,6 +119,31 @@ def combine_orders(v_ab: str, v_ba: str, rule: str = "tie") -> list[str]:
     return [v_ab] if v_ab == back else ["Tie"]
 
 
+def pair_records(
+    user: str, a: str, b: str, ab: dict[str, str], ba: dict[str, str], rule: str
+) -> list[dict[str, Any]]:
+    """Verdict records of one (user, A, B) judged in both orders (``ab``, ``ba``: aspect ->
+    verdict, each from its own A's side). Every overall record carries ``order_flip``: the
+    overall verdict changed with the order (``keep`` writes two overall records)."""
+    flips = flip(ba["overall"]) != ab["overall"]
+    out = []
+    for aspect in (*ASPECTS, "overall"):
+        for v in combine_orders(ab[aspect], ba[aspect], rule):
+            rec = {"user_id": user, "system_a": a, "system_b": b, "aspect": aspect, "verdict": v}
+            if aspect == "overall":
+                rec["order_flip"] = flips
+            out.append(rec)
+    return out
+
+
+def order_flip_rate(records: Sequence[dict[str, Any]]) -> float:
+    """Share of judged (user, A, B) pairs whose overall verdict flips when the order is
+    swapped: one vote per pair, whatever the swap rule writes per pair."""
+    pairs = {(r["user_id"], r["system_a"], r["system_b"]): bool(r.get("order_flip"))
+             for r in records if r["aspect"] == "overall"}  # fmt: skip
+    return sum(pairs.values()) / len(pairs) if pairs else 0.0
+
+
 def pair_counts(
     records: Sequence[dict[str, Any]], aspect: str = "overall"
 ) -> dict[tuple[str, str], dict[str, float]]:
@@ -642,15 +667,10 @@ def run_arena(
     for u in users:
         for a, b in itertools.combinations(sorted(systems), 2):
             ab, ba = by_order[(u, a, b)], by_order[(u, b, a)]
-            for aspect in (*ASPECTS, "overall"):
-                for v in combine_orders(ab["value"][aspect], ba["value"][aspect], config.swap_rule):
-                    records.append(
-                        {"user_id": u, "system_a": a, "system_b": b, "aspect": aspect, "verdict": v}
-                    )
-            flips = flip(ba["value"]["overall"]) != ab["value"]["overall"]
-            records[-1]["order_flip"] = flips
-            records[-1]["p_overall_ab"] = ab["p"]
-            records[-1]["p_overall_ba"] = ba["p"]
+            for r in pair_records(u, a, b, ab["value"], ba["value"], config.swap_rule):
+                if r["aspect"] == "overall":
+                    r.update(p_overall_ab=ab["p"], p_overall_ba=ba["p"])
+                records.append(r)
     with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
@@ -660,10 +680,7 @@ def run_arena(
     if abs_mean:
         summary["absolute_score"] = abs_mean
         summary["corr_absolute_auc"] = correlations(abs_mean, auc)
-    overall = [r for r in records if r["aspect"] == "overall"]
-    summary["order_flip_rate"] = sum(bool(r.get("order_flip")) for r in overall) / max(
-        len(overall), 1
-    )
+    summary["order_flip_rate"] = order_flip_rate(records)
     results = {
         "config": config.model_dump(),
         "data": data,
