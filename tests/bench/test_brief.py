@@ -149,3 +149,15 @@ def test_vllm_worker_requests_round_trip_exactly(ml1m):
     r = request_for(ml1m, "10", "Heat (1995)", sigma=-0.25, meta={"kind": "x"})
     again = request_from_dict(json.loads(json.dumps(request_to_dict(r))))
     assert again == r
+
+
+def test_augment_labelling_methods_never_add_a_negative():
+    from recjudge.bench._augment import LABELLING, METHODS, choose
+
+    cands = ["a", "b", "c", "d"]
+    scores = {("u", "a"): 0.9, ("u", "b"): 0.8, ("u", "c"): 0.7, ("u", "d"): 0.95}
+    yes = {("u", "b"), ("u", "c")}  # the judge said NO to a and d, though p_yes ranks them high
+    assert choose("u", cands, scores, yes, 2) == ["b", "c"]
+    assert choose("u", cands, scores, {("u", "c")}, 2) == ["c"]  # fewer than M: no filler
+    assert choose("u", cands, scores, None, 2) == ["d", "a"]  # a ranking heuristic
+    assert "item-item" in METHODS and set(LABELLING) <= set(METHODS)

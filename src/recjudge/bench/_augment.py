@@ -30,8 +30,12 @@ METHODS = (
     "zero-shot",
     "non-adaptive",
     "no-behavior",
+    "item-item",
     "brief",
 )
+# Methods that label candidates: they add only what they label positive (the LLM judges'
+# YES, cf-only's sigma > 0), the top-M of those; the heuristics (random, popularity) rank.
+LABELLING = ("cf-only", "zero-shot", "non-adaptive", "no-behavior", "item-item", "brief")
 
 
 class AugmentConfig(BaseModel):
@@ -42,7 +46,8 @@ class AugmentConfig(BaseModel):
         data: dataset.
         users: augmented users (sampled among users with >= ``min_future`` future items).
         candidates: N, top-N CF candidates per user.
-        add: M, positives added per user by every method.
+        add: M, the most positives a method adds per user: a labelling method adds the
+            top-M (by its score) of the candidates it labels positive, so possibly fewer.
         methods: labelling methods compared.
         retrain: recommenders retrained on the augmented data (``als``, ``sasrec``, ...).
         sasrec_epochs: epochs when SASRec is retrained.
@@ -69,6 +74,19 @@ class AugmentConfig(BaseModel):
     beta: float = Field(25.0, ge=0)
     seed: int = 0
     decode_rows: int = Field(8, ge=1)
+
+
+def choose(
+    user: str,
+    candidates: list[str],
+    scores: Mapping[tuple[str, str], float],
+    positive: set[tuple[str, str]] | None,
+    add: int,
+) -> list[str]:
+    """The items a method adds for ``user``: its top-``add`` candidates by score (ties: the
+    candidate order), among those it labels positive if it labels (``positive``)."""
+    pool = candidates if positive is None else [i for i in candidates if (user, i) in positive]
+    return sorted(pool, key=lambda i: -scores[(user, i)])[:add]
 
 
 def bench_brief_augment(
@@ -116,23 +134,31 @@ def bench_brief_augment(
     scores: dict[str, dict[tuple[str, str], float]] = {}
     scores["popularity"] = {(u, i): float(popularity.get(i, 0)) for u in users for i in cands[u]}
     scores["cf-only"] = {(u, i): cf.sigma(hist[u], i, u) for u in users for i in cands[u]}
-    llm_methods = [
-        m for m in config.methods if m in ("zero-shot", "non-adaptive", "no-behavior", "brief")
-    ]
+    positive: dict[str, set[tuple[str, str]]] = {
+        "cf-only": {k for k, v in scores["cf-only"].items() if v > 0}
+    }
+    llm_methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
     if llm_methods:
+        from recjudge.cf_models import item_item_for
         from recjudge.llm import load_llm
 
         llm = llm or load_llm(config.model)
         reqs = candidate_requests(ds, past_by, cands, config.history_items)
+        settings = [
+            (m, m, item_item_for(cf, ds.with_interactions(past), seed=config.seed), config.beta)
+            if m == "item-item" else m
+            for m in llm_methods
+        ]  # fmt: skip
         with ResultsStore(out / "store.sqlite") as store:
-            res = judge_per_user(reqs, judges_for(config, llm, cf, llm_methods), store, progress)
+            res = judge_per_user(reqs, judges_for(config, llm, cf, settings), store, progress)
         for m, js in res.items():
-            scores[m] = {
-                (r.user_id, r.candidate_id): j.p_yes for r, j in zip(reqs, js, strict=True)
-            }
+            keys = [(r.user_id, r.candidate_id) for r in reqs]
+            scores[m] = {k: j.p_yes for k, j in zip(keys, js, strict=True)}
+            positive[m] = {k for k, j in zip(keys, js, strict=True) if j.is_relevant}
     t_end = float(past["timestamp"].max()) + 1.0
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     added_hits: dict[str, float] = {}
+    added_count: dict[str, int] = {}
     for seed in range(config.seeds):
         for method in config.methods:
             added = []
@@ -147,11 +173,10 @@ def bench_brief_augment(
                         ]
                     ]
                 else:
-                    sc = scores[method]
-                    # highest score first; ties by the CF rank (stable)
-                    chosen = sorted(cands[u], key=lambda i: -sc[(u, i)])[: config.add]
+                    chosen = choose(u, cands[u], scores[method], positive.get(method), config.add)
                 added += [(u, i) for i in chosen]
             if seed == 0:
+                added_count[method] = len(added)
                 added_hits[method] = (
                     sum(i in test_by[u] for u, i in added) / len(added) if added else 0.0
                 )
@@ -202,6 +227,7 @@ def bench_brief_augment(
         "config": config.model_dump(),
         "users": users,
         "added_items_in_future_share": added_hits,
+        "added_items": added_count,
         "table": table,
         "wall_seconds": round(time.time() - t0, 1),
     }
@@ -216,10 +242,14 @@ def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
         "",
         f"{len(r['users'])} augmented users; candidates = top-{config.candidates} of `{config.cf}` "
         f"(trained on past ratings >= {config.positive_rating}) minus seen; each method adds its "
-        f"top-{config.add} per user as positives; retrained: {', '.join(config.retrain)}; test = "
+        f"top-{config.add} per user as positives (a labelling method only among the candidates "
+        "it labels positive: judge YES, cf-only sigma > 0); retrained: "
+        f"{', '.join(config.retrain)}; test = "
         f"the users' future items rated >= {config.positive_rating} (last "
         f"{int(config.future_fraction * 100)} % of each timeline); judge `{config.model}`, beta "
         f"{config.beta}; mean +- sd over {config.seeds} seeds. Wall time {r['wall_seconds']} s.",
+        "",
+        "Items added (all users): " + ", ".join(f"{m} {n}" for m, n in r["added_items"].items()),
         "",
         "Share of added items that the user really consumed (and liked) later: "
         + ", ".join(f"{m} {100 * v:.1f} %" for m, v in r["added_items_in_future_share"].items()),
