@@ -130,3 +130,72 @@ def test_cli_against_a_server_that_refuses_the_key():
         srv.close()
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "refused the request (401)" in r.stderr and "k3y-0f-the-client" not in r.stderr
+
+
+class _CompletionServer:
+    """A loopback stand-in for a vLLM server's /completions: it answers with the token ids of
+    ``answer(payload)`` (the recjudge bias payload it was sent, or None)."""
+
+    def __init__(self, tokenizer, answer):
+        import json
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                raw = (body.get("vllm_xargs") or {}).get("recjudge")
+                text = answer(json.loads(raw) if raw else None)
+                ids = tokenizer.encode(text, add_special_tokens=False)
+                # flat log-probabilities over the watched tokens at every step
+                step = {f"token_id:{t}": -1.0 for t in body.get("logprob_token_ids") or []}
+                logprobs = {"top_logprobs": [step] * len(ids)}
+                out = {"choices": [{"text": text, "token_ids": ids, "logprobs": logprobs}]}
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(json.dumps(out).encode())
+
+            def log_message(self, *a):
+                pass
+
+        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.httpd.shutdown()
+
+
+YES = '{"evidence": ["Heat (1995)"], "is_relevant": "YES"}'
+NO = '{"evidence": [], "is_relevant": "NO"}'
+
+
+@pytest.mark.parametrize(
+    ("answer", "ok"),
+    [(lambda p: YES if p and p["signal"] > 0 else NO, True),  # applies the bias
+     (lambda p: NO, False),  # a plain server: the same answer whatever the bias
+     (lambda p: YES, False)],
+)  # fmt: skip
+def test_a_server_without_the_bias_processor_is_refused(answer, ok):
+    from recjudge.decoding import EvidenceFirst
+    from recjudge.decoding._remote import engine_constrained
+
+    backend = OpenAICompatibleBackend(
+        LLMConfig(
+            model="smollm2-135m", backend="openai-compatible", base_url="http://127.0.0.1:1/v1"
+        )
+    )
+    srv = _CompletionServer(backend.tokenizer, answer)
+    backend.url = srv.url
+    prompt = backend.encode("any prompt")
+    try:
+        if ok:
+            out = engine_constrained(backend, [prompt], [EvidenceFirst(["Heat (1995)"])], [1.0],
+                                     None)  # fmt: skip
+            assert out[0].value["is_relevant"] == "YES" and backend.needs_bias_probe is False
+        else:
+            with pytest.raises(ServerError, match="does not apply recjudge's bias processor"):
+                engine_constrained(backend, [prompt], [EvidenceFirst(["Heat (1995)"])], [1.0],
+                                   None)  # fmt: skip
+            assert backend.needs_bias_probe is True  # asked again next time, never assumed
+    finally:
+        srv.close()

@@ -328,6 +328,48 @@ def replay_decision(
     return rec
 
 
+PROBE_BETA = 1000.0  # large enough that the bias decides whatever the model prefers
+
+
+def probe_bias(llm: Any) -> None:
+    """Check once per backend object that the server applies recjudge's bias processor.
+
+    The same evidence-first question is sent twice, with sigma +1 and -1 at a bias no model
+    preference can outweigh: a server with the processor answers YES then NO. A server
+    without it (a plain ``vllm serve``, another build) decodes both alike, and the decision
+    records replayed from its logprobs would claim a bias it never applied.
+
+    Raises:
+        ServerError: the verdicts did not follow the bias.
+    """
+    from recjudge.decoding._api import BranchBias
+    from recjudge.decoding._schemas import EvidenceFirst
+    from recjudge.llm._vllm import ServerError
+
+    llm.needs_bias_probe = False  # the probe's own requests must not probe again
+    try:
+        prompt = llm.encode(llm.chat_prompt([{
+            "role": "user",
+            "content": "History: Heat (1995). Candidate: Up (2009). Is the candidate relevant? "
+                       'Answer as JSON {"evidence": [...], "is_relevant": "YES" | "NO"}.',
+        }]))  # fmt: skip
+        schema = EvidenceFirst(["Heat (1995)"], 1)
+        outs = engine_constrained(llm, [prompt, prompt], [schema, schema], [1.0, -1.0],
+                                  BranchBias(beta=PROBE_BETA, adaptive=False))  # fmt: skip
+        got = [None if o.value is None else o.value.get("is_relevant") for o in outs]
+    except BaseException:
+        llm.needs_bias_probe = True
+        raise
+    if got != ["YES", "NO"]:
+        llm.needs_bias_probe = True
+        raise ServerError(
+            f"the server at {getattr(llm, 'url', '?')} does not apply recjudge's bias "
+            f"processor (a forced YES/NO probe came back {got}); start it with `recjudge "
+            "serve`, or add --logits-processors recjudge.decoding.vllm:BranchBiasV1 with the "
+            "same recjudge version"
+        )
+
+
 def engine_constrained(
     llm: Any,
     prompt_ids: Sequence[Sequence[int]],
@@ -359,6 +401,8 @@ def engine_constrained(
     from recjudge.llm import SamplingConfig
     from recjudge.llm._vllm import EngineRequest
 
+    if getattr(llm, "needs_bias_probe", False):
+        probe_bias(llm)
     sampling = sampling or SamplingConfig()
     bias = bias or BranchBias(beta=0.0)
     per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)

@@ -85,6 +85,9 @@ class LLMConfig(BaseModel):
             ``openai-compatible``: the server's ``/v1`` URL, the environment variable that
             holds the API key, the model name the server serves (default: ``model``), how
             many requests are in flight, and the per-request timeout in seconds.
+        probe_bias: ``openai-compatible``: before the first judged request, check that the
+            server applies the bias (two forced requests; a server without recjudge's
+            processor is refused).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -99,6 +102,7 @@ class LLMConfig(BaseModel):
     served_model: str | None = None
     concurrency: int = Field(16, ge=1)
     timeout: float = Field(600.0, gt=0)
+    probe_bias: bool = True
 
     def resolved_dtype(self) -> str:
         """The dtype the model computes in (``auto`` resolved for this machine)."""

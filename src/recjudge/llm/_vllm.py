@@ -287,6 +287,9 @@ class OpenAICompatibleBackend(_EngineMixin):
         check_key_transport(self.url, bool(self.api_key))
         # No redirects: urllib would carry the Authorization header to wherever one points.
         self._opener = urllib.request.build_opener(_NoRedirect)
+        # recjudge.decoding checks, before the first judged request, that the server
+        # really applies the bias (decoding._remote.probe_bias); tests may switch it off.
+        self.needs_bias_probe = config.probe_bias
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps(body).encode()
