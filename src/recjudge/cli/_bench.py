@@ -187,6 +187,12 @@ def bench_brief_offline_cmd(
     users: int = typer.Option(30, "--users"),
     systems: str = typer.Option("pop,itemknn,als,bpr", "--systems"),
     alpha: float = typer.Option(1.0, "--alpha", help="Popularity exponent of the logging policy."),
+    imputers: str = typer.Option(
+        "brief,non-adaptive,no-behavior,zero-shot",
+        "--imputers",
+        help="Judge modes used as imputers (the CF imputer always runs).",
+    ),
+    cf: str = typer.Option("als", "--cf", help="CF imputer and sigma source: als, sasrec, bpr."),
     seed: int = typer.Option(0, "--seed"),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-offline/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
@@ -201,6 +207,8 @@ def bench_brief_offline_cmd(
         users=users,
         systems=tuple(s.strip() for s in systems.split(",")),
         alpha=alpha,
+        judges=tuple(s.strip() for s in imputers.split(",") if s.strip()),
+        cf=cf,
         seed=seed,
     )
     r = bench_brief_offline(cfg, out or f"reports/brief-offline/{data}-{model}")
