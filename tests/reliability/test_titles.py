@@ -106,3 +106,25 @@ def test_items_sharing_a_title_are_citable_apart_and_evidence_resolves_to_ids(sm
     assert j.is_relevant and j.evidence
     by_title = {h.title: h.item_id for h in rendered.shown}
     assert j.evidence_ids == [by_title[t] for t in j.evidence]
+
+
+def test_lone_surrogates_and_10kb_titles_from_files(smollm, tmp_path):
+    """A JSONL items file holding a lone surrogate (legal JSON escape, not a character) and a
+    10 kB title: imported, judged, and every output string is valid UTF-8 naming one item."""
+    from recjudge.data import load_from_files
+    from recjudge.reward import request_for
+
+    log, items = tmp_path / "log.jsonl", tmp_path / "items.jsonl"
+    log.write_text("".join(json.dumps({"user_id": "u1", "item_id": i, "timestamp": t}) + "\n"
+                           for t, i in enumerate("abc")))  # fmt: skip
+    rows = [{"item_id": "a", "title": "Bad \ud800 Title (1999)"},
+            {"item_id": "b", "title": "X" * 10_000 + " (2001)"},
+            {"item_id": "c", "title": "Up (2009)"}]  # fmt: skip
+    items.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ds = load_from_files(log, items)
+    req = request_for(ds, "u1", "c")
+    assert all(len(h.title) <= 200 for h in req.history)
+    j = Judge(JudgeConfig(mode="no-behavior"), llm=smollm).judge(req)
+    out = json.dumps(j.to_dict(), ensure_ascii=False)
+    out.encode("utf-8")  # strict: a lone surrogate would raise here
+    assert set(j.evidence_ids) <= {"a", "b"} and len(j.evidence_ids) == len(j.evidence)
