@@ -84,10 +84,17 @@ $(VSTAMP): pyproject.toml Makefile $(VLOCK) $(DATA) $(STAMP)
 # Parity of the vllm and openai-compatible backends with the transformers backend.
 # llama.cpp (llama-cpp-python) as a benchmark method, built for this CPU.
 LLAMACPP := requirements/llamacpp.txt
+# ggml's AMX kernels segfault on Q4_K_M weights (ggml-org/llama.cpp#20824, seen here on a
+# Xeon with AMX): on such CPUs, build for their AVX-512 features without AMX instead of
+# -march=native (every AMX CPU has these AVX-512 extensions).
+LLAMACPP_CMAKE := $(shell grep -q amx_int8 /proc/cpuinfo 2>/dev/null \
+	&& echo "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+	-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
+	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" || echo "-DGGML_NATIVE=ON")
 setup-llamacpp: setup
 	@echo "[setup-llamacpp] building llama-cpp-python from source (minutes on 2 cores)"
-	@CMAKE_ARGS="-DGGML_NATIVE=ON" $(call PIP,$(BIN)) --no-deps -r $(LLAMACPP) \
-		|| $(call FETCH_FAILED,the packages in $(LLAMACPP))
+	@CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(call PIP,$(BIN)) --no-deps --no-cache-dir \
+		--force-reinstall -r $(LLAMACPP) || $(call FETCH_FAILED,the packages in $(LLAMACPP))
 	@$(BIN)/python -c "import llama_cpp; print('[setup-llamacpp] llama-cpp-python', \
 		llama_cpp.__version__)"
 
