@@ -37,3 +37,18 @@ run = Run({u: {it: s for it, s in table[u].items() if it != "i0"} for u in table
 for k in (5, 10):
     evaluate(qrels, run, f"ndcg@{k}")
     evaluate(qrels, run, f"recall@{k}")
+
+# recjudge evaluate: ranx.compare (per-query scores, the paired t-test) on two and three runs
+# with make_comparable, over the metrics evaluate reports by default.
+from ranx import compare  # noqa: E402
+
+runs = []
+for n in range(3):
+    ranked = {f"q{q}": {f"i{j}": float(10 - r) for r, j in enumerate(g.permutation(60)[:10])}
+              for q in range(25)}  # fmt: skip
+    runs.append(Run(ranked, name=f"s{n}"))
+qrels = Qrels({f"q{q}": {f"i{j}": 1 for j in g.choice(60, size=3, replace=False)}
+               for q in range(25)})  # fmt: skip
+for rs in (runs[:2], runs):
+    compare(qrels, rs, ["ndcg@10", "precision@10", "recall@10", "mrr@10"], make_comparable=True)
+    compare(qrels, rs, ["ndcg@3", "precision@3"], make_comparable=True)
