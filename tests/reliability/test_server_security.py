@@ -61,21 +61,15 @@ def test_key_is_never_sent_in_clear_to_another_host(url, ok):
     check_key_transport(url, has_key=False)  # no key, nothing to leak
 
 
-class _Server:
-    """A loopback HTTP server answering every POST with ``status`` (and ``headers``), and
-    recording the Authorization header of every request it gets."""
+class _Loopback:
+    """A loopback HTTP server in a daemon thread; ``respond(handler)`` answers each POST."""
 
-    def __init__(self, status, headers=None):
-        seen = self.seen = []
+    def __init__(self):
+        outer = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def do_POST(self):  # noqa: N802
-                seen.append(self.headers.get("Authorization"))
-                self.send_response(status)
-                for k, v in (headers or {}).items():
-                    self.send_header(k, v)
-                self.end_headers()
-                self.wfile.write(b'{"error": "nope"}')
+                outer.respond(self)
 
             def log_message(self, *a):
                 pass
@@ -84,8 +78,28 @@ class _Server:
         self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
 
+    def respond(self, handler):
+        raise NotImplementedError
+
     def close(self):
         self.httpd.shutdown()
+
+
+class _Server(_Loopback):
+    """Answers every POST with ``status`` (and ``headers``), recording the Authorization
+    header of every request it gets."""
+
+    def __init__(self, status, headers=None):
+        self.seen, self.status, self.headers = [], status, headers or {}
+        super().__init__()
+
+    def respond(self, h):
+        self.seen.append(h.headers.get("Authorization"))
+        h.send_response(self.status)
+        for k, v in self.headers.items():
+            h.send_header(k, v)
+        h.end_headers()
+        h.wfile.write(b'{"error": "nope"}')
 
 
 @pytest.fixture
@@ -132,37 +146,29 @@ def test_cli_against_a_server_that_refuses_the_key():
     assert "refused the request (401)" in r.stderr and "k3y-0f-the-client" not in r.stderr
 
 
-class _CompletionServer:
-    """A loopback stand-in for a vLLM server's /completions: it answers with the token ids of
+class _CompletionServer(_Loopback):
+    """A stand-in for a vLLM server's /completions: it answers with the token ids of
     ``answer(payload)`` (the recjudge bias payload it was sent, or None)."""
 
     def __init__(self, tokenizer, answer):
+        self.tokenizer, self.answer = tokenizer, answer
+        super().__init__()
+
+    def respond(self, h):
         import json
 
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_POST(self):  # noqa: N802
-                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-                raw = (body.get("vllm_xargs") or {}).get("recjudge")
-                text = answer(json.loads(raw) if raw else None)
-                ids = tokenizer.encode(text, add_special_tokens=False)
-                # flat log-probabilities over the watched tokens at every step
-                step = {f"token_id:{t}": -1.0 for t in body.get("logprob_token_ids") or []}
-                logprobs = {"top_logprobs": [step] * len(ids)}
-                out = {"choices": [{"text": text, "token_ids": ids, "logprobs": logprobs}]}
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(json.dumps(out).encode())
-
-            def log_message(self, *a):
-                pass
-
-        self.httpd = http.server.HTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
+        body = json.loads(h.rfile.read(int(h.headers["Content-Length"])))
+        raw = (body.get("vllm_xargs") or {}).get("recjudge")
+        text = self.answer(json.loads(raw) if raw else None)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        # flat log-probabilities over the watched tokens at every step
+        step = {f"token_id:{t}": -1.0 for t in body.get("logprob_token_ids") or []}
+        out = {"choices": [{"text": text, "token_ids": ids,
+                            "logprobs": {"top_logprobs": [step] * len(ids)}}]}  # fmt: skip
+        h.send_response(200)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        h.wfile.write(json.dumps(out).encode())
 
 
 YES = '{"evidence": ["Heat (1995)"], "is_relevant": "YES"}'
