@@ -148,6 +148,7 @@ def evaluate_cmd(
     """Metrics per system on logged-only and on imputed feedback, paired tests, and how far
     the two agree on the systems' order."""
     from recjudge.evaluators import (
+        QRELS_KINDS,
         EvaluateConfig,
         evaluate_runs,
         evaluation_users,
@@ -164,7 +165,7 @@ def evaluate_cmd(
                 fail(f"{qrels} holds no qrels_logged.json / qrels_imputed.json; --qrels takes "
                      "the --out folder of `recjudge impute`")  # fmt: skip
             q = {kind: read_qrels(Path(qrels) / f"qrels_{kind}.json")
-                 for kind in ("logged", "imputed")}  # fmt: skip
+                 for kind in QRELS_KINDS}  # fmt: skip
             users = sorted(q["imputed"])
         elif feedback:
             from recjudge.data import load_dataset

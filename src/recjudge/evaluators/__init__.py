@@ -30,7 +30,12 @@ from recjudge.evaluators._augment import (
     augmented_interactions,
     select_positives,
 )
-from recjudge.evaluators._evaluate import EvaluateConfig, evaluate_runs, kendall_tau
+from recjudge.evaluators._evaluate import (
+    QRELS_KINDS,
+    EvaluateConfig,
+    evaluate_runs,
+    kendall_tau,
+)
 from recjudge.evaluators._gist import (
     GistConfig,
     Predicate,
@@ -74,6 +79,7 @@ from recjudge.evaluators._usersum import (
 )
 
 __all__ = [
+    "QRELS_KINDS",
     "RUN_FORMATS",
     "AugmentConfig",
     "EvaluateConfig",

@@ -22,7 +22,6 @@ QRELS_KINDS = ("logged", "imputed")
 # ranx's binary-relevance metrics (``name@k``; ``ndcg_burges`` is ranx's exp-gain nDCG).
 METRICS = ("hits", "hit_rate", "precision", "recall", "f1", "r-precision", "mrr", "map",
            "ndcg", "ndcg_burges")  # fmt: skip
-STAT_TESTS = ("student", "fisher", "tukey", "wilcoxon")
 
 
 class EvaluateConfig(BaseModel):

@@ -64,7 +64,7 @@ def _source(model: str) -> tuple[str, str | None]:
     src = resolve_model_path(model)
     if not isinstance(src, Path):
         return src, None
-    if isinstance(src, Path) and src.suffix == ".gguf":
+    if src.suffix == ".gguf":
         return str(src.parent), src.name
     return str(src), None
 
