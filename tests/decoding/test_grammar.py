@@ -214,6 +214,33 @@ def test_verdicts_random_logits(tok, seed):
     assert sum(rec.p_before) == pytest.approx(1.0)
 
 
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 2**31))
+def test_verdicts_with_one_analysis_per_field(tok, seed):
+    from recjudge.decoding import Verdicts
+
+    schema = Verdicts(
+        ["accuracy", "novelty", "overall"],
+        ["A wins", "B wins", "Tie"],
+        analysis_chars=12,
+        analysis_fields=["accuracy", "novelty"],
+    )
+    compiled = compile_schema(schema, tok, 49152)
+    text, rec = run_random(compiled, seed, signal=np.array([0.5, -0.5, 0.0]), beta=1.0)
+    obj = schema.parse(text)
+    assert list(obj) == ["analysis", "accuracy", "novelty", "overall"]
+    assert list(obj["analysis"]) == ["accuracy", "novelty"]
+    assert all(len(t) <= 12 for t in obj["analysis"].values())
+    assert rec.chosen == obj["overall"]  # the anchor of the decision field is still unique
+
+
+def test_verdicts_decision_field_cannot_have_its_own_analysis():
+    from recjudge.decoding import Verdicts
+
+    with pytest.raises(ValueError, match="decision field"):
+        Verdicts(["a", "overall"], ["x", "y"], analysis_fields=["a", "overall"])
+
+
 def test_finish_forced_jumps_to_the_end(tok):
     compiled = compile_schema(EvidenceFirst(["Alpha", "Beta"]), tok, 49152)
     g = GrammarLogitsProcessor([compiled])

@@ -167,6 +167,7 @@ def test_remainder_grammar_and_wire_form_round_trip():
         Choice(["YES", "NO"], answer_key="is_relevant"),
         Picks(["x", "y", "z"], 2),
         Verdicts(["style", "overall"], ["A wins", "B wins", "Tie"]),
+        Verdicts(["a", "b", "overall"], ["A wins", "B wins"], 30, None, ["a", "b"]),
     ]:
         back = schema_from_spec(json.loads(json.dumps(schema_spec(schema))))
         assert back.ebnf() == schema.ebnf()

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from recjudge.evaluators import (
+    ASPECTS,
     ArenaConfig,
     bradley_terry,
     combine_orders,
@@ -115,32 +116,131 @@ def test_summarize_cli_on_records(tmp_path):
 
 
 def test_arena_end_to_end_one_user(smollm, tmp_path):
+    # The paper's protocol: each system against the reference in position A, one order.
     cfg = ArenaConfig(
         model="smollm2-135m",
         systems=("pop", "itemknn"),
         users=1,
-        analysis_chars=40,
-        history_items=8,
+        analysis_chars=10,
+        absolute=True,
         bootstrap=20,
     )
     r = run_arena(cfg, "ml-100k", tmp_path, llm=smollm, progress=False)
-    lines = (tmp_path / "verdicts.jsonl").read_text().splitlines()
-    assert len(lines) == 7  # 1 user x 1 pair x (6 aspects + overall), swap rule "tie"
-    for x in map(json.loads, lines):
-        assert x["verdict"] in ("A wins", "B wins", "Tie")
-    pair = r["pairs"]["overall"]["itemknn vs pop"]
-    assert pair["win"] + pair["tie"] + pair["lose"] == 1
+    lines = [json.loads(x) for x in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
+    assert len(lines) == 7  # 1 user x 1 order x (6 aspects + overall)
+    assert {(x["system_a"], x["system_b"]) for x in lines} == {("pop", "itemknn")}
+    assert all(x["verdict"] in ("A wins", "B wins", "Tie") for x in lines)
+    assert r["reference"] == "pop" and r["order_flip_rate"] is None
+    c = r["reference_q"]["overall"]["itemknn"]
+    assert c["win"] + c["tie"] + c["lose"] == 1
+    assert set(r["reference_q"]) == {"overall", *ASPECTS}
     assert set(r["absolute_score"]) == {"pop", "itemknn"}
     assert all(0 <= v <= 1 for v in r["absolute_score"].values())
     assert (tmp_path / "winrates.png").stat().st_size > 1000
-    assert "Bradley-Terry" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "against the reference **pop** in position A" in report
+    assert "Deviations from the paper:** an absolute 5-level rating" in report
     assert 0.0 <= r["offline"]["pop"]["auc"] <= 1.0
     again = run_arena(cfg, "ml-100k", tmp_path, llm=smollm, progress=False)  # resumes: no work
-    assert again["pairs"] == r["pairs"]
+    assert again["reference_q"] == r["reference_q"]
+    # The control judges the swapped order too (the stored first order is reused).
+    both = run_arena(
+        cfg.model_copy(update={"both_orders": True, "absolute": False}),
+        "ml-100k",
+        tmp_path,
+        llm=smollm,
+        progress=False,
+    )
+    lines = [json.loads(x) for x in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
+    assert len(lines) == 14 and both["order_flip_rate"] in (0.0, 1.0)
+    assert both["reference_q"] == r["reference_q"]  # the headline stays the paper's order
+    assert set(both["swap_rules"]) == {"tie", "keep"}
+    assert both["swap_rules"]["keep"]["overall"]["itemknn"]["n"] == 2
+
+
+def test_reference_design_judges_each_system_against_the_reference_in_position_a():
+    cfg = ArenaConfig(systems=("pop", "itemknn", "als=runs/x"), reference="itemknn")
+    assert cfg.orders() == [("itemknn", "pop"), ("itemknn", "als")]
+    assert ArenaConfig(systems=("pop", "als")).orders() == [("pop", "als")]  # first = reference
+    both = ArenaConfig(systems=("pop", "als"), both_orders=True).orders()
+    assert both == [("pop", "als"), ("als", "pop")]
+    rr = ArenaConfig(systems=("pop", "als", "bpr"), design="round-robin").orders()
+    assert len(rr) == 6 and ("als", "bpr") in rr and ("bpr", "als") in rr
+    assert ArenaConfig().deviations() == []  # the defaults are the paper's protocol
+    assert any("round-robin" in d for d in ArenaConfig(design="round-robin").deviations())
+    with pytest.raises(ValueError, match="did you mean 'itemknn'"):
+        ArenaConfig(systems=("pop", "itemknn"), reference="itemkn")
+    with pytest.raises(ValueError, match="twice"):
+        ArenaConfig(systems=("pop", "pop"))
+
+
+def test_reference_q_is_from_the_systems_side():
+    from recjudge.evaluators import reference_q
+
+    recs = [
+        rec("ref", "x", "B wins"),  # x beats the reference
+        rec("ref", "x", "B wins"),
+        rec("ref", "x", "Tie"),
+        rec("ref", "x", "A wins"),
+        rec("x", "ref", "A wins"),  # reference in position B: x wins
+        rec("ref", "y", "A wins"),
+        rec("x", "y", "A wins"),  # not against the reference: ignored
+    ]
+    q = reference_q(recs, "ref")
+    assert (q["x"]["win"], q["x"]["tie"], q["x"]["lose"]) == (3, 1, 1)
+    assert q["x"]["q"] == pytest.approx((3 + 1) / (1 + 1))
+    assert q["y"]["q"] == 0.0 and set(q) == {"x", "y"}
+    s = summarize(recs, reference="ref", bootstrap=0)
+    assert s["reference_q"]["overall"]["x"]["q"] == pytest.approx(2.0)
+
+
+def test_swap_rules_on_per_order_records():
+    from recjudge.evaluators import order_flip_rate, swap_rule_records
+
+    per_order = [
+        rec("ref", "x", "A wins", u="1"),
+        rec("x", "ref", "A wins", u="1"),  # both prefer position A: a flip -> tie
+        rec("ref", "x", "B wins", u="2"),
+        rec("x", "ref", "A wins", u="2"),  # consistent: x wins from both sides
+        rec("ref", "y", "Tie", u="1"),  # judged in one order only: kept
+    ]
+    tie = swap_rule_records(per_order, "tie")
+    assert [r["verdict"] for r in tie] == ["Tie", "B wins", "Tie"]
+    assert swap_rule_records(per_order, "keep") == per_order
+    assert order_flip_rate(per_order) == 0.5
+    with pytest.raises(ValueError, match="swap rule"):
+        swap_rule_records(per_order, "drop")
+
+
+def test_correlations_report_p_values():
+    from scipy.stats import pearsonr
+
+    from recjudge.evaluators import correlations
+
+    x = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 5.0}
+    y = {"a": 0.6, "b": 0.7, "c": 0.65, "d": 0.9}
+    c = correlations(x, y)
+    r, p = pearsonr([1, 2, 3, 5], [0.6, 0.7, 0.65, 0.9])
+    assert c["pearson"] == pytest.approx(r) and c["pearson_p"] == pytest.approx(p)
+    assert 0 < c["spearman_p"] <= 1 and c["n"] == 4
+    flat = correlations(x, dict.fromkeys(x, 0.5))
+    assert flat["pearson"] is None and flat["n"] == 4  # undefined, not a warning and nan
+
+
+def test_prompt_defines_the_six_aspects_and_asks_for_each_analysis():
+    from recjudge.evaluators import ASPECT_DEFINITIONS, arena_messages
+
+    msgs = arena_messages("male, 25-34", ["Heat (1995)"], ["Alien (1979)"], ["Up (2009)"], 100)
+    text = msgs[1]["content"]
+    for aspect, definition in ASPECT_DEFINITIONS.items():
+        assert f"- {aspect}: {definition.format(word='movies')}" in text
+    assert "per aspect" in text and '"analysis": {"accuracy"' in text
+    joint = arena_messages("", ["H"], ["A"], ["B"], 100, per_aspect=False)[1]["content"]
+    assert '"analysis": "..."' in joint
 
 
 def test_embedding_similarity_is_cosine():
-    from recjudge.evaluators._arena import embedding_similarity
+    from recjudge.evaluators._arena_systems import embedding_similarity
 
     class M:
         item_index = {"a": 0, "b": 1, "c": 2}
@@ -164,8 +264,11 @@ def test_order_flip_rate_counts_each_pair_once_under_both_swap_rules():
     # (x, z): A wins both times from each side's A = a flip.
     judged = [("x", "y", "A wins", "B wins"), ("x", "z", "A wins", "A wins")]
     for rule in ("tie", "keep"):
-        records = [r for a, b, v_ab, v_ba in judged
-                   for r in pair_records("u1", a, b, both(v_ab), both(v_ba), rule)]  # fmt: skip
+        records = [
+            r
+            for a, b, v_ab, v_ba in judged
+            for r in pair_records("u1", a, b, both(v_ab), both(v_ba), rule)
+        ]
         overall = [r for r in records if r["aspect"] == "overall"]
         assert len(overall) == (2 if rule == "tie" else 4)
         assert all("order_flip" in r for r in overall)

@@ -36,6 +36,17 @@ def emit_kv(d: dict[str, Any], width: int = 16) -> None:
         typer.echo(f"{k:<{width}} {v}")
 
 
+def option_errors(e: Any) -> str:
+    """A pydantic ``ValidationError`` on a command's config as ``--option: problem`` lines
+    (a model-level check has no field and keeps its own words)."""
+    parts = []
+    for x in e.errors():
+        msg = str(x["msg"]).removeprefix("Value error, ")
+        loc = "-".join(map(str, x["loc"])).replace("_", "-")
+        parts.append(f"--{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
 def fail(msg: str, code: int = 2) -> None:
     typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
     raise typer.Exit(code)

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from recjudge._registry import UnknownNameError
-from recjudge.cli._app import app, emit, fail
+from recjudge.cli._app import app, emit, fail, option_errors
 
 arena_app = typer.Typer(
     help="RecSys Arena: pairwise judging, Q and Bradley-Terry.", no_args_is_help=True
@@ -24,35 +24,69 @@ def arena_run(
         "--systems",
         help="CF model names, name=DIR (saved model) or name=FILE (user_id, rank, item_id lists).",
     ),
+    reference: str = typer.Option(
+        None,
+        "--reference",
+        help="The system every other is compared with, in position A (the paper's protocol); "
+        "default: the first of --systems.",
+    ),
+    round_robin: bool = typer.Option(
+        False, "--round-robin", help="Every pair in both orders instead (not the paper's)."
+    ),
+    both_orders: bool = typer.Option(
+        False,
+        "--both-orders",
+        help="Also judge the swapped order; reports swap rules tie and keep beside the paper's.",
+    ),
     model: str = typer.Option("qwen2.5-coder-0.5b", "--model"),
-    users: int = typer.Option(100, "--users"),
-    k: int = typer.Option(5, "--k"),
-    analysis_chars: int = typer.Option(400, "--analysis-chars"),
-    swap_rule: str = typer.Option("tie", "--swap-rule", help="tie or keep."),
-    absolute: bool = typer.Option(True, "--absolute/--no-absolute"),
+    users: int = typer.Option(100, "--users", min=1),
+    k: int = typer.Option(5, "--k", min=1),
+    history_items: int = typer.Option(5, "--history-items", min=1),
+    analysis: str = typer.Option("per-aspect", "--analysis", help="per-aspect or joint."),
+    analysis_chars: int = typer.Option(150, "--analysis-chars", min=1),
+    swap_rule: str = typer.Option("tie", "--swap-rule", help="Round-robin: tie or keep."),
+    absolute: bool = typer.Option(
+        False, "--absolute/--no-absolute", help="Also rate each list on 5 levels (not the paper's)."
+    ),
     similarity: str = typer.Option("genre", "--similarity", help="URD: genre or embedding."),
     seed: int = typer.Option(0, "--seed"),
     out: str = typer.Option("reports/arena", "--out"),
+    as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Judge every pair of systems in both orders (resumable); write report.md + JSON + PNG."""
+    """Judge each system against a reference (or every pair); resumable; write report.md,
+    results.json, verdicts.jsonl and winrates.png."""
+    from pydantic import ValidationError
+
     from recjudge.evaluators import ArenaConfig, run_arena
 
     try:
         cfg = ArenaConfig(
             model=model,
-            systems=tuple(s.strip() for s in systems.split(",")),
+            systems=tuple(s.strip() for s in systems.split(",") if s.strip()),
+            design="round-robin" if round_robin else "reference",
+            reference=reference,
+            both_orders=both_orders,
             users=users,
             k=k,
+            history_items=history_items,
+            analysis=analysis,
             analysis_chars=analysis_chars,
             swap_rule=swap_rule,
             absolute=absolute,
+            similarity=similarity,
             seed=seed,
         )
+    except ValidationError as e:
+        fail(option_errors(e))
+    try:
         r = run_arena(cfg, data, out)
     except (UnknownNameError, ValueError) as e:
         fail(str(e))
+    if as_json:
+        emit({k: v for k, v in r.items() if k != "users"})
+        return
     typer.echo((Path(out) / "report.md").read_text())
-    typer.echo(f"order-flip rate {100 * r['order_flip_rate']:.1f} %; results in {out}")
+    typer.echo(f"results in {out}")
 
 
 @arena_app.command("summarize")

@@ -386,8 +386,13 @@ class Verdicts(Schema):
     Args:
         fields: verdict keys in output order.
         options: the allowed verdicts.
-        analysis_chars: most characters of analysis (no quotes or backslashes).
+        analysis_chars: most characters of analysis (no quotes or backslashes); with
+            ``analysis_fields``, of each field's analysis.
         decision_field: the field whose verdict is the recorded decision.
+        analysis_fields: when given, the analysis is an object with one text per field
+            (``{"analysis": {"accuracy": "...", ...}, "accuracy": ..., ...}``), as RecSys
+            Arena asks for "specific analysis for each aspect". The decision field cannot be
+            one of them (its anchor must occur once).
     """
 
     kind = "verdicts"
@@ -398,8 +403,10 @@ class Verdicts(Schema):
         options: Sequence[str],
         analysis_chars: int = 400,
         decision_field: str | None = None,
+        analysis_fields: Sequence[str] | None = None,
     ) -> None:
         self.fields = _unique(fields)
+        self.analysis_fields = tuple(_unique(analysis_fields)) if analysis_fields else None
         self.options = _unique(options)
         if not self.fields or len(self.options) < 2:
             raise ValueError("Verdicts needs at least one field and two options")
@@ -409,13 +416,19 @@ class Verdicts(Schema):
         if analysis_chars < 1:
             raise ValueError("analysis_chars must be >= 1")
         self.analysis_chars = analysis_chars
+        if self.analysis_fields and self.decision_field in self.analysis_fields:
+            raise ValueError("the decision field cannot have its own analysis")
 
     def ebnf(self, encode: Encoder = json_literal) -> str:
-        parts = [
-            ebnf_literal('{"analysis": "'),
-            f"{FREE_TEXT}{{0,{self.analysis_chars}}}",
-            ebnf_literal('"'),
-        ]
+        text = f"{FREE_TEXT}{{0,{self.analysis_chars}}}"
+        if self.analysis_fields:
+            parts = [ebnf_literal('{"analysis": {')]
+            for i, f in enumerate(self.analysis_fields):
+                lead = ", " if i else ""
+                parts += [ebnf_literal(f'{lead}{json_literal(f)}: "'), text, ebnf_literal('"')]
+            parts.append(ebnf_literal("}"))
+        else:
+            parts = [ebnf_literal('{"analysis": "'), text, ebnf_literal('"')]
         for f in self.fields:
             parts += [ebnf_literal(f", {json_literal(f)}: "), "answer"]
         parts.append(ebnf_literal("}"))
@@ -443,6 +456,8 @@ class Verdicts(Schema):
         obj = _load_json(text)
         if any(obj.get(f) not in self.options for f in self.fields):
             raise SchemaError(f"a verdict is not among the options: {text[:300]!r}")
+        if self.analysis_fields and not isinstance(obj.get("analysis"), dict):
+            raise SchemaError(f"the analysis is not one text per field: {text[:300]!r}")
         return obj
 
 
@@ -451,7 +466,10 @@ _SPEC_FIELDS: dict[str, tuple[type, tuple[str, ...]]] = {
     "evidence_first": (EvidenceFirst, ("titles", "max_evidence")),
     "choice": (Choice, ("options", "analysis_chars", "answer_key")),
     "picks": (Picks, ("labels", "n", "key_name")),
-    "verdicts": (Verdicts, ("fields", "options", "analysis_chars", "decision_field")),
+    "verdicts": (
+        Verdicts,
+        ("fields", "options", "analysis_chars", "decision_field", "analysis_fields"),
+    ),
 }
 _SPEC_ARGS = {"key_name": "key"}
 WIRE_KINDS = frozenset(_SPEC_FIELDS)

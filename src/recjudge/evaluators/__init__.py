@@ -1,12 +1,11 @@
 """Evaluators that reuse the reward core: offline evaluation with imputed feedback,
 augmentation, RecSys Arena, GISTBench, UserSumBench."""
 
-from recjudge.evaluators._arena import (
-    ABSOLUTE,
+from recjudge.evaluators._arena import ArenaConfig, run_arena
+from recjudge.evaluators._arena_metrics import (
     ASPECTS,
     OPTIONS,
-    ArenaConfig,
-    RecSystem,
+    SWAP_RULES,
     auc_of,
     bradley_terry,
     bt_bootstrap,
@@ -18,12 +17,14 @@ from recjudge.evaluators._arena import (
     pair_counts,
     pair_records,
     q_score,
-    run_arena,
+    reference_q,
     summarize,
-    system_from_file,
+    swap_rule_records,
     system_q,
     urd,
 )
+from recjudge.evaluators._arena_prompts import ABSOLUTE, ASPECT_DEFINITIONS, arena_messages
+from recjudge.evaluators._arena_systems import RecSystem, system_from_file
 from recjudge.evaluators._augment import (
     AugmentConfig,
     augment,
@@ -86,6 +87,7 @@ __all__ = [
     "ImputeConfig",
     "RecRun",
     "RunCheck",
+    "arena_messages",
     "augment",
     "augmented_interactions",
     "evaluate_runs",
@@ -123,7 +125,9 @@ __all__ = [
     "user_scores",
     "ABSOLUTE",
     "ASPECTS",
+    "ASPECT_DEFINITIONS",
     "OPTIONS",
+    "SWAP_RULES",
     "ArenaConfig",
     "RecSystem",
     "auc_of",
@@ -137,8 +141,10 @@ __all__ = [
     "pair_records",
     "pair_counts",
     "q_score",
+    "reference_q",
     "run_arena",
     "summarize",
+    "swap_rule_records",
     "system_from_file",
     "system_q",
     "urd",

@@ -16,6 +16,7 @@ from recjudge.reward._judge import (
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore, StoreError, salvage
+from recjudge.reward._stored import StoredAsk, ask_stored, default_result
 from recjudge.reward._sweep import SWEEPABLE, judge_sweep
 
 __all__ = [
@@ -33,10 +34,13 @@ __all__ = [
     "ResultsStore",
     "RunSummary",
     "StoreError",
+    "StoredAsk",
     "ask",
     "ask_shared",
+    "ask_stored",
     "build_messages",
     "cf_identity",
+    "default_result",
     "judge_sweep",
     "request_for",
     "requests_for",

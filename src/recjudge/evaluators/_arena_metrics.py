@@ -1,0 +1,316 @@
+"""RecSys Arena aggregates: pure functions on per-comparison records.
+
+A record is ``{user_id, system_a, system_b, aspect, verdict}`` with the verdict ("A wins",
+"B wins" or "Tie") from the side of the system shown in position A, so ``arena summarize``
+works on records alone (after "RecSys Arena: Pair-wise Recommender System Evaluation with
+Large Language Models", Wu et al., 2024).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from recjudge._util import rng
+
+ASPECTS = ("accuracy", "satisfaction", "inspiration", "content_quality", "transparency", "impact")
+OPTIONS = ("A wins", "B wins", "Tie")
+SWAP_RULES = ("tie", "keep")
+
+
+# -- the order swap ------------------------------------------------------------------------
+def q_score(win: float, tie: float, lose: float) -> float:
+    """Q = (N_win + N_tie) / (N_lose + N_tie) (RecSys Arena); inf when A never loses or ties
+    against a win, nan with no comparisons."""
+    num, den = win + tie, lose + tie
+    if den == 0:
+        return float("inf") if num > 0 else float("nan")
+    return num / den
+
+
+def flip(verdict: str) -> str:
+    return {"A wins": "B wins", "B wins": "A wins"}.get(verdict, verdict)
+
+
+def combine_orders(v_ab: str, v_ba: str, rule: str = "tie") -> list[str]:
+    """Verdicts of (A, B) and of the swapped order (B, A), both from their own A's side.
+
+    With ``tie``, agreement keeps the verdict and a flip (position bias) becomes a tie; with
+    ``keep``, both orders are returned as separate A-side verdicts.
+    """
+    back = flip(v_ba)  # the swapped judgment, seen from the original A
+    if rule == "keep":
+        return [v_ab, back]
+    return [v_ab] if v_ab == back else ["Tie"]
+
+
+def pair_records(
+    user: str, a: str, b: str, ab: dict[str, str], ba: dict[str, str], rule: str
+) -> list[dict[str, Any]]:
+    """Verdict records of one (user, A, B) judged in both orders (``ab``, ``ba``: aspect ->
+    verdict, each from its own A's side). Every overall record carries ``order_flip``: the
+    overall verdict changed with the order (``keep`` writes two overall records)."""
+    flips = flip(ba["overall"]) != ab["overall"]
+    out = []
+    for aspect in (*ASPECTS, "overall"):
+        for v in combine_orders(ab[aspect], ba[aspect], rule):
+            rec = {"user_id": user, "system_a": a, "system_b": b, "aspect": aspect, "verdict": v}
+            if aspect == "overall":
+                rec["order_flip"] = flips
+            out.append(rec)
+    return out
+
+
+def order_flip_rate(records: Sequence[dict[str, Any]]) -> float | None:
+    """Share of (user, A, B) pairs judged in both orders whose overall verdict changes with
+    the order (position bias); one vote per pair. Works on combined records that carry
+    ``order_flip`` (``pair_records``) and on per-order records (each order its own record,
+    paired here). ``None`` when no pair was judged in both orders."""
+    overall = [r for r in records if r["aspect"] == "overall"]
+    if any("order_flip" in r for r in overall):
+        pairs = {(r["user_id"], r["system_a"], r["system_b"]): bool(r.get("order_flip"))
+                 for r in overall}  # fmt: skip
+        return sum(pairs.values()) / len(pairs) if pairs else None
+    seen: dict[tuple[str, str, str], dict[str, Any]] = {}
+    flips = []
+    for r in overall:
+        key = (r["user_id"], *sorted((r["system_a"], r["system_b"])))
+        if key not in seen:
+            seen[key] = r
+        elif r["system_a"] != seen[key]["system_a"]:  # the swapped order
+            flips.append(flip(r["verdict"]) != seen[key]["verdict"])
+    return sum(flips) / len(flips) if flips else None
+
+
+def pair_counts(
+    records: Sequence[dict[str, Any]], aspect: str = "overall"
+) -> dict[tuple[str, str], dict[str, float]]:
+    """Win/tie/lose counts, percentages and Q per unordered pair, from the first system's
+    side (pairs are keyed in sorted order)."""
+    out: dict[tuple[str, str], dict[str, float]] = {}
+    for r in records:
+        if r["aspect"] != aspect:
+            continue
+        a, b, v = r["system_a"], r["system_b"], r["verdict"]
+        if a > b:
+            a, b, v = b, a, flip(v)
+        c = out.setdefault((a, b), {"win": 0, "tie": 0, "lose": 0})
+        c[{"A wins": "win", "B wins": "lose", "Tie": "tie"}[v]] += 1
+    for c in out.values():
+        n = c["win"] + c["tie"] + c["lose"]
+        c["n"] = n
+        for k in ("win", "tie", "lose"):
+            c[f"{k}_pct"] = 100.0 * c[k] / n if n else 0.0
+        c["q"] = q_score(c["win"], c["tie"], c["lose"])
+    return out
+
+
+def system_q(records: Sequence[dict[str, Any]], aspect: str = "overall") -> dict[str, float]:
+    """Each system's Q over all its comparisons."""
+    tally: dict[str, list[float]] = {}
+    for r in records:
+        if r["aspect"] != aspect:
+            continue
+        for sys_, v in ((r["system_a"], r["verdict"]), (r["system_b"], flip(r["verdict"]))):
+            t = tally.setdefault(sys_, [0, 0, 0])
+            t[{"A wins": 0, "Tie": 1, "B wins": 2}[v]] += 1
+    return {s: q_score(*t) for s, t in tally.items()}
+
+
+def reference_q(
+    records: Sequence[dict[str, Any]], reference: str, aspect: str = "overall"
+) -> dict[str, dict[str, float]]:
+    """Each system against ``reference`` (RecSys Arena Table 2): win/tie/lose counts from the
+    system's side, and Q = (N_win + N_tie) / (N_lose + N_tie). Records between two
+    non-reference systems are ignored; a record may show the reference in either position."""
+    out: dict[str, dict[str, float]] = {}
+    for r in records:
+        if r["aspect"] != aspect or reference not in (r["system_a"], r["system_b"]):
+            continue
+        if r["system_a"] == reference:
+            other, v = r["system_b"], flip(r["verdict"])  # seen from the other system
+        else:
+            other, v = r["system_a"], r["verdict"]
+        c = out.setdefault(other, {"win": 0, "tie": 0, "lose": 0})
+        c[{"A wins": "win", "B wins": "lose", "Tie": "tie"}[v]] += 1
+    for c in out.values():
+        c["n"] = c["win"] + c["tie"] + c["lose"]
+        c["q"] = q_score(c["win"], c["tie"], c["lose"])
+    return dict(sorted(out.items()))
+
+
+def swap_rule_records(records: Sequence[dict[str, Any]], rule: str) -> list[dict[str, Any]]:
+    """Per-order records (each judged order its own record, verdict from its own A's side)
+    combined under a swap rule: ``keep`` returns them as they are; ``tie`` keeps one record
+    per (user, pair, aspect) in the first-seen order, a tie where the two orders disagree
+    (position bias). A pair judged in one order only is kept as it is."""
+    if rule not in SWAP_RULES:
+        raise ValueError(f"unknown swap rule {rule!r}; use one of {SWAP_RULES}")
+    if rule == "keep":
+        return list(records)
+    first: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    second: dict[tuple[str, str, str, str], dict[str, Any]] = {}
+    for r in records:
+        a, b = r["system_a"], r["system_b"]
+        key = (r["user_id"], *sorted((a, b)), r["aspect"])
+        (second if key in first else first)[key] = r
+    out = []
+    for key, r in first.items():
+        back = second.get(key)
+        if back is None:
+            out.append(dict(r))
+            continue
+        v = combine_orders(r["verdict"], back["verdict"], "tie")[0]
+        out.append({**r, "verdict": v})
+    return out
+
+
+def bradley_terry(
+    records: Sequence[dict[str, Any]], aspect: str = "overall", iters: int = 500, tol: float = 1e-10
+) -> dict[str, float]:
+    """Bradley-Terry log-strengths by Hunter's MM algorithm (ties count half a win each),
+    centred to mean 0. P(i beats j) = 1 / (1 + exp(s_j - s_i))."""
+    recs = [r for r in records if r["aspect"] == aspect]
+    systems = sorted({r["system_a"] for r in recs} | {r["system_b"] for r in recs})
+    if not systems:
+        return {}
+    ix = {s: i for i, s in enumerate(systems)}
+    n = len(systems)
+    wins = np.zeros((n, n))
+    for r in recs:
+        a, b = ix[r["system_a"]], ix[r["system_b"]]
+        v = r["verdict"]
+        if v == "A wins":
+            wins[a, b] += 1
+        elif v == "B wins":
+            wins[b, a] += 1
+        else:
+            wins[a, b] += 0.5
+            wins[b, a] += 0.5
+    games = wins + wins.T
+    w = wins.sum(1) + 1e-3  # a tiny prior keeps a winless system finite
+    p = np.ones(n)
+    for _ in range(iters):
+        denom = (games / (p[:, None] + p[None, :] + 1e-300)).sum(1) + 2e-3 / (p + 1)
+        new = w / denom
+        new /= np.exp(np.log(new).mean())
+        if np.max(np.abs(new - p)) < tol:
+            p = new
+            break
+        p = new
+    s = np.log(p)
+    return {sys_: float(s[i] - s.mean()) for sys_, i in ix.items()}
+
+
+def bt_bootstrap(
+    records: Sequence[dict[str, Any]], n: int = 200, seed: int = 0, aspect: str = "overall"
+) -> dict[str, tuple[float, float]]:
+    """95 % CIs of Bradley-Terry strengths by resampling comparisons (Chatbot Arena style)."""
+    recs = [r for r in records if r["aspect"] == aspect]
+    if not recs or n == 0:
+        return {}
+    g = rng("bt-bootstrap", seed)
+    draws: dict[str, list[float]] = {}
+    for _ in range(n):
+        sample = [recs[i] for i in g.integers(0, len(recs), len(recs))]
+        for s, v in bradley_terry(sample, aspect).items():
+            draws.setdefault(s, []).append(v)
+    return {
+        s: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for s, v in draws.items()
+    }
+
+
+def correlations(x: dict[str, float], y: dict[str, float]) -> dict[str, float | None]:
+    """Pearson r and Spearman rho between two per-system scores, each with its two-sided
+    p-value (the paper reports Pearson with p; with a handful of systems a p-value is what
+    says whether r means anything). Finite values of shared systems only; fewer than three
+    give ``None``."""
+    from scipy.stats import pearsonr, spearmanr
+
+    keys = [k for k in x if k in y and _finite(x[k]) and _finite(y[k])]
+    none = {"pearson": None, "pearson_p": None, "spearman": None, "spearman_p": None}
+    a, b = [x[k] for k in keys], [y[k] for k in keys]
+    if len(keys) < 3 or np.ptp(a) == 0 or np.ptp(b) == 0:  # r is undefined on a constant
+        return {**none, "n": len(keys)}
+    pr, sr = pearsonr(a, b), spearmanr(a, b)
+    return {
+        "pearson": float(pr[0]),
+        "pearson_p": float(pr[1]),
+        "spearman": float(sr[0]),
+        "spearman_p": float(sr[1]),
+        "n": len(keys),
+    }
+
+
+def _finite(v: Any) -> bool:
+    return v is not None and bool(np.isfinite(v))
+
+
+def summarize(
+    records: Sequence[dict[str, Any]],
+    auc: dict[str, float] | None = None,
+    bootstrap: int = 200,
+    seed: int = 0,
+    reference: str | None = None,
+) -> dict[str, Any]:
+    """Every aggregate from per-comparison records; with ``reference``, also each system's Q
+    against it per aspect (``reference_q``) and its correlation with AUC."""
+    for i, r in enumerate(records):
+        missing = {"user_id", "system_a", "system_b", "aspect", "verdict"} - set(r)
+        if missing:
+            raise ValueError(f"record {i + 1}: missing field(s) {sorted(missing)}")
+        if r["verdict"] not in OPTIONS:
+            raise ValueError(f"record {i + 1}: verdict {r['verdict']!r} is not one of {OPTIONS}")
+    aspects = sorted({r["aspect"] for r in records}, key=lambda a: (a != "overall", a))
+    pairs = {
+        a: {f"{x} vs {y}": c for (x, y), c in pair_counts(records, a).items()} for a in aspects
+    }
+    bt = bradley_terry(records)
+    ci = bt_bootstrap(records, bootstrap, seed)
+    q = system_q(records)
+    out: dict[str, Any] = {
+        "comparisons": sum(1 for r in records if r["aspect"] == "overall"),
+        "pairs": pairs,
+        "system_q": q,
+        "bradley_terry": {
+            s: {"strength": v, "ci95": ci.get(s)}
+            for s, v in sorted(bt.items(), key=lambda kv: -kv[1])
+        },
+    }
+    if reference is not None:
+        out["reference"] = reference
+        out["reference_q"] = {a: reference_q(records, reference, a) for a in aspects}
+    if auc:
+        out["corr_q_auc"] = correlations(q, auc)
+        out["corr_bt_auc"] = correlations(bt, auc)
+        if reference is not None:
+            ref_q = {s: c["q"] for s, c in out["reference_q"].get("overall", {}).items()}
+            out["corr_reference_q_auc"] = correlations(ref_q, auc)
+    return out
+
+
+# -- offline list metrics -------------------------------------------------------------
+def urd(items: Sequence[str], sim: Callable[[str, str], float]) -> float:
+    """URD = 1 - mean pairwise similarity within the list (list diversity)."""
+    pairs = list(itertools.combinations(items, 2))
+    return 1.0 - float(np.mean([sim(a, b) for a, b in pairs])) if pairs else 0.0
+
+
+def ndcg_at(items: Sequence[str], targets: set[str], k: int = 5) -> float:
+    """nDCG@k with binary relevance: sum 1/log2(rank+1) over hits / ideal."""
+    dcg = sum(1 / np.log2(r + 2) for r, it in enumerate(items[:k]) if it in targets)
+    ideal = sum(1 / np.log2(r + 2) for r in range(min(k, len(targets))))
+    return dcg / ideal if ideal else 0.0
+
+
+def auc_of(scores: np.ndarray, target: int, exclude: Sequence[int]) -> float:
+    """Share of candidate negatives scored below the target (ties count half)."""
+    mask = np.ones(len(scores), dtype=bool)
+    mask[list(exclude)] = False
+    mask[target] = False
+    neg = scores[mask]
+    t = scores[target]
+    return float((np.sum(neg < t) + 0.5 * np.sum(neg == t)) / max(len(neg), 1))
