@@ -48,20 +48,24 @@ def test_bad_taxonomy_file_names_the_line(tmp_path):
         load_categories(p)
 
 
+SHORT = ["insufficient_imp+", "insufficient_exp+"]
+
+
 @pytest.mark.parametrize(
     ("counts", "verified", "reasons"),
     [
         ({"imp+": 3}, True, []),
-        ({"imp+": 2}, False, ["insufficient_imp+"]),
+        ({"imp+": 2}, False, SHORT),
         ({"exp+": 2}, True, []),
         ({"exp+": 1, "imp+": 2}, True, []),
-        ({"exp+": 1, "imp+": 1}, False, ["insufficient_exp+"]),
-        ({"imp+": 5, "imp-": 4}, False, ["excess_negatives"]),
+        ({"exp+": 1, "imp+": 1}, False, SHORT),
+        ({"imp+": 5, "imp-": 4}, False, ["excess_imp-"]),
         ({"imp+": 5, "imp-": 3}, True, []),
-        ({"exp+": 2, "exp-": 3}, False, ["excess_negatives"]),
+        ({"exp+": 2, "exp-": 3}, False, ["excess_exp-"]),
         ({"exp+": 2, "exp-": 2}, True, []),
-        ({"imp-": 4}, False, ["excess_negatives", "insufficient_imp+"]),
-        ({}, False, ["no_evidence"]),
+        # Failure modes are not exclusive (Table 7): every one that applies is named.
+        ({"imp-": 4, "exp-": 3}, False, [*SHORT, "excess_imp-", "excess_exp-"]),
+        ({}, False, ["no_evidence", *SHORT]),
     ],
 )
 def test_predicate_table(counts, verified, reasons):
@@ -70,10 +74,62 @@ def test_predicate_table(counts, verified, reasons):
 
 def test_predicate_thresholds_are_configurable_and_described():
     strict = Predicate(imp_pos=5, max_exp_neg=0)
-    assert strict.check({"imp+": 4}) == (False, ["insufficient_imp+"])
-    assert strict.check({"imp+": 5, "exp-": 1}) == (False, ["excess_negatives"])
+    assert strict.check({"imp+": 4}) == (False, SHORT)
+    assert strict.check({"imp+": 5, "exp-": 1}) == (False, ["excess_exp-"])
     words = strict.describe()
     assert "at least 5 implicit_positive" in words and "more than 0 explicit_negative" in words
+
+
+def test_failure_modes_are_shares_of_unverified_interests():
+    recs = [
+        {**rec("u", "m", 1, False, 0, 0), "reasons": ["no_evidence", *SHORT]},
+        {**rec("u", "m", 2, False, 0, 0), "reasons": ["excess_imp-"]},
+        {**rec("u", "m", 3, True, 0, 0), "reasons": []},
+        {**rec("u", "m", 4, True, 0, 0), "reasons": []},
+    ]
+    s = gist_scores(recs)["m"]
+    assert s["unverified"] == 2
+    # Over the 2 unverified interests (not all 4), and summing to more than 100 %.
+    assert s["failure_pct"] == {
+        "excess_imp-": 50.0,
+        "insufficient_exp+": 50.0,
+        "insufficient_imp+": 50.0,
+        "no_evidence": 50.0,
+    }
+
+
+def test_specificity_evidence_is_sampled_from_the_cited_set():
+    from recjudge.evaluators._gist import specificity_evidence
+
+    cited = [str(i) for i in range(12)]
+    picks = {tuple(specificity_evidence(cited, 5, ("s", n))) for n in range(20)}
+    assert all(len(p) == 5 and set(p) <= set(cited) for p in picks)
+    assert len(picks) > 1  # sampled, not the first five
+    assert specificity_evidence(cited, 5, ("s", 1)) == specificity_evidence(cited, 5, ("s", 1))
+    assert specificity_evidence(["a", "b", "a"], 5, 0) == ["a", "b"]
+
+
+def test_citation_rule_is_instructed_and_counted_not_enforced_by_default():
+    from recjudge.evaluators._gist_pipeline import _count_citations, _Interest
+
+    def interests():
+        return [_Interest("u", "m", f"i{k}", ["x", "y"]) for k in range(3)]
+
+    kept = interests()
+    _count_citations(kept, 2, enforce=False)
+    assert [it.ids for it in kept] == [["x", "y"]] * 3
+    assert [it.over_limit_citations for it in kept] == [0, 0, 2]
+    dropped = interests()
+    _count_citations(dropped, 2, enforce=True)
+    assert dropped[2].ids == [] and dropped[2].over_limit_citations == 2
+
+
+def test_defaults_are_the_papers_protocol():
+    cfg = GistConfig()
+    assert cfg.deviations() == []
+    assert cfg.max_history is None and cfg.max_interests is None and cfg.taxonomy == "full"
+    devs = GistConfig(max_history=100, max_interests=8, taxonomy="shortlist").deviations()
+    assert len(devs) == 3 and any("325" in d for d in devs)
 
 
 def test_user_scores_by_hand_with_taxonomy():
@@ -192,7 +248,9 @@ def test_gist_end_to_end_one_real_user(smollm, tmp_path):
         max_ids=5,
         options=8,
         pool_size=60,
+        taxonomy="shortlist",
         shortlist=6,
+        agreement_sample=2,
     )
     llms = {"smollm2-135m": smollm}
     r = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
@@ -211,7 +269,12 @@ def test_gist_end_to_end_one_real_user(smollm, tmp_path):
     for k in ("ig_p", "ig_r", "ig_f1", "is"):
         assert 0.0 <= s[k] <= 1.0
     assert (tmp_path / "pr.png").stat().st_size > 1000
-    assert "IG_F1" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "IG_F1" in report and "grammar caps" in report  # deviations named in the header
+    # The shortlist's agreement with the full 325-category choice is measured and reported.
+    agree = r["taxonomy_agreement"]
+    assert agree["n"] == min(2, len({x["interest"] for x in lines}))
+    assert 0 <= agree["agree"] <= agree["n"] and "agrees with the full" in report
     oracle = json.loads((tmp_path / "oracle.json").read_text())["oracle"]
     assert set(oracle) == set(r["users"])
     # The scorer on the written records reproduces the run's scores.
@@ -246,8 +309,12 @@ def test_gist_score_cli_on_records(tmp_path):
 
 
 def _profile_line(user, interests):
-    return json.dumps({"user_id": user, "interests": [
-        {"name": n, "object_ids": ids} for n, ids in interests]}) + "\n"  # fmt: skip
+    return (
+        json.dumps(
+            {"user_id": user, "interests": [{"name": n, "object_ids": ids} for n, ids in interests]}
+        )
+        + "\n"
+    )
 
 
 def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
@@ -265,7 +332,11 @@ def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
         ("mine", "war movies", [h[0], h[1], h[2]])
     ]
     assert (check.profiles, check.unknown_users, check.outside_history, check.merged) == (
-        2, 1, 1, 1)  # fmt: skip
+        2,
+        1,
+        1,
+        1,
+    )
     assert "'99999'" in check.examples["outside_history"][0]
     bad = [
         ('{"user_id": "1", "interests": {}}\n', "interests"),
@@ -286,9 +357,10 @@ def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp
     a, b = tmp_path / "sys_a.jsonl", tmp_path / "sys_b.jsonl"
     a.write_text(_profile_line("1", [("classic films", h[:3]), ("science fiction", h[3:5])]))
     b.write_text(_profile_line("1", [("comedy movies", h[5:8])]))
-    cfg = GistConfig(judge="smollm2-135m", options=6, pool_size=60, taxonomy=False)
-    r = verify_profiles(cfg, "ml-100k", [a, b], tmp_path / "out", llms={"smollm2-135m": smollm},
-                        progress=False)  # fmt: skip
+    cfg = GistConfig(judge="smollm2-135m", options=6, pool_size=60, taxonomy="off")
+    r = verify_profiles(
+        cfg, "ml-100k", [a, b], tmp_path / "out", llms={"smollm2-135m": smollm}, progress=False
+    )
     lines = [json.loads(x) for x in (tmp_path / "out/interests.jsonl").read_text().splitlines()]
     assert sorted(x["model"] for x in lines) == ["sys_a", "sys_a", "sys_b"]
     for x in lines:

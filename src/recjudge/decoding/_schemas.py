@@ -317,6 +317,11 @@ class QAPairs(Schema):
 
 
 # -- cited list ---------------------------------------------------------------------------
+def _more(cap: int | None) -> str:
+    """EBNF repetition for the ``cap - 1`` further elements of a list (``*``: no cap)."""
+    return "*" if cap is None else f"{{0,{cap - 1}}}"
+
+
 class CitedList(Schema):
     """``[{"<text_key>": "<2..N words>", "ids": ["id", ...]}, ...]`` with ids from a set.
 
@@ -327,8 +332,8 @@ class CitedList(Schema):
         text_key: name of the free-text field.
         max_words: most words in the text field (words are letters, digits, ``&'-``).
         min_words: fewest words.
-        max_items: most list entries.
-        max_ids: most ids per entry.
+        max_items: most list entries (``None``: no cap; the token budget bounds it).
+        max_ids: most ids per entry (``None``: no cap).
     """
 
     kind = "cited_list"
@@ -339,14 +344,16 @@ class CitedList(Schema):
         text_key: str = "interest",
         max_words: int = 5,
         min_words: int = 1,
-        max_items: int = 8,
-        max_ids: int = 10,
+        max_items: int | None = 8,
+        max_ids: int | None = 10,
     ) -> None:
         self.ids = _unique(ids)
         if not self.ids:
             raise ValueError("CitedList needs at least one id")
         if not 1 <= min_words <= max_words:
             raise ValueError("need 1 <= min_words <= max_words")
+        if any(n is not None and n < 1 for n in (max_items, max_ids)):
+            raise ValueError("max_items and max_ids must be >= 1 or None")
         self.text_key, self.max_words, self.min_words = text_key, max_words, min_words
         self.max_items, self.max_ids = max_items, max_ids
 
@@ -357,11 +364,11 @@ class CitedList(Schema):
             ebnf_literal("{" + json_literal(self.text_key) + ': "')
             + f" word {more_w} "
             + ebnf_literal('", "ids": [')
-            + f' id (", " id){{0,{self.max_ids - 1}}} '
+            + f' id (", " id){_more(self.max_ids)} '
             + ebnf_literal("]}")
         )
         return (
-            f'root ::= "[" entry (", " entry){{0,{self.max_items - 1}}} "]"\n'
+            f'root ::= "[" entry (", " entry){_more(self.max_items)} "]"\n'
             f"entry ::= {entry}\nword ::= {word}\nid ::= {_alternatives(self.ids, encode)}"
         )
 

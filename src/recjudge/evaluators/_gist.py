@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -99,25 +99,29 @@ class Predicate(BaseModel):
         )
 
     def check(self, counts: Mapping[str, int]) -> tuple[bool, list[str]]:
-        """(verified, failure reasons) for signal counts of the surviving, distinct objects.
+        """(verified, failure modes) for signal counts of the surviving, distinct objects.
 
-        Reasons: ``no_evidence`` (nothing survived), ``excess_negatives``, and, when the
-        positives fall short, ``insufficient_exp+`` if the object set has explicit positives
-        (the explicit paths were open) else ``insufficient_imp+``.
+        Failure modes are not exclusive (GISTBench Table 7 counts them over unverified
+        interests): ``no_evidence`` (no cited object survived the judge's filter),
+        ``insufficient_imp+`` and ``insufficient_exp+`` (a positive path fell short: both
+        are named when no positive path is met), ``excess_imp-`` and ``excess_exp-`` (more
+        negatives than allowed). A verified interest has none.
         """
         c = {s: int(counts.get(s, 0)) for s in SIGNALS}
-        if sum(c.values()) == 0:
-            return False, ["no_evidence"]
         reasons = []
-        if c["imp-"] > self.max_imp_neg or c["exp-"] > self.max_exp_neg:
-            reasons.append("excess_negatives")
+        if sum(c.values()) == 0:
+            reasons.append("no_evidence")
         positive = (
             c["imp+"] >= self.imp_pos
             or c["exp+"] >= self.exp_pos
             or (c["exp+"] >= self.mixed_exp and c["imp+"] >= self.mixed_imp)
         )
         if not positive:
-            reasons.append("insufficient_exp+" if c["exp+"] > 0 else "insufficient_imp+")
+            reasons += ["insufficient_imp+", "insufficient_exp+"]
+        if c["imp-"] > self.max_imp_neg:
+            reasons.append("excess_imp-")
+        if c["exp-"] > self.max_exp_neg:
+            reasons.append("excess_exp-")
         return not reasons, reasons
 
 
@@ -205,9 +209,11 @@ def gist_scores(
         for u in users:
             rs = [r for r in mine if str(r["user_id"]) == u]
             per_user[u] = user_scores(rs, oracle_sets.get(u, set()))
+        # Failure modes over unverified interests; one interest may show several.
+        unverified = [r for r in mine if not r["verified"]]
         reasons: dict[str, int] = {}
-        for r in mine:
-            for why in r.get("reasons") or []:
+        for r in unverified:
+            for why in dict.fromkeys(r.get("reasons") or []):
                 reasons[why] = reasons.get(why, 0) + 1
         n = len(mine)
         out[m] = {
@@ -217,7 +223,8 @@ def gist_scores(
             },
             "interests": n,
             "verified_pct": 100 * sum(bool(r["verified"]) for r in mine) / n if n else 0.0,
-            "failure_pct": {k: 100 * v / n for k, v in sorted(reasons.items())},
+            "unverified": len(unverified),
+            "failure_pct": {k: 100 * v / len(unverified) for k, v in sorted(reasons.items())},
             "users": per_user,
         }
     return out
@@ -266,6 +273,17 @@ def global_pool(
     return list(pool)
 
 
+def specificity_evidence(cited: Sequence[str], n: int, seed: Any) -> list[str]:
+    """The specificity question's evidence: ``min(|O_j|, n)`` objects sampled without
+    replacement from the interest's cited set ``O_j`` (GISTBench 4.3), seeded and
+    process-independent; whether the judge kept them does not matter here."""
+    cited = list(dict.fromkeys(cited))
+    if len(cited) <= n:
+        return cited
+    pick = rng("gist-evidence", seed).choice(len(cited), n, replace=False)
+    return [cited[i] for i in sorted(pick.tolist())]
+
+
 def specificity_options(
     evidence: Sequence[str], distractors: Sequence[str], seed: Any
 ) -> tuple[list[str], list[bool]]:
@@ -281,27 +299,38 @@ def normalize_interest(text: str) -> str:
 
 # -- configuration ------------------------------------------------------------------------
 class GistConfig(BaseModel):
-    """GISTBench settings.
+    """GISTBench settings. Defaults are the paper's protocol; every other value is a deviation
+    that ``deviations()`` names for the report header.
 
     Attributes:
         models: models under test (presets, paths or Hugging Face ids).
         judge: the verifying judge model (separate from the models under test).
         users: users evaluated (sampled by sha256 of the id).
         min_history: users with fewer interactions are not sampled.
-        max_history: most recent engagements considered (None: all).
+        max_history: most recent engagements considered (``None``, the paper: the whole
+            history, in chunks of ``chunk_size``).
         chunk_size: engagements per extraction prompt (the paper: 100).
-        max_interests: most interests per chunk.
-        max_ids: most cited objects per interest.
+        max_interests: a grammar cap on interests per chunk (``None``, the paper: no cap;
+            the answer is bounded by ``extraction_tokens``).
+        max_ids: a grammar cap on cited objects per interest (``None``: no cap).
+        extraction_tokens: token budget of one extraction answer; a cut answer keeps its
+            complete entries (counted as incomplete).
         words: interest length in words (min, max).
-        max_citations: an object may support at most this many interests (extra citations
-            are dropped and counted).
+        max_citations: the prompt asks to cite an object in at most this many interests
+            (the paper's rule, instructed only).
+        enforce_citations: drop citations beyond ``max_citations`` (counted either way).
         predicate: the verification rule.
-        evidence_for_specificity: n = min(cited, this).
-        options: evidence + distractors shown per specificity question.
-        pool_size: global distractor pool size.
-        taxonomy: map interests to the 325 categories (False: each interest is its own
-            category).
-        shortlist: categories offered per interest after the embedding shortlist.
+        evidence_for_specificity: n = min(|O_j|, this) evidence objects, sampled from the
+            interest's cited set O_j (the paper: 5).
+        options: evidence + distractors shown per specificity question (the paper: 50).
+        pool_size: global distractor pool size (the paper: 1000).
+        taxonomy: ``full`` (the paper: the judge picks among all 325 categories),
+            ``shortlist`` (among ``shortlist`` categories preselected by embedding and
+            trigram similarity; its agreement with ``full`` is measured on
+            ``agreement_sample`` interests and reported) or ``off`` (each interest is its
+            own category).
+        shortlist: categories offered per interest with ``taxonomy="shortlist"``.
+        agreement_sample: interests asked both ways to measure the shortlist's agreement.
         batch_size: questions per engine call (never changes a result).
         seed: sampling seed.
     """
@@ -312,20 +341,54 @@ class GistConfig(BaseModel):
     judge: str = "qwen2.5-coder-0.5b"
     users: int = Field(30, ge=1)
     min_history: int = Field(20, ge=1)
-    max_history: int | None = Field(100, ge=1)
+    max_history: int | None = Field(None, ge=1)
     chunk_size: int = Field(100, ge=5)
-    max_interests: int = Field(8, ge=1)
-    max_ids: int = Field(10, ge=1)
+    max_interests: int | None = Field(None, ge=1)
+    max_ids: int | None = Field(None, ge=1)
+    extraction_tokens: int = Field(1024, ge=16)
     words: tuple[int, int] = (2, 5)
     max_citations: int = Field(2, ge=1)
+    enforce_citations: bool = False
     predicate: Predicate = Predicate()
     evidence_for_specificity: int = Field(5, ge=1)
     options: int = Field(50, ge=2)
     pool_size: int = Field(1000, ge=10)
-    taxonomy: bool = True
+    taxonomy: Literal["full", "shortlist", "off"] = "full"
     shortlist: int = Field(24, ge=2)
+    agreement_sample: int = Field(50, ge=0)
     batch_size: int = Field(8, ge=1)
     seed: int = 0
+
+    def deviations(self) -> list[str]:
+        """How this configuration departs from the paper's protocol."""
+        out = []
+        if self.max_history is not None:
+            out.append(f"only the latest {self.max_history} engagements (the paper: all)")
+        if self.chunk_size != 100:
+            out.append(f"chunks of {self.chunk_size} engagements (the paper: 100)")
+        if self.max_interests is not None or self.max_ids is not None:
+            out.append(
+                f"grammar caps: {self.max_interests or 'any'} interests per chunk, "
+                f"{self.max_ids or 'any'} ids per interest (the paper: none)"
+            )
+        if self.enforce_citations:
+            out.append(
+                f"citations beyond {self.max_citations} per object are dropped (the paper "
+                "only instructs the rule)"
+            )
+        if self.evidence_for_specificity != 5 or self.options != 50 or self.pool_size != 1000:
+            out.append(
+                f"specificity with n <= {self.evidence_for_specificity} of {self.options} "
+                f"options from a pool of {self.pool_size} (the paper: 5 of 50 from 1000)"
+            )
+        if self.taxonomy == "shortlist":
+            out.append(
+                f"taxonomy choice among a {self.shortlist}-category shortlist (the paper: all "
+                "325; agreement with the full choice is reported)"
+            )
+        elif self.taxonomy == "off":
+            out.append("no taxonomy: each interest is its own category (the paper maps to 325)")
+        return out
 
 
 # -- prompts ---------------------------------------------------------------------------------
@@ -408,6 +471,24 @@ def taxonomy_messages(interest: str, names: Sequence[str]) -> list[dict[str, str
     ]
 
 
+def taxonomy_full_messages(names: Sequence[str]) -> list[dict[str, str]]:
+    """The taxonomy question over every category, with the interest in the slot at the very
+    end (so the long category list is a prefix shared by all interests)."""
+    from recjudge.reward import SLOT
+
+    return [
+        {"role": "system", "content": "You file interests under a category."},
+        {
+            "role": "user",
+            "content": "Categories:\n"
+            + "\n".join(f"- {n}" for n in names)
+            + "\n\nWhich single category above fits the interest below best? Answer as JSON: "
+            '{"category": "<category>"}\n'
+            f"Interest: {SLOT}",
+        },
+    ]
+
+
 # -- embeddings and the taxonomy shortlist -------------------------------------------------
 def embed_texts(llm: Any, texts: Sequence[str], batch: int = 32) -> np.ndarray:
     """Mean-pooled last hidden states of ``llm`` for ``texts``, L2-normalised (a cheap
@@ -485,14 +566,17 @@ def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
 
 def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
     s = results["scores"]
+    devs = list(results.get("deviations", config.deviations()))
     lines = [
         f"# GISTBench on {data}",
         "",
         f"Judge: `{config.judge}`; {len(results['users'])} users (>= {config.min_history} "
         f"interactions, most recent {config.max_history or 'all'}), chunks of "
         f"{config.chunk_size}, {config.options} options per specificity question, pool of "
-        f"{results['pool_size']}, taxonomy {'on' if config.taxonomy else 'off'}, seed "
-        f"{config.seed}. Wall time {results['wall_seconds']} s.",
+        f"{results['pool_size']}, taxonomy {config.taxonomy}, seed {config.seed}. "
+        f"Wall time {results['wall_seconds']} s.",
+        "",
+        "**Deviations from the paper:** " + ("; ".join(devs) if devs else "none") + ".",
         "",
         "Medians over users (higher is better).",
         "",
@@ -504,15 +588,25 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
             f"| {m} | {v['ig_p']:.3f} | {v['ig_r']:.3f} | {v['ig_f1']:.3f} | {v['is']:.3f} | "
             f"{v['interests']} | {v['verified_pct']:.1f} |"
         )
-    lines += ["", "Failure modes (% of each model's interests; one interest can have two):", ""]
+    lines += ["", "Failure modes (% of each model's unverified interests; not exclusive):", ""]
     for m, v in s.items():
         fm = ", ".join(f"{k} {p:.1f}%" for k, p in v["failure_pct"].items()) or "none"
-        lines.append(f"- {m}: {fm}")
+        lines.append(f"- {m} ({v.get('unverified', 0)} unverified): {fm}")
+    agree = results.get("taxonomy_agreement")
+    if agree:
+        lines += [
+            "",
+            f"Shortlist taxonomy agrees with the full 325-category choice on "
+            f"{agree['agree']} of {agree['n']} sampled interests "
+            f"({agree['agree_pct']:.1f} %).",
+        ]
     lines += [
         "",
         f"Extraction answers cut by the token budget (complete entries kept): "
-        f"{results['incomplete_extractions']}; citations dropped by the "
-        f"{config.max_citations}-interests-per-object rule: {results['dropped_citations']}; "
+        f"{results['incomplete_extractions']}; citations beyond the instructed "
+        f"{config.max_citations}-interests-per-object rule: "
+        f"{results.get('over_limit_citations', 0)} "
+        f"({'dropped' if config.enforce_citations else 'kept, as the paper'}); "
         "distractors the judge called related but used to fill the option list (least "
         f"related first): {results['filled_distractors']}.",
         "",

@@ -33,8 +33,10 @@ from recjudge.evaluators._gist import (
     normalize_interest,
     relevance_messages,
     shortlist_categories,
+    specificity_evidence,
     specificity_messages,
     specificity_options,
+    taxonomy_full_messages,
     taxonomy_messages,
 )
 from recjudge.evaluators._runs import Tally
@@ -46,7 +48,7 @@ class _Interest:
     model: str
     interest: str
     ids: list[str]
-    dropped_citations: int = 0
+    over_limit_citations: int = 0  # citations of objects already cited max_citations times
 
 
 @dataclass
@@ -104,8 +106,13 @@ def _ask_stored(run: _Run, llm: Any, asks: Sequence[_Ask], desc: str, sampling: 
     bar = run.bar(len(todo), desc)
     for b in range(0, len(todo), run.config.batch_size):
         part = todo[b : b + run.config.batch_size]
-        answers = ask(llm, [a.messages for a in part], [a.schema for a in part],
-                      sampling=sampling, decode_rows=1)  # fmt: skip
+        answers = ask(
+            llm,
+            [a.messages for a in part],
+            [a.schema for a in part],
+            sampling=sampling,
+            decode_rows=1,
+        )
         run.store.put_many(
             (q.key, q.request, q.result(a)) for q, a in zip(part, answers, strict=True)
         )
@@ -169,13 +176,19 @@ def _extract(run: _Run) -> tuple[list[_Interest], int]:
 
     c = run.config
     jobs = _extraction_jobs(run)
-    budget = SamplingConfig(max_new_tokens=c.max_interests * (12 + 6 * c.max_ids))
+    budget = SamplingConfig(max_new_tokens=c.extraction_tokens)
     for m in c.models:
         asks = [
-            _Ask(key, {"kind": "extract", "model": m, "user_id": u}, msgs, schema,
-                 lambda a: {"value": a.value, "text": a.text, "complete": a.value is not None})
-            for key, mm, u, msgs, schema in jobs if mm == m
-        ]  # fmt: skip
+            _Ask(
+                key,
+                {"kind": "extract", "model": m, "user_id": u},
+                msgs,
+                schema,
+                lambda a: {"value": a.value, "text": a.text, "complete": a.value is not None},
+            )
+            for key, mm, u, msgs, schema in jobs
+            if mm == m
+        ]
         _ask_stored(run, run.llm(m), asks, f"extract {m}", budget)
         if m != c.judge:
             run.llms.pop(m, None)  # free memory before the next model
@@ -206,19 +219,21 @@ def _salvage(text: str) -> list[dict[str, Any]]:
     return out
 
 
-def _cap_citations(interests: list[_Interest], max_citations: int) -> None:
-    """An object supports at most ``max_citations`` interests per model and user; later
-    citations are dropped and counted on the interest."""
+def _count_citations(interests: list[_Interest], max_citations: int, enforce: bool) -> None:
+    """The paper's rule "cite an object in at most ``max_citations`` interests" (per model
+    and user) is instructed in the prompt; here each citation beyond it is counted on its
+    interest, and dropped only with ``enforce``."""
     uses: dict[tuple[str, str, str], int] = {}
     for it in interests:
         kept = []
         for i in it.ids:
             k = (it.model, it.user_id, i)
-            if uses.get(k, 0) < max_citations:
-                uses[k] = uses.get(k, 0) + 1
-                kept.append(i)
-            else:
-                it.dropped_citations += 1
+            uses[k] = uses.get(k, 0) + 1
+            if uses[k] > max_citations:
+                it.over_limit_citations += 1
+                if enforce:
+                    continue
+            kept.append(i)
         it.ids = kept
 
 
@@ -290,28 +305,106 @@ def _ground(run: _Run, interests: Sequence[_Interest]) -> list[dict[str, Any]]:
                 "counts": counts,
                 "verified": verified,
                 "reasons": reasons,
-                "dropped_citations": it.dropped_citations,
+                "over_limit_citations": it.over_limit_citations,
             }
         )
     return records
 
 
-def _categorize(run: _Run, records: list[dict[str, Any]]) -> None:
-    """Each unique interest string -> one of the 325 categories (shared by all models)."""
-    if not run.config.taxonomy:
+def _categorize(run: _Run, records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each unique interest string -> one of the 325 categories (shared by all models):
+    chosen among all of them (``full``, the paper) or among a shortlist, whose agreement with
+    the full choice is then measured on a seeded sample and returned."""
+    c = run.config
+    if c.taxonomy == "off":
         for r in records:
             r["category_id"] = normalize_interest(r["interest"])
-        return
+        return {}
+    categories = load_categories()
+    uniq = sorted({r["interest"] for r in records})
+    extra: dict[str, Any] = {}
+    if c.taxonomy == "full":
+        chosen = _taxonomy_full(run, uniq, categories)
+    else:
+        chosen = _taxonomy_shortlist(run, uniq, categories)
+        order = rng("gist-taxonomy-agreement", c.seed).permutation(len(uniq))
+        sample = [uniq[i] for i in order[: c.agreement_sample]]
+        if sample:
+            full = _taxonomy_full(run, sample, categories)
+            agree = sum(full[s] == chosen[s] for s in sample)
+            extra["taxonomy_agreement"] = {
+                "n": len(sample),
+                "agree": agree,
+                "agree_pct": 100.0 * agree / len(sample),
+            }
+    for r in records:
+        r["category_id"] = chosen[r["interest"]]
+        r["category"] = categories[r["category_id"]]
+    return extra
+
+
+def _category_result(cat_ids: list[int], cat_names: list[str]) -> Any:
+    def result(a: Any) -> dict[str, Any]:
+        return {
+            "category_id": cat_ids[cat_names.index(a.value["category"])],
+            "category": a.value["category"],
+        }
+
+    return result
+
+
+def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:
+    """The judge picks one of all the categories; the category list is a prefix shared by
+    every interest (encoded once), the interest sits at the end."""
+    from recjudge.decoding import Choice
+    from recjudge.llm import SamplingConfig
+    from recjudge.reward import ask_shared
+
+    c = run.config
+    cat_ids, cat_names = list(categories), list(categories.values())
+    msgs = taxonomy_full_messages(cat_names)
+    keys = {
+        s: stable_hash(GIST_PROMPT_VERSION, "taxonomy-full", c.judge, msgs, s) for s in interests
+    }
+    have = run.store.get_many(list(keys.values()))
+    todo = [s for s in interests if keys[s] not in have]
+    schema, result = Choice(cat_names, answer_key="category"), _category_result(cat_ids, cat_names)
+    bar = run.bar(len(todo), "judge: taxonomy (325)")
+    for b in range(0, len(todo), c.batch_size):
+        part = todo[b : b + c.batch_size]
+        answers = ask_shared(
+            run.judge,
+            msgs,
+            part,
+            schema,
+            sampling=SamplingConfig(max_new_tokens=48),
+            decode_rows=len(part),
+        )
+        run.store.put_many(
+            (keys[s], {"kind": "taxonomy-full", "interest": s}, result(a))
+            for s, a in zip(part, answers, strict=True)
+        )
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
+    got = run.store.get_many(list(keys.values()))
+    return {s: got[keys[s]]["category_id"] for s in interests}
+
+
+def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:
+    """The judge picks among ``shortlist`` categories preselected by similarity (faster; a
+    deviation from the paper)."""
     from recjudge.decoding import Choice
     from recjudge.llm import SamplingConfig
 
     c = run.config
-    categories = load_categories()
     cat_ids, cat_names = list(categories), list(categories.values())
-    uniq = sorted({r["interest"] for r in records})
-    tkeys = {s: stable_hash(GIST_PROMPT_VERSION, "taxonomy", c.judge, s, c.shortlist) for s in uniq}
-    have = run.store.get_many(list(tkeys.values()))
-    todo = [s for s in uniq if tkeys[s] not in have]
+    keys = {
+        s: stable_hash(GIST_PROMPT_VERSION, "taxonomy", c.judge, s, c.shortlist) for s in interests
+    }
+    have = run.store.get_many(list(keys.values()))
+    todo = [s for s in interests if keys[s] not in have]
     if todo:
         short = shortlist_categories(
             embed_texts(run.judge, todo),
@@ -323,17 +416,18 @@ def _categorize(run: _Run, records: list[dict[str, Any]]) -> None:
         asks = []
         for i, name in enumerate(todo):
             names = [cat_names[j] for j in short[i]]
-            asks.append(_Ask(
-                tkeys[name], {"kind": "taxonomy", "interest": name},
-                taxonomy_messages(name, names), Choice(names, answer_key="category"),
-                lambda a: {"category_id": cat_ids[cat_names.index(a.value["category"])],
-                           "category": a.value["category"]},
-            ))  # fmt: skip
+            asks.append(
+                _Ask(
+                    keys[name],
+                    {"kind": "taxonomy", "interest": name},
+                    taxonomy_messages(name, names),
+                    Choice(names, answer_key="category"),
+                    _category_result(cat_ids, cat_names),
+                )
+            )
         _ask_stored(run, run.judge, asks, "judge: taxonomy", SamplingConfig(max_new_tokens=48))
-    got = run.store.get_many(list(tkeys.values()))
-    for r in records:
-        r["category_id"] = got[tkeys[r["interest"]]]["category_id"]
-        r["category"] = categories[r["category_id"]]
+    got = run.store.get_many(list(keys.values()))
+    return {s: got[keys[s]]["category_id"] for s in interests}
 
 
 # -- 3. specificity ------------------------------------------------------------------------
@@ -391,13 +485,14 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
     pool = global_pool({str(u): sorted(map(str, s)) for u, s in by_user}, c.pool_size, c.seed)
     jobs = []
     for r in records:
-        evidence = (r["surviving"] or r["cited"])[: c.evidence_for_specificity]
+        seed = (c.seed, r["user_id"], r["model"], r["interest"])
+        # n = min(|O_j|, 5) objects sampled from the cited set O_j (GISTBench 4.3).
+        evidence = specificity_evidence(r["cited"], c.evidence_for_specificity, seed)
         if not evidence or len(evidence) >= c.options:
             r["correct"], r["backing"] = 0, 0
             continue
         # Distractors are never the user's own items, however old (GISTBench 4.3).
         seen = set(run.ds.history(r["user_id"])["item_id"].astype(str))
-        seed = (c.seed, r["user_id"], r["model"], r["interest"])
         order = rng("gist-distractors", seed).permutation(len(pool))
         jobs.append((r, evidence, [pool[i] for i in order if pool[i] not in seen], seed))
     chosen = _distractors(run, jobs)
@@ -412,10 +507,15 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
         key = stable_hash(GIST_PROMPT_VERSION, "specificity", c.judge, msgs, schema.key())
         pkeys.append((key, r, msgs, schema, is_ev))
     asks = [
-        _Ask(key, {"kind": "specificity", "interest": r["interest"]}, msgs, schema,
-             lambda a: {"picks": a.value})
+        _Ask(
+            key,
+            {"kind": "specificity", "interest": r["interest"]},
+            msgs,
+            schema,
+            lambda a: {"picks": a.value},
+        )
         for key, r, msgs, schema, _ in sorted(pkeys, key=lambda p: len(p[2][1]["content"]))
-    ]  # fmt: skip
+    ]
     budget = SamplingConfig(max_new_tokens=8 * c.evidence_for_specificity + 16)
     _ask_stored(run, run.judge, asks, "judge: specificity", budget)
     got = run.store.get_many([p[0] for p in pkeys])
@@ -426,11 +526,12 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
     return len(pool)
 
 
-def _verify(run: _Run, interests: list[_Interest]) -> tuple[list[dict[str, Any]], int]:
-    _cap_citations(interests, run.config.max_citations)
+def _verify(run: _Run, interests: list[_Interest]) -> tuple[list[dict[str, Any]], dict]:
+    """Ground, categorize and test specificity; the records and run-level facts."""
+    _count_citations(interests, run.config.max_citations, run.config.enforce_citations)
     records = _ground(run, interests)
-    _categorize(run, records)
-    return records, _specificity(run, records)
+    extra = _categorize(run, records)
+    return records, {"pool_size": _specificity(run, records), **extra}
 
 
 def _finish(run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: float) -> dict:
@@ -446,10 +547,11 @@ def _finish(run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: f
     atomic_write_json(out / "oracle.json", {"oracle": oracle})
     results = {
         "config": run.config.model_dump(),
+        "deviations": run.config.deviations(),
         "data": data,
         "users": run.users,
         **extra,
-        "dropped_citations": sum(r["dropped_citations"] for r in records),
+        "over_limit_citations": sum(r.get("over_limit_citations", 0) for r in records),
         "filled_distractors": sum(r.get("filled", 0) for r in records),
         "wall_seconds": round(time.time() - t0, 1),
         "scores": scores,
@@ -486,11 +588,11 @@ def run_gist(
     run = _open_run(config, ds, users, out, llms, progress, config.max_history)
     try:
         interests, incomplete = _extract(run)
-        records, pool = _verify(run, interests)
+        records, facts = _verify(run, interests)
     finally:
         run.store.close()
     return _finish(
-        run, records, out, data, None, {"pool_size": pool, "incomplete_extractions": incomplete}, t0
+        run, records, out, data, None, {**facts, "incomplete_extractions": incomplete}, t0
     )
 
 
@@ -632,7 +734,7 @@ def verify_profiles(
     users = sorted({it.user_id for it in interests} | set(oracle or {}))
     run = _open_run(config, ds, users, out, llms, progress, None)
     try:
-        records, pool = _verify(run, interests)
+        records, facts = _verify(run, interests)
     finally:
         run.store.close()
     return _finish(
@@ -641,6 +743,6 @@ def verify_profiles(
         out,
         data,
         dict(oracle) if oracle else None,
-        {"pool_size": pool, "incomplete_extractions": 0, "profiles": checks},
+        {**facts, "incomplete_extractions": 0, "profiles": checks},
         t0,
     )
