@@ -62,6 +62,32 @@ def test_config_round_trip():
         BriefExperimentConfig(sigma_source="both")
 
 
+def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
+    from types import SimpleNamespace
+
+    from recjudge.bench._brief import _analyse, judges_for
+
+    cfg = BriefExperimentConfig(model="smollm2-135m", sampling="paper", samples=4, bootstrap=0)
+    judge = judges_for(cfg, smollm, None, ["no-behavior"])["no-behavior"]
+    s = judge.config.sampling
+    assert (s.do_sample, s.temperature, s.top_p, s.top_k) == (True, 0.7, 0.8, 20)
+    assert judge.config.samples == 4
+    greedy = judges_for(BriefExperimentConfig(model="smollm2-135m"), smollm, None, ["zero-shot"])
+    assert not greedy["zero-shot"].config.sampling.do_sample
+    # % positive is over samples: a pair with 1 YES in 4 samples (majority NO) counts 25 %.
+    reqs = [SimpleNamespace(meta={"kind": "rating", "level": lv, "rating": lv}) for lv in (1, 5)]
+    js = [
+        SimpleNamespace(is_relevant=False, p_yes=0.25),
+        SimpleNamespace(is_relevant=True, p_yes=1.0),
+    ]
+    sampled = _analyse(reqs, {"m": js}, cfg)["m"]["pct_positive_by_level"]
+    assert sampled == {1: 25.0, 5: 100.0}
+    read_out = _analyse(reqs, {"m": js}, cfg.model_copy(update={"sampling": "greedy"}))
+    assert read_out["m"]["pct_positive_by_level"] == {1: 0.0, 5: 100.0}
+    assert "the paper's sampling" in cfg.sampling_note()
+    assert "deviation" in BriefExperimentConfig().sampling_note()
+
+
 @pytest.mark.slow
 def test_brief_beta_tiny_real_run(smollm, tmp_path):
     cfg = BriefExperimentConfig(model="smollm2-135m", users=2, betas=(0, 40), bootstrap=20)

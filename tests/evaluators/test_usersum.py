@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,11 +14,15 @@ from recjudge.evaluators import (
     UserSumConfig,
     bleu,
     make_mcq,
+    regenerate_messages,
     rouge_l,
     rouge_n,
     run_usersum,
     segment,
+    summary_messages,
     summary_quality,
+    time_range,
+    time_segments,
     usersum_metrics,
 )
 
@@ -90,6 +95,48 @@ def test_segments_are_contiguous_chronological_and_large_enough(n, min_size, max
     assert max(sizes) - min(sizes) <= 1
 
 
+@given(
+    gaps=st.lists(st.integers(0, 10**6), min_size=1, max_size=300),
+    min_count=st.integers(2, 60),
+    max_seg=st.integers(1, 8),
+)
+@settings(max_examples=200, deadline=None)
+def test_time_segments_cover_the_timeline_and_respect_time(gaps, min_count, max_seg):
+    t = np.cumsum(gaps).astype(float)
+    segs = time_segments(t, min_count, max_seg)
+    n = len(t)
+    assert segs[0][0] == 0 and segs[-1][1] == n and len(segs) <= max_seg
+    assert all(segs[i][1] == segs[i + 1][0] for i in range(len(segs) - 1))
+    if len(segs) > 1:
+        assert min(b - a for a, b in segs) >= min_count
+    # A cut never separates activities with the same time: segments are time windows.
+    assert all(t[b - 1] < t[b] for _, b in segs[:-1])
+
+
+def test_time_segments_follow_bursts_not_counts():
+    day = 86400.0
+    t = [0.0] * 30 + [100 * day + i for i in range(30)]  # two bursts 100 days apart
+    assert time_segments(t, 20, 4) == [(0, 30), (30, 60)]
+    assert segment(60, 20, 4) == [(0, 20), (20, 40), (40, 60)]  # counts ignore time
+    assert time_segments(sorted([3.0, 1.0]), 5, 2) == [(0, 2)]
+    with pytest.raises(ValueError, match="chronological"):
+        time_segments([2.0, 1.0], 1, 2)
+
+
+def test_prompts_carry_time_range_and_regeneration_sees_what_failed():
+    acts = [{"text": "Heat (1995)", "rating": 5.0}]
+    single = summary_messages(acts, "Summarize", 50)[1]["content"]
+    assert "Only state" not in single and " from " not in single.split("\n")[0]
+    seg = summary_messages(acts, "Summarize", 50, "1999-01-01 to 1999-02-01")[1]["content"]
+    assert seg.startswith("My activities from 1999-01-01 to 1999-02-01")
+    failed = ["- Question: Which genre? Your summary's answer: 'Westerns'. The log says: crime"]
+    regen = regenerate_messages(acts, "Summarize", 50, "1999", "I love Westerns.", failed)
+    text = regen[1]["content"]
+    assert "I love Westerns." in text and failed[0] in text and "from 1999" in text
+    assert time_range([{"t": 915148800.0}, {"t": 917827200.0}]) == "1999-01-01 to 1999-02-01"
+    assert time_range([{"t": 3.0}, {"t": 9.0}]) == ""  # no real time (Book-Crossing)
+
+
 def test_config_round_trip():
     cfg = UserSumConfig(summarizers=("hierarchy",), users=4, word_limit=80, runs=2)
     assert UserSumConfig.model_validate_json(cfg.model_dump_json()) == cfg
@@ -121,8 +168,15 @@ def test_usersum_end_to_end_one_real_user(smollm, tmp_path):
     sums = [json.loads(x) for x in (tmp_path / "summaries.jsonl").read_text().splitlines()]
     assert len(sums) == 2 and all(s["text"] for s in sums)
     hier = [s for s in sums if s["summarizer"] == "hierarchy"]
-    assert all(s["segments"] == 2 for s in hier)  # 40 past activities, segments of >= 20
-    assert all(len(s["audit"]) == 2 and s["audit"][0][0]["round"] == 0 for s in hier)
+    for s in hier:  # time windows of >= 20 of the 40 past activities, each with its dates
+        assert 1 <= s["segments"] <= 2 and len(s["time_ranges"]) == s["segments"]
+        assert all(r[:2] in ("19", "20") for r in s["time_ranges"])
+        assert len(s["audit"]) == s["segments"] and s["audit"][0][0]["round"] == 0
+        # Exactly the segments the verifier failed in round 0 were regenerated.
+        failed = sum(
+            not a[0]["query_consistent"] or a[0]["qa_inconsistent"] > 0 for a in s["audit"]
+        )
+        assert s["regenerated"] == failed
     assert (tmp_path / "metrics.png").stat().st_size > 1000
     assert "QM" in (tmp_path / "report.md").read_text()
     again = run_usersum(cfg, "ml-1m", tmp_path, llms=llms, progress=False)  # resumes

@@ -17,9 +17,10 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from recjudge._util import rng
+from recjudge.bench._brief import JudgeSampling
 
 AUG_KS = (5, 10, 15, 20)
 METHODS = (
@@ -38,7 +39,7 @@ METHODS = (
 LABELLING = ("cf-only", "zero-shot", "non-adaptive", "no-behavior", "item-item", "brief")
 
 
-class AugmentConfig(BaseModel):
+class AugmentConfig(JudgeSampling):
     """Settings of ``brief-augment``.
 
     Attributes:
@@ -239,6 +240,8 @@ def bench_brief_augment(
 def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
     lines = [
         f"# BRIEF training-data augmentation on {config.data} (Tables 4-5)",
+        "",
+        f"Judge decoding: {config.sampling_note()}.",
         "",
         f"{len(r['users'])} augmented users; candidates = top-{config.candidates} of `{config.cf}` "
         f"(trained on past ratings >= {config.positive_rating}) minus seen; each method adds its "

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -23,7 +23,33 @@ CF_MODES = ("brief", "non-adaptive", "cf-only", "item-item")
 ALL_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item")
 
 
-class BriefExperimentConfig(BaseModel):
+class JudgeSampling(BaseModel):
+    """How every BRIEF bench decodes the judge.
+
+    Attributes:
+        sampling: ``greedy`` (our default: one greedy read-out per pair; its reward is the
+            verdict and p_yes the YES-branch probability) or ``paper`` (BRIEF's decoding:
+            T 0.7, top-p 0.8, top-k 20, ``samples`` samples per pair; a pair's reward is
+            the share of YES samples, so "% positive" is over samples as in the paper).
+        samples: samples per pair with ``paper``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    sampling: Literal["greedy", "paper"] = "greedy"
+    samples: int = Field(5, ge=1)
+
+    def sampling_note(self) -> str:
+        """The decoding in words, for a report header."""
+        if self.sampling == "paper":
+            return (
+                f"the paper's sampling (T 0.7, top-p 0.8, top-k 20, {self.samples} samples per "
+                "pair; % positive over samples)"
+            )
+        return "greedy read-out (a deviation: the paper samples; `--sampling paper`)"
+
+
+class BriefExperimentConfig(JudgeSampling):
     """Settings shared by the BRIEF experiments.
 
     Attributes:
@@ -73,8 +99,9 @@ def rating_level(rating: float, scale_max: float) -> int:
 
 
 # -- statistics (pure) ------------------------------------------------------------------------
-def level_table(levels: Sequence[int], positive: Sequence[bool]) -> dict[int, float]:
-    """Percentage of positive rewards per rating level."""
+def level_table(levels: Sequence[int], positive: Sequence[float]) -> dict[int, float]:
+    """Percentage of positive rewards per rating level (``positive``: a verdict per pair, or
+    the share of YES samples per pair)."""
     out: dict[int, float] = {}
     lv, pos = np.asarray(levels), np.asarray(positive, dtype=float)
     for v in sorted(set(lv.tolist())):
@@ -333,9 +360,15 @@ def judges_for(
 ) -> dict[str, Any]:
     """Reward read-out judges on ``config.model``: a mode name (beta ``config.beta``, sigma
     from ``cf``), or ``(name, mode, CF model, beta)``. ``config`` needs ``model``, ``beta``,
-    ``history_items`` and ``decode_rows``."""
+    ``history_items`` and ``decode_rows`` (and, from ``JudgeSampling``, ``sampling`` and
+    ``samples``)."""
+    from recjudge.llm import SamplingConfig
     from recjudge.reward import Judge, JudgeConfig
 
+    paper = getattr(config, "sampling", "greedy") == "paper"
+    decoding = (
+        {"sampling": SamplingConfig.paper(config.seed), "samples": config.samples} if paper else {}
+    )
     judges = {}
     for s in settings:
         name, mode, model, beta = (s, s, cf, config.beta) if isinstance(s, str) else s
@@ -346,6 +379,7 @@ def judges_for(
             need_evidence=False,
             max_history=config.history_items,
             decode_rows=config.decode_rows,
+            **decoding,
         )
         judges[name] = Judge(jc, llm=llm, cf=model if mode in CF_MODES else None)
     return judges
@@ -369,7 +403,11 @@ def _analyse(
     for name, js in results.items():
         levels = [reqs[i].meta["level"] for i in rating_idx]
         ratings = [reqs[i].meta["rating"] for i in rating_idx]
-        table = level_table(levels, [js[i].is_relevant for i in rating_idx])
+        # Sampled: the share of YES samples (the paper's % positive over samples).
+        sampled = config.sampling == "paper"
+        table = level_table(
+            levels, [js[i].p_yes if sampled else js[i].is_relevant for i in rating_idx]
+        )
         pos = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 1]
         neg = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 0]
         out[name] = {
@@ -447,7 +485,7 @@ def bench_brief_ratings(
         f"ratings >= {cf['positive']['min_rating']}); {len(info['users'])} users, "
         f"{info['pairs_per_level']} held-out pairs per rating level (balanced), "
         f"{info['relevance_pairs']} relevance pairs (held-out future item vs. never-rated item, "
-        f"1:1); {config.history_items} history items shown; reward read-out (greedy); "
+        f"1:1); {config.history_items} history items shown; {config.sampling_note()}; "
         f"bootstrap {config.bootstrap}; seed {config.seed}. Wall time {res['wall_seconds']} s.",
         "",
         "| mode | % positive at level 1..5 | rho (levels) | tau (levels) | pair Spearman "
@@ -498,21 +536,30 @@ def bench_brief_beta(
         "",
         f"Judge `{config.model}` in brief mode, sigma from `{config.cf}` "
         f"[{config.sigma_source}]; {len(info['users'])} users, {info['pairs_per_level']} pairs "
-        f"per rating level, {info['relevance_pairs']} relevance pairs; seed {config.seed}. "
-        f"Wall time {res['wall_seconds']} s.",
+        f"per rating level, {info['relevance_pairs']} relevance pairs; {config.sampling_note()};"
+        f" seed {config.seed}. Wall time {res['wall_seconds']} s.",
         "",
-        "| beta | rho (levels) | pair Spearman [95 % CI] | relevance AUC [95 % CI] | % positive |",
-        "|---|---|---|---|---|",
+        "| beta | rho (levels) | tau (levels) | pair Spearman [95 % CI] | relevance AUC [95 % CI] "
+        "| % positive |",
+        "|---|---|---|---|---|---|",
     ]
     for name, a in analysis.items():
         ps, ra = a["pair_spearman"], a["relevance_auc"]
         allpos = np.mean(list(a["pct_positive_by_level"].values()))
         lines.append(
-            f"| {name.split('=')[1]} | {_fmt(a['spearman'])} | {_fmt(ps['rho'])} "
+            f"| {name.split('=')[1]} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
+            f"{_fmt(ps['rho'])} "
             f"[{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} [{_fmt(ra['lo'])}, "
             f"{_fmt(ra['hi'])}] | {allpos:.1f} |"
         )
-    lines += ["", "![Spearman vs beta](beta.png)"]
+    lines += [
+        "",
+        "Left panel as the paper's Figure 3: Spearman rho and Kendall tau between the rating "
+        "level and the % of positive rewards at that level (n = 5 levels). Right: per-pair "
+        "measures (Spearman of p_yes with the rating, 95 % CI; relevance AUC - 0.5).",
+        "",
+        "![rho and tau vs beta](beta.png)",
+    ]
     write_report(out, res, lines)
     return res
 
@@ -542,26 +589,40 @@ def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimen
 
 
 def _plot_beta(config: BriefExperimentConfig, analysis: Mapping[str, Any], path: Path) -> None:
+    """Figure 3: level rho and tau against beta; per-pair measures in a second panel."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def nan(values: Sequence[float | None]) -> list[float]:
+        return [np.nan if v is None else v for v in values]
+
     betas = [float(n.split("=")[1]) for n in analysis]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    rho = [a["pair_spearman"]["rho"] for a in analysis.values()]
-    lo = [a["pair_spearman"]["lo"] for a in analysis.values()]
-    hi = [a["pair_spearman"]["hi"] for a in analysis.values()]
-    ax.plot(betas, [np.nan if v is None else v for v in rho], marker="o", label="pair Spearman")
-    if all(v is not None for v in lo + hi):
-        ax.fill_between(betas, lo, hi, alpha=0.2, label="95 % CI")
-    aucs = [a["relevance_auc"]["auc"] for a in analysis.values()]
-    ax.plot(betas, [np.nan if v is None else v - 0.5 for v in aucs], marker="s", label="AUC - 0.5")
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xlabel("beta")
-    ax.set_ylabel("correlation with rating / AUC - 0.5")
-    ax.set_title(f"BRIEF beta sweep ({config.model}, {config.data})")
-    ax.legend()
+    a = list(analysis.values())
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
+    left.plot(betas, nan([x["spearman"] for x in a]), marker="o", label="Spearman rho (levels)")
+    left.plot(betas, nan([x["kendall"] for x in a]), marker="s", label="Kendall tau (levels)")
+    left.set_title("Figure 3: rating level vs % positive")
+    left.set_ylabel("correlation")
+    rho = nan([x["pair_spearman"]["rho"] for x in a])
+    lo, hi = nan([x["pair_spearman"]["lo"] for x in a]), nan([x["pair_spearman"]["hi"] for x in a])
+    right.plot(betas, rho, marker="o", label="pair Spearman")
+    if not np.isnan(lo + hi).any():
+        right.fill_between(betas, lo, hi, alpha=0.2, label="95 % CI")
+    aucs = [x["relevance_auc"]["auc"] for x in a]
+    right.plot(
+        betas,
+        nan([None if v is None else v - 0.5 for v in aucs]),
+        marker="s",
+        label="relevance AUC - 0.5",
+    )
+    right.set_title("per-pair measures")
+    for ax in (left, right):
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xlabel("beta")
+        ax.legend(fontsize=8)
+    fig.suptitle(f"BRIEF beta sweep ({config.model}, {config.data})")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

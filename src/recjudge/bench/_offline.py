@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from recjudge._util import rng
+from recjudge.bench._brief import JudgeSampling
 
 KS = (10, 20)
 
@@ -92,7 +93,7 @@ def exposure_mask(
     ]
 
 
-class OfflineConfig(BaseModel):
+class OfflineConfig(JudgeSampling):
     """Settings of ``brief-offline``.
 
     Attributes:
@@ -291,7 +292,7 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
         "online results; here the log is *simulated*: a popularity-biased exposure policy "
         "decides which of each user's future items were logged. Recall is not in the gap "
         "table (imputation cannot know the number of relevant items); it is listed in the "
-        "per-system tables only.",
+        "per-system tables only. Judge decoding: " + config.sampling_note() + ".",
         "",
         f"{len(r['users'])} users; the last {int(config.future_fraction * 100)} % of each "
         f"timeline (ratings >= {config.positive_rating}) is the online truth; a popularity-biased "

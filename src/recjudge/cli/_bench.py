@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from recjudge.cli._app import app
@@ -117,11 +119,44 @@ def bench_cf_cmd(
     typer.echo(f"SASRec gap to paper: {r['gap_to_paper']}")
 
 
+SAMPLING_HELP = (
+    "greedy (one read-out per pair) or paper (T 0.7, top-p 0.8, top-k 20, --samples per pair; "
+    "% positive over samples, as BRIEF)."
+)
+
+
+def _sampling_opt() -> Any:
+    return typer.Option("greedy", "--sampling", help=SAMPLING_HELP)
+
+
+def _samples_opt() -> Any:
+    return typer.Option(5, "--samples", min=1, help="Samples per pair with --sampling paper.")
+
+
+def _config(cls: Any, **kw: Any) -> Any:
+    """A bench config from options; a bad value is a one-line error naming the option."""
+    from pydantic import ValidationError
+
+    from recjudge.cli._app import fail, option_errors
+
+    try:
+        return cls(**kw)
+    except ValidationError as e:
+        fail(option_errors(e))
+
+
 def _brief_config(model, data, users, seed, cf, bootstrap, **extra):
     from recjudge.bench import BriefExperimentConfig
 
-    return BriefExperimentConfig(
-        model=model, data=data, users=users, seed=seed, cf=cf, bootstrap=bootstrap, **extra
+    return _config(
+        BriefExperimentConfig,
+        model=model,
+        data=data,
+        users=users,
+        seed=seed,
+        cf=cf,
+        bootstrap=bootstrap,
+        **extra,
     )
 
 
@@ -134,6 +169,8 @@ def bench_brief_ratings_cmd(
     cf: str = typer.Option("als", "--cf", help="CF model giving sigma."),
     beta: float = typer.Option(25.0, "--beta"),
     bootstrap: int = typer.Option(1000, "--bootstrap"),
+    sampling: str = _sampling_opt(),
+    samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-ratings/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -141,7 +178,9 @@ def bench_brief_ratings_cmd(
     from recjudge.bench import bench_brief_ratings
     from recjudge.cli._app import emit
 
-    cfg = _brief_config(model, data, users, seed, cf, bootstrap, beta=beta)
+    cfg = _brief_config(
+        model, data, users, seed, cf, bootstrap, beta=beta, sampling=sampling, samples=samples
+    )
     r = bench_brief_ratings(cfg, out or f"reports/brief-ratings/{data}-{model}")
     if as_json:
         emit(r["modes"])
@@ -162,6 +201,8 @@ def bench_brief_beta_cmd(
     cf: str = typer.Option("als", "--cf"),
     sigma_source: str = typer.Option("positive", "--sigma-source", help="positive or all."),
     bootstrap: int = typer.Option(1000, "--bootstrap"),
+    sampling: str = _sampling_opt(),
+    samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-beta/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -169,7 +210,17 @@ def bench_brief_beta_cmd(
     from recjudge.bench import bench_brief_beta
     from recjudge.cli._app import emit
 
-    cfg = _brief_config(model, data, users, seed, cf, bootstrap, sigma_source=sigma_source)
+    cfg = _brief_config(
+        model,
+        data,
+        users,
+        seed,
+        cf,
+        bootstrap,
+        sigma_source=sigma_source,
+        sampling=sampling,
+        samples=samples,
+    )
     r = bench_brief_beta(cfg, out or f"reports/brief-beta/{data}-{model}")
     if as_json:
         emit(r["betas"])
@@ -194,6 +245,8 @@ def bench_brief_offline_cmd(
     ),
     cf: str = typer.Option("als", "--cf", help="CF imputer and sigma source: als, sasrec, bpr."),
     seed: int = typer.Option(0, "--seed"),
+    sampling: str = _sampling_opt(),
+    samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-offline/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -201,7 +254,8 @@ def bench_brief_offline_cmd(
     from recjudge.bench import OfflineConfig, bench_brief_offline
     from recjudge.cli._app import emit
 
-    cfg = OfflineConfig(
+    cfg = _config(
+        OfflineConfig,
         model=model,
         data=data,
         users=users,
@@ -210,6 +264,8 @@ def bench_brief_offline_cmd(
         judges=tuple(s.strip() for s in imputers.split(",") if s.strip()),
         cf=cf,
         seed=seed,
+        sampling=sampling,
+        samples=samples,
     )
     r = bench_brief_offline(cfg, out or f"reports/brief-offline/{data}-{model}")
     if as_json:
@@ -230,6 +286,8 @@ def bench_brief_augment_cmd(
     seeds: int = typer.Option(3, "--seeds"),
     seed: int = typer.Option(0, "--seed", help="User sampling seed."),
     sasrec_epochs: int = typer.Option(30, "--sasrec-epochs", help="Epochs per SASRec retrain."),
+    sampling: str = _sampling_opt(),
+    samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-augment/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
@@ -237,7 +295,8 @@ def bench_brief_augment_cmd(
     from recjudge.bench import AugmentConfig, bench_brief_augment
     from recjudge.cli._app import emit
 
-    cfg = AugmentConfig(
+    cfg = _config(
+        AugmentConfig,
         model=model,
         data=data,
         users=users,
@@ -247,6 +306,8 @@ def bench_brief_augment_cmd(
         seeds=seeds,
         seed=seed,
         sasrec_epochs=sasrec_epochs,
+        sampling=sampling,
+        samples=samples,
     )
     r = bench_brief_augment(cfg, out or f"reports/brief-augment/{data}-{model}")
     if as_json:

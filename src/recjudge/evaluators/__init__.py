@@ -66,18 +66,19 @@ from recjudge.evaluators._runs import (
     restrict_to,
     write_qrels,
 )
-from recjudge.evaluators._usersum import (
+from recjudge.evaluators._usersum import UserSumConfig, run_usersum, time_range
+from recjudge.evaluators._usersum_metrics import (
     TASKS,
-    UserSumConfig,
     bleu,
     make_mcq,
     rouge_l,
     rouge_n,
-    run_usersum,
     segment,
     summary_quality,
+    time_segments,
     usersum_metrics,
 )
+from recjudge.evaluators._usersum_prompts import regenerate_messages, summary_messages
 
 __all__ = [
     "QRELS_KINDS",
@@ -109,7 +110,10 @@ __all__ = [
     "rouge_n",
     "run_usersum",
     "segment",
+    "summary_messages",
     "summary_quality",
+    "time_range",
+    "time_segments",
     "usersum_metrics",
     "GistConfig",
     "Predicate",
@@ -142,6 +146,7 @@ __all__ = [
     "pair_counts",
     "q_score",
     "reference_q",
+    "regenerate_messages",
     "run_arena",
     "summarize",
     "swap_rule_records",

@@ -40,6 +40,7 @@ from recjudge.evaluators._gist import (
     taxonomy_messages,
 )
 from recjudge.evaluators._runs import Tally
+from recjudge.reward import StoredAsk, ask_stored
 
 
 @dataclass
@@ -84,42 +85,19 @@ class _Run:
         return tqdm(total=total, desc=desc)
 
 
-@dataclass
-class _Ask:
-    """One stored question: its store key, request record, prompt, schema, and how an
-    answer becomes the stored result."""
-
-    key: str
-    request: dict[str, Any]
-    messages: list[dict[str, str]]
-    schema: Any
-    result: Any  # Callable[[answer], dict]
-
-
-def _ask_stored(run: _Run, llm: Any, asks: Sequence[_Ask], desc: str, sampling: Any) -> None:
-    """``ask`` every question not yet in the store, ``batch_size`` at a time; each batch is
-    stored in one transaction (so a rerun resumes). Long answers: each row decodes alone."""
-    from recjudge.reward import ask
-
-    have = run.store.get_many([a.key for a in asks])
-    todo = [a for a in asks if a.key not in have]
-    bar = run.bar(len(todo), desc)
-    for b in range(0, len(todo), run.config.batch_size):
-        part = todo[b : b + run.config.batch_size]
-        answers = ask(
-            llm,
-            [a.messages for a in part],
-            [a.schema for a in part],
-            sampling=sampling,
-            decode_rows=1,
-        )
-        run.store.put_many(
-            (q.key, q.request, q.result(a)) for q, a in zip(part, answers, strict=True)
-        )
-        if bar is not None:
-            bar.update(len(part))
-    if bar is not None:
-        bar.close()
+def _ask_stored(run: _Run, llm: Any, asks: Sequence[StoredAsk], desc: str, sampling: Any) -> None:
+    """The reward core's stored loop with this run's store and batch size. Long answers:
+    each row decodes alone."""
+    ask_stored(
+        llm,
+        run.store,
+        asks,
+        sampling=sampling,
+        batch_size=run.config.batch_size,
+        decode_rows=1,
+        desc=desc,
+        progress=run.progress,
+    )
 
 
 def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run:
@@ -179,7 +157,7 @@ def _extract(run: _Run) -> tuple[list[_Interest], int]:
     budget = SamplingConfig(max_new_tokens=c.extraction_tokens)
     for m in c.models:
         asks = [
-            _Ask(
+            StoredAsk(
                 key,
                 {"kind": "extract", "model": m, "user_id": u},
                 msgs,
@@ -417,7 +395,7 @@ def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[in
         for i, name in enumerate(todo):
             names = [cat_names[j] for j in short[i]]
             asks.append(
-                _Ask(
+                StoredAsk(
                     keys[name],
                     {"kind": "taxonomy", "interest": name},
                     taxonomy_messages(name, names),
@@ -507,7 +485,7 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
         key = stable_hash(GIST_PROMPT_VERSION, "specificity", c.judge, msgs, schema.key())
         pkeys.append((key, r, msgs, schema, is_ev))
     asks = [
-        _Ask(
+        StoredAsk(
             key,
             {"kind": "specificity", "interest": r["interest"]},
             msgs,

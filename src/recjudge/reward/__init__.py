@@ -16,7 +16,14 @@ from recjudge.reward._judge import (
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore, StoreError, salvage
-from recjudge.reward._stored import StoredAsk, ask_stored, default_result
+from recjudge.reward._stored import (
+    StoredAsk,
+    ask_stored,
+    by_prompt_length,
+    default_result,
+    generate_stored,
+    run_stored,
+)
 from recjudge.reward._sweep import SWEEPABLE, judge_sweep
 
 __all__ = [
@@ -38,11 +45,14 @@ __all__ = [
     "ask",
     "ask_shared",
     "ask_stored",
+    "by_prompt_length",
     "build_messages",
     "cf_identity",
     "default_result",
+    "generate_stored",
     "judge_sweep",
     "request_for",
+    "run_stored",
     "requests_for",
     "salvage",
 ]

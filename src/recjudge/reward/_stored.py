@@ -24,21 +24,73 @@ class StoredAsk:
         request: what is stored next to the answer (user, systems, ...), for people and
             for ``salvage``.
         messages: the chat.
-        schema: the grammar the answer follows.
-        result: turns the answer into the stored result (a JSON-safe dict).
+        schema: the grammar the answer follows (``None`` for free text).
+        result: turns the answer into the stored result (a JSON-safe dict; default:
+            ``default_result``).
     """
 
     key: str
     request: dict[str, Any]
     messages: list[dict[str, str]]
-    schema: Schema
-    result: Callable[[ConstrainedOutput], dict[str, Any]]
+    schema: Schema | None = None
+    result: Callable[[ConstrainedOutput], dict[str, Any]] | None = None
 
 
 def default_result(answer: ConstrainedOutput) -> dict[str, Any]:
-    """The parsed answer with its decision record (branches and their probabilities)."""
+    """The parsed answer with its decision record (branches and their probabilities, or
+    ``None`` for a schema without a decision point)."""
     rec = answer.record
+    if rec is None:  # a schema without a decision point (free lists, QA pairs)
+        return {"value": answer.value, "branches": None, "p": None}
     return {"value": answer.value, "branches": list(rec.branches), "p": list(rec.p_before)}
+
+
+def run_stored(
+    store: Any,
+    asks: Sequence[StoredAsk],
+    answer: Callable[[list[StoredAsk]], list[dict[str, Any]]],
+    *,
+    batch_size: int = 8,
+    desc: str = "asking",
+    progress: bool = True,
+    order: Callable[[list[StoredAsk]], list[StoredAsk]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The loop itself: every question the store lacks goes to ``answer`` in batches of
+    ``batch_size`` (one transaction each); returns the stored result of every question.
+
+    Args:
+        answer: stored results for one batch, in order.
+        order: reorders the pending questions before batching (e.g. by prompt length).
+    """
+    unique = list({a.key: a for a in asks}.values())
+    have = store.get_many([a.key for a in unique])
+    todo = [a for a in unique if a.key not in have]
+    if order is not None and len(todo) > 1:
+        todo = order(todo)
+    bar = None
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc=desc)
+    for b in range(0, len(todo), batch_size):
+        part = todo[b : b + batch_size]
+        results = answer(part)
+        store.put_many((q.key, q.request, r) for q, r in zip(part, results, strict=True))
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
+    return store.get_many([a.key for a in asks])
+
+
+def by_prompt_length(llm: Any) -> Callable[[list[StoredAsk]], list[StoredAsk]]:
+    """Order questions by prompt length, so a batch shares one padding bucket."""
+
+    def order(todo: list[StoredAsk]) -> list[StoredAsk]:
+        length = {a.key: len(llm.encode(llm.chat_prompt(a.messages))) for a in todo}
+        return sorted(todo, key=lambda a: length[a.key])
+
+    return order
 
 
 def ask_stored(
@@ -53,8 +105,8 @@ def ask_stored(
     desc: str = "asking",
     progress: bool = True,
 ) -> dict[str, dict[str, Any]]:
-    """Ask every question the store does not hold, ``batch_size`` at a time, and return the
-    stored result of every question (key -> result).
+    """Ask every grammar-constrained question the store does not hold, ``batch_size`` at a
+    time, and return the stored result of every question (key -> result).
 
     Args:
         llm: a transformers backend (``ask``'s contract).
@@ -72,30 +124,45 @@ def ask_stored(
     """
     from recjudge.reward._ask import ask
 
-    unique = list({a.key: a for a in asks}.values())
-    have = store.get_many([a.key for a in unique])
-    todo = [a for a in unique if a.key not in have]
-    if sort_by_length and len(todo) > 1:
-        length = {a.key: len(llm.encode(llm.chat_prompt(a.messages))) for a in todo}
-        todo.sort(key=lambda a: length[a.key])
-    bar = None
-    if progress and todo:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc=desc)
-    rows = decode_rows or batch_size
-    for b in range(0, len(todo), batch_size):
-        part = todo[b : b + batch_size]
-        answers = ask(
+    def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
+        outs = ask(
             llm,
             [a.messages for a in part],
             [a.schema for a in part],
             sampling=sampling,
-            decode_rows=rows,
+            decode_rows=decode_rows or batch_size,
         )
-        store.put_many((q.key, q.request, q.result(a)) for q, a in zip(part, answers, strict=True))
-        if bar is not None:
-            bar.update(len(part))
-    if bar is not None:
-        bar.close()
-    return store.get_many([a.key for a in asks])
+        return [(q.result or default_result)(o) for q, o in zip(part, outs, strict=True)]
+
+    order = by_prompt_length(llm) if sort_by_length else None
+    return run_stored(
+        store, asks, answer, batch_size=batch_size, desc=desc, progress=progress, order=order
+    )
+
+
+def generate_stored(
+    llm: Any,
+    store: Any,
+    asks: Sequence[StoredAsk],
+    *,
+    sampling: Any = None,
+    batch_size: int = 4,
+    desc: str = "generating",
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Free-text generation through the same stored loop (``schema`` is unused; the stored
+    result is ``{"text": ...}``); pending prompts are batched by length."""
+
+    def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
+        gens = llm.generate([llm.chat_prompt(a.messages) for a in part], sampling=sampling)
+        return [{"text": g.text.strip()} for g in gens]
+
+    return run_stored(
+        store,
+        asks,
+        answer,
+        batch_size=batch_size,
+        desc=desc,
+        progress=progress,
+        order=by_prompt_length(llm),
+    )
