@@ -246,6 +246,18 @@ CASES = [
      "--mode", "zero-shot", "--model", "{t}/missing/dir"], ["missing/dir", "smollm2-135m"]),
     ("model-unknown-preset", {}, ["models", "info", "smolm2-135m"], ["smolm2-135m", "smollm2-135m"]),
     ("model-install-unknown", {}, ["models", "install", "qwen9"], ["qwen9"]),
+    # -- evaluators and benchmarks by name ------------------------------------------------------
+    ("run-unknown-evaluator", {}, ["run", "aren"], ["aren", "Did you mean 'arena'"]),
+    ("run-config-not-json", {"c.json": "{users: 3"}, ["run", "gist", "--config", "{t}/c.json"],
+     ["c.json", "not JSON", "omit --config"]),
+    ("run-config-bad-field", {"r.json": '{"config": {"users": 0}, "data": "ml-1m"}'},
+     ["run", "usersum", "--config", "{t}/r.json"], ["r.json", "users"]),
+    ("run-arena-unknown-reference", {"c.json": '{"systems": ["pop", "als"], "reference": "alss"}'},
+     ["run", "arena", "--config", "{t}/c.json"], ["alss", "did you mean 'als'"]),
+    ("bench-run-unknown", {}, ["bench", "run", "brief-bet"], ["brief-bet", "brief-beta"]),
+    ("bench-bad-sampling", {}, ["bench", "brief-beta", "--sampling", "nucleus"],
+     ["--sampling", "'greedy' or 'paper'"]),
+    ("arena-bad-analysis", {}, ["arena", "run", "--analysis", "both"], ["--analysis", "per-aspect"]),
 ]  # fmt: skip
 
 

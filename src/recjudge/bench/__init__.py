@@ -15,10 +15,13 @@ from recjudge.bench._cf import bench_cf
 from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._latency import bench_latency
 from recjudge.bench._offline import OfflineConfig, bench_brief_offline, gap, lift, ranking_metrics
+from recjudge.bench._registry import BENCHMARKS, BenchSpec
 from recjudge.bench._throughput import bench_throughput, matmul_flops
 from recjudge.reporting import environment, write_report
 
 __all__ = [
+    "BENCHMARKS",
+    "BenchSpec",
     "AugmentConfig",
     "bench_brief_augment",
     "BriefExperimentConfig",

@@ -290,6 +290,7 @@ def _register_extensions() -> None:
         _gist,
         _judge,
         _offline,
+        _run,
         _serve,
         _usersum,
     )

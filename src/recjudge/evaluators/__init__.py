@@ -57,6 +57,7 @@ from recjudge.evaluators._impute import (
     logged_qrels,
     pairs_to_impute,
 )
+from recjudge.evaluators._registry import EVALUATORS, EvaluatorSpec
 from recjudge.evaluators._runs import (
     RUN_FORMATS,
     RecRun,
@@ -81,6 +82,8 @@ from recjudge.evaluators._usersum_metrics import (
 from recjudge.evaluators._usersum_prompts import regenerate_messages, summary_messages
 
 __all__ = [
+    "EVALUATORS",
+    "EvaluatorSpec",
     "QRELS_KINDS",
     "RUN_FORMATS",
     "AugmentConfig",
