@@ -187,3 +187,29 @@ def test_augment_labelling_methods_never_add_a_negative():
     assert choose("u", cands, scores, {("u", "c")}, 2) == ["c"]  # fewer than M: no filler
     assert choose("u", cands, scores, None, 2) == ["d", "a"]  # a ranking heuristic
     assert "item-item" in METHODS and set(LABELLING) <= set(METHODS)
+
+
+def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
+    from recjudge.bench import OfflineConfig, bench_brief_offline
+    from recjudge.evaluators import read_qrels
+
+    cfg = OfflineConfig(
+        model="smollm2-135m",
+        data="ml-100k",
+        users=2,
+        systems=("pop", "als"),
+        judges=("no-behavior",),
+        history_items=10,
+    )
+    r = bench_brief_offline(cfg, tmp_path, llm=smollm, progress=False)
+    # The judge's labels are the qrels `recjudge impute` writes, and only unlogged pairs.
+    qrels = read_qrels(tmp_path / "impute/no-behavior/qrels_imputed.json")
+    logged = read_qrels(tmp_path / "impute/no-behavior/qrels_logged.json")
+    assert set(qrels) == set(r["users"]) == set(logged)
+    assert all(any(v.values()) for v in logged.values())  # every user has a logged positive
+    labelled = r["imputers"]["judge:no-behavior"]["labelled"]
+    assert labelled == r["imputers"]["cf"]["labelled"] > 0
+    assert labelled == sum(len(qrels[u]) - len(logged[u]) for u in qrels)
+    # Recall cannot be computed with imputation (BRIEF 4.2): never in a gap.
+    assert not any(k.startswith("recall@") for g in r["gap"].values() for k in g)
+    assert "simulated" in (tmp_path / "report.md").read_text()

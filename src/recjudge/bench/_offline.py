@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -130,117 +131,202 @@ class OfflineConfig(JudgeSampling):
     decode_rows: int = Field(8, ge=1)
 
 
+@dataclass
+class _Log:
+    """The simulated world: the past, the online truth and what the logging policy kept."""
+
+    past: Any  # interactions before each user's cut
+    online: dict[str, list[str]]  # user -> future relevant items
+    logged: dict[str, list[str]]  # user -> the exposed ones
+    users: list[str]
+
+
+def _simulate_log(config: OfflineConfig, ds: Any) -> _Log:
+    """Timeline split, relevant future, popularity-biased exposure; sampled users need
+    ``min_future`` relevant future items and at least one of them logged (the offline rule
+    ``impute`` applies: a user with no logged positive is not evaluated)."""
+    from recjudge.data import sample_users, timeline_split
+
+    past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
+    if config.positive_rating is not None:
+        future = future[future["rating"] >= config.positive_rating]
+    online = {
+        str(u): g["item_id"].astype(str).tolist()
+        for u, g in future.groupby("user_id", observed=True)
+    }
+    in_past = set(past["user_id"].astype(str))
+    popularity = past["item_id"].astype(str).value_counts().to_dict()
+    logged = {
+        u: [
+            i
+            for i, e in zip(
+                f, exposure_mask(f, popularity, config.alpha, (config.seed, u)), strict=True
+            )
+            if e
+        ]
+        for u, f in online.items()
+    }
+    eligible = sorted(
+        u for u, f in online.items() if len(f) >= config.min_future and u in in_past and logged[u]
+    )
+    users = sample_users(eligible, config.users, config.seed)
+    return _Log(past, {u: online[u] for u in users}, {u: logged[u] for u in users}, users)
+
+
+def _train_runs(config: OfflineConfig, ds: Any, log: _Log) -> list[Any]:
+    """The recommenders under test, trained on the past, as runs (top ``max(KS)``)."""
+    from recjudge.cf_models import MODELS, TrainOptions
+    from recjudge.evaluators import RecRun, RunCheck
+
+    items = ds.items["item_id"].astype(str).tolist()
+    hist = {
+        str(u): g["item_id"].astype(str).tolist()
+        for u, g in log.past.groupby("user_id", observed=True)
+    }
+    runs = []
+    for name in config.systems:
+        cls = MODELS.get(name)
+        model = cls(cls.Config()).train(
+            log.past, TrainOptions(seed=config.seed, progress=False), items=items
+        )
+        lists = {u: model.recommend(hist[u], max(KS)) for u in log.users}
+        scores = {u: [float(len(v) - r) for r in range(len(v))] for u, v in lists.items()}
+        runs.append(RecRun(name, f"(trained on the past: {name})", lists, scores, RunCheck()))
+    return runs
+
+
+def _impute_all(
+    config: OfflineConfig,
+    ds: Any,
+    log: _Log,
+    runs: list,
+    cf: Any,
+    llm: Any,
+    out: Path,
+    progress: bool,
+) -> dict[str, dict[tuple[str, str], bool]]:
+    """Labels of every unlogged top-k pair: the CF imputer (sigma > 0) and each judge mode
+    through ``recjudge.evaluators.impute`` (the code ``recjudge impute`` runs)."""
+    import pandas as pd
+
+    from recjudge.data import Dataset
+    from recjudge.evaluators import ImputeConfig, impute, pairs_to_impute, read_qrels
+    from recjudge.reward import ResultsStore
+
+    past_ds = Dataset(ds.name, log.past, ds.items, ds.users, domain=ds.domain)
+    rows = [(u, i) for u in log.users for i in log.logged[u]]
+    fb = pd.DataFrame(
+        {
+            "user_id": [u for u, _ in rows],
+            "item_id": [i for _, i in rows],
+            "timestamp": 0.0,
+            "rating": 5.0,
+            "event_type": "explicit_positive",
+        }
+    )
+    feedback = Dataset(ds.name + "-logged", fb, ds.items, ds.users, domain=ds.domain)
+    logged = {u: dict.fromkeys(log.logged[u], 1) for u in log.users}
+    pairs = pairs_to_impute(runs, logged, log.users, max(KS))
+    hist = {
+        str(u): g["item_id"].astype(str).tolist()
+        for u, g in log.past.groupby("user_id", observed=True)
+    }
+    imputed = {"cf": {(u, i): cf.sigma(hist[u], i, u) > 0 for u, i in pairs}}
+    if not config.judges:
+        return imputed
+    from recjudge.bench._brief import judges_for
+    from recjudge.llm import load_llm
+
+    llm = llm or load_llm(config.model)
+    with ResultsStore(out / "store.sqlite") as store:
+        for mode, judge in judges_for(config, llm, cf, config.judges).items():
+            folder = out / "impute" / mode
+            impute(
+                judge,
+                past_ds,
+                feedback,
+                runs,
+                ImputeConfig(k=max(KS), min_rating=None),
+                folder,
+                store=store,
+                progress=progress,
+            )
+            qrels = read_qrels(folder / "qrels_imputed.json")
+            imputed[f"judge:{mode}"] = {(u, i): bool(qrels.get(u, {}).get(i, 0)) for u, i in pairs}
+    return imputed
+
+
+def _system_metrics(
+    runs: list, log: _Log, truth: str, imputed: Mapping[str, Mapping]
+) -> dict[str, dict[str, float]]:
+    """Mean ranking metrics per system against the online truth, the logged truth, or the
+    logged truth plus an imputer's labels."""
+    out = {}
+    for run in runs:
+        per_user = []
+        for u in log.users:
+            lg, online, lst = set(log.logged[u]), set(log.online[u]), run.rankings[u]
+            if truth == "online":
+                rel, n_rel = [int(i in online) for i in lst], len(online)
+            elif truth == "logged":
+                rel, n_rel = [int(i in lg) for i in lst], len(lg)
+            else:
+                lab = imputed[truth]
+                rel = [int(i in lg or lab.get((u, i), False)) for i in lst]
+                n_rel = len(lg) + sum(1 for i in lst if i not in lg and lab.get((u, i), False))
+            per_user.append(ranking_metrics(rel, n_rel))
+        out[run.name] = {k: float(np.mean([p[k] for p in per_user])) for k in per_user[0]}
+    return out
+
+
+def _imputer_accuracy(imputed: Mapping[str, Mapping], log: _Log) -> dict[str, dict]:
+    """Agreement of each imputer with the online truth on the pairs it labelled."""
+    out = {}
+    for m, lab in imputed.items():
+        ys = [(v, k[1] in set(log.online[k[0]])) for k, v in lab.items()]
+        tp = sum(1 for v, t in ys if v and t)
+        out[m] = {
+            "labelled": len(ys),
+            "positive_rate": float(np.mean([v for v, _ in ys])) if ys else None,
+            "precision_vs_online": tp / max(1, sum(1 for v, _ in ys if v)),
+            "recall_vs_online": tp / max(1, sum(1 for _, t in ys if t)),
+        }
+    return out
+
+
 def bench_brief_offline(
     config: OfflineConfig,
     out: str | Path = "reports/brief-offline",
     llm: Any = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run the simulation; write report.md, results.json and gap.png under ``out``."""
-    from recjudge.bench._brief import (
-        calibrated_cf,
-        candidate_requests,
-        judge_per_user,
-        judges_for,
-    )
-    from recjudge.cf_models import MODELS, TrainOptions
-    from recjudge.data import load_dataset, sample_users, timeline_split
-    from recjudge.llm import load_llm
+    """Run the simulation; write report.md, results.json and gap.png under ``out``. The
+    judges impute through ``recjudge.evaluators.impute`` (qrels under ``out/impute/<mode>``)."""
+    from recjudge.bench._brief import calibrated_cf
+    from recjudge.data import load_dataset
     from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore
 
     t0 = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(config.data)
-    past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
-    if config.positive_rating is not None:
-        future = future[future["rating"] >= config.positive_rating]
-    fut_by = {
-        str(u): g["item_id"].astype(str).tolist()
-        for u, g in future.groupby("user_id", observed=True)
-    }
-    past_by = {str(u): g for u, g in past.groupby("user_id", observed=True)}
-    eligible = sorted(u for u, f in fut_by.items() if len(f) >= config.min_future and u in past_by)
-    users = sample_users(eligible, config.users, config.seed)
-    items = ds.items["item_id"].astype(str).tolist()
-    popularity = past["item_id"].astype(str).value_counts().to_dict()
-    logged = {
-        u: [
-            i
-            for i, e in zip(
-                fut_by[u],
-                exposure_mask(fut_by[u], popularity, config.alpha, (config.seed, u)),
-                strict=True,
-            )
-            if e
-        ]
-        for u in users
-    }
-    kmax = max(KS)
-    # recommenders trained on the past
-    lists: dict[str, dict[str, list[str]]] = {}
-    for name in config.systems:
-        cls = MODELS.get(name)
-        model = cls(cls.Config())
-        model.train(past, TrainOptions(seed=config.seed, progress=False), items=items)
-        lists[name] = {
-            u: model.recommend(past_by[u]["item_id"].astype(str).tolist(), kmax) for u in users
-        }
+    log = _simulate_log(config, ds)
+    runs = _train_runs(config, ds, log)
     # CF imputer on positive past interactions, sigma calibrated on its validation items
+    past = log.past
     pos_past = (
         past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
     )
-    cf = calibrated_cf(config.cf, pos_past, items, config.seed)
-    # what each imputer must label: top-k items without logged feedback
-    to_label = {
-        u: sorted({i for s in lists.values() for i in s[u] if i not in set(logged[u])})
-        for u in users
-    }
-    imputed: dict[str, dict[tuple[str, str], bool]] = {"cf": {}}
-    for u in users:
-        hist = past_by[u]["item_id"].astype(str).tolist()
-        for i in to_label[u]:
-            imputed["cf"][(u, i)] = cf.sigma(hist, i, u) > 0
-    reqs = candidate_requests(ds, past_by, to_label, config.history_items)
-    if config.judges:
-        llm = llm or load_llm(config.model)
-        judges = judges_for(config, llm, cf, config.judges)
-        with ResultsStore(out / "store.sqlite") as store:
-            res = judge_per_user(reqs, judges, store, progress)
-        for m, js in res.items():
-            imputed[f"judge:{m}"] = {
-                (r.user_id, r.candidate_id): j.is_relevant for r, j in zip(reqs, js, strict=True)
-            }
-
-    def system_metrics(truth: str) -> dict[str, dict[str, float]]:
-        outm = {}
-        for s, ls in lists.items():
-            per_user = []
-            for u in users:
-                lg, online = set(logged[u]), set(fut_by[u])
-                lst = ls[u]
-                if truth == "online":
-                    rel = [int(i in online) for i in lst]
-                    n_rel = len(online)
-                elif truth == "logged":
-                    rel = [int(i in lg) for i in lst]
-                    n_rel = len(lg)
-                else:
-                    lab = imputed[truth]
-                    rel = [int(i in lg or lab.get((u, i), False)) for i in lst]
-                    n_rel = len(lg) + sum(1 for i in lst if i not in lg and lab.get((u, i), False))
-                per_user.append(ranking_metrics(rel, n_rel))
-            outm[s] = {k: float(np.mean([p[k] for p in per_user])) for k in per_user[0]}
-        return outm
-
-    online = system_metrics("online")
+    cf = calibrated_cf(config.cf, pos_past, ds.items["item_id"].astype(str).tolist(), config.seed)
+    imputed = _impute_all(config, ds, log, runs, cf, llm, out, progress)
+    online = _system_metrics(runs, log, "online", imputed)
     methods = ["logged", *imputed]
-    offline = {m: system_metrics(m) for m in methods}
+    offline = {m: _system_metrics(runs, log, m, imputed) for m in methods}
     # Recall needs the number of relevant items, which imputation cannot know (BRIEF, 4.2):
     # it stays in the per-system tables as information, never in a gap.
-    online_gap = {s: {k: v for k, v in d.items() if not k.startswith("recall@")}
-                  for s, d in online.items()}  # fmt: skip
+    online_gap = {
+        s: {k: v for k, v in d.items() if not k.startswith("recall@")} for s, d in online.items()
+    }
     pairs = list(itertools.combinations(config.systems, 2))
     gaps = {m: gap(offline[m], online_gap, pairs) for m in methods}
     mean_gap = {
@@ -249,29 +335,16 @@ def bench_brief_offline(
         else None
         for m, g in gaps.items()
     }
-    imputed_pos = {m: float(np.mean(list(v.values()))) if v else None for m, v in imputed.items()}
-    # agreement of each imputer with the online truth on the items it labelled
-    imputer_acc = {}
-    for m, lab in imputed.items():
-        ys = [(v, k[1] in set(fut_by[k[0]])) for k, v in lab.items()]
-        tp = sum(1 for v, t in ys if v and t)
-        imputer_acc[m] = {
-            "labelled": len(ys),
-            "positive_rate": imputed_pos[m],
-            "precision_vs_online": tp / max(1, sum(1 for v, _ in ys if v)),
-            "recall_vs_online": tp / max(1, sum(1 for _, t in ys if t)),
-        }
+    n_logged = sum(len(log.logged[u]) for u in log.users)
     results = {
         "config": config.model_dump(),
-        "users": users,
-        "logged_share": float(
-            sum(len(logged[u]) for u in users) / max(1, sum(len(fut_by[u]) for u in users))
-        ),
+        "users": log.users,
+        "logged_share": float(n_logged / max(1, sum(len(log.online[u]) for u in log.users))),
         "online": online,
         "offline": offline,
         "gap": gaps,
         "mean_gap": mean_gap,
-        "imputers": imputer_acc,
+        "imputers": _imputer_accuracy(imputed, log),
         "wall_seconds": round(time.time() - t0, 1),
     }
     _plot_gap(gaps, out / "gap.png", config)
