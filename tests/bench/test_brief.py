@@ -196,7 +196,7 @@ def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
     cfg = OfflineConfig(
         model="smollm2-135m",
         data="ml-100k",
-        users=2,
+        users=1,
         systems=("pop", "als"),
         judges=("no-behavior",),
         history_items=10,
@@ -213,3 +213,28 @@ def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
     # Recall cannot be computed with imputation (BRIEF 4.2): never in a gap.
     assert not any(k.startswith("recall@") for g in r["gap"].values() for k in g)
     assert "simulated" in (tmp_path / "report.md").read_text()
+
+
+def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
+    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.data import load_dataset
+
+    cfg = AugmentConfig(
+        model="smollm2-135m",
+        data="ml-100k",
+        users=2,
+        candidates=4,
+        add=2,
+        methods=("none", "cf-only", "no-behavior"),
+        retrain=("pop",),
+        seeds=1,
+        history_items=10,
+    )
+    r = bench_brief_augment(cfg, tmp_path, llm=smollm, progress=False)
+    inter = load_dataset(str(tmp_path / "augment/no-behavior")).interactions
+    judge_rows = inter[inter["source"] == "judge"]
+    # What the bench added is exactly what `recjudge augment` wrote: YES only, <= M per user.
+    assert r["added_items"]["no-behavior"] == len(judge_rows)
+    assert all(n <= 2 for n in judge_rows.groupby("user_id", observed=True).size())
+    assert (judge_rows["p_yes"] >= 0).all() and r["added_items"]["none"] == 0
+    assert set(r["table"]["pop"]) == {"none", "cf-only", "no-behavior"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -90,24 +91,162 @@ def choose(
     return sorted(pool, key=lambda i: -scores[(user, i)])[:add]
 
 
+@dataclass
+class _World:
+    """Past, the augmented users' future positives, and their CF candidates."""
+
+    ds: Any
+    past: Any
+    users: list[str]
+    hist: dict[str, list[str]]
+    test: dict[str, set[str]]
+    cands: dict[str, list[str]]
+    items: list[str]
+    cf: Any
+
+
+def _world(config: AugmentConfig) -> _World:
+    from recjudge.bench._brief import calibrated_cf
+    from recjudge.data import load_dataset, sample_users, timeline_split
+
+    ds = load_dataset(config.data)
+    past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
+    test = future[future["rating"] >= config.positive_rating]
+    test_by = {
+        str(u): set(g["item_id"].astype(str)) for u, g in test.groupby("user_id", observed=True)
+    }
+    past_by = {
+        str(u): g["item_id"].astype(str).tolist() for u, g in past.groupby("user_id", observed=True)
+    }
+    eligible = sorted(u for u, t in test_by.items() if len(t) >= config.min_future and u in past_by)
+    users = sample_users(eligible, config.users, config.seed)
+    items = ds.items["item_id"].astype(str).tolist()
+    # candidate generator and sigma source: CF on positive past interactions
+    cf = calibrated_cf(
+        config.cf, past[past["rating"] >= config.positive_rating], items, config.seed
+    )
+    hist = {u: past_by[u] for u in users}
+    cands = {u: cf.recommend(hist[u], config.candidates) for u in users}
+    return _World(ds, past, users, hist, {u: test_by[u] for u in users}, cands, items, cf)
+
+
+def _judge_choices(
+    config: AugmentConfig, w: _World, llm: Any, out: Path, progress: bool
+) -> dict[str, dict[str, list[str]]]:
+    """Per LLM method, the pseudo-positives ``recjudge.evaluators.augment`` adds (the top-M
+    YES by p_yes among the candidates; a NO is never added), read back from the dataset
+    folder it writes under ``out/augment/<method>``."""
+    from recjudge.bench._brief import judges_for
+    from recjudge.cf_models import item_item_for
+    from recjudge.data import Dataset, load_dataset
+    from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
+    from recjudge.evaluators import RecRun, RunCheck, augment
+    from recjudge.llm import load_llm
+    from recjudge.reward import ResultsStore
+
+    methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
+    if not methods:
+        return {}
+    llm = llm or load_llm(config.model)
+    past_ds = Dataset(w.ds.name, w.past, w.ds.items, w.ds.users, domain=w.ds.domain)
+    run = RecRun(
+        f"{config.cf} candidates",
+        "(trained on the past)",
+        w.cands,
+        {u: [float(len(c) - r) for r in range(len(c))] for u, c in w.cands.items()},
+        RunCheck(),
+    )
+    settings = [
+        (m, m, item_item_for(w.cf, past_ds, seed=config.seed), config.beta)
+        if m == "item-item"
+        else m
+        for m in methods
+    ]
+    chosen: dict[str, dict[str, list[str]]] = {}
+    ecfg = EvalAugmentConfig(k=config.candidates, top_m=config.add)
+    with ResultsStore(out / "store.sqlite") as store:
+        for m, judge in judges_for(config, llm, w.cf, settings).items():
+            folder = out / "augment" / m
+            augment(judge, past_ds, run, ecfg, folder, store=store, progress=progress)
+            inter = load_dataset(str(folder)).interactions
+            added = inter[inter["source"] == "judge"]
+            chosen[m] = {u: [] for u in w.users}
+            for u, i in zip(
+                added["user_id"].astype(str), added["item_id"].astype(str), strict=True
+            ):
+                chosen[m][u].append(i)
+    return chosen
+
+
+def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) -> dict:
+    """What a non-LLM method adds per user (random and popularity rank; cf-only labels by
+    sigma > 0 and adds its top-M by sigma)."""
+    if method == "none":
+        return {u: [] for u in w.users}
+    if method == "random":
+        return {
+            u: [
+                w.cands[u][i]
+                for i in rng("augment-random", seed, u).permutation(len(w.cands[u]))[: config.add]
+            ]
+            for u in w.users
+        }
+    if method == "popularity":
+        pop = w.past["item_id"].astype(str).value_counts()
+        scores = {(u, i): float(pop.get(i, 0)) for u in w.users for i in w.cands[u]}
+        return {u: choose(u, w.cands[u], scores, None, config.add) for u in w.users}
+    scores = {(u, i): w.cf.sigma(w.hist[u], i, u) for u in w.users for i in w.cands[u]}
+    positive = {k for k, v in scores.items() if v > 0}
+    return {u: choose(u, w.cands[u], scores, positive, config.add) for u in w.users}
+
+
+def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int) -> dict[str, dict]:
+    """Each retrained recommender's metrics on the augmented users' future."""
+    from recjudge.bench._offline import ranking_metrics
+    from recjudge.cf_models import MODELS, TrainOptions
+
+    added = [(u, i) for u in w.users for i in added_by[u]]
+    extra = pd.DataFrame(
+        {
+            "user_id": [u for u, _ in added],
+            "item_id": [i for _, i in added],
+            "timestamp": float(w.past["timestamp"].max()) + 1.0,
+            "rating": config.positive_rating,
+            "event_type": "implicit_positive",
+        }
+    )
+    train = pd.concat([w.past, extra], ignore_index=True) if added else w.past
+    out = {}
+    for rec in config.retrain:
+        rcls = MODELS.get(rec)
+        rc = rcls.Config(epochs=config.sasrec_epochs) if rec == "sasrec" else rcls.Config()
+        model = rcls(rc).train(train, TrainOptions(seed=seed, progress=False), items=w.items)
+        per_user = []
+        for u in w.users:
+            # Scored from the augmented history, but only real past interactions are
+            # excluded from the list: an added pseudo-positive that the user really consumes
+            # later must stay recommendable.
+            sc = model.score_history(w.hist[u] + added_by[u], u).astype(float)
+            sc[model.encode(w.hist[u])] = -np.inf
+            lst = [model.items[i] for i in np.argsort(-sc, kind="stable")[: max(AUG_KS)]]
+            per_user.append(
+                ranking_metrics([int(i in w.test[u]) for i in lst], len(w.test[u]), AUG_KS)
+            )
+        keep = [f"{m}@{k}" for k in AUG_KS for m in ("recall", "p", "ndcg")]
+        out[rec] = {k: float(np.mean([p[k] for p in per_user])) for k in keep}
+    return out
+
+
 def bench_brief_augment(
     config: AugmentConfig,
     out: str | Path = "reports/brief-augment",
     llm: Any = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Run the augmentation experiment; write report.md, results.json and augment.png."""
-    from recjudge.bench._brief import (
-        calibrated_cf,
-        candidate_requests,
-        judge_per_user,
-        judges_for,
-    )
-    from recjudge.bench._offline import ranking_metrics
-    from recjudge.cf_models import MODELS, TrainOptions
-    from recjudge.data import load_dataset, sample_users, timeline_split
+    """Run the augmentation experiment; write report.md, results.json and augment.png. The
+    LLM methods label through ``recjudge.evaluators.augment`` (the code ``recjudge augment``
+    runs; its dataset folders are under ``out/augment/<method>``)."""
     from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore
 
     unknown = set(config.methods) - set(METHODS)
     if unknown:
@@ -115,102 +254,22 @@ def bench_brief_augment(
     t0 = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset(config.data)
-    past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
-    test = future[future["rating"] >= config.positive_rating]
-    test_by = {
-        str(u): set(g["item_id"].astype(str)) for u, g in test.groupby("user_id", observed=True)
-    }
-    past_by = {str(u): g for u, g in past.groupby("user_id", observed=True)}
-    eligible = sorted(u for u, t in test_by.items() if len(t) >= config.min_future and u in past_by)
-    users = sample_users(eligible, config.users, config.seed)
-    items = ds.items["item_id"].astype(str).tolist()
-    popularity = past["item_id"].astype(str).value_counts()
-    # candidate generator and sigma source: CF on positive past interactions
-    cf = calibrated_cf(
-        config.cf, past[past["rating"] >= config.positive_rating], items, config.seed
-    )
-    hist = {u: past_by[u]["item_id"].astype(str).tolist() for u in users}
-    cands = {u: cf.recommend(hist[u], config.candidates) for u in users}
-    scores: dict[str, dict[tuple[str, str], float]] = {}
-    scores["popularity"] = {(u, i): float(popularity.get(i, 0)) for u in users for i in cands[u]}
-    scores["cf-only"] = {(u, i): cf.sigma(hist[u], i, u) for u in users for i in cands[u]}
-    positive: dict[str, set[tuple[str, str]]] = {
-        "cf-only": {k for k, v in scores["cf-only"].items() if v > 0}
-    }
-    llm_methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
-    if llm_methods:
-        from recjudge.cf_models import item_item_for
-        from recjudge.llm import load_llm
-
-        llm = llm or load_llm(config.model)
-        reqs = candidate_requests(ds, past_by, cands, config.history_items)
-        settings = [
-            (m, m, item_item_for(cf, ds.with_interactions(past), seed=config.seed), config.beta)
-            if m == "item-item" else m
-            for m in llm_methods
-        ]  # fmt: skip
-        with ResultsStore(out / "store.sqlite") as store:
-            res = judge_per_user(reqs, judges_for(config, llm, cf, settings), store, progress)
-        for m, js in res.items():
-            keys = [(r.user_id, r.candidate_id) for r in reqs]
-            scores[m] = {k: j.p_yes for k, j in zip(keys, js, strict=True)}
-            positive[m] = {k for k, j in zip(keys, js, strict=True) if j.is_relevant}
-    t_end = float(past["timestamp"].max()) + 1.0
+    w = _world(config)
+    judged = _judge_choices(config, w, llm, out, progress)
     results: dict[str, dict[str, list[dict[str, float]]]] = {}
     added_hits: dict[str, float] = {}
     added_count: dict[str, int] = {}
     for seed in range(config.seeds):
         for method in config.methods:
-            added = []
-            for u in users:
-                if method == "none":
-                    chosen = []
-                elif method == "random":
-                    chosen = [
-                        cands[u][i]
-                        for i in rng("augment-random", seed, u).permutation(len(cands[u]))[
-                            : config.add
-                        ]
-                    ]
-                else:
-                    chosen = choose(u, cands[u], scores[method], positive.get(method), config.add)
-                added += [(u, i) for i in chosen]
+            added_by = judged.get(method) or _heuristic_choice(config, w, method, seed)
             if seed == 0:
+                added = [(u, i) for u in w.users for i in added_by[u]]
                 added_count[method] = len(added)
                 added_hits[method] = (
-                    sum(i in test_by[u] for u, i in added) / len(added) if added else 0.0
+                    sum(i in w.test[u] for u, i in added) / len(added) if added else 0.0
                 )
-            added_by = {u: [i for v, i in added if v == u] for u in users}
-            extra = pd.DataFrame(
-                {
-                    "user_id": [u for u, _ in added],
-                    "item_id": [i for _, i in added],
-                    "timestamp": [t_end] * len(added),
-                    "rating": [config.positive_rating] * len(added),
-                    "event_type": ["implicit_positive"] * len(added),
-                }
-            )
-            train = pd.concat([past, extra], ignore_index=True) if added else past
-            for rec in config.retrain:
-                rcls = MODELS.get(rec)
-                rc = rcls.Config(epochs=config.sasrec_epochs) if rec == "sasrec" else rcls.Config()
-                model = rcls(rc)
-                model.train(train, TrainOptions(seed=seed, progress=False), items=items)
-                per_user = []
-                for u in users:
-                    # Scored from the augmented history, but only real past interactions
-                    # are excluded from the list: an added pseudo-positive that the user
-                    # really consumes later must stay recommendable.
-                    sc = model.score_history(hist[u] + added_by[u], u).astype(float)
-                    sc[model.encode(hist[u])] = -np.inf
-                    lst = [model.items[i] for i in np.argsort(-sc, kind="stable")[: max(AUG_KS)]]
-                    rel = [int(i in test_by[u]) for i in lst]
-                    per_user.append(ranking_metrics(rel, len(test_by[u]), AUG_KS))
-                keep = [f"{m}@{k}" for k in AUG_KS for m in ("recall", "p", "ndcg")]
-                results.setdefault(rec, {}).setdefault(method, []).append(
-                    {k: float(np.mean([p[k] for p in per_user])) for k in keep}
-                )
+            for rec, metrics in _retrain(config, w, added_by, seed).items():
+                results.setdefault(rec, {}).setdefault(method, []).append(metrics)
     table = {
         rec: {
             method: {
@@ -226,7 +285,7 @@ def bench_brief_augment(
     }
     res_all = {
         "config": config.model_dump(),
-        "users": users,
+        "users": w.users,
         "added_items_in_future_share": added_hits,
         "added_items": added_count,
         "table": table,
