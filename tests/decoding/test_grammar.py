@@ -294,3 +294,22 @@ def test_free_text_rejects_utf16_surrogates(tok):
     assert m.accept_token(byte_tok[0xED])
     assert not m.accept_token(byte_tok[0xA0])  # ED A0..BF starts a surrogate
     assert m.accept_token(byte_tok[0x9F]) and m.accept_token(byte_tok[0xBF])  # U+D7FF is fine
+
+
+def test_grammar_cache_follows_the_tokenizer_object_not_its_id(tok):
+    import copy
+    import gc
+    import weakref
+
+    from recjudge.decoding import Choice
+
+    other = copy.deepcopy(tok)
+    a, b = compile_schema(Choice(["YES", "NO"]), tok), compile_schema(Choice(["YES", "NO"]), other)
+    assert a.table is not b.table  # a second tokenizer object gets its own table
+    assert compile_schema(Choice(["YES", "NO"]), other) is b
+    alive = weakref.ref(other)
+    del other, b
+    gc.collect()
+    # The cache does not keep a dropped tokenizer alive (an id() key must, or go stale).
+    assert alive() is None
+    assert compile_schema(Choice(["YES", "NO"]), tok) is a

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
+import weakref
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from recjudge.decoding._schemas import Schema, json_literal
+
+_TABLE_IDS = itertools.count(1)
 
 
 @dataclass
@@ -21,6 +25,7 @@ class TokenTable:
         token_bytes: the bytes each token id decodes to (empty for ids past the tokenizer).
         width: logits width (the model's vocab size, which may exceed ``len(tokenizer)``).
         stop_ids: token ids that end generation.
+        uid: a serial number unique in this process (the grammar cache's key part).
     """
 
     info: Any
@@ -28,6 +33,7 @@ class TokenTable:
     token_bytes: list[bytes]
     width: int
     stop_ids: tuple[int, ...]
+    uid: int = field(default_factory=lambda: next(_TABLE_IDS))
 
     def __post_init__(self) -> None:
         self._vocab = {b for b in self.token_bytes if b}
@@ -72,7 +78,11 @@ class CompiledSchema:
 
 
 class GrammarCache:
-    """Process-wide cache of token tables and compiled grammars (LRU on grammars).
+    """Token tables and compiled grammars, one explicit object (``GRAMMARS``) per process.
+
+    Tables live as long as their tokenizer (a weak mapping from the tokenizer object itself,
+    never its ``id()``, which Python reuses after garbage collection); compiled grammars are
+    an LRU keyed by the schema's key and the table's serial number.
 
     Args:
         max_grammars: how many compiled grammars to keep.
@@ -80,8 +90,10 @@ class GrammarCache:
     """
 
     def __init__(self, max_grammars: int = 512, threads: int = 2) -> None:
-        self._tables: dict[tuple[int, int], tuple[Any, TokenTable]] = {}
-        self._grammars: OrderedDict[tuple[str, int, int], CompiledSchema] = OrderedDict()
+        self._tables: weakref.WeakKeyDictionary[Any, dict[int, TokenTable]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._grammars: OrderedDict[tuple[str, int], CompiledSchema] = OrderedDict()
         self._lock = threading.Lock()
         self.max_grammars = max_grammars
         self.threads = threads
@@ -92,11 +104,10 @@ class GrammarCache:
         import xgrammar as xgr
 
         width = int(width or len(tokenizer))
-        key = (id(tokenizer), width)
         with self._lock:
-            hit = self._tables.get(key)
-            if hit is not None and hit[0] is tokenizer:
-                return hit[1]
+            hit = self._tables.get(tokenizer, {}).get(width)
+            if hit is not None:
+                return hit
         stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else None
         info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=width, stop_token_ids=stop)
         decoded = list(info.decoded_vocab)
@@ -113,12 +124,11 @@ class GrammarCache:
             tuple(info.stop_token_ids),
         )
         with self._lock:
-            self._tables[key] = (tokenizer, table)  # keep the tokenizer alive with its id
-        return table
+            return self._tables.setdefault(tokenizer, {}).setdefault(width, table)
 
     def compile(self, schema: Schema, tokenizer: Any, width: int | None = None) -> CompiledSchema:
         table = self.table(tokenizer, width)
-        key = (schema.key(), id(tokenizer), table.width)
+        key = (schema.key(), table.uid)
         with self._lock:
             if key in self._grammars:
                 self._grammars.move_to_end(key)
