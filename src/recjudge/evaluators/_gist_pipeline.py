@@ -121,11 +121,17 @@ def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run
 
 
 # -- 1. extraction -------------------------------------------------------------------------
-def _extraction_jobs(run: _Run) -> list[tuple[str, str, str, Any, Any]]:
+def _extracted(a: Any) -> dict[str, Any]:
+    return {"value": a.value, "text": a.text, "complete": a.value is not None}
+
+
+def _extraction_asks(run: _Run) -> list[StoredAsk]:
+    """One stored extraction question per (model, user, chunk of ``chunk_size``); the
+    request records model and user."""
     from recjudge.decoding import CitedList
 
     c = run.config
-    jobs = []
+    asks = []
     for m in c.models:
         for u in run.users:
             h = run.histories[u]
@@ -144,8 +150,9 @@ def _extraction_jobs(run: _Run) -> list[tuple[str, str, str, Any, Any]]:
                     max_ids=c.max_ids,
                 )
                 key = stable_hash(GIST_PROMPT_VERSION, "extract", m, msgs, schema.key())
-                jobs.append((key, m, u, msgs, schema))
-    return jobs
+                req = {"kind": "extract", "model": m, "user_id": u, "chunk_start": start}
+                asks.append(StoredAsk(key, req, msgs, schema, _extracted))
+    return asks
 
 
 def _extract(run: _Run) -> tuple[list[_Interest], int]:
@@ -153,31 +160,22 @@ def _extract(run: _Run) -> tuple[list[_Interest], int]:
     from recjudge.llm import SamplingConfig
 
     c = run.config
-    jobs = _extraction_jobs(run)
+    asks = _extraction_asks(run)
     budget = SamplingConfig(max_new_tokens=c.extraction_tokens)
     for m in c.models:
-        asks = [
-            StoredAsk(
-                key,
-                {"kind": "extract", "model": m, "user_id": u},
-                msgs,
-                schema,
-                lambda a: {"value": a.value, "text": a.text, "complete": a.value is not None},
-            )
-            for key, mm, u, msgs, schema in jobs
-            if mm == m
-        ]
-        _ask_stored(run, run.llm(m), asks, f"extract {m}", budget)
+        mine = [a for a in asks if a.request["model"] == m]
+        _ask_stored(run, run.llm(m), mine, f"extract {m}", budget)
         if m != c.judge:
             run.llms.pop(m, None)  # free memory before the next model
-    done = run.store.get_many([j[0] for j in jobs])
+    done = run.store.get_many([a.key for a in asks])
     incomplete = 0
     merged: dict[tuple[str, str, str], _Interest] = {}
-    for key, m, u, _, _ in jobs:
-        value = done[key]["value"]
+    for a in asks:
+        m, u = a.request["model"], a.request["user_id"]
+        value = done[a.key]["value"]
         if value is None:  # token budget ran out mid-answer: salvage complete entries
             incomplete += 1
-            value = _salvage(done[key]["text"])
+            value = _salvage(done[a.key]["text"])
         for entry in value:
             name = " ".join(str(entry.get("interest", "")).split())
             if not name:
@@ -409,58 +407,71 @@ def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[in
 
 
 # -- 3. specificity ------------------------------------------------------------------------
-def _distractors(run: _Run, jobs: list) -> dict[int, tuple[list[str], int]]:
-    """Per job: distractors the judge calls unrelated to the interest.
+@dataclass
+class _SpecJob:
+    """One interest's specificity question before its distractors are chosen."""
+
+    record: dict[str, Any]
+    evidence: list[str]  # sampled from the cited set
+    candidates: list[str]  # distractor candidates in seeded order (never the user's items)
+    seed: Any
+
+
+@dataclass
+class _Pick:
+    """The asked question and which options were evidence."""
+
+    ask: StoredAsk
+    record: dict[str, Any]
+    is_evidence: list[bool]
+
+
+def _distractors(run: _Run, jobs: Sequence[_SpecJob]) -> list[tuple[list[str], int]]:
+    """Per job: distractors the judge calls unrelated to the interest, and how many had to
+    be filled.
 
     At most ``4 * options`` candidates are examined per interest: a judge that calls (nearly)
     everything related would exhaust the pool. If too few pass, the gap is filled with the
     examined objects the judge found least related (counted as ``filled``).
     """
     c = run.config
-    need = [c.options - len(ev) for _, ev, _, _ in jobs]
+    need = [c.options - len(j.evidence) for j in jobs]
     chosen: list[list[str]] = [[] for _ in jobs]
     rejected: list[list[tuple[float, str]]] = [[] for _ in jobs]
     offset = [0] * len(jobs)
     limit = 4 * c.options
     while True:
         asks = []
-        for n, (_, _, cands, _) in enumerate(jobs):
+        for n, job in enumerate(jobs):
             short_by = need[n] - len(chosen[n])
-            if short_by <= 0 or offset[n] >= min(len(cands), limit):
+            if short_by <= 0 or offset[n] >= min(len(job.candidates), limit):
                 continue
-            take = cands[offset[n] : min(offset[n] + short_by + max(2, short_by // 5), limit)]
-            asks.append((n, take))
+            end = min(offset[n] + short_by + max(2, short_by // 5), limit)
+            asks.append((n, job.candidates[offset[n] : end]))
         if not asks:
             break
         verdicts = _relevant(
             run,
-            [(jobs[n][0]["interest"], i) for n, take in asks for i in take],
+            [(jobs[n].record["interest"], i) for n, take in asks for i in take],
             "judge: distractors",
         )
         for n, take in asks:
             offset[n] += len(take)
             for i in take:
-                yes, p_yes = verdicts[(jobs[n][0]["interest"], i)]
+                yes, p_yes = verdicts[(jobs[n].record["interest"], i)]
                 if yes:
                     rejected[n].append((p_yes, i))
                 elif len(chosen[n]) < need[n]:
                     chosen[n].append(i)
-    out = {}
+    out = []
     for n in range(len(jobs)):
         gap = max(need[n] - len(chosen[n]), 0)
-        out[n] = (chosen[n] + [i for _, i in sorted(rejected[n])[:gap]], gap)
+        out.append((chosen[n] + [i for _, i in sorted(rejected[n])[:gap]], gap))
     return out
 
 
-def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
-    """Ask the judge to find each interest's n evidence objects among distractors; sets
-    ``correct``, ``backing``, ``distractors``, ``filled``. Returns the pool size."""
-    from recjudge.decoding import Picks
-    from recjudge.llm import SamplingConfig
-
+def _spec_jobs(run: _Run, records: list[dict[str, Any]], pool: Sequence[str]) -> list[_SpecJob]:
     c = run.config
-    by_user = run.ds.interactions.groupby("user_id", observed=True)["item_id"]
-    pool = global_pool({str(u): sorted(map(str, s)) for u, s in by_user}, c.pool_size, c.seed)
     jobs = []
     for r in records:
         seed = (c.seed, r["user_id"], r["model"], r["interest"])
@@ -472,35 +483,46 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
         # Distractors are never the user's own items, however old (GISTBench 4.3).
         seen = set(run.ds.history(r["user_id"])["item_id"].astype(str))
         order = rng("gist-distractors", seed).permutation(len(pool))
-        jobs.append((r, evidence, [pool[i] for i in order if pool[i] not in seen], seed))
-    chosen = _distractors(run, jobs)
-    pkeys = []
-    for n, (r, evidence, _, seed) in enumerate(jobs):
-        distract, r["filled"] = chosen[n]
-        opts, is_ev = specificity_options(evidence, distract, seed)
+        jobs.append(_SpecJob(r, evidence, [pool[i] for i in order if pool[i] not in seen], seed))
+    return jobs
+
+
+def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
+    """Ask the judge to find each interest's n evidence objects among distractors; sets
+    ``correct``, ``backing``, ``distractors``, ``filled``. Returns the pool size."""
+    from recjudge.decoding import Picks
+    from recjudge.llm import SamplingConfig
+
+    c = run.config
+    by_user = run.ds.interactions.groupby("user_id", observed=True)["item_id"]
+    pool = global_pool({str(u): sorted(map(str, s)) for u, s in by_user}, c.pool_size, c.seed)
+    jobs = _spec_jobs(run, records, pool)
+    picks = []
+    for job, (distract, filled) in zip(jobs, _distractors(run, jobs), strict=True):
+        r = job.record
+        r["filled"] = filled
+        opts, is_ev = specificity_options(job.evidence, distract, job.seed)
         msgs = specificity_messages(
-            r["interest"], [run.text[o] for o in opts], len(evidence), run.word
+            r["interest"], [run.text[o] for o in opts], len(job.evidence), run.word
         )
-        schema = Picks([str(i + 1) for i in range(len(opts))], len(evidence))
+        schema = Picks([str(i + 1) for i in range(len(opts))], len(job.evidence))
         key = stable_hash(GIST_PROMPT_VERSION, "specificity", c.judge, msgs, schema.key())
-        pkeys.append((key, r, msgs, schema, is_ev))
-    asks = [
-        StoredAsk(
+        ask = StoredAsk(
             key,
             {"kind": "specificity", "interest": r["interest"]},
             msgs,
             schema,
             lambda a: {"picks": a.value},
         )
-        for key, r, msgs, schema, _ in sorted(pkeys, key=lambda p: len(p[2][1]["content"]))
-    ]
+        picks.append(_Pick(ask, r, is_ev))
     budget = SamplingConfig(max_new_tokens=8 * c.evidence_for_specificity + 16)
+    asks = sorted((p.ask for p in picks), key=lambda a: len(a.messages[1]["content"]))
     _ask_stored(run, run.judge, asks, "judge: specificity", budget)
-    got = run.store.get_many([p[0] for p in pkeys])
-    for key, r, _, _, is_ev in pkeys:
-        r["correct"] = sum(bool(is_ev[int(x) - 1]) for x in got[key]["picks"])
-        r["backing"] = int(sum(is_ev))
-        r["distractors"] = len(is_ev) - int(sum(is_ev))
+    got = run.store.get_many([p.ask.key for p in picks])
+    for p in picks:
+        p.record["correct"] = sum(bool(p.is_evidence[int(x) - 1]) for x in got[p.ask.key]["picks"])
+        p.record["backing"] = int(sum(p.is_evidence))
+        p.record["distractors"] = len(p.is_evidence) - int(sum(p.is_evidence))
     return len(pool)
 
 
