@@ -371,3 +371,21 @@ def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp
     oracle = json.loads((tmp_path / "out/oracle.json").read_text())["oracle"]
     assert gist_scores(lines, oracle, ["1"]) == r["scores"]
     assert set(r["scores"]) == {"sys_a", "sys_b"}
+
+
+def test_distractor_candidates_exclude_the_users_whole_history():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from recjudge.evaluators._gist_pipeline import _spec_jobs
+
+    history = [f"old{i}" for i in range(300)] + ["recent"]  # far beyond one chunk of 100
+    ds = SimpleNamespace(history=lambda u: pd.DataFrame({"item_id": history}))
+    run = SimpleNamespace(config=GistConfig(options=10), ds=ds)
+    pool = history[::7] + [f"other{i}" for i in range(40)]
+    rec_ = {"user_id": "u", "model": "m", "interest": "x", "cited": ["recent", "old5", "old9"]}
+    (job,) = _spec_jobs(run, [rec_], pool)
+    assert set(job.evidence) <= set(rec_["cited"])
+    assert job.candidates and not set(job.candidates) & set(history)
+    assert sorted(job.candidates) == sorted(f"other{i}" for i in range(40))
