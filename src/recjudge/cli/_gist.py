@@ -5,15 +5,21 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 
 from recjudge._registry import UnknownNameError
-from recjudge.cli._app import app, emit, fail
+from recjudge.cli._app import app, emit, fail, option_errors
 
 gist_app = typer.Typer(
     help="GISTBench: interest extraction, groundedness (IG) and specificity (IS).",
     no_args_is_help=True,
 )
 app.add_typer(gist_app, name="gist")
+TAXONOMY_DEFAULT = "full"
+TAXONOMY_HELP = (
+    "full (the paper: the judge picks among all 325 categories), shortlist (among 24 "
+    "preselected; agreement with full is measured and reported) or off."
+)
 
 
 @gist_app.command("run")
@@ -24,10 +30,19 @@ def gist_run(
     ),
     judge: str = typer.Option("qwen2.5-coder-0.5b", "--judge", help="The verifying judge model."),
     users: int = typer.Option(30, "--users"),
-    max_history: int = typer.Option(100, "--max-history", help="Most recent engagements (0: all)."),
+    max_history: int = typer.Option(
+        0, "--max-history", help="Most recent engagements (0, the paper: all, in chunks of 100)."
+    ),
+    max_interests: int = typer.Option(
+        0, "--max-interests", help="Grammar cap on interests per chunk (0, the paper: none)."
+    ),
+    max_ids: int = typer.Option(0, "--max-ids", help="Grammar cap on ids per interest (0: none)."),
+    enforce_citations: bool = typer.Option(
+        False, "--enforce-citations", help="Drop citations beyond 2 per object (counted anyway)."
+    ),
     options: int = typer.Option(50, "--options", help="Options per specificity question."),
     pool_size: int = typer.Option(1000, "--pool-size"),
-    taxonomy: bool = typer.Option(True, "--taxonomy/--no-taxonomy"),
+    taxonomy: str = typer.Option(TAXONOMY_DEFAULT, "--taxonomy", help=TAXONOMY_HELP),
     seed: int = typer.Option(0, "--seed"),
     out: str = typer.Option("reports/gist", "--out"),
     as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
@@ -41,12 +56,17 @@ def gist_run(
             judge=judge,
             users=users,
             max_history=max_history or None,
+            max_interests=max_interests or None,
+            max_ids=max_ids or None,
+            enforce_citations=enforce_citations,
             options=options,
             pool_size=pool_size,
             taxonomy=taxonomy,
             seed=seed,
         )
         r = run_gist(cfg, data, out)
+    except ValidationError as e:
+        fail(option_errors(e))
     except (UnknownNameError, ValueError, KeyError) as e:
         fail(str(e))
     if as_json:
@@ -70,7 +90,7 @@ def gist_verify(
     ),
     options: int = typer.Option(50, "--options", help="Options per specificity question."),
     pool_size: int = typer.Option(1000, "--pool-size"),
-    taxonomy: bool = typer.Option(True, "--taxonomy/--no-taxonomy"),
+    taxonomy: str = typer.Option(TAXONOMY_DEFAULT, "--taxonomy", help=TAXONOMY_HELP),
     seed: int = typer.Option(0, "--seed"),
     out: str = typer.Option(..., "--out", help="Report folder (records gist score reads)."),
     as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
@@ -83,6 +103,8 @@ def gist_verify(
                          seed=seed)  # fmt: skip
         files = [p.strip() for p in profiles.split(",") if p.strip()]
         r = verify_profiles(cfg, data, files, out, read_oracle(oracle) if oracle else None)
+    except ValidationError as e:
+        fail(option_errors(e))
     except (UnknownNameError, ValueError, KeyError, FileNotFoundError) as e:
         fail(str(e).strip("'\""))
     for name, c in r["profiles"].items():
