@@ -43,17 +43,21 @@ def _read_config(path: str | None, cls: Any) -> tuple[Any, str | None]:
     raise AssertionError  # fail() exits
 
 
+def _list(registry: Any, as_json: bool) -> None:
+    rows = {n: s.summary for n, s in registry.items()}
+    if as_json:
+        emit(rows)
+        return
+    for n, s in rows.items():
+        typer.echo(f"{n:<14} {s}")
+
+
 @app.command("evaluators")
 def evaluators_list(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the evaluators ``recjudge run`` can run."""
     from recjudge.evaluators import EVALUATORS
 
-    rows = {n: s.summary for n, s in EVALUATORS.items()}
-    if as_json:
-        emit(rows)
-        return
-    for n, s in rows.items():
-        typer.echo(f"{n:<10} {s}")
+    _list(EVALUATORS, as_json)
 
 
 @app.command("run")
@@ -86,12 +90,7 @@ def bench_list(as_json: bool = typer.Option(False, "--json")) -> None:
     """List the benchmarks ``recjudge bench run`` can run from a config."""
     from recjudge.bench import BENCHMARKS
 
-    rows = {n: s.summary for n, s in BENCHMARKS.items()}
-    if as_json:
-        emit(rows)
-        return
-    for n, s in rows.items():
-        typer.echo(f"{n:<14} {s}")
+    _list(BENCHMARKS, as_json)
 
 
 @bench_app.command("run")

@@ -8,11 +8,12 @@ the same kind as ``run_gist``'s (``gist score`` reads both).
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +41,8 @@ from recjudge.evaluators._gist import (
     taxonomy_messages,
 )
 from recjudge.evaluators._runs import Tally
-from recjudge.reward import StoredAsk, ask_stored
+from recjudge.llm import LLMPool
+from recjudge.reward import StoredAsk, ask_stored, run_stored
 
 
 @dataclass
@@ -64,14 +66,10 @@ class _Run:
     word: str
     store: Any
     progress: bool
-    llms: dict[str, Any] = field(default_factory=dict)
+    llms: Any  # LLMPool
 
     def llm(self, name: str) -> Any:
-        from recjudge.llm import load_llm
-
-        if name not in self.llms:
-            self.llms[name] = load_llm(name)
-        return self.llms[name]
+        return self.llms.get(name)
 
     @property
     def judge(self) -> Any:
@@ -117,7 +115,7 @@ def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run
     word = {"movies": "movies", "books": "books"}.get(ds.domain, "items")
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "store.sqlite")
-    return _Run(config, ds, users, histories, text, word, store, progress, dict(llms or {}))
+    return _Run(config, ds, users, histories, text, word, store, progress, LLMPool(llms))
 
 
 # -- 1. extraction -------------------------------------------------------------------------
@@ -166,7 +164,7 @@ def _extract(run: _Run) -> tuple[list[_Interest], int]:
         mine = [a for a in asks if a.request["model"] == m]
         _ask_stored(run, run.llm(m), mine, f"extract {m}", budget)
         if m != c.judge:
-            run.llms.pop(m, None)  # free memory before the next model
+            run.llms.release(m)  # free memory before the next model
     done = run.store.get_many([a.key for a in asks])
     incomplete = 0
     merged: dict[tuple[str, str, str], _Interest] = {}
@@ -223,39 +221,51 @@ def _relevant(
     from recjudge.reward import ask_shared
 
     c = run.config
-    keys = {
-        p: stable_hash(GIST_PROMPT_VERSION, "relevant", c.judge, p[0], run.text[p[1]])
-        for p in dict.fromkeys(pairs)
-    }
-    have = run.store.get_many(list(keys.values()))
-    todo: dict[str, list[tuple[str, str]]] = {}
-    for p, k in keys.items():
-        if k not in have:
-            todo.setdefault(p[0], []).append(p)
-    bar = run.bar(sum(map(len, todo.values())), desc)
-    for interest, ps in todo.items():
-        answers = ask_shared(
-            run.judge,
-            relevance_messages(interest, run.word),
-            [run.text[i] for _, i in ps],
-            Choice(["YES", "NO"]),
-            sampling=SamplingConfig(max_new_tokens=16),
-            decode_rows=c.batch_size,
-        )
-        run.store.put_many(
-            (
-                keys[p],
+    asks = sorted(
+        (
+            StoredAsk(
+                stable_hash(GIST_PROMPT_VERSION, "relevant", c.judge, p[0], run.text[p[1]]),
                 {"kind": "relevant", "interest": p[0], "item_id": p[1]},
-                {"yes": a.value["answer"] == "YES", "p": list(a.record.p_before)},
+                relevance_messages(p[0], run.word),
             )
-            for p, a in zip(ps, answers, strict=True)
+            for p in dict.fromkeys(pairs)
+        ),
+        key=lambda q: q.request["interest"],
+    )
+
+    def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
+        out = []  # one shared prefix per interest: the batch is grouped by interest
+        for _, grp in itertools.groupby(part, key=lambda q: q.request["interest"]):
+            group = list(grp)
+            answers = ask_shared(
+                run.judge,
+                group[0].messages,
+                [run.text[q.request["item_id"]] for q in group],
+                Choice(["YES", "NO"]),
+                sampling=SamplingConfig(max_new_tokens=16),
+                decode_rows=c.batch_size,
+            )
+            out += [
+                {"yes": x.value["answer"] == "YES", "p": list(x.record.p_before)} for x in answers
+            ]
+        return out
+
+    got = run_stored(
+        run.store,
+        asks,
+        answer,
+        batch_size=8 * c.batch_size,
+        desc=desc,
+        progress=run.progress,
+        order=lambda todo: sorted(todo, key=lambda q: q.request["interest"]),
+    )
+    return {
+        (q.request["interest"], q.request["item_id"]): (
+            bool(got[q.key]["yes"]),
+            float(got[q.key]["p"][0]),
         )
-        if bar is not None:
-            bar.update(len(ps))
-    if bar is not None:
-        bar.close()
-    got = run.store.get_many(list(keys.values()))
-    return {p: (bool(got[k]["yes"]), float(got[k]["p"][0])) for p, k in keys.items()}
+        for q in asks
+    }
 
 
 def _ground(run: _Run, interests: Sequence[_Interest]) -> list[dict[str, Any]]:
@@ -339,33 +349,39 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
     c = run.config
     cat_ids, cat_names = list(categories), list(categories.values())
     msgs = taxonomy_full_messages(cat_names)
-    keys = {
-        s: stable_hash(GIST_PROMPT_VERSION, "taxonomy-full", c.judge, msgs, s) for s in interests
-    }
-    have = run.store.get_many(list(keys.values()))
-    todo = [s for s in interests if keys[s] not in have]
-    schema, result = Choice(cat_names, answer_key="category"), _category_result(cat_ids, cat_names)
-    bar = run.bar(len(todo), "judge: taxonomy (325)")
-    for b in range(0, len(todo), c.batch_size):
-        part = todo[b : b + c.batch_size]
-        answers = ask_shared(
-            run.judge,
+    asks = [
+        StoredAsk(
+            stable_hash(GIST_PROMPT_VERSION, "taxonomy-full", c.judge, msgs, s),
+            {"kind": "taxonomy-full", "interest": s},
             msgs,
-            part,
-            schema,
-            sampling=SamplingConfig(max_new_tokens=48),
-            decode_rows=len(part),
         )
-        run.store.put_many(
-            (keys[s], {"kind": "taxonomy-full", "interest": s}, result(a))
-            for s, a in zip(part, answers, strict=True)
-        )
-        if bar is not None:
-            bar.update(len(part))
-    if bar is not None:
-        bar.close()
-    got = run.store.get_many(list(keys.values()))
-    return {s: got[keys[s]]["category_id"] for s in interests}
+        for s in interests
+    ]
+    schema, result = Choice(cat_names, answer_key="category"), _category_result(cat_ids, cat_names)
+
+    def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
+        fills = [q.request["interest"] for q in part]
+        return [
+            result(a)
+            for a in ask_shared(
+                run.judge,
+                msgs,
+                fills,
+                schema,
+                sampling=SamplingConfig(max_new_tokens=48),
+                decode_rows=len(part),
+            )
+        ]
+
+    got = run_stored(
+        run.store,
+        asks,
+        answer,
+        batch_size=c.batch_size,
+        desc="judge: taxonomy (325)",
+        progress=run.progress,
+    )
+    return {q.request["interest"]: got[q.key]["category_id"] for q in asks}
 
 
 def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +48,7 @@ from recjudge.evaluators._usersum_prompts import (
     regenerate_messages,
     summary_messages,
 )
+from recjudge.llm import LLMPool
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -122,14 +123,10 @@ class _Sum:
     what_item: str
     store: Any
     progress: bool
-    llms: dict[str, Any] = field(default_factory=dict)
+    llms: Any  # LLMPool
 
     def llm(self, name: str) -> Any:
-        from recjudge.llm import load_llm
-
-        if name not in self.llms:
-            self.llms[name] = load_llm(name)
-        return self.llms[name]
+        return self.llms.get(name)
 
 
 def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool) -> _Sum:
@@ -171,7 +168,7 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
         {"movies": "movie", "books": "book"}.get(ds.domain, "item"),
         ResultsStore(out / "store.sqlite"),
         progress,
-        dict(llms or {}),
+        LLMPool(llms),
     )
 
 

@@ -29,21 +29,17 @@ def activity_lines(acts: Sequence[Mapping[str, Any]]) -> list[str]:
     ]
 
 
+def _activities(acts: Sequence[Mapping[str, Any]], time_range: str) -> str:
+    when = f" from {time_range}" if time_range else ""
+    return f"My activities{when}, oldest first:\n" + "\n".join(activity_lines(acts))
+
+
 def summary_messages(
     acts: Sequence[Mapping[str, Any]], query: str, word_limit: int, time_range: str = ""
 ) -> list[dict[str, str]]:
     """A.1 (single step, no ``time_range``) and A.2 (a segment of the time hierarchy)."""
-    when = f" from {time_range}" if time_range else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": f"My activities{when}, oldest first:\n"
-            + "\n".join(activity_lines(acts))
-            + f"\n\n{query}. "
-            + FORM.format(words=word_limit),
-        },
-    ]
+    body = f"{_activities(acts, time_range)}\n\n{query}. {FORM.format(words=word_limit)}"
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": body}]
 
 
 def regenerate_messages(
@@ -56,20 +52,13 @@ def regenerate_messages(
 ) -> list[dict[str, str]]:
     """A.3: rewrite a segment summary that the verifier rejected, seeing the previous summary
     and each failed check (question, claimed answer, what the log says)."""
-    when = f" from {time_range}" if time_range else ""
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": f"My activities{when}, oldest first:\n"
-            + "\n".join(activity_lines(acts))
-            + f"\n\nYour previous summary of them:\n{previous}\n\nA verifier found these "
-            "problems:\n"
-            + "\n".join(failed)
-            + f"\n\n{query}. Rewrite the summary so that every statement is supported by the "
-            "activities. " + FORM.format(words=word_limit),
-        },
-    ]
+    problems = "\n".join(failed)
+    body = (
+        f"{_activities(acts, time_range)}\n\nYour previous summary of them:\n{previous}\n\n"
+        f"A verifier found these problems:\n{problems}\n\n{query}. Rewrite the summary so "
+        f"that every statement is supported by the activities. {FORM.format(words=word_limit)}"
+    )
+    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": body}]
 
 
 def combine_messages(

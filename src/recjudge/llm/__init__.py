@@ -24,8 +24,10 @@ from recjudge.llm._models import (
     resolve_model_path,
     verify_cache,
 )
+from recjudge.llm._pool import LLMPool
 
 __all__ = [
+    "LLMPool",
     "DEFAULT_MODEL",
     "PRESETS",
     "Generation",

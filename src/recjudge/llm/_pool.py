@@ -1,0 +1,29 @@
+"""The models one run needs, loaded on first use and released on request."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+
+class LLMPool:
+    """Backends by model name for one evaluator run (an explicit object, not a global cache).
+
+    Args:
+        loaded: backends the caller already has (tests pass a shared fixture); others are
+            loaded with ``load_llm`` on first ``get``.
+    """
+
+    def __init__(self, loaded: Mapping[str, Any] | None = None) -> None:
+        self._llms: dict[str, Any] = dict(loaded or {})
+
+    def get(self, name: str) -> Any:
+        from recjudge.llm import load_llm
+
+        if name not in self._llms:
+            self._llms[name] = load_llm(name)
+        return self._llms[name]
+
+    def release(self, name: str) -> None:
+        """Forget ``name`` (its memory is freed once nothing else holds it)."""
+        self._llms.pop(name, None)
