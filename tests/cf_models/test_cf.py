@@ -333,3 +333,16 @@ def test_als_fold_in_solves_implicits_own_user_equation(ml100k):
         np.testing.assert_allclose(got, want, rtol=2e-3, atol=2e-4)
         short = hist[:3]  # a request that shows less than the training row
         np.testing.assert_allclose(m.score_history(short, user), m.score_history(short, None))
+
+
+def test_resumed_training_reports_the_whole_training_time(tmp_path, ml100k):
+    from recjudge.cf_models import train_cf
+
+    small = {"hidden": 8, "max_len": 8, "batch": 512}
+    train_cf("sasrec", ml100k, tmp_path / "m", {**small, "epochs": 2}, OPTS)
+    again = train_cf("sasrec", ml100k, tmp_path / "m", {**small, "epochs": 3}, OPTS)
+    epochs = again.train_info["epochs"]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3]  # resumed, not retrained
+    # Not only the one epoch this process ran: every epoch's seconds.
+    assert again.train_info["train_seconds"] == pytest.approx(sum(e["seconds"] for e in epochs))
+    assert again.train_info["train_seconds"] > epochs[-1]["seconds"]

@@ -188,6 +188,11 @@ def train_cf(
     t0 = time.perf_counter()
     model.train(split.train, options, items=items)
     model.train_info["train_seconds"] = time.perf_counter() - t0
+    epochs = model.train_info.get("epochs") or []
+    if epochs and all("seconds" in e for e in epochs):
+        # A run resumed from its checkpoint: this process saw only the last epochs; the
+        # per-epoch records (kept in the checkpoint) give the whole training time.
+        model.train_info["train_seconds"] = float(sum(e["seconds"] for e in epochs))
     model.train_info["dataset"] = dataset.name
     model.train_info["dataset_location"] = dataset.location or dataset.name
     hs, cs, us = calibration_pairs(split.train, split.valid, model.items, options.seed)
