@@ -139,6 +139,7 @@ class _Log:
     online: dict[str, list[str]]  # user -> future relevant items
     logged: dict[str, list[str]]  # user -> the exposed ones
     users: list[str]
+    hist: dict[str, list[str]]  # user -> past items, oldest first
 
 
 def _simulate_log(config: OfflineConfig, ds: Any) -> _Log:
@@ -170,7 +171,13 @@ def _simulate_log(config: OfflineConfig, ds: Any) -> _Log:
         u for u, f in online.items() if len(f) >= config.min_future and u in in_past and logged[u]
     )
     users = sample_users(eligible, config.users, config.seed)
-    return _Log(past, {u: online[u] for u in users}, {u: logged[u] for u in users}, users)
+    chosen = set(users)
+    hist = {
+        str(u): g["item_id"].astype(str).tolist()
+        for u, g in past.groupby("user_id", observed=True)
+        if str(u) in chosen
+    }
+    return _Log(past, {u: online[u] for u in users}, {u: logged[u] for u in users}, users, hist)
 
 
 def _train_runs(config: OfflineConfig, ds: Any, log: _Log) -> list[Any]:
@@ -179,17 +186,13 @@ def _train_runs(config: OfflineConfig, ds: Any, log: _Log) -> list[Any]:
     from recjudge.evaluators import RecRun, RunCheck
 
     items = ds.items["item_id"].astype(str).tolist()
-    hist = {
-        str(u): g["item_id"].astype(str).tolist()
-        for u, g in log.past.groupby("user_id", observed=True)
-    }
     runs = []
     for name in config.systems:
         cls = MODELS.get(name)
         model = cls(cls.Config()).train(
             log.past, TrainOptions(seed=config.seed, progress=False), items=items
         )
-        lists = {u: model.recommend(hist[u], max(KS)) for u in log.users}
+        lists = {u: model.recommend(log.hist[u], max(KS)) for u in log.users}
         scores = {u: [float(len(v) - r) for r in range(len(v))] for u, v in lists.items()}
         runs.append(RecRun(name, f"(trained on the past: {name})", lists, scores, RunCheck()))
     return runs
@@ -227,11 +230,7 @@ def _impute_all(
     feedback = Dataset(ds.name + "-logged", fb, ds.items, ds.users, domain=ds.domain)
     logged = {u: dict.fromkeys(log.logged[u], 1) for u in log.users}
     pairs = pairs_to_impute(runs, logged, log.users, max(KS))
-    hist = {
-        str(u): g["item_id"].astype(str).tolist()
-        for u, g in log.past.groupby("user_id", observed=True)
-    }
-    imputed = {"cf": {(u, i): cf.sigma(hist[u], i, u) > 0 for u, i in pairs}}
+    imputed = {"cf": {(u, i): cf.sigma(log.hist[u], i, u) > 0 for u, i in pairs}}
     if not config.judges:
         return imputed
     from recjudge.bench._brief import judges_for

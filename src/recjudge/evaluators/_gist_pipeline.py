@@ -257,8 +257,7 @@ def _relevant(
         batch_size=8 * c.batch_size,
         desc=desc,
         progress=run.progress,
-        order=lambda todo: sorted(todo, key=lambda q: q.request["interest"]),
-    )
+    )  # asks are sorted by interest and run_stored keeps their order
     return {
         (q.request["interest"], q.request["item_id"]): (
             bool(got[q.key]["yes"]),
