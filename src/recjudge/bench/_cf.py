@@ -33,6 +33,7 @@ def bench_cf(
         history_at_test,
         load_model,
         train_cf,
+        training_seconds,
     )
     from recjudge.data import leave_one_out, load_dataset
 
@@ -40,15 +41,7 @@ def bench_cf(
     ds = load_dataset(data)
     split = leave_one_out(ds.interactions)
     models: dict[str, Any] = {"sasrec": load_model(sasrec_dir)}
-    info = models["sasrec"].train_info
-    epochs = info.get("epochs") or []
-    # Per-epoch seconds cover every epoch, also of a run resumed from its checkpoint.
-    whole = (
-        sum(e["seconds"] for e in epochs)
-        if epochs and all("seconds" in e for e in epochs)
-        else None
-    )
-    train_seconds = {"sasrec": whole or info.get("train_seconds")}
+    train_seconds = {"sasrec": training_seconds(models["sasrec"].train_info)}
     for name in ("als", "bpr", "itemknn", "pop"):
         t0 = time.perf_counter()
         models[name] = train_cf(

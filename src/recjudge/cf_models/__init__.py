@@ -35,6 +35,7 @@ from recjudge.cf_models._eval import (
     rank_of_target,
     recommend_saved,
     train_cf,
+    training_seconds,
 )
 from recjudge.cf_models._sasrec import SASRec, SASRecConfig
 
@@ -71,4 +72,5 @@ __all__ = [
     "rank_of_target",
     "recommend_saved",
     "train_cf",
+    "training_seconds",
 ]

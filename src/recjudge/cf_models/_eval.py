@@ -155,6 +155,16 @@ def calibration_pairs(
     return hs, cs, us
 
 
+def training_seconds(train_info: dict[str, Any]) -> float | None:
+    """The whole training time: the per-epoch seconds when every epoch has them (a run
+    resumed from its checkpoint saw only its last epochs in this process), else the
+    recorded ``train_seconds``."""
+    epochs = train_info.get("epochs") or []
+    if epochs and all("seconds" in e for e in epochs):
+        return float(sum(e["seconds"] for e in epochs))
+    return train_info.get("train_seconds")
+
+
 def train_cf(
     name: str,
     dataset: Dataset,
@@ -188,11 +198,7 @@ def train_cf(
     t0 = time.perf_counter()
     model.train(split.train, options, items=items)
     model.train_info["train_seconds"] = time.perf_counter() - t0
-    epochs = model.train_info.get("epochs") or []
-    if epochs and all("seconds" in e for e in epochs):
-        # A run resumed from its checkpoint: this process saw only the last epochs; the
-        # per-epoch records (kept in the checkpoint) give the whole training time.
-        model.train_info["train_seconds"] = float(sum(e["seconds"] for e in epochs))
+    model.train_info["train_seconds"] = training_seconds(model.train_info)
     model.train_info["dataset"] = dataset.name
     model.train_info["dataset_location"] = dataset.location or dataset.name
     hs, cs, us = calibration_pairs(split.train, split.valid, model.items, options.seed)
