@@ -1,4 +1,5 @@
-"""Small shared helpers: cache location, atomic writes, stable hashing, seeded RNGs."""
+"""Small shared helpers: cache location, atomic writes, stable hashing, seeded RNGs, torch
+thread scopes."""
 
 from __future__ import annotations
 
@@ -102,6 +103,26 @@ def atomic_dir(final: str | os.PathLike[str]) -> Iterator[Path]:
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with torch on ``threads`` intra-op threads, then restore the previous count.
+
+    ``torch.set_num_threads`` is process-wide: a training that set it and left it would slow
+    (or oversubscribe) everything that runs after it in the same process, e.g. a notebook that
+    trains SASRec on one thread and then loads a judge. ``None`` or 0 keeps the current count.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
 
 
 def is_loopback(host: str) -> bool:

@@ -119,6 +119,7 @@ class SASRec(CFModel):
 
     name = "sasrec"
     Config = SASRecConfig
+    uses_torch = True
 
     def __init__(self, config: SASRecConfig | None = None) -> None:
         super().__init__(config)
@@ -142,7 +143,6 @@ class SASRec(CFModel):
         c: SASRecConfig = self.config
         torch.manual_seed(options.seed)
         rng = np.random.default_rng(options.seed)
-        torch.set_num_threads(options.threads)
         seqs = (
             df.assign(ix=df["item_id"].astype(str).map(self.item_index) + 1)
             .groupby("user_id", sort=False)["ix"]
