@@ -95,6 +95,23 @@ def test_sasrec_learns_successor_rule():
     assert hits / n_items > 0.9
 
 
+def test_torch_training_gives_the_process_its_thread_count_back():
+    """Training on one thread must not leave the whole process (a notebook, the test suite)
+    on one thread afterwards."""
+    import torch
+
+    df = pd.DataFrame(
+        [(str(u), f"i{(u + t) % 7}", float(t), 1.0) for u in range(20) for t in range(4)],
+        columns=["user_id", "item_id", "timestamp", "rating"],
+    )
+    before = torch.get_num_threads()
+    target = 1 if before != 1 else 2
+    SASRec(SASRecConfig(hidden=8, max_len=4, epochs=1, batch=8)).train(
+        df, TrainOptions(progress=False, threads=target)
+    )
+    assert torch.get_num_threads() == before
+
+
 @pytest.fixture(scope="module")
 def trained(ml100k):
     from recjudge.cf_models import train_cf

@@ -107,6 +107,7 @@ class _World:
 
 def _world(config: AugmentConfig) -> _World:
     from recjudge.bench._brief import calibrated_cf
+    from recjudge.cf_models import SideInfo
     from recjudge.data import load_dataset, sample_users, timeline_split
 
     ds = load_dataset(config.data)
@@ -123,7 +124,11 @@ def _world(config: AugmentConfig) -> _World:
     items = ds.items["item_id"].astype(str).tolist()
     # candidate generator and sigma source: CF on positive past interactions
     cf = calibrated_cf(
-        config.cf, past[past["rating"] >= config.positive_rating], items, config.seed
+        config.cf,
+        past[past["rating"] >= config.positive_rating],
+        items,
+        config.seed,
+        SideInfo.of(ds),
     )
     hist = {u: past_by[u] for u in users}
     cands = {u: cf.recommend(hist[u], config.candidates) for u in users}
@@ -203,7 +208,7 @@ def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) 
 def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int) -> dict[str, dict]:
     """Each retrained recommender's metrics on the augmented users' future."""
     from recjudge.bench._offline import ranking_metrics
-    from recjudge.cf_models import MODELS, TrainOptions
+    from recjudge.cf_models import MODELS, SideInfo, TrainOptions
 
     added = [(u, i) for u in w.users for i in added_by[u]]
     extra = pd.DataFrame(
@@ -220,7 +225,12 @@ def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int) -> dic
     for rec in config.retrain:
         rcls = MODELS.get(rec)
         rc = rcls.Config(epochs=config.sasrec_epochs) if rec == "sasrec" else rcls.Config()
-        model = rcls(rc).train(train, TrainOptions(seed=seed, progress=False), items=w.items)
+        model = rcls(rc).train(
+            train,
+            TrainOptions(seed=seed, progress=False),
+            items=w.items,
+            side=SideInfo.of(w.ds),
+        )
         per_user = []
         for u in w.users:
             # Scored from the augmented history, but only real past interactions are

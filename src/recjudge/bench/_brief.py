@@ -170,9 +170,12 @@ def auc_ci(
 
 
 # -- preparation --------------------------------------------------------------------------------
-def calibrated_cf(name: str, interactions: Any, items: Sequence[str], seed: int) -> Any:
+def calibrated_cf(
+    name: str, interactions: Any, items: Sequence[str], seed: int, side: Any = None
+) -> Any:
     """CF model ``name`` trained on the leave-one-out train part of ``interactions``, its
-    sigma scale calibrated on the held-out validation items (and random unseen items)."""
+    sigma scale calibrated on the held-out validation items (and random unseen items).
+    ``side``: the dataset's ``SideInfo``, for models that use item/user attributes."""
     from recjudge.cf_models import MODELS, TrainOptions
     from recjudge.cf_models._eval import calibration_pairs
     from recjudge.data import leave_one_out
@@ -180,7 +183,7 @@ def calibrated_cf(name: str, interactions: Any, items: Sequence[str], seed: int)
     split = leave_one_out(interactions)
     cls = MODELS.get(name)
     model = cls(cls.Config())
-    model.train(split.train, TrainOptions(seed=seed, progress=False), items=list(items))
+    model.train(split.train, TrainOptions(seed=seed, progress=False), items=list(items), side=side)
     hs, cs, us = calibration_pairs(split.train, split.valid, model.items, seed)
     model.calibrate(hs, cs, us)
     return model
@@ -310,7 +313,7 @@ def _train_sigma_models(
 ) -> dict[str, dict[str, Any]]:
     """Per source (all / positive): the CF model and its item-item companion, trained on the
     earlier activity, sigma calibrated on its own leave-one-out validation items."""
-    from recjudge.cf_models import ItemItemSimilarity
+    from recjudge.cf_models import ItemItemSimilarity, SideInfo
     from recjudge.cf_models._eval import calibration_pairs
     from recjudge.data import leave_one_out
 
@@ -320,7 +323,7 @@ def _train_sigma_models(
     items = ds.items["item_id"].astype(str).tolist()
     for source, min_rating in (("all", None), ("positive", pos)):
         df = past if min_rating is None else past[past["rating"] >= min_rating]
-        model = calibrated_cf(config.cf, df, items, config.seed)
+        model = calibrated_cf(config.cf, df, items, config.seed, SideInfo.of(ds))
         model.train_info["source"] = source
         split = leave_one_out(df)
         hs, cs, us = calibration_pairs(split.train, split.valid, model.items, config.seed)

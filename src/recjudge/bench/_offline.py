@@ -182,7 +182,7 @@ def _simulate_log(config: OfflineConfig, ds: Any) -> _Log:
 
 def _train_runs(config: OfflineConfig, ds: Any, log: _Log) -> list[Any]:
     """The recommenders under test, trained on the past, as runs (top ``max(KS)``)."""
-    from recjudge.cf_models import MODELS, TrainOptions
+    from recjudge.cf_models import MODELS, SideInfo, TrainOptions
     from recjudge.evaluators import RecRun, RunCheck
 
     items = ds.items["item_id"].astype(str).tolist()
@@ -190,7 +190,10 @@ def _train_runs(config: OfflineConfig, ds: Any, log: _Log) -> list[Any]:
     for name in config.systems:
         cls = MODELS.get(name)
         model = cls(cls.Config()).train(
-            log.past, TrainOptions(seed=config.seed, progress=False), items=items
+            log.past,
+            TrainOptions(seed=config.seed, progress=False),
+            items=items,
+            side=SideInfo.of(ds),
         )
         lists = {u: model.recommend(log.hist[u], max(KS)) for u in log.users}
         scores = {u: [float(len(v) - r) for r in range(len(v))] for u, v in lists.items()}
@@ -302,6 +305,7 @@ def bench_brief_offline(
     """Run the simulation; write report.md, results.json and gap.png under ``out``. The
     judges impute through ``recjudge.evaluators.impute`` (qrels under ``out/impute/<mode>``)."""
     from recjudge.bench._brief import calibrated_cf
+    from recjudge.cf_models import SideInfo
     from recjudge.data import load_dataset
     from recjudge.reporting import write_report
 
@@ -316,7 +320,13 @@ def bench_brief_offline(
     pos_past = (
         past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
     )
-    cf = calibrated_cf(config.cf, pos_past, ds.items["item_id"].astype(str).tolist(), config.seed)
+    cf = calibrated_cf(
+        config.cf,
+        pos_past,
+        ds.items["item_id"].astype(str).tolist(),
+        config.seed,
+        SideInfo.of(ds),
+    )
     imputed = _impute_all(config, ds, log, runs, cf, llm, out, progress)
     online = _system_metrics(runs, log, "online", imputed)
     methods = ["logged", *imputed]

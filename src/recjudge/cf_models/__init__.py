@@ -5,6 +5,7 @@ from recjudge.cf_models._base import (
     CFMismatchError,
     CFModel,
     CFModelError,
+    SideInfo,
     SignalConfig,
     SignalScaler,
     TrainOptions,
@@ -37,9 +38,30 @@ from recjudge.cf_models._eval import (
     train_cf,
     training_seconds,
 )
+from recjudge.cf_models._fm import (
+    FM,
+    DeepFM,
+    DeepFMConfig,
+    DeepFMNoUser,
+    DeepFMNoUserConfig,
+    FMConfig,
+)
+from recjudge.cf_models._lightgcn import LightGCN, LightGCNConfig
+from recjudge.cf_models._nrms import NRMS, NRMSConfig
 from recjudge.cf_models._sasrec import SASRec, SASRecConfig
 
 __all__ = [
+    "NRMS",
+    "NRMSConfig",
+    "LightGCN",
+    "LightGCNConfig",
+    "FM",
+    "DeepFM",
+    "DeepFMConfig",
+    "DeepFMNoUser",
+    "DeepFMNoUserConfig",
+    "FMConfig",
+    "SideInfo",
     "CFMismatchError",
     "CFModelError",
     "check_fits",

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -14,7 +16,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry
-from recjudge._util import UserFacingError, atomic_dir
+from recjudge._util import UserFacingError, atomic_dir, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +100,28 @@ class SignalScaler:
         return cls(SignalConfig(**d["config"]), d["low"], d["high"])
 
 
+@dataclass(frozen=True)
+class SideInfo:
+    """Item and user attributes for models that use features (FM, DeepFM, NRMS).
+
+    Attributes:
+        items: one row per item: ``item_id`` plus attribute columns (``title``, ``genres``
+            as ``a|b|c``, ``year``, ...).
+        users: one row per user: ``user_id`` plus attribute columns (``gender``, ``age``,
+            ``occupation``, ...), or None when the data has no users file.
+        source: where the tables came from, named in errors.
+    """
+
+    items: pd.DataFrame
+    users: pd.DataFrame | None = None
+    source: str = "the dataset"
+
+    @classmethod
+    def of(cls, dataset: Any) -> SideInfo:
+        """The side information of a loaded :class:`recjudge.data.Dataset`."""
+        return cls(dataset.items, getattr(dataset, "users", None), str(dataset.name))
+
+
 class CFModel:
     """Base class. Subclasses implement ``_fit``, ``_user_vectors`` or ``score_history``, and
     ``_tensors``/``_restore`` for persistence.
@@ -109,6 +133,10 @@ class CFModel:
 
     name: ClassVar[str] = "base"
     Config: ClassVar[type[BaseModel]]
+    #: trained with torch: training runs on ``TrainOptions.threads`` torch threads (scoped)
+    uses_torch: ClassVar[bool] = False
+    #: needs item/user attributes (``SideInfo``) to train
+    uses_side_info: ClassVar[bool] = False
 
     def __init__(self, config: BaseModel | None = None) -> None:
         self.config = config if config is not None else self.Config()
@@ -128,9 +156,19 @@ class CFModel:
         interactions: pd.DataFrame,
         options: TrainOptions | None = None,
         items: Sequence[str] | None = None,
+        side: SideInfo | None = None,
     ) -> CFModel:
-        """Fit on ``interactions`` (user_id, item_id, timestamp, rating columns)."""
+        """Fit on ``interactions`` (user_id, item_id, timestamp, rating columns).
+
+        ``side`` carries item/user attributes; models with ``uses_side_info`` need it and
+        ignore nothing silently (a missing column is an error naming it).
+        """
         options = options or TrainOptions()
+        if self.uses_side_info and side is None:
+            raise CFModelError(
+                f"{self.name} uses item/user attributes: pass side=SideInfo.of(dataset) "
+                f"(`recjudge cf train {self.name} --data DATA` does)"
+            )
         df = interactions
         if options.min_rating is not None:
             df = df[df["rating"] >= options.min_rating]
@@ -151,10 +189,20 @@ class CFModel:
                 "seed": options.seed,
             }
         )
-        self._fit(df, options)
+        if self.uses_side_info:
+            assert side is not None
+            self._set_side_info(side)
+        # Torch models train on ``options.threads`` and give the process its thread count back.
+        scope = torch_threads(options.threads) if self.uses_torch else contextlib.nullcontext()
+        with scope:
+            self._fit(df, options)
         return self
 
     def _fit(self, df: pd.DataFrame, options: TrainOptions) -> None:
+        raise NotImplementedError
+
+    def _set_side_info(self, side: SideInfo) -> None:
+        """Encode the attributes the model uses (called before ``_fit``)."""
         raise NotImplementedError
 
     # -- scoring ------------------------------------------------------------------------
@@ -243,6 +291,13 @@ class CFModel:
     def _restore(self, tensors: dict[str, np.ndarray]) -> None:
         raise NotImplementedError
 
+    def _meta(self) -> dict[str, Any]:
+        """JSON-able state beyond the tensors (vocabularies, ...), saved in ``model.json``."""
+        return {}
+
+    def _restore_meta(self, meta: dict[str, Any]) -> None:
+        """Inverse of ``_meta`` (called before ``_restore``)."""
+
     def save(self, path: str | Path) -> Path:
         """Write ``model.safetensors`` and ``model.json`` (config, ids, scaler) atomically."""
         from safetensors.numpy import save_file
@@ -260,6 +315,7 @@ class CFModel:
                 "users": list(self.user_index),
                 "scaler": self.scaler.state(),
                 "train_info": self.train_info,
+                "extra": self._meta(),
             }
             (tmp / "model.json").write_text(json.dumps(meta, default=str))
         return path
@@ -288,6 +344,7 @@ def load_model(path: str | Path) -> CFModel:
         model.user_index = {u: i for i, u in enumerate(meta["users"])}
         model.scaler = SignalScaler.from_state(meta["scaler"])
         model.train_info = meta.get("train_info", {})
+        model._restore_meta(meta.get("extra", {}))
         current = path / "model.safetensors"
         model._restore(load_file(str(current)))
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:

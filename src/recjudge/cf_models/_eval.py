@@ -12,7 +12,14 @@ import numpy as np
 import pandas as pd
 
 from recjudge._util import atomic_write_json, cache_dir, rng, stable_hash
-from recjudge.cf_models._base import MODELS, CFModel, SignalConfig, TrainOptions, load_model
+from recjudge.cf_models._base import (
+    MODELS,
+    CFModel,
+    SideInfo,
+    SignalConfig,
+    TrainOptions,
+    load_model,
+)
 from recjudge.data import Dataset, leave_one_out
 
 
@@ -196,7 +203,7 @@ def train_cf(
 
         model.on_epoch = on_epoch
     t0 = time.perf_counter()
-    model.train(split.train, options, items=items)
+    model.train(split.train, options, items=items, side=SideInfo.of(dataset))
     model.train_info["train_seconds"] = time.perf_counter() - t0
     model.train_info["train_seconds"] = training_seconds(model.train_info)
     model.train_info["dataset"] = dataset.name

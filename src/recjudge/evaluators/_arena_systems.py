@@ -92,7 +92,7 @@ def build_systems(
 ) -> dict[str, RecSystem]:
     """Systems from specs: a CF model name (trained here on the train split), ``name=DIR``
     (a saved CF model) or ``name=FILE`` (lists as user_id, rank, item_id)."""
-    from recjudge.cf_models import MODELS, TrainOptions, load_model
+    from recjudge.cf_models import MODELS, SideInfo, TrainOptions, load_model
 
     hist = (
         split.train.sort_values(["user_id", "timestamp"], kind="stable")
@@ -114,6 +114,7 @@ def build_systems(
                 split.train,
                 TrainOptions(seed=seed, threads=threads, progress=False),
                 items=ds.items["item_id"].astype(str).tolist(),
+                side=SideInfo.of(ds),
             )
         lists = {}
         for u in users:
