@@ -6,7 +6,8 @@ from typing import Any
 
 import typer
 
-from recjudge.cli._app import app
+from recjudge._registry import UnknownNameError
+from recjudge.cli._app import app, fail
 
 bench_app = typer.Typer(help="Benchmarks and experiments that write reports.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -104,16 +105,31 @@ def bench_decoding_cmd(
 @bench_app.command("cf")
 def bench_cf_cmd(
     sasrec: str = typer.Option(..., "--sasrec", help="A SASRec folder from `cf train`."),
+    saved: str = typer.Option(
+        "", "--saved", help="More saved models as NAME=DIR,... (e.g. fm=runs/fm,nrms=runs/nrms)."
+    ),
+    train: str = typer.Option(
+        "als,bpr,itemknn,pop", "--train", help="Models trained here with default configs."
+    ),
     data: str = typer.Option("ml-1m", "--data"),
     out: str = typer.Option("reports/cf", "--out"),
 ) -> None:
-    """SASRec vs the paper, with ALS/BPR/ItemKNN/Pop on the same protocols."""
+    """SASRec vs the paper, with the other models on the same protocols."""
     from recjudge.bench import bench_cf
 
-    r = bench_cf(sasrec, data, out=out)
+    pairs = [p.partition("=") for p in saved.split(",") if p.strip()]
+    bad = [n for n, eq, d in pairs if not (eq and n.strip() and d.strip())]
+    if bad:
+        fail(f"--saved: {bad[0]!r} is not NAME=DIR; write e.g. --saved fm=runs/fm")
+    dirs = {n.strip(): d.strip() for n, _, d in pairs}
+    names = [n.strip() for n in train.split(",") if n.strip()]
+    try:
+        r = bench_cf(sasrec, data, out=out, saved=dirs, train=names)
+    except (UnknownNameError, ValueError, FileNotFoundError) as e:
+        fail(str(e))
     for name, m in r["models"].items():
         typer.echo(
-            f"{name:<8} HR@10 {m['sampled_hr@10']:.4f}  NDCG@10 {m['sampled_ndcg@10']:.4f}"
+            f"{name:<14} HR@10 {m['sampled_hr@10']:.4f}  NDCG@10 {m['sampled_ndcg@10']:.4f}"
             f"  full Recall@10 {m['full_recall@10']:.4f}"
         )
     typer.echo(f"SASRec gap to paper: {r['gap_to_paper']}")
@@ -137,7 +153,7 @@ def _config(cls: Any, **kw: Any) -> Any:
     """A bench config from options; a bad value is a one-line error naming the option."""
     from pydantic import ValidationError
 
-    from recjudge.cli._app import fail, option_errors
+    from recjudge.cli._app import option_errors
 
     try:
         return cls(**kw)

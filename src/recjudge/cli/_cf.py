@@ -9,13 +9,18 @@ import typer
 from recjudge._registry import UnknownNameError
 from recjudge.cli._app import app, emit, emit_kv, fail
 
-cf_app = typer.Typer(help="CF models: SASRec, ALS, BPR, ItemKNN, Pop.", no_args_is_help=True)
+cf_app = typer.Typer(
+    help="CF models: SASRec, ALS, BPR, ItemKNN, Pop, FM, DeepFM, LightGCN, NRMS.",
+    no_args_is_help=True,
+)
 app.add_typer(cf_app, name="cf")
 
 
 @cf_app.command("train")
 def cf_train(
-    model: str = typer.Argument(..., help="sasrec, als, bpr, itemknn or pop."),
+    model: str = typer.Argument(
+        ..., help="sasrec, als, bpr, itemknn, pop, fm, deepfm, deepfm-nouser, lightgcn or nrms."
+    ),
     data: str = typer.Option("ml-1m", "--data", help="Dataset name or saved folder."),
     out: str = typer.Option(..., "--out", help="Output folder (safetensors + JSON)."),
     config: str = typer.Option("{}", "--config", help="JSON overrides, e.g. '{\"epochs\": 50}'"),
