@@ -16,6 +16,7 @@ import pytest
 from recjudge.llm import SamplingConfig
 from recjudge.reward import (
     MODES,
+    SIMULATOR_MODES,
     HistoryItem,
     Judge,
     JudgeConfig,
@@ -48,7 +49,8 @@ def requests(ml1m):
     return [request_for(ml1m, u, c) for u, c in PAIRS]
 
 
-@pytest.mark.parametrize("mode", MODES)
+# The user simulators have their own end-to-end test (tests/reward/test_simulators.py).
+@pytest.mark.parametrize("mode", [m for m in MODES if m not in SIMULATOR_MODES])
 def test_every_mode_end_to_end(smollm, als, requests, mode):
     judge = Judge(JudgeConfig(mode=mode, max_evidence=2, batch_size=4), llm=smollm, cf=als[0])
     results = judge.judge_many(requests[:2])

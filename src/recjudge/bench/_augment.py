@@ -34,10 +34,23 @@ METHODS = (
     "no-behavior",
     "item-item",
     "brief",
+    "pub",
+    "agent4rec",
+    "recagent",
 )
 # Methods that label candidates: they add only what they label positive (the LLM judges'
 # YES, cf-only's sigma > 0), the top-M of those; the heuristics (random, popularity) rank.
-LABELLING = ("cf-only", "zero-shot", "non-adaptive", "no-behavior", "item-item", "brief")
+LABELLING = (
+    "cf-only",
+    "zero-shot",
+    "non-adaptive",
+    "no-behavior",
+    "item-item",
+    "brief",
+    "pub",
+    "agent4rec",
+    "recagent",
+)
 
 
 class AugmentConfig(JudgeSampling):
@@ -141,13 +154,13 @@ def _judge_choices(
     """Per LLM method, the pseudo-positives ``recjudge.evaluators.augment`` adds (the top-M
     YES by p_yes among the candidates; a NO is never added), read back from the dataset
     folder it writes under ``out/augment/<method>``."""
-    from recjudge.bench._brief import judges_for
+    from recjudge.bench._brief import SIMULATORS, judges_for
     from recjudge.cf_models import item_item_for
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
     from recjudge.evaluators import RecRun, RunCheck, augment
     from recjudge.llm import load_llm
-    from recjudge.reward import ResultsStore
+    from recjudge.reward import Population, ResultsStore
 
     methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
     if not methods:
@@ -170,7 +183,8 @@ def _judge_choices(
     chosen: dict[str, dict[str, list[str]]] = {}
     ecfg = EvalAugmentConfig(k=config.candidates, top_m=config.add)
     with ResultsStore(out / "store.sqlite") as store:
-        for m, judge in judges_for(config, llm, w.cf, settings).items():
+        population = Population.of(past_ds) if set(methods) & set(SIMULATORS) else None
+        for m, judge in judges_for(config, llm, w.cf, settings, population).items():
             folder = out / "augment" / m
             augment(judge, past_ds, run, ecfg, folder, store=store, progress=progress)
             inter = load_dataset(str(folder)).interactions

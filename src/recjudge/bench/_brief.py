@@ -14,13 +14,22 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge._util import rng
 
-LLM_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "item-item")
+SIMULATORS = ("pub", "agent4rec", "recagent")  # the paper's user-simulator baselines
+LLM_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "item-item", *SIMULATORS)
 CF_MODES = ("brief", "non-adaptive", "cf-only", "item-item")
-ALL_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item")
+ALL_MODES = (
+    "brief",
+    "non-adaptive",
+    "no-behavior",
+    "zero-shot",
+    "cf-only",
+    "item-item",
+    *SIMULATORS,
+)
 
 
 class JudgeSampling(BaseModel):
@@ -71,6 +80,7 @@ class BriefExperimentConfig(JudgeSampling):
         betas: the sweep.
         bootstrap: resamples for confidence intervals.
         seed: sampling and training seed.
+        modes: the rows of the ratings table (every judge mode and the user simulators).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -91,6 +101,16 @@ class BriefExperimentConfig(JudgeSampling):
     bootstrap: int = Field(1000, ge=0)
     seed: int = 0
     decode_rows: int = Field(8, ge=1)
+    modes: tuple[str, ...] = ALL_MODES
+
+    @field_validator("modes")
+    @classmethod
+    def _known_modes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from recjudge.reward import JUDGES
+
+        for m in v:
+            JUDGES.get(m)  # an unknown mode is an error with a did-you-mean
+        return v
 
 
 def rating_level(rating: float, scale_max: float) -> int:
@@ -359,12 +379,17 @@ def judge_per_user(
 
 
 def judges_for(
-    config: Any, llm: Any, cf: Any, settings: Sequence[str | tuple[str, str, Any, float]]
+    config: Any,
+    llm: Any,
+    cf: Any,
+    settings: Sequence[str | tuple[str, str, Any, float]],
+    population: Any = None,
 ) -> dict[str, Any]:
     """Reward read-out judges on ``config.model``: a mode name (beta ``config.beta``, sigma
     from ``cf``), or ``(name, mode, CF model, beta)``. ``config`` needs ``model``, ``beta``,
     ``history_items`` and ``decode_rows`` (and, from ``JudgeSampling``, ``sampling`` and
-    ``samples``)."""
+    ``samples``). ``population``: what the agent4rec and recagent simulators read about the
+    training data (``reward.Population.of``)."""
     from recjudge.llm import SamplingConfig
     from recjudge.reward import Judge, JudgeConfig
 
@@ -384,7 +409,12 @@ def judges_for(
             decode_rows=config.decode_rows,
             **decoding,
         )
-        judges[name] = Judge(jc, llm=llm, cf=model if mode in CF_MODES else None)
+        judges[name] = Judge(
+            jc,
+            llm=llm,
+            cf=model if mode in CF_MODES else None,
+            population=population if mode in SIMULATORS else None,
+        )
     return judges
 
 
@@ -441,14 +471,17 @@ def _run(
     (through ``out/store.sqlite``) and analyse. Returns (info, cf models, analysis)."""
     from recjudge.data import load_dataset
     from recjudge.llm import load_llm
-    from recjudge.reward import ResultsStore
+    from recjudge.reward import Population, ResultsStore
 
     out.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(config.data)
     reqs, info = _requests(config, ds)
-    cf = _train_sigma_models(config, ds, info.pop("past"))
+    past = info.pop("past")
+    cf = _train_sigma_models(config, ds, past)
     llm = llm or load_llm(config.model)
-    judges = judges_for(config, llm, None, _settings(cf, named))
+    # The simulators' traits and item means come from the past only, like sigma.
+    population = Population.of(ds, past) if any(s[1] in SIMULATORS for s in named) else None
+    judges = judges_for(config, llm, None, _settings(cf, named), population)
     with ResultsStore(out / "store.sqlite") as store:
         results = judge_per_user(reqs, judges, store, progress)
     return info, cf, _analyse(reqs, results, config)
@@ -467,7 +500,7 @@ def bench_brief_ratings(
     t0 = time.time()
     out = Path(out)
     settings = []
-    for mode in ALL_MODES:
+    for mode in config.modes:
         for source in ("all", "positive") if mode in CF_MODES else ("-",):
             name = mode if source == "-" else f"{mode} [cf:{source}]"
             settings.append((name, mode, source, config.beta))

@@ -236,12 +236,14 @@ def _impute_all(
     imputed = {"cf": {(u, i): cf.sigma(log.hist[u], i, u) > 0 for u, i in pairs}}
     if not config.judges:
         return imputed
-    from recjudge.bench._brief import judges_for
+    from recjudge.bench._brief import SIMULATORS, judges_for
     from recjudge.llm import load_llm
+    from recjudge.reward import Population
 
     llm = llm or load_llm(config.model)
+    population = Population.of(ds, log.past) if set(config.judges) & set(SIMULATORS) else None
     with ResultsStore(out / "store.sqlite") as store:
-        for mode, judge in judges_for(config, llm, cf, config.judges).items():
+        for mode, judge in judges_for(config, llm, cf, config.judges, population).items():
             folder = out / "impute" / mode
             impute(
                 judge,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -25,10 +26,11 @@ def build_judge(
     backend: str = "transformers",
     server: str | None = None,
     max_history: int = 50,
+    dataset: Any = None,
 ):
     from recjudge.cf_models import load_model
     from recjudge.llm import LLMConfig, SamplingConfig, load_llm
-    from recjudge.reward import JUDGES, Judge, JudgeConfig
+    from recjudge.reward import JUDGES, SIMULATOR_MODES, Judge, JudgeConfig, Population
 
     JUDGES.get(mode)
     sampling = SamplingConfig.paper(seed=seed) if sample else SamplingConfig(max_new_tokens=256)
@@ -60,7 +62,10 @@ def build_judge(
             f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "
             "use --mode no-behavior / zero-shot"
         )
-    return Judge(config, llm=llm, cf=cf_model)
+    population = None
+    if config.mode in SIMULATOR_MODES and dataset is not None:
+        population = Population.of(dataset)  # the user simulators' traits and attributes
+    return Judge(config, llm=llm, cf=cf_model, population=population)
 
 
 @app.command("judge")
@@ -80,7 +85,12 @@ def judge_cmd(
     ),
     model: str = typer.Option("smollm2-135m", "--model"),
     cf: str = typer.Option(None, "--cf", help="A saved CF model folder (sigma source)."),
-    mode: str = typer.Option("brief", "--mode"),
+    mode: str = typer.Option(
+        "brief",
+        "--mode",
+        help="brief, non-adaptive, no-behavior, zero-shot, cf-only, item-item, or a user "
+        "simulator: pub, agent4rec, recagent.",
+    ),
     beta: float = typer.Option(25.0, "--beta"),
     no_evidence: bool = typer.Option(
         False, "--no-evidence", help="Stop at the decision step (reward only)."
@@ -113,6 +123,7 @@ def judge_cmd(
     from recjudge.reward import ResultsStore, request_for
 
     try:
+        ds = load_dataset(data)
         judge = build_judge(
             model,
             mode,
@@ -125,8 +136,8 @@ def judge_cmd(
             backend=backend,
             server=server,
             max_history=max_history,
+            dataset=ds,
         )
-        ds = load_dataset(data)
         if judge.cf is not None:
             from recjudge.cf_models import check_fits
 

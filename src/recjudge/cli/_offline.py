@@ -21,7 +21,9 @@ class _JudgeOptions:
 
     model = typer.Option("qwen2.5-coder-0.5b", "--model", help="Judge LLM (preset, path or id).")
     cf = typer.Option(None, "--cf", help="A saved CF model folder (sigma source).")
-    mode = typer.Option("brief", "--mode", help="brief, non-adaptive, no-behavior, zero-shot...")
+    mode = typer.Option(
+        "brief", "--mode", help="brief, non-adaptive, no-behavior, zero-shot, pub, agent4rec..."
+    )
     beta = typer.Option(25.0, "--beta")
     no_evidence = typer.Option(
         False, "--no-evidence", help="Stop at the decision step (labels only, faster)."
@@ -53,7 +55,7 @@ def _judge_and_store(data_ds, opts: dict, out: Path):
 
     judge = build_judge(
         opts["model"], opts["mode"], opts["cf"], opts["beta"], not opts["no_evidence"],
-        batch_size=opts["batch_size"], max_history=opts["max_history"],
+        batch_size=opts["batch_size"], max_history=opts["max_history"], dataset=data_ds,
     )  # fmt: skip
     if judge.cf is not None:
         check_fits(judge.cf, data_ds, allow_mismatch=opts["allow_cf_mismatch"])

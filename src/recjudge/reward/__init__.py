@@ -5,6 +5,7 @@ from recjudge.reward._judge import (
     JUDGES,
     MODES,
     RECORDED_ERRORS,
+    SIMULATOR_MODES,
     Judge,
     JudgeConfig,
     JudgeRequest,
@@ -15,6 +16,7 @@ from recjudge.reward._judge import (
     requests_for,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
+from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
 from recjudge.reward._store import ResultsStore, StoreError, salvage
 from recjudge.reward._stored import (
     StoredAsk,
@@ -27,6 +29,10 @@ from recjudge.reward._stored import (
 from recjudge.reward._sweep import SWEEPABLE, judge_sweep
 
 __all__ = [
+    "SIMULATORS",
+    "SIMULATOR_MODES",
+    "Population",
+    "diversity_count",
     "JUDGES",
     "MODES",
     "PROMPT_VERSION",

@@ -33,7 +33,17 @@ def clear_prefix_cache(llm: Any) -> None:
     prefixes_of(llm).clear()
 
 
-Mode = Literal["brief", "non-adaptive", "no-behavior", "zero-shot", "cf-only", "item-item"]
+Mode = Literal[
+    "brief",
+    "non-adaptive",
+    "no-behavior",
+    "zero-shot",
+    "cf-only",
+    "item-item",
+    "pub",
+    "agent4rec",
+    "recagent",
+]
 MODES: tuple[str, ...] = (
     "brief",
     "non-adaptive",
@@ -41,7 +51,12 @@ MODES: tuple[str, ...] = (
     "zero-shot",
     "cf-only",
     "item-item",
+    "pub",
+    "agent4rec",
+    "recagent",
 )
+#: the user-simulator baselines (``reward._simulators``): a persona, then a plain YES/NO
+SIMULATOR_MODES: tuple[str, ...] = ("pub", "agent4rec", "recagent")
 JUDGES: Registry[str] = Registry("judge mode")
 for _m in MODES:
     JUDGES.register(_m, _m)
@@ -54,7 +69,8 @@ class JudgeConfig(BaseModel):
         model: LLM preset, path or Hugging Face id.
         mode: brief (evidence-first + adaptive bias), non-adaptive (Delta = beta*sigma),
             no-behavior (beta = 0), zero-shot (plain YES/NO), cf-only (sigma > threshold),
-            item-item (brief with the item-item sigma).
+            item-item (brief with the item-item sigma); pub, agent4rec, recagent (user
+            simulators: an LLM persona of the user, then a plain YES/NO in that role).
         beta: bias strength (the paper's best is 25).
         max_evidence: most titles one answer may cite.
         token_budget / max_history: history shown in the prompt.
@@ -74,6 +90,7 @@ class JudgeConfig(BaseModel):
             with it up to floating-point rounding.
         jump_forward_prefix: prefill the forced opening ``{"evidence`` instead of decoding it.
         domain: prompt wording (None: from the dataset).
+        persona_tokens: simulators: most tokens of the persona answer.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -95,9 +112,14 @@ class JudgeConfig(BaseModel):
     deterministic: bool = False
     jump_forward_prefix: bool = True
     domain: str | None = None
+    persona_tokens: int = Field(160, ge=8)
 
     def effective_beta(self) -> float:
-        return 0.0 if self.mode in ("no-behavior", "zero-shot") else self.beta
+        return 0.0 if self.mode in ("no-behavior", "zero-shot", *SIMULATOR_MODES) else self.beta
+
+    def plain_verdict(self) -> bool:
+        """A bare ``{"is_relevant": ...}`` answer (no evidence list)."""
+        return self.mode == "zero-shot" or self.mode in SIMULATOR_MODES
 
     def uses_cf(self) -> bool:
         return self.mode in ("brief", "non-adaptive", "cf-only", "item-item")
@@ -112,7 +134,7 @@ class JudgeConfig(BaseModel):
 
     def schema_for(self, rendered: Any) -> Any:
         """The answer schema for a rendered prompt (its shown titles are citable)."""
-        if self.mode == "zero-shot":
+        if self.plain_verdict():
             return Choice(["YES", "NO"], answer_key="is_relevant")
         return EvidenceFirst([h.title for h in rendered.shown], self.max_evidence)
 
@@ -284,11 +306,33 @@ class Judge:
         cf: a CF model giving sigma (required by brief, non-adaptive, cf-only, item-item
             unless every request carries its own sigma). For item-item, a SASRec or MF model
             is wrapped in ``ItemItemSimilarity`` automatically.
+        population: dataset facts the agent4rec and recagent simulators read
+            (``Population.of(dataset)``).
     """
 
-    def __init__(self, config: JudgeConfig | None = None, llm: Any = None, cf: Any = None) -> None:
+    def __init__(
+        self,
+        config: JudgeConfig | None = None,
+        llm: Any = None,
+        cf: Any = None,
+        population: Any = None,
+    ) -> None:
         self.config = config or JudgeConfig()
         JUDGES.get(self.config.mode)
+        self.population = population
+        self.simulator = None
+        if self.config.mode in SIMULATOR_MODES:
+            from recjudge.reward._simulators import SIMULATORS
+
+            self.simulator = SIMULATORS.get(self.config.mode)()
+            if self.simulator.needs_population and population is None:
+                raise ValueError(
+                    f"mode {self.config.mode!r} reads dataset facts (traits, user "
+                    "attributes): pass population=Population.of(dataset)"
+                )
+        # persona texts by persona key, and which key each request object uses
+        self._personas: dict[str, str] = {}
+        self._persona_of: dict[int, tuple[Any, str]] = {}
         if self.config.mode == "item-item" and cf is not None and cf.name != "item-item":
             from recjudge.cf_models import ItemItemSimilarity
 
@@ -328,6 +372,16 @@ class Judge:
             GRAMMARS.table(llm.tokenizer, llm.vocab_size)
 
     # -- keys -----------------------------------------------------------------------------
+    def _settings_key(self) -> dict[str, Any]:
+        """The model side of a key: the LLM's backend, endpoint and dtype."""
+        llm_config = getattr(self._llm, "config", None)
+        if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
+            llm_config = LLMConfig(model=self.config.model)
+        out: dict[str, Any] = {"model": self.config.model, "dtype": llm_config.resolved_dtype()}
+        if llm_config.backend != "transformers":
+            out.update(backend=llm_config.backend, endpoint=llm_config.base_url)
+        return out
+
     def key(self, req: JudgeRequest) -> str:
         c = self.config
         # batch_size never changes a result; decode_rows does only on the invariant engine.
@@ -351,8 +405,50 @@ class Judge:
             req.candidate_id,
             req.candidate_text,
             [(h.item_id, h.text, h.rating) for h in req.history],
+            *([self.persona(req)] if self.simulator is not None else []),
             length=32,
         )
+
+    # -- personas (user simulators) ---------------------------------------------------------
+    def persona(self, req: JudgeRequest) -> str:
+        """The simulator's persona of this request's user (built by ``prepare_personas``)."""
+        got = self._persona_of.get(id(req))
+        if got is None or got[0] is not req:
+            self.prepare_personas([req])
+            got = self._persona_of[id(req)]
+        return self._personas[got[1]]
+
+    def prepare_personas(
+        self, reqs: Sequence[JudgeRequest], store: ResultsStore | None = None, progress=False
+    ) -> None:
+        """Write (or read back from ``store``) the persona of every distinct user history."""
+        from recjudge.reward._simulators import persona_asks
+        from recjudge.reward._stored import generate_stored
+
+        assert self.simulator is not None
+        c = self.config
+        asks, which = persona_asks(
+            self.simulator, reqs, self.population, self._settings_key(), c.max_history
+        )
+        missing = [a for a in asks if a.key not in self._personas]
+        if missing:
+            # Personas go next to the judgments' store, never into it (its rows are all
+            # judgments); without a store they live as long as this judge.
+            if store is not None:
+                store = ResultsStore(store.path.with_name(store.path.name + ".personas"))
+            else:
+                store = self._persona_store = getattr(self, "_persona_store", None) or (
+                    ResultsStore(":memory:")
+                )
+            got = generate_stored(
+                self.llm, store, missing, sampling=SamplingConfig(max_new_tokens=c.persona_tokens),
+                batch_size=c.batch_size, desc="personas", progress=progress,
+            )  # fmt: skip
+            self._personas.update({k: v["text"] for k, v in got.items()})
+        if len(self._persona_of) > 65536:
+            self._persona_of.clear()
+        for i, r in enumerate(reqs):
+            self._persona_of[id(r)] = (r, which[i])
 
     # -- sigma ------------------------------------------------------------------------------
     def sigma_for(self, req: JudgeRequest) -> float | None:
@@ -398,6 +494,8 @@ class Judge:
             retry_failed: with a store, judge again the requests whose failure it recorded
                 (False: return those failures as they are).
         """
+        if self.simulator is not None:
+            self.prepare_personas(reqs, store, progress)
         keys = [self.key(r) for r in reqs]
         done = store.get_many(keys) if store is not None else {}
         results: dict[str, Judgment] = {k: _stored(store, k, v) for k, v in done.items()}
@@ -519,11 +617,20 @@ class Judge:
         def count(lines: list[str]) -> list[int]:
             return [len(x) for x in tok(lines, add_special_tokens=False)["input_ids"]]
 
+        role = {}
+        if self.simulator is not None:
+            role = {
+                "system": self.simulator.system(
+                    self.persona(req), req.user_id, req.history, self.population
+                ),
+                "question": self.simulator.question,
+            }
         rendered = build_messages(
             req.history,
             CANDIDATE_SLOT,
+            **role,
             domain=c.domain or req.domain,
-            evidence=c.mode != "zero-shot",
+            evidence=not c.plain_verdict(),
             rating_scale=c.rating_scale if c.show_ratings else None,
             count_tokens=count,
             token_budget=c.token_budget,
@@ -600,7 +707,7 @@ class Judge:
             # The answer always opens with a forced key; prefill its canonical tokens with the
             # candidate instead of decoding them one by one. Stop before '": [' so the model
             # still produces the merged decision tokens (' ["', ' []') itself.
-            key = "is_relevant" if c.mode == "zero-shot" else "evidence"
+            key = "is_relevant" if c.plain_verdict() else "evidence"
             lead = self.llm.encode('{"' + key)
         if getattr(self.llm, "engine_constraints", False):
             # vLLM (in process or a server): the engine applies grammar and bias itself.
@@ -673,7 +780,7 @@ class Judge:
             grammar.accept(row, tok)
             bias_proc.accept(row, tok)
 
-        evidence_wanted = c.need_evidence and c.mode != "zero-shot"
+        evidence_wanted = c.need_evidence and not c.plain_verdict()
         for row in range(len(rows)):
             for t in lead:
                 accept(row, t)

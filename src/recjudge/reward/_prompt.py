@@ -71,6 +71,8 @@ def build_messages(
     count_tokens: Any = None,
     token_budget: int = 1500,
     max_items: int = 50,
+    system: str | None = None,
+    question: str | None = None,
 ) -> RenderedPrompt:
     """Render the judge prompt.
 
@@ -83,6 +85,8 @@ def build_messages(
         count_tokens: ``f(list[str]) -> list[int]`` token counts per line, for the budget.
         token_budget: most tokens the history lines may use.
         max_items: most history items shown.
+        system: replaces the judge's system message (the user simulators' role).
+        question: replaces "Is the candidate below relevant to this user?".
     """
     words = DOMAINS.get(domain, DOMAINS["generic"])
     recent = citable(list(reversed(history))[:max_items])
@@ -103,7 +107,7 @@ def build_messages(
     body = "\n".join(lines[:keep])
     if dropped:
         body += f"\n({dropped} older {words['items']} not shown.)"
-    system = (
+    system = system or (
         f"You are a careful {words['item']} recommendation judge. Given the "
         f"{words['items']} a user has {words['verb']}, you decide whether a candidate "
         f"{words['item']} is relevant to them, i.e. whether they would enjoy it."
@@ -120,7 +124,7 @@ def build_messages(
         rule = 'Answer in JSON: {"is_relevant": "YES" or "NO"}'
     user = (
         f"The user's {words['items']}, most recent first:\n{body}\n\n"
-        f"Is the candidate below relevant to this user? {rule}\n\n"
+        f"{question or 'Is the candidate below relevant to this user?'} {rule}\n\n"
         f"Candidate {words['item']}: {candidate_text}"
     )
     return RenderedPrompt(
