@@ -120,7 +120,7 @@ def judge_cmd(
 ) -> None:
     """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
     from recjudge.data import load_dataset
-    from recjudge.reward import ResultsStore, request_for
+    from recjudge.reward import request_for
 
     try:
         ds = load_dataset(data)
@@ -150,45 +150,66 @@ def judge_cmd(
             return
         if out is None:
             fail("--pairs needs --out")
-        reqs = []
-        for n, line in enumerate(Path(pairs).read_text().splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-                if not isinstance(rec, dict):
-                    raise ValueError(f"a JSON {type(rec).__name__}, not an object")
-                reqs.append(
-                    request_for(
-                        ds,
-                        str(rec["user_id"]),
-                        str(rec["item_id"]),
-                        meta={k: v for k, v in rec.items() if k not in ("user_id", "item_id")},
-                    )
-                )
-            except (json.JSONDecodeError, KeyError, ValueError) as e:
-                fail(
-                    f'{pairs}, line {n}: {e}. Each line must be {{"user_id": ..., "item_id": ...}}'
-                )
-        store_path = Path(store or f"{out}.sqlite")
-        if store_path.exists() and not resume:
-            fail(f"{store_path} exists; pass --resume to continue it, or remove it")
-        if repair and store_path.exists():
-            _repair(store_path)
-        t0 = time.perf_counter()
-        with ResultsStore(store_path) as st:
-            results = judge.judge_many(
-                reqs, store=st, progress=True, errors="record", retry_failed=retry_failed
-            )
-        seconds = time.perf_counter() - t0
-        tmp = Path(out).with_name(Path(out).name + ".tmp")
-        tmp.write_text("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results))
-        tmp.replace(out)
-        _summary(results, judge.last_run, seconds, out, store_path)
+        reqs = _read_pairs(ds, pairs)
+        _judge_batch(judge, reqs, out, store, resume, repair, retry_failed)
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
         # DataError, StoreError, CFMismatchError and ServerError are among these.
         fail(str(e).strip("'\""))
     # NonFiniteLogitsError, like every UserFacingError, is printed as one line by cli.main.
+
+
+def _read_pairs(ds: Any, pairs: str) -> list[Any]:
+    """One request per ``{"user_id", "item_id", ...}`` line (other keys go to ``meta``)."""
+    from recjudge.reward import request_for
+
+    reqs = []
+    for n, line in enumerate(Path(pairs).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError(f"a JSON {type(rec).__name__}, not an object")
+            reqs.append(
+                request_for(
+                    ds,
+                    str(rec["user_id"]),
+                    str(rec["item_id"]),
+                    meta={k: v for k, v in rec.items() if k not in ("user_id", "item_id")},
+                )
+            )
+        except (json.JSONDecodeError, KeyError, ValueError) as e:
+            fail(f'{pairs}, line {n}: {e}. Each line must be {{"user_id": ..., "item_id": ...}}')
+    return reqs
+
+
+def _judge_batch(
+    judge: Any,
+    reqs: list[Any],
+    out: str,
+    store: str | None,
+    resume: bool,
+    repair: bool,
+    retry_failed: bool,
+) -> None:
+    """Judge ``reqs`` through the store (resumable), write ``out`` atomically, summarise."""
+    from recjudge.reward import ResultsStore
+
+    store_path = Path(store or f"{out}.sqlite")
+    if store_path.exists() and not resume:
+        fail(f"{store_path} exists; pass --resume to continue it, or remove it")
+    if repair and store_path.exists():
+        _repair(store_path)
+    t0 = time.perf_counter()
+    with ResultsStore(store_path) as st:
+        results = judge.judge_many(
+            reqs, store=st, progress=True, errors="record", retry_failed=retry_failed
+        )
+    seconds = time.perf_counter() - t0
+    tmp = Path(out).with_name(Path(out).name + ".tmp")
+    tmp.write_text("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results))
+    tmp.replace(out)
+    _summary(results, judge.last_run, seconds, out, store_path)
 
 
 def _repair(path: Path) -> None:
