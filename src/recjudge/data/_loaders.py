@@ -403,63 +403,14 @@ def load_from_files(
         )
     cols = dict(GISTBENCH_COLUMNS) if fmt == "gistbench" else {}
     cols.update(parse_mapping(mapping))
-    raw = _read_table(inter_path, encoding)
-    ours = {
-        c: raw[cols.get(c, c)]
-        for c in ("user_id", "item_id", "timestamp", "rating", "event_type", "title")
-        if cols.get(c, c) in raw.columns
-    }
-    for needed in ("user_id", "item_id"):
-        if needed not in ours:
-            raise DataError(
-                f"missing column {cols.get(needed, needed)!r} for {needed}; found "
-                f"{list(raw.columns)}.",
-                source=str(inter_path),
-                field=cols.get(needed, needed),
-                fix=f"pass --mapping {needed}=<your column>.",
-            )
-    df = pd.DataFrame(ours)
-    if "timestamp" not in df:
-        df["timestamp"] = np.arange(len(df), dtype="float64")
-    if "rating" not in df:
-        df["rating"] = np.nan
-    if "event_type" not in df:
-        if df["rating"].isna().all():
-            df["event_type"] = "implicit_positive"
-        else:
-            stars = pd.to_numeric(df["rating"], errors="coerce")
-            _check_star_scale(stars, str(inter_path), cols.get("rating", "rating"))
-            df["event_type"] = movielens_event(stars.fillna(3))
-    elif event_map:
-        df["event_type"] = df["event_type"].map(lambda v: event_map.get(v, v))
+    df = _interactions_table(inter_path, cols, encoding, event_map)
     removed = {}
     if dedupe:
         before = len(df)
         df = df.drop_duplicates(["user_id", "item_id", "timestamp"], keep="first")
         removed["duplicates"] = before - len(df)
     if items is not None:
-        items_path = Path(items)
-        it = _read_table(items_path, encoding)
-        it = it.rename(columns={v: k for k, v in cols.items() if v in it.columns})
-        for needed in ("item_id", "title"):
-            if needed not in it.columns:
-                raise DataError(
-                    f"missing column {needed!r}; found {list(it.columns)}.",
-                    source=str(items_path),
-                    field=needed,
-                    fix=f"pass --mapping {needed}=<your column>.",
-                )
-        it["item_id"] = it["item_id"].astype(str)
-        dup = it.duplicated("item_id")
-        if dup.any():
-            r = int(np.flatnonzero(dup.to_numpy())[0]) + 1
-            raise DataError(
-                f"item {it['item_id'].iloc[r - 1]!r} appears twice.",
-                source=str(items_path),
-                row=r,
-                field="item_id",
-                fix="keep one row per item.",
-            )
+        it = _items_table(Path(items), cols, encoding)
     else:
         title = df["title"] if "title" in df else df["item_id"]
         it = (
@@ -475,22 +426,89 @@ def load_from_files(
     df = validate_interactions(
         df.reset_index(drop=True), str(inter_path), pd.Index(it["item_id"]), allow_duplicates=False
     )
-    us = None
-    if users is not None:
-        us = _read_table(Path(users), encoding)
-        us = us.rename(columns={v: k for k, v in cols.items() if v in us.columns})
-        if "user_id" not in us.columns:
-            raise DataError(
-                f"missing column 'user_id'; found {list(us.columns)}.",
-                source=str(users),
-                field="user_id",
-                fix="name the users file's id column user_id, or map it (user_id=<column>).",
-            )
-        us["user_id"] = us["user_id"].astype(str)
+    us = _users_table(Path(users), cols, encoding) if users is not None else None
     card: dict[str, Any] = {"source": str(inter_path), "format": fmt, "mapping": cols}
     if removed:
         card["removed"] = removed
     return Dataset(name, df, it.reset_index(drop=True), us, card, domain)
+
+
+def _interactions_table(
+    path: Path, cols: Mapping[str, str], encoding: str, event_map: Mapping[str, str] | None
+) -> pd.DataFrame:
+    """Our interaction columns from the file; timestamps default to file order, events to
+    the rating's MovieLens mapping (or implicit_positive without ratings)."""
+    raw = _read_table(path, encoding)
+    ours = {
+        c: raw[cols.get(c, c)]
+        for c in ("user_id", "item_id", "timestamp", "rating", "event_type", "title")
+        if cols.get(c, c) in raw.columns
+    }
+    for needed in ("user_id", "item_id"):
+        if needed not in ours:
+            raise DataError(
+                f"missing column {cols.get(needed, needed)!r} for {needed}; found "
+                f"{list(raw.columns)}.",
+                source=str(path),
+                field=cols.get(needed, needed),
+                fix=f"pass --mapping {needed}=<your column>.",
+            )
+    df = pd.DataFrame(ours)
+    if "timestamp" not in df:
+        df["timestamp"] = np.arange(len(df), dtype="float64")
+    if "rating" not in df:
+        df["rating"] = np.nan
+    if "event_type" not in df:
+        if df["rating"].isna().all():
+            df["event_type"] = "implicit_positive"
+        else:
+            stars = pd.to_numeric(df["rating"], errors="coerce")
+            _check_star_scale(stars, str(path), cols.get("rating", "rating"))
+            df["event_type"] = movielens_event(stars.fillna(3))
+    elif event_map:
+        df["event_type"] = df["event_type"].map(lambda v: event_map.get(v, v))
+    return df
+
+
+def _items_table(path: Path, cols: Mapping[str, str], encoding: str) -> pd.DataFrame:
+    """The items file with ``item_id`` and ``title`` (mapped), one row per item."""
+    it = _read_table(path, encoding)
+    it = it.rename(columns={v: k for k, v in cols.items() if v in it.columns})
+    for needed in ("item_id", "title"):
+        if needed not in it.columns:
+            raise DataError(
+                f"missing column {needed!r}; found {list(it.columns)}.",
+                source=str(path),
+                field=needed,
+                fix=f"pass --mapping {needed}=<your column>.",
+            )
+    it["item_id"] = it["item_id"].astype(str)
+    dup = it.duplicated("item_id")
+    if dup.any():
+        r = int(np.flatnonzero(dup.to_numpy())[0]) + 1
+        raise DataError(
+            f"item {it['item_id'].iloc[r - 1]!r} appears twice.",
+            source=str(path),
+            row=r,
+            field="item_id",
+            fix="keep one row per item.",
+        )
+    return it
+
+
+def _users_table(path: Path, cols: Mapping[str, str], encoding: str) -> pd.DataFrame:
+    """The users file with a ``user_id`` column (mapped)."""
+    us = _read_table(path, encoding)
+    us = us.rename(columns={v: k for k, v in cols.items() if v in us.columns})
+    if "user_id" not in us.columns:
+        raise DataError(
+            f"missing column 'user_id'; found {list(us.columns)}.",
+            source=str(path),
+            field="user_id",
+            fix="name the users file's id column user_id, or map it (user_id=<column>).",
+        )
+    us["user_id"] = us["user_id"].astype(str)
+    return us
 
 
 def export_gistbench(ds: Dataset, out: str | Path) -> Path:

@@ -532,13 +532,7 @@ class Judge:
                 j.key = keys[i]
                 results[keys[i]] = j
             if store is not None:
-                ok = [i for i in batch if results[keys[i]].error is None]
-                store.put_many(
-                    [(keys[i], _request_record(reqs[i], self.config), results[keys[i]].to_dict())
-                     for i in ok],
-                    [(keys[i], _request_record(reqs[i], self.config), results[keys[i]].error)
-                     for i in batch if i not in ok],
-                )  # fmt: skip
+                self._persist(store, [(reqs[i], results[keys[i]]) for i in batch])
             if bar is not None:
                 bar.update(len(batch))
             if on_batch is not None:
@@ -553,6 +547,15 @@ class Judge:
             failed=sum(j.error is not None for j in out),
         )
         return out
+
+    def _persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
+        """One transaction: the verdicts as results, the failures (no verdict) as failures."""
+        store.put_many(
+            [(j.key, _request_record(r, self.config), j.to_dict()) for r, j in done
+             if j.error is None],
+            [(j.key, _request_record(r, self.config), j.error) for r, j in done
+             if j.error is not None],
+        )  # fmt: skip
 
     def _judge_isolating(
         self, reqs: list[JudgeRequest], record: bool
