@@ -87,37 +87,8 @@ def validate_interactions(
     out = df.loc[
         :, list(INTERACTION_COLUMNS) + [c for c in df.columns if c not in INTERACTION_COLUMNS]
     ].copy()
-    for col in ("user_id", "item_id"):
-        out[col] = out[col].astype("string")
-        empty = out[col].isna() | (out[col].str.strip() == "")
-        if empty.any():
-            raise DataError(
-                "empty id.",
-                source=source,
-                row=_first_bad(empty),
-                field=col,
-                fix="every interaction needs a user and an item id.",
-            )
-    for col in ("rating", "timestamp"):
-        raw = out[col]
-        num = pd.to_numeric(raw, errors="coerce")
-        given = raw.notna() & (raw.astype("string").str.strip() != "")
-        # a text that is no number, or a number that is not finite (inf, -inf)
-        for bad, what, fix in (
-            (num.isna() & given, "is not a number", f"make {col} numeric"),
-            (num.notna() & ~np.isfinite(num.astype("float64")), "is not a finite number",
-             f"give a finite {col}"),
-        ):  # fmt: skip
-            if bad.any():
-                r = _first_bad(bad)
-                raise DataError(
-                    f"{col} {raw.iloc[r - 1]!r} {what}.",
-                    source=source,
-                    row=r,
-                    field=col,
-                    fix=f"{fix}, or leave it empty where unknown.",
-                )
-        out[col] = num.astype("float64")
+    _check_ids(out, source)
+    _check_numbers(out, source)
     et = out["event_type"].astype("string")
     unknown = ~et.isin(EVENT_TYPES)
     if unknown.any():
@@ -157,6 +128,46 @@ def validate_interactions(
             "(the count removed is reported).",
         )
     return out.reset_index(drop=True)
+
+
+def _check_ids(out: pd.DataFrame, source: str) -> None:
+    """``user_id`` and ``item_id`` as strings, none empty (in place)."""
+    for col in ("user_id", "item_id"):
+        out[col] = out[col].astype("string")
+        empty = out[col].isna() | (out[col].str.strip() == "")
+        if empty.any():
+            raise DataError(
+                "empty id.",
+                source=source,
+                row=_first_bad(empty),
+                field=col,
+                fix="every interaction needs a user and an item id.",
+            )
+
+
+def _check_numbers(out: pd.DataFrame, source: str) -> None:
+    """``rating`` and ``timestamp`` as float64: empty is unknown (NaN); text that is no
+    number, or inf, is an error naming the row (in place)."""
+    for col in ("rating", "timestamp"):
+        raw = out[col]
+        num = pd.to_numeric(raw, errors="coerce")
+        given = raw.notna() & (raw.astype("string").str.strip() != "")
+        # a text that is no number, or a number that is not finite (inf, -inf)
+        for bad, what, fix in (
+            (num.isna() & given, "is not a number", f"make {col} numeric"),
+            (num.notna() & ~np.isfinite(num.astype("float64")), "is not a finite number",
+             f"give a finite {col}"),
+        ):  # fmt: skip
+            if bad.any():
+                r = _first_bad(bad)
+                raise DataError(
+                    f"{col} {raw.iloc[r - 1]!r} {what}.",
+                    source=source,
+                    row=r,
+                    field=col,
+                    fix=f"{fix}, or leave it empty where unknown.",
+                )
+        out[col] = num.astype("float64")
 
 
 @dataclass
