@@ -362,6 +362,9 @@ def judge_per_user(
     for i, r in enumerate(reqs):
         users.setdefault(r.user_id, []).append(i)
     out: dict[str, list[Any]] = {name: [None] * len(reqs) for name in judges}
+    for judge in judges.values():  # the simulators' personas, all users batched together
+        if getattr(judge, "simulator", None) is not None:
+            judge.prepare_personas(reqs, store, progress)
     bar = None
     if progress:
         from tqdm.auto import tqdm
