@@ -424,28 +424,8 @@ def engine_constrained(
             ids, lead = list(ids[: len(ids) - len(lead)]), []
             leads[i] = lead
             grammar = schema.ebnf(table.json_literal)
-        spec = compiled.decision()
-        payload = watch = None
-        if schema.kind not in WIRE_KINDS:
-            if schema.distinct_list() is not None:
-                log.warning("%s: distinct entries are not enforced on vLLM", schema.kind)
-        elif spec is not None or schema.distinct_list() is not None:
-            sig = signals[i] if signals is not None else (zero_signal(spec) if spec else 0.0)
-            payload = BiasPayload.build(
-                schema, lead, sig, bias.beta, bias.adaptive, bias.block_one_sided
-            )
-            # One user's candidates share a schema and lead: walk the grammar once.
-            walk_key = (id(compiled), tuple(lead))
-            if walk_key not in walks:
-                walks[walk_key] = watch_tokens(compiled, lead)
-            watch, complete = walks[walk_key]
-            if not complete:
-                log.warning(
-                    "prompt %d: %d tokens can take part in the decision; p_yes is "
-                    "replayed from the first 128 only",
-                    i,
-                    len(watch),
-                )
+        signal = signals[i] if signals is not None else None
+        payload, watch = _bias_and_watch(i, schema, compiled, lead, signal, bias, walks)
         reqs.append(
             EngineRequest(
                 list(map(int, ids)),
@@ -459,15 +439,52 @@ def engine_constrained(
         compiled_rows.append(compiled)
         payloads.append(payload)
     results = llm.submit(reqs)
-    outs = []
-    for compiled, payload, res, lead in zip(compiled_rows, payloads, results, leads, strict=True):
-        tb = compiled.table.token_bytes
-        ids = [t for t in res.token_ids if t not in compiled.table.stop_ids]
-        text = b"".join(tb[t] for t in lead + ids if t < len(tb)).decode("utf-8", "replace")
-        record = replay_decision(compiled, payload, ids, res.step_logprobs) if payload else None
-        try:
-            value = compiled.schema.parse(text)
-        except ValueError:  # token budget ran out before the grammar completed
-            value = None
-        outs.append(ConstrainedOutput(text=text, value=value, record=record, token_ids=ids))
-    return outs
+    return [
+        _replayed(compiled, payload, res, lead, ConstrainedOutput)
+        for compiled, payload, res, lead in zip(
+            compiled_rows, payloads, results, leads, strict=True
+        )
+    ]
+
+
+def _bias_and_watch(
+    i: int, schema: Any, compiled: Any, lead: list[int], signal: Any, bias: Any, walks: dict
+) -> tuple[Any, list[int] | None]:
+    """The bias payload of prompt ``i`` and the tokens whose log-probs the engine returns
+    at the decision (None, None for a schema without a decision on the wire)."""
+    spec = compiled.decision()
+    if schema.kind not in WIRE_KINDS:
+        if schema.distinct_list() is not None:
+            log.warning("%s: distinct entries are not enforced on vLLM", schema.kind)
+        return None, None
+    if spec is None and schema.distinct_list() is None:
+        return None, None
+    sig = signal if signal is not None else (zero_signal(spec) if spec else 0.0)
+    payload = BiasPayload.build(schema, lead, sig, bias.beta, bias.adaptive, bias.block_one_sided)
+    # One user's candidates share a schema and lead: walk the grammar once per call.
+    walk_key = (id(compiled), tuple(lead))
+    if walk_key not in walks:
+        walks[walk_key] = watch_tokens(compiled, lead)
+    watch, complete = walks[walk_key]
+    if not complete:
+        log.warning(
+            "prompt %d: %d tokens can take part in the decision; p_yes is replayed from the "
+            "first 128 only",
+            i,
+            len(watch),
+        )
+    return payload, watch
+
+
+def _replayed(compiled: Any, payload: Any, res: Any, lead: list[int], output_cls: Any) -> Any:
+    """An engine result as a ``ConstrainedOutput``: its text, parsed value and replayed
+    decision record."""
+    tb = compiled.table.token_bytes
+    ids = [t for t in res.token_ids if t not in compiled.table.stop_ids]
+    text = b"".join(tb[t] for t in lead + ids if t < len(tb)).decode("utf-8", "replace")
+    record = replay_decision(compiled, payload, ids, res.step_logprobs) if payload else None
+    try:
+        value = compiled.schema.parse(text)
+    except ValueError:  # token budget ran out before the grammar completed
+        value = None
+    return output_cls(text=text, value=value, record=record, token_ids=ids)
