@@ -32,20 +32,58 @@ def bench_decoding(
     """
     import torch
 
-    from recjudge.data import load_dataset, sample_users
-    from recjudge.decoding import (
-        BranchBiasProcessor,
-        EvidenceFirst,
-        GrammarCache,
-        GrammarLogitsProcessor,
-    )
+    from recjudge.data import load_dataset
     from recjudge.llm import load_llm
 
     ds = load_dataset("ml-1m")
     llm = load_llm(model)
-    tok = llm.tokenizer
+    compile_ms, users = _compile_times(ds, llm, n_titles, repeats, seed)
+    titles = ds.history(users[0]).item_id.tolist()[-n_titles:]
+    model_ms, proc_ms, generated = _decode_loop(llm, ds, titles, batch, steps)
+    # The first step is the prefill; per-token overhead compares decode steps.
+    decode_model = model_ms[1:]
+    decode_proc = proc_ms[1:]
+    ratio = statistics.median(decode_proc) / statistics.median(decode_model)
+    results = {
+        "model": model,
+        "n_titles": n_titles,
+        "batch": batch,
+        "threads": torch.get_num_threads(),
+        "compile_ms": {"median": statistics.median(compile_ms), "all": compile_ms},
+        "prefill_ms": model_ms[0],
+        "decode_step_ms_median": statistics.median(decode_model),
+        "processor_ms_median": statistics.median(decode_proc),
+        "processor_ms_p90": sorted(decode_proc)[int(0.9 * (len(decode_proc) - 1))],
+        "overhead_fraction": ratio,
+        "target_fraction": 0.05,
+        "meets_target": ratio < 0.05,
+        "steps_measured": len(decode_proc),
+        "generated": generated,
+    }
+    lines = [
+        f"# Decoding overhead ({model})",
+        "",
+        f"- grammar compile, {n_titles} titles: median {results['compile_ms']['median']:.1f} ms "
+        f"over {len(compile_ms)} users",
+        f"- decode step (batch {batch}): median {results['decode_step_ms_median']:.1f} ms",
+        f"- grammar mask + branch bias per step: median {results['processor_ms_median']:.2f} ms"
+        f" (p90 {results['processor_ms_p90']:.2f} ms)",
+        f"- overhead: **{100 * ratio:.2f} %** of a decode step (target < 5 %)",
+        f"- torch threads: {results['threads']}",
+    ]
+    write_report(out, results, lines)
+    return results
 
-    # 1. compile time, fresh cache each time, different users' titles.
+
+def _compile_times(
+    ds: Any, llm: Any, n_titles: int, repeats: int, seed: int
+) -> tuple[list[float], list[str]]:
+    """Grammar compile time (ms) of ``n_titles`` titles of different users, each with a
+    fresh cache; and those users."""
+    from recjudge.data import sample_users
+    from recjudge.decoding import EvidenceFirst, GrammarCache
+
+    tok = llm.tokenizer
     compile_ms = []
     users = [u for u in sample_users(ds.user_ids(), 50, seed) if len(ds.history(u)) >= n_titles]
     users = users[:repeats] or sample_users(ds.user_ids(), repeats, seed)
@@ -56,38 +94,46 @@ def bench_decoding(
         t0 = time.perf_counter()
         cache.compile(EvidenceFirst(titles), tok, llm.vocab_size)
         compile_ms.append((time.perf_counter() - t0) * 1000)
+    return compile_ms, users
 
-    # 2. per-token overhead inside a real decode loop.
-    titles = ds.history(users[0]).item_id.tolist()[-n_titles:]
-    schema = EvidenceFirst(titles)
-    cache = GrammarCache()
-    compiled = cache.compile(schema, tok, llm.vocab_size)
+
+def _decode_loop(
+    llm: Any, ds: Any, titles: list[str], batch: int, steps: int
+) -> tuple[list[float], list[float], list[str]]:
+    """Per step of a real greedy decode (KV cache): the model forward's ms and the grammar
+    mask + branch bias's ms on the same logits (second of two passes; the first warms up),
+    and the generated answers."""
+    import torch
+
+    from recjudge.decoding import (
+        BranchBiasProcessor,
+        EvidenceFirst,
+        GrammarCache,
+        GrammarLogitsProcessor,
+    )
+
+    compiled = GrammarCache().compile(EvidenceFirst(titles), llm.tokenizer, llm.vocab_size)
     hist = "\n".join(f"- {t}" for t in titles[-50:])
-    cands = ds.items.title.tolist()[:batch]
     prompts = [
         llm.chat_prompt(
             [
-                {
-                    "role": "system",
-                    "content": JUDGE_SYSTEM,
-                },
+                {"role": "system", "content": JUDGE_SYSTEM},
                 {"role": "user", "content": f"History:\n{hist}\n\nCandidate: {c}"},
             ]
         )
-        for c in cands
+        for c in ds.items.title.tolist()[:batch]
     ]
     enc = llm.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
-    model_ms, proc_ms = [], []
+    model_ms: list[float] = []
+    proc_ms: list[float] = []
     for rep in range(2):  # first pass warms up
         grammar = GrammarLogitsProcessor([compiled] * batch)
         bias = BranchBiasProcessor(
             [compiled.decision()] * batch, compiled.table.token_bytes, [0.5] * batch, beta=25.0
         )
-        ids = enc["input_ids"]
-        mask = enc["attention_mask"]
+        ids, mask = enc["input_ids"], enc["attention_mask"]
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        past = None
-        step_in = ids
+        past, step_in = None, ids
         with torch.inference_mode():
             for _ in range(steps):
                 t0 = time.perf_counter()
@@ -115,36 +161,4 @@ def bench_decoding(
                 step_in = nxt
                 if all(grammar.done(r) for r in range(batch)):
                     break
-    # The first step is the prefill; per-token overhead compares decode steps.
-    decode_model = model_ms[1:]
-    decode_proc = proc_ms[1:]
-    ratio = statistics.median(decode_proc) / statistics.median(decode_model)
-    results = {
-        "model": model,
-        "n_titles": n_titles,
-        "batch": batch,
-        "threads": torch.get_num_threads(),
-        "compile_ms": {"median": statistics.median(compile_ms), "all": compile_ms},
-        "prefill_ms": model_ms[0],
-        "decode_step_ms_median": statistics.median(decode_model),
-        "processor_ms_median": statistics.median(decode_proc),
-        "processor_ms_p90": sorted(decode_proc)[int(0.9 * (len(decode_proc) - 1))],
-        "overhead_fraction": ratio,
-        "target_fraction": 0.05,
-        "meets_target": ratio < 0.05,
-        "steps_measured": len(decode_proc),
-        "generated": [grammar.text(r) for r in range(batch)],
-    }
-    lines = [
-        f"# Decoding overhead ({model})",
-        "",
-        f"- grammar compile, {n_titles} titles: median {results['compile_ms']['median']:.1f} ms "
-        f"over {len(compile_ms)} users",
-        f"- decode step (batch {batch}): median {results['decode_step_ms_median']:.1f} ms",
-        f"- grammar mask + branch bias per step: median {results['processor_ms_median']:.2f} ms"
-        f" (p90 {results['processor_ms_p90']:.2f} ms)",
-        f"- overhead: **{100 * ratio:.2f} %** of a decode step (target < 5 %)",
-        f"- torch threads: {results['threads']}",
-    ]
-    write_report(out, results, lines)
-    return results
+    return model_ms, proc_ms, [grammar.text(r) for r in range(batch)]
