@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from typing import Any
 
 import typer
 
@@ -24,12 +25,10 @@ def demo(
     candidates with the BRIEF judge, printing verdicts, evidence, sigma and Delta."""
     import numpy as np
     from rich.console import Console
-    from rich.table import Table
 
-    from recjudge._util import rng
     from recjudge.cf_models import cached_cf
-    from recjudge.data import leave_one_out, load_dataset, sample_users
-    from recjudge.reward import Judge, JudgeConfig, request_for
+    from recjudge.data import load_dataset
+    from recjudge.reward import Judge, JudgeConfig
 
     configs = {"als": {"factors": 64, "iterations": 15}, "sasrec": {"max_len": 100}}
     if cf not in configs:
@@ -42,15 +41,39 @@ def demo(
     cf_model, path, trained = cached_cf(cf, ds, config, seed=seed)
     verb = "trained (cached for next time)" if trained else "loaded"
     console.print(f"{cf} {verb} in {time.perf_counter() - t0:.0f}s: {path}")
+    reqs = _demo_requests(ds, users, seed)
+    judge = Judge(JudgeConfig(model=model, mode="brief", max_evidence=3), cf=cf_model)
+    console.print(f"Judging {len(reqs)} pairs with {model} (BRIEF, beta=25, sigma from {cf}) ...")
+    t0 = time.perf_counter()
+    results = judge.judge_many(reqs, progress=True)
+    elapsed = time.perf_counter() - t0
+    table = _demo_table(reqs, results, f"BRIEF judgments on ML-1M ({model}, {elapsed:.0f}s)")
+    console.print(table)
+    held = np.mean(
+        [j.is_relevant for r, j in zip(reqs, results, strict=True) if r.meta["kind"] == "held-out"]
+    )
+    rand_yes = np.mean(
+        [j.is_relevant for r, j in zip(reqs, results, strict=True) if r.meta["kind"] == "random"]
+    )
+    console.print(f"YES rate: held-out {held:.2f}, random {rand_yes:.2f}")
+
+
+def _demo_requests(ds: Any, users: int, seed: int) -> list[Any]:
+    """Per sampled user: the held-out (leave-one-out test) item and a random unseen item,
+    both against the same past."""
+    from recjudge._util import rng
+    from recjudge.data import leave_one_out, sample_users
+    from recjudge.reward import request_for
+
     split = leave_one_out(ds.interactions)
     test = split.test.set_index("user_id")
     chosen = [u for u in sample_users(ds.user_ids(), 200, seed) if u in test.index][:users]
+    items = ds.items["item_id"].astype(str).tolist()
     reqs = []
     for u in chosen:
         held_out = str(test.loc[u, "item_id"])
         seen = set(ds.history(u)["item_id"].astype(str))
         g = rng("demo", seed, u)
-        items = ds.items["item_id"].astype(str).tolist()
         rand = next(items[i] for i in g.permutation(len(items)) if items[i] not in seen)
         held = request_for(ds, u, held_out, meta={"kind": "held-out"})
         # Both candidates are judged against the same past (before the held-out item), so
@@ -58,23 +81,16 @@ def demo(
         # encodes the user's history once for both.
         rand_req = request_for(ds, u, rand, meta={"kind": "random"})
         reqs += [held, dataclasses.replace(rand_req, history=held.history)]
-    judge = Judge(JudgeConfig(model=model, mode="brief", max_evidence=3), cf=cf_model)
-    console.print(f"Judging {len(reqs)} pairs with {model} (BRIEF, beta=25, sigma from {cf}) ...")
-    t0 = time.perf_counter()
-    results = judge.judge_many(reqs, progress=True)
-    elapsed = time.perf_counter() - t0
-    table = Table(title=f"BRIEF judgments on ML-1M ({model}, {elapsed:.0f}s)")
-    for col in (
-        "user",
-        "candidate",
-        "kind",
-        "verdict",
-        "p_yes (LLM)",
-        "sigma",
-        "Delta",
-        "p_yes",
-        "evidence",
-    ):
+    return reqs
+
+
+def _demo_table(reqs: list[Any], results: list[Any], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title)
+    columns = ("user", "candidate", "kind", "verdict", "p_yes (LLM)", "sigma", "Delta", "p_yes",
+               "evidence")  # fmt: skip
+    for col in columns:
         table.add_column(col, overflow="fold")
     for r, j in zip(reqs, results, strict=True):
         table.add_row(
@@ -88,11 +104,4 @@ def demo(
             f"{j.p_yes:.3f}",
             "; ".join(j.evidence) or "-",
         )
-    console.print(table)
-    held = np.mean(
-        [j.is_relevant for r, j in zip(reqs, results, strict=True) if r.meta["kind"] == "held-out"]
-    )
-    rand_yes = np.mean(
-        [j.is_relevant for r, j in zip(reqs, results, strict=True) if r.meta["kind"] == "random"]
-    )
-    console.print(f"YES rate: held-out {held:.2f}, random {rand_yes:.2f}")
+    return table
