@@ -169,6 +169,33 @@ def bench_throughput(
     params = sum(p.numel() for p in llm.model.parameters())
     groups = _requests(ds, users, candidates, history, seed)
     runners = method_runners(model, llm, cf, item_item, history, beta, max_new_tokens, only=methods)
+    timing, answers, mem = _time_runners(runners, groups)
+    n = sum(len(g) for g in groups)
+    vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens)
+    methods = [
+        (
+            name,
+            r.kind,
+            r.settings,
+            timing[name],
+            answers[name],
+            mem.peaks.get(name, 0) / 2**20,
+            r.engine,
+        )
+        for name, r in runners.items()
+    ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()]
+    rows = {m[0]: _row(*m, n=n, answers=answers) for m in methods}
+    results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
+    results["methods"] = rows
+    results["vllm"] = {k: v for k, v in vllm.items() if k != "rows"}
+    results["ratios"] = _ratios(rows)
+    write_report(out, results, _report_lines(results))
+    return results
+
+
+def _time_runners(runners: dict[str, Any], groups: list[list[Any]]) -> tuple[Any, Any, Any]:
+    """Every method on every user group (alternating the order between groups), timed and
+    with its peak RSS per method; (seconds, answers, memory) by method."""
     mem = PeakRSS()
     timing = {k: 0.0 for k in runners}
     answers: dict[str, list[Answer]] = {k: [] for k in runners}
@@ -184,40 +211,23 @@ def bench_throughput(
                 timing[name] += time.perf_counter() - t0
             answers[name].extend(got)
     mem.close()
-    n = sum(len(g) for g in groups)
-    vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens)
-    methods = [
-        (
-            name,
-            r.kind,
-            r.settings,
-            timing[name],
-            answers[name],
-            mem.peaks.get(name, 0) / 2**20,
-            r.engine,
-        )
-        for name, r in runners.items()
-    ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()]
-    rows = {}
-    for name, kind, settings, seconds, got, peak_mb, engine in methods:
-        rows[name] = {
-            "kind": kind,
-            "settings": settings,
-            "judgments": n * settings,
-            "seconds": seconds,
-            "pairs_per_s": n / seconds,
-            "judgments_per_s": n * settings / seconds,
-            "peak_rss_mb": peak_mb,
-            "agreement_with_naive": _agreement(got, answers[f"naive_{kind}"], kind == "full"),
-            "yes_rate": sum(a.yes for a in got) / n,
-            "engine": engine,
-        }  # fmt: skip
-    results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
-    results["methods"] = rows
-    results["vllm"] = {k: v for k, v in vllm.items() if k != "rows"}
-    results["ratios"] = _ratios(rows)
-    write_report(out, results, _report_lines(results))
-    return results
+    return timing, answers, mem
+
+
+def _row(name, kind, settings, seconds, got, peak_mb, engine, *, n, answers) -> dict[str, Any]:
+    """One method's line: throughput, memory, agreement with naive generate() and YES rate."""
+    return {
+        "kind": kind,
+        "settings": settings,
+        "judgments": n * settings,
+        "seconds": seconds,
+        "pairs_per_s": n / seconds,
+        "judgments_per_s": n * settings / seconds,
+        "peak_rss_mb": peak_mb,
+        "agreement_with_naive": _agreement(got, answers[f"naive_{kind}"], kind == "full"),
+        "yes_rate": sum(a.yes for a in got) / n,
+        "engine": engine,
+    }
 
 
 def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens):
