@@ -44,6 +44,52 @@ class LightGCNConfig(BaseModel):
     epochs: int = Field(30, ge=1)
 
 
+def _csr(edges: np.ndarray, values: np.ndarray, shape: tuple[int, int]):
+    import torch
+
+    coo = torch.sparse_coo_tensor(
+        torch.from_numpy(np.ascontiguousarray(edges)),
+        torch.from_numpy(values.astype(np.float32)),
+        shape,
+        check_invariants=True,
+    )
+    return coo.coalesce().to_sparse_csr()
+
+
+def _spmm_function():
+    import torch
+
+    class SpMM(torch.autograd.Function):
+        """``A @ x`` for a fixed sparse ``A`` whose transpose is given: the backward is one
+        more sparse product (torch's own backward transposes a COO matrix every step)."""
+
+        @staticmethod
+        def forward(ctx, a, a_t, x):
+            ctx.a_t = a_t
+            return a @ x
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None, None, ctx.a_t @ grad
+
+    return SpMM
+
+
+class _LazySpMM:
+    """``SpMM.apply`` with torch imported on first use (the module imports without torch)."""
+
+    fn = None
+
+    @classmethod
+    def apply(cls, a, a_t, x):
+        if cls.fn is None:
+            cls.fn = _spmm_function()
+        return cls.fn.apply(a, a_t, x)
+
+
+_SpMM = _LazySpMM
+
+
 @MODELS.decorator("lightgcn")
 class LightGCN(CFModel):
     """Light graph convolution over the user-item graph (see the module docstring)."""
@@ -74,19 +120,12 @@ class LightGCN(CFModel):
         du = np.bincount(u, minlength=n_users).astype(np.float32)
         di = np.bincount(i, minlength=n).astype(np.float32)
         self.degree = di
-        sym = torch.sparse_coo_tensor(
-            torch.from_numpy(np.stack([u, i])),
-            torch.from_numpy(1.0 / np.sqrt(du[u] * di[i])),
-            (n_users, n),
-            check_invariants=True,
-        ).coalesce()
-        mean = torch.sparse_coo_tensor(
-            torch.from_numpy(np.stack([u, i])),
-            torch.from_numpy(1.0 / du[u]),
-            (n_users, n),
-            check_invariants=True,
-        ).coalesce()
-        graph = (sym, sym.t().coalesce(), mean)
+        edges = np.stack([u, i])
+        sym = _csr(edges, 1.0 / np.sqrt(du[u] * di[i]), (n_users, n))
+        sym_t = _csr(edges[::-1], 1.0 / np.sqrt(du[u] * di[i]), (n, n_users))
+        mean = _csr(edges, 1.0 / du[u], (n_users, n))
+        mean_t = _csr(edges[::-1], 1.0 / du[u], (n, n_users))
+        graph = ((sym, sym_t), (sym_t, sym), (mean, mean_t))
         emb = torch.nn.Parameter(torch.empty(n, c.dim))
         torch.nn.init.normal_(emb, std=0.1)
         self._emb = emb
@@ -105,13 +144,12 @@ class LightGCN(CFModel):
 
     def _propagate(self, graph):
         """Per-layer (users, items) embeddings, layer 0 first."""
-        import torch
 
-        sym, sym_t, mean = graph
-        users, items = [torch.sparse.mm(mean, self._emb)], [self._emb]
+        to_users, to_items, mean = graph
+        users, items = [_SpMM.apply(*mean, self._emb)], [self._emb]
         for _ in range(self.config.layers):
-            nu = torch.sparse.mm(sym, items[-1])
-            ni = torch.sparse.mm(sym_t, users[-1])
+            nu = _SpMM.apply(*to_users, items[-1])
+            ni = _SpMM.apply(*to_items, users[-1])
             users.append(nu)
             items.append(ni)
         return users, items
