@@ -8,36 +8,19 @@ does): fourteen fresh interpreters would spend most of the test importing torch.
 
 from __future__ import annotations
 
-import io
 import json
-import os
-import sys
-from contextlib import redirect_stderr, redirect_stdout
-from types import SimpleNamespace
 
 import pandas as pd
 import pytest
 
+from cli_in_process import run_cli
+
 
 def rj(*args, cwd):
-    """``recjudge ARGS`` in folder ``cwd`` through ``cli.main``; its stdout and stderr."""
-    from recjudge.cli._app import main
-
-    out, err = io.StringIO(), io.StringIO()
-    old_argv, old_cwd = sys.argv, os.getcwd()
-    sys.argv = ["recjudge", *args]
-    os.chdir(cwd)
-    try:
-        with redirect_stdout(out), redirect_stderr(err):
-            main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    finally:
-        sys.argv = old_argv
-        os.chdir(old_cwd)
-    assert code == 0, f"recjudge {' '.join(args)}:\n{err.getvalue()[-3000:]}"
-    return SimpleNamespace(stdout=out.getvalue(), stderr=err.getvalue())
+    """``recjudge ARGS`` in folder ``cwd``, in this process; it must succeed."""
+    r = run_cli(*args, cwd=cwd)
+    assert r.code == 0, f"recjudge {' '.join(args)}:\n{r.stderr[-3000:]}"
+    return r
 
 
 def test_tutorial(tmp_path, ml100k):

@@ -9,13 +9,12 @@ the specific ones: the file name, the row, the field, the flag or command of the
 # ruff: noqa: E501  (the case table keeps one case per line or two, for reading)
 from __future__ import annotations
 
-import io
 import json
-import sys
-from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 
 import pytest
+
+from cli_in_process import run_cli
 
 LOG = "user_id,item_id,timestamp,rating\n" + "".join(
     f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(3) for i in range(6)
@@ -28,26 +27,9 @@ GOOD_RUN = "".join(
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
-    """Run ``recjudge ARGS`` through ``cli.main`` in this process; (exit code, stderr)."""
-    import os
-
-    from recjudge.cli._app import main
-
-    err, out = io.StringIO(), io.StringIO()
-    old_argv, old_env = sys.argv, dict(os.environ)
-    sys.argv = ["recjudge", *args]
-    os.environ.update(env or {})
-    try:
-        with redirect_stderr(err), redirect_stdout(out):
-            main()
-        code = 0
-    except SystemExit as e:
-        code = e.code if isinstance(e.code, int) else 1
-    finally:
-        sys.argv = old_argv
-        os.environ.clear()
-        os.environ.update(old_env)
-    return code, err.getvalue()
+    """``recjudge ARGS`` in this process: (exit code, stderr)."""
+    r = run_cli(*args, env=env)
+    return r.code, r.stderr
 
 
 @pytest.fixture(scope="module")

@@ -22,22 +22,9 @@ from pydantic import ConfigDict, Field
 
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
+from recjudge.reward import SIMULATOR_MODES
 
 AUG_KS = (5, 10, 15, 20)
-METHODS = (
-    "none",
-    "random",
-    "popularity",
-    "cf-only",
-    "zero-shot",
-    "non-adaptive",
-    "no-behavior",
-    "item-item",
-    "brief",
-    "pub",
-    "agent4rec",
-    "recagent",
-)
 # Methods that label candidates: they add only what they label positive (the LLM judges'
 # YES, cf-only's sigma > 0), the top-M of those; the heuristics (random, popularity) rank.
 LABELLING = (
@@ -47,10 +34,9 @@ LABELLING = (
     "no-behavior",
     "item-item",
     "brief",
-    "pub",
-    "agent4rec",
-    "recagent",
+    *SIMULATOR_MODES,
 )
+METHODS = ("none", "random", "popularity", *LABELLING)
 
 
 class AugmentConfig(JudgeSampling):

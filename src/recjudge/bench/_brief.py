@@ -17,19 +17,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge._util import rng
+from recjudge.reward import MODES, SIMULATOR_MODES
 
-SIMULATORS = ("pub", "agent4rec", "recagent")  # the paper's user-simulator baselines
+SIMULATORS = SIMULATOR_MODES  # the paper's user-simulator baselines
 LLM_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "item-item", *SIMULATORS)
 CF_MODES = ("brief", "non-adaptive", "cf-only", "item-item")
-ALL_MODES = (
-    "brief",
-    "non-adaptive",
-    "no-behavior",
-    "zero-shot",
-    "cf-only",
-    "item-item",
-    *SIMULATORS,
-)
+ALL_MODES = MODES  # every judge mode, the simulators included
 
 
 class JudgeSampling(BaseModel):

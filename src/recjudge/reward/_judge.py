@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -44,17 +44,7 @@ Mode = Literal[
     "agent4rec",
     "recagent",
 ]
-MODES: tuple[str, ...] = (
-    "brief",
-    "non-adaptive",
-    "no-behavior",
-    "zero-shot",
-    "cf-only",
-    "item-item",
-    "pub",
-    "agent4rec",
-    "recagent",
-)
+MODES: tuple[str, ...] = get_args(Mode)
 #: the user-simulator baselines (``reward._simulators``): a persona, then a plain YES/NO
 SIMULATOR_MODES: tuple[str, ...] = ("pub", "agent4rec", "recagent")
 JUDGES: Registry[str] = Registry("judge mode")

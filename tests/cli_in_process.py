@@ -1,0 +1,42 @@
+"""Run ``recjudge ARGS`` through ``cli.main`` in the test process (no interpreter start-up,
+no second torch import): exit code, stdout and stderr."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+from contextlib import redirect_stderr, redirect_stdout
+from dataclasses import dataclass
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+
+def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None) -> CliResult:
+    """The command's exit code and output; argv, the working folder and the environment are
+    restored afterwards."""
+    from recjudge.cli._app import main
+
+    out, err = io.StringIO(), io.StringIO()
+    old_argv, old_cwd, old_env = sys.argv, os.getcwd(), dict(os.environ)
+    sys.argv = ["recjudge", *args]
+    os.environ.update(env or {})
+    if cwd is not None:
+        os.chdir(cwd)
+    try:
+        with redirect_stdout(out), redirect_stderr(err):
+            main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    finally:
+        sys.argv = old_argv
+        os.chdir(old_cwd)
+        os.environ.clear()
+        os.environ.update(old_env)
+    return CliResult(code, out.getvalue(), err.getvalue())
