@@ -105,3 +105,11 @@ def test_simulators_that_read_the_dataset_ask_for_it():
     with pytest.raises(ValueError, match="population=Population.of"):
         Judge(JudgeConfig(mode="agent4rec"), llm=object())
     Judge(JudgeConfig(mode="pub"), llm=object())  # PUB reads only the history
+
+
+def test_persona_tokens_never_change_a_key_outside_the_simulators(ml100k):
+    """A setting that cannot change a brief/zero-shot answer must not orphan stored results."""
+    req = requests_for(ml100k, [("1", "50")])[0]
+    for mode in ("brief", "zero-shot"):
+        a = Judge(JudgeConfig(mode=mode), llm=None).key(req)
+        assert Judge(JudgeConfig(mode=mode, persona_tokens=9), llm=None).key(req) == a

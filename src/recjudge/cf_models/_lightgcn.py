@@ -15,6 +15,7 @@ the items' trained layers and degrees. No score ever uses a training row the req
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterator
 from typing import Any
 
@@ -56,13 +57,14 @@ def _csr(edges: np.ndarray, values: np.ndarray, shape: tuple[int, int]):
     return coo.coalesce().to_sparse_csr()
 
 
-def _spmm_function():
+@functools.cache
+def _spmm():
+    """``A @ x`` for a fixed sparse ``A`` whose transpose is given: the backward is one more
+    sparse product (torch's own backward transposes a COO matrix every step). Built on first
+    use, so importing the module does not import torch."""
     import torch
 
     class SpMM(torch.autograd.Function):
-        """``A @ x`` for a fixed sparse ``A`` whose transpose is given: the backward is one
-        more sparse product (torch's own backward transposes a COO matrix every step)."""
-
         @staticmethod
         def forward(ctx, a, a_t, x):
             ctx.a_t = a_t
@@ -73,21 +75,6 @@ def _spmm_function():
             return None, None, ctx.a_t @ grad
 
     return SpMM
-
-
-class _LazySpMM:
-    """``SpMM.apply`` with torch imported on first use (the module imports without torch)."""
-
-    fn = None
-
-    @classmethod
-    def apply(cls, a, a_t, x):
-        if cls.fn is None:
-            cls.fn = _spmm_function()
-        return cls.fn.apply(a, a_t, x)
-
-
-_SpMM = _LazySpMM
 
 
 @MODELS.decorator("lightgcn")
@@ -146,10 +133,10 @@ class LightGCN(CFModel):
         """Per-layer (users, items) embeddings, layer 0 first."""
 
         to_users, to_items, mean = graph
-        users, items = [_SpMM.apply(*mean, self._emb)], [self._emb]
+        users, items = [_spmm().apply(*mean, self._emb)], [self._emb]
         for _ in range(self.config.layers):
-            nu = _SpMM.apply(*to_users, items[-1])
-            ni = _SpMM.apply(*to_items, users[-1])
+            nu = _spmm().apply(*to_users, items[-1])
+            ni = _spmm().apply(*to_items, users[-1])
             users.append(nu)
             items.append(ni)
         return users, items

@@ -320,9 +320,7 @@ class Judge:
                     f"mode {self.config.mode!r} reads dataset facts (traits, user "
                     "attributes): pass population=Population.of(dataset)"
                 )
-        # persona texts by persona key, and which key each request object uses
-        self._personas: dict[str, str] = {}
-        self._persona_of: dict[int, tuple[Any, str]] = {}
+        self._personas: dict[str, str] = {}  # persona texts by persona key
         if self.config.mode == "item-item" and cf is not None and cf.name != "item-item":
             from recjudge.cf_models import ItemItemSimilarity
 
@@ -362,30 +360,27 @@ class Judge:
             GRAMMARS.table(llm.tokenizer, llm.vocab_size)
 
     # -- keys -----------------------------------------------------------------------------
-    def _settings_key(self) -> dict[str, Any]:
-        """The model side of a key: the LLM's backend, endpoint and dtype."""
+    def _llm_settings(self) -> dict[str, Any]:
+        """What of the LLM changes an answer: its dtype, and its backend and endpoint when
+        not transformers."""
         llm_config = getattr(self._llm, "config", None)
         if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
             llm_config = LLMConfig(model=self.config.model)
-        out: dict[str, Any] = {"model": self.config.model, "dtype": llm_config.resolved_dtype()}
-        if llm_config.backend != "transformers":
+        # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
+        out: dict[str, Any] = {"dtype": llm_config.resolved_dtype()}
+        if llm_config.backend != "transformers":  # other engines round differently
+            # another server may serve another model or build under the same name
             out.update(backend=llm_config.backend, endpoint=llm_config.base_url)
         return out
 
     def key(self, req: JudgeRequest) -> str:
         c = self.config
-        # batch_size never changes a result; decode_rows does only on the invariant engine.
+        # batch_size never changes a result; decode_rows does only on the invariant engine;
+        # persona_tokens only for the simulators (their role text is in the key below).
         unused = {"batch_size"} if c.deterministic else {"batch_size", "decode_rows"}
-        settings = c.model_dump(exclude=unused)
-        llm_config = getattr(self._llm, "config", None)
-        if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
-            llm_config = LLMConfig(model=c.model)
-        if llm_config.backend != "transformers":  # other engines round differently
-            settings["backend"] = llm_config.backend
-            # another server may serve another model or build under the same name
-            settings["endpoint"] = llm_config.base_url
-        # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
-        settings["dtype"] = llm_config.resolved_dtype()
+        if self.simulator is None:
+            unused.add("persona_tokens")
+        settings = c.model_dump(exclude=unused) | self._llm_settings()
         return stable_hash(
             PROMPT_VERSION,
             settings,
@@ -395,18 +390,33 @@ class Judge:
             req.candidate_id,
             req.candidate_text,
             [(h.item_id, h.text, h.rating) for h in req.history],
-            *([self.persona(req)] if self.simulator is not None else []),
+            *([self._role(req)] if self.simulator is not None else []),
             length=32,
         )
 
     # -- personas (user simulators) ---------------------------------------------------------
+    def _persona_key(self, req: JudgeRequest) -> str:
+        from recjudge.reward._simulators import persona_key
+
+        assert self.simulator is not None
+        settings = {"model": self.config.model, **self._llm_settings()}
+        return persona_key(self.simulator, req, settings, self.config.max_history)
+
     def persona(self, req: JudgeRequest) -> str:
-        """The simulator's persona of this request's user (built by ``prepare_personas``)."""
-        got = self._persona_of.get(id(req))
-        if got is None or got[0] is not req:
+        """The simulator's persona of this request's user (written by ``prepare_personas``
+        when missing)."""
+        key = self._persona_key(req)
+        if key not in self._personas:
             self.prepare_personas([req])
-            got = self._persona_of[id(req)]
-        return self._personas[got[1]]
+        return self._personas[key]
+
+    def _role(self, req: JudgeRequest) -> dict[str, str]:
+        """The simulator's system message (persona, traits, attributes) and question; part
+        of the judgment key, so a changed persona or population is judged anew."""
+        assert self.simulator is not None
+        system = self.simulator.system(self.persona(req), req.user_id, req.history,
+                                       self.population)  # fmt: skip
+        return {"system": system, "question": self.simulator.question}
 
     def prepare_personas(
         self, reqs: Sequence[JudgeRequest], store: ResultsStore | None = None, progress=False
@@ -417,28 +427,31 @@ class Judge:
 
         assert self.simulator is not None
         c = self.config
-        asks, which = persona_asks(
-            self.simulator, reqs, self.population, self._settings_key(), c.max_history
-        )
+        settings = {"model": c.model, **self._llm_settings()}
+        asks = persona_asks(self.simulator, reqs, self.population, settings, c.max_history)
         missing = [a for a in asks if a.key not in self._personas]
-        if missing:
-            # Personas go next to the judgments' store, never into it (its rows are all
-            # judgments); without a store they live as long as this judge.
-            if store is not None:
-                store = ResultsStore(store.path.with_name(store.path.name + ".personas"))
-            else:
-                store = self._persona_store = getattr(self, "_persona_store", None) or (
-                    ResultsStore(":memory:")
-                )
+        if not missing:
+            return
+        sampling = SamplingConfig(max_new_tokens=c.persona_tokens)
+
+        def write(personas: ResultsStore) -> None:
             got = generate_stored(
-                self.llm, store, missing, sampling=SamplingConfig(max_new_tokens=c.persona_tokens),
-                batch_size=c.batch_size, desc="personas", progress=progress,
-            )  # fmt: skip
+                self.llm,
+                personas,
+                missing,
+                sampling=sampling,
+                batch_size=c.batch_size,
+                desc="personas",
+                progress=progress,
+            )
             self._personas.update({k: v["text"] for k, v in got.items()})
-        if len(self._persona_of) > 65536:
-            self._persona_of.clear()
-        for i, r in enumerate(reqs):
-            self._persona_of[id(r)] = (r, which[i])
+
+        if store is None:  # the texts are kept on this judge; the store is only the loop's
+            with ResultsStore(":memory:") as personas:
+                write(personas)
+        else:  # next to the judgments' store, never in it (its rows are all judgments)
+            with ResultsStore(store.path.with_name(store.path.name + ".personas")) as personas:
+                write(personas)
 
     # -- sigma ------------------------------------------------------------------------------
     def sigma_for(self, req: JudgeRequest) -> float | None:
@@ -610,14 +623,7 @@ class Judge:
         def count(lines: list[str]) -> list[int]:
             return [len(x) for x in tok(lines, add_special_tokens=False)["input_ids"]]
 
-        role = {}
-        if self.simulator is not None:
-            role = {
-                "system": self.simulator.system(
-                    self.persona(req), req.user_id, req.history, self.population
-                ),
-                "question": self.simulator.question,
-            }
+        role = self._role(req) if self.simulator is not None else {}
         rendered = build_messages(
             req.history,
             CANDIDATE_SLOT,

@@ -262,29 +262,32 @@ class RecAgent(Simulator):
         )
 
 
+def persona_key(simulator: Simulator, request: Any, settings: dict[str, Any], limit: int) -> str:
+    """The stored persona's key: simulator, model settings, user and history."""
+    from recjudge._util import stable_hash
+
+    history = [(h.item_id, h.text, h.rating) for h in request.history]
+    return stable_hash(SIMULATOR_VERSION, simulator.name, settings, request.user_id, history,
+                       limit, length=32)  # fmt: skip
+
+
 def persona_asks(
     simulator: Simulator,
     requests: Sequence[Any],
     population: Population | None,
     settings: dict[str, Any],
     limit: int,
-) -> tuple[list[Any], dict[int, str]]:
-    """One stored question per distinct (user, history): the asks and, per request index,
-    its persona key."""
-    from recjudge._util import stable_hash
+) -> list[Any]:
+    """One stored question per distinct (user, history)."""
     from recjudge.reward._stored import StoredAsk
 
     asks: dict[str, Any] = {}
-    which: dict[int, str] = {}
-    for i, r in enumerate(requests):
-        history = [(h.item_id, h.text, h.rating) for h in r.history]
-        key = stable_hash(SIMULATOR_VERSION, simulator.name, settings, r.user_id, history,
-                          limit, length=32)  # fmt: skip
-        which[i] = key
+    for r in requests:
+        key = persona_key(simulator, r, settings, limit)
         if key not in asks:
             asks[key] = StoredAsk(
                 key,
                 {"kind": "persona", "simulator": simulator.name, "user_id": r.user_id},
                 simulator.profile_messages(r.user_id, r.history, population, limit),
             )
-    return list(asks.values()), which
+    return list(asks.values())
