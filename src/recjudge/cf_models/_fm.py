@@ -180,6 +180,7 @@ class _FieldModel(CFModel):
         self._user_tables: list[np.ndarray] = []
         self._item_tables: list[np.ndarray] = []
         self._feature_users: dict[str, int] = {}
+        self._cache: Any = None  # item-side terms of every item, computed once after training
 
     # -- features -------------------------------------------------------------------------
     def _set_side_info(self, side: SideInfo) -> None:
@@ -293,7 +294,7 @@ class _FieldModel(CFModel):
 
     # -- scoring --------------------------------------------------------------------------
     def _all_items(self):
-        if getattr(self, "_cache", None) is None:
+        if self._cache is None:
             import torch
 
             with torch.inference_mode():
