@@ -99,7 +99,7 @@ setup-llamacpp: setup
 		llama_cpp.__version__)"
 
 test-vllm: setup-vllm
-	$(VBIN)/python -m pytest -q -m vllm tests/llm/test_vllm_parity.py -s
+	$(VBIN)/python -m pytest -q -n 0 -m vllm tests/llm/test_vllm_parity.py -s
 
 lint: setup
 	$(BIN)/ruff check src tests

@@ -15,6 +15,19 @@ collect_ignore = [] if importlib.util.find_spec("vllm") else ["llm/test_vllm_par
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """Worker processes for ``-n auto`` (set in pyproject's addopts).
+
+    One per core up to 4: each worker loads its own SmolLM2 and datasets (about 1.5 GB), and
+    the suite has too few heavy tests to keep more busy. ``RECJUDGE_TEST_WORKERS`` overrides
+    (``-n 0`` runs in one process, e.g. under a debugger).
+    """
+    wanted = os.environ.get("RECJUDGE_TEST_WORKERS")
+    if wanted:
+        return int(wanted)
+    return max(1, min(len(os.sched_getaffinity(0)), 4))
+
+
 @pytest.fixture(scope="session")
 def smollm():
     from recjudge.llm import load_llm
@@ -44,3 +57,4 @@ def ml100k():
     from recjudge.data import load_dataset
 
     return load_dataset("ml-100k")
+

@@ -1,4 +1,4 @@
-"""The command line as a user runs it (real subprocesses)."""
+"""The command line as a user runs it (real subprocesses; error paths in process)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+
+from cli_in_process import run_cli
 
 CLI = [sys.executable, "-m", "recjudge.cli._main"]
 
@@ -67,19 +69,12 @@ def test_judge_single_pair_prints_a_judgment():
     )
     assert j["user_id"] == "1" and j["mode"] == "zero-shot"
     assert j["is_relevant"] in (True, False) and 0 <= j["p_yes"] <= 1
-    bad = run(
-        "judge",
-        "--data",
-        "ml-1m",
-        "--user",
-        "1",
-        "--candidate",
-        "Toy Stroy",
-        "--mode",
-        "zero-shot",
-        check=False,
-    )
-    assert bad.returncode == 2 and "Toy Story (1995)" in bad.stderr
+    # In process: the same command line, without a second interpreter and torch import.
+    bad = run_cli(
+        "judge", "--data", "ml-1m", "--user", "1", "--candidate", "Toy Stroy",
+        "--mode", "zero-shot",
+    )  # fmt: skip
+    assert bad.code == 2 and "Toy Story (1995)" in bad.stderr
 
 
 @pytest.mark.parametrize("mode", ["brief"])

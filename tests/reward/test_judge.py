@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from cli_in_process import run_cli
 from recjudge.llm import SamplingConfig
 from recjudge.reward import (
     MODES,
@@ -274,10 +275,10 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m, smoll
         partial = db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
     assert 2 <= partial < len(users)
     assert not killed.exists()
-    summary = subprocess.run(
-        cmd + ["--out", str(killed), "--resume"], env=env, check=True, capture_output=True,
-        text=True,
-    ).stdout  # fmt: skip
+    # The resume runs in this process (the kill above is what needs a real process).
+    resumed_run = run_cli(*cmd[3:], "--out", str(killed), "--resume")
+    assert resumed_run.code == 0, resumed_run.stderr
+    summary = resumed_run.stdout
     assert "6 pairs: 6 judged" in summary and "0 failed" in summary
     assert f"{partial} from the store" in summary
     with sqlite3.connect(store) as db:
