@@ -57,4 +57,3 @@ def ml100k():
     from recjudge.data import load_dataset
 
     return load_dataset("ml-100k")
-

@@ -12,8 +12,11 @@ from recjudge.bench import (
     auc,
     auc_ci,
     bench_brief_beta,
+    bench_brief_ratings,
+    level_ci,
     level_correlations,
     level_table,
+    paired_difference,
     spearman_ci,
 )
 from recjudge.bench._brief import rating_level
@@ -238,3 +241,89 @@ def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
     assert all(n <= 2 for n in judge_rows.groupby("user_id", observed=True).size())
     assert (judge_rows["p_yes"] >= 0).all() and r["added_items"]["none"] == 0
     assert set(r["table"]["pop"]) == {"none", "cf-only", "no-behavior"}
+
+
+def test_level_ci_by_hand():
+    levels, pos = [1, 1, 1, 1, 2, 2, 3], [1, 1, 1, 1, 0, 1, 0]
+    ci = level_ci(levels, pos, 200, 0)
+    assert list(ci) == [1, 2, 3]
+    assert ci[1] == {"pct": 100.0, "lo": 100.0, "hi": 100.0, "n": 4}  # no variation to resample
+    assert ci[2]["pct"] == 50.0 and ci[2]["n"] == 2
+    assert 0.0 <= ci[2]["lo"] <= 50.0 <= ci[2]["hi"] <= 100.0
+    assert ci[2]["lo"] < ci[2]["hi"]
+    assert level_ci(levels, pos, 200, 0) == ci  # seeded
+    assert level_ci(levels, pos, 0, 0)[2] == {"pct": 50.0, "lo": 50.0, "hi": 50.0, "n": 2}
+
+
+def test_paired_difference_is_zero_for_a_setting_against_itself_and_antisymmetric():
+    g = np.random.default_rng(1)
+    ratings = g.integers(1, 6, size=60).astype(float)
+    labels = [1] * 20 + [0] * 20
+    a = {"rating": list(ratings + g.normal(0, 1.0, 60)), "relevance": list(g.random(40))}
+    b = {"rating": list(g.random(60)), "relevance": list(g.random(40))}
+    same = paired_difference(a, a, ratings, labels, 100, 0)
+    for d in same.values():  # the same draw for both sides: every resample differs by 0
+        assert (d["diff"], d["lo"], d["hi"], d["p"]) == (0.0, 0.0, 0.0, 1.0)
+    ab = paired_difference(a, b, ratings, labels, 100, 0)
+    ba = paired_difference(b, a, ratings, labels, 100, 0)
+    for k in ab:
+        assert ab[k]["diff"] == pytest.approx(-ba[k]["diff"])
+        assert ab[k]["lo"] <= ab[k]["diff"] <= ab[k]["hi"]
+
+
+def test_paired_difference_separates_a_large_effect_and_not_a_null_one():
+    g = np.random.default_rng(2)
+    ratings = np.repeat([1.0, 2.0, 3.0, 4.0, 5.0], 40)
+    labels = [1] * 50 + [0] * 50
+    good = {"rating": list(ratings + g.normal(0, 0.5, 200)),
+            "relevance": [0.9] * 50 + [0.1] * 50}  # fmt: skip
+    noise = {"rating": list(g.random(200)), "relevance": list(g.random(100))}
+    d = paired_difference(good, noise, ratings, labels, 300, 0)
+    assert d["pair_spearman"]["lo"] > 0 and d["pair_spearman"]["p"] < 0.05
+    assert d["relevance_auc"]["lo"] > 0 and d["relevance_auc"]["diff"] > 0.3
+    # Two settings that differ only by noise of the same kind: the CI covers 0.
+    other = {"rating": list(g.random(200)), "relevance": list(g.random(100))}
+    null = paired_difference(noise, other, ratings, labels, 300, 0)["pair_spearman"]
+    assert null["lo"] < 0 < null["hi"]
+
+
+def test_paired_against_brief_compares_rows_that_share_a_sigma_source():
+    from types import SimpleNamespace
+
+    from recjudge.bench._brief import paired_against_brief
+
+    reqs = [SimpleNamespace(meta={"kind": "rating", "level": lv, "rating": float(lv)})
+            for lv in (1, 2, 3, 4, 5)] + [
+        SimpleNamespace(meta={"kind": "relevance", "label": lab}) for lab in (1, 0)
+    ]  # fmt: skip
+    names = ["brief [cf:all]", "brief [cf:positive]", "non-adaptive [cf:all]",
+             "non-adaptive [cf:positive]", "zero-shot", "cf-only [cf:positive]", "pub"]  # fmt: skip
+    results = {n: [SimpleNamespace(p_yes=0.1 * (i + k)) for i in range(7)] for k, n in
+               enumerate(names)}  # fmt: skip
+    cfg = BriefExperimentConfig(bootstrap=10)
+    got = paired_against_brief(reqs, results, cfg)
+    assert sorted(got) == sorted([
+        "brief [cf:all] - brief [cf:positive]", "brief [cf:all] - non-adaptive [cf:all]",
+        "brief [cf:all] - zero-shot", "brief [cf:all] - pub",
+        "brief [cf:positive] - non-adaptive [cf:positive]", "brief [cf:positive] - zero-shot",
+        "brief [cf:positive] - cf-only [cf:positive]", "brief [cf:positive] - pub",
+    ])  # fmt: skip
+
+
+def test_ratings_report_has_level_cis_paired_table_and_speed(smollm, tmp_path):
+    # cf-only needs no LLM call: the whole report path at the cost of two ALS trainings.
+    cfg = BriefExperimentConfig(
+        model="smollm2-135m", data="ml-100k", users=3, modes=("cf-only",), bootstrap=20
+    )
+    r = bench_brief_ratings(cfg, tmp_path, llm=smollm, progress=False)
+    assert (r["llm_judgments"], r["judged_now"]) == (0, 0)
+    for a in r["modes"].values():
+        assert set(a["pct_positive_ci"]) == set(a["pct_positive_by_level"])
+        for lvl, c in a["pct_positive_ci"].items():
+            assert c["pct"] == pytest.approx(a["pct_positive_by_level"][lvl])
+            assert c["lo"] <= c["pct"] <= c["hi"]
+    assert r["paired_vs_brief"] == {}  # no brief row to compare against
+    report = (tmp_path / "report.md").read_text()
+    assert "95 % bootstrap CI" in report and "paired bootstrap" in report
+    saved = json.loads((tmp_path / "results.json").read_text())
+    assert saved["modes"].keys() == r["modes"].keys()

@@ -11,6 +11,7 @@ from recjudge.bench._brief import (
     level_table,
     spearman_ci,
 )
+from recjudge.bench._brief_stats import level_ci, paired_difference
 from recjudge.bench._cf import bench_cf
 from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._latency import bench_latency
@@ -36,6 +37,8 @@ __all__ = [
     "bench_brief_ratings",
     "level_correlations",
     "level_table",
+    "level_ci",
+    "paired_difference",
     "spearman_ci",
     "bench_cf",
     "bench_decoding",

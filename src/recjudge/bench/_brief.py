@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -17,6 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge._util import rng
+from recjudge.bench._brief_stats import level_ci, paired_difference
 from recjudge.reward import MODES, SIMULATOR_MODES
 
 SIMULATORS = SIMULATOR_MODES  # the paper's user-simulator baselines
@@ -349,8 +351,13 @@ def _train_sigma_models(
 
 def judge_per_user(
     reqs: Sequence[Any], judges: Mapping[str, Any], store: Any, progress: bool
-) -> dict[str, list[Any]]:
-    """Every judge on every request, one user at a time so judges share the user's prefix."""
+) -> tuple[dict[str, list[Any]], dict[str, dict[str, int]]]:
+    """Every judge on every request, one user at a time so judges share the user's prefix.
+
+    Returns:
+        The judgments per judge name, and per name ``{"new", "total"}``: distinct judgments
+        not in the store before (judged in this call) and all distinct judgments.
+    """
     users: dict[str, list[int]] = {}
     for i, r in enumerate(reqs):
         users.setdefault(r.user_id, []).append(i)
@@ -358,6 +365,11 @@ def judge_per_user(
     for judge in judges.values():  # the simulators' personas, all users batched together
         if getattr(judge, "simulator", None) is not None:
             judge.prepare_personas(reqs, store, progress)
+    # After the personas: a simulator's key holds its persona text.
+    fresh = {}
+    for name, judge in judges.items():
+        keys = sorted({judge.key(r) for r in reqs})
+        fresh[name] = {"new": len(store.missing(keys)), "total": len(keys)}
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -371,7 +383,7 @@ def judge_per_user(
             bar.update(1)
     if bar is not None:
         bar.close()
-    return out
+    return out, fresh
 
 
 def judges_for(
@@ -439,8 +451,10 @@ def _analyse(
         )
         pos = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 1]
         neg = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 0]
+        positive = [js[i].p_yes if sampled else float(js[i].is_relevant) for i in rating_idx]
         out[name] = {
             "pct_positive_by_level": table,
+            "pct_positive_ci": level_ci(levels, positive, config.bootstrap, (config.seed, name)),
             **level_correlations(table),
             "pair_spearman": spearman_ci(
                 [js[i].p_yes for i in rating_idx], ratings, config.bootstrap, (config.seed, name)
@@ -451,8 +465,87 @@ def _analyse(
     return out
 
 
+def _source(name: str) -> str | None:
+    """``"brief [cf:all]"`` -> ``"all"``; a row without a CF source -> None."""
+    return name.rsplit("[cf:", 1)[1].rstrip("]") if "[cf:" in name else None
+
+
+def paired_against_brief(
+    reqs: Sequence[Any], results: Mapping[str, Sequence[Any]], config: BriefExperimentConfig
+) -> dict[str, dict[str, Any]]:
+    """Each BRIEF row minus every other row that shares its sigma source (or has none), and
+    minus the BRIEF row of the other source: ``paired_difference`` on the same pairs.
+
+    Returns:
+        ``{"brief [cf:all] - zero-shot": {"pair_spearman": {...}, "relevance_auc": {...}}}``.
+    """
+    rating_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "rating"]
+    rel_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "relevance"]
+    ratings = [reqs[i].meta["rating"] for i in rating_idx]
+    labels = [reqs[i].meta["label"] for i in rel_idx]
+
+    def scores(js: Sequence[Any]) -> dict[str, list[float]]:
+        return {
+            "rating": [js[i].p_yes for i in rating_idx],
+            "relevance": [js[i].p_yes for i in rel_idx],
+        }
+
+    out: dict[str, dict[str, Any]] = {}
+    briefs = [n for n in results if n.split(" [", 1)[0] == "brief"]
+    for ref in briefs:
+        for other in results:
+            if other == ref or (other in briefs and briefs.index(other) < briefs.index(ref)):
+                continue
+            if other not in briefs and _source(other) not in (None, _source(ref)):
+                continue
+            out[f"{ref} - {other}"] = paired_difference(
+                scores(results[ref]), scores(results[other]), ratings, labels,
+                config.bootstrap, (config.seed, ref, other),
+            )  # fmt: skip
+    return out
+
+
+def _paired_lines(paired: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """The paired comparison as a markdown table (a CI that excludes 0 is marked)."""
+
+    def cell(d: Mapping[str, Any]) -> str:
+        if d["diff"] is None or d["lo"] is None:
+            return "-"
+        star = " *" if d["lo"] > 0 or d["hi"] < 0 else ""
+        return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (p {d['p']:.3f}){star}"
+
+    lines = [
+        "## BRIEF against each other setting (paired bootstrap on the same pairs)",
+        "",
+        "Difference = BRIEF minus the other setting; * marks a 95 % CI that excludes 0.",
+        "",
+        "| comparison | pair Spearman difference [95 % CI] | relevance AUC difference [95 % CI] |",
+        "|---|---|---|",
+    ]
+    for name, d in paired.items():
+        lines.append(f"| {name} | {cell(d['pair_spearman'])} | {cell(d['relevance_auc'])} |")
+    return lines
+
+
 def _fmt(v: Any, nd: int = 3) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
+
+
+@dataclass
+class _Judged:
+    """What ``_run`` produced: the held-out pairs and every setting's judgments, analysed.
+
+    ``judged_now`` counts the LLM judgments made in this call (the rest came from the store),
+    ``llm_judgments`` all of them: the report's judgments per second uses the former.
+    """
+
+    info: dict[str, Any]
+    cf: dict[str, Any]
+    analysis: dict[str, Any]
+    reqs: list[Any]
+    results: dict[str, list[Any]]
+    judged_now: int
+    llm_judgments: int
 
 
 def _run(
@@ -461,10 +554,10 @@ def _run(
     llm: Any,
     progress: bool,
     named: Any,
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+) -> _Judged:
     """Shared by the ratings and beta experiments: build the held-out requests, train the
     sigma models, judge every request under each ``(name, mode, source, beta)`` setting
-    (through ``out/store.sqlite``) and analyse. Returns (info, cf models, analysis)."""
+    (through ``out/store.sqlite``) and analyse."""
     from recjudge.data import load_dataset
     from recjudge.llm import load_llm
     from recjudge.reward import Population, ResultsStore
@@ -479,8 +572,22 @@ def _run(
     population = Population.of(ds, past) if any(s[1] in SIMULATORS for s in named) else None
     judges = judges_for(config, llm, None, _settings(cf, named), population)
     with ResultsStore(out / "store.sqlite") as store:
-        results = judge_per_user(reqs, judges, store, progress)
-    return info, cf, _analyse(reqs, results, config)
+        results, fresh = judge_per_user(reqs, judges, store, progress)
+    # cf-only reads sigma, no LLM: its rows are not judgments of the model.
+    llm_names = [name for name, mode, _, _ in named if mode != "cf-only"]
+    return _Judged(
+        info, cf, _analyse(reqs, results, config), list(reqs), results,
+        sum(fresh[n]["new"] for n in llm_names), sum(fresh[n]["total"] for n in llm_names),
+    )  # fmt: skip
+
+
+def _speed(j: _Judged, wall: float) -> dict[str, Any]:
+    """Judgments made now, from the store, and per second of this call's wall time."""
+    return {
+        "llm_judgments": j.llm_judgments,
+        "judged_now": j.judged_now,
+        "judgments_per_second": round(j.judged_now / wall, 4) if wall > 0 else None,
+    }
 
 
 def bench_brief_ratings(
@@ -500,15 +607,26 @@ def bench_brief_ratings(
         for source in ("all", "positive") if mode in CF_MODES else ("-",):
             name = mode if source == "-" else f"{mode} [cf:{source}]"
             settings.append((name, mode, source, config.beta))
-    info, cf, analysis = _run(config, out, llm, progress, settings)
+    j = _run(config, out, llm, progress, settings)
+    paired = paired_against_brief(j.reqs, j.results, config)
+    wall = time.time() - t0
     res = {
         "config": config.model_dump(),
-        **info,
-        "cf": {s: dict(v["cf"].train_info) for s, v in cf.items()},
-        "wall_seconds": round(time.time() - t0, 1),
-        "modes": analysis,
+        **j.info,
+        "cf": {s: dict(v["cf"].train_info) for s, v in j.cf.items()},
+        "wall_seconds": round(wall, 1),
+        **_speed(j, wall),
+        "modes": j.analysis,
+        "paired_vs_brief": paired,
     }
-    _plot_levels(analysis, out / "ratings.png", config)
+    _plot_levels(j.analysis, out / "ratings.png", config)
+    write_report(out, res, _ratings_lines(config, res, j) + [""] + _paired_lines(paired))
+    return res
+
+
+def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Judged) -> list[str]:
+    """The ratings report above the paired comparison: header, table, per-level CIs."""
+    info, cf, analysis = j.info, j.cf, j.analysis
     lines = [
         f"# BRIEF rating correlation on {config.data} (Table 6)",
         "",
@@ -518,7 +636,9 @@ def bench_brief_ratings(
         f"{info['pairs_per_level']} held-out pairs per rating level (balanced), "
         f"{info['relevance_pairs']} relevance pairs (held-out future item vs. never-rated item, "
         f"1:1); {config.history_items} history items shown; {config.sampling_note()}; "
-        f"bootstrap {config.bootstrap}; seed {config.seed}. Wall time {res['wall_seconds']} s.",
+        f"bootstrap {config.bootstrap}; seed {config.seed}. Wall time {res['wall_seconds']} s; "
+        f"{res['judged_now']} of {res['llm_judgments']} LLM judgments made in this run "
+        f"({res['judgments_per_second']} per second), the rest read from the store.",
         "",
         "| mode | % positive at level 1..5 | rho (levels) | tau (levels) | pair Spearman "
         "[95 % CI] | relevance AUC [95 % CI] | mean p_yes |",
@@ -537,10 +657,20 @@ def bench_brief_ratings(
         "rho/tau use the 5 level percentages (n = 5, as the paper); the pair Spearman uses "
         "p_yes per held-out pair. cf-only's p_yes is (sigma + 1) / 2.",
         "",
-        "![positive rate by rating level](ratings.png)",
+        "% positive per level with a 95 % bootstrap CI (pairs of the level resampled):",
+        "",
+        "| mode | " + " | ".join(f"level {lvl}" for lvl in range(1, 6)) + " |",
+        "|---|" + "---|" * 5,
     ]
-    write_report(out, res, lines)
-    return res
+    for name, a in analysis.items():
+        ci = a["pct_positive_ci"]
+        cells = [
+            f"{ci[lvl]['pct']:.0f} [{ci[lvl]['lo']:.0f}, {ci[lvl]['hi']:.0f}]" if lvl in ci else "-"
+            for lvl in range(1, 6)
+        ]
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
+    lines += ["", "![positive rate by rating level](ratings.png)"]
+    return lines
 
 
 def bench_brief_beta(
@@ -555,11 +685,14 @@ def bench_brief_beta(
     t0 = time.time()
     out = Path(out)
     settings = [(f"beta={b:g}", "brief", config.sigma_source, float(b)) for b in config.betas]
-    info, _, analysis = _run(config, out, llm, progress, settings)
+    j = _run(config, out, llm, progress, settings)
+    info, analysis = j.info, j.analysis
+    wall = time.time() - t0
     res = {
         "config": config.model_dump(),
         **info,
-        "wall_seconds": round(time.time() - t0, 1),
+        "wall_seconds": round(wall, 1),
+        **_speed(j, wall),
         "betas": dict(analysis),
     }
     _plot_beta(config, analysis, out / "beta.png")
@@ -569,7 +702,9 @@ def bench_brief_beta(
         f"Judge `{config.model}` in brief mode, sigma from `{config.cf}` "
         f"[{config.sigma_source}]; {len(info['users'])} users, {info['pairs_per_level']} pairs "
         f"per rating level, {info['relevance_pairs']} relevance pairs; {config.sampling_note()};"
-        f" seed {config.seed}. Wall time {res['wall_seconds']} s.",
+        f" seed {config.seed}. Wall time {res['wall_seconds']} s; {res['judged_now']} of "
+        f"{res['llm_judgments']} judgments made in this run ({res['judgments_per_second']} per "
+        "second), the rest read from the store.",
         "",
         "| beta | rho (levels) | tau (levels) | pair Spearman [95 % CI] | relevance AUC [95 % CI] "
         "| % positive |",
