@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -90,6 +91,13 @@ def test_adaptive_delta_formula(smollm, als, requests):
         requests[2]
     )
     assert n.delta == pytest.approx(25.0 * n.sigma, rel=1e-9)
+    # +Delta on YES and -Delta on NO: the YES log-odds move by exactly 2 * Delta (beta 1 keeps
+    # both probabilities away from 0 and 1, where the log-odds are not representable).
+    w = Judge(
+        JudgeConfig(mode="non-adaptive", beta=1.0, need_evidence=False), llm=smollm, cf=als[0]
+    ).judge(requests[2])
+    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
+    assert logit(w.p_yes) - logit(w.p_yes_semantic) == pytest.approx(2 * w.delta, abs=1e-4)
 
 
 def test_batch_equals_single(smollm32, als, requests):

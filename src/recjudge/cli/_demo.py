@@ -49,6 +49,13 @@ def demo(
     elapsed = time.perf_counter() - t0
     table = _demo_table(reqs, results, f"BRIEF judgments on ML-1M ({model}, {elapsed:.0f}s)")
     console.print(table)
+    # Delta is added to YES and subtracted from NO, so the log-odds move by 2 * Delta: a row
+    # with p_yes (LLM) 0.92 and Delta -3.7 ends at p_yes 0.007, which looks like a bug unless
+    # said.
+    console.print(
+        "Delta = beta * (1 + E_n) * sigma is added to the YES branch and subtracted from NO: "
+        "the YES log-odds move by 2 * Delta, from p_yes (LLM) to p_yes."
+    )
     held = np.mean(
         [j.is_relevant for r, j in zip(reqs, results, strict=True) if r.meta["kind"] == "held-out"]
     )
