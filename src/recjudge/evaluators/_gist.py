@@ -567,16 +567,20 @@ def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
 def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
     s = results["scores"]
     devs = list(results.get("deviations", config.deviations()))
+    span = f"most recent {config.max_history}" if config.max_history else "whole history"
     lines = [
         f"# GISTBench on {data}",
         "",
         f"Judge: `{config.judge}`; {len(results['users'])} users (>= {config.min_history} "
-        f"interactions, most recent {config.max_history or 'all'}), chunks of "
-        f"{config.chunk_size}, {config.options} options per specificity question, pool of "
+        f"interactions, {span}), chunks of {config.chunk_size}, {config.options} options per "
+        "specificity question, pool of "
         f"{results['pool_size']}, taxonomy {config.taxonomy}, seed {config.seed}. "
         f"Wall time {results['wall_seconds']} s.",
         "",
         "**Deviations from the paper:** " + ("; ".join(devs) if devs else "none") + ".",
+        "",
+        f"Always ours: an extraction answer is cut at {config.extraction_tokens} tokens (the "
+        "paper sets no bound; a cut answer keeps its complete entries and is counted below).",
         "",
         "Medians over users (higher is better).",
         "",
