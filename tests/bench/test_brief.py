@@ -296,12 +296,14 @@ def test_paired_against_brief_compares_rows_that_share_a_sigma_source():
             for lv in (1, 2, 3, 4, 5)] + [
         SimpleNamespace(meta={"kind": "relevance", "label": lab}) for lab in (1, 0)
     ]  # fmt: skip
-    names = ["brief [cf:all]", "brief [cf:positive]", "non-adaptive [cf:all]",
-             "non-adaptive [cf:positive]", "zero-shot", "cf-only [cf:positive]", "pub"]  # fmt: skip
-    results = {n: [SimpleNamespace(p_yes=0.1 * (i + k)) for i in range(7)] for k, n in
-               enumerate(names)}  # fmt: skip
+    rows = [("brief", "all"), ("brief", "positive"), ("non-adaptive", "all"),
+            ("non-adaptive", "positive"), ("zero-shot", "-"), ("cf-only", "positive"),
+            ("pub", "-")]  # fmt: skip
+    settings = [(m if s == "-" else f"{m} [cf:{s}]", m, s, 25.0) for m, s in rows]
+    results = {n: [SimpleNamespace(p_yes=0.1 * (i + k)) for i in range(7)] for k, (n, *_) in
+               enumerate(settings)}  # fmt: skip
     cfg = BriefExperimentConfig(bootstrap=10)
-    got = paired_against_brief(reqs, results, cfg)
+    got = paired_against_brief(reqs, results, settings, cfg)
     assert sorted(got) == sorted([
         "brief [cf:all] - brief [cf:positive]", "brief [cf:all] - non-adaptive [cf:all]",
         "brief [cf:all] - zero-shot", "brief [cf:all] - pub",

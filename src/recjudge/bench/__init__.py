@@ -3,7 +3,6 @@
 from recjudge.bench._augment import AugmentConfig, bench_brief_augment
 from recjudge.bench._brief import (
     BriefExperimentConfig,
-    auc,
     auc_ci,
     bench_brief_beta,
     bench_brief_ratings,
@@ -11,7 +10,7 @@ from recjudge.bench._brief import (
     level_table,
     spearman_ci,
 )
-from recjudge.bench._brief_stats import level_ci, paired_difference
+from recjudge.bench._brief_stats import auc, level_ci, paired_difference
 from recjudge.bench._cf import bench_cf
 from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._latency import bench_latency

@@ -18,7 +18,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge._util import rng
-from recjudge.bench._brief_stats import level_ci, paired_difference
+from recjudge.bench._brief_stats import auc, level_ci, paired_difference, spearman_or_none
 from recjudge.reward import MODES, SIMULATOR_MODES
 
 SIMULATORS = SIMULATOR_MODES  # the paper's user-simulator baselines
@@ -142,29 +142,18 @@ def spearman_ci(
     x: Sequence[float], y: Sequence[float], bootstrap: int, seed: Any
 ) -> dict[str, float | None]:
     """Per-pair Spearman rho with a percentile bootstrap 95 % CI (resampling pairs)."""
-    from scipy.stats import spearmanr
-
     x, y = np.asarray(x, float), np.asarray(y, float)
-    if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
+    rho = spearman_or_none(x, y)
+    if rho is None:
         return {"rho": None, "lo": None, "hi": None, "n": int(len(x))}
-    rho = float(spearmanr(x, y).statistic)
     g = rng("spearman-ci", seed)
     boots = []
     for _ in range(bootstrap):
         i = g.integers(len(x), size=len(x))
-        if np.ptp(x[i]) > 0 and np.ptp(y[i]) > 0:
-            boots.append(spearmanr(x[i], y[i]).statistic)
+        if (b := spearman_or_none(x[i], y[i])) is not None:
+            boots.append(b)
     lo, hi = np.percentile(boots, [2.5, 97.5]).tolist() if boots else (None, None)
     return {"rho": rho, "lo": lo, "hi": hi, "n": int(len(x))}
-
-
-def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
-    """P(score of a positive > score of a negative), ties count one half (Mann-Whitney)."""
-    p, n = np.asarray(pos, float), np.asarray(neg, float)
-    if not len(p) or not len(n):
-        return None
-    diff = p[:, None] - n[None, :]
-    return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
 
 
 def auc_ci(
@@ -355,8 +344,8 @@ def judge_per_user(
     """Every judge on every request, one user at a time so judges share the user's prefix.
 
     Returns:
-        The judgments per judge name, and per name ``{"new", "total"}``: distinct judgments
-        not in the store before (judged in this call) and all distinct judgments.
+        The judgments per judge name, and per name ``{"new", "total"}``: requests judged in
+        this call (not in the store before; from each ``Judge.last_run``) and all requests.
     """
     users: dict[str, list[int]] = {}
     for i, r in enumerate(reqs):
@@ -365,11 +354,7 @@ def judge_per_user(
     for judge in judges.values():  # the simulators' personas, all users batched together
         if getattr(judge, "simulator", None) is not None:
             judge.prepare_personas(reqs, store, progress)
-    # After the personas: a simulator's key holds its persona text.
-    fresh = {}
-    for name, judge in judges.items():
-        keys = sorted({judge.key(r) for r in reqs})
-        fresh[name] = {"new": len(store.missing(keys)), "total": len(keys)}
+    counts = {name: {"new": 0, "total": 0} for name in judges}
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -379,11 +364,13 @@ def judge_per_user(
         for name, judge in judges.items():
             for i, j in zip(idx, judge.judge_many([reqs[i] for i in idx], store), strict=True):
                 out[name][i] = j
+            counts[name]["new"] += judge.last_run.judged
+            counts[name]["total"] += judge.last_run.requests
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return out, fresh
+    return out, counts
 
 
 def judges_for(
@@ -446,12 +433,10 @@ def _analyse(
         ratings = [reqs[i].meta["rating"] for i in rating_idx]
         # Sampled: the share of YES samples (the paper's % positive over samples).
         sampled = config.sampling == "paper"
-        table = level_table(
-            levels, [js[i].p_yes if sampled else js[i].is_relevant for i in rating_idx]
-        )
+        positive = [js[i].p_yes if sampled else float(js[i].is_relevant) for i in rating_idx]
+        table = level_table(levels, positive)
         pos = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 1]
         neg = [js[i].p_yes for i in rel_idx if reqs[i].meta["label"] == 0]
-        positive = [js[i].p_yes if sampled else float(js[i].is_relevant) for i in rating_idx]
         out[name] = {
             "pct_positive_by_level": table,
             "pct_positive_ci": level_ci(levels, positive, config.bootstrap, (config.seed, name)),
@@ -465,16 +450,15 @@ def _analyse(
     return out
 
 
-def _source(name: str) -> str | None:
-    """``"brief [cf:all]"`` -> ``"all"``; a row without a CF source -> None."""
-    return name.rsplit("[cf:", 1)[1].rstrip("]") if "[cf:" in name else None
-
-
 def paired_against_brief(
-    reqs: Sequence[Any], results: Mapping[str, Sequence[Any]], config: BriefExperimentConfig
+    reqs: Sequence[Any],
+    results: Mapping[str, Sequence[Any]],
+    settings: Sequence[tuple[str, str, str, float]],
+    config: BriefExperimentConfig,
 ) -> dict[str, dict[str, Any]]:
     """Each BRIEF row minus every other row that shares its sigma source (or has none), and
     minus the BRIEF row of the other source: ``paired_difference`` on the same pairs.
+    ``settings``: the rows as ``(name, mode, source, beta)``, source ``"-"`` for none.
 
     Returns:
         ``{"brief [cf:all] - zero-shot": {"pair_spearman": {...}, "relevance_auc": {...}}}``.
@@ -491,12 +475,13 @@ def paired_against_brief(
         }
 
     out: dict[str, dict[str, Any]] = {}
-    briefs = [n for n in results if n.split(" [", 1)[0] == "brief"]
-    for ref in briefs:
-        for other in results:
-            if other == ref or (other in briefs and briefs.index(other) < briefs.index(ref)):
-                continue
-            if other not in briefs and _source(other) not in (None, _source(ref)):
+    briefs = [(n, src) for n, mode, src, _ in settings if mode == "brief"]
+    for k, (ref, ref_src) in enumerate(briefs):
+        for other, mode, src, _ in settings:
+            if mode == "brief":  # each pair of BRIEF rows once
+                if [b for b, _ in briefs].index(other) <= k:
+                    continue
+            elif src not in ("-", ref_src):
                 continue
             out[f"{ref} - {other}"] = paired_difference(
                 scores(results[ref]), scores(results[other]), ratings, labels,
@@ -535,8 +520,9 @@ def _fmt(v: Any, nd: int = 3) -> str:
 class _Judged:
     """What ``_run`` produced: the held-out pairs and every setting's judgments, analysed.
 
-    ``judged_now`` counts the LLM judgments made in this call (the rest came from the store),
-    ``llm_judgments`` all of them: the report's judgments per second uses the former.
+    ``judged_now`` counts the LLM judgments made in this call, ``llm_judgments`` the LLM
+    settings' requests (some read from the store, some repeated): judgments per second uses
+    the former.
     """
 
     info: dict[str, Any]
@@ -572,13 +558,22 @@ def _run(
     population = Population.of(ds, past) if any(s[1] in SIMULATORS for s in named) else None
     judges = judges_for(config, llm, None, _settings(cf, named), population)
     with ResultsStore(out / "store.sqlite") as store:
-        results, fresh = judge_per_user(reqs, judges, store, progress)
+        results, counts = judge_per_user(reqs, judges, store, progress)
     # cf-only reads sigma, no LLM: its rows are not judgments of the model.
     llm_names = [name for name, mode, _, _ in named if mode != "cf-only"]
     return _Judged(
         info, cf, _analyse(reqs, results, config), list(reqs), results,
-        sum(fresh[n]["new"] for n in llm_names), sum(fresh[n]["total"] for n in llm_names),
+        sum(counts[n]["new"] for n in llm_names), sum(counts[n]["total"] for n in llm_names),
     )  # fmt: skip
+
+
+def _speed_note(res: Mapping[str, Any]) -> str:
+    """The header's speed sentence (one wording for the ratings and beta reports)."""
+    return (
+        f"{res['judged_now']} LLM judgments made in this run for {res['llm_judgments']} "
+        f"requests ({res['judgments_per_second']} per second); the others were read from the "
+        "store or repeat a request (a held-out item can be both a rating and a relevance pair)."
+    )
 
 
 def _speed(j: _Judged, wall: float) -> dict[str, Any]:
@@ -608,7 +603,7 @@ def bench_brief_ratings(
             name = mode if source == "-" else f"{mode} [cf:{source}]"
             settings.append((name, mode, source, config.beta))
     j = _run(config, out, llm, progress, settings)
-    paired = paired_against_brief(j.reqs, j.results, config)
+    paired = paired_against_brief(j.reqs, j.results, settings, config)
     wall = time.time() - t0
     res = {
         "config": config.model_dump(),
@@ -637,8 +632,7 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
         f"{info['relevance_pairs']} relevance pairs (held-out future item vs. never-rated item, "
         f"1:1); {config.history_items} history items shown; {config.sampling_note()}; "
         f"bootstrap {config.bootstrap}; seed {config.seed}. Wall time {res['wall_seconds']} s; "
-        f"{res['judged_now']} of {res['llm_judgments']} LLM judgments made in this run "
-        f"({res['judgments_per_second']} per second), the rest read from the store.",
+        f"{_speed_note(res)}",
         "",
         "| mode | % positive at level 1..5 | rho (levels) | tau (levels) | pair Spearman "
         "[95 % CI] | relevance AUC [95 % CI] | mean p_yes |",
@@ -702,9 +696,7 @@ def bench_brief_beta(
         f"Judge `{config.model}` in brief mode, sigma from `{config.cf}` "
         f"[{config.sigma_source}]; {len(info['users'])} users, {info['pairs_per_level']} pairs "
         f"per rating level, {info['relevance_pairs']} relevance pairs; {config.sampling_note()};"
-        f" seed {config.seed}. Wall time {res['wall_seconds']} s; {res['judged_now']} of "
-        f"{res['llm_judgments']} judgments made in this run ({res['judgments_per_second']} per "
-        "second), the rest read from the store.",
+        f" seed {config.seed}. Wall time {res['wall_seconds']} s; {_speed_note(res)}",
         "",
         "| beta | rho (levels) | tau (levels) | pair Spearman [95 % CI] | relevance AUC [95 % CI] "
         "| % positive |",

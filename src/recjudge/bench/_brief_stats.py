@@ -10,7 +10,7 @@ import numpy as np
 
 from recjudge._util import rng
 
-__all__ = ["level_ci", "paired_difference"]
+__all__ = ["auc", "level_ci", "paired_difference", "spearman_or_none"]
 
 
 def level_ci(
@@ -46,7 +46,8 @@ def level_ci(
     return out
 
 
-def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
+def spearman_or_none(x: np.ndarray, y: np.ndarray) -> float | None:
+    """Spearman rho, or None where it is undefined (fewer than 3 pairs, a constant side)."""
     from scipy.stats import spearmanr
 
     if len(x) < 3 or np.ptp(x) == 0 or np.ptp(y) == 0:
@@ -54,10 +55,12 @@ def _spearman(x: np.ndarray, y: np.ndarray) -> float | None:
     return float(spearmanr(x, y).statistic)
 
 
-def _auc(pos: np.ndarray, neg: np.ndarray) -> float | None:
-    if not len(pos) or not len(neg):
+def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
+    """P(score of a positive > score of a negative), ties count one half (Mann-Whitney)."""
+    p, n = np.asarray(pos, float), np.asarray(neg, float)
+    if not len(p) or not len(n):
         return None
-    diff = pos[:, None] - neg[None, :]
+    diff = p[:, None] - n[None, :]
     return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
 
 
@@ -104,11 +107,11 @@ def paired_difference(
     pa, na, pb, nb = qa[lab == 1], qa[lab == 0], qb[lab == 1], qb[lab == 0]
 
     def sp_diff(i: np.ndarray) -> float | None:
-        x1, x2 = _spearman(ra[i], y[i]), _spearman(rb[i], y[i])
+        x1, x2 = spearman_or_none(ra[i], y[i]), spearman_or_none(rb[i], y[i])
         return None if x1 is None or x2 is None else x1 - x2
 
     def auc_diff(i: np.ndarray, j: np.ndarray) -> float | None:
-        x1, x2 = _auc(pa[i], na[j]), _auc(pb[i], nb[j])
+        x1, x2 = auc(pa[i], na[j]), auc(pb[i], nb[j])
         return None if x1 is None or x2 is None else x1 - x2
 
     g = rng("paired-diff", seed)
