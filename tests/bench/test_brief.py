@@ -329,3 +329,30 @@ def test_ratings_report_has_level_cis_paired_table_and_speed(smollm, tmp_path):
     assert "95 % bootstrap CI" in report and "paired bootstrap" in report
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["modes"].keys() == r["modes"].keys()
+
+
+def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_path):
+    from recjudge.bench._brief import judge_per_user, judges_for
+    from recjudge.reward import ResultsStore, request_for
+
+    reqs = []
+    for user, cand, sigma in (("1", "Toy Story (1995)", 0.9), ("1", "Heat (1995)", -0.6),
+                              ("2", "Toy Story (1995)", 0.1)):  # fmt: skip
+        r = request_for(ml1m, user, cand)
+        r.sigma = sigma
+        reqs.append(r)
+    cfg = BriefExperimentConfig(model="smollm2-135m", history_items=10)
+    settings = [("brief", "brief", None, 25.0), ("nb", "no-behavior", None, 25.0),
+                ("na", "non-adaptive", None, 5.0), ("zs", "zero-shot", None, 25.0)]  # fmt: skip
+    judges = judges_for(cfg, smollm, None, settings)
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        out, counts, passes = judge_per_user(reqs, judges, store, False)
+        # one pass per request for brief/nb/na, one per zero-shot judgment
+        assert passes == 2 * len(reqs)
+        assert {n: c["new"] for n, c in counts.items()} == dict.fromkeys(judges, len(reqs))
+        _, counts, passes = judge_per_user(reqs, judges, store, False)
+        assert passes == 0 and {c["new"] for c in counts.values()} == {0}
+    for name in ("brief", "na"):
+        alone = judges_for(cfg, smollm, None, settings)[name].judge_many(reqs)
+        assert [j.is_relevant for j in out[name]] == [j.is_relevant for j in alone]
+        assert [j.p_yes for j in out[name]] == pytest.approx([j.p_yes for j in alone], abs=2e-3)

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from recjudge.llm import SamplingConfig
-from recjudge.reward import Judge, JudgeConfig, judge_sweep, request_for
+from recjudge.reward import (
+    Judge,
+    JudgeConfig,
+    ResultsStore,
+    can_sweep,
+    judge_sweep,
+    request_for,
+    sweep_into_store,
+)
 
 PAIRS = [
     ("1", "Toy Story (1995)", 0.9),
@@ -66,3 +74,45 @@ def test_sweep_refuses_settings_that_change_the_prompt_or_sample(smollm):
         judge_sweep({"a": Judge(sampled, llm=smollm)}, [])
     with pytest.raises(ValueError, match="at least one"):
         judge_sweep({}, [])
+
+
+def test_sweep_into_store_fills_what_each_judge_reads_back(smollm, requests, tmp_path):
+    judges = {k: v for k, v in _judges(smollm).items() if k.endswith("/readout")}
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        fill = sweep_into_store(judges, requests + requests[:1], store)  # a repeated request
+        assert fill.decoded == len(requests)
+        assert fill.written == dict.fromkeys(judges, len(requests))
+        for label, judge in judges.items():
+            stored = judge.judge_many(requests, store)
+            assert judge.last_run.judged == 0 and judge.last_run.reused == len(requests)
+            for a, b in zip(stored, judge.judge_many(requests), strict=True):
+                assert a.is_relevant == b.is_relevant, label
+                assert a.p_yes == pytest.approx(b.p_yes, abs=2e-3)
+        again = sweep_into_store(judges, requests, store)
+        assert again.decoded == 0 and set(again.written.values()) == {0}
+        # A new setting: only it is written, from one more pass over the requests.
+        more = dict(
+            judges,
+            extra=Judge(
+                JudgeConfig(max_evidence=2, max_history=10, beta=3.0, need_evidence=False),
+                llm=smollm,
+            ),
+        )
+        fill = sweep_into_store(more, requests, store)
+        assert fill.decoded == len(requests)
+        assert fill.written == dict.fromkeys(judges, 0) | {"extra": len(requests)}
+
+
+def test_can_sweep_picks_the_settings_one_pass_serves(smollm):
+    base = JudgeConfig(max_history=10, need_evidence=False)
+    judges = {
+        "brief": Judge(base, llm=smollm),
+        "nb": Judge(base.model_copy(update={"mode": "no-behavior"}), llm=smollm),
+        "zero": Judge(base.model_copy(update={"mode": "zero-shot"}), llm=smollm),
+        "other-history": Judge(base.model_copy(update={"max_history": 5}), llm=smollm),
+        "sampled": Judge(
+            base.model_copy(update={"sampling": SamplingConfig.paper(seed=1)}), llm=smollm
+        ),
+    }
+    assert can_sweep(judges) == ["brief", "nb"]
+    assert can_sweep({"brief": judges["brief"], "zero": judges["zero"]}) == []

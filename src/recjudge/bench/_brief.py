@@ -340,13 +340,18 @@ def _train_sigma_models(
 
 def judge_per_user(
     reqs: Sequence[Any], judges: Mapping[str, Any], store: Any, progress: bool
-) -> tuple[dict[str, list[Any]], dict[str, dict[str, int]]]:
+) -> tuple[dict[str, list[Any]], dict[str, dict[str, int]], int]:
     """Every judge on every request, one user at a time so judges share the user's prefix.
+    The settings that differ only in their bias (``reward.can_sweep``) are decided from one
+    decoding pass per request (``reward.sweep_into_store``), the others judged one by one.
 
     Returns:
-        The judgments per judge name, and per name ``{"new", "total"}``: requests judged in
-        this call (not in the store before; from each ``Judge.last_run``) and all requests.
+        The judgments per judge name; per name ``{"new", "total"}``: judgments made in this
+        call (not in the store before) and all requests; and the LLM decoding passes made
+        (one per swept request, one per other LLM judgment).
     """
+    from recjudge.reward import can_sweep, sweep_into_store
+
     users: dict[str, list[int]] = {}
     for i, r in enumerate(reqs):
         users.setdefault(r.user_id, []).append(i)
@@ -354,23 +359,33 @@ def judge_per_user(
     for judge in judges.values():  # the simulators' personas, all users batched together
         if getattr(judge, "simulator", None) is not None:
             judge.prepare_personas(reqs, store, progress)
+    swept = {name: judges[name] for name in can_sweep(judges)}
     counts = {name: {"new": 0, "total": 0} for name in judges}
+    passes = 0
     bar = None
     if progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(users), desc=f"judge ({len(judges)} settings)", unit="user")
     for idx in users.values():
+        sub = [reqs[i] for i in idx]
+        if swept:
+            fill = sweep_into_store(swept, sub, store)
+            passes += fill.decoded
+            for name, n in fill.written.items():
+                counts[name]["new"] += n
         for name, judge in judges.items():
-            for i, j in zip(idx, judge.judge_many([reqs[i] for i in idx], store), strict=True):
+            for i, j in zip(idx, judge.judge_many(sub, store), strict=True):
                 out[name][i] = j
-            counts[name]["new"] += judge.last_run.judged
+            counts[name]["new"] += judge.last_run.judged  # 0 for the swept ones
             counts[name]["total"] += judge.last_run.requests
+            if name not in swept and judge.config.uses_llm():
+                passes += judge.last_run.judged
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return out, counts
+    return out, counts, passes
 
 
 def judges_for(
@@ -522,7 +537,8 @@ class _Judged:
 
     ``judged_now`` counts the LLM judgments made in this call, ``llm_judgments`` the LLM
     settings' requests (some read from the store, some repeated): judgments per second uses
-    the former.
+    the former. ``passes``: the LLM decoding passes that made them (one pass decides every
+    bias setting of a request, ``reward.judge_sweep``).
     """
 
     info: dict[str, Any]
@@ -532,6 +548,7 @@ class _Judged:
     results: dict[str, list[Any]]
     judged_now: int
     llm_judgments: int
+    passes: int
 
 
 def _run(
@@ -558,12 +575,13 @@ def _run(
     population = Population.of(ds, past) if any(s[1] in SIMULATORS for s in named) else None
     judges = judges_for(config, llm, None, _settings(cf, named), population)
     with ResultsStore(out / "store.sqlite") as store:
-        results, counts = judge_per_user(reqs, judges, store, progress)
+        results, counts, passes = judge_per_user(reqs, judges, store, progress)
     # cf-only reads sigma, no LLM: its rows are not judgments of the model.
     llm_names = [name for name, mode, _, _ in named if mode != "cf-only"]
     return _Judged(
         info, cf, _analyse(reqs, results, config), list(reqs), results,
         sum(counts[n]["new"] for n in llm_names), sum(counts[n]["total"] for n in llm_names),
+        passes,
     )  # fmt: skip
 
 
@@ -571,8 +589,10 @@ def _speed_note(res: Mapping[str, Any]) -> str:
     """The header's speed sentence (one wording for the ratings and beta reports)."""
     return (
         f"{res['judged_now']} LLM judgments made in this run for {res['llm_judgments']} "
-        f"requests ({res['judgments_per_second']} per second); the others were read from the "
-        "store or repeat a request (a held-out item can be both a rating and a relevance pair)."
+        f"requests ({res['judgments_per_second']} per second) from {res['decoding_passes']} "
+        "decoding passes (the settings that differ only in their bias are decided from one pass "
+        "per pair); the others were read from the store or repeat a request (a held-out item "
+        "can be both a rating and a relevance pair)."
     )
 
 
@@ -582,6 +602,7 @@ def _speed(j: _Judged, wall: float) -> dict[str, Any]:
         "llm_judgments": j.llm_judgments,
         "judged_now": j.judged_now,
         "judgments_per_second": round(j.judged_now / wall, 4) if wall > 0 else None,
+        "decoding_passes": j.passes,
     }
 
 

@@ -26,7 +26,7 @@ from recjudge.reward._stored import (
     generate_stored,
     run_stored,
 )
-from recjudge.reward._sweep import SWEEPABLE, judge_sweep
+from recjudge.reward._sweep import SWEEPABLE, SweepFill, can_sweep, judge_sweep, sweep_into_store
 
 __all__ = [
     "SIMULATORS",
@@ -48,10 +48,12 @@ __all__ = [
     "RunSummary",
     "StoreError",
     "StoredAsk",
+    "SweepFill",
     "ask",
     "ask_shared",
     "ask_stored",
     "by_prompt_length",
+    "can_sweep",
     "build_messages",
     "cf_identity",
     "default_result",
@@ -61,4 +63,5 @@ __all__ = [
     "run_stored",
     "requests_for",
     "salvage",
+    "sweep_into_store",
 ]

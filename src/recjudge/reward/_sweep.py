@@ -13,7 +13,7 @@ once per (request, step) and only for settings that ask for evidence.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from recjudge.decoding import replay_greedy
@@ -215,3 +215,74 @@ def _fill_evidence(
                 )  # fmt: skip
     for label, i in alone:
         out[label][i] = judges[label].judge(reqs[i])
+
+
+@dataclass(frozen=True)
+class SweepFill:
+    """What ``sweep_into_store`` did.
+
+    Attributes:
+        written: per label, judgments written to the store (it lacked them).
+        decoded: requests the recording pass decoded (one model pass serves every label).
+    """
+
+    written: dict[str, int]
+    decoded: int
+
+
+def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
+    """The labels of ``judges`` that one ``judge_sweep`` pass can serve together: sweepable
+    modes, greedy, one local llm (no engine-side constraints), and every other setting equal
+    to the first such judge's. Fewer than two: an empty list (nothing to share)."""
+    labels: list[str] = []
+    for label, j in judges.items():
+        c = j.config
+        if c.mode not in SWEEPABLE or c.sampling.do_sample or c.samples > 1:
+            continue
+        if getattr(j.llm, "engine_constraints", False):
+            continue
+        if labels:
+            first = judges[labels[0]]
+            if j.llm is not first.llm or first.config.model_dump(exclude=_FREE) != c.model_dump(
+                exclude=_FREE
+            ):
+                continue
+        labels.append(label)
+    return labels if len(labels) > 1 else []
+
+
+def sweep_into_store(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], store: Any
+) -> SweepFill:
+    """Write to ``store`` every judgment of ``reqs`` under ``judges`` that it lacks, from one
+    ``judge_sweep`` pass over the requests that lack any; each judge's ``judge_many`` then
+    reads them back. Results equal each judge's own up to floating-point rounding (so a
+    store filled either way serves both).
+
+    The pass writes when it ends: call it per chunk of requests (e.g. one user) so a crash
+    loses at most one chunk.
+    """
+    _check(judges)
+    keys = {label: [j.key(r) for r in reqs] for label, j in judges.items()}
+    have = {label: set(store.get_many(ks)) for label, ks in keys.items()}
+    missing: list[int] = []
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(reqs)):
+        ident = tuple(keys[label][i] for label in judges)
+        if ident in seen or all(keys[label][i] in have[label] for label in judges):
+            continue
+        seen.add(ident)
+        missing.append(i)
+    lacking = {label: j for label, j in judges.items() if any(
+        keys[label][i] not in have[label] for i in missing)}  # fmt: skip
+    written = dict.fromkeys(judges, 0)
+    if not missing:
+        return SweepFill(written, 0)
+    sub = [reqs[i] for i in missing]
+    swept = judge_sweep(lacking, sub)
+    for label, j in lacking.items():
+        new = [(r, res) for k, r, res in zip(missing, sub, swept[label], strict=True)
+               if keys[label][k] not in have[label]]  # fmt: skip
+        j._persist(store, new)
+        written[label] = len(new)
+    return SweepFill(written, len(missing))
