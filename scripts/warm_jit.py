@@ -52,3 +52,30 @@ qrels = Qrels({f"q{q}": {f"i{j}": 1 for j in g.choice(60, size=3, replace=False)
 for rs in (runs[:2], runs):
     compare(qrels, rs, ["ndcg@10", "precision@10", "recall@10", "mrr@10"], make_comparable=True)
     compare(qrels, rs, ["ndcg@3", "precision@3"], make_comparable=True)
+
+# Item ids of other widths take other data-structure kernels (ranx stores ids as numpy
+# fixed-width strings): the tests cross-check our metrics with ranx on raw ids of 1 to 4
+# characters (MovieLens), each width compiled once here.
+for width in (1, 4):
+    ids = [str(j).rjust(width, "7")[-width:] for j in range(10)]
+    qrels = Qrels({f"q{q}": {ids[(q + j) % 10]: 1 for j in (0, 4)} for q in range(8)})
+    run = Run({f"q{q}": {ids[j]: float(10 - j) for j in range(10)} for q in range(8)})
+    evaluate(qrels, run, ["ndcg@3", "precision@3"])
+    compare(qrels, [run, Run(run.to_dict(), name="b")], ["ndcg@3"], make_comparable=True)
+
+# recjudge evaluate itself (fixed-width item codes, evaluators._evaluate.ID_WIDTH): every
+# metric it offers, under each of its paired tests.
+from recjudge.evaluators import EvaluateConfig, evaluate_runs  # noqa: E402
+from recjudge.evaluators._evaluate import METRICS  # noqa: E402
+from recjudge.evaluators._runs import RecRun, RunCheck  # noqa: E402
+
+users = [str(u) for u in range(12)]
+ours = {"logged": {u: {f"m{(int(u) + j) % 30}": 1 for j in (0, 7)} for u in users}}
+systems = [
+    RecRun(name, "-", {u: [f"m{(int(u) * s + j) % 30}" for j in range(10)] for u in users}, {},
+           RunCheck())
+    for name, s in (("a", 1), ("b", 3))
+]  # fmt: skip
+for test in ("student", "fisher", "tukey"):
+    cfg = EvaluateConfig(metrics=tuple(f"{m}@5" for m in METRICS), k=10, stat_test=test)
+    evaluate_runs(ours, systems, users, cfg)

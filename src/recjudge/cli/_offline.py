@@ -139,7 +139,9 @@ def evaluate_cmd(
     metrics: str = typer.Option("ndcg@10,precision@10,recall@10,mrr@10", "--metrics"),
     k: int = typer.Option(20, "--k", min=1),
     min_rating: float = typer.Option(None, "--min-rating"),
-    stat_test: str = typer.Option("student", "--stat-test", help="student, fisher, wilcoxon."),
+    stat_test: str = typer.Option(
+        "student", "--stat-test", help="student (paired t-test), fisher (randomisation), tukey."
+    ),
     run_format: str = typer.Option("auto", "--run-format"),
     out: str = typer.Option(None, "--out", help="Report folder (report.md, results.json, PNG)."),
     note: str = typer.Option(

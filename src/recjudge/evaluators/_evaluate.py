@@ -31,7 +31,7 @@ class EvaluateConfig(BaseModel):
         metrics: ranx metric names with cut-offs, e.g. ``ndcg@10``.
         k: rankings are cut to their top-k (the k that ``impute`` judged).
         stat_test: ranx's paired test: ``student`` (t-test), ``fisher`` (randomisation),
-            ``tukey`` or ``wilcoxon``.
+            or ``tukey`` (HSD): the paired tests ranx offers.
         max_p: significance level for the report's markers.
     """
 
@@ -39,7 +39,7 @@ class EvaluateConfig(BaseModel):
 
     metrics: tuple[str, ...] = ("ndcg@10", "precision@10", "recall@10", "mrr@10")
     k: int = Field(20, ge=1)
-    stat_test: Literal["student", "fisher", "tukey", "wilcoxon"] = "student"
+    stat_test: Literal["student", "fisher", "tukey"] = "student"
     max_p: float = Field(0.05, gt=0, lt=1)
 
     @field_validator("metrics")
@@ -59,14 +59,32 @@ class EvaluateConfig(BaseModel):
         return metrics
 
 
+# ranx turns item ids into numpy fixed-width strings and numba compiles its data-structure
+# kernels once per width (the longest id), ~40 s on 2 cores for each new width. Codes of one
+# width make every dataset use the kernels set-up compiled (scripts/warm_jit.py).
+ID_WIDTH = 10
+
+
 def _ranx(qrels: Qrels, runs: Sequence[RecRun], users: Sequence[str], k: int):
+    """ranx Qrels and Runs of ``users``, item ids replaced by fixed-width codes (one mapping
+    for the qrels and every run, so matches are unchanged; scores are distinct ranks, so no
+    tie is broken by id)."""
     from ranx import Qrels as RQrels
     from ranx import Run as RRun
 
+    codes: dict[str, str] = {}
+
+    def code(item: str) -> str:
+        return codes.setdefault(item, f"{len(codes):0{ID_WIDTH}d}")
+
     # Only positives: ranx ignores 0 labels. Every evaluation user has one (the user rule);
     # make_comparable scores a user a run lacks as 0 rather than dropping it.
-    q = RQrels({u: {i: r for i, r in qrels.get(u, {}).items() if r > 0} for u in users})
-    rs = [RRun(r.to_ranx(k, users), name=r.name) for r in runs]
+    q = RQrels({u: {code(i): r for i, r in qrels.get(u, {}).items() if r > 0} for u in users})
+    rs = [
+        RRun({u: {code(i): s for i, s in ranked.items()} for u, ranked in
+              r.to_ranx(k, users).items()}, name=r.name)
+        for r in runs
+    ]  # fmt: skip
     return q, rs
 
 
