@@ -90,17 +90,19 @@ def test_sweep_into_store_fills_what_each_judge_reads_back(smollm, requests, tmp
                 assert a.p_yes == pytest.approx(b.p_yes, abs=2e-3)
         again = sweep_into_store(judges, requests, store)
         assert again.decoded == 0 and set(again.written.values()) == {0}
-        # A new setting: only it is written, from one more pass over the requests.
-        more = dict(
-            judges,
-            extra=Judge(
-                JudgeConfig(max_evidence=2, max_history=10, beta=3.0, need_evidence=False),
-                llm=smollm,
-            ),
-        )
-        fill = sweep_into_store(more, requests, store)
-        assert fill.decoded == len(requests)
+        # A new setting: only it is written, replayed from the stored decision records
+        # (no model pass), and it equals that judge run on its own.
+        extra = Judge(JudgeConfig(max_evidence=2, max_history=10, beta=3.0, need_evidence=False),
+                      llm=smollm)  # fmt: skip
+        fill = sweep_into_store(dict(judges, extra=extra), requests, store)
+        assert (fill.decoded, fill.replayed) == (0, len(requests))
         assert fill.written == dict.fromkeys(judges, 0) | {"extra": len(requests)}
+        for a, b in zip(extra.judge_many(requests, store), extra.judge_many(requests),
+                        strict=True):  # fmt: skip
+            assert a.is_relevant == b.is_relevant
+            assert a.p_yes == pytest.approx(b.p_yes, abs=2e-3)
+            assert a.entropy == pytest.approx(b.entropy, abs=2e-3)
+    assert (tmp_path / "s.sqlite.decisions").exists()
 
 
 def test_can_sweep_picks_the_settings_one_pass_serves(smollm):

@@ -374,18 +374,30 @@ class Judge:
         return out
 
     def key(self, req: JudgeRequest) -> str:
+        return self._key(req, bias=True)
+
+    def decision_key(self, req: JudgeRequest) -> str:
+        """The key of this request's unbiased decision record (``reward.judge_sweep``):
+        ``key`` without what only acts at or after the decision (mode, beta, CF model,
+        sigma, threshold, evidence), so every sweepable setting shares it."""
+        return self._key(req, bias=False)
+
+    def _key(self, req: JudgeRequest, bias: bool) -> str:
         c = self.config
         # batch_size never changes a result; decode_rows does only on the invariant engine;
         # persona_tokens only for the simulators (their role text is in the key below).
         unused = {"batch_size"} if c.deterministic else {"batch_size", "decode_rows"}
         if self.simulator is None:
             unused.add("persona_tokens")
+        if not bias:
+            unused |= {"mode", "beta", "need_evidence", "cf_threshold"}
         settings = c.model_dump(exclude=unused) | self._llm_settings()
+        signal = (self._cf_id if req.sigma is None else None, req.sigma) if bias else ()
         return stable_hash(
             PROMPT_VERSION,
+            *([] if bias else ["decision"]),
             settings,
-            self._cf_id if req.sigma is None else None,
-            req.sigma,
+            *signal,
             req.user_id,
             req.candidate_id,
             req.candidate_text,

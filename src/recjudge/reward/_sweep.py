@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from recjudge.decoding import replay_greedy
+from recjudge.decoding import DecisionRecord, DecisionStep, replay_greedy
 from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parse_answer, parsed_evidence
 
 SWEEPABLE = ("brief", "non-adaptive", "no-behavior", "item-item")
@@ -56,6 +56,39 @@ def _signal(sigma: float | None, k: int) -> list[float]:
     return [s, -s][:k] if k > 1 else [0.0]
 
 
+@dataclass
+class Recorded:
+    """One request's unbiased greedy pass, all a replay needs (storable as JSON).
+
+    Attributes:
+        record: the decision record (branches, chosen branch, the unbiased scores at each
+            decision step).
+        text: the answer text of the recorded pass.
+        shown / dropped: history items shown in the prompt / left out by the budget.
+        decoded: ``(decoded batch, row)`` when recorded in this process (the evidence of
+            answers that want it is parsed from it); None when read from a store.
+    """
+
+    record: Any
+    text: str
+    shown: int
+    dropped: int
+    decoded: tuple[Any, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.record
+        steps = [[list(st.live), list(st.lse), list(st.top), st.other] for st in r.steps]
+        return {"branches": list(r.branches), "chosen": r.chosen, "steps": steps,
+                "text": self.text, "shown": self.shown, "dropped": self.dropped}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Recorded:
+        steps = [DecisionStep(tuple(lv), tuple(lse), tuple(top), float(other))
+                 for lv, lse, top, other in d["steps"]]  # fmt: skip
+        rec = DecisionRecord(tuple(d["branches"]), chosen=d["chosen"], steps=steps)
+        return cls(rec, d["text"], int(d["shown"]), int(d["dropped"]))
+
+
 def judge_sweep(
     judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], progress: bool = False
 ) -> dict[str, list[Judgment]]:
@@ -80,12 +113,20 @@ def judge_sweep(
     if getattr(first.llm, "engine_constraints", False):
         # A remote or vLLM engine applies the bias itself and records no per-step scores.
         return {label: j.judge_many(reqs, progress=progress) for label, j in judges.items()}
+    return _replay(judges, reqs, _record(judges, reqs, progress))
+
+
+def _record(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], progress: bool = False
+) -> list[Recorded]:
+    """The unbiased greedy pass over ``reqs`` (explored as far as any judge's bias needs)."""
+    first = next(iter(judges.values()))
     base = Judge(
         first.config.model_copy(update={"mode": "no-behavior", "need_evidence": False}),
         llm=first.llm,
     )
     sigmas = {label: [j.sigma_for(r) for r in reqs] for label, j in judges.items()}
-    recorded: list[Any] = [None] * len(reqs)  # (decoded batch, index in it) per request
+    recorded: list[Any] = [None] * len(reqs)
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -96,14 +137,25 @@ def judge_sweep(
         explore = _explorer(judges, sigmas, batch)
         d = base._decode_batch(sub, [None] * len(sub), explore=explore)
         for k, i in enumerate(batch):
-            recorded[i] = (d, k)
+            recorded[i] = Recorded(d.records[k], d.texts[k], len(d.rendered[k].shown),
+                                   d.rendered[k].dropped, (d, k))  # fmt: skip
         if bar is not None:
             bar.update(len(batch))
     if bar is not None:
         bar.close()
     for name in ("prefill_tokens", "decode_steps", "decode_tokens", "rows"):
         setattr(first.stats, name, getattr(first.stats, name) + getattr(base.stats, name))
-    out = {label: _replay_all(j, reqs, recorded, sigmas[label]) for label, j in judges.items()}
+    return recorded
+
+
+def _replay(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], recorded: list[Recorded]
+) -> dict[str, list[Judgment]]:
+    """Every judge's judgments from the recorded passes (evidence decoded where wanted)."""
+    out = {
+        label: _replay_all(j, reqs, recorded, [j.sigma_for(r) for r in reqs])
+        for label, j in judges.items()
+    }
     _fill_evidence(judges, reqs, recorded, out)
     return out
 
@@ -131,8 +183,8 @@ def _replay_all(
     c = judge.config
     results: list[Any] = []
     for i, r in enumerate(reqs):
-        d, k = recorded[i]
-        rec = d.records[k]
+        got = recorded[i]
+        rec = got.record
         sigma = sigmas[i]
         bias = c.branch_bias()
         rp = replay_greedy(rec, _signal(sigma, len(rec.branches)), bias.beta, bias.adaptive)
@@ -154,10 +206,10 @@ def _replay_all(
                 sigma=sigma,
                 delta=rp.delta[0] if rp.delta else 0.0,
                 entropy=rp.entropy,
-                raw_text=d.texts[k] if same else "",
+                raw_text=got.text if same else "",
                 decision_steps=rp.step + 1 if rec.steps else 0,
-                history_shown=len(d.rendered[k].shown),
-                history_dropped=d.rendered[k].dropped,
+                history_shown=got.shown,
+                history_dropped=got.dropped,
                 key=judge.key(r),
             )
         )
@@ -188,8 +240,10 @@ def _fill_evidence(
             if res is None:
                 alone.append((label, i))
             elif j.config.need_evidence:
-                d, k = recorded[i]
-                if res.raw_text and parse_answer(d.schemas[k], d.texts[k]) is not None:
+                got = recorded[i].decoded  # None: read from a store, decode the evidence
+                d, k = got if got is not None else (None, 0)
+                whole = d is not None and parse_answer(d.schemas[k], d.texts[k]) is not None
+                if res.raw_text and whole:
                     # The recorded pass committed the same way and its answer is whole (a
                     # NO is forced to the end; a read-out YES stops after the decision).
                     res.evidence = parsed_evidence(d.schemas[k], d.texts[k])
@@ -224,10 +278,12 @@ class SweepFill:
     Attributes:
         written: per label, judgments written to the store (it lacked them).
         decoded: requests the recording pass decoded (one model pass serves every label).
+        replayed: requests decided from decision records an earlier run stored (no model).
     """
 
     written: dict[str, int]
     decoded: int
+    replayed: int = 0
 
 
 def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
@@ -251,18 +307,30 @@ def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
     return labels if len(labels) > 1 else []
 
 
+def decisions_store(store: Any) -> Any:
+    """The store of unbiased decision records beside ``store`` (``<name>.decisions``; never
+    in it: its rows are all judgments)."""
+    from recjudge.reward._store import ResultsStore
+
+    path = str(store.path)
+    return ResultsStore(path if path == ":memory:" else store.path.with_name(
+        store.path.name + ".decisions"))  # fmt: skip
+
+
 def sweep_into_store(
     judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], store: Any
 ) -> SweepFill:
-    """Write to ``store`` every judgment of ``reqs`` under ``judges`` that it lacks, from one
-    ``judge_sweep`` pass over the requests that lack any; each judge's ``judge_many`` then
-    reads them back. Results equal each judge's own up to floating-point rounding (so a
-    store filled either way serves both).
+    """Write to ``store`` every judgment of ``reqs`` under ``judges`` that it lacks; each
+    judge's ``judge_many`` then reads them back. Results equal each judge's own up to
+    floating-point rounding (so a store filled either way serves both).
 
-    The pass writes when it ends: call it per chunk of requests (e.g. one user) so a crash
-    loses at most one chunk.
+    The unbiased decision record of every request (the scores at its decision steps) is kept
+    beside the store (``decisions_store``), so a later run with other bias settings (a new
+    beta, another CF model) on the same requests decides them without the model; requests
+    without a record get one ``judge_sweep`` pass. The pass writes when it ends: call this
+    per chunk of requests (e.g. one user) so a crash loses at most one chunk.
     """
-    _check(judges)
+    first = _check(judges)
     keys = {label: [j.key(r) for r in reqs] for label, j in judges.items()}
     have = {label: set(store.get_many(ks)) for label, ks in keys.items()}
     missing: list[int] = []
@@ -273,16 +341,49 @@ def sweep_into_store(
             continue
         seen.add(ident)
         missing.append(i)
-    lacking = {label: j for label, j in judges.items() if any(
-        keys[label][i] not in have[label] for i in missing)}  # fmt: skip
     written = dict.fromkeys(judges, 0)
     if not missing:
         return SweepFill(written, 0)
+    lacking = {label: j for label, j in judges.items() if any(
+        keys[label][i] not in have[label] for i in missing)}  # fmt: skip
     sub = [reqs[i] for i in missing]
-    swept = judge_sweep(lacking, sub)
+    if getattr(first.llm, "engine_constraints", False):
+        swept, decoded, replayed = judge_sweep(lacking, sub), len(sub), 0
+    else:
+        swept, decoded = _sweep_recorded(first, lacking, sub, store)
+        replayed = len(sub) - decoded
     for label, j in lacking.items():
         new = [(r, res) for k, r, res in zip(missing, sub, swept[label], strict=True)
                if keys[label][k] not in have[label]]  # fmt: skip
         j._persist(store, new)
         written[label] = len(new)
-    return SweepFill(written, len(missing))
+    return SweepFill(written, decoded, replayed)
+
+
+def _sweep_recorded(
+    first: Judge, judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], store: Any
+) -> tuple[dict[str, list[Judgment]], int]:
+    """``judge_sweep`` that reads and writes the decision records beside ``store``; returns
+    the judgments and how many requests were decoded."""
+    dkeys = [first.decision_key(r) for r in reqs]
+    with decisions_store(store) as decisions:
+        stored = decisions.get_many(dkeys)
+        recorded: list[Any] = [
+            Recorded.from_dict(stored[k]) if k in stored else None for k in dkeys
+        ]
+        todo = [i for i, got in enumerate(recorded) if got is None]
+        if todo:
+            fresh = _record(judges, [reqs[i] for i in todo])
+            for i, got in zip(todo, fresh, strict=True):
+                recorded[i] = got
+            decisions.put_many(
+                [
+                    (
+                        dkeys[i],
+                        {"user_id": reqs[i].user_id, "candidate_id": reqs[i].candidate_id},
+                        recorded[i].to_dict(),
+                    )
+                    for i in todo
+                ]  # fmt: skip
+            )
+    return _replay(judges, reqs, recorded), len(todo)
