@@ -571,6 +571,8 @@ def _run(
     past = info.pop("past")
     cf = _train_sigma_models(config, ds, past)
     llm = llm or load_llm(config.model)
+    # bf16 and fp32 round differently (the dtype "auto" picks by CPU): the header says which.
+    info["dtype"] = llm.config.resolved_dtype() if hasattr(llm, "config") else None
     # The simulators' traits and item means come from the past only, like sigma.
     population = Population.of(ds, past) if any(s[1] in SIMULATORS for s in named) else None
     judges = judges_for(config, llm, None, _settings(cf, named), population)
@@ -646,7 +648,8 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
     lines = [
         f"# BRIEF rating correlation on {config.data} (Table 6)",
         "",
-        f"Judge `{config.model}`, beta {config.beta}, CF `{config.cf}` trained on the earlier "
+        f"Judge `{config.model}` ({info.get('dtype') or 'dtype unknown'}), beta {config.beta}, "
+        f"CF `{config.cf}` trained on the earlier "
         f"{int((1 - config.future_fraction) * 100)} % of each timeline (all ratings, or only "
         f"ratings >= {cf['positive']['min_rating']}); {len(info['users'])} users, "
         f"{info['pairs_per_level']} held-out pairs per rating level (balanced), "
@@ -714,7 +717,8 @@ def bench_brief_beta(
     lines = [
         f"# BRIEF beta sweep on {config.data} (Figure 3)",
         "",
-        f"Judge `{config.model}` in brief mode, sigma from `{config.cf}` "
+        f"Judge `{config.model}` ({info.get('dtype') or 'dtype unknown'}) in brief mode, "
+        f"sigma from `{config.cf}` "
         f"[{config.sigma_source}]; {len(info['users'])} users, {info['pairs_per_level']} pairs "
         f"per rating level, {info['relevance_pairs']} relevance pairs; {config.sampling_note()};"
         f" seed {config.seed}. Wall time {res['wall_seconds']} s; {_speed_note(res)}",
