@@ -63,6 +63,13 @@ def test_config_round_trip():
     assert BriefExperimentConfig.model_validate_json(cfg.model_dump_json()) == cfg
     with pytest.raises(ValueError):
         BriefExperimentConfig(sigma_source="both")
+    from recjudge.bench import OfflineConfig
+
+    off = OfflineConfig(model="m", logging_seeds=(0, 1, 2), judges=("brief",))
+    assert OfflineConfig.model_validate_json(off.model_dump_json()) == off
+    assert off.log_seeds() == (0, 1, 2) and OfflineConfig(seed=4).log_seeds() == (4,)
+    with pytest.raises(ValueError):
+        OfflineConfig(logging_seeds=())
 
 
 def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
@@ -193,6 +200,8 @@ def test_augment_labelling_methods_never_add_a_negative():
 
 
 def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
+    import sqlite3
+
     from recjudge.bench import OfflineConfig, bench_brief_offline
     from recjudge.evaluators import read_qrels
 
@@ -201,21 +210,54 @@ def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
         data="ml-100k",
         users=1,
         systems=("pop", "als"),
-        judges=("no-behavior",),
+        judges=("brief", "no-behavior"),
         history_items=10,
+        logging_seeds=(0, 1),
     )
     r = bench_brief_offline(cfg, tmp_path, llm=smollm, progress=False)
-    # The judge's labels are the qrels `recjudge impute` writes, and only unlogged pairs.
-    qrels = read_qrels(tmp_path / "impute/no-behavior/qrels_imputed.json")
-    logged = read_qrels(tmp_path / "impute/no-behavior/qrels_logged.json")
-    assert set(qrels) == set(r["users"]) == set(logged)
-    assert all(any(v.values()) for v in logged.values())  # every user has a logged positive
-    labelled = r["imputers"]["judge:no-behavior"]["labelled"]
-    assert labelled == r["imputers"]["cf"]["labelled"] > 0
-    assert labelled == sum(len(qrels[u]) - len(logged[u]) for u in qrels)
-    # Recall cannot be computed with imputation (BRIEF 4.2): never in a gap.
-    assert not any(k.startswith("recall@") for g in r["gap"].values() for k in g)
-    assert "simulated" in (tmp_path / "report.md").read_text()
+    assert r["logging_seeds"] == [0, 1] and set(r["seeds"]) == {"0", "1"}
+    pairs: dict[str, set] = {"brief": set(), "no-behavior": set()}
+    for s, res in r["seeds"].items():
+        folder = tmp_path / "impute" / f"seed-{s}"
+        for mode in pairs:
+            # The judge's labels are the qrels `recjudge impute` writes, and only unlogged pairs.
+            qrels = read_qrels(folder / mode / "qrels_imputed.json")
+            logged = read_qrels(folder / mode / "qrels_logged.json")
+            assert set(qrels) == set(res["users"]) == set(logged)
+            assert all(any(v.values()) for v in logged.values())  # a logged positive each
+            labelled = res["imputers"][f"judge:{mode}"]["labelled"]
+            assert labelled == res["imputers"]["cf"]["labelled"] > 0
+            assert labelled == sum(len(qrels[u]) - len(logged[u]) for u in qrels)
+            pairs[mode] |= {(u, i) for u in qrels for i in qrels[u] if i not in logged[u]}
+        # Recall cannot be computed with imputation (BRIEF 4.2): never in a gap.
+        assert not any(k.startswith("recall@") for g in res["gap"].values() for k in g)
+    # One store for both logs: a pair both logs leave unlabelled is judged once per mode ...
+    with sqlite3.connect(tmp_path / "store.sqlite") as db:
+        assert db.execute("SELECT count(*) FROM results").fetchone()[0] == sum(
+            len(v) for v in pairs.values()
+        )
+    # ... and brief and no-behavior (which differ only in the bias) share one decoding pass.
+    with sqlite3.connect(tmp_path / "store.sqlite.decisions") as db:
+        assert db.execute("SELECT count(*) FROM results").fetchone()[0] == len(pairs["brief"])
+    # Speed: judgments made now (both modes, every pair once) from half as many passes.
+    assert r["judged_now"] == sum(len(v) for v in pairs.values())
+    assert r["decoding_passes"] == len(pairs["brief"]) and r["judgments_per_second"] > 0
+    assert r["mean_gap_ci"]["logged"]["n"] == 2
+    per_seed = [res["mean_gap"]["logged"] for res in r["seeds"].values()]
+    assert r["mean_gap"]["logged"] == pytest.approx(np.mean(per_seed))
+    text = (tmp_path / "report.md").read_text()
+    assert "simulated" in text and "Mean gap per logging seed" in text
+
+
+def test_seed_interval_by_hand():
+    from recjudge.bench._offline import seed_interval
+
+    ci = seed_interval([10.0, 12.0, 14.0, None])  # None (an undefined gap) is left out
+    half = 4.302652729911275 * 2.0 / np.sqrt(3)  # t_{0.975, 2} * sd / sqrt(n)
+    assert ci["n"] == 3 and ci["mean"] == pytest.approx(12.0) and ci["sd"] == pytest.approx(2.0)
+    assert (ci["lo"], ci["hi"]) == pytest.approx((12.0 - half, 12.0 + half))
+    assert seed_interval([5.0]) == {"mean": 5.0, "lo": None, "hi": None, "sd": None, "n": 1}
+    assert seed_interval([None])["mean"] is None
 
 
 def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):

@@ -339,18 +339,24 @@ def _train_sigma_models(
 
 
 def judge_per_user(
-    reqs: Sequence[Any], judges: Mapping[str, Any], store: Any, progress: bool
+    reqs: Sequence[Any],
+    judges: Mapping[str, Any],
+    store: Any,
+    progress: bool,
+    errors: Literal["raise", "record"] = "raise",
 ) -> tuple[dict[str, list[Any]], dict[str, dict[str, int]], int]:
     """Every judge on every request, one user at a time so judges share the user's prefix.
     The settings that differ only in their bias (``reward.can_sweep``) are decided from one
     decoding pass per request (``reward.sweep_into_store``), the others judged one by one.
+    ``errors="record"``: a request that fails is recorded (``Judge.judge_many``) and the run
+    goes on; a user whose shared pass fails is judged setting by setting instead.
 
     Returns:
         The judgments per judge name; per name ``{"new", "total"}``: judgments made in this
         call (not in the store before) and all requests; and the LLM decoding passes made
         (one per swept request, one per other LLM judgment).
     """
-    from recjudge.reward import can_sweep, sweep_into_store
+    from recjudge.reward import RECORDED_ERRORS, can_sweep, sweep_into_store
 
     users: dict[str, list[int]] = {}
     for i, r in enumerate(reqs):
@@ -370,16 +376,22 @@ def judge_per_user(
     for idx in users.values():
         sub = [reqs[i] for i in idx]
         if swept:
-            fill = sweep_into_store(swept, sub, store)
-            passes += fill.decoded
-            for name, n in fill.written.items():
-                counts[name]["new"] += n
+            try:
+                fill = sweep_into_store(swept, sub, store)
+            except RECORDED_ERRORS:
+                if errors == "raise":
+                    raise
+            else:
+                passes += fill.decoded
+                for name, n in fill.written.items():
+                    counts[name]["new"] += n
         for name, judge in judges.items():
-            for i, j in zip(idx, judge.judge_many(sub, store), strict=True):
+            for i, j in zip(idx, judge.judge_many(sub, store, errors=errors), strict=True):
                 out[name][i] = j
-            counts[name]["new"] += judge.last_run.judged  # 0 for the swept ones
+            # 0 for the swept ones (read back), unless their shared pass failed
+            counts[name]["new"] += judge.last_run.judged
             counts[name]["total"] += judge.last_run.requests
-            if name not in swept and judge.config.uses_llm():
+            if judge.config.uses_llm():
                 passes += judge.last_run.judged
         if bar is not None:
             bar.update(1)

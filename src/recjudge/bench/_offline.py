@@ -110,7 +110,11 @@ class OfflineConfig(JudgeSampling):
             interactions): ``als``, ``sasrec``, ``bpr``, ...
         judges: judge modes used as imputers.
         history_items: history shown to the judge.
-        seed: sampling seed.
+        seed: user-sampling and training seed.
+        logging_seeds: seeds of the logging policy's exposure draws; each is its own
+            simulated log with its own gap, and the report gives the mean gap over them with
+            a 95 % t-interval (the recommenders are trained once: the past does not depend on
+            the log). None: ``(seed,)``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -128,7 +132,12 @@ class OfflineConfig(JudgeSampling):
     history_items: int = Field(50, ge=1)
     beta: float = Field(25.0, ge=0)
     seed: int = 0
+    logging_seeds: tuple[int, ...] | None = Field(None, min_length=1)
     decode_rows: int = Field(8, ge=1)
+
+    def log_seeds(self) -> tuple[int, ...]:
+        """The logging seeds in effect."""
+        return self.logging_seeds or (self.seed,)
 
 
 @dataclass
@@ -142,10 +151,11 @@ class _Log:
     hist: dict[str, list[str]]  # user -> past items, oldest first
 
 
-def _simulate_log(config: OfflineConfig, ds: Any) -> _Log:
-    """Timeline split, relevant future, popularity-biased exposure; sampled users need
-    ``min_future`` relevant future items and at least one of them logged (the offline rule
-    ``impute`` applies: a user with no logged positive is not evaluated)."""
+def _simulate_log(config: OfflineConfig, ds: Any, log_seed: int) -> _Log:
+    """Timeline split, relevant future, popularity-biased exposure drawn with ``log_seed``;
+    users (sampled with ``config.seed``) need ``min_future`` relevant future items and at
+    least one of them logged (the offline rule ``impute`` applies: a user with no logged
+    positive is not evaluated)."""
     from recjudge.data import sample_users, timeline_split
 
     past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
@@ -161,7 +171,7 @@ def _simulate_log(config: OfflineConfig, ds: Any) -> _Log:
         u: [
             i
             for i, e in zip(
-                f, exposure_mask(f, popularity, config.alpha, (config.seed, u)), strict=True
+                f, exposure_mask(f, popularity, config.alpha, (log_seed, u)), strict=True
             )
             if e
         ]
@@ -180,8 +190,9 @@ def _simulate_log(config: OfflineConfig, ds: Any) -> _Log:
     return _Log(past, {u: online[u] for u in users}, {u: logged[u] for u in users}, users, hist)
 
 
-def _train_runs(config: OfflineConfig, ds: Any, log: _Log) -> list[Any]:
-    """The recommenders under test, trained on the past, as runs (top ``max(KS)``)."""
+def _train_runs(config: OfflineConfig, ds: Any, logs: Sequence[_Log]) -> list[Any]:
+    """The recommenders under test, trained on the past (the same under every log), as runs
+    (top ``max(KS)``) for the users of every log."""
     from recjudge.cf_models import MODELS, SideInfo, TrainOptions
     from recjudge.evaluators import RecRun, RunCheck
 
@@ -190,12 +201,13 @@ def _train_runs(config: OfflineConfig, ds: Any, log: _Log) -> list[Any]:
     for name in config.systems:
         cls = MODELS.get(name)
         model = cls(cls.Config()).train(
-            log.past,
+            logs[0].past,
             TrainOptions(seed=config.seed, progress=False),
             items=items,
             side=SideInfo.of(ds),
         )
-        lists = {u: model.recommend(log.hist[u], max(KS)) for u in log.users}
+        hist = {u: h for log in logs for u, h in log.hist.items()}
+        lists = {u: model.recommend(hist[u], max(KS)) for u in hist}
         scores = {u: [float(len(v) - r) for r in range(len(v))] for u, v in lists.items()}
         runs.append(RecRun(name, f"(trained on the past: {name})", lists, scores, RunCheck()))
     return runs
@@ -207,17 +219,26 @@ def _impute_all(
     log: _Log,
     runs: list,
     cf: Any,
-    llm: Any,
-    out: Path,
+    judges: Mapping[str, Any],
+    store: Any,
+    folder: Path,
     progress: bool,
-) -> dict[str, dict[tuple[str, str], bool]]:
+) -> tuple[dict[str, dict[tuple[str, str], bool]], dict[str, int]]:
     """Labels of every unlogged top-k pair: the CF imputer (sigma > 0) and each judge mode
-    through ``recjudge.evaluators.impute`` (the code ``recjudge impute`` runs)."""
+    through ``recjudge.evaluators.impute`` (the code ``recjudge impute`` runs), its files in
+    ``folder/<mode>``. The store is filled first for all judges together, user by user, so
+    the settings that differ only in their bias share one decoding pass per pair
+    (``judge_per_user``); each ``impute`` then reads its judgments back.
+
+    Returns:
+        The labels per imputer, and ``{"judged_now", "requests", "passes"}``: the judge
+        modes' judgments made in this call, their requests, and the decoding passes made.
+    """
     import pandas as pd
 
+    from recjudge.bench._brief import judge_per_user
     from recjudge.data import Dataset
-    from recjudge.evaluators import ImputeConfig, impute, pairs_to_impute, read_qrels
-    from recjudge.reward import ResultsStore
+    from recjudge.evaluators import ImputeConfig, imputation_plan, impute, read_qrels
 
     past_ds = Dataset(ds.name, log.past, ds.items, ds.users, domain=ds.domain)
     rows = [(u, i) for u in log.users for i in log.logged[u]]
@@ -231,33 +252,23 @@ def _impute_all(
         }
     )
     feedback = Dataset(ds.name + "-logged", fb, ds.items, ds.users, domain=ds.domain)
-    logged = {u: dict.fromkeys(log.logged[u], 1) for u in log.users}
-    pairs = pairs_to_impute(runs, logged, log.users, max(KS))
-    imputed = {"cf": {(u, i): cf.sigma(log.hist[u], i, u) > 0 for u, i in pairs}}
-    if not config.judges:
-        return imputed
-    from recjudge.bench._brief import SIMULATORS, judges_for
-    from recjudge.llm import load_llm
-    from recjudge.reward import Population
-
-    llm = llm or load_llm(config.model)
-    population = Population.of(ds, log.past) if set(config.judges) & set(SIMULATORS) else None
-    with ResultsStore(out / "store.sqlite") as store:
-        for mode, judge in judges_for(config, llm, cf, config.judges, population).items():
-            folder = out / "impute" / mode
-            impute(
-                judge,
-                past_ds,
-                feedback,
-                runs,
-                ImputeConfig(k=max(KS), min_rating=None),
-                folder,
-                store=store,
-                progress=progress,
-            )
-            qrels = read_qrels(folder / "qrels_imputed.json")
-            imputed[f"judge:{mode}"] = {(u, i): bool(qrels.get(u, {}).get(i, 0)) for u, i in pairs}
-    return imputed
+    icfg = ImputeConfig(k=max(KS), min_rating=None)
+    plan = imputation_plan(past_ds, feedback, runs, icfg)
+    imputed = {"cf": {(u, i): cf.sigma(log.hist[u], i, u) > 0 for u, i in plan.pairs}}
+    if not judges:
+        return imputed, {"judged_now": 0, "requests": 0, "passes": 0}
+    _, counts, passes = judge_per_user(plan.requests, judges, store, progress, errors="record")
+    llm_modes = [m for m, j in judges.items() if j.config.uses_llm()]
+    made = {
+        "judged_now": sum(counts[m]["new"] for m in llm_modes),
+        "requests": sum(counts[m]["total"] for m in llm_modes),
+        "passes": passes,
+    }
+    for mode, judge in judges.items():
+        impute(judge, past_ds, feedback, runs, icfg, folder / mode, store=store)
+        qrels = read_qrels(folder / mode / "qrels_imputed.json")
+        imputed[f"judge:{mode}"] = {(u, i): bool(qrels.get(u, {}).get(i, 0)) for u, i in plan.pairs}
+    return imputed, made
 
 
 def _system_metrics(
@@ -283,11 +294,14 @@ def _system_metrics(
     return out
 
 
-def _imputer_accuracy(imputed: Mapping[str, Mapping], log: _Log) -> dict[str, dict]:
+def _imputer_accuracy(
+    imputed: Mapping[str, Mapping], online: Mapping[str, Sequence[str]]
+) -> dict[str, dict]:
     """Agreement of each imputer with the online truth on the pairs it labelled."""
     out = {}
+    truth = {u: set(v) for u, v in online.items()}
     for m, lab in imputed.items():
-        ys = [(v, k[1] in set(log.online[k[0]])) for k, v in lab.items()]
+        ys = [(v, k[1] in truth[k[0]]) for k, v in lab.items()]
         tp = sum(1 for v, t in ys if v and t)
         out[m] = {
             "labelled": len(ys),
@@ -298,38 +312,26 @@ def _imputer_accuracy(imputed: Mapping[str, Mapping], log: _Log) -> dict[str, di
     return out
 
 
-def bench_brief_offline(
-    config: OfflineConfig,
-    out: str | Path = "reports/brief-offline",
-    llm: Any = None,
-    progress: bool = True,
-) -> dict[str, Any]:
-    """Run the simulation; write report.md, results.json and gap.png under ``out``. The
-    judges impute through ``recjudge.evaluators.impute`` (qrels under ``out/impute/<mode>``)."""
-    from recjudge.bench._brief import calibrated_cf
-    from recjudge.cf_models import SideInfo
-    from recjudge.data import load_dataset
-    from recjudge.reporting import write_report
+def seed_interval(values: Sequence[float | None]) -> dict[str, float | int | None]:
+    """Mean over seeds with a 95 % Student-t interval, mean +- t_{0.975, n-1} * sd / sqrt(n)
+    (``None`` values are left out; fewer than two values: no interval)."""
+    from scipy.stats import t
 
-    t0 = time.time()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    ds = load_dataset(config.data)
-    log = _simulate_log(config, ds)
-    runs = _train_runs(config, ds, log)
-    # CF imputer on positive past interactions, sigma calibrated on its validation items
-    past = log.past
-    pos_past = (
-        past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
-    )
-    cf = calibrated_cf(
-        config.cf,
-        pos_past,
-        ds.items["item_id"].astype(str).tolist(),
-        config.seed,
-        SideInfo.of(ds),
-    )
-    imputed = _impute_all(config, ds, log, runs, cf, llm, out, progress)
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    if len(v) == 0:
+        return {"mean": None, "lo": None, "hi": None, "sd": None, "n": 0}
+    mean = float(v.mean())
+    if len(v) < 2:
+        return {"mean": mean, "lo": None, "hi": None, "sd": None, "n": 1}
+    sd = float(v.std(ddof=1))
+    half = float(t.ppf(0.975, len(v) - 1) * sd / np.sqrt(len(v)))
+    return {"mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd, "n": int(len(v))}
+
+
+def _seed_result(
+    config: OfflineConfig, runs: list, log: _Log, imputed: Mapping[str, Mapping]
+) -> dict[str, Any]:
+    """One simulated log: online and offline metrics per system, the gap per method."""
     online = _system_metrics(runs, log, "online", imputed)
     methods = ["logged", *imputed]
     offline = {m: _system_metrics(runs, log, m, imputed) for m in methods}
@@ -347,20 +349,115 @@ def bench_brief_offline(
         for m, g in gaps.items()
     }
     n_logged = sum(len(log.logged[u]) for u in log.users)
-    results = {
-        "config": config.model_dump(),
+    return {
         "users": log.users,
         "logged_share": float(n_logged / max(1, sum(len(log.online[u]) for u in log.users))),
         "online": online,
         "offline": offline,
         "gap": gaps,
         "mean_gap": mean_gap,
-        "imputers": _imputer_accuracy(imputed, log),
-        "wall_seconds": round(time.time() - t0, 1),
+        "imputers": _imputer_accuracy(imputed, log.online),
     }
-    _plot_gap(gaps, out / "gap.png", config)
+
+
+def _over_seeds(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
+    """Gaps averaged over the logging seeds, the mean gap's t-interval, pooled imputers."""
+    seeds = list(per_seed.values())
+    methods, metrics = list(seeds[0]["gap"]), list(next(iter(seeds[0]["gap"].values())))
+    gaps = {
+        m: {k: seed_interval([r["gap"][m][k] for r in seeds])["mean"] for k in metrics}
+        for m in methods
+    }
+    ci = {m: seed_interval([r["mean_gap"][m] for r in seeds]) for m in methods}
+    return {
+        "gap": gaps,
+        "mean_gap": {m: ci[m]["mean"] for m in methods},
+        "mean_gap_ci": ci,
+    }
+
+
+def bench_brief_offline(
+    config: OfflineConfig,
+    out: str | Path = "reports/brief-offline",
+    llm: Any = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Run the simulation under every logging seed; write report.md, results.json and
+    gap.png under ``out``. The judges impute through ``recjudge.evaluators.impute`` (qrels
+    under ``out/impute/seed-<s>/<mode>``), all seeds through one store (a pair two logs
+    share is judged once)."""
+    from recjudge.bench._brief import calibrated_cf
+    from recjudge.cf_models import SideInfo
+    from recjudge.data import load_dataset
+    from recjudge.reporting import write_report
+    from recjudge.reward import ResultsStore
+
+    t0 = time.time()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    ds = load_dataset(config.data)
+    logs = {s: _simulate_log(config, ds, s) for s in config.log_seeds()}
+    first = next(iter(logs.values()))
+    runs = _train_runs(config, ds, list(logs.values()))
+    # CF imputer on positive past interactions, sigma calibrated on its validation items
+    past = first.past
+    pos_past = (
+        past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
+    )
+    cf = calibrated_cf(
+        config.cf,
+        pos_past,
+        ds.items["item_id"].astype(str).tolist(),
+        config.seed,
+        SideInfo.of(ds),
+    )
+    judges = _imputer_judges(config, ds, first.past, cf, llm)
+    per_seed, imputed = {}, {}
+    made = {"judged_now": 0, "requests": 0, "passes": 0}
+    t_judge = time.time()
+    with ResultsStore(out / "store.sqlite") as store:
+        for s, log in logs.items():
+            imputed[s], m = _impute_all(
+                config, ds, log, runs, cf, judges, store, out / "impute" / f"seed-{s}", progress
+            )
+            made = {k: made[k] + m[k] for k in made}
+            per_seed[s] = _seed_result(config, runs, log, imputed[s])
+    t_judge = time.time() - t_judge
+    pooled = {m: {k: v for lab in imputed.values() for k, v in lab[m].items()}
+              for m in next(iter(imputed.values()))}  # fmt: skip
+    users = list(dict.fromkeys(u for log in logs.values() for u in log.users))
+    online = {u: h for log in logs.values() for u, h in log.online.items()}
+    results = {
+        "config": config.model_dump(),
+        "logging_seeds": list(logs),
+        "users": users,
+        **_over_seeds(per_seed),
+        "imputers": _imputer_accuracy(pooled, online),
+        "seeds": {str(s): r for s, r in per_seed.items()},
+        "wall_seconds": round(time.time() - t0, 1),
+        "judging_seconds": round(t_judge, 1),
+        "llm_judgments": made["requests"],
+        "judged_now": made["judged_now"],
+        "judgments_per_second": round(made["judged_now"] / t_judge, 4) if t_judge > 0 else None,
+        "decoding_passes": made["passes"],
+    }
+    pairs = list(itertools.combinations(config.systems, 2))
+    _plot_gap(results["gap"], out / "gap.png", config)
     write_report(out, results, _report(config, results, pairs))
     return results
+
+
+def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: Any) -> dict:
+    """The judge modes that impute (none: no model is loaded)."""
+    if not config.judges:
+        return {}
+    from recjudge.bench._brief import SIMULATORS, judges_for
+    from recjudge.llm import load_llm
+    from recjudge.reward import Population
+
+    llm = llm or load_llm(config.model)
+    population = Population.of(ds, past) if set(config.judges) & set(SIMULATORS) else None
+    return judges_for(config, llm, cf, config.judges, population)
 
 
 def _fmt(v: Any, nd: int = 3) -> str:
@@ -369,6 +466,8 @@ def _fmt(v: Any, nd: int = 3) -> str:
 
 def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple]) -> list[str]:
     metrics = list(next(iter(r["gap"].values())))
+    seeds = r["seeds"]
+    share = np.mean([v["logged_share"] for v in seeds.values()])
     lines = [
         f"# BRIEF offline evaluation with imputed feedback on {config.data} (after Tables 2-3)",
         "",
@@ -378,40 +477,57 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
         "table (imputation cannot know the number of relevant items); it is listed in the "
         "per-system tables only. Judge decoding: " + config.sampling_note() + ".",
         "",
-        f"{len(r['users'])} users; the last {int(config.future_fraction * 100)} % of each "
+        f"{len(r['users'])} users over {len(seeds)} logging seed(s) "
+        f"({', '.join(seeds)}; users sampled with seed {config.seed} among those with a logged "
+        f"positive under each log); the last {int(config.future_fraction * 100)} % of each "
         f"timeline (ratings >= {config.positive_rating}) is the online truth; a popularity-biased "
-        f"logging policy (alpha {config.alpha}) kept {100 * r['logged_share']:.1f} % of it as "
-        f"logged feedback. Recommenders {', '.join(config.systems)} trained on the past; "
-        f"{len(pairs)} pairs. Imputers label top-{max(KS)} items without logged feedback: CF "
-        f"= `{config.cf}` on positive past interactions (sigma > 0); judges = `{config.model}` "
-        f"({', '.join(config.judges)}), beta {config.beta}. Seed {config.seed}. Wall time "
-        f"{r['wall_seconds']} s.",
+        f"logging policy (alpha {config.alpha}) kept {100 * share:.1f} % of it as logged "
+        f"feedback (mean over seeds). Recommenders {', '.join(config.systems)} trained on the "
+        f"past; {len(pairs)} pairs. Imputers label top-{max(KS)} items without logged feedback: "
+        f"CF = `{config.cf}` on positive past interactions (sigma > 0); judges = "
+        f"`{config.model}` ({', '.join(config.judges)}), beta {config.beta}. Wall time "
+        f"{r['wall_seconds']} s, of which imputing {r['judging_seconds']} s: "
+        f"{r['judged_now']} judgments made in this run for {r['llm_judgments']} requests "
+        f"({r['judgments_per_second']} per second) from {r['decoding_passes']} decoding passes "
+        "(the modes that differ only in their bias share one pass per pair; the rest were read "
+        "from the store).",
         "",
         "Gap = mean absolute error (percentage points) between offline and online relative "
-        f"lift over recommender pairs; lower is better. Sigma source and CF imputer: "
-        f"`{config.cf}`.",
+        "lift over recommender pairs; lower is better. Each metric's gap is the mean over the "
+        "logging seeds; the last column is the mean gap with its 95 % t-interval over seeds "
+        f"(none with one seed). Sigma source and CF imputer: `{config.cf}`.",
         "",
-        "| method | " + " | ".join(metrics) + " | mean |",
+        "| method | " + " | ".join(metrics) + " | mean [95 % CI over seeds] |",
         "|---|" + "---|" * (len(metrics) + 1),
     ]
     for m, g in r["gap"].items():
+        ci = r["mean_gap_ci"][m]
         lines.append(
             f"| {m} | "
             + " | ".join(_fmt(g[k], 1) for k in metrics)
-            + f" | {_fmt(r['mean_gap'][m], 1)} |"
+            + f" | {_fmt(ci['mean'], 1)} [{_fmt(ci['lo'], 1)}, {_fmt(ci['hi'], 1)}] |"
         )
-    lines += ["", "Metric values (online truth, then each offline method):", ""]
-    for name, table in [("online", r["online"]), *r["offline"].items()]:
+    if len(seeds) > 1:
+        lines += ["", "Mean gap per logging seed:", "", "| method | " + " | ".join(
+            f"seed {s}" for s in seeds) + " |", "|---|" + "---|" * len(seeds)]  # fmt: skip
+        for m in r["gap"]:
+            lines.append(
+                f"| {m} | " + " | ".join(_fmt(v["mean_gap"][m], 1) for v in seeds.values()) + " |"
+            )
+    s0, first = next(iter(seeds.items()))
+    lines += ["", f"Metric values under logging seed {s0} (online truth, then each offline "
+              "method; every seed's are in results.json):", ""]  # fmt: skip
+    for name, table in [("online", first["online"]), *first["offline"].items()]:
         lines += [
             f"**{name}**",
             "",
             "| system | " + " | ".join(metrics) + " |",
             "|---|" + "---|" * len(metrics),
         ]
-        for s, v in table.items():
-            lines.append(f"| {s} | " + " | ".join(_fmt(v[k]) for k in metrics) + " |")
+        for sname, v in table.items():
+            lines.append(f"| {sname} | " + " | ".join(_fmt(v[k]) for k in metrics) + " |")
         lines.append("")
-    lines += ["Imputers against the online truth on the items they labelled:", ""]
+    lines += ["Imputers against the online truth on the items they labelled (all seeds):", ""]
     for m, a in r["imputers"].items():
         lines.append(
             f"- {m}: {a['labelled']} labelled, {100 * (a['positive_rate'] or 0):.1f} % positive, "

@@ -51,8 +51,10 @@ from recjudge.evaluators._gist import (
 )
 from recjudge.evaluators._gist_pipeline import run_gist, verify_profiles
 from recjudge.evaluators._impute import (
+    ImputationPlan,
     ImputeConfig,
     evaluation_users,
+    imputation_plan,
     impute,
     logged_qrels,
     pairs_to_impute,
@@ -88,6 +90,7 @@ __all__ = [
     "RUN_FORMATS",
     "AugmentConfig",
     "EvaluateConfig",
+    "ImputationPlan",
     "ImputeConfig",
     "RecRun",
     "RunCheck",
@@ -96,6 +99,7 @@ __all__ = [
     "augmented_interactions",
     "evaluate_runs",
     "evaluation_users",
+    "imputation_plan",
     "impute",
     "kendall_tau",
     "logged_qrels",

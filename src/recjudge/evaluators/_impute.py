@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +90,40 @@ def pairs_to_impute(
     return out
 
 
+@dataclass
+class ImputationPlan:
+    """What ``impute`` will judge: the evaluation users, the unlabelled top-k pairs, their
+    requests (in pair order) and the pairs whose request cannot be built (with the error).
+
+    Callers that judge with several judges (``bench brief-offline``) build the plan once and
+    fill a store for all of them before each ``impute`` reads it back.
+    """
+
+    logged: Qrels
+    users: list[str]
+    pairs: list[tuple[str, str]]
+    requests: list[Any]
+    unbuildable: list[dict[str, str]]
+
+
+def imputation_plan(
+    data: Dataset, feedback: Dataset, runs: Sequence[RecRun], config: ImputeConfig
+) -> ImputationPlan:
+    """The users, pairs and requests ``impute`` judges for these runs (deterministic)."""
+    from recjudge.reward import requests_for
+
+    logged = logged_qrels(feedback, config.min_rating)
+    users = evaluation_users(runs, logged, config.users, config.seed)
+    pairs = pairs_to_impute(runs, logged, users, config.k)
+    reqs, unbuildable = [], []
+    for (u, i), r in zip(pairs, requests_for(data, pairs), strict=True):
+        if isinstance(r, Exception):  # no history before the item, unknown id
+            unbuildable.append({"user_id": u, "candidate_id": i, "error": str(r).strip("'\"")})
+        else:
+            reqs.append(r)
+    return ImputationPlan(logged, users, pairs, reqs, unbuildable)
+
+
 def impute(
     judge: Any,
     data: Dataset,
@@ -118,19 +153,11 @@ def impute(
         The summary: users, pairs judged/failed/reused, YES rate, seconds per pair, per-run
         checks.
     """
-    from recjudge.reward import requests_for
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    logged = logged_qrels(feedback, config.min_rating)
-    users = evaluation_users(runs, logged, config.users, config.seed)
-    pairs = pairs_to_impute(runs, logged, users, config.k)
-    reqs, unbuildable = [], []
-    for (u, i), r in zip(pairs, requests_for(data, pairs), strict=True):
-        if isinstance(r, Exception):  # no history before the item, unknown id
-            unbuildable.append({"user_id": u, "candidate_id": i, "error": str(r).strip("'\"")})
-        else:
-            reqs.append(r)
+    plan = imputation_plan(data, feedback, runs, config)
+    logged, users, pairs = plan.logged, plan.users, plan.pairs
+    reqs, unbuildable = plan.requests, plan.unbuildable
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
