@@ -157,3 +157,24 @@ def test_judge_against_an_unreachable_server_says_what_to_do():
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "cannot reach http://127.0.0.1:9/v1/completions" in r.stderr
     assert "recjudge serve" in r.stderr
+
+
+def test_store_export_and_import_round_trip_and_name_a_bad_file(tmp_path):
+    from recjudge.reward import ResultsStore
+
+    src = tmp_path / "run" / "store.sqlite"
+    row = {"user_id": "7", "candidate_id": "Heat (1995)", "mode": "zero-shot", "key": "k1",
+           "is_relevant": False, "evidence": [], "p_yes": 0.2, "raw_text": ""}  # fmt: skip
+    with ResultsStore(src) as s:
+        s.put_many([("k1", {"user_id": "7", "candidate_text": "Heat (1995)"}, row)])
+    r = run_cli("store", "export", str(src), "--out", str(tmp_path / "ck.gz"), "--json")
+    assert r.code == 0, r.stderr
+    assert json.loads(r.stdout)["results"] == 1
+    r = run_cli("store", "import", str(tmp_path / "ck.gz"), "--into", str(tmp_path / "new.sqlite"))
+    assert r.code == 0 and "judgments        1" in r.stdout
+    with ResultsStore(tmp_path / "new.sqlite") as s:
+        got = s.get_many(["k1"])["k1"]
+    assert got["user_id"] is None and got["p_yes"] == 0.2  # ids come back from the request
+    r = run_cli("store", "import", str(src), "--into", str(tmp_path / "x.sqlite"))
+    assert r.code == 2 and "store.sqlite: not a gzip checkpoint" in r.stderr
+    assert "Traceback" not in r.stderr

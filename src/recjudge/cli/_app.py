@@ -292,6 +292,7 @@ def _register_extensions() -> None:
         _offline,
         _run,
         _serve,
+        _store,
         _usersum,
     )
 

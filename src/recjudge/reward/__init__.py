@@ -15,6 +15,12 @@ from recjudge.reward._judge import (
     request_for,
     requests_for,
 )
+from recjudge.reward._portable import (
+    PortableCount,
+    PortableError,
+    export_portable,
+    import_portable,
+)
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
 from recjudge.reward._store import ResultsStore, StoreError, salvage
@@ -44,6 +50,8 @@ __all__ = [
     "JudgeConfig",
     "JudgeRequest",
     "Judgment",
+    "PortableCount",
+    "PortableError",
     "ResultsStore",
     "RunSummary",
     "StoreError",
@@ -57,7 +65,9 @@ __all__ = [
     "build_messages",
     "cf_identity",
     "default_result",
+    "export_portable",
     "generate_stored",
+    "import_portable",
     "judge_sweep",
     "request_for",
     "run_stored",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, get_args
 
 import numpy as np
@@ -514,6 +514,11 @@ class Judge:
         keys = [self.key(r) for r in reqs]
         done = store.get_many(keys) if store is not None else {}
         results: dict[str, Judgment] = {k: _stored(store, k, v) for k, v in done.items()}
+        for i, k in enumerate(keys):  # a row imported from a checkpoint has no ids
+            if k in results and results[k].user_id is None:
+                results[k] = replace(
+                    results[k], user_id=reqs[i].user_id, candidate_id=reqs[i].candidate_id
+                )
         if store is not None and not retry_failed:
             old = store.failures([k for k in keys if k not in results])
             for i, k in enumerate(keys):
