@@ -72,6 +72,15 @@ def test_config_round_trip():
         OfflineConfig(logging_seeds=())
 
 
+def test_the_judge_is_loaded_in_the_configs_dtype(smollm32):
+    cfg = BriefExperimentConfig(model="smollm2-135m", dtype="float32")
+    assert BriefExperimentConfig.model_validate_json(cfg.model_dump_json()) == cfg
+    llm = cfg.judge_llm(cfg.model)
+    assert llm is smollm32 and llm.config.resolved_dtype() == "float32"
+    with pytest.raises(ValueError):
+        BriefExperimentConfig(dtype="float64")
+
+
 def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
     from types import SimpleNamespace
 

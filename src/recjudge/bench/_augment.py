@@ -145,13 +145,12 @@ def _judge_choices(
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
     from recjudge.evaluators import RecRun, RunCheck, augment
-    from recjudge.llm import load_llm
     from recjudge.reward import Population, ResultsStore
 
     methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
     if not methods:
         return {}
-    llm = llm or load_llm(config.model)
+    llm = llm or config.judge_llm(config.model)
     past_ds = Dataset(w.ds.name, w.past, w.ds.items, w.ds.users, domain=w.ds.domain)
     run = RecRun(
         f"{config.cf} candidates",

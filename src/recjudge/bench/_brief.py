@@ -36,12 +36,23 @@ class JudgeSampling(BaseModel):
             T 0.7, top-p 0.8, top-k 20, ``samples`` samples per pair; a pair's reward is
             the share of YES samples, so "% positive" is over samples as in the paper).
         samples: samples per pair with ``paper``.
+        dtype: the judge's compute dtype (``LLMConfig.dtype``). ``auto`` picks bf16 on CPUs
+            with native bf16 and fp32 elsewhere; results are stored under their dtype, so a
+            run resumed on another kind of CPU (``recjudge store import``) names the dtype it
+            was started with.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     sampling: Literal["greedy", "paper"] = "greedy"
     samples: int = Field(5, ge=1)
+    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
+
+    def judge_llm(self, model: str) -> Any:
+        """The judge LLM ``model`` loaded in this config's dtype."""
+        from recjudge.llm import LLMConfig, load_llm
+
+        return load_llm(LLMConfig(model=model, dtype=self.dtype))
 
     def sampling_note(self) -> str:
         """The decoding in words, for a report header."""
@@ -574,7 +585,6 @@ def _run(
     sigma models, judge every request under each ``(name, mode, source, beta)`` setting
     (through ``out/store.sqlite``) and analyse."""
     from recjudge.data import load_dataset
-    from recjudge.llm import load_llm
     from recjudge.reward import Population, ResultsStore
 
     out.mkdir(parents=True, exist_ok=True)
@@ -582,7 +592,7 @@ def _run(
     reqs, info = _requests(config, ds)
     past = info.pop("past")
     cf = _train_sigma_models(config, ds, past)
-    llm = llm or load_llm(config.model)
+    llm = llm or config.judge_llm(config.model)
     # bf16 and fp32 round differently (the dtype "auto" picks by CPU): the header says which.
     info["dtype"] = llm.config.resolved_dtype() if hasattr(llm, "config") else None
     # The simulators' traits and item means come from the past only, like sigma.

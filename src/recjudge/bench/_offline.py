@@ -452,10 +452,9 @@ def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: Any
     if not config.judges:
         return {}
     from recjudge.bench._brief import SIMULATORS, judges_for
-    from recjudge.llm import load_llm
     from recjudge.reward import Population
 
-    llm = llm or load_llm(config.model)
+    llm = llm or config.judge_llm(config.model)
     population = Population.of(ds, past) if set(config.judges) & set(SIMULATORS) else None
     return judges_for(config, llm, cf, config.judges, population)
 

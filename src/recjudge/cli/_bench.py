@@ -145,6 +145,15 @@ def _sampling_opt() -> Any:
     return typer.Option("greedy", "--sampling", help=SAMPLING_HELP)
 
 
+def _dtype_opt() -> Any:
+    return typer.Option(
+        "auto",
+        "--dtype",
+        help="Judge compute dtype: auto (bf16 on CPUs with native bf16, else fp32), bfloat16 or "
+        "float32. Results are stored per dtype: resume a run in the dtype it started with.",
+    )
+
+
 def _samples_opt() -> Any:
     return typer.Option(5, "--samples", min=1, help="Samples per pair with --sampling paper.")
 
@@ -197,6 +206,7 @@ def bench_brief_ratings_cmd(
     beta: float = typer.Option(25.0, "--beta"),
     bootstrap: int = typer.Option(1000, "--bootstrap"),
     sampling: str = _sampling_opt(),
+    dtype: str = _dtype_opt(),
     samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-ratings/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
@@ -206,7 +216,16 @@ def bench_brief_ratings_cmd(
     from recjudge.cli._app import emit
 
     cfg = _brief_config(
-        model, data, users, seed, cf, bootstrap, beta=beta, sampling=sampling, samples=samples
+        model,
+        data,
+        users,
+        seed,
+        cf,
+        bootstrap,
+        beta=beta,
+        sampling=sampling,
+        samples=samples,
+        dtype=dtype,
     )
     r = bench_brief_ratings(cfg, out or f"reports/brief-ratings/{data}-{model}")
     if as_json:
@@ -229,6 +248,7 @@ def bench_brief_beta_cmd(
     sigma_source: str = typer.Option("positive", "--sigma-source", help="positive or all."),
     bootstrap: int = typer.Option(1000, "--bootstrap"),
     sampling: str = _sampling_opt(),
+    dtype: str = _dtype_opt(),
     samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-beta/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
@@ -246,6 +266,7 @@ def bench_brief_beta_cmd(
         bootstrap,
         sigma_source=sigma_source,
         sampling=sampling,
+        dtype=dtype,
         samples=samples,
     )
     r = bench_brief_beta(cfg, out or f"reports/brief-beta/{data}-{model}")
@@ -279,6 +300,7 @@ def bench_brief_offline_cmd(
         "--seed); the report gives each seed's gap and the mean with a 95 % t-interval.",
     ),
     sampling: str = _sampling_opt(),
+    dtype: str = _dtype_opt(),
     samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-offline/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
@@ -299,6 +321,7 @@ def bench_brief_offline_cmd(
         seed=seed,
         logging_seeds=_int_list(logging_seeds, "--logging-seeds"),
         sampling=sampling,
+        dtype=dtype,
         samples=samples,
     )
     r = bench_brief_offline(cfg, out or f"reports/brief-offline/{data}-{model}")
@@ -321,6 +344,7 @@ def bench_brief_augment_cmd(
     seed: int = typer.Option(0, "--seed", help="User sampling seed."),
     sasrec_epochs: int = typer.Option(30, "--sasrec-epochs", help="Epochs per SASRec retrain."),
     sampling: str = _sampling_opt(),
+    dtype: str = _dtype_opt(),
     samples: int = _samples_opt(),
     out: str = typer.Option(None, "--out", help="Default: reports/brief-augment/<data>-<model>."),
     as_json: bool = typer.Option(False, "--json"),
@@ -341,6 +365,7 @@ def bench_brief_augment_cmd(
         seed=seed,
         sasrec_epochs=sasrec_epochs,
         sampling=sampling,
+        dtype=dtype,
         samples=samples,
     )
     r = bench_brief_augment(cfg, out or f"reports/brief-augment/{data}-{model}")
