@@ -116,6 +116,8 @@ def test_brief_beta_tiny_real_run(smollm, tmp_path):
     assert (tmp_path / "beta.png").stat().st_size > 1000
     saved = json.loads((tmp_path / "results.json").read_text())
     assert set(saved["betas"]) == {"beta=0", "beta=40"}
+    assert saved["optimum"]["relevance_auc"]["beta"] in (0.0, 40.0, None)
+    assert "**Optimum**" in (tmp_path / "report.md").read_text()
 
 
 def test_ranking_metrics_match_ranx():
@@ -407,3 +409,44 @@ def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_pa
         alone = judges_for(cfg, smollm, None, settings)[name].judge_many(reqs)
         assert [j.is_relevant for j in out[name]] == [j.is_relevant for j in alone]
         assert [j.p_yes for j in out[name]] == pytest.approx([j.p_yes for j in alone], abs=2e-3)
+
+
+def test_beta_optimum_finds_the_peak_and_tests_it_against_beta_zero():
+    from types import SimpleNamespace as NS
+
+    from recjudge.bench._brief import beta_optimum
+
+    ratings = [float(1 + i % 5) for i in range(40)]
+    reqs = [NS(meta={"kind": "rating", "rating": r}) for r in ratings]
+    reqs += [NS(meta={"kind": "relevance", "label": lab}) for lab in [1, 0] * 10]
+    uncorrelated = [((i * 7) % 11) / 11 for i in range(40)]
+
+    def judged(rating_scores, relevance_scores):
+        return [NS(p_yes=x) for x in [*rating_scores, *relevance_scores]]
+
+    good = judged([r / 5 for r in ratings], [0.9, 0.1] * 10)
+    results = {
+        "beta=0": judged(uncorrelated, [0.5, 0.5] * 10),
+        "beta=5": good,
+        "beta=10": good,  # a tie goes to the smaller beta
+        "beta=20": judged([1 - r / 5 for r in ratings], [0.1, 0.9] * 10),
+    }
+    analysis = {
+        n: {"pair_spearman": {"rho": spearman_ci([j.p_yes for j in js[:40]], ratings, 0, 0)["rho"]},
+            "relevance_auc": {"auc": auc([j.p_yes for j in js[40::2]],
+                                         [j.p_yes for j in js[41::2]])}}
+        for n, js in results.items()
+    }  # fmt: skip
+    opt = beta_optimum(reqs, results, analysis, BriefExperimentConfig(bootstrap=200))
+    assert opt["pair_spearman"]["beta"] == 5.0 and opt["pair_spearman"]["value"] == 1.0
+    assert opt["relevance_auc"]["beta"] == 5.0 and opt["relevance_auc"]["value"] == 1.0
+    vs = opt["pair_spearman"]["vs_beta0"]
+    assert vs["diff"] == pytest.approx(1.0 - analysis["beta=0"]["pair_spearman"]["rho"])
+    assert vs["lo"] > 0  # a large effect on 40 pairs is separated from beta 0
+    assert opt["relevance_auc"]["vs_beta0"]["diff"] == pytest.approx(0.5)
+    # When beta 0 is the best there is nothing to compare it with.
+    flat = {"beta=0": good, "beta=5": results["beta=20"]}
+    flat_an = {"beta=0": analysis["beta=5"], "beta=5": analysis["beta=20"]}
+    assert beta_optimum(reqs, flat, flat_an, BriefExperimentConfig())["pair_spearman"] == {
+        "beta": 0.0, "value": 1.0, "vs_beta0": None,
+    }  # fmt: skip

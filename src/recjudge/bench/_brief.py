@@ -501,17 +501,7 @@ def paired_against_brief(
     Returns:
         ``{"brief [cf:all] - zero-shot": {"pair_spearman": {...}, "relevance_auc": {...}}}``.
     """
-    rating_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "rating"]
-    rel_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "relevance"]
-    ratings = [reqs[i].meta["rating"] for i in rating_idx]
-    labels = [reqs[i].meta["label"] for i in rel_idx]
-
-    def scores(js: Sequence[Any]) -> dict[str, list[float]]:
-        return {
-            "rating": [js[i].p_yes for i in rating_idx],
-            "relevance": [js[i].p_yes for i in rel_idx],
-        }
-
+    ratings, labels = _targets(reqs)
     out: dict[str, dict[str, Any]] = {}
     briefs = [(n, src) for n, mode, src, _ in settings if mode == "brief"]
     for k, (ref, ref_src) in enumerate(briefs):
@@ -522,21 +512,72 @@ def paired_against_brief(
             elif src not in ("-", ref_src):
                 continue
             out[f"{ref} - {other}"] = paired_difference(
-                scores(results[ref]), scores(results[other]), ratings, labels,
+                _scores(reqs, results[ref]), _scores(reqs, results[other]), ratings, labels,
                 config.bootstrap, (config.seed, ref, other),
             )  # fmt: skip
     return out
 
 
+def _targets(reqs: Sequence[Any]) -> tuple[list[float], list[int]]:
+    """The rating of each rating pair and the label of each relevance pair, in order."""
+    ratings = [r.meta["rating"] for r in reqs if r.meta["kind"] == "rating"]
+    labels = [r.meta["label"] for r in reqs if r.meta["kind"] == "relevance"]
+    return ratings, labels
+
+
+def _scores(reqs: Sequence[Any], js: Sequence[Any]) -> dict[str, list[float]]:
+    """p_yes of the rating pairs and of the relevance pairs (``paired_difference``'s input)."""
+    return {
+        kind: [j.p_yes for r, j in zip(reqs, js, strict=True) if r.meta["kind"] == kind]
+        for kind in ("rating", "relevance")
+    }
+
+
+def beta_optimum(
+    reqs: Sequence[Any],
+    results: Mapping[str, Sequence[Any]],
+    analysis: Mapping[str, Any],
+    config: BriefExperimentConfig,
+) -> dict[str, Any]:
+    """Where the beta sweep peaks, per measure (pair Spearman, relevance AUC; ties go to the
+    smaller beta), and that beta against beta 0 (the LLM alone) by a paired bootstrap on the
+    same pairs (``paired_difference``).
+
+    Returns:
+        ``{"pair_spearman": {"beta", "value", "vs_beta0"}, "relevance_auc": {...}}``;
+        ``vs_beta0`` is None when the best beta is 0 or 0 is not in the sweep.
+    """
+    ratings, labels = _targets(reqs)
+    zero = next((n for n in analysis if float(n.split("=")[1]) == 0), None)
+    out: dict[str, Any] = {}
+    for measure, field in (("pair_spearman", "rho"), ("relevance_auc", "auc")):
+        values = [(a[measure][field], n) for n, a in analysis.items()]
+        values = [(v, n) for v, n in values if v is not None]
+        if not values:
+            out[measure] = {"beta": None, "value": None, "vs_beta0": None}
+            continue
+        best_v = max(v for v, _ in values)
+        name = min((n for v, n in values if v == best_v), key=lambda n: float(n.split("=")[1]))
+        vs = None
+        if zero is not None and name != zero:
+            vs = paired_difference(
+                _scores(reqs, results[name]), _scores(reqs, results[zero]), ratings, labels,
+                config.bootstrap, (config.seed, name, zero),
+            )[measure]  # fmt: skip
+        out[measure] = {"beta": float(name.split("=")[1]), "value": best_v, "vs_beta0": vs}
+    return out
+
+
+def _diff_cell(d: Mapping[str, Any] | None) -> str:
+    """A paired difference as ``+0.123 [+0.01, +0.2] (p 0.010) *`` (* : the CI excludes 0)."""
+    if d is None or d["diff"] is None or d["lo"] is None:
+        return "-"
+    star = " *" if d["lo"] > 0 or d["hi"] < 0 else ""
+    return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (p {d['p']:.3f}){star}"
+
+
 def _paired_lines(paired: Mapping[str, Mapping[str, Any]]) -> list[str]:
     """The paired comparison as a markdown table (a CI that excludes 0 is marked)."""
-
-    def cell(d: Mapping[str, Any]) -> str:
-        if d["diff"] is None or d["lo"] is None:
-            return "-"
-        star = " *" if d["lo"] > 0 or d["hi"] < 0 else ""
-        return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (p {d['p']:.3f}){star}"
-
     lines = [
         "## BRIEF against each other setting (paired bootstrap on the same pairs)",
         "",
@@ -546,7 +587,9 @@ def _paired_lines(paired: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "|---|---|---|",
     ]
     for name, d in paired.items():
-        lines.append(f"| {name} | {cell(d['pair_spearman'])} | {cell(d['relevance_auc'])} |")
+        lines.append(
+            f"| {name} | {_diff_cell(d['pair_spearman'])} | {_diff_cell(d['relevance_auc'])} |"
+        )
     return lines
 
 
@@ -735,6 +778,7 @@ def bench_brief_beta(
         **_speed(j, wall),
         "betas": dict(analysis),
     }
+    res["optimum"] = beta_optimum(j.reqs, j.results, analysis, config)
     _plot_beta(config, analysis, out / "beta.png")
     lines = [
         f"# BRIEF beta sweep on {config.data} (Figure 3)",
@@ -758,6 +802,7 @@ def bench_brief_beta(
             f"[{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} [{_fmt(ra['lo'])}, "
             f"{_fmt(ra['hi'])}] | {allpos:.1f} |"
         )
+    lines += ["", *_optimum_lines(res["optimum"])]
     lines += [
         "",
         "Left panel as the paper's Figure 3: Spearman rho and Kendall tau between the rating "
@@ -768,6 +813,24 @@ def bench_brief_beta(
     ]
     write_report(out, res, lines)
     return res
+
+
+def _optimum_lines(opt: Mapping[str, Any]) -> list[str]:
+    """Where the sweep peaks, and the peak against beta 0 on the same pairs."""
+    lines = [
+        "**Optimum** (ties go to the smaller beta; against beta 0, the LLM alone, by a paired "
+        "bootstrap on the same pairs; * marks a 95 % CI that excludes 0):",
+        "",
+    ]
+    for measure, label in (("pair_spearman", "pair Spearman"), ("relevance_auc", "relevance AUC")):
+        o = opt[measure]
+        if o["beta"] is None:
+            lines.append(f"- {label}: undefined at every beta")
+            continue
+        vs = "beta 0 is the best" if o["vs_beta0"] is None else (
+            f"minus beta 0: {_diff_cell(o['vs_beta0'])}")  # fmt: skip
+        lines.append(f"- {label}: highest at beta {o['beta']:g} ({o['value']:.3f}); {vs}")
+    return lines
 
 
 def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimentConfig) -> None:
