@@ -399,12 +399,16 @@ def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_pa
                 ("na", "non-adaptive", None, 5.0), ("zs", "zero-shot", None, 25.0)]  # fmt: skip
     judges = judges_for(cfg, smollm, None, settings)
     with ResultsStore(tmp_path / "s.sqlite") as store:
-        out, counts, passes = judge_per_user(reqs, judges, store, False)
+        out, counts, passes, replayed = judge_per_user(reqs, judges, store, False)
         # one pass per request for brief/nb/na, one per zero-shot judgment
-        assert passes == 2 * len(reqs)
+        assert passes == 2 * len(reqs) and replayed == 0
         assert {n: c["new"] for n, c in counts.items()} == dict.fromkeys(judges, len(reqs))
-        _, counts, passes = judge_per_user(reqs, judges, store, False)
+        _, counts, passes, replayed = judge_per_user(reqs, judges, store, False)
         assert passes == 0 and {c["new"] for c in counts.values()} == {0}
+        # a new bias setting: decided from the stored decision records, no model pass
+        more = judges_for(cfg, smollm, None, [("b5", "brief", None, 5.0), *settings[1:2]])
+        _, counts, passes, replayed = judge_per_user(reqs, more, store, False)
+        assert (passes, replayed, counts["b5"]["new"]) == (0, len(reqs), len(reqs))
     for name in ("brief", "na"):
         alone = judges_for(cfg, smollm, None, settings)[name].judge_many(reqs)
         assert [j.is_relevant for j in out[name]] == [j.is_relevant for j in alone]

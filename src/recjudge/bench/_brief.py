@@ -355,7 +355,7 @@ def judge_per_user(
     store: Any,
     progress: bool,
     errors: Literal["raise", "record"] = "raise",
-) -> tuple[dict[str, list[Any]], dict[str, dict[str, int]], int]:
+) -> tuple[dict[str, list[Any]], dict[str, dict[str, int]], int, int]:
     """Every judge on every request, one user at a time so judges share the user's prefix.
     The settings that differ only in their bias (``reward.can_sweep``) are decided from one
     decoding pass per request (``reward.sweep_into_store``), the others judged one by one.
@@ -365,7 +365,8 @@ def judge_per_user(
     Returns:
         The judgments per judge name; per name ``{"new", "total"}``: judgments made in this
         call (not in the store before) and all requests; and the LLM decoding passes made
-        (one per swept request, one per other LLM judgment).
+        (one per swept request, one per other LLM judgment); and the swept requests decided
+        from stored decision records without the model.
     """
     from recjudge.reward import RECORDED_ERRORS, can_sweep, sweep_into_store
 
@@ -378,7 +379,7 @@ def judge_per_user(
             judge.prepare_personas(reqs, store, progress)
     swept = {name: judges[name] for name in can_sweep(judges)}
     counts = {name: {"new": 0, "total": 0} for name in judges}
-    passes = 0
+    passes = replayed = 0
     bar = None
     if progress:
         from tqdm.auto import tqdm
@@ -394,6 +395,7 @@ def judge_per_user(
                     raise
             else:
                 passes += fill.decoded
+                replayed += fill.replayed
                 for name, n in fill.written.items():
                     counts[name]["new"] += n
         for name, judge in judges.items():
@@ -408,7 +410,7 @@ def judge_per_user(
             bar.update(1)
     if bar is not None:
         bar.close()
-    return out, counts, passes
+    return out, counts, passes, replayed
 
 
 def judges_for(
@@ -615,6 +617,7 @@ class _Judged:
     judged_now: int
     llm_judgments: int
     passes: int
+    replayed: int = 0
 
 
 def _run(
@@ -642,13 +645,13 @@ def _run(
     population = Population.of(ds, past) if any(s[1] in SIMULATORS for s in named) else None
     judges = judges_for(config, llm, None, _settings(cf, named), population)
     with ResultsStore(out / "store.sqlite") as store:
-        results, counts, passes = judge_per_user(reqs, judges, store, progress)
+        results, counts, passes, replayed = judge_per_user(reqs, judges, store, progress)
     # cf-only reads sigma, no LLM: its rows are not judgments of the model.
     llm_names = [name for name, mode, _, _ in named if mode != "cf-only"]
     return _Judged(
         info, cf, _analyse(reqs, results, config), list(reqs), results,
         sum(counts[n]["new"] for n in llm_names), sum(counts[n]["total"] for n in llm_names),
-        passes,
+        passes, replayed,
     )  # fmt: skip
 
 
@@ -657,9 +660,10 @@ def _speed_note(res: Mapping[str, Any]) -> str:
     return (
         f"{res['judged_now']} LLM judgments made in this run for {res['llm_judgments']} "
         f"requests ({res['judgments_per_second']} per second) from {res['decoding_passes']} "
-        "decoding passes (the settings that differ only in their bias are decided from one pass "
-        "per pair); the others were read from the store or repeat a request (a held-out item "
-        "can be both a rating and a relevance pair)."
+        f"decoding passes and {res['replayed_requests']} requests replayed from stored decision "
+        "records without the model (the settings that differ only in their bias are decided "
+        "from one pass per pair); the others were read from the store or repeat a request (a "
+        "held-out item can be both a rating and a relevance pair)."
     )
 
 
@@ -670,6 +674,7 @@ def _speed(j: _Judged, wall: float) -> dict[str, Any]:
         "judged_now": j.judged_now,
         "judgments_per_second": round(j.judged_now / wall, 4) if wall > 0 else None,
         "decoding_passes": j.passes,
+        "replayed_requests": j.replayed,
     }
 
 

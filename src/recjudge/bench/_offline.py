@@ -257,7 +257,7 @@ def _impute_all(
     imputed = {"cf": {(u, i): cf.sigma(log.hist[u], i, u) > 0 for u, i in plan.pairs}}
     if not judges:
         return imputed, {"judged_now": 0, "requests": 0, "passes": 0}
-    _, counts, passes = judge_per_user(plan.requests, judges, store, progress, errors="record")
+    _, counts, passes, _ = judge_per_user(plan.requests, judges, store, progress, errors="record")
     llm_modes = [m for m, j in judges.items() if j.config.uses_llm()]
     made = {
         "judged_now": sum(counts[m]["new"] for m in llm_modes),
