@@ -550,7 +550,7 @@ def beta_optimum(
         ``vs_beta0`` is None when the best beta is 0 or 0 is not in the sweep.
     """
     ratings, labels = _targets(reqs)
-    zero = next((n for n in analysis if float(n.split("=")[1]) == 0), None)
+    zero = next((n for n in analysis if _beta_of(n) == 0), None)
     out: dict[str, Any] = {}
     for measure, field in (("pair_spearman", "rho"), ("relevance_auc", "auc")):
         values = [(a[measure][field], n) for n, a in analysis.items()]
@@ -559,15 +559,20 @@ def beta_optimum(
             out[measure] = {"beta": None, "value": None, "vs_beta0": None}
             continue
         best_v = max(v for v, _ in values)
-        name = min((n for v, n in values if v == best_v), key=lambda n: float(n.split("=")[1]))
+        name = min((n for v, n in values if v == best_v), key=_beta_of)
         vs = None
         if zero is not None and name != zero:
             vs = paired_difference(
                 _scores(reqs, results[name]), _scores(reqs, results[zero]), ratings, labels,
                 config.bootstrap, (config.seed, name, zero),
             )[measure]  # fmt: skip
-        out[measure] = {"beta": float(name.split("=")[1]), "value": best_v, "vs_beta0": vs}
+        out[measure] = {"beta": _beta_of(name), "value": best_v, "vs_beta0": vs}
     return out
+
+
+def _beta_of(name: str) -> float:
+    """The beta of a sweep setting's name (``beta=25`` -> 25.0; ``bench_brief_beta``)."""
+    return float(name.split("=")[1])
 
 
 def _diff_cell(d: Mapping[str, Any] | None) -> str:
@@ -802,7 +807,7 @@ def bench_brief_beta(
         ps, ra = a["pair_spearman"], a["relevance_auc"]
         allpos = np.mean(list(a["pct_positive_by_level"].values()))
         lines.append(
-            f"| {name.split('=')[1]} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
+            f"| {_beta_of(name):g} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
             f"{_fmt(ps['rho'])} "
             f"[{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} [{_fmt(ra['lo'])}, "
             f"{_fmt(ra['hi'])}] | {allpos:.1f} |"
@@ -872,7 +877,7 @@ def _plot_beta(config: BriefExperimentConfig, analysis: Mapping[str, Any], path:
     def nan(values: Sequence[float | None]) -> list[float]:
         return [np.nan if v is None else v for v in values]
 
-    betas = [float(n.split("=")[1]) for n in analysis]
+    betas = [_beta_of(n) for n in analysis]
     a = list(analysis.values())
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
     left.plot(betas, nan([x["spearman"] for x in a]), marker="o", label="Spearman rho (levels)")

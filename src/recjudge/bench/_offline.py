@@ -265,7 +265,7 @@ def _impute_all(
         "passes": passes,
     }
     for mode, judge in judges.items():
-        impute(judge, past_ds, feedback, runs, icfg, folder / mode, store=store)
+        impute(judge, past_ds, feedback, runs, icfg, folder / mode, store=store, plan=plan)
         qrels = read_qrels(folder / mode / "qrels_imputed.json")
         imputed[f"judge:{mode}"] = {(u, i): bool(qrels.get(u, {}).get(i, 0)) for u, i in plan.pairs}
     return imputed, made
@@ -361,7 +361,7 @@ def _seed_result(
 
 
 def _over_seeds(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
-    """Gaps averaged over the logging seeds, the mean gap's t-interval, pooled imputers."""
+    """Gaps averaged over the logging seeds and the mean gap's t-interval over them."""
     seeds = list(per_seed.values())
     methods, metrics = list(seeds[0]["gap"]), list(next(iter(seeds[0]["gap"].values())))
     gaps = {

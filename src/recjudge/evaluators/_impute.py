@@ -134,6 +134,7 @@ def impute(
     *,
     store: Any = None,
     progress: bool = False,
+    plan: ImputationPlan | None = None,
 ) -> dict[str, Any]:
     """Judge every unlabelled top-k pair and write qrels and a sidecar to ``out``.
 
@@ -143,6 +144,8 @@ def impute(
         feedback: the logged held-out feedback (the labels offline evaluation has).
         runs: the recommenders' runs (``read_run`` + ``restrict_to``).
         store: a ``ResultsStore``; finished pairs are reused, so a rerun resumes.
+        plan: ``imputation_plan(data, feedback, runs, config)`` when the caller has built it
+            already (several judges on the same runs); None builds it here.
 
     Writes:
         ``qrels_logged.{trec,json}``, ``qrels_imputed.{trec,json}`` (logged + imputed),
@@ -155,7 +158,7 @@ def impute(
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    plan = imputation_plan(data, feedback, runs, config)
+    plan = plan or imputation_plan(data, feedback, runs, config)
     logged, users, pairs = plan.logged, plan.users, plan.pairs
     reqs, unbuildable = plan.requests, plan.unbuildable
     t0 = time.perf_counter()

@@ -82,7 +82,7 @@ def export_portable(store: str | Path, out: str | Path) -> PortableCount:
     """Write the title-free rows of ``store`` (and of ``<store>.decisions`` if it exists)
     to ``out`` (gzip JSON lines; a header line, then one row per line)."""
     from recjudge._util import atomic_write_bytes
-    from recjudge.reward._store import ResultsStore
+    from recjudge.reward._store import ResultsStore, decisions_path
 
     store = Path(store)
     if not store.exists():
@@ -90,7 +90,7 @@ def export_portable(store: str | Path, out: str | Path) -> PortableCount:
     lines: list[str] = []
     counts = {"results": 0, "decisions": 0, "left_out": 0}
     tables = [("results", store, portable_result)]
-    decisions = store.with_name(store.name + ".decisions")
+    decisions = decisions_path(store)
     if decisions.exists():
         tables.append(("decisions", decisions, portable_decision))
     for table, path, keep in tables:
@@ -141,14 +141,14 @@ def import_portable(path: str | Path, store: str | Path) -> PortableCount:
     keys the store already has are kept as they are. Judgments are written without ids
     (``user_id``/``candidate_id`` null): the judge fills them from the request that asks
     for the key."""
-    from recjudge.reward._store import ResultsStore
+    from recjudge.reward._store import ResultsStore, decisions_path
 
     path, store = Path(path), Path(store)
     rows = _read(path)
     origin = {"imported_from": path.name}
     written = {"results": 0, "decisions": 0}
     present = 0
-    targets = {"results": store, "decisions": store.with_name(store.name + ".decisions")}
+    targets = {"results": store, "decisions": decisions_path(store)}
     for table, target in targets.items():
         mine = [r for r in rows if r["table"] == table]
         if not mine:

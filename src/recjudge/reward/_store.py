@@ -29,6 +29,12 @@ CREATE TABLE IF NOT EXISTS failures (
 """
 
 
+def decisions_path(store: Path) -> Path:
+    """Where the unbiased decision records of a store's sweeps live: ``<store>.decisions``
+    beside it (never in it: the store's rows are all judgments)."""
+    return store.with_name(store.name + ".decisions")
+
+
 class StoreError(UserFacingError, ValueError):
     """A results store that cannot be read (not SQLite, truncated, another schema)."""
 

@@ -310,11 +310,10 @@ def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
 def decisions_store(store: Any) -> Any:
     """The store of unbiased decision records beside ``store`` (``<name>.decisions``; never
     in it: its rows are all judgments)."""
-    from recjudge.reward._store import ResultsStore
+    from recjudge.reward._store import ResultsStore, decisions_path
 
     path = str(store.path)
-    return ResultsStore(path if path == ":memory:" else store.path.with_name(
-        store.path.name + ".decisions"))  # fmt: skip
+    return ResultsStore(path if path == ":memory:" else decisions_path(store.path))
 
 
 def sweep_into_store(
