@@ -256,8 +256,54 @@ def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
     assert r["mean_gap_ci"]["logged"]["n"] == 2
     per_seed = [res["mean_gap"]["logged"] for res in r["seeds"].values()]
     assert r["mean_gap"]["logged"] == pytest.approx(np.mean(per_seed))
+    # The user bootstrap's estimates are the reported gaps, with BRIEF paired against the rest.
+    boot = r["user_bootstrap"]
+    for m, v in r["mean_gap"].items():
+        if v is not None:
+            assert boot["mean_gap"][m]["estimate"] == pytest.approx(v)
+    assert set(boot["brief_minus"]) == {"cf", "judge:no-behavior"}
     text = (tmp_path / "report.md").read_text()
     assert "simulated" in text and "Mean gap per logging seed" in text
+    assert "Paired bootstrap over users" in text
+
+
+def test_brief_offline_cuts_only_sasrec_training_and_says_so():
+    from recjudge.bench._offline import OfflineConfig, _sasrec_note, untrained_system
+
+    cfg = OfflineConfig(systems=("als", "sasrec"), sasrec_epochs=7)
+    assert untrained_system(cfg, "sasrec").config.epochs == 7
+    assert untrained_system(cfg, "als").config == type(untrained_system(cfg, "als").config)()
+    assert "SASRec 7 epochs" in _sasrec_note(cfg)
+    assert _sasrec_note(cfg.model_copy(update={"systems": ("als",)})) == ""
+    with pytest.raises(ValueError):
+        OfflineConfig(sasrec_epochs=0)
+
+
+def test_brief_offline_systems_train_once_then_load(ml100k, tmp_path, monkeypatch):
+    from recjudge.bench._offline import OfflineConfig, trained_system
+    from recjudge.data import timeline_split
+
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
+    cfg = OfflineConfig(data="ml-100k")
+    past, _ = timeline_split(ml100k.interactions, fraction=cfg.future_fraction)
+    first = trained_system(cfg, ml100k, past, "itemknn")
+    (folder,) = (tmp_path / "cf").iterdir()
+    cls = type(first)
+
+    def no_training(*a, **k):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(cls, "train", no_training)
+    again = trained_system(cfg, ml100k, past, "itemknn")  # loaded from the cache
+    hist = past[past["user_id"] == past["user_id"].iloc[0]]["item_id"].astype(str).tolist()
+    assert again.recommend(hist, 10) == first.recommend(hist, 10)
+    assert list((tmp_path / "cf").iterdir()) == [folder]
+    # Another past (another split) is another model.
+    monkeypatch.undo()
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
+    other = past.iloc[: len(past) // 2]
+    trained_system(cfg, ml100k, other, "itemknn")
+    assert len(list((tmp_path / "cf").iterdir())) == 2
 
 
 def test_seed_interval_by_hand():

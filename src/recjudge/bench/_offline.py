@@ -23,6 +23,7 @@ from pydantic import ConfigDict, Field
 
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
+from recjudge.bench._offline_stats import user_bootstrap
 
 KS = (10, 20)
 
@@ -102,6 +103,8 @@ class OfflineConfig(JudgeSampling):
         data: dataset.
         users: users sampled among those with at least ``min_future`` future items.
         systems: recommenders (CF model names) trained on the past; every pair is compared.
+        sasrec_epochs: epochs when SASRec is one of the systems (its 200-epoch default takes
+            ~5000 s on a 2-core CPU; the report names the cut).
         alpha: popularity exponent of the logging policy.
         future_fraction: last fraction of each timeline = the online truth.
         positive_rating: only future items rated at least this count as relevant (None:
@@ -115,6 +118,8 @@ class OfflineConfig(JudgeSampling):
             simulated log with its own gap, and the report gives the mean gap over them with
             a 95 % t-interval (the recommenders are trained once: the past does not depend on
             the log). None: ``(seed,)``.
+        bootstrap: resamples of the paired user bootstrap of the gaps
+            (``_offline_stats.user_bootstrap``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -123,6 +128,7 @@ class OfflineConfig(JudgeSampling):
     data: str = "ml-1m"
     users: int = Field(30, ge=1)
     systems: tuple[str, ...] = ("pop", "itemknn", "als", "bpr")
+    sasrec_epochs: int = Field(30, ge=1)
     alpha: float = Field(1.0, ge=0)
     future_fraction: float = Field(0.2, gt=0, lt=1)
     min_future: int = Field(5, ge=1)
@@ -134,6 +140,7 @@ class OfflineConfig(JudgeSampling):
     seed: int = 0
     logging_seeds: tuple[int, ...] | None = Field(None, min_length=1)
     decode_rows: int = Field(8, ge=1)
+    bootstrap: int = Field(1000, ge=10)
 
     def log_seeds(self) -> tuple[int, ...]:
         """The logging seeds in effect."""
@@ -190,23 +197,51 @@ def _simulate_log(config: OfflineConfig, ds: Any, log_seed: int) -> _Log:
     return _Log(past, {u: online[u] for u in users}, {u: logged[u] for u in users}, users, hist)
 
 
+def untrained_system(config: OfflineConfig, name: str) -> Any:
+    """A recommender under test with its default settings, but SASRec cut to
+    ``config.sasrec_epochs``."""
+    from recjudge.cf_models import MODELS
+
+    cls = MODELS.get(name)
+    return cls(cls.Config(epochs=config.sasrec_epochs) if name == "sasrec" else cls.Config())
+
+
+def trained_system(config: OfflineConfig, ds: Any, past: Any, name: str) -> Any:
+    """A recommender under test trained on the past, once per (model settings, data, past,
+    seed); a resumed or extended run loads it from ``$RECJUDGE_CACHE/cf`` (SASRec trains for
+    minutes). A folder that does not load (an interrupted save) is trained again."""
+    import shutil
+
+    from recjudge._util import cache_dir, stable_hash
+    from recjudge.cf_models import SideInfo, TrainOptions, load_model
+
+    model = untrained_system(config, name)
+    tag = stable_hash(
+        name, model.config.model_dump(), config.data, len(past), config.future_fraction,
+        config.seed, length=10,
+    )  # fmt: skip
+    path = cache_dir() / "cf" / f"{name}-{config.data}-past-{tag}"
+    if (path / "model.json").exists():
+        try:
+            return load_model(path)
+        except (FileNotFoundError, ValueError):  # CFModelError: a half-written folder
+            shutil.rmtree(path, ignore_errors=True)
+    items = ds.items["item_id"].astype(str).tolist()
+    model.train(past, TrainOptions(seed=config.seed, progress=False), items=items,
+                side=SideInfo.of(ds))  # fmt: skip
+    model.save(path)
+    return model
+
+
 def _train_runs(config: OfflineConfig, ds: Any, logs: Sequence[_Log]) -> list[Any]:
     """The recommenders under test, trained on the past (the same under every log), as runs
     (top ``max(KS)``) for the users of every log."""
-    from recjudge.cf_models import MODELS, SideInfo, TrainOptions
     from recjudge.evaluators import RecRun, RunCheck
 
-    items = ds.items["item_id"].astype(str).tolist()
+    hist = {u: h for log in logs for u, h in log.hist.items()}
     runs = []
     for name in config.systems:
-        cls = MODELS.get(name)
-        model = cls(cls.Config()).train(
-            logs[0].past,
-            TrainOptions(seed=config.seed, progress=False),
-            items=items,
-            side=SideInfo.of(ds),
-        )
-        hist = {u: h for log in logs for u, h in log.hist.items()}
+        model = trained_system(config, ds, logs[0].past, name)
         lists = {u: model.recommend(hist[u], max(KS)) for u in hist}
         scores = {u: [float(len(v) - r) for r in range(len(v))] for u, v in lists.items()}
         runs.append(RecRun(name, f"(trained on the past: {name})", lists, scores, RunCheck()))
@@ -271,14 +306,18 @@ def _impute_all(
     return imputed, made
 
 
-def _system_metrics(
+METRICS = tuple(ranking_metrics([0], 1))  # the columns of the per-user arrays
+
+
+def per_user_metrics(
     runs: list, log: _Log, truth: str, imputed: Mapping[str, Mapping]
-) -> dict[str, dict[str, float]]:
-    """Mean ranking metrics per system against the online truth, the logged truth, or the
-    logged truth plus an imputer's labels."""
+) -> dict[str, np.ndarray]:
+    """Per system, the ranking metrics of every user (``[users, METRICS]``, users in
+    ``log.users`` order) against the online truth, the logged truth, or the logged truth plus
+    an imputer's labels."""
     out = {}
     for run in runs:
-        per_user = []
+        rows = []
         for u in log.users:
             lg, online, lst = set(log.logged[u]), set(log.online[u]), run.rankings[u]
             if truth == "online":
@@ -289,9 +328,17 @@ def _system_metrics(
                 lab = imputed[truth]
                 rel = [int(i in lg or lab.get((u, i), False)) for i in lst]
                 n_rel = len(lg) + sum(1 for i in lst if i not in lg and lab.get((u, i), False))
-            per_user.append(ranking_metrics(rel, n_rel))
-        out[run.name] = {k: float(np.mean([p[k] for p in per_user])) for k in per_user[0]}
+            m = ranking_metrics(rel, n_rel)
+            rows.append([m[k] for k in METRICS])
+        out[run.name] = np.asarray(rows, dtype=float)
     return out
+
+
+def _means(per_user: Mapping[str, np.ndarray]) -> dict[str, dict[str, float]]:
+    """Mean metrics per system."""
+    return {
+        s: dict(zip(METRICS, map(float, a.mean(axis=0)), strict=True)) for s, a in per_user.items()
+    }
 
 
 def _imputer_accuracy(
@@ -330,11 +377,14 @@ def seed_interval(values: Sequence[float | None]) -> dict[str, float | int | Non
 
 def _seed_result(
     config: OfflineConfig, runs: list, log: _Log, imputed: Mapping[str, Mapping]
-) -> dict[str, Any]:
-    """One simulated log: online and offline metrics per system, the gap per method."""
-    online = _system_metrics(runs, log, "online", imputed)
-    methods = ["logged", *imputed]
-    offline = {m: _system_metrics(runs, log, m, imputed) for m in methods}
+) -> tuple[dict[str, Any], dict[str, dict[str, np.ndarray]]]:
+    """One simulated log: online and offline metrics per system, the gap per method; and the
+    per-user metrics under every truth (for the user bootstrap)."""
+    truths = ["online", "logged", *imputed]
+    per_user = {t: per_user_metrics(runs, log, t, imputed) for t in truths}
+    online = _means(per_user["online"])
+    offline = {m: _means(per_user[m]) for m in truths[1:]}
+    methods = truths[1:]
     # Recall needs the number of relevant items, which imputation cannot know (BRIEF, 4.2):
     # it stays in the per-system tables as information, never in a gap.
     online_gap = {
@@ -357,7 +407,7 @@ def _seed_result(
         "gap": gaps,
         "mean_gap": mean_gap,
         "imputers": _imputer_accuracy(imputed, log.online),
-    }
+    }, per_user
 
 
 def _over_seeds(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
@@ -412,7 +462,7 @@ def bench_brief_offline(
         SideInfo.of(ds),
     )
     judges = _imputer_judges(config, ds, first.past, cf, llm)
-    per_seed, imputed = {}, {}
+    per_seed, imputed, per_user = {}, {}, {}
     made = {"judged_now": 0, "requests": 0, "passes": 0}
     t_judge = time.time()
     with ResultsStore(out / "store.sqlite") as store:
@@ -421,7 +471,7 @@ def bench_brief_offline(
                 config, ds, log, runs, cf, judges, store, out / "impute" / f"seed-{s}", progress
             )
             made = {k: made[k] + m[k] for k in made}
-            per_seed[s] = _seed_result(config, runs, log, imputed[s])
+            per_seed[s], per_user[s] = _seed_result(config, runs, log, imputed[s])
     t_judge = time.time() - t_judge
     pooled = {m: {k: v for lab in imputed.values() for k, v in lab[m].items()}
               for m in next(iter(imputed.values()))}  # fmt: skip
@@ -432,6 +482,9 @@ def bench_brief_offline(
         "logging_seeds": list(logs),
         "users": users,
         **_over_seeds(per_seed),
+        "user_bootstrap": user_bootstrap(
+            list(per_user.values()), config.systems, METRICS, config.bootstrap, config.seed
+        ),
         "imputers": _imputer_accuracy(pooled, online),
         "seeds": {str(s): r for s, r in per_seed.items()},
         "wall_seconds": round(time.time() - t0, 1),
@@ -463,6 +516,13 @@ def _fmt(v: Any, nd: int = 3) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+def _sasrec_note(config: OfflineConfig) -> str:
+    """The training cut of SASRec, when it is a system (a deviation the header names)."""
+    if "sasrec" not in config.systems:
+        return ""
+    return f" (SASRec {config.sasrec_epochs} epochs, not its default 200: a CPU cut)"
+
+
 def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple]) -> list[str]:
     metrics = list(next(iter(r["gap"].values())))
     seeds = r["seeds"]
@@ -482,7 +542,8 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
         f"timeline (ratings >= {config.positive_rating}) is the online truth; a popularity-biased "
         f"logging policy (alpha {config.alpha}) kept {100 * share:.1f} % of it as logged "
         f"feedback (mean over seeds). Recommenders {', '.join(config.systems)} trained on the "
-        f"past; {len(pairs)} pairs. Imputers label top-{max(KS)} items without logged feedback: "
+        f"past{_sasrec_note(config)}; {len(pairs)} pairs. Imputers label top-{max(KS)} items "
+        "without logged feedback: "
         f"CF = `{config.cf}` on positive past interactions (sigma > 0); judges = "
         f"`{config.model}` ({', '.join(config.judges)}), beta {config.beta}. Wall time "
         f"{r['wall_seconds']} s, of which imputing {r['judging_seconds']} s: "
@@ -513,6 +574,7 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
             lines.append(
                 f"| {m} | " + " | ".join(_fmt(v["mean_gap"][m], 1) for v in seeds.values()) + " |"
             )
+    lines += _bootstrap_lines(r["user_bootstrap"])
     s0, first = next(iter(seeds.items()))
     lines += ["", f"Metric values under logging seed {s0} (online truth, then each offline "
               "method; every seed's are in results.json):", ""]  # fmt: skip
@@ -533,6 +595,36 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
             f"precision {a['precision_vs_online']:.3f}, recall {a['recall_vs_online']:.3f}"
         )
     lines += ["", "![gap per metric](gap.png)"]
+    return lines
+
+
+def _bootstrap_lines(b: Mapping[str, Any]) -> list[str]:
+    """The paired user bootstrap: each method's mean gap, imputers against the logged data,
+    BRIEF against the other imputers."""
+
+    def ci(c: Mapping[str, Any]) -> str:
+        return f"{_fmt(c['estimate'], 1)} [{_fmt(c['lo'], 1)}, {_fmt(c['hi'], 1)}]"
+
+    def seeds(c: Mapping[str, Any]) -> str:
+        return " / ".join(_fmt(v, 1) for v in c["per_seed"])
+
+    lines = [
+        "",
+        f"**Paired bootstrap over users** ({b['draws']} resamples: users drawn with "
+        "replacement within each logging seed, the same draw for every method, gaps averaged "
+        "over seeds). A difference below 0 means the first method's offline lifts are closer "
+        "to the online ones; a CI that excludes 0 separates the two methods on these users "
+        "and logs (the t-interval above is the spread over logs).",
+        "",
+        "| method | mean gap [95 % CI] | minus logged [95 % CI] | minus logged, per seed |",
+        "|---|---|---|---|",
+    ]
+    for m, c in b["mean_gap"].items():
+        d = b["minus_logged"].get(m)
+        lines.append(f"| {m} | {ci(c)} | {ci(d) if d else '-'} | {seeds(d) if d else '-'} |")
+    if b["brief_minus"]:
+        lines += ["", "| judge:brief minus | difference [95 % CI] | per seed |", "|---|---|---|"]
+        lines += [f"| {m} | {ci(c)} | {seeds(c)} |" for m, c in b["brief_minus"].items()]
     return lines
 
 
