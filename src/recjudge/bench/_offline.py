@@ -536,10 +536,11 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
         "table (imputation cannot know the number of relevant items); it is listed in the "
         "per-system tables only. Judge decoding: " + config.sampling_note() + ".",
         "",
-        f"{len(r['users'])} users over {len(seeds)} logging seed(s) "
-        f"({', '.join(seeds)}; users sampled with seed {config.seed} among those with a logged "
-        f"positive under each log); the last {int(config.future_fraction * 100)} % of each "
-        f"timeline (ratings >= {config.positive_rating}) is the online truth; a popularity-biased "
+        f"{config.users} users per logging seed, {len(r['users'])} distinct over "
+        f"{len(seeds)} seed(s) ({', '.join(seeds)}; users sampled with seed {config.seed} "
+        f"among those with a logged positive under each log); the last "
+        f"{int(config.future_fraction * 100)} % of each timeline (ratings >= "
+        f"{config.positive_rating}) is the online truth; a popularity-biased "
         f"logging policy (alpha {config.alpha}) kept {100 * share:.1f} % of it as logged "
         f"feedback (mean over seeds). Recommenders {', '.join(config.systems)} trained on the "
         f"past{_sasrec_note(config)}; {len(pairs)} pairs. Imputers label top-{max(KS)} items "
