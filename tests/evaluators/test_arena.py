@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -22,6 +23,8 @@ from recjudge.evaluators import (
     system_q,
     urd,
 )
+from recjudge.evaluators._arena_metrics import OPTIONS
+from recjudge.evaluators._arena_prompts import ABSOLUTE
 
 
 def rec(a, b, v, aspect="overall", u="1"):
@@ -156,6 +159,37 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
     assert both["reference_q"] == r["reference_q"]  # the headline stays the paper's order
     assert set(both["swap_rules"]) == {"tie", "keep"}
     assert both["swap_rules"]["keep"]["overall"]["itemknn"]["n"] == 2
+
+    # A title-free checkpoint carries the verdicts (not the analyses) to a fresh store,
+    # and the run there needs no model.
+    from recjudge.reward import ResultsStore, export_portable, import_portable
+
+    n = export_portable(tmp_path / "store.sqlite", tmp_path / "ck.gz")
+    assert (n.results, n.left_out) == (4, 0)  # two orders, an absolute rating per system
+    text = gzip.decompress((tmp_path / "ck.gz").read_bytes()).decode()
+    with ResultsStore(tmp_path / "store.sqlite") as store:
+        rows = list(store.rows())
+    pairwise = [r["result"]["value"] for r in rows if "overall" in r["result"]["value"]]
+    assert len(pairwise) == 2 and all(v["analysis"] for v in pairwise)  # stored, not exported
+    assert '"analysis"' not in text
+    closed = {*OPTIONS, *ABSOLUTE}  # every exported value is a closed verdict or rating
+    exported = [json.loads(x)["result"]["value"] for x in text.splitlines()[1:]]
+    assert all(set(v.values()) <= closed for v in exported)
+    assert '"user_id"' not in text and '"system_a"' not in text  # no request
+    fresh = tmp_path / "fresh"
+    assert import_portable(tmp_path / "ck.gz", fresh / "store.sqlite").results == 4
+
+    class NoModel:  # any model call fails the test
+        def __getattr__(self, name):
+            raise AssertionError(f"the model was used ({name})")
+
+    resumed = run_arena(
+        cfg.model_copy(update={"both_orders": True}), "ml-100k", fresh, llm=NoModel(),
+        progress=False,
+    )  # fmt: skip
+    assert resumed["reference_q"] == r["reference_q"]
+    assert resumed["order_flip_rate"] == both["order_flip_rate"]
+    assert resumed["absolute_score"] == r["absolute_score"]
 
 
 def test_reference_design_judges_each_system_against_the_reference_in_position_a():

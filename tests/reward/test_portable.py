@@ -18,6 +18,7 @@ from recjudge.reward import (
     sweep_into_store,
 )
 from recjudge.reward._portable import portable_decision, portable_result
+from recjudge.reward._stored import PORTABLE_FORM
 
 PAIRS = [("1", "Toy Story (1995)", 0.9), ("1", "Heat (1995)", -0.8), ("2", "Fargo (1996)", 0.05)]
 
@@ -88,6 +89,17 @@ def test_answers_that_name_items_are_left_out():
     rec = {"branches": ["YES", "NO"], "chosen": "NO", "steps": [], "shown": 3, "dropped": 0}
     assert portable_decision(rec | {"text": '{"evidence": [], "is_relevant": "NO"}'}) is not None
     assert portable_decision(rec | {"text": cited}) is None
+
+
+def test_an_evaluator_answer_is_exported_only_through_its_declared_form():
+    answer = {"value": {"analysis": {"accuracy": "Heat (1995) fits"}, "overall": "Tie"},
+              "branches": ["A wins", "B wins", "Tie"], "p": [0.1, 0.2, 0.7]}  # fmt: skip
+    assert portable_result(answer) is None  # free text and no declared form
+    assert portable_result({"text": "a persona naming Heat (1995)"}) is None
+    form = {"value": {"overall": "Tie"}, "branches": answer["branches"], "p": answer["p"]}
+    kept = portable_result(answer | {PORTABLE_FORM: form})
+    assert kept == form | {PORTABLE_FORM: form}  # re-exported the same from an import
+    assert "Heat" not in json.dumps(kept)
 
 
 def test_a_damaged_or_foreign_checkpoint_is_a_clear_error(tmp_path):

@@ -218,6 +218,13 @@ def _prepare(config: ArenaConfig, data: str) -> tuple[_Arena, dict[str, Any], li
     return arena, offline, users
 
 
+def _verdicts_only(result: dict[str, Any]) -> dict[str, Any]:
+    """A comparison's title-free form for checkpoints: its closed verdicts (or rating) and
+    their probabilities, without the free-text analyses, which may name items."""
+    value = {k: v for k, v in result["value"].items() if k != "analysis"}
+    return {"value": value, "branches": result["branches"], "p": result["p"]}
+
+
 def _asks(arena: _Arena, sampling: Any) -> list[Any]:
     """Every stored question: one per (user, order), and the absolute ratings."""
     from recjudge.decoding import Choice, Verdicts
@@ -246,7 +253,7 @@ def _asks(arena: _Arena, sampling: Any) -> list[Any]:
             ARENA_PROMPT_VERSION, c.model, msgs, sampling.key(), schema.key(), length=32
         )
         req = {"user_id": u, "system_a": a, "system_b": b}
-        asks.append(StoredAsk(key, req, msgs, schema, default_result))
+        asks.append(StoredAsk(key, req, msgs, schema, default_result, _verdicts_only))
     if c.absolute:
         rating = Choice(ABSOLUTE, answer_key="rating")
         for u, s in itertools.product(arena.users, sorted(c.system_names)):
@@ -255,7 +262,7 @@ def _asks(arena: _Arena, sampling: Any) -> list[Any]:
             )
             key = stable_hash(ARENA_PROMPT_VERSION, "absolute", c.model, msgs, length=32)
             req = {"user_id": u, "system": s, "absolute": True}
-            asks.append(StoredAsk(key, req, msgs, rating, default_result))
+            asks.append(StoredAsk(key, req, msgs, rating, default_result, _verdicts_only))
     return asks
 
 

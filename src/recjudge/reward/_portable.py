@@ -12,11 +12,16 @@ item or a user:
   scores at each decision step), from which every bias setting is replayed without the model.
 
 Rows that would carry text (answers with evidence) are left out and counted, so the run
-judges them again. A row is tied to its request by its key alone (a sha256 over the prompt
-version, the settings, the dtype, the request's ids, texts and history), so an imported row is
-used exactly when a later run asks the same question with the same settings; a judgment
-whose key names a CF model is reused only if that model is identical (a retrained one gives
-new keys, and its verdicts are replayed from the decision records). ``Judge.judge_many``
+judges them again. An evaluator's closed question (``StoredAsk``) is exported only through
+the title-free form it declared when it was stored (``StoredAsk.portable``: e.g. an arena
+comparison's verdicts and probabilities without its free-text analyses); other free-text
+answers (personas, summaries, interests) are left out.
+
+A row is tied to its request by its key alone (a sha256 over the prompt version, the
+settings, the dtype, the request's ids, texts and history), so an imported row is used
+exactly when a later run asks the same question with the same settings; a judgment whose key
+names a CF model is reused only if that model is identical (a retrained one gives new keys,
+and its verdicts are replayed from the decision records). ``Judge.judge_many``
 puts the request's ids back when it reads an imported judgment.
 """
 
@@ -63,7 +68,15 @@ def _title_free(text: Any) -> bool:
 
 
 def portable_result(result: dict[str, Any]) -> dict[str, Any] | None:
-    """A judgment without its ids, or None if its answer holds item text."""
+    """A judgment without its ids, an evaluator answer's declared title-free form, or None
+    if the answer holds item text."""
+    from recjudge.reward._stored import PORTABLE_FORM
+
+    if PORTABLE_FORM in result:  # declared by the question itself (StoredAsk.portable)
+        form = result[PORTABLE_FORM]
+        return {**form, PORTABLE_FORM: form} if isinstance(form, dict) else None
+    if "value" in result:  # an evaluator's answer with no declared form: free text
+        return None
     if (
         result.get("evidence")
         or result.get("evidence_ids")
@@ -142,6 +155,7 @@ def import_portable(path: str | Path, store: str | Path) -> PortableCount:
     (``user_id``/``candidate_id`` null): the judge fills them from the request that asks
     for the key."""
     from recjudge.reward._store import ResultsStore, decisions_path
+    from recjudge.reward._stored import PORTABLE_FORM
 
     path, store = Path(path), Path(store)
     rows = _read(path)
@@ -161,7 +175,7 @@ def import_portable(path: str | Path, store: str | Path) -> PortableCount:
                     present += 1
                     continue
                 res = r["result"]
-                if table == "results":
+                if table == "results" and PORTABLE_FORM not in res:  # a judgment
                     res = {**res, "user_id": None, "candidate_id": None, "evidence": []}
                 new.append((r["key"], origin, res))
             written[table] = s.put_many(new)

@@ -27,6 +27,10 @@ class StoredAsk:
         schema: the grammar the answer follows (``None`` for free text).
         result: turns the answer into the stored result (a JSON-safe dict; default:
             ``default_result``).
+        portable: the stored result's title-free form (closed verdicts, probabilities; no
+            free text, request or id), kept beside it under ``PORTABLE_FORM`` so that
+            ``recjudge store export`` can carry the answer to another machine; ``None``
+            (the default): the answer is never exported and a resumed run asks it again.
     """
 
     key: str
@@ -34,6 +38,17 @@ class StoredAsk:
     messages: list[dict[str, str]]
     schema: Schema | None = None
     result: Callable[[ConstrainedOutput], dict[str, Any]] | None = None
+    portable: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+#: The key of a stored result's title-free form (``StoredAsk.portable``).
+PORTABLE_FORM = "portable_form"
+
+
+def _with_portable(ask: StoredAsk, result: dict[str, Any]) -> dict[str, Any]:
+    if ask.portable is None:
+        return result
+    return {**result, PORTABLE_FORM: ask.portable(result)}
 
 
 def default_result(answer: ConstrainedOutput) -> dict[str, Any]:
@@ -132,7 +147,10 @@ def ask_stored(
             sampling=sampling,
             decode_rows=decode_rows or batch_size,
         )
-        return [(q.result or default_result)(o) for q, o in zip(part, outs, strict=True)]
+        return [
+            _with_portable(q, (q.result or default_result)(o))
+            for q, o in zip(part, outs, strict=True)
+        ]
 
     order = by_prompt_length(llm) if sort_by_length else None
     return run_stored(
