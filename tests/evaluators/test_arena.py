@@ -16,8 +16,12 @@ from recjudge.evaluators import (
     bradley_terry,
     combine_orders,
     ndcg_at,
+    order_flip_ci,
+    order_flip_rate,
     pair_counts,
     q_score,
+    reference_q,
+    reference_q_ci,
     run_arena,
     summarize,
     system_q,
@@ -144,8 +148,10 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
     assert "against the reference **pop** in position A" in report
     assert "Deviations from the paper:** an absolute 5-level rating" in report
     assert 0.0 <= r["offline"]["pop"]["auc"] <= 1.0
+    assert r["cost"]["questions"] == r["cost"]["asked_now"] == 3  # one order, 2 ratings
+    assert "questions asked in this run" in report and "Q 95 % CI (users)" in report
     again = run_arena(cfg, "ml-100k", tmp_path, llm=smollm, progress=False)  # resumes: no work
-    assert again["reference_q"] == r["reference_q"]
+    assert again["reference_q"] == r["reference_q"] and again["cost"]["asked_now"] == 0
     # The control judges the swapped order too (the stored first order is reused).
     both = run_arena(
         cfg.model_copy(update={"both_orders": True, "absolute": False}),
@@ -286,6 +292,38 @@ def test_embedding_similarity_is_cosine():
     assert sim("a", "b") == pytest.approx(1.0) and sim("a", "c") == pytest.approx(0.0)
     assert urd(["a", "b", "c"], sim) == pytest.approx(1 - 1 / 3)
     assert sim("a", "zzz") == 0.0
+
+
+def _vs_reference(verdicts, system="x"):
+    """One overall record per user: the reference in position A against ``system``."""
+    return [rec("ref", system, v, u=str(i)) for i, v in enumerate(verdicts)]
+
+
+def test_reference_q_ci_brackets_q_and_collapses_when_every_user_agrees():
+    # From x's side: 12 wins (reference loses), 4 ties, 4 losses: Q = 16 / 8 = 2.
+    mixed = _vs_reference(["B wins"] * 12 + ["Tie"] * 4 + ["A wins"] * 4)
+    assert reference_q(mixed, "ref")["x"]["q"] == 2.0
+    lo, hi = reference_q_ci(mixed, "ref", n=500)["x"]
+    assert lo < 2.0 < hi
+    assert reference_q_ci(_vs_reference(["Tie"] * 10), "ref", n=200)["x"] == (1.0, 1.0)
+    # Q is undefined (no lose or tie) in every draw: no interval rather than inf.
+    assert reference_q_ci(_vs_reference(["B wins"] * 10), "ref", n=200)["x"] is None
+
+
+def test_order_flip_ci_resamples_users_not_records():
+    both = []
+    for i in range(20):  # users 0-9 flip (A wins in both orders), 10-19 agree
+        u = str(i)
+        both += [
+            rec("ref", "x", "A wins", u=u),
+            rec("x", "ref", "A wins" if i < 10 else "B wins", u=u),
+        ]
+    assert order_flip_rate(both) == 0.5
+    lo, hi = order_flip_ci(both, n=500)
+    assert 0.2 < lo < 0.5 < hi < 0.8
+    flips = [r for r in both if int(r["user_id"]) < 10]
+    assert order_flip_ci(flips, n=100) == (1.0, 1.0)  # a drawn user twice is two pairs
+    assert order_flip_ci(both[:1], n=100) is None  # one order only: no flip rate
 
 
 def test_order_flip_rate_counts_each_pair_once_under_both_swap_rules():

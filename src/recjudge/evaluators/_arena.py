@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,8 +30,10 @@ from recjudge.evaluators._arena_metrics import (
     OPTIONS,
     SWAP_RULES,
     correlations,
+    order_flip_ci,
     order_flip_rate,
     reference_q,
+    reference_q_ci,
     summarize,
     swap_rule_records,
 )
@@ -297,6 +300,9 @@ def _summaries(
         primary = [r for r in records if r["system_a"] == ref]  # the paper's one order
     summary = summarize(primary, auc, config.bootstrap, config.seed, reference=ref)
     summary["order_flip_rate"] = order_flip_rate(records)
+    summary["order_flip_ci"] = order_flip_ci(records, config.bootstrap, config.seed)
+    if ref is not None:
+        summary["reference_q_ci"] = reference_q_ci(primary, ref, config.bootstrap, config.seed)
     if ref is not None and config.both_orders:
         aspects = summary["pairs"].keys()
         summary["swap_rules"] = {
@@ -333,7 +339,10 @@ def run_arena(
     n_texts = len(ASPECTS) if config.analysis == "per-aspect" else 1
     sampling = SamplingConfig(max_new_tokens=n_texts * config.analysis_chars + 120)
     asks = _asks(arena, sampling)
+    t0 = time.perf_counter()
     with ResultsStore(out / "store.sqlite") as store:
+        keys = list({a.key for a in asks})
+        asked_now = len(keys) - len(store.get_many(keys))
         # Prompts of similar length share a padding bucket, so a batch decodes together.
         done = ask_stored(
             llm,
@@ -345,11 +354,20 @@ def run_arena(
             desc="arena",
             progress=progress,
         )
+    asking = time.perf_counter() - t0
     records, absolute = _records(asks, done)
     with open(out / "verdicts.jsonl", "w", encoding="utf-8") as f:
         for r in records:
             f.write(json.dumps(r) + "\n")
     summary = _summaries(config, records, absolute, offline)
+    wall = time.perf_counter() - t0
+    summary["cost"] = {
+        "wall_seconds": round(wall, 1),
+        "questions": len(keys),
+        "asked_now": asked_now,
+        "asking_seconds": round(asking, 1),
+        "per_second": round(asked_now / asking, 4) if asking > 0 else None,
+    }
     results = {
         "config": config.model_dump(),
         "data": data,

@@ -223,6 +223,63 @@ def bt_bootstrap(
     }
 
 
+def user_bootstrap(
+    records: Sequence[dict[str, Any]],
+    stat: Callable[[list[dict[str, Any]]], dict[str, float | None]],
+    n: int = 1000,
+    seed: int = 0,
+) -> dict[str, tuple[float, float] | None]:
+    """95 % percentile intervals of ``stat`` (name -> value) over users resampled with
+    replacement: a user's comparisons (every system, order and aspect) stay together, since
+    one judge reads one user's profile for all of them. A drawn user's copies are relabelled
+    so that statistics pairing records by user (the order-flip rate) keep them apart.
+    Undefined draws (nan, or Q without a lose or tie) are dropped; a name defined in fewer
+    than half the draws gets ``None``."""
+    by_user: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        by_user.setdefault(str(r["user_id"]), []).append(r)
+    users = sorted(by_user)
+    if not users or n == 0:
+        return {}
+    g = rng("arena-user-bootstrap", seed)
+    draws: dict[str, list[float]] = {}
+    for _ in range(n):
+        sample = [
+            {**r, "user_id": f"{users[i]}#{j}"}
+            for j, i in enumerate(g.integers(0, len(users), len(users)))
+            for r in by_user[users[i]]
+        ]
+        for name, v in stat(sample).items():
+            draws.setdefault(name, [])
+            if v is not None and np.isfinite(v):
+                draws[name].append(float(v))
+    return {
+        name: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5)))
+        if len(v) >= n / 2
+        else None
+        for name, v in draws.items()
+    }
+
+
+def reference_q_ci(
+    records: Sequence[dict[str, Any]], reference: str, n: int = 1000, seed: int = 0
+) -> dict[str, tuple[float, float] | None]:
+    """User-bootstrap 95 % CIs of each system's overall Q against ``reference``."""
+
+    def stat(recs: list[dict[str, Any]]) -> dict[str, float | None]:
+        return {s: c["q"] for s, c in reference_q(recs, reference, "overall").items()}
+
+    return user_bootstrap([r for r in records if r["aspect"] == "overall"], stat, n, seed)
+
+
+def order_flip_ci(
+    records: Sequence[dict[str, Any]], n: int = 1000, seed: int = 0
+) -> tuple[float, float] | None:
+    """User-bootstrap 95 % CI of ``order_flip_rate`` (None when no pair has both orders)."""
+    overall = [r for r in records if r["aspect"] == "overall"]
+    return user_bootstrap(overall, lambda r: {"flip": order_flip_rate(r)}, n, seed).get("flip")
+
+
 def correlations(x: dict[str, float], y: dict[str, float]) -> dict[str, float | None]:
     """Pearson r and Spearman rho between two per-system scores, each with its two-sided
     p-value (the paper reports Pearson with p; with a handful of systems a p-value is what

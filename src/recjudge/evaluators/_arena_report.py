@@ -71,8 +71,18 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
         f"{config.analysis} analysis; {config.history_items} liked history items.",
     ]
     if flip is not None:
+        ci = summary.get("order_flip_ci")
+        band = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}] (95 % CI, users resampled)" if ci else ""
         lines.append(
-            f"Order-flip rate (overall verdict changes when A and B swap): {100 * flip:.1f} %."
+            f"Order-flip rate (overall verdict changes when A and B swap): {100 * flip:.1f} %"
+            f"{band}."
+        )
+    cost = summary.get("cost")
+    if cost:
+        lines.append(
+            f"Wall time {cost['wall_seconds']} s: {cost['asked_now']} of {cost['questions']} "
+            f"questions asked in this run in {cost['asking_seconds']} s ({cost['per_second']} "
+            "per second; the rest were read from the store)."
         )
     devs = config.deviations()
     lines += ["", "**Deviations from the paper:** " + ("; ".join(devs) if devs else "none") + "."]
@@ -87,12 +97,19 @@ def _reference_tables(summary: dict[str, Any]) -> list[str]:
         "",
         f"## Each system against {ref} (Q = (win + tie) / (lose + tie), the system's side)",
         "",
-        "| system | win | tie | lose | Q | " + " | ".join(f"Q {a}" for a in aspects[1:]) + " |",
-        "|---|---|---|---|---|" + "---|" * (len(aspects) - 1),
+        "| system | win | tie | lose | Q | Q 95 % CI (users) | "
+        + " | ".join(f"Q {a}" for a in aspects[1:])
+        + " |",
+        "|---|---|---|---|---|---|" + "---|" * (len(aspects) - 1),
     ]
+    cis = summary.get("reference_q_ci", {})
     for s, c in rq["overall"].items():
         per = " | ".join(_fmt(rq[a].get(s, {}).get("q")) for a in aspects[1:])
-        lines.append(f"| {s} | {c['win']} | {c['tie']} | {c['lose']} | {_fmt(c['q'])} | {per} |")
+        ci = cis.get(s)
+        band = f"[{_fmt(ci[0])}, {_fmt(ci[1])}]" if ci else "-"
+        lines.append(
+            f"| {s} | {c['win']} | {c['tie']} | {c['lose']} | {_fmt(c['q'])} | {band} | {per} |"
+        )
     if "swap_rules" in summary:
         lines += [
             "",
