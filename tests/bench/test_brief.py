@@ -238,6 +238,9 @@ def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
             assert all(any(v.values()) for v in logged.values())  # a logged positive each
             labelled = res["imputers"][f"judge:{mode}"]["labelled"]
             assert labelled == res["imputers"]["cf"]["labelled"] > 0
+            assert res["imputers"]["all-yes"]["labelled"] == labelled  # the no-model reference
+            assert res["imputers"]["all-yes"]["positive_rate"] == 1.0
+            assert res["imputers"]["all-yes"]["recall_vs_online"] in (0.0, 1.0)
             assert labelled == sum(len(qrels[u]) - len(logged[u]) for u in qrels)
             pairs[mode] |= {(u, i) for u in qrels for i in qrels[u] if i not in logged[u]}
         # Recall cannot be computed with imputation (BRIEF 4.2): never in a gap.
@@ -261,7 +264,7 @@ def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
     for m, v in r["mean_gap"].items():
         if v is not None:
             assert boot["mean_gap"][m]["estimate"] == pytest.approx(v)
-    assert set(boot["brief_minus"]) == {"cf", "judge:no-behavior"}
+    assert set(boot["brief_minus"]) == {"all-yes", "cf", "judge:no-behavior"}
     text = (tmp_path / "report.md").read_text()
     assert "simulated" in text and "Mean gap per logging seed" in text
     assert "Paired bootstrap over users" in text

@@ -259,7 +259,8 @@ def _impute_all(
     folder: Path,
     progress: bool,
 ) -> tuple[dict[str, dict[tuple[str, str], bool]], dict[str, int]]:
-    """Labels of every unlogged top-k pair: the CF imputer (sigma > 0) and each judge mode
+    """Labels of every unlogged top-k pair: ``all-yes`` (every pair positive: the
+    no-model reference), the CF imputer (sigma > 0) and each judge mode
     through ``recjudge.evaluators.impute`` (the code ``recjudge impute`` runs), its files in
     ``folder/<mode>``. The store is filled first for all judges together, user by user, so
     the settings that differ only in their bias share one decoding pass per pair
@@ -289,7 +290,12 @@ def _impute_all(
     feedback = Dataset(ds.name + "-logged", fb, ds.items, ds.users, domain=ds.domain)
     icfg = ImputeConfig(k=max(KS), min_rating=None)
     plan = imputation_plan(past_ds, feedback, runs, icfg)
-    imputed = {"cf": {(u, i): cf.sigma(log.hist[u], i, u) > 0 for u, i in plan.pairs}}
+    imputed = {
+        # The reference an imputer must beat to show it discriminates: every unlogged pair
+        # positive (no model). It flattens every system's offline metrics alike.
+        "all-yes": dict.fromkeys(plan.pairs, True),
+        "cf": {(u, i): cf.sigma(log.hist[u], i, u) > 0 for u, i in plan.pairs},
+    }
     if not judges:
         return imputed, {"judged_now": 0, "requests": 0, "passes": 0}
     _, counts, passes, _ = judge_per_user(plan.requests, judges, store, progress, errors="record")
@@ -544,7 +550,8 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
         f"logging policy (alpha {config.alpha}) kept {100 * share:.1f} % of it as logged "
         f"feedback (mean over seeds). Recommenders {', '.join(config.systems)} trained on the "
         f"past{_sasrec_note(config)}; {len(pairs)} pairs. Imputers label top-{max(KS)} items "
-        "without logged feedback: "
+        "without logged feedback: all-yes = every such item positive (no model: what an "
+        "imputer that does not discriminate scores); "
         f"CF = `{config.cf}` on positive past interactions (sigma > 0); judges = "
         f"`{config.model}` ({', '.join(config.judges)}), beta {config.beta}. Wall time "
         f"{r['wall_seconds']} s, of which imputing {r['judging_seconds']} s: "
