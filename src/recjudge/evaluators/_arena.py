@@ -342,7 +342,7 @@ def run_arena(
     t0 = time.perf_counter()
     with ResultsStore(out / "store.sqlite") as store:
         keys = list({a.key for a in asks})
-        asked_now = len(keys) - len(store.get_many(keys))
+        asked_now = len(store.missing(keys))
         # Prompts of similar length share a padding bucket, so a batch decodes together.
         done = ask_stored(
             llm,
