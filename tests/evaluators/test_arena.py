@@ -214,6 +214,18 @@ def test_reference_design_judges_each_system_against_the_reference_in_position_a
         ArenaConfig(systems=("pop", "pop"))
 
 
+def test_report_header_names_the_orders_actually_judged():
+    from recjudge.evaluators._arena_report import _header
+
+    one = "\n".join(_header(ArenaConfig(systems=("pop", "als")), "d", {"reference": "pop"}, 3))
+    assert "one order per user (the paper's protocol)" in one
+    cfg = ArenaConfig(systems=("pop", "als"), both_orders=True)
+    both = "\n".join(_header(cfg, "d", {"reference": "pop"}, 3))
+    assert "judged in both orders" in both and "one order per user" not in both
+    rr = ArenaConfig(systems=("pop", "als"), design="round-robin")
+    assert "every pair in both orders" in "\n".join(_header(rr, "d", {"reference": None}, 3))
+
+
 def test_reference_q_is_from_the_systems_side():
     from recjudge.evaluators import reference_q
 

@@ -56,12 +56,18 @@ def _fmt(v: Any) -> str:
 
 def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> list[str]:
     ref = summary.get("reference")
-    design = (
-        f"each system against the reference **{ref}** in position A, one order per user "
-        "(the paper's protocol)"
-        if ref is not None
-        else "every pair in both orders"
-    )
+    if ref is None:
+        design = "every pair in both orders"
+    elif config.both_orders:
+        design = (
+            f"each system against the reference **{ref}**, judged in both orders (the paper's "
+            f"one order, {ref} in position A, is the headline; the swapped order is the control)"
+        )
+    else:
+        design = (
+            f"each system against the reference **{ref}** in position A, one order per user "
+            "(the paper's protocol)"
+        )
     flip = summary.get("order_flip_rate")
     lines = [
         f"# RecSys Arena ({data}, judge {config.model})",
