@@ -343,6 +343,36 @@ def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
     assert all(n <= 2 for n in judge_rows.groupby("user_id", observed=True).size())
     assert (judge_rows["p_yes"] >= 0).all() and r["added_items"]["none"] == 0
     assert set(r["table"]["pop"]) == {"none", "cf-only", "no-behavior"}
+    # Each method is paired against no augmentation on the same users and seeds.
+    paired = r["paired"]["pop"]
+    assert paired["users"] == 2 and set(paired["minus_none"]) == {"cf-only", "no-behavior"}
+    diff = paired["minus_none"]["no-behavior"]["recall@10"]["estimate"]
+    table = r["table"]["pop"]
+    assert diff == pytest.approx(
+        table["no-behavior"]["recall@10"]["mean"] - table["none"]["recall@10"]["mean"]
+    )
+    assert r["judging"]["requests"] >= r["judging"]["judged_now"] > 0
+    assert "judgments made in this run" in (tmp_path / "report.md").read_text()
+
+
+def test_brief_augment_resumes_without_retraining_or_judging_again(smollm, tmp_path, monkeypatch):
+    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.cf_models import MODELS
+
+    cfg = AugmentConfig(
+        model="smollm2-135m", data="ml-100k", users=2, candidates=3, add=1,
+        methods=("none", "random", "brief"), retrain=("pop",), seeds=2, history_items=10,
+    )  # fmt: skip
+    first = bench_brief_augment(cfg, tmp_path, llm=smollm, progress=False)
+    assert len(list((tmp_path / "retrain").glob("pop-*.json"))) >= 2
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("retrained although the result was kept")
+
+    monkeypatch.setattr(MODELS.get("pop"), "train", refuse)
+    again = bench_brief_augment(cfg, tmp_path, llm=smollm, progress=False)
+    assert again["table"] == first["table"] and again["paired"] == first["paired"]
+    assert again["judging"]["judged_now"] == 0  # every judgment read from the store
 
 
 def test_level_ci_by_hand():

@@ -178,3 +178,9 @@ def test_store_export_and_import_round_trip_and_name_a_bad_file(tmp_path):
     r = run_cli("store", "import", str(src), "--into", str(tmp_path / "x.sqlite"))
     assert r.code == 2 and "store.sqlite: not a gzip checkpoint" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_brief_augment_unknown_method_suggests_the_name():
+    r = run_cli("bench", "brief-augment", "--methods", "none,breif", "--users", "2")
+    assert r.code == 2 and "Traceback" not in r.stderr
+    assert "unknown method 'breif'; did you mean 'brief'?" in r.stderr

@@ -10,6 +10,7 @@ method; greedy judge labels do not depend on it).
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
@@ -54,6 +55,7 @@ class AugmentConfig(JudgeSampling):
         sasrec_epochs: epochs when SASRec is retrained.
         seeds: number of seeds (0..seeds-1).
         cf: candidate generator and sigma source (trained on positive past interactions).
+        bootstrap: user resamples for the paired intervals (``_augment_stats``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -75,6 +77,21 @@ class AugmentConfig(JudgeSampling):
     beta: float = Field(25.0, ge=0)
     seed: int = 0
     decode_rows: int = Field(8, ge=1)
+    bootstrap: int = Field(1000, ge=100)
+
+    @field_validator("methods")
+    @classmethod
+    def _known_methods(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        from recjudge._registry import suggest
+
+        for m in v:
+            if m not in METHODS:
+                near = suggest(m, list(METHODS))
+                hint = f"; did you mean {near[0]!r}?" if near else "."
+                raise ValueError(f"unknown method {m!r}{hint} Choose from {', '.join(METHODS)}")
+        if len(set(v)) != len(v):
+            raise ValueError("a method is listed twice")
+        return v
 
 
 def choose(
@@ -136,20 +153,31 @@ def _world(config: AugmentConfig) -> _World:
 
 def _judge_choices(
     config: AugmentConfig, w: _World, llm: Any, out: Path, progress: bool
-) -> dict[str, dict[str, list[str]]]:
+) -> tuple[dict[str, dict[str, list[str]]], dict[str, Any]]:
     """Per LLM method, the pseudo-positives ``recjudge.evaluators.augment`` adds (the top-M
     YES by p_yes among the candidates; a NO is never added), read back from the dataset
-    folder it writes under ``out/augment/<method>``."""
-    from recjudge.bench._brief import SIMULATORS, judges_for
+    folder it writes under ``out/augment/<method>``. The store is filled first for every
+    method together, user by user, so the methods that differ only in their bias share one
+    decoding pass per candidate (``judge_per_user``); each ``augment`` then reads it back.
+
+    Returns:
+        The choices per method, and the judging cost: ``{"seconds", "judged_now",
+        "requests", "passes", "per_second"}`` (LLM judgments made in this call, requests,
+        decoding passes).
+    """
+    from recjudge.bench._brief import SIMULATORS, judge_per_user, judges_for
     from recjudge.cf_models import item_item_for
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
-    from recjudge.evaluators import RecRun, RunCheck, augment
+    from recjudge.evaluators import RecRun, RunCheck, augment, augment_plan
     from recjudge.reward import Population, ResultsStore
 
     methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
+    cost: dict[str, Any] = {"seconds": 0.0, "judged_now": 0, "requests": 0, "passes": 0,
+                            "per_second": None}  # fmt: skip
     if not methods:
-        return {}
+        return {}, cost
+    t0 = time.time()
     llm = llm or config.judge_llm(config.model)
     past_ds = Dataset(w.ds.name, w.past, w.ds.items, w.ds.users, domain=w.ds.domain)
     run = RecRun(
@@ -167,11 +195,16 @@ def _judge_choices(
     ]
     chosen: dict[str, dict[str, list[str]]] = {}
     ecfg = EvalAugmentConfig(k=config.candidates, top_m=config.add)
+    plan = augment_plan(past_ds, run, ecfg)
     with ResultsStore(out / "store.sqlite") as store:
         population = Population.of(past_ds) if set(methods) & set(SIMULATORS) else None
-        for m, judge in judges_for(config, llm, w.cf, settings, population).items():
+        judges = judges_for(config, llm, w.cf, settings, population)
+        _, counts, passes, _ = judge_per_user(
+            plan.requests, judges, store, progress, errors="record"
+        )
+        for m, judge in judges.items():
             folder = out / "augment" / m
-            augment(judge, past_ds, run, ecfg, folder, store=store, progress=progress)
+            augment(judge, past_ds, run, ecfg, folder, store=store, plan=plan)
             inter = load_dataset(str(folder)).interactions
             added = inter[inter["source"] == "judge"]
             chosen[m] = {u: [] for u in w.users}
@@ -179,7 +212,17 @@ def _judge_choices(
                 added["user_id"].astype(str), added["item_id"].astype(str), strict=True
             ):
                 chosen[m][u].append(i)
-    return chosen
+    seconds = time.time() - t0
+    llm_modes = [m for m, j in judges.items() if j.config.uses_llm()]
+    made = sum(counts[m]["new"] for m in llm_modes)
+    cost = {
+        "seconds": round(seconds, 1),
+        "judged_now": made,
+        "requests": sum(counts[m]["total"] for m in llm_modes),
+        "passes": passes,
+        "per_second": round(made / seconds, 4) if seconds > 0 else None,
+    }
+    return chosen, cost
 
 
 def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) -> dict:
@@ -204,12 +247,33 @@ def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) 
     return {u: choose(u, w.cands[u], scores, positive, config.add) for u in w.users}
 
 
-def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int) -> dict[str, dict]:
-    """Each retrained recommender's metrics on the augmented users' future."""
+#: the retrained recommenders' metrics on the augmented users' future
+METRICS = tuple(f"{m}@{k}" for k in AUG_KS for m in ("recall", "p", "ndcg"))
+
+
+def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int, rec: str,
+             cache: Path) -> np.ndarray:  # fmt: skip
+    """``rec`` retrained on the past plus ``added_by``: its metrics per augmented user
+    ([users, METRICS]). Kept under ``cache`` by content (the recommender's settings, the
+    data split, the users, the seed and the added pairs), so a resumed run skips every
+    retraining it finished, and two methods that add the same items share one."""
+    from recjudge._util import atomic_write_json, stable_hash
     from recjudge.bench._offline import ranking_metrics
     from recjudge.cf_models import MODELS, SideInfo, TrainOptions
 
-    added = [(u, i) for u in w.users for i in added_by[u]]
+    rcls = MODELS.get(rec)
+    rc = rcls.Config(epochs=config.sasrec_epochs) if rec == "sasrec" else rcls.Config()
+    added = sorted((u, i) for u in w.users for i in added_by[u])
+    key = stable_hash(
+        rec, rc.model_dump(), config.data, config.future_fraction, config.min_future,
+        config.positive_rating, len(w.past), w.users, seed, added, METRICS,
+    )  # fmt: skip
+    path = cache / f"{rec}-{key}.json"
+    if path.exists():
+        try:
+            return np.asarray(json.loads(path.read_text())["per_user"], dtype=float)
+        except (ValueError, KeyError):  # a damaged file: retrain
+            pass
     extra = pd.DataFrame(
         {
             "user_id": [u for u, _ in added],
@@ -220,30 +284,47 @@ def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int) -> dic
         }
     )
     train = pd.concat([w.past, extra], ignore_index=True) if added else w.past
-    out = {}
-    for rec in config.retrain:
-        rcls = MODELS.get(rec)
-        rc = rcls.Config(epochs=config.sasrec_epochs) if rec == "sasrec" else rcls.Config()
-        model = rcls(rc).train(
-            train,
-            TrainOptions(seed=seed, progress=False),
-            items=w.items,
-            side=SideInfo.of(w.ds),
-        )
-        per_user = []
-        for u in w.users:
-            # Scored from the augmented history, but only real past interactions are
-            # excluded from the list: an added pseudo-positive that the user really consumes
-            # later must stay recommendable.
-            sc = model.score_history(w.hist[u] + added_by[u], u).astype(float)
-            sc[model.encode(w.hist[u])] = -np.inf
-            lst = [model.items[i] for i in np.argsort(-sc, kind="stable")[: max(AUG_KS)]]
-            per_user.append(
-                ranking_metrics([int(i in w.test[u]) for i in lst], len(w.test[u]), AUG_KS)
-            )
-        keep = [f"{m}@{k}" for k in AUG_KS for m in ("recall", "p", "ndcg")]
-        out[rec] = {k: float(np.mean([p[k] for p in per_user])) for k in keep}
-    return out
+    model = rcls(rc).train(
+        train, TrainOptions(seed=seed, progress=False), items=w.items, side=SideInfo.of(w.ds)
+    )
+    rows = []
+    for u in w.users:
+        # Scored from the augmented history, but only real past interactions are excluded
+        # from the list: an added pseudo-positive that the user really consumes later must
+        # stay recommendable.
+        sc = model.score_history(w.hist[u] + added_by[u], u).astype(float)
+        sc[model.encode(w.hist[u])] = -np.inf
+        lst = [model.items[i] for i in np.argsort(-sc, kind="stable")[: max(AUG_KS)]]
+        m = ranking_metrics([int(i in w.test[u]) for i in lst], len(w.test[u]), AUG_KS)
+        rows.append([m[k] for k in METRICS])
+    per_user = np.asarray(rows, dtype=float)
+    cache.mkdir(parents=True, exist_ok=True)
+    # Numbers only (no ids or titles): the file can travel with a checkpoint.
+    atomic_write_json(path, {"recommender": rec, "seed": seed, "metrics": list(METRICS),
+                             "per_user": per_user.tolist()})  # fmt: skip
+    return per_user
+
+
+def _retrain_all(
+    config: AugmentConfig, w: _World, judged: Mapping[str, dict], out: Path, progress: bool
+) -> dict[str, dict[str, list[np.ndarray]]]:
+    """Per recommender and method, one [users, METRICS] array per seed (``_retrain``)."""
+    jobs = [(s, m, r) for s in range(config.seeds) for m in config.methods for r in config.retrain]
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(jobs), desc="retrain", unit="model")
+    runs: dict[str, dict[str, list[np.ndarray]]] = {}
+    for seed, method, rec in jobs:
+        added_by = judged.get(method) or _heuristic_choice(config, w, method, seed)
+        per_user = _retrain(config, w, added_by, seed, rec, out / "retrain")
+        runs.setdefault(rec, {}).setdefault(method, []).append(per_user)
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return runs
 
 
 def bench_brief_augment(
@@ -254,43 +335,41 @@ def bench_brief_augment(
 ) -> dict[str, Any]:
     """Run the augmentation experiment; write report.md, results.json and augment.png. The
     LLM methods label through ``recjudge.evaluators.augment`` (the code ``recjudge augment``
-    runs; its dataset folders are under ``out/augment/<method>``)."""
+    runs; its dataset folders are under ``out/augment/<method>``); the judgments are kept in
+    ``out/store.sqlite`` and each retraining's per-user metrics under ``out/retrain``, so an
+    interrupted run resumes where it stopped."""
+    from recjudge.bench._augment_stats import augment_comparisons
     from recjudge.reporting import write_report
 
-    unknown = set(config.methods) - set(METHODS)
-    if unknown:
-        raise ValueError(f"unknown methods {sorted(unknown)}; choose from {list(METHODS)}")
     t0 = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     w = _world(config)
-    judged = _judge_choices(config, w, llm, out, progress)
-    results: dict[str, dict[str, list[dict[str, float]]]] = {}
+    judged, judging = _judge_choices(config, w, llm, out, progress)
     added_hits: dict[str, float] = {}
     added_count: dict[str, int] = {}
-    for seed in range(config.seeds):
-        for method in config.methods:
-            added_by = judged.get(method) or _heuristic_choice(config, w, method, seed)
-            if seed == 0:
-                added = [(u, i) for u in w.users for i in added_by[u]]
-                added_count[method] = len(added)
-                added_hits[method] = (
-                    sum(i in w.test[u] for u, i in added) / len(added) if added else 0.0
-                )
-            for rec, metrics in _retrain(config, w, added_by, seed).items():
-                results.setdefault(rec, {}).setdefault(method, []).append(metrics)
+    for method in config.methods:  # what each method adds (the random one: seed 0's draw)
+        added_by = judged.get(method) or _heuristic_choice(config, w, method, 0)
+        added = [(u, i) for u in w.users for i in added_by[u]]
+        added_count[method] = len(added)
+        added_hits[method] = sum(i in w.test[u] for u, i in added) / len(added) if added else 0.0
+    t_retrain = time.time()
+    runs = _retrain_all(config, w, judged, out, progress)
+    t_retrain = time.time() - t_retrain
     table = {
         rec: {
             method: {
                 k: {
-                    "mean": float(np.mean([r[k] for r in runs])),
-                    "sd": float(np.std([r[k] for r in runs], ddof=1)) if len(runs) > 1 else 0.0,
+                    "mean": float(np.mean([a[:, j].mean() for a in arrs])),
+                    "sd": float(np.std([a[:, j].mean() for a in arrs], ddof=1))
+                    if len(arrs) > 1
+                    else 0.0,
                 }
-                for k in runs[0]
+                for j, k in enumerate(METRICS)
             }
-            for method, runs in by_method.items()
+            for method, arrs in by_method.items()
         }
-        for rec, by_method in results.items()
+        for rec, by_method in runs.items()
     }
     res_all = {
         "config": config.model_dump(),
@@ -298,6 +377,12 @@ def bench_brief_augment(
         "added_items_in_future_share": added_hits,
         "added_items": added_count,
         "table": table,
+        "paired": {
+            rec: augment_comparisons(by_method, METRICS, config.bootstrap, config.seed)
+            for rec, by_method in runs.items()
+        },
+        "judging": judging,
+        "retrain_seconds": round(t_retrain, 1),
         "wall_seconds": round(time.time() - t0, 1),
     }
     _plot(table, out / "augment.png", config)
@@ -318,7 +403,9 @@ def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
         f"{', '.join(config.retrain)}; test = "
         f"the users' future items rated >= {config.positive_rating} (last "
         f"{int(config.future_fraction * 100)} % of each timeline); judge `{config.model}`, beta "
-        f"{config.beta}; mean +- sd over {config.seeds} seeds. Wall time {r['wall_seconds']} s.",
+        f"{config.beta}; mean +- sd over {config.seeds} seeds.",
+        "",
+        _cost_note(r),
         "",
         "Items added (all users): " + ", ".join(f"{m} {n}" for m, n in r["added_items"].items()),
         "",
@@ -341,7 +428,61 @@ def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
                 + " |"
             )
         lines.append("")
+    for rec, paired in r.get("paired", {}).items():
+        lines += _paired_lines(rec, paired)
     lines += ["![Recall@10 by method](augment.png)"]
+    return lines
+
+
+def _cost_note(r: Mapping[str, Any]) -> str:
+    """The header's cost sentence: wall time, judging speed, retraining time."""
+    j = r["judging"]
+    return (
+        f"Wall time {r['wall_seconds']} s: labelling {j['seconds']} s ({j['judged_now']} LLM "
+        f"judgments made in this run for {j['requests']} requests, {j['per_second']} per "
+        f"second, from {j['passes']} decoding passes; the rest were read from the store), "
+        f"retraining {r['retrain_seconds']} s (a retraining finished before is read from "
+        "`retrain/`)."
+    )
+
+
+def _ci(c: Mapping[str, Any]) -> str:
+    lo, hi = c["lo"], c["hi"]
+    return "-" if lo is None or hi is None else f"[{lo:+.4f}, {hi:+.4f}]"
+
+
+def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@10")) -> list:
+    """The paired comparisons of one retrained recommender as two tables."""
+    from recjudge.bench._augment_stats import verdict
+
+    head = (
+        "| method | "
+        + " | ".join(f"{k} diff | seeds 95 % CI | users 95 % CI" for k in keys)
+        + f" | {keys[0]} (users CI) |"
+    )
+    rule = "|---|" + "---|---|---|" * len(keys) + "---|"
+    lines = []
+    for key, title in (
+        ("minus_none", "each method minus no augmentation"),
+        ("brief_minus", "brief minus each other method"),
+    ):
+        rows = paired.get(key) or {}
+        if not rows:
+            continue
+        lines += [
+            f"### {rec}: {title} (paired on seeds and users; {paired['users']} users, "
+            f"{paired['draws']} user resamples)",
+            "",
+            head,
+            rule,
+        ]
+        for m, cells in rows.items():
+            parts = [
+                f"{cells[k]['estimate']:+.4f} | {_ci(cells[k]['seeds'])} | {_ci(cells[k]['users'])}"
+                for k in keys
+            ]
+            lines.append(f"| {m} | " + " | ".join(parts) + f" | {verdict(cells[keys[0]])} |")
+        lines.append("")
     return lines
 
 

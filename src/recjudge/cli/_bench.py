@@ -170,6 +170,11 @@ def _config(cls: Any, **kw: Any) -> Any:
         fail(option_errors(e))
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """``"a, b,"`` -> ("a", "b")."""
+    return tuple(s.strip() for s in text.split(",") if s.strip())
+
+
 def _int_list(text: str | None, option: str) -> tuple[int, ...] | None:
     """``"0,1,2"`` -> (0, 1, 2); None stays None; anything else is a one-line error."""
     if text is None:
@@ -340,6 +345,12 @@ def bench_brief_augment_cmd(
     candidates: int = typer.Option(8, "--candidates", help="N: top-N CF candidates per user."),
     add: int = typer.Option(2, "--add", help="M: positives added per user by every method."),
     retrain: str = typer.Option("als", "--retrain", help="Comma-separated: als, sasrec, bpr."),
+    methods: str = typer.Option(
+        None,
+        "--methods",
+        help="Comma-separated labelling methods (default: all, including the simulators, "
+        "which write a persona per user first), e.g. none,random,popularity,cf-only,brief.",
+    ),
     seeds: int = typer.Option(3, "--seeds"),
     seed: int = typer.Option(0, "--seed", help="User sampling seed."),
     sasrec_epochs: int = typer.Option(30, "--sasrec-epochs", help="Epochs per SASRec retrain."),
@@ -361,6 +372,7 @@ def bench_brief_augment_cmd(
         candidates=candidates,
         add=add,
         retrain=tuple(s.strip() for s in retrain.split(",")),
+        **({"methods": _names(methods)} if methods else {}),
         seeds=seeds,
         seed=seed,
         sasrec_epochs=sasrec_epochs,
@@ -375,3 +387,4 @@ def bench_brief_augment_cmd(
     for rec, by_method in r["table"].items():
         for m, v in by_method.items():
             typer.echo(f"{rec:<8} {m:<14} Recall@10 {v['recall@10']['mean']:.4f}")
+    typer.echo(f"report: {out or f'reports/brief-augment/{data}-{model}'}/report.md")

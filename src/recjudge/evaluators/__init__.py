@@ -30,7 +30,9 @@ from recjudge.evaluators._arena_prompts import ABSOLUTE, ASPECT_DEFINITIONS, are
 from recjudge.evaluators._arena_systems import RecSystem, system_from_file
 from recjudge.evaluators._augment import (
     AugmentConfig,
+    AugmentPlan,
     augment,
+    augment_plan,
     augmented_interactions,
     select_positives,
 )
@@ -92,6 +94,7 @@ __all__ = [
     "QRELS_KINDS",
     "RUN_FORMATS",
     "AugmentConfig",
+    "AugmentPlan",
     "EvaluateConfig",
     "ImputationPlan",
     "ImputeConfig",
@@ -99,6 +102,7 @@ __all__ = [
     "RunCheck",
     "arena_messages",
     "augment",
+    "augment_plan",
     "augmented_interactions",
     "evaluate_runs",
     "evaluation_users",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -83,22 +84,23 @@ def augmented_interactions(ds: Dataset, chosen: dict[str, list[Any]]) -> pd.Data
     return pd.concat([inter, add], ignore_index=True)
 
 
-def augment(
-    judge: Any,
-    data: Dataset,
-    candidates: RecRun,
-    config: AugmentConfig,
-    out: str | Path,
-    *,
-    store: Any = None,
-    progress: bool = False,
-) -> dict[str, Any]:
-    """Judge each user's candidates, add the top-M YES as pseudo-positives, save to ``out``.
+@dataclass
+class AugmentPlan:
+    """What ``augment`` will judge: the sampled users, the candidate requests (in candidate
+    order) and how many candidates' requests could not be built.
 
-    Returns:
-        The summary: users, candidates judged/failed, pseudo-positives added (total and
-        the distribution per user), YES rate, seconds per judged pair.
+    Callers that label with several judges (``bench brief-augment``) build the plan once and
+    fill a store for all of them before each ``augment`` reads it back.
     """
+
+    users: list[str]
+    requests: list[Any]
+    unbuildable: int
+
+
+def augment_plan(data: Dataset, candidates: RecRun, config: AugmentConfig) -> AugmentPlan:
+    """The users and candidate requests ``augment`` judges (deterministic): per sampled user,
+    the run's top-``k`` items the user has not interacted with."""
     from recjudge.data import sample_users
     from recjudge.reward import requests_for
 
@@ -110,7 +112,31 @@ def augment(
         pairs += [(u, i) for i in candidates.rankings[u] if i not in seen][: config.k]
     built = requests_for(data, pairs)
     reqs = [r for r in built if not isinstance(r, Exception)]
-    unbuildable = len(built) - len(reqs)
+    return AugmentPlan(users, reqs, len(built) - len(reqs))
+
+
+def augment(
+    judge: Any,
+    data: Dataset,
+    candidates: RecRun,
+    config: AugmentConfig,
+    out: str | Path,
+    *,
+    store: Any = None,
+    progress: bool = False,
+    plan: AugmentPlan | None = None,
+) -> dict[str, Any]:
+    """Judge each user's candidates, add the top-M YES as pseudo-positives, save to ``out``.
+
+    ``plan``: ``augment_plan(data, candidates, config)`` built once by a caller that labels
+    with several judges through one store (built here when not given).
+
+    Returns:
+        The summary: users, candidates judged/failed, pseudo-positives added (total and
+        the distribution per user), YES rate, seconds per judged pair.
+    """
+    plan = plan or augment_plan(data, candidates, config)
+    users, reqs, unbuildable = plan.users, plan.requests, plan.unbuildable
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
