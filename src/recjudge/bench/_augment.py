@@ -309,7 +309,9 @@ def _retrain_all(
     config: AugmentConfig, w: _World, judged: Mapping[str, dict], out: Path, progress: bool
 ) -> dict[str, dict[str, list[np.ndarray]]]:
     """Per recommender and method, one [users, METRICS] array per seed (``_retrain``)."""
-    jobs = [(s, m, r) for s in range(config.seeds) for m in config.methods for r in config.retrain]
+    # One recommender at a time: the cheap one (listed first) finishes before a long SASRec
+    # run starts, so an interrupted run has kept every result of the former.
+    jobs = [(s, m, r) for r in config.retrain for s in range(config.seeds) for m in config.methods]
     bar = None
     if progress:
         from tqdm.auto import tqdm
