@@ -165,7 +165,7 @@ def _judge_choices(
         "requests", "passes", "per_second"}`` (LLM judgments made in this call, requests,
         decoding passes).
     """
-    from recjudge.bench._brief import SIMULATORS, judge_per_user, judges_for
+    from recjudge.bench._brief import SIMULATORS, judge_per_user, judges_for, llm_made
     from recjudge.cf_models import item_item_for
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
@@ -213,14 +213,12 @@ def _judge_choices(
             ):
                 chosen[m][u].append(i)
     seconds = time.time() - t0
-    llm_modes = [m for m, j in judges.items() if j.config.uses_llm()]
-    made = sum(counts[m]["new"] for m in llm_modes)
+    made = llm_made(judges, counts)
     cost = {
         "seconds": round(seconds, 1),
-        "judged_now": made,
-        "requests": sum(counts[m]["total"] for m in llm_modes),
+        **made,
         "passes": passes,
-        "per_second": round(made / seconds, 4) if seconds > 0 else None,
+        "per_second": round(made["judged_now"] / seconds, 4) if seconds > 0 else None,
     }
     return chosen, cost
 
@@ -258,14 +256,13 @@ def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int, rec: s
     data split, the users, the seed and the added pairs), so a resumed run skips every
     retraining it finished, and two methods that add the same items share one."""
     from recjudge._util import atomic_write_json, stable_hash
-    from recjudge.bench._offline import ranking_metrics
-    from recjudge.cf_models import MODELS, SideInfo, TrainOptions
+    from recjudge.bench._offline import ranking_metrics, untrained_system
+    from recjudge.cf_models import SideInfo, TrainOptions
 
-    rcls = MODELS.get(rec)
-    rc = rcls.Config(epochs=config.sasrec_epochs) if rec == "sasrec" else rcls.Config()
+    model = untrained_system(config, rec)
     added = sorted((u, i) for u in w.users for i in added_by[u])
     key = stable_hash(
-        rec, rc.model_dump(), config.data, config.future_fraction, config.min_future,
+        rec, model.config.model_dump(), config.data, config.future_fraction, config.min_future,
         config.positive_rating, len(w.past), w.users, seed, added, METRICS,
     )  # fmt: skip
     path = cache / f"{rec}-{key}.json"
@@ -284,7 +281,7 @@ def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int, rec: s
         }
     )
     train = pd.concat([w.past, extra], ignore_index=True) if added else w.past
-    model = rcls(rc).train(
+    model.train(
         train, TrainOptions(seed=seed, progress=False), items=w.items, side=SideInfo.of(w.ds)
     )
     rows = []
@@ -306,9 +303,11 @@ def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int, rec: s
 
 
 def _retrain_all(
-    config: AugmentConfig, w: _World, judged: Mapping[str, dict], out: Path, progress: bool
-) -> dict[str, dict[str, list[np.ndarray]]]:
-    """Per recommender and method, one [users, METRICS] array per seed (``_retrain``)."""
+    config: AugmentConfig, w: _World, added: Mapping[tuple[int, str], dict], out: Path,
+    progress: bool,
+) -> dict[str, dict[str, list[np.ndarray]]]:  # fmt: skip
+    """Per recommender and method, one [users, METRICS] array per seed (``_retrain``);
+    ``added[(seed, method)]``: what the method adds per user under that seed."""
     # One recommender at a time: the cheap one (listed first) finishes before a long SASRec
     # run starts, so an interrupted run has kept every result of the former.
     jobs = [(s, m, r) for r in config.retrain for s in range(config.seeds) for m in config.methods]
@@ -319,8 +318,7 @@ def _retrain_all(
         bar = tqdm(total=len(jobs), desc="retrain", unit="model")
     runs: dict[str, dict[str, list[np.ndarray]]] = {}
     for seed, method, rec in jobs:
-        added_by = judged.get(method) or _heuristic_choice(config, w, method, seed)
-        per_user = _retrain(config, w, added_by, seed, rec, out / "retrain")
+        per_user = _retrain(config, w, added[(seed, method)], seed, rec, out / "retrain")
         runs.setdefault(rec, {}).setdefault(method, []).append(per_user)
         if bar is not None:
             bar.update(1)
@@ -350,13 +348,18 @@ def bench_brief_augment(
     judged, judging = _judge_choices(config, w, llm, out, progress)
     added_hits: dict[str, float] = {}
     added_count: dict[str, int] = {}
-    for method in config.methods:  # what each method adds (the random one: seed 0's draw)
-        added_by = judged.get(method) or _heuristic_choice(config, w, method, 0)
-        added = [(u, i) for u in w.users for i in added_by[u]]
-        added_count[method] = len(added)
-        added_hits[method] = sum(i in w.test[u] for u, i in added) / len(added) if added else 0.0
+    # What each method adds per seed (the judges' labels do not depend on it).
+    added_by = {
+        (s, m): judged.get(m) or _heuristic_choice(config, w, m, s)
+        for s in range(config.seeds)
+        for m in config.methods
+    }
+    for method in config.methods:  # counted on seed 0's draw (the random method's)
+        pairs = [(u, i) for u in w.users for i in added_by[(0, method)][u]]
+        added_count[method] = len(pairs)
+        added_hits[method] = sum(i in w.test[u] for u, i in pairs) / len(pairs) if pairs else 0.0
     t_retrain = time.time()
-    runs = _retrain_all(config, w, judged, out, progress)
+    runs = _retrain_all(config, w, added_by, out, progress)
     t_retrain = time.time() - t_retrain
     table = {
         rec: {

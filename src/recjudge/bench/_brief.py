@@ -413,6 +413,17 @@ def judge_per_user(
     return out, counts, passes, replayed
 
 
+def llm_made(judges: Mapping[str, Any], counts: Mapping[str, Mapping[str, int]]) -> dict:
+    """From ``judge_per_user``'s counts, the LLM judges' judgments made in that call
+    (``judged_now``) and their requests (``requests``); a judge without an LLM (cf-only)
+    makes no model judgments."""
+    llm = [name for name, j in judges.items() if j.config.uses_llm()]
+    return {
+        "judged_now": sum(counts[n]["new"] for n in llm),
+        "requests": sum(counts[n]["total"] for n in llm),
+    }
+
+
 def judges_for(
     config: Any,
     llm: Any,

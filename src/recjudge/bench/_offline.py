@@ -272,7 +272,7 @@ def _impute_all(
     """
     import pandas as pd
 
-    from recjudge.bench._brief import judge_per_user
+    from recjudge.bench._brief import judge_per_user, llm_made
     from recjudge.data import Dataset
     from recjudge.evaluators import ImputeConfig, imputation_plan, impute, read_qrels
 
@@ -299,12 +299,7 @@ def _impute_all(
     if not judges:
         return imputed, {"judged_now": 0, "requests": 0, "passes": 0}
     _, counts, passes, _ = judge_per_user(plan.requests, judges, store, progress, errors="record")
-    llm_modes = [m for m, j in judges.items() if j.config.uses_llm()]
-    made = {
-        "judged_now": sum(counts[m]["new"] for m in llm_modes),
-        "requests": sum(counts[m]["total"] for m in llm_modes),
-        "passes": passes,
-    }
+    made = {**llm_made(judges, counts), "passes": passes}
     for mode, judge in judges.items():
         impute(judge, past_ds, feedback, runs, icfg, folder / mode, store=store, plan=plan)
         qrels = read_qrels(folder / mode / "qrels_imputed.json")

@@ -321,7 +321,7 @@ def bench_brief_offline_cmd(
         users=users,
         systems=tuple(s.strip() for s in systems.split(",")),
         alpha=alpha,
-        judges=tuple(s.strip() for s in imputers.split(",") if s.strip()),
+        judges=_names(imputers),
         cf=cf,
         seed=seed,
         logging_seeds=_int_list(logging_seeds, "--logging-seeds"),
