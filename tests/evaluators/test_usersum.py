@@ -178,6 +178,18 @@ def test_usersum_end_to_end_one_real_user(smollm, tmp_path):
         )
         assert s["regenerated"] == failed
     assert (tmp_path / "metrics.png").stat().st_size > 1000
-    assert "QM" in (tmp_path / "report.md").read_text()
+    report = (tmp_path / "report.md").read_text()
+    assert "QM" in report and "hierarchy minus single" in report
+    # The per-user terms average to the table's means; the paired difference is theirs.
+    t, iv = r["table"], r["intervals"]
+    for k in ("qm", "ifm", "idm", "task_accuracy"):
+        for name in ("single", "hierarchy"):
+            assert iv[name][k]["estimate"] == pytest.approx(t[name][k]["mean"])
+        diff = r["paired"]["minus_single"]["hierarchy"][k]
+        assert diff["estimate"] == pytest.approx(t["hierarchy"][k]["mean"] - t["single"][k]["mean"])
+        assert diff["users"]["lo"] <= diff["estimate"] <= diff["users"]["hi"]
+    assert r["cost"]["free_text"]["asked_now"] > 0 and r["cost"]["closed"]["asked_now"] > 0
     again = run_usersum(cfg, "ml-1m", tmp_path, llms=llms, progress=False)  # resumes
     assert again["table"] == r["table"]
+    assert again["cost"]["free_text"]["asked_now"] == again["cost"]["closed"]["asked_now"] == 0
+    assert again["cost"]["closed"]["questions"] == r["cost"]["closed"]["questions"]

@@ -55,7 +55,7 @@ class AugmentConfig(JudgeSampling):
         sasrec_epochs: epochs when SASRec is retrained.
         seeds: number of seeds (0..seeds-1).
         cf: candidate generator and sigma source (trained on positive past interactions).
-        bootstrap: user resamples for the paired intervals (``_augment_stats``).
+        bootstrap: user resamples for the paired intervals (``recjudge._stats``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -338,7 +338,7 @@ def bench_brief_augment(
     runs; its dataset folders are under ``out/augment/<method>``); the judgments are kept in
     ``out/store.sqlite`` and each retraining's per-user metrics under ``out/retrain``, so an
     interrupted run resumes where it stopped."""
-    from recjudge.bench._augment_stats import augment_comparisons
+    from recjudge._stats import paired_comparisons
     from recjudge.reporting import write_report
 
     t0 = time.time()
@@ -383,7 +383,7 @@ def bench_brief_augment(
         "added_items": added_count,
         "table": table,
         "paired": {
-            rec: augment_comparisons(by_method, METRICS, config.bootstrap, config.seed)
+            rec: paired_comparisons(by_method, METRICS, config.bootstrap, config.seed)
             for rec, by_method in runs.items()
         },
         "judging": judging,
@@ -458,7 +458,7 @@ def _ci(c: Mapping[str, Any]) -> str:
 
 def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@10")) -> list:
     """The paired comparisons of one retrained recommender as two tables."""
-    from recjudge.bench._augment_stats import verdict
+    from recjudge._stats import verdict
 
     head = (
         "| method | "
@@ -483,8 +483,8 @@ def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@
         ]
         for m, cells in rows.items():
             parts = [
-                f"{cells[k]['estimate']:+.4f} | {_ci(cells[k]['seeds'])} | {_ci(cells[k]['users'])}"
-                for k in keys
+                f"{c['estimate']:+.4f} | {_ci(c['repeats'])} | {_ci(c['users'])}"
+                for c in (cells[k] for k in keys)
             ]
             lines.append(f"| {m} | " + " | ".join(parts) + f" | {verdict(cells[keys[0]])} |")
         lines.append("")

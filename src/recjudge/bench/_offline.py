@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import ConfigDict, Field
 
+from recjudge._stats import seed_interval
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
 from recjudge.bench._offline_stats import user_bootstrap
@@ -358,22 +359,6 @@ def _imputer_accuracy(
             "recall_vs_online": tp / max(1, sum(1 for _, t in ys if t)),
         }
     return out
-
-
-def seed_interval(values: Sequence[float | None]) -> dict[str, float | int | None]:
-    """Mean over seeds with a 95 % Student-t interval, mean +- t_{0.975, n-1} * sd / sqrt(n)
-    (``None`` values are left out; fewer than two values: no interval)."""
-    from scipy.stats import t
-
-    v = np.asarray([x for x in values if x is not None], dtype=float)
-    if len(v) == 0:
-        return {"mean": None, "lo": None, "hi": None, "sd": None, "n": 0}
-    mean = float(v.mean())
-    if len(v) < 2:
-        return {"mean": mean, "lo": None, "hi": None, "sd": None, "n": 1}
-    sd = float(v.std(ddof=1))
-    half = float(t.ppf(0.975, len(v) - 1) * sd / np.sqrt(len(v)))
-    return {"mean": mean, "lo": mean - half, "hi": mean + half, "sd": sd, "n": int(len(v))}
 
 
 def _seed_result(

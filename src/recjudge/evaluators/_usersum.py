@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -77,6 +77,7 @@ class UserSumConfig(BaseModel):
         runs: prediction runs (different option samples and orders) for mean +- sd.
         m: tasks that must be right for Q_s = 1.
         seed: base seed.
+        bootstrap: user resamples for the intervals over users (``recjudge._stats``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -100,6 +101,7 @@ class UserSumConfig(BaseModel):
     m: int = Field(3, ge=1, le=4)
     seed: int = 0
     batch_size: int = Field(4, ge=1)
+    bootstrap: int = Field(1000, ge=100)
 
     def deviations(self) -> list[str]:
         """How this configuration departs from the paper's protocol."""
@@ -124,9 +126,23 @@ class _Sum:
     store: Any
     progress: bool
     llms: Any  # LLMPool
+    # Per kind of answer ("free_text", "closed"): asked in this run, seconds, all questions.
+    cost: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def llm(self, name: str) -> Any:
         return self.llms.get(name)
+
+    def timed(self, kind: str, asks: Sequence[Any], call: Callable[[], Any]) -> Any:
+        """``call()``, counting the questions of ``asks`` the store lacked and the seconds."""
+        keys = list(dict.fromkeys(a.key for a in asks))
+        asked = len(self.store.missing(keys))
+        t0 = time.time()
+        got = call()
+        c = self.cost.setdefault(kind, {"asked_now": 0, "seconds": 0.0, "questions": 0})
+        c["asked_now"] += asked
+        c["seconds"] += time.time() - t0 if asked else 0.0
+        c["questions"] += len(keys)
+        return got
 
 
 def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool) -> _Sum:
@@ -185,14 +201,18 @@ def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> 
         )
         for m in prompts
     ]
-    got = generate_stored(
-        run.llm(c.model),
-        run.store,
+    got = run.timed(
+        "free_text",
         asks,
-        sampling=budget,
-        batch_size=c.batch_size,
-        desc=desc,
-        progress=run.progress,
+        lambda: generate_stored(
+            run.llm(c.model),
+            run.store,
+            asks,
+            sampling=budget,
+            batch_size=c.batch_size,
+            desc=desc,
+            progress=run.progress,
+        ),
     )
     return [got[a.key]["text"] for a in asks]
 
@@ -215,16 +235,20 @@ def _closed(
         for m, s in zip(prompts, schemas, strict=True)
     ]
     # Long prompts of different lengths: each decodes alone.
-    got = ask_stored(
-        run.llm(model),
-        run.store,
+    got = run.timed(
+        "closed",
         asks,
-        sampling=SamplingConfig(max_new_tokens=budget),
-        batch_size=8,
-        decode_rows=1,
-        sort_by_length=True,
-        desc=kind,
-        progress=run.progress,
+        lambda: ask_stored(
+            run.llm(model),
+            run.store,
+            asks,
+            sampling=SamplingConfig(max_new_tokens=budget),
+            batch_size=8,
+            decode_rows=1,
+            sort_by_length=True,
+            desc=kind,
+            progress=run.progress,
+        ),
     )
     return [got[a.key]["value"] for a in asks]
 
@@ -428,14 +452,20 @@ def _questions(run: _Sum, summaries: Mapping[tuple[str, str], Mapping[str, Any]]
     return out
 
 
+#: per-summary metrics kept per user for the intervals (``usersum_metrics`` of one summary)
+USER_METRICS = ("qm", "ifm", "idm", "task_accuracy")
+
+
 def _score(run: _Sum, summaries: Mapping, questions: Sequence[_Question], letters: Sequence[Any]):
-    """(table per summariser, per-run metrics, per-question rows)."""
+    """(table per summariser, per-run metrics, per-question rows, per summariser one
+    [users, USER_METRICS] array per prediction run)."""
     c = run.config
     correct = {
         (q.user_id, q.summarizer, q.run, q.task): v is not None and v["answer"] == q.answer
         for q, v in zip(questions, letters, strict=True)
     }
     per_run: dict[str, list[dict[str, float]]] = {}
+    per_user: dict[str, list[np.ndarray]] = {}
     rows = []
     for name in c.summarizers:
         for r in range(c.runs):
@@ -445,6 +475,16 @@ def _score(run: _Sum, summaries: Mapping, questions: Sequence[_Question], letter
                 recs.append({"text": summaries[(u, name)]["text"], "correct": list(got.values())})
                 rows.append({"user_id": u, "summarizer": name, "run": r, **got})
             per_run.setdefault(name, []).append(usersum_metrics(recs, c.word_limit, c.m))
+            # QM, IFM and IDM are means over summaries, so each user's own summary gives
+            # that user's term and the mean over users is the table's value.
+            per_user.setdefault(name, []).append(
+                np.array(
+                    [
+                        [usersum_metrics([x], c.word_limit, c.m)[k] for k in USER_METRICS]
+                        for x in recs
+                    ]
+                )
+            )
     table = {}
     for name, runs in per_run.items():
         table[name] = {
@@ -465,7 +505,37 @@ def _score(run: _Sum, summaries: Mapping, questions: Sequence[_Question], letter
         table[name]["per_task_accuracy"] = {
             t: float(np.mean([x[t] for x in rows if x["summarizer"] == name])) for t in TASKS
         }
-    return table, per_run, rows
+    return table, per_run, rows, per_user
+
+
+def _uncertainty(config: UserSumConfig, per_user: Mapping[str, list[np.ndarray]]) -> dict:
+    """Each summariser's metrics with intervals over prediction runs and over users, and
+    hierarchy minus single paired on both (``recjudge._stats``)."""
+    from recjudge._stats import arm_interval, paired_comparisons, user_draws
+
+    n_users = next(iter(per_user.values()))[0].shape[0]
+    idx = user_draws(n_users, config.bootstrap, config.seed)
+    out: dict[str, Any] = {
+        "intervals": {n: arm_interval(per_user, n, USER_METRICS, idx) for n in per_user}
+    }
+    if {"single", "hierarchy"} <= set(per_user):
+        out["paired"] = paired_comparisons(
+            per_user, USER_METRICS, config.bootstrap, config.seed, "single", "hierarchy"
+        )
+    return out
+
+
+def _cost(run: _Sum, wall: float) -> dict[str, Any]:
+    """What this run asked the models (the rest came from the store) and how fast."""
+    out: dict[str, Any] = {"wall_seconds": round(wall, 1)}
+    for kind, c in run.cost.items():
+        out[kind] = {
+            "asked_now": int(c["asked_now"]),
+            "questions": int(c["questions"]),
+            "seconds": round(c["seconds"], 1),
+            "per_second": round(c["asked_now"] / c["seconds"], 4) if c["seconds"] > 0 else None,
+        }
+    return out
 
 
 def run_usersum(
@@ -503,7 +573,7 @@ def run_usersum(
         )
     finally:
         run.store.close()
-    table, per_run, rows = _score(run, summaries, questions, letters)
+    table, per_run, rows, per_user = _score(run, summaries, questions, letters)
     with open(out / "summaries.jsonl", "w", encoding="utf-8") as f:
         for (u, name), s in summaries.items():
             f.write(json.dumps({"user_id": u, "summarizer": name, **s}, ensure_ascii=False) + "\n")
@@ -513,7 +583,9 @@ def run_usersum(
         "data": data,
         "users": run.users,
         "wall_seconds": round(time.time() - t0, 1),
+        "cost": _cost(run, time.time() - t0),
         "table": table,
+        **_uncertainty(config, per_user),
         "per_run": per_run,
         "answers": rows,
     }

@@ -56,7 +56,7 @@ def usersum_report(config: Any, data: str, results: Mapping[str, Any]) -> list[s
         f"{config.segmentation}-based segments of >= {config.min_segment} activities (at most "
         f"{config.max_segments}), "
         f"{config.critique_rounds} critique rounds, {config.qa_pairs} QA pairs per segment. "
-        f"Wall time {results['wall_seconds']} s.",
+        + _cost_line(results),
         "",
         "**Deviations from the paper:** "
         + ("; ".join(results.get("deviations", [])) or "none")
@@ -77,5 +77,71 @@ def usersum_report(config: Any, data: str, results: Mapping[str, Any]) -> list[s
         lines.append(
             f"- {n}: " + ", ".join(f"{k} {a:.3f}" for k, a in v["per_task_accuracy"].items())
         )
+    lines += _interval_lines(results)
     lines += ["", "![metrics](metrics.png)"]
+    return lines
+
+
+def _cost_line(results: Mapping[str, Any]) -> str:
+    """Wall time, and what this run asked the models (the rest was read from the store)."""
+    cost = results.get("cost") or {}
+    parts = []
+    for kind, what in (("free_text", "free-text answers (summaries, regenerations)"),
+                       ("closed", "closed questions (predictions, verifier checks)")):  # fmt: skip
+        c = cost.get(kind)
+        if c:
+            rate = f", {c['per_second']} per second" if c["per_second"] else ""
+            parts.append(f"{c['asked_now']} of {c['questions']} {what} in {c['seconds']} s{rate}")
+    asked = f": asked in this run {'; '.join(parts)}; the rest from the store" if parts else ""
+    return f"Wall time {results['wall_seconds']} s{asked}."
+
+
+def _ci(c: Mapping[str, Any], scale: float = 1.0) -> str:
+    lo, hi = c["lo"], c["hi"]
+    return "-" if lo is None or hi is None else f"[{scale * lo:+.3f}, {scale * hi:+.3f}]"
+
+
+_LABELS = {"qm": "QM", "ifm": "IFM", "idm": "IDM (x1000)", "task_accuracy": "task acc."}
+
+
+def _interval_lines(results: Mapping[str, Any]) -> list[str]:
+    """Each summariser's 95 % intervals, and hierarchy minus single paired on users and runs."""
+    from recjudge._stats import verdict
+
+    iv = results.get("intervals")
+    if not iv:
+        return []
+    n = len(results["users"])
+    lines = [
+        "",
+        f"95 % intervals: over the {n} users (bootstrap, users resampled) and over the "
+        "prediction runs (Student t; the summaries are the same in every run, so this "
+        "interval holds the option sampling only):",
+        "",
+        "| summariser | metric | mean | users 95 % CI | runs 95 % CI |",
+        "|---|---|---|---|---|",
+    ]
+    for name, cells in iv.items():
+        for k, c in cells.items():
+            s = 1000.0 if k == "idm" else 1.0
+            lines.append(
+                f"| {name} | {_LABELS[k]} | {s * c['estimate']:.3f} | {_ci(c['users'], s)} | "
+                f"{_ci(c['repeats'], s)} |"
+            )
+    paired = (results.get("paired") or {}).get("minus_single") or {}
+    for name, cells in paired.items():
+        lines += [
+            "",
+            f"{name} minus single, paired on the same users and runs "
+            f"({results['paired']['draws']} user resamples):",
+            "",
+            "| metric | difference | users 95 % CI | runs 95 % CI | verdict (users) |",
+            "|---|---|---|---|---|",
+        ]
+        for k, c in cells.items():
+            s = 1000.0 if k == "idm" else 1.0
+            lines.append(
+                f"| {_LABELS[k]} | {s * c['estimate']:+.3f} | {_ci(c['users'], s)} | "
+                f"{_ci(c['repeats'], s)} | {verdict(c)} |"
+            )
     return lines

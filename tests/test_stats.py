@@ -1,4 +1,4 @@
-"""brief-augment's paired intervals over seeds and users."""
+"""Paired intervals over repeats and users (brief-augment's seeds, UserSumBench's runs)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from scipy.stats import t
 
-from recjudge.bench._augment_stats import augment_comparisons, paired_difference, verdict
+from recjudge._stats import arm_interval, paired_comparisons, paired_difference, user_draws, verdict
 
 METRICS = ("recall@10", "ndcg@10")
 
@@ -27,9 +27,9 @@ def test_a_constant_shift_is_estimated_exactly_and_both_intervals_collapse():
     idx = np.random.default_rng(1).integers(0, 40, (200, 40))
     cell = paired_difference(runs, "shifted", "none", METRICS, idx)["recall@10"]
     assert cell["estimate"] == pytest.approx(0.05)
-    assert cell["per_seed"] == pytest.approx([0.05] * 3)
-    assert cell["seeds"]["lo"] == pytest.approx(0.05) and cell["seeds"]["hi"] == pytest.approx(0.05)
-    assert cell["users"]["lo"] == pytest.approx(0.05) and cell["users"]["hi"] == pytest.approx(0.05)
+    assert cell["per_repeat"] == pytest.approx([0.05] * 3)
+    for k in ("repeats", "users"):
+        assert [cell[k]["lo"], cell[k]["hi"]] == pytest.approx([0.05, 0.05])
     assert verdict(cell) == "better"
     same = paired_difference(runs, "none", "none", METRICS, idx)["ndcg@10"]
     assert same["estimate"] == 0 and same["users"] == {"lo": 0.0, "hi": 0.0}
@@ -42,9 +42,9 @@ def test_the_seed_interval_is_students_t_over_the_per_seed_differences():
     cell = paired_difference(runs, "noisy", "none", METRICS, idx)["recall@10"]
     d = np.array([(a - b)[:, 0].mean() for a, b in zip(runs["noisy"], runs["none"], strict=True)])
     half = t.ppf(0.975, 2) * d.std(ddof=1) / np.sqrt(3)
-    assert cell["per_seed"] == pytest.approx(list(d))
-    assert cell["seeds"]["lo"] == pytest.approx(d.mean() - half)
-    assert cell["seeds"]["hi"] == pytest.approx(d.mean() + half)
+    assert cell["per_repeat"] == pytest.approx(list(d))
+    assert cell["repeats"]["lo"] == pytest.approx(d.mean() - half)
+    assert cell["repeats"]["hi"] == pytest.approx(d.mean() + half)
     assert cell["users"]["lo"] < cell["estimate"] < cell["users"]["hi"]
 
 
@@ -55,7 +55,7 @@ def test_differences_are_antisymmetric_and_share_the_user_draws():
     ba = paired_difference(runs, "none", "noisy", METRICS, idx)["ndcg@10"]
     assert ab["estimate"] == pytest.approx(-ba["estimate"])
     assert ab["users"]["lo"] == pytest.approx(-ba["users"]["hi"])
-    assert ab["seeds"]["hi"] == pytest.approx(-ba["seeds"]["lo"])
+    assert ab["repeats"]["hi"] == pytest.approx(-ba["repeats"]["lo"])
 
 
 def test_balanced_differences_do_not_exclude_zero():
@@ -64,7 +64,7 @@ def test_balanced_differences_do_not_exclude_zero():
     d = np.where(np.arange(users) % 2 == 0, 1.0, -1.0)[:, None].repeat(2, axis=1)
     base = [np.zeros((users, 2)) for _ in range(3)]
     runs = {"none": base, "x": [b + d for b in base]}
-    out = augment_comparisons(runs, METRICS, draws=500, seed=0)
+    out = paired_comparisons(runs, METRICS, draws=500, seed=0)
     cell = out["minus_none"]["x"]["recall@10"]
     assert cell["estimate"] == 0
     assert cell["users"]["lo"] < 0 < cell["users"]["hi"]
@@ -72,18 +72,41 @@ def test_balanced_differences_do_not_exclude_zero():
 
 
 def test_comparisons_cover_every_method_against_none_and_brief_against_the_rest():
-    out = augment_comparisons(_runs(), METRICS, draws=100, seed=0)
+    out = paired_comparisons(_runs(), METRICS, draws=100, seed=0)
     assert set(out["minus_none"]) == {"shifted", "noisy", "brief"}
     assert set(out["brief_minus"]) == {"shifted", "noisy"}
     assert out["brief_minus"]["shifted"]["recall@10"]["estimate"] == pytest.approx(-0.04)
     assert verdict(out["brief_minus"]["shifted"]["recall@10"]) == "worse"
-    assert augment_comparisons({"none": _runs()["none"]}, METRICS, 100)["brief_minus"] == {}
+    assert paired_comparisons({"none": _runs()["none"]}, METRICS, 100)["brief_minus"] == {}
 
 
 def test_mismatched_users_or_seeds_are_refused():
     runs = _runs()
     with pytest.raises(ValueError, match="same users"):
-        augment_comparisons({**runs, "x": [a[:-1] for a in runs["none"]]}, METRICS, 100)
-    with pytest.raises(ValueError, match="seeds"):
+        paired_comparisons({**runs, "x": [a[:-1] for a in runs["none"]]}, METRICS, 100)
+    with pytest.raises(ValueError, match="repeats"):
         paired_difference({**runs, "x": runs["none"][:2]}, "x", "none", METRICS,
                           np.zeros((10, 40), dtype=int))  # fmt: skip
+
+
+def test_an_arms_own_interval_is_its_mean_with_both_intervals_around_it():
+    runs = _runs()
+    idx = user_draws(40, 300, 0)
+    cell = arm_interval(runs, "noisy", METRICS, idx)["ndcg@10"]
+    per_repeat = [a[:, 1].mean() for a in runs["noisy"]]
+    assert cell["per_repeat"] == pytest.approx(per_repeat)
+    assert cell["estimate"] == pytest.approx(np.mean(per_repeat))
+    assert cell["users"]["lo"] < cell["estimate"] < cell["users"]["hi"]
+    assert cell["repeats"]["lo"] < cell["estimate"] < cell["repeats"]["hi"]
+    # An arm minus a zero arm is the arm itself, on the same draws.
+    zero = {"zero": [np.zeros_like(a) for a in runs["noisy"]], "noisy": runs["noisy"]}
+    diff = paired_difference(zero, "noisy", "zero", METRICS, idx)["ndcg@10"]
+    assert diff["estimate"] == pytest.approx(cell["estimate"])
+    for k in ("repeats", "users"):
+        assert [diff[k]["lo"], diff[k]["hi"]] == pytest.approx([cell[k]["lo"], cell[k]["hi"]])
+
+
+def test_user_draws_are_reproducible_and_in_range():
+    a, b = user_draws(7, 50, 3), user_draws(7, 50, 3)
+    assert a.shape == (50, 7) and (a == b).all()
+    assert a.min() >= 0 and a.max() < 7
