@@ -6,12 +6,14 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from recjudge.evaluators import (
     GistConfig,
     Predicate,
     build_oracle,
+    gist_intervals,
     gist_scores,
     global_pool,
     load_categories,
@@ -188,6 +190,30 @@ def test_oracle_union_medians_and_missing_users():
     assert s2["a"]["users"]["u1"]["ig_r"] == pytest.approx(0.25)
 
 
+def _scores(per_user):
+    """gist_scores-shaped output from {model: {user: (ig_p, ig_r, ig_f1, is)}}."""
+    keys = ("ig_p", "ig_r", "ig_f1", "is")
+    return {
+        m: {"users": {u: dict(zip(keys, v, strict=True)) for u, v in us.items()}}
+        for m, us in per_user.items()
+    }
+
+
+def test_gist_intervals_bracket_the_median_and_test_precision_minus_recall():
+    users = [f"u{i}" for i in range(40)]
+    flat = {u: (0.5, 0.25, 1 / 3, 0.2) for u in users}  # every user alike: no spread
+    spread = {u: (i / 39, 0.0, 0.0, 0.0) for i, u in enumerate(users)}
+    iv = gist_intervals(_scores({"flat": flat, "spread": spread}), draws=400, seed=0)
+    assert iv["flat"]["ig_p"] == {"lo": 0.5, "hi": 0.5}
+    assert iv["flat"]["p_minus_r"] == pytest.approx({"estimate": 0.25, "lo": 0.25, "hi": 0.25})
+    med = float(np.median([i / 39 for i in range(40)]))
+    assert iv["spread"]["ig_p"]["lo"] < med < iv["spread"]["ig_p"]["hi"]
+    assert iv["spread"]["p_minus_r"]["estimate"] == pytest.approx(0.5)
+    assert gist_intervals(_scores({"flat": flat}), draws=0) == {}
+    with pytest.raises(ValueError, match="other users"):
+        gist_intervals(_scores({"a": flat, "b": dict(list(flat.items())[:5])}), draws=10)
+
+
 def test_score_records_need_fields():
     with pytest.raises(ValueError, match="record 0 lacks"):
         gist_scores([{"user_id": "u", "model": "m"}])
@@ -279,9 +305,14 @@ def test_gist_end_to_end_one_real_user(smollm, tmp_path):
     assert set(oracle) == set(r["users"])
     # The scorer on the written records reproduces the run's scores.
     assert gist_scores(lines, oracle, r["users"])["smollm2-135m"]["ig_f1"] == s["ig_f1"]
+    iv = r["intervals"]["smollm2-135m"]
+    for k in ("ig_p", "ig_r", "ig_f1", "is"):
+        assert iv[k]["lo"] <= s[k] <= iv[k]["hi"]
+    assert r["cost"]["extraction"]["asked_now"] > 0 and r["cost"]["judge"]["asked_now"] > 0
     # A rerun resumes from the store and changes nothing.
     again = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
     assert again["scores"] == r["scores"]
+    assert again["cost"]["extraction"]["asked_now"] == again["cost"]["judge"]["asked_now"] == 0
 
 
 def test_gist_score_cli_on_records(tmp_path):

@@ -230,6 +230,51 @@ def gist_scores(
     return out
 
 
+GIST_METRICS = ("ig_p", "ig_r", "ig_f1", "is")
+
+
+def gist_intervals(
+    scores: Mapping[str, Any], draws: int = 1000, seed: int = 0
+) -> dict[str, dict[str, Any]]:
+    """95 % percentile intervals over users for ``gist_scores``' medians, and each model's
+    precision minus recall.
+
+    Users are resampled with replacement (the same draws for every model and metric, so the
+    models' intervals are comparable); each draw takes the median over the drawn users, as
+    the table does. ``p_minus_r`` is the mean over users of IG_P(u) - IG_R(u) with its
+    bootstrap interval: the paper's finding that coverage (recall), not hallucination
+    (precision), is the bottleneck predicts it above 0.
+
+    Args:
+        scores: ``gist_scores`` output (its per-user values under ``"users"``).
+        draws: bootstrap resamples (0: no intervals).
+        seed: resampling seed.
+
+    Returns:
+        ``{model: {metric: {"lo", "hi"}, "p_minus_r": {"estimate", "lo", "hi"}}}``.
+    """
+    out: dict[str, dict[str, Any]] = {}
+    if not scores or draws <= 0:
+        return out
+    users = list(next(iter(scores.values()))["users"])
+    if not users:
+        return out
+    idx = rng("gist-user-bootstrap", seed).integers(0, len(users), (draws, len(users)))
+    for m, s in scores.items():
+        if list(s["users"]) != users:
+            raise ValueError(f"model {m!r} is scored on other users than the first model")
+        vals = np.array([[s["users"][u][k] for k in GIST_METRICS] for u in users], dtype=float)
+        med = np.median(vals[idx], axis=1)  # [draws, metrics]
+        lo, hi = np.percentile(med, [2.5, 97.5], axis=0)
+        d = vals[:, 0] - vals[:, 1]
+        dl, dh = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
+        out[m] = {
+            **{k: {"lo": float(lo[j]), "hi": float(hi[j])} for j, k in enumerate(GIST_METRICS)},
+            "p_minus_r": {"estimate": float(d.mean()), "lo": float(dl), "hi": float(dh)},
+        }
+    return out
+
+
 def read_interest_records(path: str | Path) -> list[dict[str, Any]]:
     """Per-interest records from a JSONL file, with a clear error naming the bad line."""
     out = []
@@ -333,6 +378,7 @@ class GistConfig(BaseModel):
         agreement_sample: interests asked both ways to measure the shortlist's agreement.
         batch_size: questions per engine call (never changes a result).
         seed: sampling seed.
+        bootstrap: user resamples for the intervals over users (``gist_intervals``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -358,6 +404,7 @@ class GistConfig(BaseModel):
     agreement_sample: int = Field(50, ge=0)
     batch_size: int = Field(8, ge=1)
     seed: int = 0
+    bootstrap: int = Field(1000, ge=0)
 
     def deviations(self) -> list[str]:
         """How this configuration departs from the paper's protocol."""
@@ -564,6 +611,20 @@ def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
     plt.close(fig)
 
 
+def _iv(c: Mapping[str, float] | None) -> str:
+    return "" if not c else f" [{c['lo']:.3f}, {c['hi']:.3f}]"
+
+
+def _cost_line(results: Mapping[str, Any]) -> str:
+    from recjudge.evaluators._cost import cost_sentence
+
+    labels = {
+        "extraction": "extraction answers (models under test)",
+        "judge": "judge questions (evidence filter, taxonomy, specificity)",
+    }
+    return cost_sentence(results.get("cost") or {"wall_seconds": results["wall_seconds"]}, labels)
+
+
 def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
     s = results["scores"]
     devs = list(results.get("deviations", config.deviations()))
@@ -575,23 +636,33 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
         f"interactions, {span}), chunks of {config.chunk_size}, {config.options} options per "
         "specificity question, pool of "
         f"{results['pool_size']}, taxonomy {config.taxonomy}, seed {config.seed}. "
-        f"Wall time {results['wall_seconds']} s.",
+        + _cost_line(results),
         "",
         "**Deviations from the paper:** " + ("; ".join(devs) if devs else "none") + ".",
         "",
         f"Always ours: an extraction answer is cut at {config.extraction_tokens} tokens (the "
         "paper sets no bound; a cut answer keeps its complete entries and is counted below).",
         "",
-        "Medians over users (higher is better).",
+        "Medians over users (higher is better), with 95 % intervals over users (bootstrap, "
+        "users resampled) where computed.",
         "",
         "| model | IG_P | IG_R | IG_F1 | IS | interests | verified % |",
         "|---|---|---|---|---|---|---|",
     ]
+    iv = results.get("intervals") or {}
     for m, v in s.items():
-        lines.append(
-            f"| {m} | {v['ig_p']:.3f} | {v['ig_r']:.3f} | {v['ig_f1']:.3f} | {v['is']:.3f} | "
-            f"{v['interests']} | {v['verified_pct']:.1f} |"
-        )
+        cells = [f"{v[k]:.3f}{_iv(iv.get(m, {}).get(k))}" for k in GIST_METRICS]
+        lines.append(f"| {m} | {' | '.join(cells)} | {v['interests']} | {v['verified_pct']:.1f} |")
+    if iv:
+        lines += [
+            "",
+            "IG_P minus IG_R (mean over users; the paper finds coverage, not precision, the "
+            "bottleneck, i.e. this above 0):",
+            "",
+        ]
+        for m, v in iv.items():
+            d = v["p_minus_r"]
+            lines.append(f"- {m}: {d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]")
     lines += ["", "Failure modes (% of each model's unverified interests; not exclusive):", ""]
     for m, v in s.items():
         fm = ", ".join(f"{k} {p:.1f}%" for k, p in v["failure_pct"].items()) or "none"

@@ -13,11 +13,12 @@ import json
 import re
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from recjudge._util import rng, stable_hash
+from recjudge.evaluators._cost import AskMeter
 from recjudge.evaluators._gist import (
     EVENT_SIGNAL,
     GIST_PROMPT_VERSION,
@@ -28,6 +29,7 @@ from recjudge.evaluators._gist import (
     build_oracle,
     embed_texts,
     extraction_messages,
+    gist_intervals,
     gist_scores,
     global_pool,
     load_categories,
@@ -67,6 +69,7 @@ class _Run:
     store: Any
     progress: bool
     llms: Any  # LLMPool
+    cost: AskMeter = field(default_factory=AskMeter)
 
     def llm(self, name: str) -> Any:
         return self.llms.get(name)
@@ -83,18 +86,25 @@ class _Run:
         return tqdm(total=total, desc=desc)
 
 
-def _ask_stored(run: _Run, llm: Any, asks: Sequence[StoredAsk], desc: str, sampling: Any) -> None:
-    """The reward core's stored loop with this run's store and batch size. Long answers:
-    each row decodes alone."""
-    ask_stored(
-        llm,
+def _ask_stored(
+    run: _Run, llm: Any, asks: Sequence[StoredAsk], desc: str, sampling: Any, kind: str = "judge"
+) -> None:
+    """The reward core's stored loop with this run's store and batch size, metered under
+    ``kind``. Long answers: each row decodes alone."""
+    run.cost.measure(
+        kind,
         run.store,
-        asks,
-        sampling=sampling,
-        batch_size=run.config.batch_size,
-        decode_rows=1,
-        desc=desc,
-        progress=run.progress,
+        [a.key for a in asks],
+        lambda: ask_stored(
+            llm,
+            run.store,
+            asks,
+            sampling=sampling,
+            batch_size=run.config.batch_size,
+            decode_rows=1,
+            desc=desc,
+            progress=run.progress,
+        ),
     )
 
 
@@ -162,7 +172,7 @@ def _extract(run: _Run) -> tuple[list[_Interest], int]:
     budget = SamplingConfig(max_new_tokens=c.extraction_tokens)
     for m in c.models:
         mine = [a for a in asks if a.request["model"] == m]
-        _ask_stored(run, run.llm(m), mine, f"extract {m}", budget)
+        _ask_stored(run, run.llm(m), mine, f"extract {m}", budget, kind="extraction")
         if m != c.judge:
             run.llms.release(m)  # free memory before the next model
     done = run.store.get_many([a.key for a in asks])
@@ -250,13 +260,18 @@ def _relevant(
             ]
         return out
 
-    got = run_stored(
+    got = run.cost.measure(
+        "judge",
         run.store,
-        asks,
-        answer,
-        batch_size=8 * c.batch_size,
-        desc=desc,
-        progress=run.progress,
+        [q.key for q in asks],
+        lambda: run_stored(
+            run.store,
+            asks,
+            answer,
+            batch_size=8 * c.batch_size,
+            desc=desc,
+            progress=run.progress,
+        ),
     )  # asks are sorted by interest and run_stored keeps their order
     return {
         (q.request["interest"], q.request["item_id"]): (
@@ -372,13 +387,18 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
             )
         ]
 
-    got = run_stored(
+    got = run.cost.measure(
+        "judge",
         run.store,
-        asks,
-        answer,
-        batch_size=c.batch_size,
-        desc="judge: taxonomy (325)",
-        progress=run.progress,
+        [q.key for q in asks],
+        lambda: run_stored(
+            run.store,
+            asks,
+            answer,
+            batch_size=c.batch_size,
+            desc="judge: taxonomy (325)",
+            progress=run.progress,
+        ),
     )
     return {q.request["interest"]: got[q.key]["category_id"] for q in asks}
 
@@ -569,7 +589,9 @@ def _finish(run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: f
         "over_limit_citations": sum(r.get("over_limit_citations", 0) for r in records),
         "filled_distractors": sum(r.get("filled", 0) for r in records),
         "wall_seconds": round(time.time() - t0, 1),
+        "cost": run.cost.summary(time.time() - t0),
         "scores": scores,
+        "intervals": gist_intervals(scores, run.config.bootstrap, run.config.seed),
     }
     _plot_pr(scores, out / "pr.png", data)
     write_report(out, results, _gist_report(run.config, data, results))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import rng, stable_hash
+from recjudge.evaluators._cost import AskMeter
 from recjudge.evaluators._usersum_metrics import (
     LETTERS,
     TASKS,
@@ -126,23 +127,10 @@ class _Sum:
     store: Any
     progress: bool
     llms: Any  # LLMPool
-    # Per kind of answer ("free_text", "closed"): asked in this run, seconds, all questions.
-    cost: dict[str, dict[str, float]] = field(default_factory=dict)
+    cost: AskMeter = field(default_factory=AskMeter)
 
     def llm(self, name: str) -> Any:
         return self.llms.get(name)
-
-    def timed(self, kind: str, asks: Sequence[Any], call: Callable[[], Any]) -> Any:
-        """``call()``, counting the questions of ``asks`` the store lacked and the seconds."""
-        keys = list(dict.fromkeys(a.key for a in asks))
-        asked = len(self.store.missing(keys))
-        t0 = time.time()
-        got = call()
-        c = self.cost.setdefault(kind, {"asked_now": 0, "seconds": 0.0, "questions": 0})
-        c["asked_now"] += asked
-        c["seconds"] += time.time() - t0 if asked else 0.0
-        c["questions"] += len(keys)
-        return got
 
 
 def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool) -> _Sum:
@@ -201,9 +189,10 @@ def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> 
         )
         for m in prompts
     ]
-    got = run.timed(
+    got = run.cost.measure(
         "free_text",
-        asks,
+        run.store,
+        [a.key for a in asks],
         lambda: generate_stored(
             run.llm(c.model),
             run.store,
@@ -235,9 +224,10 @@ def _closed(
         for m, s in zip(prompts, schemas, strict=True)
     ]
     # Long prompts of different lengths: each decodes alone.
-    got = run.timed(
+    got = run.cost.measure(
         "closed",
-        asks,
+        run.store,
+        [a.key for a in asks],
         lambda: ask_stored(
             run.llm(model),
             run.store,
@@ -525,19 +515,6 @@ def _uncertainty(config: UserSumConfig, per_user: Mapping[str, list[np.ndarray]]
     return out
 
 
-def _cost(run: _Sum, wall: float) -> dict[str, Any]:
-    """What this run asked the models (the rest came from the store) and how fast."""
-    out: dict[str, Any] = {"wall_seconds": round(wall, 1)}
-    for kind, c in run.cost.items():
-        out[kind] = {
-            "asked_now": int(c["asked_now"]),
-            "questions": int(c["questions"]),
-            "seconds": round(c["seconds"], 1),
-            "per_second": round(c["asked_now"] / c["seconds"], 4) if c["seconds"] > 0 else None,
-        }
-    return out
-
-
 def run_usersum(
     config: UserSumConfig,
     data: str = "ml-1m",
@@ -583,7 +560,7 @@ def run_usersum(
         "data": data,
         "users": run.users,
         "wall_seconds": round(time.time() - t0, 1),
-        "cost": _cost(run, time.time() - t0),
+        "cost": run.cost.summary(time.time() - t0),
         "table": table,
         **_uncertainty(config, per_user),
         "per_run": per_run,

@@ -84,16 +84,13 @@ def usersum_report(config: Any, data: str, results: Mapping[str, Any]) -> list[s
 
 def _cost_line(results: Mapping[str, Any]) -> str:
     """Wall time, and what this run asked the models (the rest was read from the store)."""
-    cost = results.get("cost") or {}
-    parts = []
-    for kind, what in (("free_text", "free-text answers (summaries, regenerations)"),
-                       ("closed", "closed questions (predictions, verifier checks)")):  # fmt: skip
-        c = cost.get(kind)
-        if c:
-            rate = f", {c['per_second']} per second" if c["per_second"] else ""
-            parts.append(f"{c['asked_now']} of {c['questions']} {what} in {c['seconds']} s{rate}")
-    asked = f": asked in this run {'; '.join(parts)}; the rest from the store" if parts else ""
-    return f"Wall time {results['wall_seconds']} s{asked}."
+    from recjudge.evaluators._cost import cost_sentence
+
+    labels = {
+        "free_text": "free-text answers (summaries, regenerations)",
+        "closed": "closed questions (predictions, verifier checks)",
+    }
+    return cost_sentence(results.get("cost") or {"wall_seconds": results["wall_seconds"]}, labels)
 
 
 def _ci(c: Mapping[str, Any], scale: float = 1.0) -> str:
