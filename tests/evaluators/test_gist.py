@@ -334,6 +334,7 @@ def test_gist_score_cli_on_records(tmp_path):
     assert s["a"]["ig_p"] == pytest.approx(0.5)
     assert s["a"]["ig_r"] == pytest.approx(0.5 / 3)
     assert s["b"]["is"] == pytest.approx(1.0)
+    assert s["a"]["ci"]["ig_p"] == {"lo": 0.5, "hi": 0.5}  # one user: nothing to resample
     path.write_text('{"user_id": "u"}\nnot json\n')
     bad = subprocess.run(cmd, capture_output=True, text=True)
     assert bad.returncode == 2 and "line 2" in bad.stderr

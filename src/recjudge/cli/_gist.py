@@ -128,21 +128,34 @@ def gist_score(
     oracle: str = typer.Option(
         None, "--oracle", help='JSON {"oracle": {user_id: [category_ids]}} (default: the union).'
     ),
+    bootstrap: int = typer.Option(
+        1000, "--bootstrap", min=0, help="User resamples for the 95 % intervals (0: none)."
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Scores from per-interest records alone (no model needed)."""
-    from recjudge.evaluators import gist_scores, read_interest_records, read_oracle
+    """Scores from per-interest records alone (no model needed): medians over users with
+    95 % intervals over users (under each model's ``ci``)."""
+    from recjudge.evaluators import (
+        gist_intervals,
+        gist_scores,
+        read_interest_records,
+        read_oracle,
+    )
 
     try:
         records = read_interest_records(interests)
         s = gist_scores(records, read_oracle(oracle) if oracle else None)
+        for m, ci in gist_intervals(s, bootstrap).items():
+            s[m]["ci"] = ci
     except (OSError, ValueError) as e:
         fail(str(e))
     if as_json:
         emit(s)
         return
     for m, v in s.items():
+        ci = v.get("ci", {}).get("ig_f1")
+        band = f" [{ci['lo']:.3f}, {ci['hi']:.3f}]" if ci else ""
         typer.echo(
-            f"{m:<28} IG_P {v['ig_p']:.3f}  IG_R {v['ig_r']:.3f}  IG_F1 {v['ig_f1']:.3f}  "
+            f"{m:<28} IG_P {v['ig_p']:.3f}  IG_R {v['ig_r']:.3f}  IG_F1 {v['ig_f1']:.3f}{band}  "
             f"IS {v['is']:.3f}  interests {v['interests']}"
         )
