@@ -37,20 +37,20 @@ class AskMeter:
         c["questions"] += len(unique)
         return got
 
-    def summary(self, wall_seconds: float) -> dict[str, Any]:
-        """``{"wall_seconds", kind: {"asked_now", "questions", "seconds", "per_second"}}``."""
-        out: dict[str, Any] = {"wall_seconds": round(wall_seconds, 1)}
-        for kind, c in self.kinds.items():
-            out[kind] = {
+    def summary(self) -> dict[str, dict[str, Any]]:
+        """``{kind: {"asked_now", "questions", "seconds", "per_second"}}``."""
+        return {
+            kind: {
                 "asked_now": int(c["asked_now"]),
                 "questions": int(c["questions"]),
                 "seconds": round(c["seconds"], 1),
                 "per_second": round(c["asked_now"] / c["seconds"], 4) if c["seconds"] else None,
             }
-        return out
+            for kind, c in self.kinds.items()
+        }
 
 
-def cost_sentence(cost: dict[str, Any], labels: dict[str, str]) -> str:
+def cost_sentence(wall_seconds: float, cost: dict[str, Any], labels: dict[str, str]) -> str:
     """The report's cost sentence: wall time, then per kind in ``labels`` what this run
     asked and how fast (``AskMeter.summary``'s output; kinds never asked are skipped)."""
     parts = []
@@ -60,4 +60,4 @@ def cost_sentence(cost: dict[str, Any], labels: dict[str, str]) -> str:
             rate = f", {c['per_second']} per second" if c["per_second"] else ""
             parts.append(f"{c['asked_now']} of {c['questions']} {what} in {c['seconds']} s{rate}")
     asked = f": asked in this run {'; '.join(parts)}; the rest from the store" if parts else ""
-    return f"Wall time {cost['wall_seconds']} s{asked}."
+    return f"Wall time {wall_seconds} s{asked}."

@@ -253,13 +253,15 @@ def gist_intervals(
     Returns:
         ``{model: {metric: {"lo", "hi"}, "p_minus_r": {"estimate", "lo", "hi"}}}``.
     """
+    from recjudge._stats import user_draws
+
     out: dict[str, dict[str, Any]] = {}
     if not scores or draws <= 0:
         return out
     users = list(next(iter(scores.values()))["users"])
     if not users:
         return out
-    idx = rng("gist-user-bootstrap", seed).integers(0, len(users), (draws, len(users)))
+    idx = user_draws(len(users), draws, seed)
     for m, s in scores.items():
         if list(s["users"]) != users:
             raise ValueError(f"model {m!r} is scored on other users than the first model")
@@ -622,7 +624,7 @@ def _cost_line(results: Mapping[str, Any]) -> str:
         "extraction": "extraction answers (models under test)",
         "judge": "judge questions (evidence filter, taxonomy, specificity)",
     }
-    return cost_sentence(results.get("cost") or {"wall_seconds": results["wall_seconds"]}, labels)
+    return cost_sentence(results["wall_seconds"], results.get("cost") or {}, labels)
 
 
 def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:

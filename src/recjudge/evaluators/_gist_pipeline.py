@@ -589,7 +589,7 @@ def _finish(run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: f
         "over_limit_citations": sum(r.get("over_limit_citations", 0) for r in records),
         "filled_distractors": sum(r.get("filled", 0) for r in records),
         "wall_seconds": round(time.time() - t0, 1),
-        "cost": run.cost.summary(time.time() - t0),
+        "cost": run.cost.summary(),
         "scores": scores,
         "intervals": gist_intervals(scores, run.config.bootstrap, run.config.seed),
     }

@@ -467,13 +467,9 @@ def _score(run: _Sum, summaries: Mapping, questions: Sequence[_Question], letter
             per_run.setdefault(name, []).append(usersum_metrics(recs, c.word_limit, c.m))
             # QM, IFM and IDM are means over summaries, so each user's own summary gives
             # that user's term and the mean over users is the table's value.
+            one = [usersum_metrics([x], c.word_limit, c.m) for x in recs]
             per_user.setdefault(name, []).append(
-                np.array(
-                    [
-                        [usersum_metrics([x], c.word_limit, c.m)[k] for k in USER_METRICS]
-                        for x in recs
-                    ]
-                )
+                np.array([[m[k] for k in USER_METRICS] for m in one])
             )
     table = {}
     for name, runs in per_run.items():
@@ -560,7 +556,7 @@ def run_usersum(
         "data": data,
         "users": run.users,
         "wall_seconds": round(time.time() - t0, 1),
-        "cost": run.cost.summary(time.time() - t0),
+        "cost": run.cost.summary(),
         "table": table,
         **_uncertainty(config, per_user),
         "per_run": per_run,

@@ -90,7 +90,7 @@ def _cost_line(results: Mapping[str, Any]) -> str:
         "free_text": "free-text answers (summaries, regenerations)",
         "closed": "closed questions (predictions, verifier checks)",
     }
-    return cost_sentence(results.get("cost") or {"wall_seconds": results["wall_seconds"]}, labels)
+    return cost_sentence(results["wall_seconds"], results.get("cost") or {}, labels)
 
 
 def _ci(c: Mapping[str, Any], scale: float = 1.0) -> str:
