@@ -512,18 +512,7 @@ class Judge:
         if self.simulator is not None:
             self.prepare_personas(reqs, store, progress)
         keys = [self.key(r) for r in reqs]
-        done = store.get_many(keys) if store is not None else {}
-        results: dict[str, Judgment] = {k: _stored(store, k, v) for k, v in done.items()}
-        for i, k in enumerate(keys):  # a row imported from a checkpoint has no ids
-            if k in results and results[k].user_id is None:
-                results[k] = replace(
-                    results[k], user_id=reqs[i].user_id, candidate_id=reqs[i].candidate_id
-                )
-        if store is not None and not retry_failed:
-            old = store.failures([k for k in keys if k not in results])
-            for i, k in enumerate(keys):
-                if k in old and k not in results:
-                    results[k] = self._failure(reqs[i], old[k], k)
+        results = self._reuse(reqs, keys, store, retry_failed)
         reused = len(results)
         todo: list[int] = []  # first occurrence of each key not yet in the store
         pending: set[str] = set()
@@ -567,6 +556,29 @@ class Judge:
             failed=sum(j.error is not None for j in out),
         )
         return out
+
+    def _reuse(
+        self,
+        reqs: Sequence[JudgeRequest],
+        keys: list[str],
+        store: ResultsStore | None,
+        retry_failed: bool,
+    ) -> dict[str, Judgment]:
+        """The judgments ``store`` already holds for ``keys`` (and, without ``retry_failed``,
+        its recorded failures), with the request's ids filled in where a row has none."""
+        done = store.get_many(keys) if store is not None else {}
+        results: dict[str, Judgment] = {k: _stored(store, k, v) for k, v in done.items()}
+        for i, k in enumerate(keys):  # a row imported from a checkpoint has no ids
+            if k in results and results[k].user_id is None:
+                results[k] = replace(
+                    results[k], user_id=reqs[i].user_id, candidate_id=reqs[i].candidate_id
+                )
+        if store is not None and not retry_failed:
+            old = store.failures([k for k in keys if k not in results])
+            for i, k in enumerate(keys):
+                if k in old and k not in results:
+                    results[k] = self._failure(reqs[i], old[k], k)
+        return results
 
     def _persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
         """One transaction: the verdicts as results, the failures (no verdict) as failures."""
