@@ -130,8 +130,9 @@ def ask_stored(
         asks: the questions; duplicate keys are asked once.
         sampling: ``SamplingConfig`` for all questions.
         batch_size: questions per ``ask`` call (and per transaction).
-        decode_rows: rows decoded together (default ``batch_size``); long free-text answers
-            decode best one row at a time (``1``).
+        decode_rows: rows decoded together per step (default ``batch_size``); each step
+            streams the weights once for all its rows, and fewer rows only bound memory
+            (UserSumBench's checks: 8 rows 1.67x faster than 1, the same verdicts).
         sort_by_length: order the pending questions by prompt length first, so a batch shares
             one padding bucket (worth it for short answers after long prompts).
         desc: progress-bar label.
