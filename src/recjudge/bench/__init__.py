@@ -16,6 +16,7 @@ from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._latency import bench_latency
 from recjudge.bench._offline import OfflineConfig, bench_brief_offline, gap, lift, ranking_metrics
 from recjudge.bench._registry import BENCHMARKS, BenchSpec
+from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
 from recjudge.bench._throughput import bench_throughput, matmul_flops
 from recjudge.reporting import environment, write_report
 
@@ -41,6 +42,8 @@ __all__ = [
     "spearman_ci",
     "bench_cf",
     "bench_decoding",
+    "DecodeRowsConfig",
+    "bench_decode_rows",
     "bench_latency",
     "bench_throughput",
     "environment",

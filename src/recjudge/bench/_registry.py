@@ -33,6 +33,7 @@ def _register() -> None:
     from recjudge.bench._augment import AugmentConfig, bench_brief_augment
     from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
     from recjudge.bench._offline import OfflineConfig, bench_brief_offline
+    from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
 
     for name, cfg, run, summary in (
         ("brief-ratings", BriefExperimentConfig, bench_brief_ratings,
@@ -43,6 +44,8 @@ def _register() -> None:
          "BRIEF Tables 2-3: offline metrics with imputed feedback (simulated log)"),
         ("brief-augment", AugmentConfig, bench_brief_augment,
          "BRIEF Tables 4-5: retraining on judge-augmented data"),
+        ("decode-rows", DecodeRowsConfig, bench_decode_rows,
+         "rows per decode step on GISTBench's long extraction answers"),
     ):  # fmt: skip
         BENCHMARKS.register(name, BenchSpec(cfg, run, summary))
 

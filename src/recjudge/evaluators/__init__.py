@@ -55,7 +55,7 @@ from recjudge.evaluators._gist import (
     specificity_options,
     user_scores,
 )
-from recjudge.evaluators._gist_pipeline import run_gist, verify_profiles
+from recjudge.evaluators._gist_pipeline import gist_extraction_asks, run_gist, verify_profiles
 from recjudge.evaluators._impute import (
     ImputationPlan,
     ImputeConfig,
@@ -139,6 +139,7 @@ __all__ = [
     "load_categories",
     "read_interest_records",
     "read_oracle",
+    "gist_extraction_asks",
     "run_gist",
     "verify_profiles",
     "specificity_options",

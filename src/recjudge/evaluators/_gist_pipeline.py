@@ -109,8 +109,17 @@ def _ask_stored(
 
 
 def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run:
-    from recjudge.data import render_item
     from recjudge.reward import ResultsStore
+
+    histories, text, word = _texts(ds, users, max_history)
+    out.mkdir(parents=True, exist_ok=True)
+    store = ResultsStore(out / "store.sqlite")
+    return _Run(config, ds, users, histories, text, word, store, progress, LLMPool(llms))
+
+
+def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str]:
+    """Each user's history (most recent first), every item's text and the domain's word."""
+    from recjudge.data import render_item
 
     histories = {}
     for u in users:
@@ -123,9 +132,29 @@ def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run
         for i, r in zip(ds.items["item_id"], ds.items.to_dict("records"), strict=True)
     }
     word = {"movies": "movies", "books": "books"}.get(ds.domain, "items")
-    out.mkdir(parents=True, exist_ok=True)
-    store = ResultsStore(out / "store.sqlite")
-    return _Run(config, ds, users, histories, text, word, store, progress, LLMPool(llms))
+    return histories, text, word
+
+
+def _sampled_users(config: GistConfig, ds: Any) -> list[str]:
+    """``config.users`` users with at least ``min_history`` interactions (sha256 order)."""
+    from recjudge.data import sample_users
+
+    lengths = ds.interactions.groupby("user_id", observed=True).size()
+    eligible = sorted(str(u) for u, n in lengths.items() if n >= config.min_history)
+    return sample_users(eligible, config.users, config.seed)
+
+
+def gist_extraction_asks(config: GistConfig, data: str = "ml-1m") -> list[StoredAsk]:
+    """The extraction questions ``run_gist`` asks for ``config`` on ``data`` (every model,
+    sampled user and history chunk), for benchmarks that time the engine on GISTBench's
+    longest answers. Nothing is asked or stored."""
+    from recjudge.data import load_dataset
+
+    ds = load_dataset(data)
+    users = _sampled_users(config, ds)
+    histories, text, word = _texts(ds, users, config.max_history)
+    run = _Run(config, ds, users, histories, text, word, None, False, None)
+    return _extraction_asks(run)
 
 
 # -- 1. extraction -------------------------------------------------------------------------
@@ -614,14 +643,12 @@ def run_gist(
     Args:
         llms: already loaded backends by model name (tests); others are loaded on demand.
     """
-    from recjudge.data import load_dataset, sample_users
+    from recjudge.data import load_dataset
 
     t0 = time.time()
     out = Path(out)
     ds = load_dataset(data)
-    lengths = ds.interactions.groupby("user_id", observed=True).size()
-    eligible = sorted(str(u) for u, n in lengths.items() if n >= config.min_history)
-    users = sample_users(eligible, config.users, config.seed)
+    users = _sampled_users(config, ds)
     run = _open_run(config, ds, users, out, llms, progress, config.max_history)
     try:
         interests, incomplete = _extract(run)
