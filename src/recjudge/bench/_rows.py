@@ -36,6 +36,7 @@ class DecodeRowsConfig(BaseModel):
             largest, so only the rows per step differ.
         repeats: passes over every setting (their order alternates between passes).
         threads: torch threads.
+        dtype: ``auto`` (bf16 where the CPU has it natively), ``bfloat16`` or ``float32``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -49,6 +50,7 @@ class DecodeRowsConfig(BaseModel):
     rows: tuple[int, ...] = (1, 8)
     repeats: int = Field(1, ge=1)
     threads: int = Field(2, ge=1)
+    dtype: str = "auto"
 
     @field_validator("rows")
     @classmethod
@@ -88,7 +90,8 @@ def bench_decode_rows(
     )
     asks = gist_extraction_asks(gist, config.data)
     if llm is None:
-        llm = load_llm(LLMConfig(model=config.model))
+        llm = load_llm(LLMConfig(model=config.model, dtype=config.dtype))
+    dtype = str(next(llm.model.parameters()).dtype).removeprefix("torch.")
     mem = PeakRSS()
     passes: dict[int, list[dict[str, Any]]] = {r: [] for r in config.rows}
     try:
@@ -111,6 +114,7 @@ def bench_decode_rows(
     }
     results = {
         "config": config.model_dump(),
+        "dtype": dtype,
         "questions": len(asks),
         "prompt_tokens": [len(llm.encode(llm.chat_prompt(a.messages))) for a in asks],
         "settings": settings,
@@ -170,7 +174,8 @@ def _report_lines(res: dict[str, Any]) -> list[str]:
     p = sorted(res["prompt_tokens"])
     n = res["questions"]
     lines = [
-        f"# Rows per decode step on GISTBench extraction answers ({c['model']}, {c['data']})",
+        f"# Rows per decode step on GISTBench extraction answers ({c['model']} {res['dtype']}, "
+        f"{c['data']})",
         "",
         f"{n} extraction questions ({c['users']} users, the {c['max_history']} most recent "
         f"engagements in chunks of {c['chunk_size']}; prompts {p[0]}-{p[-1]} tokens), greedy, "
