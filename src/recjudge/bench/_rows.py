@@ -124,7 +124,9 @@ def bench_decode_rows(
     return results
 
 
-def _one_pass(llm: Any, asks: list[Any], rows: int, config: DecodeRowsConfig, progress: bool):
+def _one_pass(
+    llm: Any, asks: list[Any], rows: int, config: DecodeRowsConfig, progress: bool
+) -> dict[str, Any]:
     """Ask every question into a fresh store; the seconds and the stored answers."""
     from recjudge.llm import SamplingConfig
     from recjudge.reward import ResultsStore, ask_stored
