@@ -18,6 +18,7 @@ from recjudge.bench._offline import OfflineConfig, bench_brief_offline, gap, lif
 from recjudge.bench._registry import BENCHMARKS, BenchSpec
 from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
 from recjudge.bench._throughput import bench_throughput, matmul_flops
+from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
 from recjudge.reporting import environment, write_report
 
 __all__ = [
@@ -45,6 +46,8 @@ __all__ = [
     "DecodeRowsConfig",
     "bench_decode_rows",
     "bench_latency",
+    "RetrainWorkersConfig",
+    "bench_retrain_workers",
     "bench_throughput",
     "environment",
     "matmul_flops",

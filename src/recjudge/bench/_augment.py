@@ -10,7 +10,6 @@ method; greedy judge labels do not depend on it).
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,14 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
+from recjudge.bench._retrain import METRICS, RetrainData, RetrainJob, retrain_all
 from recjudge.reward import SIMULATOR_MODES
 
-AUG_KS = (5, 10, 15, 20)
 # Methods that label candidates: they add only what they label positive (the LLM judges'
 # YES, cf-only's sigma > 0), the top-M of those; the heuristics (random, popularity) rank.
 LABELLING = (
@@ -56,6 +54,9 @@ class AugmentConfig(JudgeSampling):
         seeds: number of seeds (0..seeds-1).
         cf: candidate generator and sigma source (trained on positive past interactions).
         bootstrap: user resamples for the paired intervals (``recjudge._stats``).
+        workers: retrainings run at once, each in its own process on one thread (never
+            changes a result: every retraining is seeded and single-threaded). A retraining
+            keeps one core busy, so set it to the cores the machine can spare.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,6 +79,7 @@ class AugmentConfig(JudgeSampling):
     seed: int = 0
     decode_rows: int = Field(8, ge=1)
     bootstrap: int = Field(1000, ge=100)
+    workers: int = Field(1, ge=1)
 
     @field_validator("methods")
     @classmethod
@@ -245,85 +247,25 @@ def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) 
     return {u: choose(u, w.cands[u], scores, positive, config.add) for u in w.users}
 
 
-#: the retrained recommenders' metrics on the augmented users' future
-METRICS = tuple(f"{m}@{k}" for k in AUG_KS for m in ("recall", "p", "ndcg"))
-
-
-def _retrain(config: AugmentConfig, w: _World, added_by: dict, seed: int, rec: str,
-             cache: Path) -> np.ndarray:  # fmt: skip
-    """``rec`` retrained on the past plus ``added_by``: its metrics per augmented user
-    ([users, METRICS]). Kept under ``cache`` by content (the recommender's settings, the
-    data split, the users, the seed and the added pairs), so a resumed run skips every
-    retraining it finished, and two methods that add the same items share one."""
-    from recjudge._util import atomic_write_json, stable_hash
-    from recjudge.bench._offline import ranking_metrics, untrained_system
-    from recjudge.cf_models import SideInfo, TrainOptions
-
-    model = untrained_system(config, rec)
-    added = sorted((u, i) for u in w.users for i in added_by[u])
-    key = stable_hash(
-        rec, model.config.model_dump(), config.data, config.future_fraction, config.min_future,
-        config.positive_rating, len(w.past), w.users, seed, added, METRICS,
-    )  # fmt: skip
-    path = cache / f"{rec}-{key}.json"
-    if path.exists():
-        try:
-            return np.asarray(json.loads(path.read_text())["per_user"], dtype=float)
-        except (ValueError, KeyError):  # a damaged file: retrain
-            pass
-    extra = pd.DataFrame(
-        {
-            "user_id": [u for u, _ in added],
-            "item_id": [i for _, i in added],
-            "timestamp": float(w.past["timestamp"].max()) + 1.0,
-            "rating": config.positive_rating,
-            "event_type": "implicit_positive",
-        }
-    )
-    train = pd.concat([w.past, extra], ignore_index=True) if added else w.past
-    model.train(
-        train, TrainOptions(seed=seed, progress=False), items=w.items, side=SideInfo.of(w.ds)
-    )
-    rows = []
-    for u in w.users:
-        # Scored from the augmented history, but only real past interactions are excluded
-        # from the list: an added pseudo-positive that the user really consumes later must
-        # stay recommendable.
-        sc = model.score_history(w.hist[u] + added_by[u], u).astype(float)
-        sc[model.encode(w.hist[u])] = -np.inf
-        lst = [model.items[i] for i in np.argsort(-sc, kind="stable")[: max(AUG_KS)]]
-        m = ranking_metrics([int(i in w.test[u]) for i in lst], len(w.test[u]), AUG_KS)
-        rows.append([m[k] for k in METRICS])
-    per_user = np.asarray(rows, dtype=float)
-    cache.mkdir(parents=True, exist_ok=True)
-    # Numbers only (no ids or titles): the file can travel with a checkpoint.
-    atomic_write_json(path, {"recommender": rec, "seed": seed, "metrics": list(METRICS),
-                             "per_user": per_user.tolist()})  # fmt: skip
-    return per_user
-
-
 def _retrain_all(
     config: AugmentConfig, w: _World, added: Mapping[tuple[int, str], dict], out: Path,
     progress: bool,
 ) -> dict[str, dict[str, list[np.ndarray]]]:  # fmt: skip
-    """Per recommender and method, one [users, METRICS] array per seed (``_retrain``);
+    """Per recommender and method, one [users, METRICS] array per seed (``retrain_all``);
     ``added[(seed, method)]``: what the method adds per user under that seed."""
+    from recjudge.cf_models import SideInfo
+
+    data = RetrainData(w.past, w.items, SideInfo.of(w.ds), w.users, w.hist, w.test)
     # One recommender at a time: the cheap one (listed first) finishes before a long SASRec
     # run starts, so an interrupted run has kept every result of the former.
-    jobs = [(s, m, r) for r in config.retrain for s in range(config.seeds) for m in config.methods]
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(jobs), desc="retrain", unit="model")
+    keys = [(r, s, m) for r in config.retrain for s in range(config.seeds) for m in config.methods]
     runs: dict[str, dict[str, list[np.ndarray]]] = {}
-    for seed, method, rec in jobs:
-        per_user = _retrain(config, w, added[(seed, method)], seed, rec, out / "retrain")
-        runs.setdefault(rec, {}).setdefault(method, []).append(per_user)
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+    for rec in config.retrain:
+        mine = [k for k in keys if k[0] == rec]
+        jobs = [RetrainJob(rec, s, added[(s, m)]) for _, s, m in mine]
+        got = retrain_all(config, data, jobs, out / "retrain", config.workers, progress)
+        for (_, _, method), per_user in zip(mine, got, strict=True):
+            runs.setdefault(rec, {}).setdefault(method, []).append(per_user)
     return runs
 
 
@@ -446,8 +388,8 @@ def _cost_note(r: Mapping[str, Any]) -> str:
         f"Wall time {r['wall_seconds']} s: labelling {j['seconds']} s ({j['judged_now']} LLM "
         f"judgments made in this run for {j['requests']} requests, {j['per_second']} per "
         f"second, from {j['passes']} decoding passes; the rest were read from the store), "
-        f"retraining {r['retrain_seconds']} s (a retraining finished before is read from "
-        "`retrain/`)."
+        f"retraining {r['retrain_seconds']} s with {r['config'].get('workers', 1)} at once (a "
+        "retraining finished before is read from `retrain/`)."
     )
 
 

@@ -34,6 +34,7 @@ def _register() -> None:
     from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
     from recjudge.bench._offline import OfflineConfig, bench_brief_offline
     from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
+    from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
 
     for name, cfg, run, summary in (
         ("brief-ratings", BriefExperimentConfig, bench_brief_ratings,
@@ -46,6 +47,8 @@ def _register() -> None:
          "BRIEF Tables 4-5: retraining on judge-augmented data"),
         ("decode-rows", DecodeRowsConfig, bench_decode_rows,
          "rows per decode step on GISTBench's long extraction answers"),
+        ("retrain-workers", RetrainWorkersConfig, bench_retrain_workers,
+         "brief-augment's retrainings run one or several at once"),
     ):  # fmt: skip
         BENCHMARKS.register(name, BenchSpec(cfg, run, summary))
 

@@ -354,6 +354,13 @@ def bench_brief_augment_cmd(
     seeds: int = typer.Option(3, "--seeds"),
     seed: int = typer.Option(0, "--seed", help="User sampling seed."),
     sasrec_epochs: int = typer.Option(30, "--sasrec-epochs", help="Epochs per SASRec retrain."),
+    workers: int = typer.Option(
+        1,
+        "--workers",
+        min=1,
+        help="Retrainings at once, each in its own process on one thread (same numbers; "
+        "set it to the cores you can spare).",
+    ),
     sampling: str = _sampling_opt(),
     dtype: str = _dtype_opt(),
     samples: int = _samples_opt(),
@@ -376,6 +383,7 @@ def bench_brief_augment_cmd(
         seeds=seeds,
         seed=seed,
         sasrec_epochs=sasrec_epochs,
+        workers=workers,
         sampling=sampling,
         dtype=dtype,
         samples=samples,

@@ -1,0 +1,91 @@
+"""Augmentation retrainings: kept by content, and the same numbers with any number of workers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from recjudge.bench import AugmentConfig
+from recjudge.bench._retrain import METRICS, RetrainData, RetrainJob, retrain_all
+
+
+@pytest.fixture(scope="module")
+def data(ml100k):
+    from recjudge.cf_models import SideInfo
+    from recjudge.data import timeline_split
+
+    past, future = timeline_split(ml100k.interactions, fraction=0.2)
+    test = future[future["rating"] >= 4.0]
+    test_by = {str(u): set(g["item_id"].astype(str)) for u, g in test.groupby("user_id")}
+    past_by = {str(u): g["item_id"].astype(str).tolist() for u, g in past.groupby("user_id")}
+    users = sorted(u for u in test_by if u in past_by and len(test_by[u]) >= 5)[:6]
+    items = ml100k.items["item_id"].astype(str).tolist()
+    hist = {u: past_by[u] for u in users}
+    return RetrainData(
+        past, items, SideInfo.of(ml100k), users, hist, {u: test_by[u] for u in users}
+    )
+
+
+def _jobs(data: RetrainData) -> list[RetrainJob]:
+    seen = {i for u in data.users for i in data.hist[u]}
+    unseen = [i for i in data.items if i not in seen][:2]
+    add = {u: list(unseen) for u in data.users}
+    none = {u: [] for u in data.users}
+    return [
+        RetrainJob("sasrec", 0, none),
+        RetrainJob("sasrec", 0, add),
+        RetrainJob("sasrec", 1, add),
+        RetrainJob("sasrec", 0, add),  # the same retraining again: trained once, read twice
+    ]
+
+
+def test_workers_change_no_number_and_results_are_kept(data, tmp_path, monkeypatch):
+    from recjudge.cf_models import MODELS
+
+    cfg = AugmentConfig(data="ml-100k", sasrec_epochs=1, workers=2)
+    jobs = _jobs(data)
+    one = retrain_all(cfg, data, jobs, tmp_path / "one", workers=1)
+    two = retrain_all(cfg, data, jobs, tmp_path / "two", workers=2)
+    assert len(one) == len(two) == len(jobs)
+    for a, b in zip(one, two, strict=True):
+        assert a.shape == (len(data.users), len(METRICS))
+        np.testing.assert_array_equal(a, b)  # each job seeded and on one thread
+    np.testing.assert_array_equal(one[1], one[3])
+    assert len(list((tmp_path / "two").glob("sasrec-*.json"))) == 3  # 4 jobs, 3 distinct
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("retrained although the result was kept")
+
+    monkeypatch.setattr(MODELS.get("sasrec"), "train", refuse)
+    again = retrain_all(cfg, data, jobs, tmp_path / "two", workers=2)
+    for a, b in zip(again, two, strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_workers_must_be_positive(data, tmp_path):
+    with pytest.raises(ValidationError):
+        AugmentConfig(workers=0)
+    with pytest.raises(ValueError, match="workers must be >= 1"):
+        retrain_all(AugmentConfig(data="ml-100k"), data, _jobs(data), tmp_path, workers=0)
+    cfg = AugmentConfig(workers=2)
+    assert AugmentConfig.model_validate_json(cfg.model_dump_json()) == cfg
+
+
+def test_bench_runs_the_same_jobs_under_each_setting(tmp_path):
+    import json
+
+    from recjudge.bench import BENCHMARKS, RetrainWorkersConfig, bench_retrain_workers
+
+    cfg = RetrainWorkersConfig(data="ml-100k", users=4, rec="pop", seeds=2, workers=(1, 2))
+    assert RetrainWorkersConfig.model_validate_json(cfg.model_dump_json()) == cfg
+    assert BENCHMARKS.get("retrain-workers").config is RetrainWorkersConfig
+    r = bench_retrain_workers(cfg, tmp_path, progress=False)
+    assert r["jobs"] == 4 and r["users"] == 4
+    assert [s["identical_to_first"] for s in r["settings"].values()] == [4, 4]
+    assert set(r["ratios"]) == {"workers 2 vs 1"} and r["ratios"]["workers 2 vs 1"] > 0
+    assert json.loads((tmp_path / "results.json").read_text())["config"]["workers"] == [1, 2]
+    assert "| 2 |" in (tmp_path / "report.md").read_text()
+    for bad in ({"workers": (1, 1)}, {"workers": (0,)}, {"methods": ("brief",)}):
+        with pytest.raises(ValidationError):
+            RetrainWorkersConfig(**bad)
