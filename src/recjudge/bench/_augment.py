@@ -258,13 +258,12 @@ def _retrain_all(
     data = RetrainData(w.past, w.items, SideInfo.of(w.ds), w.users, w.hist, w.test)
     # One recommender at a time: the cheap one (listed first) finishes before a long SASRec
     # run starts, so an interrupted run has kept every result of the former.
-    keys = [(r, s, m) for r in config.retrain for s in range(config.seeds) for m in config.methods]
+    keys = [(s, m) for s in range(config.seeds) for m in config.methods]
     runs: dict[str, dict[str, list[np.ndarray]]] = {}
     for rec in config.retrain:
-        mine = [k for k in keys if k[0] == rec]
-        jobs = [RetrainJob(rec, s, added[(s, m)]) for _, s, m in mine]
+        jobs = [RetrainJob(rec, s, added[(s, m)]) for s, m in keys]
         got = retrain_all(config, data, jobs, out / "retrain", config.workers, progress)
-        for (_, _, method), per_user in zip(mine, got, strict=True):
+        for (_, method), per_user in zip(keys, got, strict=True):
             runs.setdefault(rec, {}).setdefault(method, []).append(per_user)
     return runs
 
