@@ -126,6 +126,16 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
     return per_user
 
 
+def _one_thread() -> None:
+    """A worker's start: every thread pool (torch, BLAS, OpenMP) on one thread for the whole
+    process, not only during training, so workers never compete for the same cores."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(1)
+    torch.set_num_threads(1)
+
+
 def _run_pending(
     config: Any,
     data: RetrainData,
@@ -141,7 +151,8 @@ def _run_pending(
         return
     # spawn, not fork: a forked child of a process whose OpenMP/BLAS pools have run can hang.
     ctx = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(min(workers, len(pending)), mp_context=ctx) as pool:
+    n = min(workers, len(pending))
+    with ProcessPoolExecutor(n, mp_context=ctx, initializer=_one_thread) as pool:
         futures = {pool.submit(retrain, config, data, job, path): path
                    for path, job in pending.items()}  # fmt: skip
         for fut in as_completed(futures):
