@@ -11,9 +11,21 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import numpy as np
+from pydantic import AfterValidator, ValidationInfo
+
+
+def _distinct_positive(v: tuple[int, ...], info: ValidationInfo) -> tuple[int, ...]:
+    if not v or min(v) < 1 or len(set(v)) != len(v):
+        raise ValueError(f"{info.field_name} must be distinct positive integers, e.g. [1, 2]")
+    return v
+
+
+#: A config field holding the settings a benchmark compares (rows per step, workers, ...):
+#: a non-empty tuple of distinct positive integers.
+DistinctPositiveInts = Annotated[tuple[int, ...], AfterValidator(_distinct_positive)]
 
 
 def cache_dir() -> Path:

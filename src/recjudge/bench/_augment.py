@@ -122,6 +122,14 @@ class _World:
     items: list[str]
     cf: Any
 
+    def retrain_data(self) -> RetrainData:
+        """What every retraining trains and scores on (``recjudge.bench._retrain``)."""
+        from recjudge.cf_models import SideInfo
+
+        return RetrainData(
+            self.past, self.items, SideInfo.of(self.ds), self.users, self.hist, self.test
+        )
+
 
 def _world(config: AugmentConfig) -> _World:
     from recjudge.bench._brief import calibrated_cf
@@ -253,9 +261,7 @@ def _retrain_all(
 ) -> dict[str, dict[str, list[np.ndarray]]]:  # fmt: skip
     """Per recommender and method, one [users, METRICS] array per seed (``retrain_all``);
     ``added[(seed, method)]``: what the method adds per user under that seed."""
-    from recjudge.cf_models import SideInfo
-
-    data = RetrainData(w.past, w.items, SideInfo.of(w.ds), w.users, w.hist, w.test)
+    data = w.retrain_data()
     # One recommender at a time: the cheap one (listed first) finishes before a long SASRec
     # run starts, so an interrupted run has kept every result of the former.
     keys = [(s, m) for s in range(config.seeds) for m in config.methods]

@@ -55,6 +55,10 @@ class RetrainJob:
     seed: int
     added: Mapping[str, Sequence[str]]
 
+    def pairs(self, users: Sequence[str]) -> list[tuple[str, str]]:
+        """The added (user, item) pairs, sorted: what the job adds, in a canonical order."""
+        return sorted((u, i) for u in users for i in self.added[u])
+
 
 def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> Path:
     """Where ``job``'s result is kept: named by everything it depends on (the recommender's
@@ -64,7 +68,7 @@ def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> 
     from recjudge.bench._offline import untrained_system
 
     model = untrained_system(config, job.rec)
-    added = sorted((u, i) for u in data.users for i in job.added[u])
+    added = job.pairs(data.users)
     key = stable_hash(
         job.rec, model.config.model_dump(), config.data, config.future_fraction,
         config.min_future, config.positive_rating, len(data.past), data.users, job.seed, added,
@@ -91,7 +95,7 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
     from recjudge.cf_models import TrainOptions
 
     model = untrained_system(config, job.rec)
-    added = sorted((u, i) for u in data.users for i in job.added[u])
+    added = job.pairs(data.users)
     extra = pd.DataFrame(
         {
             "user_id": [u for u, _ in added],

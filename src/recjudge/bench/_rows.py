@@ -16,8 +16,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._util import DistinctPositiveInts
 from recjudge.reporting import write_report
 
 
@@ -47,17 +48,10 @@ class DecodeRowsConfig(BaseModel):
     max_history: int = Field(100, ge=5)
     chunk_size: int = Field(100, ge=5)
     extraction_tokens: int = Field(1024, ge=16)
-    rows: tuple[int, ...] = (1, 8)
+    rows: DistinctPositiveInts = (1, 8)
     repeats: int = Field(1, ge=1)
     threads: int = Field(2, ge=1)
     dtype: str = "auto"
-
-    @field_validator("rows")
-    @classmethod
-    def _distinct(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or min(v) < 1 or len(set(v)) != len(v):
-            raise ValueError("rows must be distinct positive integers, e.g. [1, 8]")
-        return v
 
 
 def bench_decode_rows(

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from recjudge._util import DistinctPositiveInts
 from recjudge.reporting import write_report
 
 
@@ -44,14 +45,7 @@ class RetrainWorkersConfig(BaseModel):
     sasrec_epochs: int = Field(2, ge=1)
     seeds: int = Field(2, ge=1)
     methods: tuple[str, ...] = ("none", "random")
-    workers: tuple[int, ...] = (1, 2)
-
-    @field_validator("workers")
-    @classmethod
-    def _distinct(cls, v: tuple[int, ...]) -> tuple[int, ...]:
-        if not v or min(v) < 1 or len(set(v)) != len(v):
-            raise ValueError("workers must be distinct positive integers, e.g. [1, 2]")
-        return v
+    workers: DistinctPositiveInts = (1, 2)
 
     @field_validator("methods")
     @classmethod
@@ -73,8 +67,7 @@ def bench_retrain_workers(
     import os
 
     from recjudge.bench._augment import AugmentConfig, _heuristic_choice, _world
-    from recjudge.bench._retrain import RetrainData, RetrainJob, retrain_all
-    from recjudge.cf_models import SideInfo
+    from recjudge.bench._retrain import RetrainJob, retrain_all
 
     aug = AugmentConfig(
         data=config.data,
@@ -85,7 +78,7 @@ def bench_retrain_workers(
         seeds=config.seeds,
     )
     w = _world(aug)
-    data = RetrainData(w.past, w.items, SideInfo.of(w.ds), w.users, w.hist, w.test)
+    data = w.retrain_data()
     jobs = [
         RetrainJob(config.rec, s, _heuristic_choice(aug, w, m, s))
         for s in range(config.seeds)
