@@ -264,7 +264,7 @@ def test_config_round_trip():
     assert GistConfig.model_validate_json(cfg.model_dump_json()) == cfg
 
 
-def test_gist_end_to_end_one_real_user(smollm, tmp_path):
+def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path):
     cfg = GistConfig(
         models=("smollm2-135m",),
         judge="smollm2-135m",
@@ -313,6 +313,53 @@ def test_gist_end_to_end_one_real_user(smollm, tmp_path):
     again = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
     assert again["scores"] == r["scores"]
     assert again["cost"]["extraction"]["asked_now"] == again["cost"]["judge"]["asked_now"] == 0
+    _carried_to_a_fresh_store(cfg, r, llms, ml100k, tmp_path)
+
+
+def _carried_to_a_fresh_store(cfg, first, llms, ds, tmp_path):
+    """A title-free checkpoint of the run resumes it in a fresh folder: every exported answer
+    is read, not asked; only extraction answers that name a history title stayed behind."""
+    import gzip
+
+    from recjudge.data import TitleScreen
+    from recjudge.reward import ResultsStore, export_portable, import_portable
+
+    n = export_portable(tmp_path / "store.sqlite", tmp_path / "ck.gz")
+    text = gzip.decompress((tmp_path / "ck.gz").read_bytes()).decode()
+    titles = dict(zip(ds.items["item_id"].astype(str), ds.items["title"], strict=True))
+    seen = [titles[i] for u in first["users"] for i in ds.history(u)["item_id"].astype(str)]
+    assert not [t for t in seen if t in text]  # no history title, verbatim
+    with ResultsStore(tmp_path / "store.sqlite") as store:
+        rows = [r["result"] for r in store.rows()]
+    extractions = [x for x in rows if "complete" in x]
+    screen = TitleScreen(seen)
+    naming = [x for x in extractions if screen.names_title(x["text"])]
+    assert n.left_out == len(naming) and n.results == len(rows) - len(naming)
+    fresh = tmp_path / "fresh"
+    import_portable(tmp_path / "ck.gz", fresh / "store.sqlite")
+    resumed = run_gist(cfg, "ml-100k", fresh, llms=llms, progress=False)
+    assert resumed["cost"]["extraction"]["asked_now"] == len(naming)
+    if not naming:  # every answer travelled: nothing is asked and the scores are the same
+        assert resumed["cost"]["judge"]["asked_now"] == 0
+        assert resumed["scores"] == first["scores"]
+
+
+def test_an_extraction_answer_naming_a_history_title_stays_behind():
+    from recjudge.data import TitleScreen
+    from recjudge.evaluators._gist_pipeline import _title_free_extraction
+
+    form = _title_free_extraction(TitleScreen(["Heat (1995)", "Godfather, The (1972)"]))
+    clean = [{"interest": "Crime thrillers", "ids": ["1", "2"]}]
+    answer = {"value": clean, "text": '[{"interest": "Crime thrillers", "ids": ["1", "2"]}]'}
+    assert form(answer | {"complete": True}) == answer | {"complete": True}
+    named = [{"interest": "Godfather style sagas", "ids": ["2"]}]
+    assert form({"value": named, "text": "", "complete": True}) is None
+    cut = '[{"interest": "Crime thrillers", "ids": ["1"]}, {"interest": "Heat and'
+    assert form({"value": None, "text": cut, "complete": False}) is None  # cut-off phrase too
+    # History positions are cited, never titles: digits in id lists are not screened.
+    numbers = _title_free_extraction(TitleScreen(["1984"]))
+    ok = {"value": None, "text": '[{"interest": "Dystopian novels", "ids": ["1984"', "complete": 0}
+    assert numbers(ok) == ok
 
 
 def test_gist_score_cli_on_records(tmp_path):

@@ -31,6 +31,7 @@ from recjudge.data._splits import (
     timeline_split,
     user_order_key,
 )
+from recjudge.data._titles import TitleScreen
 
 __all__ = [
     "EVENT_TYPES",
@@ -41,6 +42,7 @@ __all__ = [
     "DataError",
     "Dataset",
     "Split",
+    "TitleScreen",
     "bookcrossing_event",
     "clean_text",
     "export_gistbench",

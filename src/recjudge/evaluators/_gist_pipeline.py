@@ -44,7 +44,7 @@ from recjudge.evaluators._gist import (
 )
 from recjudge.evaluators._runs import Tally
 from recjudge.llm import LLMPool
-from recjudge.reward import StoredAsk, ask_stored, run_stored
+from recjudge.reward import StoredAsk, ask_stored, closed_form, run_stored
 
 
 @dataclass
@@ -66,6 +66,7 @@ class _Run:
     histories: dict[str, list[tuple[str, str]]]  # most recent first: (item_id, event_type)
     text: dict[str, str]
     word: str
+    titles: dict[str, str]  # item_id -> title (screens answers bound for a checkpoint)
     store: Any
     progress: bool
     llms: Any  # LLMPool
@@ -111,14 +112,15 @@ def _ask_stored(
 def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run:
     from recjudge.reward import ResultsStore
 
-    histories, text, word = _texts(ds, users, max_history)
+    histories, text, word, titles = _texts(ds, users, max_history)
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "store.sqlite")
-    return _Run(config, ds, users, histories, text, word, store, progress, LLMPool(llms))
+    return _Run(config, ds, users, histories, text, word, titles, store, progress, LLMPool(llms))
 
 
-def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str]:
-    """Each user's history (most recent first), every item's text and the domain's word."""
+def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str, dict]:
+    """Each user's history (most recent first), every item's text, the domain's word and
+    every item's title."""
     from recjudge.data import render_item
 
     histories = {}
@@ -132,7 +134,9 @@ def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], di
         for i, r in zip(ds.items["item_id"], ds.items.to_dict("records"), strict=True)
     }
     word = {"movies": "movies", "books": "books"}.get(ds.domain, "items")
-    return histories, text, word
+    column = "title" if "title" in ds.items else "item_id"
+    titles = dict(zip(ds.items["item_id"].astype(str), ds.items[column].astype(str), strict=True))
+    return histories, text, word, titles
 
 
 def _sampled_users(config: GistConfig, ds: Any) -> list[str]:
@@ -152,8 +156,8 @@ def gist_extraction_asks(config: GistConfig, data: str = "ml-1m") -> list[Stored
 
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
-    histories, text, word = _texts(ds, users, config.max_history)
-    run = _Run(config, ds, users, histories, text, word, None, False, None)
+    histories, text, word, titles = _texts(ds, users, config.max_history)
+    run = _Run(config, ds, users, histories, text, word, titles, None, False, None)
     return _extraction_asks(run)
 
 
@@ -162,12 +166,36 @@ def _extracted(a: Any) -> dict[str, Any]:
     return {"value": a.value, "text": a.text, "complete": a.value is not None}
 
 
+_INTEREST_TEXT = re.compile(r'"interest": "([^"]*)')  # the grammar's words have no quotes
+
+
+def _title_free_extraction(screen: Any) -> Any:
+    """``StoredAsk.portable`` of an extraction answer: the answer itself if none of its
+    interest phrases (a cut-off last one included) names a title of the user's history,
+    else ``None`` (it stays on this machine and a resumed run elsewhere asks it again).
+    The cited ids are history positions, not item ids."""
+
+    def form(result: dict[str, Any]) -> dict[str, Any] | None:
+        phrases = _INTEREST_TEXT.findall(result.get("text") or "")
+        phrases += [str(e.get("interest", "")) for e in result.get("value") or []]
+        return None if any(screen.names_title(p) for p in phrases) else dict(result)
+
+    return form
+
+
 def _extraction_asks(run: _Run) -> list[StoredAsk]:
     """One stored extraction question per (model, user, chunk of ``chunk_size``); the
     request records model and user."""
+    from recjudge.data import TitleScreen
     from recjudge.decoding import CitedList
 
     c = run.config
+    screens = {
+        u: _title_free_extraction(
+            TitleScreen(run.titles.get(i, i) for i in run.ds.history(u)["item_id"].astype(str))
+        )
+        for u in run.users
+    }
     asks = []
     for m in c.models:
         for u in run.users:
@@ -188,7 +216,7 @@ def _extraction_asks(run: _Run) -> list[StoredAsk]:
                 )
                 key = stable_hash(GIST_PROMPT_VERSION, "extract", m, msgs, schema.key())
                 req = {"kind": "extract", "model": m, "user_id": u, "chunk_start": start}
-                asks.append(StoredAsk(key, req, msgs, schema, _extracted))
+                asks.append(StoredAsk(key, req, msgs, schema, _extracted, screens[u]))
     return asks
 
 
@@ -266,6 +294,7 @@ def _relevant(
                 stable_hash(GIST_PROMPT_VERSION, "relevant", c.judge, p[0], run.text[p[1]]),
                 {"kind": "relevant", "interest": p[0], "item_id": p[1]},
                 relevance_messages(p[0], run.word),
+                portable=closed_form,
             )
             for p in dict.fromkeys(pairs)
         ),
@@ -397,6 +426,7 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
             stable_hash(GIST_PROMPT_VERSION, "taxonomy-full", c.judge, msgs, s),
             {"kind": "taxonomy-full", "interest": s},
             msgs,
+            portable=closed_form,
         )
         for s in interests
     ]
@@ -463,6 +493,7 @@ def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[in
                     taxonomy_messages(name, names),
                     Choice(names, answer_key="category"),
                     _category_result(cat_ids, cat_names),
+                    closed_form,
                 )
             )
         _ask_stored(run, run.judge, asks, "judge: taxonomy", SamplingConfig(max_new_tokens=48))
@@ -577,6 +608,7 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
             msgs,
             schema,
             lambda a: {"picks": a.value},
+            closed_form,
         )
         picks.append(_Pick(ask, r, is_ev))
     budget = SamplingConfig(max_new_tokens=8 * c.evidence_for_specificity + 16)

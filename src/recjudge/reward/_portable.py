@@ -12,10 +12,12 @@ item or a user:
   scores at each decision step), from which every bias setting is replayed without the model.
 
 Rows that would carry text (answers with evidence) are left out and counted, so the run
-judges them again. An evaluator's closed question (``StoredAsk``) is exported only through
-the title-free form it declared when it was stored (``StoredAsk.portable``: e.g. an arena
-comparison's verdicts and probabilities without its free-text analyses); other free-text
-answers (personas, summaries, interests) are left out.
+judges them again. An evaluator's question (``StoredAsk``) is exported only through the
+title-free form it declared when it was stored (``StoredAsk.portable``: e.g. an arena
+comparison's verdicts and probabilities without its free-text analyses, a GISTBench judge's
+closed answer, or a GISTBench interest list whose phrases name no title of the user's
+history, ``recjudge.data.TitleScreen``); an answer whose form is ``None`` and other free-text
+answers (personas, summaries) are left out.
 
 A row is tied to its request by its key alone (a sha256 over the prompt version, the
 settings, the dtype, the request's ids, texts and history), so an imported row is used

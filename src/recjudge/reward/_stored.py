@@ -51,6 +51,12 @@ def _with_portable(ask: StoredAsk, result: dict[str, Any]) -> dict[str, Any]:
     return {**result, PORTABLE_FORM: ask.portable(result)}
 
 
+def closed_form(result: dict[str, Any]) -> dict[str, Any]:
+    """``StoredAsk.portable`` for a closed answer (verdicts, choices among fixed options,
+    option numbers, probabilities): the whole result is already title-free."""
+    return dict(result)
+
+
 def default_result(answer: ConstrainedOutput) -> dict[str, Any]:
     """The parsed answer with its decision record (branches and their probabilities, or
     ``None`` for a schema without a decision point)."""
@@ -72,6 +78,7 @@ def run_stored(
 ) -> dict[str, dict[str, Any]]:
     """The loop itself: every question the store lacks goes to ``answer`` in batches of
     ``batch_size`` (one transaction each); returns the stored result of every question.
+    Each result is stored with its question's title-free form (``StoredAsk.portable``).
 
     Args:
         answer: stored results for one batch, in order.
@@ -90,7 +97,9 @@ def run_stored(
     for b in range(0, len(todo), batch_size):
         part = todo[b : b + batch_size]
         results = answer(part)
-        store.put_many((q.key, q.request, r) for q, r in zip(part, results, strict=True))
+        store.put_many(
+            (q.key, q.request, _with_portable(q, r)) for q, r in zip(part, results, strict=True)
+        )
         if bar is not None:
             bar.update(len(part))
     if bar is not None:
@@ -149,10 +158,7 @@ def ask_stored(
             sampling=sampling,
             decode_rows=decode_rows or batch_size,
         )
-        return [
-            _with_portable(q, (q.result or default_result)(o))
-            for q, o in zip(part, outs, strict=True)
-        ]
+        return [(q.result or default_result)(o) for q, o in zip(part, outs, strict=True)]
 
     order = by_prompt_length(llm) if sort_by_length else None
     return run_stored(
