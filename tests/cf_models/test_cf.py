@@ -64,6 +64,23 @@ def test_checkerboard_heldout_diagonal_ranks_first(name, config, seed):
         assert model.recommend(hist, k=1, user_id=str(u))[0] == f"i{u}", (name, u)
 
 
+@pytest.mark.parametrize("name", ["als", "bpr"])
+def test_implicit_models_train_without_the_blas_thread_warning(name):
+    """implicit warns when the BLAS pool has several threads (it parallelises itself); the
+    model is built and trained inside a one-thread limit, so a user's log stays clean."""
+    import warnings
+
+    from threadpoolctl import threadpool_limits
+
+    df, items = checkerboard()
+    with threadpool_limits(2, "blas"), warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        MODELS.get(name)(MODELS.get(name).Config(factors=2, iterations=2)).train(
+            df, OPTS, items=items
+        )
+    assert not [w for w in seen if "threadpool" in str(w.message).lower()]
+
+
 def test_pop_ranks_by_count():
     df = pd.DataFrame(
         {

@@ -47,9 +47,11 @@ class _MF(CFModel):
         self._ui = interaction_matrix(self, df)
         from threadpoolctl import threadpool_limits
 
-        model = self._make(options)
-        with threadpool_limits(1, "blas"):  # implicit parallelises itself; nested BLAS threads
-            model.fit(self._ui, show_progress=options.progress)  # only contend
+        # implicit parallelises itself; nested BLAS threads only contend. Its constructor
+        # checks the BLAS pool too (and warns), so it is built inside the limit as well.
+        with threadpool_limits(1, "blas"):
+            model = self._make(options)
+            model.fit(self._ui, show_progress=options.progress)
         self.user_factors = np.asarray(model.user_factors, dtype=np.float32)
         self.item_factors = np.asarray(model.item_factors, dtype=np.float32)
 
