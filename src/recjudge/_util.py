@@ -142,6 +142,22 @@ def torch_threads(threads: int | None) -> Iterator[None]:
             torch.set_num_threads(before)
 
 
+@contextmanager
+def torch_seeded(seed: int) -> Iterator[None]:
+    """Run the block with torch's global generator seeded with ``seed``, then give the caller
+    its generator state back.
+
+    A model's weights are drawn from the global generator when its modules are built, so a
+    training that seeded only its epoch loop drew them from whatever state the process was
+    in: the same seed gave a different model after any other use of torch's generator.
+    """
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
     import ipaddress

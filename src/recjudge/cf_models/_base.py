@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import math
@@ -16,7 +15,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry
-from recjudge._util import UserFacingError, atomic_dir, torch_threads
+from recjudge._util import UserFacingError, atomic_dir, torch_seeded, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -192,9 +191,12 @@ class CFModel:
         if self.uses_side_info:
             assert side is not None
             self._set_side_info(side)
-        # Torch models train on ``options.threads`` and give the process its thread count back.
-        scope = torch_threads(options.threads) if self.uses_torch else contextlib.nullcontext()
-        with scope:
+        # Torch models train on ``options.threads`` from weights drawn under ``options.seed``,
+        # and give the process its thread count and generator state back.
+        if self.uses_torch:
+            with torch_threads(options.threads), torch_seeded(options.seed):
+                self._fit(df, options)
+        else:
             self._fit(df, options)
         return self
 
