@@ -140,8 +140,7 @@ class SASRec(CFModel):
         import torch
         from tqdm.auto import tqdm
 
-        c: SASRecConfig = self.config
-        torch.manual_seed(options.seed)
+        c: SASRecConfig = self.config  # torch's generator is seeded by CFModel.train
         rng = np.random.default_rng(options.seed)
         seqs = (
             df.assign(ix=df["item_id"].astype(str).map(self.item_index) + 1)

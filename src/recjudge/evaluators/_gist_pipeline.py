@@ -121,7 +121,7 @@ def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run
 def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str, dict]:
     """Each user's history (most recent first), every item's text, the domain's word and
     every item's title."""
-    from recjudge.data import render_item
+    from recjudge.data import item_title, render_item
 
     histories = {}
     for u in users:
@@ -129,13 +129,10 @@ def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], di
         if max_history:
             h = h.iloc[:max_history]
         histories[u] = list(zip(h["item_id"].astype(str), h["event_type"].astype(str), strict=True))
-    text = {
-        str(i): render_item(r, ds.domain)
-        for i, r in zip(ds.items["item_id"], ds.items.to_dict("records"), strict=True)
-    }
+    records = dict(zip(ds.items["item_id"].astype(str), ds.items.to_dict("records"), strict=True))
+    text = {i: render_item(r, ds.domain) for i, r in records.items()}
+    titles = {i: item_title(r) for i, r in records.items()}  # the title as the prompt shows it
     word = {"movies": "movies", "books": "books"}.get(ds.domain, "items")
-    column = "title" if "title" in ds.items else "item_id"
-    titles = dict(zip(ds.items["item_id"].astype(str), ds.items[column].astype(str), strict=True))
     return histories, text, word, titles
 
 
