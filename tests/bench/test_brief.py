@@ -96,8 +96,8 @@ def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
     # % positive is over samples: a pair with 1 YES in 4 samples (majority NO) counts 25 %.
     reqs = [SimpleNamespace(meta={"kind": "rating", "level": lv, "rating": lv}) for lv in (1, 5)]
     js = [
-        SimpleNamespace(is_relevant=False, p_yes=0.25),
-        SimpleNamespace(is_relevant=True, p_yes=1.0),
+        SimpleNamespace(is_relevant=False, p_yes=0.25, log_odds=-1.1),
+        SimpleNamespace(is_relevant=True, p_yes=1.0, log_odds=30.0),
     ]
     sampled = _analyse(reqs, {"m": js}, cfg)["m"]["pct_positive_by_level"]
     assert sampled == {1: 25.0, 5: 100.0}
@@ -105,6 +105,30 @@ def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
     assert read_out["m"]["pct_positive_by_level"] == {1: 0.0, 5: 100.0}
     assert "the paper's sampling" in cfg.sampling_note()
     assert "deviation" in BriefExperimentConfig().sampling_note()
+
+
+def test_greedy_rank_statistics_order_saturated_p_yes_by_log_odds():
+    """Under a strong bias p_yes is exactly 1.0 for positives and negatives alike; the AUC and
+    the pair Spearman must still see the judge's order (its log-odds), not a tie."""
+    import math
+    from types import SimpleNamespace
+
+    from recjudge.bench._brief import _analyse
+    from recjudge.reward import Judgment
+
+    def j(p_sem: float, delta: float) -> Judgment:
+        p_no = 1.0 / (1.0 + math.exp(math.log(p_sem / (1 - p_sem)) + 2 * delta))
+        return Judgment("u", "i", "brief", True, ["t"], 1.0 - p_no, p_sem, 0.9, delta, 0.5, "")
+
+    reqs = [SimpleNamespace(meta={"kind": "relevance", "label": lab}) for lab in (1, 1, 0, 0)]
+    reqs += [SimpleNamespace(meta={"kind": "rating", "level": r, "rating": r}) for r in (1, 3, 5)]
+    js = [j(0.9, 30.0), j(0.8, 29.0), j(0.3, 25.0), j(0.2, 26.0)]
+    js += [j(0.2, 25.0), j(0.5, 26.0), j(0.9, 27.0)]
+    assert {x.p_yes for x in js} == {1.0}  # p_yes alone: every pair tied
+    cfg = BriefExperimentConfig(bootstrap=0)
+    got = _analyse(reqs, {"m": js}, cfg)["m"]
+    assert got["relevance_auc"]["auc"] == pytest.approx(1.0)
+    assert got["pair_spearman"]["rho"] == pytest.approx(1.0)
 
 
 @pytest.mark.slow
@@ -432,8 +456,8 @@ def test_paired_against_brief_compares_rows_that_share_a_sigma_source():
             ("non-adaptive", "positive"), ("zero-shot", "-"), ("cf-only", "positive"),
             ("pub", "-")]  # fmt: skip
     settings = [(m if s == "-" else f"{m} [cf:{s}]", m, s, 25.0) for m, s in rows]
-    results = {n: [SimpleNamespace(p_yes=0.1 * (i + k)) for i in range(7)] for k, (n, *_) in
-               enumerate(settings)}  # fmt: skip
+    results = {n: [SimpleNamespace(p_yes=0.1 * (i + k), log_odds=0.1 * (i + k))
+                   for i in range(7)] for k, (n, *_) in enumerate(settings)}  # fmt: skip
     cfg = BriefExperimentConfig(bootstrap=10)
     got = paired_against_brief(reqs, results, settings, cfg)
     assert sorted(got) == sorted([
@@ -505,7 +529,7 @@ def test_beta_optimum_finds_the_peak_and_tests_it_against_beta_zero():
     uncorrelated = [((i * 7) % 11) / 11 for i in range(40)]
 
     def judged(rating_scores, relevance_scores):
-        return [NS(p_yes=x) for x in [*rating_scores, *relevance_scores]]
+        return [NS(p_yes=x, log_odds=x) for x in [*rating_scores, *relevance_scores]]
 
     good = judged([r / 5 for r in ratings], [0.9, 0.1] * 10)
     results = {

@@ -27,6 +27,7 @@ from recjudge.evaluators import (
     select_positives,
     write_qrels,
 )
+from recjudge.reward import Judgment
 
 RANKS = {"u1": ["a", "b", "c"], "u2": ["c", "a"]}
 
@@ -198,6 +199,10 @@ class _J:
     p_yes: float
     error: str | None = None
 
+    @property
+    def log_odds(self) -> float:
+        return math.log(self.p_yes / (1 - self.p_yes)) if 0 < self.p_yes < 1 else self.p_yes
+
 
 def test_select_positives_takes_top_m_yes_and_never_a_no():
     js = [_J("u", "a", True, 0.6), _J("u", "b", False, 0.9), _J("u", "c", True, 0.8),
@@ -206,6 +211,26 @@ def test_select_positives_takes_top_m_yes_and_never_a_no():
     chosen = select_positives(js, top_m=2)
     assert [j.candidate_id for j in chosen["u"]] == ["c", "d"]
     assert "v" not in chosen and "w" not in chosen
+
+
+def test_select_positives_orders_saturated_p_yes_by_log_odds():
+    """A strong bias rounds p_yes to exactly 1.0 for several candidates; the judge's log-odds
+    (semantic logit + 2 delta), not the candidate order, must pick among them."""
+
+    def j(cand: str, p_sem: float, delta: float) -> Judgment:
+        p_no = 1.0 / (1.0 + math.exp(math.log(p_sem / (1 - p_sem)) + 2 * delta))
+        return Judgment("u", cand, "brief", True, ["t"], 1.0 - p_no, p_sem, 0.5, delta, 0.3, "")
+
+    js = [j("a", 0.30, 25.0), j("b", 0.60, 30.0), j("c", 0.90, 28.0), j("d", 0.5, 0.4)]
+    assert [x.p_yes for x in js[:3]] == [1.0, 1.0, 1.0]  # saturated: p_yes cannot order them
+    assert js[1].log_odds > js[2].log_odds > js[0].log_odds > js[3].log_odds
+    chosen = select_positives(js, top_m=2)
+    assert [x.candidate_id for x in chosen["u"]] == ["b", "c"]
+    # Unsaturated p_yes still decides first, and the log-odds agrees with it.
+    lo = Judgment("u", "e", "zero-shot", True, [], 0.7, 0.7, None, 0.0, 0.9, "")
+    assert lo.log_odds == pytest.approx(math.log(0.7 / 0.3))
+    cf = Judgment("u", "f", "cf-only", True, [], 0.8, None, 0.6, 0.0, 0.0, "")
+    assert cf.log_odds == pytest.approx(math.log(0.8 / 0.2))
 
 
 def test_pseudo_positives_train_but_are_never_held_out():

@@ -165,8 +165,8 @@ def _judge_choices(
     config: AugmentConfig, w: _World, llm: Any, out: Path, progress: bool
 ) -> tuple[dict[str, dict[str, list[str]]], dict[str, Any]]:
     """Per LLM method, the pseudo-positives ``recjudge.evaluators.augment`` adds (the top-M
-    YES by p_yes among the candidates; a NO is never added), read back from the dataset
-    folder it writes under ``out/augment/<method>``. The store is filled first for every
+    YES by p_yes, then log-odds, among the candidates; a NO is never added), read back from
+    the dataset folder it writes under ``out/augment/<method>``. The store is filled first for every
     method together, user by user, so the methods that differ only in their bias share one
     decoding pass per candidate (``judge_per_user``); each ``augment`` then reads it back.
 
@@ -351,7 +351,9 @@ def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
         f"{len(r['users'])} augmented users; candidates = top-{config.candidates} of `{config.cf}` "
         f"(trained on past ratings >= {config.positive_rating}) minus seen; each method adds its "
         f"top-{config.add} per user as positives (a labelling method only among the candidates "
-        "it labels positive: judge YES, cf-only sigma > 0); retrained: "
+        "it labels positive: judge YES, ranked by p_yes and equal p_yes by the log-odds, which "
+        "does not saturate at 1.0 under a strong bias; cf-only sigma > 0, ranked by sigma); "
+        "retrained: "
         f"{', '.join(config.retrain)}; test = "
         f"the users' future items rated >= {config.positive_rating} (last "
         f"{int(config.future_fraction * 100)} % of each timeline); judge `{config.model}`, beta "

@@ -2,11 +2,11 @@
 
 For each user, the candidates are the top-k of a recommender's run that the user has not
 interacted with. The judge labels every candidate; the pseudo-positives are the candidates it
-says YES to, the top-M of those by p_yes (fewer when it says YES to fewer: a NO is never
-added). They are appended to the interactions with ``source = "judge"`` (logged rows get
-``source = "logged"``) and the judge's ``p_yes``. The result is a dataset folder that
-``recjudge cf train`` accepts; its leave-one-out split holds out logged rows only, so a
-pseudo-positive is never a validation or test item.
+says YES to, the top-M of those by p_yes, equal p_yes by log-odds (fewer when it says YES to
+fewer: a NO is never added). They are appended to the interactions with ``source = "judge"``
+(logged rows get ``source = "logged"``) and the judge's ``p_yes``. The result is a dataset
+folder that ``recjudge cf train`` accepts; its leave-one-out split holds out logged rows only,
+so a pseudo-positive is never a validation or test item.
 """
 
 from __future__ import annotations
@@ -44,16 +44,19 @@ class AugmentConfig(BaseModel):
 
 
 def select_positives(judgments: Sequence[Any], top_m: int) -> dict[str, list[Any]]:
-    """Per user, the YES judgments, best p_yes first (ties: candidate order), at most top_m.
+    """Per user, the YES judgments, best p_yes first, at most top_m.
 
-    Failed judgments (``error`` set) carry no verdict and are never selected.
+    Equal p_yes are ordered by the judgment's ``log_odds`` (then candidate order): a strong
+    bias saturates p_yes at exactly 1.0 for many candidates, and without the log-odds the
+    candidate recommender's order, not the judge, would pick among them. Failed judgments
+    (``error`` set) carry no verdict and are never selected.
     """
     by_user: dict[str, list[tuple[int, Any]]] = {}
     for n, j in enumerate(judgments):
         if j.error is None and j.is_relevant:
             by_user.setdefault(j.user_id, []).append((n, j))
     return {
-        u: [j for _, j in sorted(js, key=lambda t: (-t[1].p_yes, t[0]))[:top_m]]
+        u: [j for _, j in sorted(js, key=lambda t: (-t[1].p_yes, -t[1].log_odds, t[0]))[:top_m]]
         for u, js in by_user.items()
     }
 

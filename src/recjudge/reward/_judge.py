@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, get_args
@@ -208,6 +209,21 @@ class Judgment:
     error: str | None = None
     evidence_ids: list[str] = field(default_factory=list)
 
+    @property
+    def log_odds(self) -> float:
+        """``log P(YES) / P(NO)`` at the decision step after the bias.
+
+        ``logit(p_yes_semantic) + 2 * delta``: the bias adds ``+delta`` to the YES branch and
+        ``-delta`` to NO. ``p_yes`` itself saturates: at ``beta = 25`` a delta of 20 gives
+        ``P(NO) ~ 1e-17``, and ``p_yes`` is exactly 1.0 in float64 for every such candidate,
+        so ranking by it ties them all; the log-odds keeps their order. Without an LLM
+        decision (cf-only, or the grammar alone decided) it is ``logit(p_yes)``. Probabilities
+        are clipped to ``[1e-12, 1 - 1e-12]`` so the value is always finite.
+        """
+        if self.p_yes_semantic is None:
+            return _logit(self.p_yes)
+        return _logit(self.p_yes_semantic) + 2.0 * self.delta
+
     def to_dict(self) -> dict[str, Any]:
         """All fields; for a failed judgment only who, the key and the error (no verdict)."""
         if self.error is not None:
@@ -225,6 +241,11 @@ class Judgment:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Judgment:
         return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def _logit(p: float) -> float:
+    q = min(max(float(p), 1e-12), 1.0 - 1e-12)
+    return math.log(q) - math.log1p(-q)
 
 
 _REQUIRED = ("user_id", "candidate_id", "mode", "is_relevant", "evidence", "p_yes", "raw_text")
