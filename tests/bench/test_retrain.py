@@ -89,3 +89,15 @@ def test_bench_runs_the_same_jobs_under_each_setting(tmp_path):
     for bad in ({"workers": (1, 1)}, {"workers": (0,)}, {"methods": ("brief",)}):
         with pytest.raises(ValidationError):
             RetrainWorkersConfig(**bad)
+
+
+def test_report_header_names_the_protocol_deviations():
+    from recjudge.bench._augment import _deviations_note
+
+    note = _deviations_note(AugmentConfig(retrain=("als", "sasrec"), sasrec_epochs=30,
+                                          methods=("none", "brief")))  # fmt: skip
+    assert "last training timestamp" in note and "30 epochs" in note
+    assert "pub" in note and "agent4rec" in note and "recagent" in note
+    als_only = _deviations_note(AugmentConfig(retrain=("als",), methods=("none", "brief", "pub",
+                                              "agent4rec", "recagent")))  # fmt: skip
+    assert "epochs" not in als_only and "not run" not in als_only

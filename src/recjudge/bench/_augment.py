@@ -342,11 +342,28 @@ def bench_brief_augment(
     return res_all
 
 
+def _deviations_note(config: AugmentConfig) -> str:
+    """The protocol choices the paper's text (not readable here) may not share."""
+    notes = [
+        "the added items carry the user's last training timestamp, so a sequential "
+        "recommender (SASRec) trains on them and scores from them as the last items of the "
+        "user's sequence (the paper's placement could not be read)"
+    ]
+    if "sasrec" in config.retrain:
+        notes.append(f"SASRec trained for {config.sasrec_epochs} epochs")
+    left = [m for m in SIMULATOR_MODES if m not in config.methods]
+    if left:
+        notes.append(f"user-simulator baselines not run: {', '.join(left)}")
+    return "Other deviations: " + "; ".join(notes) + "."
+
+
 def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
     lines = [
         f"# BRIEF training-data augmentation on {config.data} (Tables 4-5)",
         "",
         f"Judge decoding: {config.sampling_note()}.",
+        "",
+        _deviations_note(config),
         "",
         f"{len(r['users'])} augmented users; candidates = top-{config.candidates} of `{config.cf}` "
         f"(trained on past ratings >= {config.positive_rating}) minus seen; each method adds its "
