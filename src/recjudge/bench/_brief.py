@@ -54,9 +54,15 @@ class JudgeSampling(BaseModel):
 
         return load_llm(LLMConfig(model=model, dtype=self.dtype))
 
+    @property
+    def sampled(self) -> bool:
+        """Whether judgments are sampled (their p_yes is a share of YES samples) rather than
+        greedy read-outs (p_yes is the model's probability)."""
+        return self.sampling == "paper"
+
     def sampling_note(self) -> str:
         """The decoding in words, for a report header."""
-        if self.sampling == "paper":
+        if self.sampled:
             return (
                 f"the paper's sampling (T 0.7, top-p 0.8, top-k 20, {self.samples} samples per "
                 "pair; % positive over samples)"
@@ -433,13 +439,13 @@ def judges_for(
 ) -> dict[str, Any]:
     """Reward read-out judges on ``config.model``: a mode name (beta ``config.beta``, sigma
     from ``cf``), or ``(name, mode, CF model, beta)``. ``config`` needs ``model``, ``beta``,
-    ``history_items`` and ``decode_rows`` (and, from ``JudgeSampling``, ``sampling`` and
+    ``history_items`` and ``decode_rows`` (and, from ``JudgeSampling``, ``sampled`` and
     ``samples``). ``population``: what the agent4rec and recagent simulators read about the
     training data (``reward.Population.of``)."""
     from recjudge.llm import SamplingConfig
     from recjudge.reward import Judge, JudgeConfig
 
-    paper = getattr(config, "sampling", "greedy") == "paper"
+    paper = getattr(config, "sampled", False)
     decoding = (
         {"sampling": SamplingConfig.paper(config.seed), "samples": config.samples} if paper else {}
     )
@@ -478,12 +484,12 @@ def _analyse(
 ) -> dict[str, Any]:
     rating_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "rating"]
     rel_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "relevance"]
+    levels = [reqs[i].meta["level"] for i in rating_idx]
+    ratings = [reqs[i].meta["rating"] for i in rating_idx]
+    # Sampled: the share of YES samples (the paper's % positive over samples).
+    sampled = config.sampled
     out = {}
     for name, js in results.items():
-        levels = [reqs[i].meta["level"] for i in rating_idx]
-        ratings = [reqs[i].meta["rating"] for i in rating_idx]
-        # Sampled: the share of YES samples (the paper's % positive over samples).
-        sampled = config.sampling == "paper"
         positive = [js[i].p_yes if sampled else float(js[i].is_relevant) for i in rating_idx]
         table = level_table(levels, positive)
         score = [_rank_score(j, sampled) for j in js]
@@ -516,7 +522,7 @@ def paired_against_brief(
         ``{"brief [cf:all] - zero-shot": {"pair_spearman": {...}, "relevance_auc": {...}}}``.
     """
     ratings, labels = _targets(reqs)
-    sampled = config.sampling == "paper"
+    sampled = config.sampled
     out: dict[str, dict[str, Any]] = {}
     briefs = [(n, src) for n, mode, src, _ in settings if mode == "brief"]
     for k, (ref, ref_src) in enumerate(briefs):
@@ -574,7 +580,7 @@ def beta_optimum(
         ``vs_beta0`` is None when the best beta is 0 or 0 is not in the sweep.
     """
     ratings, labels = _targets(reqs)
-    sampled = config.sampling == "paper"
+    sampled = config.sampled
     zero = next((n for n in analysis if _beta_of(n) == 0), None)
     out: dict[str, Any] = {}
     for measure, field in (("pair_spearman", "rho"), ("relevance_auc", "auc")):
