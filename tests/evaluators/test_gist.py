@@ -468,3 +468,13 @@ def test_distractor_candidates_exclude_the_users_whole_history():
     assert set(job.evidence) <= set(rec_["cited"])
     assert job.candidates and not set(job.candidates) & set(history)
     assert sorted(job.candidates) == sorted(f"other{i}" for i in range(40))
+
+
+def test_a_missing_model_fails_before_any_work(tmp_path, smollm):
+    """The second model under test is missing: the run stops before it loads data, asks the
+    first model anything or opens a store (not after the first model's hours of answers)."""
+    gone = str(tmp_path / "gone.gguf")
+    cfg = GistConfig(models=("smollm2-135m", gone), judge="smollm2-135m", users=2)
+    with pytest.raises(FileNotFoundError, match="gone.gguf"):
+        run_gist(cfg, "ml-100k", tmp_path / "out", llms={"smollm2-135m": smollm}, progress=False)
+    assert not (tmp_path / "out").exists()

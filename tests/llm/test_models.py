@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from recjudge._registry import Registry, UnknownNameError
-from recjudge.llm import PRESETS, LLMConfig, SamplingConfig
+from recjudge._util import UserFacingError
+from recjudge.llm import (
+    PRESETS,
+    LLMConfig,
+    LLMPool,
+    ModelNotInstalledError,
+    ModelPreset,
+    SamplingConfig,
+    check_models,
+)
 from recjudge.llm._models import CACHE_FORMAT, CACHE_MARKER, _valid_cache, resolve_model_path
 
 
@@ -38,6 +47,37 @@ def test_registry_substring_suggestion_and_duplicates():
 def test_mistyped_preset_path_is_an_error_not_a_hub_id():
     with pytest.raises(UnknownNameError, match="smollm2-135m"):
         resolve_model_path("smollm2")
+
+
+def test_check_models_names_every_missing_preset_before_any_load(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))  # nothing cached
+    monkeypatch.setattr(ModelPreset, "missing_packages", lambda self: list(self.packages))
+    names = ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b"]
+    with pytest.raises(ModelNotInstalledError) as e:
+        check_models(names)
+    msg = str(e.value)
+    assert "recjudge models install qwen2.5-coder-0.5b" in msg
+    assert "recjudge models install qwen2.5-coder-1.5b" in msg
+    assert msg.count("qwen2.5-coder-0.5b") == 2  # named once, installed once
+    assert isinstance(e.value, UserFacingError)  # the CLI prints one line, no traceback
+    monkeypatch.setattr(ModelPreset, "missing_packages", lambda self: [])
+    check_models(names)  # installed, not yet cached: the first load builds the cache
+
+
+def test_check_models_refuses_missing_paths_and_typos_but_not_hub_ids(tmp_path: Path):
+    with pytest.raises(FileNotFoundError, match="nomodel.gguf"):
+        check_models([str(tmp_path / "nomodel.gguf")])
+    with pytest.raises(UnknownNameError, match="smollm2-135m"):
+        check_models(["smolm2-135m"])
+    check_models(["some-org/some-model", str(tmp_path)])  # a hub id; an existing folder
+
+
+def test_pool_checks_what_it_will_load_not_what_it_was_given(tmp_path: Path):
+    missing = str(tmp_path / "gone.gguf")
+    with pytest.raises(FileNotFoundError, match="gone.gguf"):
+        LLMPool({"a": object()}, needed=["a", missing])
+    backend = object()
+    assert LLMPool({missing: backend}, needed=[missing]).get(missing) is backend
 
 
 def test_presets_list_three_with_pinned_packages():

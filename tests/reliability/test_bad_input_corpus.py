@@ -226,6 +226,9 @@ CASES = [
     # -- models and the cache ---------------------------------------------------------------
     ("model-missing-path", {}, ["judge", "--data", "{w}/ds", "--user", "u0", "--candidate", "i7",
      "--mode", "zero-shot", "--model", "{t}/missing/dir"], ["missing/dir", "smollm2-135m"]),
+    ("gist-run-model-missing", {}, ["gist", "run", "--data", "{w}/ds", "--models",
+     "smollm2-135m,{t}/nomodel.gguf", "--judge", "smollm2-135m", "--out", "{t}/g"],
+     ["nomodel.gguf"]),
     ("model-unknown-preset", {}, ["models", "info", "smolm2-135m"], ["smolm2-135m", "smollm2-135m"]),
     ("model-install-unknown", {}, ["models", "install", "qwen9"], ["qwen9"]),
     # -- evaluators and benchmarks by name ------------------------------------------------------

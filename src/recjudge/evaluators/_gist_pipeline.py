@@ -109,13 +109,13 @@ def _ask_stored(
     )
 
 
-def _open_run(config, ds, users, out: Path, llms, progress, max_history) -> _Run:
+def _open_run(config, ds, users, out: Path, pool, progress, max_history) -> _Run:
     from recjudge.reward import ResultsStore
 
     histories, text, word, titles = _texts(ds, users, max_history)
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "store.sqlite")
-    return _Run(config, ds, users, histories, text, word, titles, store, progress, LLMPool(llms))
+    return _Run(config, ds, users, histories, text, word, titles, store, progress, pool)
 
 
 def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str, dict]:
@@ -676,9 +676,10 @@ def run_gist(
 
     t0 = time.time()
     out = Path(out)
+    pool = LLMPool(llms, needed=(*config.models, config.judge))  # fail before any work
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
-    run = _open_run(config, ds, users, out, llms, progress, config.max_history)
+    run = _open_run(config, ds, users, out, pool, progress, config.max_history)
     try:
         interests, incomplete = _extract(run)
         records, facts = _verify(run, interests)
@@ -809,6 +810,7 @@ def verify_profiles(
 
     t0 = time.time()
     out = Path(out)
+    pool = LLMPool(llms, needed=(config.judge,))  # fail before any work
     ds = load_dataset(data)
     interests, checks = [], {}
     for p in profiles:
@@ -825,7 +827,7 @@ def verify_profiles(
         interests += its
         checks[Path(p).stem] = check.__dict__
     users = sorted({it.user_id for it in interests} | set(oracle or {}))
-    run = _open_run(config, ds, users, out, llms, progress, None)
+    run = _open_run(config, ds, users, out, pool, progress, None)
     try:
         records, facts = _verify(run, interests)
     finally:

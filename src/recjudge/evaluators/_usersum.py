@@ -137,6 +137,7 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
     from recjudge.data import load_dataset, render_item, sample_users
     from recjudge.reward import ResultsStore
 
+    pool = LLMPool(llms, needed=(config.model, config.predictor))  # fail before any work
     ds = load_dataset(data)
     if "genres" not in ds.items or ds.items["genres"].isna().all():
         raise ValueError(
@@ -172,7 +173,7 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
         {"movies": "movie", "books": "book"}.get(ds.domain, "item"),
         ResultsStore(out / "store.sqlite"),
         progress,
-        LLMPool(llms),
+        pool,
     )
 
 

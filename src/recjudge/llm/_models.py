@@ -15,13 +15,13 @@ import json
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from recjudge._registry import Registry
-from recjudge._util import atomic_dir, cache_dir, sha256_file
+from recjudge._util import UserFacingError, atomic_dir, cache_dir, sha256_file
 
 CACHE_MARKER = "recjudge-cache.json"
 CACHE_FORMAT = 1
@@ -111,8 +111,8 @@ for _p in (
 DEFAULT_MODEL = "smollm2-135m"
 
 
-class ModelNotInstalledError(RuntimeError):
-    """A preset's weight packages are not installed."""
+class ModelNotInstalledError(UserFacingError, RuntimeError):
+    """A preset's weight packages are not installed (the message says how to install them)."""
 
 
 class ModelIntegrityError(RuntimeError):
@@ -295,6 +295,16 @@ def resolve_model_path(name_or_path: str) -> Path | str:
                         shutil.rmtree(path)  # half-written or stale: rebuild
                     build_cache(preset)
         return path
+    return _local_or_hub(name_or_path)
+
+
+def _local_or_hub(name_or_path: str) -> Path | str:
+    """A non-preset model: an existing local path, or a Hugging Face id (returned as is).
+
+    Raises:
+        FileNotFoundError: a path that does not exist.
+        UnknownNameError: a bare name that is no preset (with "did you mean").
+    """
     p = Path(name_or_path).expanduser()
     if p.exists():
         return p
@@ -307,6 +317,34 @@ def resolve_model_path(name_or_path: str) -> Path | str:
         # Looks like a mistyped preset rather than an "org/name" hub id.
         PRESETS.get(name_or_path)
     return name_or_path
+
+
+def check_models(names: Iterable[str]) -> None:
+    """Fail before any work if one of ``names`` cannot be loaded later: a preset that is
+    neither cached nor installed, a local path that does not exist, a mistyped preset.
+
+    A run over several models (GISTBench, UserSumBench) loads each one when its turn comes,
+    hours into the run; without this check a missing second model surfaced only then.
+    Reads no weights (a Hugging Face id is not looked up: it needs the user's network or HF
+    cache, which only loading can tell).
+
+    Raises:
+        ModelNotInstalledError: names every preset to install, with the commands.
+        FileNotFoundError, UnknownNameError: as ``resolve_model_path``.
+    """
+    missing = []
+    for name in dict.fromkeys(names):
+        if name in PRESETS:
+            preset = PRESETS.get(name)
+            if not (preset.is_cached() or preset.is_installed()):
+                missing.append(name)
+        else:
+            _local_or_hub(name)
+    if missing:
+        raise ModelNotInstalledError(
+            f"model{'s' * (len(missing) > 1)} {', '.join(missing)} not installed; install "
+            "with: " + " && ".join(f"recjudge models install {m}" for m in missing)
+        )
 
 
 def install_preset(name: str, quiet: bool = False) -> None:

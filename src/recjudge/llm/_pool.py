@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 
@@ -12,10 +12,15 @@ class LLMPool:
     Args:
         loaded: backends the caller already has (tests pass a shared fixture); others are
             loaded with ``load_llm`` on first ``get``.
+        needed: every model the run will ``get``; those not ``loaded`` are checked now
+            (``check_models``), so a missing one fails before the run starts, not hours in.
     """
 
-    def __init__(self, loaded: Mapping[str, Any] | None = None) -> None:
+    def __init__(self, loaded: Mapping[str, Any] | None = None, needed: Iterable[str] = ()) -> None:
+        from recjudge.llm._models import check_models
+
         self._llms: dict[str, Any] = dict(loaded or {})
+        check_models(n for n in needed if n not in self._llms)
 
     def get(self, name: str) -> Any:
         from recjudge.llm import load_llm
