@@ -483,24 +483,23 @@ def _analyse(
     reqs: Sequence[Any], results: Mapping[str, Sequence[Any]], config: BriefExperimentConfig
 ) -> dict[str, Any]:
     rating_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "rating"]
-    rel_idx = [i for i, r in enumerate(reqs) if r.meta["kind"] == "relevance"]
     levels = [reqs[i].meta["level"] for i in rating_idx]
-    ratings = [reqs[i].meta["rating"] for i in rating_idx]
+    ratings, labels = _targets(reqs)
     # Sampled: the share of YES samples (the paper's % positive over samples).
     sampled = config.sampled
     out = {}
     for name, js in results.items():
         positive = [js[i].p_yes if sampled else float(js[i].is_relevant) for i in rating_idx]
         table = level_table(levels, positive)
-        score = [_rank_score(j, sampled) for j in js]
-        pos = [score[i] for i in rel_idx if reqs[i].meta["label"] == 1]
-        neg = [score[i] for i in rel_idx if reqs[i].meta["label"] == 0]
+        score = _scores(reqs, js, sampled)
+        pos = [x for x, lab in zip(score["relevance"], labels, strict=True) if lab == 1]
+        neg = [x for x, lab in zip(score["relevance"], labels, strict=True) if lab == 0]
         out[name] = {
             "pct_positive_by_level": table,
             "pct_positive_ci": level_ci(levels, positive, config.bootstrap, (config.seed, name)),
             **level_correlations(table),
             "pair_spearman": spearman_ci(
-                [score[i] for i in rating_idx], ratings, config.bootstrap, (config.seed, name)
+                score["rating"], ratings, config.bootstrap, (config.seed, name)
             ),
             "relevance_auc": auc_ci(pos, neg, config.bootstrap, (config.seed, name)),
             "mean_p_yes": float(np.mean([js[i].p_yes for i in rating_idx])) if rating_idx else None,
