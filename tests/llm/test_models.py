@@ -19,6 +19,7 @@ from recjudge.llm import (
     PRESETS,
     LLMConfig,
     LLMPool,
+    ModelIntegrityError,
     ModelNotInstalledError,
     ModelPreset,
     SamplingConfig,
@@ -60,6 +61,7 @@ def test_check_models_names_every_missing_preset_before_any_load(tmp_path: Path,
     assert "recjudge models install qwen2.5-coder-1.5b" in msg
     assert msg.count("qwen2.5-coder-0.5b") == 2  # named once, installed once
     assert isinstance(e.value, UserFacingError)  # the CLI prints one line, no traceback
+    assert issubclass(ModelIntegrityError, UserFacingError)  # its message names the fix too
     monkeypatch.setattr(ModelPreset, "missing_packages", lambda self: [])
     check_models(names)  # installed, not yet cached: the first load builds the cache
 

@@ -115,7 +115,7 @@ class ModelNotInstalledError(UserFacingError, RuntimeError):
     """A preset's weight packages are not installed (the message says how to install them)."""
 
 
-class ModelIntegrityError(RuntimeError):
+class ModelIntegrityError(UserFacingError, RuntimeError):
     """Assembled GGUF bytes do not match the preset's sha256."""
 
 
