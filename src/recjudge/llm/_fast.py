@@ -230,14 +230,22 @@ def _common_prefix(prompts: list[list[int]]) -> int:
 
 
 class _Rows:
-    """Per-row key/value buffers of one batch and the current forward's write positions."""
+    """Per-row key/value buffers of one batch and the current forward's write positions.
+
+    Buffers are ``[layers, kv_heads, rows, capacity, head_dim]``: the attended slots of a
+    layer, ``k[layer, :, :, :width]``, are then a view that the batched matmul reads in place.
+    (Rows before heads made that slice a transposed view, which the matmul copied: the whole
+    of every row's keys and values, at every layer and step. With long per-row suffixes such
+    as GISTBench's 100-object chunks, that copy cost the 1.5B 13 % of its extraction time and
+    SmolLM2 about 40 %: ``reports/decode-rows/README.md``.)
+    """
 
     def __init__(self, model: Any, prefix: PrefixKV | None, rows: int, capacity: int) -> None:
         cfg = model.config
         self.n_kv = cfg.num_key_value_heads
         self.groups = cfg.num_attention_heads // self.n_kv
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
-        shape = (cfg.num_hidden_layers, rows, self.n_kv, capacity, head_dim)
+        shape = (cfg.num_hidden_layers, self.n_kv, rows, capacity, head_dim)
         self.k = torch.zeros(shape)
         self.v = torch.zeros(shape)
         self.prefix = prefix
@@ -246,7 +254,7 @@ class _Rows:
         self.width = 0  # row slots attended in this forward
 
     def keep(self, idx: torch.Tensor) -> None:
-        self.k, self.v, self.lens = self.k[:, idx], self.v[:, idx], self.lens[idx]
+        self.k, self.v, self.lens = self.k[:, :, idx], self.v[:, :, idx], self.lens[idx]
 
 
 def _prefix_attention(
@@ -272,10 +280,10 @@ def _prefix_attention(
     if st.write is None:
         return _prefill_attention(st, layer, query, key, value, attention_mask, scaling)
     rows = torch.arange(b)
-    st.k[layer, rows, :, st.write] = key[:, :, 0].float()
-    st.v[layer, rows, :, st.write] = value[:, :, 0].float()
-    kr = st.k[layer, :, :, : st.width].transpose(0, 1)  # [nkv, B, W, D]
-    vr = st.v[layer, :, :, : st.width].transpose(0, 1)
+    st.k[layer, :, rows, st.write] = key[:, :, 0].transpose(0, 1).float()  # [nkv, B, D]
+    st.v[layer, :, rows, st.write] = value[:, :, 0].transpose(0, 1).float()
+    kr = st.k[layer, :, :, : st.width]  # [nkv, B, W, D], a view
+    vr = st.v[layer, :, :, : st.width]
     # [nkv, B, G*Lq, D]: head h = kv * G + g, as transformers' repeat_kv.
     q = query.float().reshape(b, nkv, g * lq, d).transpose(0, 1)
     mask = attention_mask[:, 0][:, None].expand(b, g, lq, st.width).reshape(b, g * lq, -1)
@@ -301,8 +309,8 @@ def _prefill_attention(st, layer, query, key, value, attention_mask, scaling):
     sdpa over the prefix (broadcast: this one step may copy it per row) and the rows."""
     b, _, lq, _ = query.shape
     k, v = key.float(), value.float()
-    st.k[layer, :, :, :lq] = k
-    st.v[layer, :, :, :lq] = v
+    st.k[layer, :, :, :lq] = k.transpose(0, 1)
+    st.v[layer, :, :, :lq] = v.transpose(0, 1)
     mask = attention_mask
     if st.prefix is not None:
         kp, vp = st.prefix.keys[layer], st.prefix.values[layer]
