@@ -236,8 +236,8 @@ class _Rows:
     layer, ``k[layer, :, :, :width]``, are then a view that the batched matmul reads in place.
     (Rows before heads made that slice a transposed view, which the matmul copied: the whole
     of every row's keys and values, at every layer and step. With long per-row suffixes such
-    as GISTBench's 100-object chunks, that copy cost the 1.5B 13 % of its extraction time and
-    SmolLM2 about 40 %: ``reports/decode-rows/README.md``.)
+    as GISTBench's 100-object chunks, that copy cost the 1.5B 13 % of its extraction time, and
+    a larger share of smaller models': ``reports/decode-rows/README.md``.)
     """
 
     def __init__(self, model: Any, prefix: PrefixKV | None, rows: int, capacity: int) -> None:
