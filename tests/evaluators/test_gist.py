@@ -470,6 +470,36 @@ def test_distractor_candidates_exclude_the_users_whole_history():
     assert sorted(job.candidates) == sorted(f"other{i}" for i in range(40))
 
 
+def test_users_naming_the_same_interest_share_the_distractor_order():
+    """The judge's (interest, object) verdicts are stored per pair, so two users (or models)
+    with the same interest examine the pool in the same order (each without its own items),
+    and a different interest in another."""
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from recjudge.evaluators._gist_pipeline import _spec_jobs
+
+    own = {"a": ["p0", "p3", "p8"], "b": ["p1", "p3", "p20"]}
+    ds = SimpleNamespace(history=lambda u: pd.DataFrame({"item_id": own[u]}))
+    run = SimpleNamespace(config=GistConfig(options=10), ds=ds)
+    pool = [f"p{i}" for i in range(60)]
+
+    def rec_(user, model, interest):
+        return {"user_id": user, "model": model, "interest": interest, "cited": own[user][:2]}
+
+    ja, jb, jc = _spec_jobs(
+        run,
+        [rec_("a", "m1", "war films"), rec_("b", "m2", "war films"), rec_("a", "m1", "x")],
+        pool,
+    )
+    drop = set(own["a"]) | set(own["b"])
+    assert [i for i in ja.candidates if i not in drop] == [
+        i for i in jb.candidates if i not in drop
+    ]
+    assert ja.candidates != jc.candidates and sorted(ja.candidates) == sorted(jc.candidates)
+
+
 def test_a_missing_model_fails_before_any_work(tmp_path, smollm):
     """The second model under test is missing: the run stops before it loads data, asks the
     first model anything or opens a store (not after the first model's hours of answers)."""

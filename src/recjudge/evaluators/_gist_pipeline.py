@@ -574,7 +574,10 @@ def _spec_jobs(run: _Run, records: list[dict[str, Any]], pool: Sequence[str]) ->
             continue
         # Distractors are never the user's own items, however old (GISTBench 4.3).
         seen = set(run.ds.history(r["user_id"])["item_id"].astype(str))
-        order = rng("gist-distractors", seed).permutation(len(pool))
+        # The candidates' order depends on the interest alone: the judge's verdicts are
+        # stored per (interest, object), so every user and model naming the same interest
+        # reuses them (ML-1M at size: 258 cited interests, 147 distinct strings).
+        order = rng("gist-distractors", (c.seed, r["interest"])).permutation(len(pool))
         jobs.append(_SpecJob(r, evidence, [pool[i] for i in order if pool[i] not in seen], seed))
     return jobs
 
