@@ -13,6 +13,7 @@ from recjudge.evaluators import (
     GistConfig,
     Predicate,
     build_oracle,
+    gist_differences,
     gist_intervals,
     gist_scores,
     global_pool,
@@ -212,6 +213,27 @@ def test_gist_intervals_bracket_the_median_and_test_precision_minus_recall():
     assert gist_intervals(_scores({"flat": flat}), draws=0) == {}
     with pytest.raises(ValueError, match="other users"):
         gist_intervals(_scores({"a": flat, "b": dict(list(flat.items())[:5])}), draws=10)
+
+
+def test_gist_differences_are_paired_and_separate_only_what_differs():
+    users = [f"u{i}" for i in range(40)]
+    base = {u: (i / 39, i / 78, i / 50, i / 100) for i, u in enumerate(users)}
+    ahead = {u: (v[0] + 0.3, v[1], v[2] + 0.1, v[3]) for u, v in base.items()}  # same users
+    d = gist_differences(_scores({"ahead": ahead, "base": base, "same": base}), 400, seed=0)
+    assert list(d) == ["ahead minus base", "ahead minus same", "base minus same"]
+    gap = d["ahead minus base"]
+    # Shifting every user moves the median by the shift, in every resample: a paired
+    # interval collapses to the shift although each model's own interval is wide.
+    assert gap["ig_p"] == pytest.approx({"estimate": 0.3, "lo": 0.3, "hi": 0.3})
+    assert gap["ig_f1"]["lo"] == pytest.approx(0.1) and gap["ig_r"]["estimate"] == 0.0
+    assert d["base minus same"]["is"] == {"estimate": 0.0, "lo": 0.0, "hi": 0.0}
+    # Two unrelated spreads: the interval straddles 0.
+    rev = {u: base[users[39 - i]] for i, u in enumerate(users)}
+    mixed = gist_differences(_scores({"a": base, "b": rev}), 400, seed=0)["a minus b"]["ig_p"]
+    assert mixed["lo"] < 0 < mixed["hi"]
+    assert gist_differences(_scores({"a": base}), 400) == {}
+    with pytest.raises(ValueError, match="other users"):
+        gist_differences(_scores({"a": base, "b": dict(list(base.items())[:5])}), 10)
 
 
 def test_score_records_need_fields():
@@ -450,6 +472,8 @@ def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp
     oracle = json.loads((tmp_path / "out/oracle.json").read_text())["oracle"]
     assert gist_scores(lines, oracle, ["1"]) == r["scores"]
     assert set(r["scores"]) == {"sys_a", "sys_b"}
+    assert list(r["differences"]) == ["sys_a minus sys_b"]
+    assert "- sys_a minus sys_b: IG_P " in (tmp_path / "out/report.md").read_text()
 
 
 def test_distractor_candidates_exclude_the_users_whole_history():

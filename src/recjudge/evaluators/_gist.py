@@ -231,6 +231,7 @@ def gist_scores(
 
 
 GIST_METRICS = ("ig_p", "ig_r", "ig_f1", "is")
+_LABEL = {"ig_p": "IG_P", "ig_r": "IG_R", "ig_f1": "IG_F1", "is": "IS"}
 
 
 def gist_intervals(
@@ -256,16 +257,11 @@ def gist_intervals(
     from recjudge._stats import user_draws
 
     out: dict[str, dict[str, Any]] = {}
-    if not scores or draws <= 0:
+    per_user = _per_user_values(scores)
+    if not per_user or draws <= 0:
         return out
-    users = list(next(iter(scores.values()))["users"])
-    if not users:
-        return out
-    idx = user_draws(len(users), draws, seed)
-    for m, s in scores.items():
-        if list(s["users"]) != users:
-            raise ValueError(f"model {m!r} is scored on other users than the first model")
-        vals = np.array([[s["users"][u][k] for k in GIST_METRICS] for u in users], dtype=float)
+    idx = user_draws(len(next(iter(per_user.values()))), draws, seed)
+    for m, vals in per_user.items():
         med = np.median(vals[idx], axis=1)  # [draws, metrics]
         lo, hi = np.percentile(med, [2.5, 97.5], axis=0)
         d = vals[:, 0] - vals[:, 1]
@@ -274,6 +270,65 @@ def gist_intervals(
             **{k: {"lo": float(lo[j]), "hi": float(hi[j])} for j, k in enumerate(GIST_METRICS)},
             "p_minus_r": {"estimate": float(d.mean()), "lo": float(dl), "hi": float(dh)},
         }
+    return out
+
+
+def _per_user_values(scores: Mapping[str, Any]) -> dict[str, np.ndarray]:
+    """``{model: [users, GIST_METRICS]}`` in the first model's user order ({} if no users).
+
+    Raises:
+        ValueError: a model is scored on other users than the first (nothing to pair).
+    """
+    if not scores:
+        return {}
+    users = list(next(iter(scores.values()))["users"])
+    if not users:
+        return {}
+    out = {}
+    for m, s in scores.items():
+        if list(s["users"]) != users:
+            raise ValueError(f"model {m!r} is scored on other users than the first model")
+        out[m] = np.array([[s["users"][u][k] for k in GIST_METRICS] for u in users], dtype=float)
+    return out
+
+
+def gist_differences(
+    scores: Mapping[str, Any], draws: int = 1000, seed: int = 0
+) -> dict[str, dict[str, dict[str, float]]]:
+    """Each pair of models' difference of medians over users, with a paired 95 % interval.
+
+    ``A minus B`` on metric k is median_u k_A(u) - median_u k_B(u), the gap a reader of the
+    table sees (GISTBench ranks models by these medians). The interval resamples users with
+    replacement, the same draws for both models (they answered for the same users), so it
+    tests whether the ranking holds beyond the users sampled; an interval containing 0 means
+    the two models are not separated at this size.
+
+    Args:
+        scores: ``gist_scores`` output (its per-user values under ``"users"``).
+        draws: bootstrap resamples (0: no differences).
+        seed: resampling seed (``gist_intervals`` with the same seed draws the same users).
+
+    Returns:
+        ``{"A minus B": {metric: {"estimate", "lo", "hi"}}}`` for every pair in ``scores``'
+        order (A before B).
+    """
+    from recjudge._stats import user_draws
+
+    per_user = _per_user_values(scores)
+    if not per_user or draws <= 0:
+        return {}
+    idx = user_draws(len(next(iter(per_user.values()))), draws, seed)
+    models = list(per_user)
+    out = {}
+    for i, a in enumerate(models):
+        for b in models[i + 1 :]:
+            point = np.median(per_user[a], axis=0) - np.median(per_user[b], axis=0)
+            boot = np.median(per_user[a][idx], axis=1) - np.median(per_user[b][idx], axis=1)
+            lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
+            out[f"{a} minus {b}"] = {
+                k: {"estimate": float(point[j]), "lo": float(lo[j]), "hi": float(hi[j])}
+                for j, k in enumerate(GIST_METRICS)
+            }
     return out
 
 
@@ -665,6 +720,20 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
         for m, v in iv.items():
             d = v["p_minus_r"]
             lines.append(f"- {m}: {d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]")
+    diffs = results.get("differences") or {}
+    if diffs:
+        lines += [
+            "",
+            "Model differences (median minus median; 95 % intervals with users resampled, the "
+            "same users for both models; an interval containing 0: not separated at this size):",
+            "",
+        ]
+        for pair, d in diffs.items():
+            cells = ", ".join(
+                f"{_LABEL[k]} {d[k]['estimate']:+.3f} [{d[k]['lo']:+.3f}, {d[k]['hi']:+.3f}]"
+                for k in GIST_METRICS
+            )
+            lines.append(f"- {pair}: {cells}")
     lines += ["", "Failure modes (% of each model's unverified interests; not exclusive):", ""]
     for m, v in s.items():
         fm = ", ".join(f"{k} {p:.1f}%" for k, p in v["failure_pct"].items()) or "none"

@@ -29,6 +29,7 @@ from recjudge.evaluators._gist import (
     build_oracle,
     embed_texts,
     extraction_messages,
+    gist_differences,
     gist_intervals,
     gist_scores,
     global_pool,
@@ -653,6 +654,7 @@ def _finish(run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: f
         "cost": run.cost.summary(),
         "scores": scores,
         "intervals": gist_intervals(scores, run.config.bootstrap, run.config.seed),
+        "differences": gist_differences(scores, run.config.bootstrap, run.config.seed),
     }
     _plot_pr(scores, out / "pr.png", data)
     write_report(out, results, _gist_report(run.config, data, results))
