@@ -25,7 +25,13 @@ from recjudge.llm import (
     SamplingConfig,
     check_models,
 )
-from recjudge.llm._models import CACHE_FORMAT, CACHE_MARKER, _valid_cache, resolve_model_path
+from recjudge.llm._models import (
+    CACHE_FORMAT,
+    CACHE_MARKER,
+    _drop_killed_builds,
+    _valid_cache,
+    resolve_model_path,
+)
 
 
 def test_registry_did_you_mean():
@@ -161,6 +167,13 @@ def test_kill_mid_write_leaves_no_valid_cache(tmp_path: Path):
     assert not final.exists() or not _valid_cache(final, preset.sha256)
     leftovers = list((tmp_path / "models").glob(".tmp-*"))
     assert leftovers, "the partial write should be confined to a temp sibling"
+    # The next build (under the lock, so no other builder is alive) removes the dead one's
+    # temp folder, and only it.
+    others = [tmp_path / "models" / f".tmp-{n}-abcd1234" for n in ("qwen", f"{preset.name}-x")]
+    for d in others:
+        d.mkdir()
+    assert _drop_killed_builds(final) == sorted(leftovers)
+    assert not any(p.exists() for p in leftovers) and all(d.exists() for d in others)
     junk = tmp_path / "junk"
     junk.mkdir()
     (junk / "model.safetensors").write_bytes(b"garbage")

@@ -10,6 +10,7 @@ half-written or stale cache is detected and rebuilt.
 
 from __future__ import annotations
 
+import glob
 import importlib.metadata as md
 import json
 import shutil
@@ -293,9 +294,24 @@ def resolve_model_path(name_or_path: str) -> Path | str:
                 if not _valid_cache(path, preset.sha256):
                     if path.exists():
                         shutil.rmtree(path)  # half-written or stale: rebuild
+                    _drop_killed_builds(path)
                     build_cache(preset)
         return path
     return _local_or_hub(name_or_path)
+
+
+def _drop_killed_builds(path: Path) -> list[Path]:
+    """Remove the temp folders of builds of ``path`` that were killed; call under its lock.
+
+    ``atomic_dir`` removes its temp folder on an exception, but a process killed by a signal
+    (Ctrl-C twice, ``kill``, a session's end) leaves it: a few GB per attempt for the 1.5B.
+    Under the build lock no other builder is running, so every such sibling is dead.
+    """
+    # mkdtemp's suffix is 8 characters: a preset whose name extends this one's keeps its own.
+    stale = sorted(path.parent.glob(f".tmp-{glob.escape(path.name)}-{'?' * 8}"))
+    for p in stale:
+        shutil.rmtree(p, ignore_errors=True)
+    return stale
 
 
 def _local_or_hub(name_or_path: str) -> Path | str:
