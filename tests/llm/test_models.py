@@ -304,10 +304,13 @@ def test_verify_finds_damage_that_keeps_the_size(tmp_path: Path, monkeypatch):
     assert not _valid_cache(final, preset.sha256)  # a size change fails at load
 
 
-def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(monkeypatch):
+def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(tmp_path: Path, monkeypatch):
     import recjudge.llm._vllm as v
     from recjudge.llm import _models
 
+    # An invalid cache is removed before a rebuild: point at an empty cache, never the real
+    # one (this test once deleted the machine's converted 1.5B on every run).
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
     def broken(name):
         raise FileNotFoundError(f"weights of preset {name} are not installed")
 
