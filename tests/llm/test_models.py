@@ -311,6 +311,7 @@ def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(tmp_path: Path, monkeyp
     # An invalid cache is removed before a rebuild: point at an empty cache, never the real
     # one (this test once deleted the machine's converted 1.5B on every run).
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
+
     def broken(name):
         raise FileNotFoundError(f"weights of preset {name} are not installed")
 
