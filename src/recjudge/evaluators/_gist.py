@@ -231,7 +231,6 @@ def gist_scores(
 
 
 GIST_METRICS = ("ig_p", "ig_r", "ig_f1", "is")
-_LABEL = {"ig_p": "IG_P", "ig_r": "IG_R", "ig_f1": "IG_F1", "is": "IS"}
 
 
 def gist_intervals(
@@ -730,7 +729,7 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
         ]
         for pair, d in diffs.items():
             cells = ", ".join(
-                f"{_LABEL[k]} {d[k]['estimate']:+.3f} [{d[k]['lo']:+.3f}, {d[k]['hi']:+.3f}]"
+                f"{k.upper()} {d[k]['estimate']:+.3f} [{d[k]['lo']:+.3f}, {d[k]['hi']:+.3f}]"
                 for k in GIST_METRICS
             )
             lines.append(f"- {pair}: {cells}")
