@@ -532,3 +532,14 @@ def test_a_missing_model_fails_before_any_work(tmp_path, smollm):
     with pytest.raises(FileNotFoundError, match="gone.gguf"):
         run_gist(cfg, "ml-100k", tmp_path / "out", llms={"smollm2-135m": smollm}, progress=False)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_full_taxonomy_scores_whole_names_where_the_engine_allows(smollm):
+    from types import SimpleNamespace
+
+    from recjudge.evaluators._gist_pipeline import taxonomy_rule
+
+    assert taxonomy_rule(smollm) == "likelihood"
+    # vLLM constrains in its own engine and exposes no model: decoded token by token.
+    assert taxonomy_rule(SimpleNamespace(engine_constraints=True, model=smollm.model)) == "greedy"
+    assert taxonomy_rule(SimpleNamespace()) == "greedy"

@@ -681,6 +681,12 @@ def _cost_line(results: Mapping[str, Any]) -> str:
     return cost_sentence(results["wall_seconds"], results.get("cost") or {}, labels)
 
 
+_RULE_TEXT = {
+    "likelihood": " (the category whose whole name is most likely)",
+    "greedy": " (category decoded token by token, which follows the first letters)",
+}
+
+
 def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
     s = results["scores"]
     devs = list(results.get("deviations", config.deviations()))
@@ -691,7 +697,8 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
         f"Judge: `{config.judge}`; {len(results['users'])} users (>= {config.min_history} "
         f"interactions, {span}), chunks of {config.chunk_size}, {config.options} options per "
         "specificity question, pool of "
-        f"{results['pool_size']}, taxonomy {config.taxonomy}, seed {config.seed}. "
+        f"{results['pool_size']}, taxonomy {config.taxonomy}"
+        f"{_RULE_TEXT.get(results.get('taxonomy_rule'), '')}, seed {config.seed}. "
         + _cost_line(results),
         "",
         "**Deviations from the paper:** " + ("; ".join(devs) if devs else "none") + ".",

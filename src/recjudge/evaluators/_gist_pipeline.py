@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import logging
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -46,6 +47,8 @@ from recjudge.evaluators._gist import (
 from recjudge.evaluators._runs import Tally
 from recjudge.llm import LLMPool
 from recjudge.reward import StoredAsk, ask_stored, closed_form, run_stored
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -381,6 +384,7 @@ def _categorize(run: _Run, records: list[dict[str, Any]]) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if c.taxonomy == "full":
         chosen = _taxonomy_full(run, uniq, categories)
+        extra["taxonomy_rule"] = taxonomy_rule(run.judge)
     else:
         chosen = _taxonomy_shortlist(run, uniq, categories)
         order = rng("gist-taxonomy-agreement", c.seed).permutation(len(uniq))
@@ -411,18 +415,28 @@ def _category_result(cat_ids: list[int], cat_names: list[str]) -> Any:
 
 def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:
     """The judge picks one of all the categories; the category list is a prefix shared by
-    every interest (encoded once), the interest sits at the end."""
+    every interest (encoded once), the interest sits at the end.
+
+    The pick is the category whose whole answer is most likely (``choose_shared``: exact,
+    lm-eval's multiple-choice rule) on a judge the fast engine runs. Decoding the name under
+    a grammar instead commits to its first letters: the judge starts the interest's own word
+    and is forced into whichever category begins so ('Drama and Romance' -> 'Diving', every
+    'Comedy and ...' -> 'Comedy Challenges'); that rule is left only for other judges
+    (vLLM, ...), with a warning, and ``taxonomy_rule`` in the results says which ran.
+    """
     from recjudge.decoding import Choice
     from recjudge.llm import SamplingConfig
-    from recjudge.reward import ask_shared
+    from recjudge.reward import ask_shared, choose_shared
 
     c = run.config
     cat_ids, cat_names = list(categories), list(categories.values())
     msgs = taxonomy_full_messages(cat_names)
+    rule = taxonomy_rule(run.judge)
+    kind = "taxonomy-likelihood" if rule == "likelihood" else "taxonomy-full"
     asks = [
         StoredAsk(
-            stable_hash(GIST_PROMPT_VERSION, "taxonomy-full", c.judge, msgs, s),
-            {"kind": "taxonomy-full", "interest": s},
+            stable_hash(GIST_PROMPT_VERSION, kind, c.judge, msgs, s),
+            {"kind": kind, "interest": s},
             msgs,
             portable=closed_form,
         )
@@ -432,6 +446,12 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
 
     def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
         fills = [q.request["interest"] for q in part]
+        if rule == "likelihood":
+            return [
+                {"category_id": cat_ids[b.index], "category": cat_names[b.index],
+                 "logprob": b.logprob}
+                for b in choose_shared(run.judge, msgs, fills, cat_names, answer_key="category")
+            ]  # fmt: skip
         return [
             result(a)
             for a in ask_shared(
@@ -444,6 +464,12 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
             )
         ]
 
+    if rule == "greedy" and interests:
+        log.warning(
+            "%s: the taxonomy is decoded token by token (this judge has no whole-option "
+            "scoring): interests fall into categories that share their first letters",
+            c.judge,
+        )
     got = run.cost.measure(
         "judge",
         run.store,
@@ -453,11 +479,21 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
             asks,
             answer,
             batch_size=c.batch_size,
-            desc="judge: taxonomy (325)",
+            desc=f"judge: taxonomy ({len(cat_names)})",
             progress=run.progress,
         ),
     )
     return {q.request["interest"]: got[q.key]["category_id"] for q in asks}
+
+
+def taxonomy_rule(judge: Any) -> str:
+    """How the full taxonomy picks a category with this judge: ``likelihood`` (whole names,
+    on the fast engine) or ``greedy`` (grammar-constrained decoding, other backends)."""
+    from recjudge.llm._fast import supports_fast
+
+    model = getattr(judge, "model", None)
+    ok = model is not None and not getattr(judge, "engine_constraints", False)
+    return "likelihood" if ok and supports_fast(model) else "greedy"
 
 
 def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:

@@ -10,6 +10,7 @@ from recjudge.llm._backend import (
     load_llm,
     special_strings,
 )
+from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
 from recjudge.llm._engine import NonFiniteLogitsError
 from recjudge.llm._models import (
     DEFAULT_MODEL,
@@ -29,6 +30,10 @@ from recjudge.llm._pool import LLMPool
 
 __all__ = [
     "LLMPool",
+    "BestOption",
+    "OptionTrie",
+    "best_options",
+    "option_tokens",
     "DEFAULT_MODEL",
     "PRESETS",
     "Generation",

@@ -25,6 +25,7 @@ sliding window, ...). ``supports_fast`` says whether a loaded model qualifies.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -366,6 +367,14 @@ def _register() -> None:
         AttentionInterface.register(ATTN_NAME, _prefix_attention)
 
 
+@contextlib.contextmanager
+def fast_attention(model: Any):
+    """``model`` runs this engine's attention inside the block (registered on first use)."""
+    _register()
+    with _attention(model, ATTN_NAME):
+        yield
+
+
 def _forward(model: Any, st: _Rows, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor):
     """One forward of ``ids`` ``[B, L]`` at positions ``pos``; returns the last hidden states."""
     token = _STATE.set(st)
@@ -427,17 +436,36 @@ def _decode_chunk(
     backend, prefix, suffixes, step, accept, finished, sampling, seeds, stats, allowed=None
 ):
     model = backend.model
-    _register()
+    with torch.inference_mode(), fast_attention(model):
+        st, hidden = prefill_rows(backend, prefix, suffixes, sampling.max_new_tokens, stats)
+        head = _Head(model, allowed, backend.name)
+        logits = head(hidden, list(range(len(suffixes))))
+        return _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, head)
+
+
+def prefill_rows(
+    backend: Any,
+    prefix: PrefixKV | None,
+    suffixes: Sequence[Sequence[int]],
+    extra: int = 0,
+    stats: EngineStats | None = None,
+) -> tuple[_Rows, torch.Tensor]:
+    """Prefill each row's ``suffix`` after ``prefix`` in one forward; returns the rows'
+    buffers (room for ``extra`` more tokens each) and each row's last hidden state ``[B, H]``.
+
+    Runs inside ``torch.inference_mode()`` and ``fast_attention(model)``.
+    """
+    model = backend.model
     n = len(suffixes)
     lens = torch.tensor([len(s) for s in suffixes])
     if int(lens.min()) < 1:
         raise ValueError("empty suffix")
     width = int(lens.max())
     plen = prefix.length if prefix is not None else 0
-    st = _Rows(model, prefix, n, width + sampling.max_new_tokens)
+    st = _Rows(model, prefix, n, width + extra)
     ids = torch.full((n, width), backend.tokenizer.pad_token_id, dtype=torch.long)
     for r, s in enumerate(suffixes):
-        ids[r, : len(s)] = torch.tensor(s, dtype=torch.long)
+        ids[r, : len(s)] = torch.tensor(list(s), dtype=torch.long)
     # Causal within each row's suffix; pad slots (at or past a row's length) are never keys.
     slot = torch.arange(width)
     visible = (slot[None, None, :] <= slot[None, :, None]) & (
@@ -445,15 +473,24 @@ def _decode_chunk(
     )
     mask = torch.zeros(n, 1, width, width).masked_fill(~visible[:, None], float("-inf"))
     st.width = width
-    with torch.inference_mode(), _attention(model, ATTN_NAME):
-        hidden = _forward(model, st, ids, (plen + slot)[None].expand(n, -1), mask)
-        head = _Head(model, allowed, backend.name)
-        logits = head(hidden[torch.arange(n), lens - 1], list(range(n)))
-        st.lens = lens.clone()
-        if stats is not None:
-            stats.prefill_tokens += int(lens.sum())
-            stats.rows += n
-        return _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, head)
+    hidden = _forward(model, st, ids, (plen + slot)[None].expand(n, -1), mask)
+    st.lens = lens.clone()
+    if stats is not None:
+        stats.prefill_tokens += int(lens.sum())
+        stats.rows += n
+    return st, hidden[torch.arange(n), lens - 1]
+
+
+def extend_prefix(backend: Any, prefix: PrefixKV, ids: Sequence[int]) -> tuple[PrefixKV, Any]:
+    """``prefix`` followed by ``ids`` as a new prefix (only ``ids`` are computed), and the
+    last position's hidden state ``[H]``: a per-question context after a shared prefix, then
+    shared again by many short continuations."""
+    with torch.inference_mode(), fast_attention(backend.model):
+        st, hidden = prefill_rows(backend, prefix, [ids])
+    n = len(ids)
+    keys = [torch.cat([k, st.k[i, :, 0, :n]], 1) for i, k in enumerate(prefix.keys)]
+    values = [torch.cat([v, st.v[i, :, 0, :n]], 1) for i, v in enumerate(prefix.values)]
+    return PrefixKV(keys, values, prefix.length + n), hidden[0]
 
 
 def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, head):

@@ -13,7 +13,7 @@ from recjudge.decoding import (
     engine_constrained,
     make_processors,
 )
-from recjudge.llm import SamplingConfig, escape_special
+from recjudge.llm import BestOption, SamplingConfig, escape_special
 
 SLOT = "<<recjudge-slot>>"
 
@@ -126,6 +126,60 @@ def ask(
     return collect_outputs(grammar, proc, schemas, tokens)
 
 
+def _slot_split(
+    llm: Any, messages: Sequence[dict[str, str]], fills: Sequence[str], after: str = ""
+) -> tuple[list[int], list[list[int]]]:
+    """The chat's tokens up to the slot, and per fill the tokens from the slot to the end
+    of the prompt (then ``after``)."""
+    text = llm.chat_prompt(list(messages))
+    if text.count(" " + SLOT) != 1:
+        raise ValueError(f"the chat must contain ' {SLOT}' exactly once")
+    head, _, tail = text.partition(" " + SLOT)
+    fill = [" " + escape_special(llm.tokenizer, str(f)) + tail + after for f in fills]
+    return llm.encode(head), [llm.encode(f) for f in fill]
+
+
+def choose_shared(
+    llm: Any,
+    messages: Sequence[dict[str, str]],
+    fills: Sequence[str],
+    options: Sequence[str],
+    *,
+    answer_key: str = "answer",
+    width: int = 16,
+) -> list[BestOption]:
+    """Answer one templated closed question for many fills by whole-option likelihood.
+
+    The answer is the JSON ``{"<answer_key>": "<option>"}`` that ``Choice`` would decode,
+    but the option is the one whose whole answer text is most likely (summed token
+    log-probabilities, lm-eval's multiple-choice rule), found exactly by
+    ``recjudge.llm.best_options``; token-by-token constrained decoding instead falls into
+    whichever option shares the first letters of the word the model starts (see
+    ``recjudge.llm._choice``). The chat up to the slot is encoded once, as in
+    ``ask_shared``; each fill's context once; the options' shared tokens once per fill.
+
+    Args:
+        llm: a transformers backend whose model the fast engine supports.
+        messages: the chat with the slot.
+        fills: the texts put in the slot (untrusted text is fine: it is only tokenised).
+        options: the allowed answers.
+        answer_key: the JSON key of the answer.
+        width: open paths expanded per batched forward.
+    """
+    from recjudge.decoding import json_literal
+    from recjudge.llm import OptionTrie, best_options, option_tokens
+
+    if not fills:
+        return []
+    # Cut after the key's last letter, as ``_lead_ids`` does for decoding: the model then
+    # writes the merged '": "' tokens itself, as part of every option's text.
+    lead = "{" + json_literal(answer_key)[:-1]
+    answers = [escape_special(llm.tokenizer, f'": {json_literal(o)}}}') for o in options]
+    trie = OptionTrie(option_tokens(llm.encode, lead, answers))
+    prefix, contexts = _slot_split(llm, messages, fills, after=lead)
+    return best_options(llm, prefix, contexts, trie, width=width)
+
+
 def ask_shared(
     llm: Any,
     messages: Sequence[dict[str, str]],
@@ -160,12 +214,7 @@ def ask_shared(
         raise ValueError(f"{len(schemas)} schemas for {n} fills")
     if n == 0:
         return []
-    text = llm.chat_prompt(list(messages))
-    if text.count(" " + SLOT) != 1:
-        raise ValueError(f"the chat must contain ' {SLOT}' exactly once")
-    head, _, tail = text.partition(" " + SLOT)
-    prefix = llm.encode(head)
-    suffixes = [llm.encode(" " + escape_special(llm.tokenizer, str(f)) + tail) for f in fills]
+    prefix, suffixes = _slot_split(llm, messages, fills)
     grammar, proc = make_processors(llm, schemas, None, None)
     leads = [[] for _ in range(n)]
     if jump_forward_prefix:
