@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from recjudge.llm import OptionTrie, best_options, option_tokens
-from recjudge.reward import SLOT, choose_shared
+from recjudge.reward import SLOT, choose, choose_shared
 
 # Options sharing first tokens (one a prefix of another), as the 325 categories do.
 OPTIONS = [
@@ -81,6 +81,20 @@ def test_an_option_that_is_a_prefix_of_another_is_scored_on_its_own(smollm32):
     )[0]  # fmt: skip
     scores = _exhaustive(smollm32, "Comedy and Adventure")
     assert both.logprob == pytest.approx(max(scores[0], scores[1]), abs=TOL)
+
+
+def test_independent_questions_with_their_own_options_match_the_shared_slot(smollm32):
+    shared = choose_shared(smollm32, _messages(), FILLS[:2], OPTIONS, answer_key="category")
+    chats = [
+        [{**m, "content": m["content"].replace(SLOT, fill)} for m in _messages()]
+        for fill in FILLS[:2]
+    ]
+    flipped = OPTIONS[::-1]  # a question's own options, in its own order
+    own = choose(smollm32, chats, [OPTIONS, flipped], answer_key="category")
+    assert own[0].logprob == pytest.approx(shared[0].logprob, abs=TOL)
+    assert own[1].logprob == pytest.approx(shared[1].logprob, abs=TOL)
+    with pytest.raises(ValueError, match="option lists"):
+        choose(smollm32, chats, [OPTIONS])
 
 
 def test_option_tokens_follow_the_whole_text_split():

@@ -387,6 +387,7 @@ def _categorize(run: _Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         extra["taxonomy_rule"] = taxonomy_rule(run.judge)
     else:
         chosen = _taxonomy_shortlist(run, uniq, categories)
+        extra["taxonomy_rule"] = taxonomy_rule(run.judge)
         order = rng("gist-taxonomy-agreement", c.seed).permutation(len(uniq))
         sample = [uniq[i] for i in order[: c.agreement_sample]]
         if sample:
@@ -448,10 +449,9 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
         fills = [q.request["interest"] for q in part]
         if rule == "likelihood":
             return [
-                {"category_id": cat_ids[b.index], "category": cat_names[b.index],
-                 "logprob": b.logprob}
+                _likelihood_result(cat_ids, cat_names, b.index, b)
                 for b in choose_shared(run.judge, msgs, fills, cat_names, answer_key="category")
-            ]  # fmt: skip
+            ]
         return [
             result(a)
             for a in ask_shared(
@@ -498,15 +498,15 @@ def taxonomy_rule(judge: Any) -> str:
 
 def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:
     """The judge picks among ``shortlist`` categories preselected by similarity (faster; a
-    deviation from the paper)."""
+    deviation from the paper), by the rule of ``taxonomy_rule`` as the full choice."""
     from recjudge.decoding import Choice
     from recjudge.llm import SamplingConfig
 
     c = run.config
     cat_ids, cat_names = list(categories), list(categories.values())
-    keys = {
-        s: stable_hash(GIST_PROMPT_VERSION, "taxonomy", c.judge, s, c.shortlist) for s in interests
-    }
+    rule = taxonomy_rule(run.judge)
+    kind = "taxonomy" if rule == "greedy" else "taxonomy-likelihood-shortlist"
+    keys = {s: stable_hash(GIST_PROMPT_VERSION, kind, c.judge, s, c.shortlist) for s in interests}
     have = run.store.get_many(list(keys.values()))
     todo = [s for s in interests if keys[s] not in have]
     if todo:
@@ -523,16 +523,52 @@ def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[in
             asks.append(
                 StoredAsk(
                     keys[name],
-                    {"kind": "taxonomy", "interest": name},
+                    {"kind": kind, "interest": name, "options": names},
                     taxonomy_messages(name, names),
                     Choice(names, answer_key="category"),
                     _category_result(cat_ids, cat_names),
                     closed_form,
                 )
             )
-        _ask_stored(run, run.judge, asks, "judge: taxonomy", SamplingConfig(max_new_tokens=48))
+        if rule == "greedy":
+            _ask_stored(run, run.judge, asks, "judge: taxonomy", SamplingConfig(max_new_tokens=48))
+        else:
+            _choose_stored(run, asks, cat_ids, cat_names)
     got = run.store.get_many(list(keys.values()))
     return {s: got[keys[s]]["category_id"] for s in interests}
+
+
+def _choose_stored(run: _Run, asks: list[StoredAsk], cat_ids: list[int], cat_names: list[str]):
+    """Each shortlist question answered by whole-name likelihood (``reward.choose``)."""
+    from recjudge.reward import choose
+
+    def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
+        got = choose(
+            run.judge,
+            [q.messages for q in part],
+            [q.request["options"] for q in part],
+            answer_key="category",
+        )
+        return [
+            _likelihood_result(
+                cat_ids, cat_names, cat_names.index(q.request["options"][b.index]), b
+            )
+            for q, b in zip(part, got, strict=True)
+        ]
+
+    run.cost.measure(
+        "judge",
+        run.store,
+        [q.key for q in asks],
+        lambda: run_stored(
+            run.store, asks, answer, batch_size=run.config.batch_size,
+            desc="judge: taxonomy", progress=run.progress,
+        ),
+    )  # fmt: skip
+
+
+def _likelihood_result(cat_ids: list[int], cat_names: list[str], i: int, best: Any) -> dict:
+    return {"category_id": cat_ids[i], "category": cat_names[i], "logprob": best.logprob}
 
 
 # -- 3. specificity ------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The BRIEF judge (evidence-first + CF bias), its ablations, batch scoring, results store."""
 
-from recjudge.reward._ask import SLOT, ask, ask_shared, choose_shared
+from recjudge.reward._ask import SLOT, ask, ask_shared, choose, choose_shared
 from recjudge.reward._judge import (
     JUDGES,
     MODES,
@@ -60,6 +60,7 @@ __all__ = [
     "SweepFill",
     "ask",
     "ask_shared",
+    "choose",
     "choose_shared",
     "ask_stored",
     "by_prompt_length",

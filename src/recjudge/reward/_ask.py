@@ -130,13 +130,15 @@ def _slot_split(
     llm: Any, messages: Sequence[dict[str, str]], fills: Sequence[str], after: str = ""
 ) -> tuple[list[int], list[list[int]]]:
     """The chat's tokens up to the slot, and per fill the tokens from the slot to the end
-    of the prompt (then ``after``)."""
+    of the prompt, then those of ``after``."""
     text = llm.chat_prompt(list(messages))
     if text.count(" " + SLOT) != 1:
         raise ValueError(f"the chat must contain ' {SLOT}' exactly once")
     head, _, tail = text.partition(" " + SLOT)
-    fill = [" " + escape_special(llm.tokenizer, str(f)) + tail + after for f in fills]
-    return llm.encode(head), [llm.encode(f) for f in fill]
+    fill = [" " + escape_special(llm.tokenizer, str(f)) + tail for f in fills]
+    # ``after`` (an answer's lead) is tokenised on its own, as decoding appends its lead.
+    lead = llm.encode(after) if after else []
+    return llm.encode(head), [llm.encode(f) + lead for f in fill]
 
 
 def choose_shared(
@@ -166,18 +168,48 @@ def choose_shared(
         answer_key: the JSON key of the answer.
         width: open paths expanded per batched forward.
     """
-    from recjudge.decoding import json_literal
-    from recjudge.llm import OptionTrie, best_options, option_tokens
+    from recjudge.llm import best_options
 
     if not fills:
         return []
+    lead, trie = _answer_trie(llm, options, answer_key)
+    prefix, contexts = _slot_split(llm, messages, fills, after=lead)
+    return best_options(llm, prefix, contexts, trie, width=width)
+
+
+def choose(
+    llm: Any,
+    messages: Sequence[Sequence[dict[str, str]]],
+    options: Sequence[Sequence[str]],
+    *,
+    answer_key: str = "answer",
+    width: int = 16,
+) -> list[BestOption]:
+    """``choose_shared`` for independent questions, each with its own options (e.g. a
+    per-question shortlist): each chat is encoded once, then searched as there."""
+    from recjudge.llm import best_options
+
+    if len(options) != len(messages):
+        raise ValueError(f"{len(options)} option lists for {len(messages)} questions")
+    out = []
+    for chat, opts in zip(messages, options, strict=True):
+        lead, trie = _answer_trie(llm, opts, answer_key)
+        ids = llm.encode(llm.chat_prompt(list(chat))) + llm.encode(lead)
+        # The last token is the context whose next-token scores start the search.
+        out.extend(best_options(llm, ids[:-1], [ids[-1:]], trie, width=width))
+    return out
+
+
+def _answer_trie(llm: Any, options: Sequence[str], answer_key: str) -> tuple[str, Any]:
+    """The answer's lead (``{"<key>``) and the trie of every option's rest of the answer."""
+    from recjudge.decoding import json_literal
+    from recjudge.llm import OptionTrie, option_tokens
+
     # Cut after the key's last letter, as ``_lead_ids`` does for decoding: the model then
     # writes the merged '": "' tokens itself, as part of every option's text.
     lead = "{" + json_literal(answer_key)[:-1]
     answers = [escape_special(llm.tokenizer, f'": {json_literal(o)}}}') for o in options]
-    trie = OptionTrie(option_tokens(llm.encode, lead, answers))
-    prefix, contexts = _slot_split(llm, messages, fills, after=lead)
-    return best_options(llm, prefix, contexts, trie, width=width)
+    return lead, OptionTrie(option_tokens(llm.encode, lead, answers))
 
 
 def ask_shared(
