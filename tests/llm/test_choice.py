@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from recjudge.evaluators._gist import taxonomy_full_messages
 from recjudge.llm import OptionTrie, best_options, option_tokens
 from recjudge.reward import SLOT, choose, choose_shared
 
@@ -27,16 +28,7 @@ TOL = 2e-2  # summed fp32 log-probabilities of ~10 tokens; kernels round differe
 
 
 def _messages():
-    return [
-        {"role": "system", "content": "You file interests under a category."},
-        {
-            "role": "user",
-            "content": "Categories:\n"
-            + "\n".join(f"- {o}" for o in OPTIONS)
-            + '\n\nWhich category fits the interest best? Answer as JSON: {"category": "<c>"}\n'
-            + f"Interest: {SLOT}",
-        },
-    ]
+    return taxonomy_full_messages(OPTIONS)  # the category question, slot at the end
 
 
 def _exhaustive(llm, fill: str) -> list[float]:
