@@ -113,6 +113,26 @@ def _ask_stored(
     )
 
 
+def _judge_stored(
+    run: _Run, asks: Sequence[StoredAsk], answer: Any, desc: str, batch_size: int | None = None
+) -> dict[str, dict[str, Any]]:
+    """``run_stored`` with a custom ``answer(batch) -> results`` (shared prefixes, whole-name
+    choices), metered as judge questions; results by key, in the asks' order."""
+    return run.cost.measure(
+        "judge",
+        run.store,
+        [q.key for q in asks],
+        lambda: run_stored(
+            run.store,
+            asks,
+            answer,
+            batch_size=batch_size or run.config.batch_size,
+            desc=desc,
+            progress=run.progress,
+        ),
+    )
+
+
 def _open_run(config, ds, users, out: Path, pool, progress, max_history) -> _Run:
     from recjudge.reward import ResultsStore
 
@@ -319,19 +339,8 @@ def _relevant(
             ]
         return out
 
-    got = run.cost.measure(
-        "judge",
-        run.store,
-        [q.key for q in asks],
-        lambda: run_stored(
-            run.store,
-            asks,
-            answer,
-            batch_size=8 * c.batch_size,
-            desc=desc,
-            progress=run.progress,
-        ),
-    )  # asks are sorted by interest and run_stored keeps their order
+    # asks are sorted by interest and run_stored keeps their order
+    got = _judge_stored(run, asks, answer, desc, batch_size=8 * c.batch_size)
     return {
         (q.request["interest"], q.request["item_id"]): (
             bool(got[q.key]["yes"]),
@@ -381,13 +390,11 @@ def _categorize(run: _Run, records: list[dict[str, Any]]) -> dict[str, Any]:
         return {}
     categories = load_categories()
     uniq = sorted({r["interest"] for r in records})
-    extra: dict[str, Any] = {}
+    extra: dict[str, Any] = {"taxonomy_rule": taxonomy_rule(run.judge)}
     if c.taxonomy == "full":
         chosen = _taxonomy_full(run, uniq, categories)
-        extra["taxonomy_rule"] = taxonomy_rule(run.judge)
     else:
         chosen = _taxonomy_shortlist(run, uniq, categories)
-        extra["taxonomy_rule"] = taxonomy_rule(run.judge)
         order = rng("gist-taxonomy-agreement", c.seed).permutation(len(uniq))
         sample = [uniq[i] for i in order[: c.agreement_sample]]
         if sample:
@@ -470,19 +477,7 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
             "scoring): interests fall into categories that share their first letters",
             c.judge,
         )
-    got = run.cost.measure(
-        "judge",
-        run.store,
-        [q.key for q in asks],
-        lambda: run_stored(
-            run.store,
-            asks,
-            answer,
-            batch_size=c.batch_size,
-            desc=f"judge: taxonomy ({len(cat_names)})",
-            progress=run.progress,
-        ),
-    )
+    got = _judge_stored(run, asks, answer, f"judge: taxonomy ({len(cat_names)})")
     return {q.request["interest"]: got[q.key]["category_id"] for q in asks}
 
 
@@ -556,15 +551,7 @@ def _choose_stored(run: _Run, asks: list[StoredAsk], cat_ids: list[int], cat_nam
             for q, b in zip(part, got, strict=True)
         ]
 
-    run.cost.measure(
-        "judge",
-        run.store,
-        [q.key for q in asks],
-        lambda: run_stored(
-            run.store, asks, answer, batch_size=run.config.batch_size,
-            desc="judge: taxonomy", progress=run.progress,
-        ),
-    )  # fmt: skip
+    _judge_stored(run, asks, answer, "judge: taxonomy")
 
 
 def _likelihood_result(cat_ids: list[int], cat_names: list[str], i: int, best: Any) -> dict:
