@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from recjudge.llm._engine import EngineStats, check_finite
+from recjudge.llm._engine import EngineStats
 
 __all__ = ["BestOption", "OptionTrie", "best_options", "option_tokens"]
 
@@ -119,9 +119,10 @@ def best_options(
 def _logprobs(backend: Any, hidden: torch.Tensor) -> torch.Tensor:
     """Next-token log-probabilities over the whole vocabulary (not renormalised to the
     trie's tokens: an option is scored by what the model would write unconstrained)."""
-    with torch.inference_mode():
-        logits = backend.model.get_output_embeddings()(hidden).float()
-    check_finite(logits, backend.name)
+    from recjudge.llm._fast import _Head
+
+    with torch.inference_mode():  # the engine's LM head, full width, NaN/inf checked
+        logits = _Head(backend.model, None, backend.name)(hidden, [])
     return torch.log_softmax(logits, -1)
 
 
@@ -130,8 +131,8 @@ def _search(backend, kv, root_lp, trie, width, stats) -> BestOption:
     from recjudge.llm._fast import fast_attention, prefill_rows
 
     best: tuple[float, int] | None = None  # (score, option)
-    heap: list[tuple[float, tuple[int, ...]]] = []  # (-score, path): open paths
-    nodes: dict[tuple[int, ...], _Node] = {}
+    # Open paths as (-score, path, node); paths are unique, so nodes are never compared.
+    heap: list[tuple[float, tuple[int, ...], _Node]] = []
     expanded = 0
 
     def children(path: tuple[int, ...], node: _Node, score: float, lp: torch.Tensor) -> None:
@@ -143,8 +144,7 @@ def _search(backend, kv, root_lp, trie, width, stats) -> BestOption:
             ):
                 best = (s, child.ends)
             if child.children:
-                nodes[path + (tok,)] = child
-                heapq.heappush(heap, (-s, path + (tok,)))
+                heapq.heappush(heap, (-s, path + (tok,), child))
 
     children((), trie.root, 0.0, root_lp)
     while heap and (best is None or -heap[0][0] > best[0]):
@@ -152,11 +152,11 @@ def _search(backend, kv, root_lp, trie, width, stats) -> BestOption:
         while heap and len(batch) < width and (best is None or -heap[0][0] > best[0]):
             batch.append(heapq.heappop(heap))
         with torch.inference_mode(), fast_attention(backend.model):
-            _, hidden = prefill_rows(backend, kv, [p for _, p in batch], stats=stats)
+            _, hidden = prefill_rows(backend, kv, [p for _, p, _ in batch], stats=stats)
         lps = _logprobs(backend, hidden)
         expanded += len(batch)
-        for (neg, path), lp in zip(batch, lps, strict=True):
-            children(path, nodes.pop(path), -neg, lp)
+        for (neg, path, node), lp in zip(batch, lps, strict=True):
+            children(path, node, -neg, lp)
     if best is None:  # unreachable: every trie path ends in an option
         raise RuntimeError("option search found no option")
     return BestOption(best[1], best[0], expanded)
