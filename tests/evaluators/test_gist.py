@@ -13,6 +13,7 @@ from recjudge.evaluators import (
     GistConfig,
     Predicate,
     build_oracle,
+    echoes_example,
     gist_differences,
     gist_intervals,
     gist_scores,
@@ -99,6 +100,48 @@ def test_failure_modes_are_shares_of_unverified_interests():
         "insufficient_imp+": 50.0,
         "no_evidence": 50.0,
     }
+
+
+@pytest.mark.parametrize(
+    ("interest", "echoes"),
+    [
+        ("1990s crime thrillers", True),
+        ("1980s Crime  Thrillers", True),
+        ("1992 crime-thrillers", True),
+        ("Crime thrillers", True),
+        ("thrillers crime", True),  # the same words
+        ("legal thrillers", False),
+        ("crime thrillers and mysteries", False),
+        ("crime", False),
+        ("1990s", False),
+    ],
+)
+def test_an_interest_echoes_the_example_up_to_its_numbers(interest, echoes):
+    assert echoes_example(interest, "1990s crime thrillers") is echoes
+    assert echoes_example(interest, "2001") is False  # an example of numbers only: never
+
+
+def test_echoes_of_the_example_are_counted_per_model():
+    recs = [
+        {**rec("u", "m", 1, True), "echoes_example": True},
+        {**rec("u", "m", 2, False), "echoes_example": True},
+        {**rec("u", "m", 3, True), "echoes_example": False},
+        rec("u", "n", 1, True),  # records without the flag (older runs) count as no echo
+    ]
+    s = gist_scores(recs)
+    assert (s["m"]["echoes_example"], s["m"]["echoes_verified"]) == (2, 1)
+    assert (s["n"]["echoes_example"], s["n"]["echoes_verified"]) == (0, 0)
+
+
+def test_the_extraction_prompt_speaks_of_the_domain_and_the_configured_example():
+    from recjudge.evaluators._gist import extraction_messages
+
+    lines = ["[1] explicit_positive - Emma by Jane Austen (1815)"]
+    books = extraction_messages(lines, "books", GistConfig())[1]["content"]
+    assert 'not "books"' in books and "movies" not in books
+    assert '"1990s crime thrillers"' in books  # the default example
+    own = extraction_messages(lines, "podcasts", GistConfig(interest_example="true crime"))
+    assert '"true crime"' in own[1]["content"] and "crime thrillers" not in own[1]["content"]
 
 
 def test_specificity_evidence_is_sampled_from_the_cited_set():
@@ -310,6 +353,7 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path):
         assert set(x["surviving"]) <= set(x["cited"])
         assert x["verified"] == Predicate().check(x["counts"])[0]
         assert 1 <= x["category_id"] <= 325
+        assert x["echoes_example"] == echoes_example(x["interest"], "1990s crime thrillers")
         if x["backing"]:
             assert 0 <= x["correct"] <= x["backing"]
             assert x["backing"] + x["distractors"] == 8
@@ -319,6 +363,8 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path):
     assert (tmp_path / "pr.png").stat().st_size > 1000
     report = (tmp_path / "report.md").read_text()
     assert "IG_F1" in report and "grammar caps" in report  # deviations named in the header
+    echoes = s["echoes_example"]
+    assert f"smollm2-135m {echoes} of {s['interests']}" in report  # the prompt's example
     # The shortlist's agreement with the full 325-category choice is measured and reported.
     agree = r["taxonomy_agreement"]
     assert agree["n"] == min(2, len({x["interest"] for x in lines}))
@@ -473,7 +519,9 @@ def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp
     assert gist_scores(lines, oracle, ["1"]) == r["scores"]
     assert set(r["scores"]) == {"sys_a", "sys_b"}
     assert list(r["differences"]) == ["sys_a minus sys_b"]
-    assert "- sys_a minus sys_b: IG_P " in (tmp_path / "out/report.md").read_text()
+    report = (tmp_path / "out/report.md").read_text()
+    assert "- sys_a minus sys_b: IG_P " in report
+    assert "prompt's example" not in report  # no prompt of ours wrote these profiles
 
 
 def test_distractor_candidates_exclude_the_users_whole_history():

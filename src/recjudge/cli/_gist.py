@@ -43,6 +43,12 @@ def gist_run(
     options: int = typer.Option(50, "--options", help="Options per specificity question."),
     pool_size: int = typer.Option(1000, "--pool-size"),
     taxonomy: str = typer.Option(TAXONOMY_DEFAULT, "--taxonomy", help=TAXONOMY_HELP),
+    example: str = typer.Option(
+        "1990s crime thrillers",
+        "--example",
+        help="The one example interest the extraction prompt gives (write one of your "
+        "domain); interests that repeat it are counted in the report.",
+    ),
     seed: int = typer.Option(0, "--seed"),
     out: str = typer.Option("reports/gist", "--out"),
     as_json: bool = typer.Option(False, "--json", help="Print the scores as JSON."),
@@ -62,6 +68,7 @@ def gist_run(
             options=options,
             pool_size=pool_size,
             taxonomy=taxonomy,
+            interest_example=example,
             seed=seed,
         )
         r = run_gist(cfg, data, out)

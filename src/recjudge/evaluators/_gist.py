@@ -223,6 +223,8 @@ def gist_scores(
             },
             "interests": n,
             "verified_pct": 100 * sum(bool(r["verified"]) for r in mine) / n if n else 0.0,
+            "echoes_example": sum(bool(r.get("echoes_example")) for r in mine),
+            "echoes_verified": sum(bool(r.get("echoes_example") and r["verified"]) for r in mine),
             "unverified": len(unverified),
             "failure_pct": {k: 100 * v / len(unverified) for k, v in sorted(reasons.items())},
             "users": per_user,
@@ -398,6 +400,22 @@ def normalize_interest(text: str) -> str:
     return re.sub(r"\s+", " ", text.strip().lower())
 
 
+def _content_words(text: str) -> list[str]:
+    return sorted(w for w in re.split(r"[\W_]+", text.casefold()) if w and not re.search(r"\d", w))
+
+
+def echoes_example(interest: str, example: str) -> bool:
+    """Whether an interest repeats the extraction prompt's example up to its numbers.
+
+    The words without a digit, case-folded, are the example's words (as a multiset): with
+    the example "1990s crime thrillers", "1980s crime thrillers" and "Crime Thrillers" echo
+    it, "legal thrillers" does not. A model that cannot read its input falls back on the
+    example (measured on Book-Crossing); the report counts these interests per model.
+    """
+    words = _content_words(example)
+    return bool(words) and _content_words(interest) == words
+
+
 # -- configuration ------------------------------------------------------------------------
 class GistConfig(BaseModel):
     """GISTBench settings. Defaults are the paper's protocol; every other value is a deviation
@@ -417,6 +435,9 @@ class GistConfig(BaseModel):
         extraction_tokens: token budget of one extraction answer; a cut answer keeps its
             complete entries (counted as incomplete).
         words: interest length in words (min, max).
+        interest_example: the one example interest the extraction prompt gives (ours: the
+            paper's prompt could not be read here). Interests that repeat it are counted
+            (``echoes_example``). Any text; it is only put in the prompt.
         max_citations: the prompt asks to cite an object in at most this many interests
             (the paper's rule, instructed only).
         enforce_citations: drop citations beyond ``max_citations`` (counted either way).
@@ -449,6 +470,7 @@ class GistConfig(BaseModel):
     max_ids: int | None = Field(None, ge=1)
     extraction_tokens: int = Field(1024, ge=16)
     words: tuple[int, int] = (2, 5)
+    interest_example: str = Field("1990s crime thrillers", min_length=1, max_length=200)
     max_citations: int = Field(2, ge=1)
     enforce_citations: bool = False
     predicate: Predicate = Predicate()
@@ -512,8 +534,8 @@ def extraction_messages(
                 f"types: {EVENT_WORDS}.\n\n"
                 + "\n".join(lines)
                 + f"\n\nList the user's specific interests, each {lo} to {hi} words (for "
-                'example "1990s crime thrillers", not "movies"), each citing the ids of the '
-                "objects above that show it. Cite each object in at most "
+                f'example "{config.interest_example}", not "{domain_word}"), each citing the '
+                "ids of the objects above that show it. Cite each object in at most "
                 f"{config.max_citations} interests. {config.predicate.describe()} So cite "
                 "enough positive evidence for each interest and do not list things the "
                 'user dislikes. Answer as JSON: [{"interest": "...", "ids": ["...", ...]}, ...]'
@@ -744,6 +766,18 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
     for m, v in s.items():
         fm = ", ".join(f"{k} {p:.1f}%" for k, p in v["failure_pct"].items()) or "none"
         lines.append(f"- {m} ({v.get('unverified', 0)} unverified): {fm}")
+    example = results.get("prompt_example")
+    if example:  # interests from our extraction prompt (not ``gist verify``'s profiles)
+        lines += [
+            "",
+            f'Interests that repeat the prompt\'s example ("{example}", up to its numbers): '
+            + "; ".join(
+                f"{m} {v.get('echoes_example', 0)} of {v['interests']} "
+                f"({v.get('echoes_verified', 0)} verified)"
+                for m, v in s.items()
+            )
+            + ".",
+        ]
     agree = results.get("taxonomy_agreement")
     if agree:
         lines += [

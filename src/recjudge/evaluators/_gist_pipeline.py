@@ -28,6 +28,7 @@ from recjudge.evaluators._gist import (
     _gist_report,
     _plot_pr,
     build_oracle,
+    echoes_example,
     embed_texts,
     extraction_messages,
     gist_differences,
@@ -749,9 +750,10 @@ def run_gist(
         records, facts = _verify(run, interests)
     finally:
         run.store.close()
-    return _finish(
-        run, records, out, data, None, {**facts, "incomplete_extractions": incomplete}, t0
-    )
+    for r in records:  # only answers to our prompt can echo its example (not ``gist verify``)
+        r["echoes_example"] = echoes_example(r["interest"], config.interest_example)
+    facts |= {"incomplete_extractions": incomplete, "prompt_example": config.interest_example}
+    return _finish(run, records, out, data, None, facts, t0)
 
 
 # -- profiles from the user's own system ---------------------------------------------------
