@@ -710,10 +710,19 @@ _RULE_TEXT = {
 
 
 def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
-    s = results["scores"]
+    return (
+        _report_header(config, data, results)
+        + _report_scores(results)
+        + _report_notes(config, results)
+        + ["", "![precision-recall](pr.png)"]
+    )
+
+
+def _report_header(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
+    """Title, protocol line, deviations and what is always ours."""
     devs = list(results.get("deviations", config.deviations()))
     span = f"most recent {config.max_history}" if config.max_history else "whole history"
-    lines = [
+    return [
         f"# GISTBench on {data}",
         "",
         f"Judge: `{config.judge}`; {len(results['users'])} users (>= {config.min_history} "
@@ -728,6 +737,13 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
         f"Always ours: an extraction answer is cut at {config.extraction_tokens} tokens (the "
         "paper sets no bound; a cut answer keeps its complete entries and is counted below).",
         "",
+    ]
+
+
+def _report_scores(results: Mapping[str, Any]) -> list[str]:
+    """The score table with intervals, IG_P minus IG_R and the paired model differences."""
+    s = results["scores"]
+    lines = [
         "Medians over users (higher is better), with 95 % intervals over users (bootstrap, "
         "users resampled) where computed.",
         "",
@@ -762,7 +778,13 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
                 for k in GIST_METRICS
             )
             lines.append(f"- {pair}: {cells}")
-    lines += ["", "Failure modes (% of each model's unverified interests; not exclusive):", ""]
+    return lines
+
+
+def _report_notes(config: GistConfig, results: Mapping[str, Any]) -> list[str]:
+    """Failure modes (Table 7), example echoes, taxonomy agreement and the run's counts."""
+    s = results["scores"]
+    lines = ["", "Failure modes (% of each model's unverified interests; not exclusive):", ""]
     for m, v in s.items():
         fm = ", ".join(f"{k} {p:.1f}%" for k, p in v["failure_pct"].items()) or "none"
         lines.append(f"- {m} ({v.get('unverified', 0)} unverified): {fm}")
@@ -795,7 +817,5 @@ def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> l
         f"({'dropped' if config.enforce_citations else 'kept, as the paper'}); "
         "distractors the judge called related but used to fill the option list (least "
         f"related first): {results['filled_distractors']}.",
-        "",
-        "![precision-recall](pr.png)",
     ]
     return lines
