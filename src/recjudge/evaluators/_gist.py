@@ -710,6 +710,8 @@ _RULE_TEXT = {
 
 
 def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
+    """The markdown report's lines, in the order a reader checks them: protocol, scores,
+    failure modes and counts."""
     return (
         _report_header(config, data, results)
         + _report_scores(results)
