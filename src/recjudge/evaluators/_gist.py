@@ -693,6 +693,11 @@ def _iv(c: Mapping[str, float] | None) -> str:
     return "" if not c else f" [{c['lo']:.3f}, {c['hi']:.3f}]"
 
 
+def _signed(d: Mapping[str, float]) -> str:
+    """A difference with its interval, signed: ``+0.123 [+0.010, +0.240]``."""
+    return f"{d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+
+
 def _cost_line(results: Mapping[str, Any]) -> str:
     from recjudge.evaluators._cost import cost_sentence
 
@@ -763,9 +768,7 @@ def _report_scores(results: Mapping[str, Any]) -> list[str]:
             "bottleneck, i.e. this above 0):",
             "",
         ]
-        for m, v in iv.items():
-            d = v["p_minus_r"]
-            lines.append(f"- {m}: {d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]")
+        lines += [f"- {m}: {_signed(v['p_minus_r'])}" for m, v in iv.items()]
     diffs = results.get("differences") or {}
     if diffs:
         lines += [
@@ -775,10 +778,7 @@ def _report_scores(results: Mapping[str, Any]) -> list[str]:
             "",
         ]
         for pair, d in diffs.items():
-            cells = ", ".join(
-                f"{k.upper()} {d[k]['estimate']:+.3f} [{d[k]['lo']:+.3f}, {d[k]['hi']:+.3f}]"
-                for k in GIST_METRICS
-            )
+            cells = ", ".join(f"{k.upper()} {_signed(d[k])}" for k in GIST_METRICS)
             lines.append(f"- {pair}: {cells}")
     return lines
 
