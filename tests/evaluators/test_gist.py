@@ -19,6 +19,7 @@ from recjudge.evaluators import (
     gist_scores,
     global_pool,
     load_categories,
+    names_signal,
     run_gist,
     specificity_options,
     user_scores,
@@ -131,6 +132,65 @@ def test_echoes_of_the_example_are_counted_per_model():
     s = gist_scores(recs)
     assert (s["m"]["echoes_example"], s["m"]["echoes_verified"]) == (2, 1)
     assert (s["n"]["echoes_example"], s["n"]["echoes_verified"]) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("interest", "names"),
+    [
+        ("explicit positive", True),
+        ("Explicitly Positive", True),
+        ("implicit_negative", True),
+        (" implicit negatives ", True),
+        ("explicit-positive.", True),
+        ("explicit thrillers", False),
+        ("positive psychology", False),
+        ("implicit positive thrillers", False),
+        ("explicit", False),
+        ("", False),
+    ],
+)
+def test_an_interest_that_only_names_a_signal_of_the_prompt(interest, names):
+    assert names_signal(interest) is names
+
+
+def test_signal_names_are_counted_per_model_and_reported():
+    recs = [
+        {**rec("u", "m", 1, True), "names_signal": True},
+        {**rec("u", "m", 2, False), "names_signal": True},
+        {**rec("u", "m", 3, True), "names_signal": False},
+        rec("u", "n", 1, True),  # records without the flag (older runs) count as none
+    ]
+    s = gist_scores(recs)
+    assert (s["m"]["signal_names"], s["m"]["signal_names_verified"]) == (2, 1)
+    assert (s["n"]["signal_names"], s["n"]["signal_names_verified"]) == (0, 0)
+    from recjudge.evaluators._gist import _report_notes
+
+    base = {"incomplete_extractions": 0, "filled_distractors": 0}
+    lines = "\n".join(_report_notes(GistConfig(), {**base, "scores": s}))
+    assert "m 2 of 3 (1 verified)" in lines and "n 0 of 1 (0 verified)" in lines
+    # A results file written before the count (no key) renders without the line.
+    old = {m: {k: v for k, v in x.items() if not k.startswith("signal_")} for m, x in s.items()}
+    assert "engagement signal" not in "\n".join(
+        _report_notes(GistConfig(), {**base, "scores": old})
+    )
+
+
+def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
+    import matplotlib.pyplot as plt
+    from matplotlib.colors import to_rgb
+
+    from recjudge.evaluators._gist import _pr_figure
+
+    users = {"u": {"ig_p": 0.5, "ig_r": 0.5}, "v": {"ig_p": 1.0, "ig_r": 0.0}}
+    scores = {m: {"ig_p": 0.5, "ig_r": 0.5, "users": users} for m in ("a", "b", "c")}
+    fig = _pr_figure(scores, "toy")
+    dots_and_stars = fig.axes[0].collections
+    assert len(dots_and_stars) == 6
+    rgb = [to_rgb(c.get_facecolor()[0]) for c in dots_and_stars]
+    for i in range(3):  # per model: its dots, then its median star
+        assert rgb[2 * i] == rgb[2 * i + 1]
+    assert len({rgb[0], rgb[2], rgb[4]}) == 3  # and the models differ
+    plt.close(fig)
 
 
 def test_the_extraction_prompt_speaks_of_the_domain_and_the_configured_example():
@@ -354,6 +414,7 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path):
         assert x["verified"] == Predicate().check(x["counts"])[0]
         assert 1 <= x["category_id"] <= 325
         assert x["echoes_example"] == echoes_example(x["interest"], "1990s crime thrillers")
+        assert x["names_signal"] == names_signal(x["interest"])
         if x["backing"]:
             assert 0 <= x["correct"] <= x["backing"]
             assert x["backing"] + x["distractors"] == 8
@@ -365,6 +426,7 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path):
     assert "IG_F1" in report and "grammar caps" in report  # deviations named in the header
     echoes = s["echoes_example"]
     assert f"smollm2-135m {echoes} of {s['interests']}" in report  # the prompt's example
+    assert f"smollm2-135m {s['signal_names']} of {s['interests']}" in report  # signal tags
     # The shortlist's agreement with the full 325-category choice is measured and reported.
     agree = r["taxonomy_agreement"]
     assert agree["n"] == min(2, len({x["interest"] for x in lines}))

@@ -225,6 +225,10 @@ def gist_scores(
             "verified_pct": 100 * sum(bool(r["verified"]) for r in mine) / n if n else 0.0,
             "echoes_example": sum(bool(r.get("echoes_example")) for r in mine),
             "echoes_verified": sum(bool(r.get("echoes_example") and r["verified"]) for r in mine),
+            "signal_names": sum(bool(r.get("names_signal")) for r in mine),
+            "signal_names_verified": sum(
+                bool(r.get("names_signal") and r["verified"]) for r in mine
+            ),
             "unverified": len(unverified),
             "failure_pct": {k: 100 * v / len(unverified) for k, v in sorted(reasons.items())},
             "users": per_user,
@@ -414,6 +418,23 @@ def echoes_example(interest: str, example: str) -> bool:
     """
     words = _content_words(example)
     return bool(words) and _content_words(interest) == words
+
+
+# The prompt's signal words (EVENT_SIGNAL's keys); an adverb ("explicitly") or plural counts.
+_SIGNAL_NAME = re.compile(r"^(implicit|explicit)(?:ly)? (positive|negative)s?$")
+
+
+def names_signal(interest: str) -> bool:
+    """Whether an interest is only one of the prompt's engagement signals, not a topic.
+
+    "explicit positive", "Implicitly negative" and "explicit_positive" are; "explicit
+    thrillers" is not. The extraction prompt tags every history line with its signal; a model
+    that copies a tag as an interest names no topic, and a judge that verifies it anyway
+    inflates IG_P (measured on Book-Crossing: the 0.5B wrote 21 such interests, the 1.5B
+    judge verified 19). The report counts them per model.
+    """
+    words = [w for w in re.split(r"[\W_]+", interest.casefold()) if w]
+    return bool(_SIGNAL_NAME.match(" ".join(words)))
 
 
 # -- configuration ------------------------------------------------------------------------
@@ -664,19 +685,29 @@ def shortlist_categories(
     return out
 
 
-def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
+def _pr_figure(scores: Mapping[str, Any], data: str) -> Any:
+    """Per-user IG precision against recall, one colour per model for its dots and its median."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 5))
-    for m, s in scores.items():
+    for i, (m, s) in enumerate(scores.items()):
+        # An explicit colour: each scatter() call takes the next colour of the cycle, which
+        # would give a model's median star another model's colour.
+        color = f"C{i % 10}"
         ps = [v["ig_p"] for v in s["users"].values()]
         rs = [v["ig_r"] for v in s["users"].values()]
-        ax.scatter(rs, ps, alpha=0.35, s=18)
+        ax.scatter(rs, ps, alpha=0.35, s=18, color=color)
         ax.scatter(
-            [s["ig_r"]], [s["ig_p"]], marker="*", s=220, edgecolor="k", label=f"{m} (median)"
+            [s["ig_r"]],
+            [s["ig_p"]],
+            marker="*",
+            s=220,
+            color=color,
+            edgecolor="k",
+            label=f"{m} (median)",
         )
     ax.set_xlabel("IG recall (per user)")
     ax.set_ylabel("IG precision (per user)")
@@ -685,6 +716,13 @@ def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
     ax.set_title(f"GISTBench groundedness on {data}")
     ax.legend(loc="lower right", fontsize=8)
     fig.tight_layout()
+    return fig
+
+
+def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = _pr_figure(scores, data)
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -798,6 +836,18 @@ def _report_notes(config: GistConfig, results: Mapping[str, Any]) -> list[str]:
             + "; ".join(
                 f"{m} {v.get('echoes_example', 0)} of {v['interests']} "
                 f"({v.get('echoes_verified', 0)} verified)"
+                for m, v in s.items()
+            )
+            + ".",
+        ]
+    if any("signal_names" in v for v in s.values()):  # runs before the count have no line
+        lines += [
+            "",
+            'Interests that only name an engagement signal of the prompt ("explicit '
+            'positive", "implicit negative", ...; no topic): '
+            + "; ".join(
+                f"{m} {v['signal_names']} of {v['interests']} "
+                f"({v['signal_names_verified']} verified)"
                 for m, v in s.items()
             )
             + ".",

@@ -36,6 +36,7 @@ from recjudge.evaluators._gist import (
     gist_scores,
     global_pool,
     load_categories,
+    names_signal,
     normalize_interest,
     relevance_messages,
     shortlist_categories,
@@ -752,6 +753,7 @@ def run_gist(
         run.store.close()
     for r in records:  # only answers to our prompt can echo its example (not ``gist verify``)
         r["echoes_example"] = echoes_example(r["interest"], config.interest_example)
+        r["names_signal"] = names_signal(r["interest"])
     facts |= {"incomplete_extractions": incomplete, "prompt_example": config.interest_example}
     return _finish(run, records, out, data, None, facts, t0)
 
