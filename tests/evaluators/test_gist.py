@@ -165,7 +165,7 @@ def test_signal_names_are_counted_per_model_and_reported():
     assert (s["n"]["signal_names"], s["n"]["signal_names_verified"]) == (0, 0)
     from recjudge.evaluators._gist import _report_notes
 
-    base = {"incomplete_extractions": 0, "filled_distractors": 0}
+    base = {"incomplete_extractions": 0, "filled_distractors": 0, "prompt_example": "x y"}
     lines = "\n".join(_report_notes(GistConfig(), {**base, "scores": s}))
     assert "m 2 of 3 (1 verified)" in lines and "n 0 of 1 (0 verified)" in lines
     # A results file written before the count (no key) renders without the line.
@@ -173,6 +173,9 @@ def test_signal_names_are_counted_per_model_and_reported():
     assert "engagement signal" not in "\n".join(
         _report_notes(GistConfig(), {**base, "scores": old})
     )
+    # Nor do profiles from the user's own system (``gist verify``): the tags are our prompt's.
+    theirs = {**base, "prompt_example": None, "scores": s}
+    assert "engagement signal" not in "\n".join(_report_notes(GistConfig(), theirs))
 
 
 def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():

@@ -840,7 +840,8 @@ def _report_notes(config: GistConfig, results: Mapping[str, Any]) -> list[str]:
             )
             + ".",
         ]
-    if any("signal_names" in v for v in s.values()):  # runs before the count have no line
+    # Our prompt's tags, so only for its answers; results written before the count: no line.
+    if example and any("signal_names" in v for v in s.values()):
         lines += [
             "",
             'Interests that only name an engagement signal of the prompt ("explicit '
