@@ -197,3 +197,26 @@ def test_brief_augment_unknown_method_suggests_the_name():
     r = run_cli("bench", "brief-augment", "--methods", "none,breif", "--users", "2")
     assert r.code == 2 and "Traceback" not in r.stderr
     assert "unknown method 'breif'; did you mean 'brief'?" in r.stderr
+
+
+def test_ctrl_c_exits_130_and_says_finished_work_is_kept(monkeypatch, capsys):
+    """Ctrl-C inside any command: exit code 130 (the shell's convention), no traceback, and
+    one line saying what survives, through the same main() the console script calls."""
+    import typer
+
+    from recjudge.cli import _app
+
+    fake = typer.Typer()
+
+    @fake.command()
+    def long_run() -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_app, "app", fake)
+    monkeypatch.setattr(_app, "_register_extensions", lambda: None)
+    monkeypatch.setattr(sys, "argv", ["recjudge"])
+    with pytest.raises(SystemExit) as exc:
+        _app.main()
+    assert exc.value.code == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "finished work is kept" in err and "Traceback" not in err

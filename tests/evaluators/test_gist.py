@@ -153,6 +153,18 @@ def test_an_interest_that_only_names_a_signal_of_the_prompt(interest, names):
     assert names_signal(interest) is names
 
 
+def test_a_model_under_test_without_any_interest_is_scored_zero_not_dropped():
+    recs = [rec("u", "m", 1, True), rec("v", "m", 2, True)]
+    s = gist_scores(recs, users=["u", "v"], models=["m", "silent"])
+    assert list(s) == ["m", "silent"]
+    quiet = s["silent"]
+    assert quiet["interests"] == 0 and quiet["verified_pct"] == 0.0
+    assert all(quiet[k] == 0.0 for k in ("ig_p", "ig_r", "ig_f1", "is"))
+    assert set(quiet["users"]) == {"u", "v"}
+    assert s["m"]["ig_r"] == 1.0  # the oracle is unchanged by the silent model
+    assert list(gist_scores(recs)) == ["m"]  # without ``models``: the models in the records
+
+
 def test_signal_names_are_counted_per_model_and_reported():
     recs = [
         {**rec("u", "m", 1, True), "names_signal": True},
@@ -421,6 +433,7 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path):
         if x["backing"]:
             assert 0 <= x["correct"] <= x["backing"]
             assert x["backing"] + x["distractors"] == 8
+    assert set(r["scores"]) == set(cfg.models)  # every model under test, interests or none
     s = r["scores"]["smollm2-135m"]
     for k in ("ig_p", "ig_r", "ig_f1", "is"):
         assert 0.0 <= s[k] <= 1.0

@@ -303,6 +303,15 @@ def main() -> None:
 
     try:
         app()
+    except SystemExit as e:
+        if e.code == 130:  # typer's exit for Ctrl-C; say what survives, not only the code
+            typer.secho(
+                "interrupted: finished work is kept (a run with a store resumes where it "
+                "stopped when the same command is run again)",
+                err=True,
+                fg=typer.colors.YELLOW,
+            )
+        raise
     except (UnknownNameError, UserFacingError, FileNotFoundError) as e:
         # Errors that say what is wrong and how to fix it: one line, never a traceback.
         typer.secho(f"error: {str(e).strip(chr(39) + chr(34))}", err=True, fg=typer.colors.RED)

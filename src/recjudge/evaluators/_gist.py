@@ -176,6 +176,7 @@ def gist_scores(
     records: Sequence[Mapping[str, Any]],
     oracle: Mapping[str, Sequence[Any]] | None = None,
     users: Sequence[str] | None = None,
+    models: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """Per model: medians over users of ig_p, ig_r, ig_f1, is, plus per-user values and
     failure-mode percentages.
@@ -186,6 +187,8 @@ def gist_scores(
         oracle: ``{user_id: [category_ids]}``; default: the union over ``records``.
         users: users every model is scored on (a model with no interest for a user scores
             0 there); default: every user in ``records``.
+        models: models under test scored even without any interest (0 everywhere, so a
+            model that wrote nothing stays in the table); the models in ``records`` always are.
     """
     for i, r in enumerate(records):
         missing = [k for k in ("user_id", "model", "category_id", "verified") if k not in r]
@@ -201,7 +204,7 @@ def gist_scores(
         if users is not None
         else sorted({str(r["user_id"]) for r in records})
     )
-    models = sorted({str(r["model"]) for r in records})
+    models = sorted({str(r["model"]) for r in records} | {str(m) for m in models or ()})
     out: dict[str, Any] = {}
     for m in models:
         mine = [r for r in records if str(r["model"]) == m]

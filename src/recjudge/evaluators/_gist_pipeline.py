@@ -692,13 +692,18 @@ def _verify(run: _Run, interests: list[_Interest]) -> tuple[list[dict[str, Any]]
     return records, {"pool_size": _specificity(run, records), **extra}
 
 
-def _finish(run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: float) -> dict:
-    """Scores, ``interests.jsonl``, ``oracle.json``, ``results.json``, report and PNG."""
+def _finish(
+    run: _Run, records, out: Path, data: str, oracle, extra: dict, t0: float, models=()
+) -> dict:
+    """Scores, ``interests.jsonl``, ``oracle.json``, ``results.json``, report and PNG.
+
+    ``models``: the models under test, scored even if they wrote no interest at all.
+    """
     from recjudge._util import atomic_write_json, atomic_write_text
     from recjudge.reporting import write_report
 
     oracle = build_oracle(records) if oracle is None else oracle
-    scores = gist_scores(records, oracle, run.users)
+    scores = gist_scores(records, oracle, run.users, models)
     atomic_write_text(
         out / "interests.jsonl", "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
     )
@@ -755,7 +760,7 @@ def run_gist(
         r["echoes_example"] = echoes_example(r["interest"], config.interest_example)
         r["names_signal"] = names_signal(r["interest"])
     facts |= {"incomplete_extractions": incomplete, "prompt_example": config.interest_example}
-    return _finish(run, records, out, data, None, facts, t0)
+    return _finish(run, records, out, data, None, facts, t0, config.models)
 
 
 # -- profiles from the user's own system ---------------------------------------------------
