@@ -669,3 +669,75 @@ def test_the_full_taxonomy_scores_whole_names_where_the_engine_allows(smollm):
     # vLLM constrains in its own engine and exposes no model: decoded token by token.
     assert taxonomy_rule(SimpleNamespace(engine_constraints=True, model=smollm.model)) == "greedy"
     assert taxonomy_rule(SimpleNamespace()) == "greedy"
+
+
+def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
+    smollm, ml100k, tmp_path, monkeypatch
+):
+    """The case a resumed run on a new machine hits: answers that did not travel with the
+    checkpoint are asked again, in a batch of other questions than the first time. With
+    ``deterministic`` the re-asked answer is bit-identical (the same text, the same key),
+    and every decode (extraction, evidence filter, specificity) ran on the invariant engine."""
+    import sqlite3
+
+    from recjudge.llm import _fast
+
+    seen = []
+    for name in ("decode_prompts", "decode_shared"):
+        real = getattr(_fast, name)
+
+        def spy(*a, _real=real, _name=name, **kw):
+            seen.append((_name, kw.get("deterministic")))
+            return _real(*a, **kw)
+
+        monkeypatch.setattr(_fast, name, spy)
+
+    cfg = GistConfig(
+        models=("smollm2-135m",),
+        judge="smollm2-135m",
+        users=1,
+        max_history=60,
+        chunk_size=20,
+        extraction_tokens=64,
+        options=4,
+        pool_size=20,
+        taxonomy="off",
+        deterministic=True,
+    )
+    llms = {"smollm2-135m": smollm}
+    run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
+    assert {n for n, _ in seen} == {"decode_prompts", "decode_shared"}
+    assert all(flag is True for _, flag in seen), seen
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    rows = [
+        (k, res)
+        for k, req, res in db.execute("SELECT key, request, result FROM results ORDER BY key")
+        if json.loads(req).get("kind") == "extract"
+    ]
+    assert len(rows) == 3  # three chunks of 20, asked as one batch
+    key, first = rows[1]
+    db.execute("DELETE FROM results WHERE key = ?", (key,))
+    db.commit()
+    db.close()
+    again = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
+    assert again["cost"]["extraction"]["asked_now"] == 1  # alone in its batch this time
+    db = sqlite3.connect(tmp_path / "store.sqlite")
+    (second,) = db.execute("SELECT result FROM results WHERE key = ?", (key,)).fetchone()
+    db.close()
+    assert second == first
+
+
+def test_deterministic_is_refused_for_a_vllm_model_by_name(tmp_path):
+    from types import SimpleNamespace
+
+    from recjudge._util import UserFacingError
+    from recjudge.evaluators._gist_pipeline import _Run
+
+    vllm_like = SimpleNamespace(engine_constraints=True)
+    pool = SimpleNamespace(get=lambda name: vllm_like)
+    cfg = GistConfig(models=("m",), judge="j", deterministic=True)
+    run = _Run(cfg, None, [], {}, {}, "movies", {}, None, False, pool)
+    with pytest.raises(UserFacingError, match="j runs on vLLM"):
+        run.judge  # noqa: B018
+    assert _Run(cfg.model_copy(update={"deterministic": False}), None, [], {}, {}, "movies",
+                {}, None, False, pool).judge is vllm_like  # fmt: skip

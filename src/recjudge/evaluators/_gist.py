@@ -477,7 +477,17 @@ class GistConfig(BaseModel):
             own category).
         shortlist: categories offered per interest with ``taxonomy="shortlist"``.
         agreement_sample: interests asked both ways to measure the shortlist's agreement.
-        batch_size: questions per engine call (never changes a result).
+        batch_size: questions per engine call. On the fast engine a batch's other questions
+            can change an answer in its last bits (bf16 arithmetic depends on the batch
+            shape), so a question asked again in another batch (a resumed run, a store
+            imported on a new machine) can come out different: one of 29 extraction answers
+            did on Book-Crossing.
+        deterministic: the batch-invariant engine for every decoded answer (extraction,
+            evidence filter, specificity; the whole-name taxonomy choice is per interest
+            anyway): an answer is bit-identical whatever else shares its batch, for the same
+            ``batch_size`` (its fixed row count), so re-asked answers repeat exactly on the
+            same kind of machine. Slower (1.58x on the throughput bench's full answers);
+            transformers backends only. Not a deviation: it changes how, not what, is asked.
         seed: sampling seed.
         bootstrap: user resamples for the intervals over users (``gist_intervals``).
     """
@@ -505,6 +515,7 @@ class GistConfig(BaseModel):
     shortlist: int = Field(24, ge=2)
     agreement_sample: int = Field(50, ge=0)
     batch_size: int = Field(8, ge=1)
+    deterministic: bool = False
     seed: int = 0
     bootstrap: int = Field(1000, ge=0)
 

@@ -79,7 +79,16 @@ class _Run:
     cost: AskMeter = field(default_factory=AskMeter)
 
     def llm(self, name: str) -> Any:
-        return self.llms.get(name)
+        llm = self.llms.get(name)
+        if self.config.deterministic and getattr(llm, "engine_constraints", False):
+            from recjudge._util import UserFacingError
+
+            raise UserFacingError(
+                f"deterministic runs need transformers backends: {name} runs on vLLM, which "
+                "batches requests on its own; drop --deterministic or use the model's preset "
+                "or path on transformers"
+            )
+        return llm
 
     @property
     def judge(self) -> Any:
@@ -111,6 +120,7 @@ def _ask_stored(
             batch_size=run.config.batch_size,
             desc=desc,
             progress=run.progress,
+            deterministic=run.config.deterministic,
         ),
     )
 
@@ -335,6 +345,7 @@ def _relevant(
                 Choice(["YES", "NO"]),
                 sampling=SamplingConfig(max_new_tokens=16),
                 decode_rows=c.batch_size,
+                deterministic=c.deterministic,
             )
             out += [
                 {"yes": x.value["answer"] == "YES", "p": list(x.record.p_before)} for x in answers

@@ -128,6 +128,7 @@ def ask_stored(
     sort_by_length: bool = False,
     desc: str = "asking",
     progress: bool = True,
+    deterministic: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Ask every grammar-constrained question the store does not hold, ``batch_size`` at a
     time, and return the stored result of every question (key -> result).
@@ -147,6 +148,8 @@ def ask_stored(
             one padding bucket (worth it for short answers after long prompts).
         desc: progress-bar label.
         progress: show a progress bar with ETA.
+        deterministic: ``ask``'s batch-invariant engine (``decode_rows`` is then the fixed
+            row count, so a question asked again in a smaller batch gets the same answer).
     """
     from recjudge.reward._ask import ask
 
@@ -157,6 +160,7 @@ def ask_stored(
             [a.schema for a in part],
             sampling=sampling,
             decode_rows=decode_rows or batch_size,
+            deterministic=deterministic,
         )
         return [(q.result or default_result)(o) for q, o in zip(part, outs, strict=True)]
 
