@@ -741,3 +741,7 @@ def test_deterministic_is_refused_for_a_vllm_model_by_name(tmp_path):
         run.judge  # noqa: B018
     assert _Run(cfg.model_copy(update={"deterministic": False}), None, [], {}, {}, "movies",
                 {}, None, False, pool).judge is vllm_like  # fmt: skip
+    # Given ready backends, the run refuses before it loads data or opens a store.
+    with pytest.raises(UserFacingError, match="j runs on vLLM"):
+        run_gist(cfg, "ml-100k", tmp_path / "out", llms={"m": object(), "j": vllm_like})
+    assert not (tmp_path / "out").exists()

@@ -62,6 +62,18 @@ class _Interest:
     over_limit_citations: int = 0  # citations of objects already cited max_citations times
 
 
+def _check_deterministic(config: GistConfig, name: str, llm: Any) -> None:
+    """A deterministic run cannot promise bit-identical answers from vLLM (its own batching)."""
+    if config.deterministic and getattr(llm, "engine_constraints", False):
+        from recjudge._util import UserFacingError
+
+        raise UserFacingError(
+            f"deterministic runs need transformers backends: {name} runs on vLLM, which "
+            "batches requests on its own; drop --deterministic or use the model's preset "
+            "or path on transformers"
+        )
+
+
 @dataclass
 class _Run:
     """What every stage needs: settings, data, the store and loaded models."""
@@ -80,14 +92,7 @@ class _Run:
 
     def llm(self, name: str) -> Any:
         llm = self.llms.get(name)
-        if self.config.deterministic and getattr(llm, "engine_constraints", False):
-            from recjudge._util import UserFacingError
-
-            raise UserFacingError(
-                f"deterministic runs need transformers backends: {name} runs on vLLM, which "
-                "batches requests on its own; drop --deterministic or use the model's preset "
-                "or path on transformers"
-            )
+        _check_deterministic(self.config, name, llm)
         return llm
 
     @property
@@ -759,6 +764,8 @@ def run_gist(
     t0 = time.time()
     out = Path(out)
     pool = LLMPool(llms, needed=(*config.models, config.judge))  # fail before any work
+    for name, llm in (llms or {}).items():
+        _check_deterministic(config, name, llm)
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
     run = _open_run(config, ds, users, out, pool, progress, config.max_history)
