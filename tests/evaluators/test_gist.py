@@ -728,20 +728,31 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
 
 
 def test_deterministic_is_refused_for_a_vllm_model_by_name(tmp_path):
+    """A ready backend that batches in its own engine cannot give bit-identical answers: both
+    entry points refuse it by name before they load data or open a store."""
     from types import SimpleNamespace
 
     from recjudge._util import UserFacingError
-    from recjudge.evaluators._gist_pipeline import _Run
+    from recjudge.data import DataError
+    from recjudge.evaluators import verify_profiles
 
     vllm_like = SimpleNamespace(engine_constraints=True)
-    pool = SimpleNamespace(get=lambda name: vllm_like)
     cfg = GistConfig(models=("m",), judge="j", deterministic=True)
-    run = _Run(cfg, None, [], {}, {}, "movies", {}, None, False, pool)
-    with pytest.raises(UserFacingError, match="j runs on vLLM"):
-        run.judge  # noqa: B018
-    assert _Run(cfg.model_copy(update={"deterministic": False}), None, [], {}, {}, "movies",
-                {}, None, False, pool).judge is vllm_like  # fmt: skip
-    # Given ready backends, the run refuses before it loads data or opens a store.
-    with pytest.raises(UserFacingError, match="j runs on vLLM"):
+    with pytest.raises(UserFacingError, match="j runs in its own engine"):
         run_gist(cfg, "ml-100k", tmp_path / "out", llms={"m": object(), "j": vllm_like})
     assert not (tmp_path / "out").exists()
+    with pytest.raises(UserFacingError, match="j runs in its own engine"):
+        verify_profiles(
+            cfg, "ml-100k", [tmp_path / "p.jsonl"], tmp_path / "v", llms={"j": vllm_like}
+        )
+    assert not (tmp_path / "v").exists()
+    # Without ``deterministic`` the same backend is accepted (the run then fails later, on
+    # the profile file that does not exist: past the check).
+    with pytest.raises(DataError, match="p.jsonl: cannot read it"):
+        verify_profiles(
+            cfg.model_copy(update={"deterministic": False}),
+            "ml-100k",
+            [tmp_path / "p.jsonl"],
+            tmp_path / "v",
+            llms={"j": vllm_like},
+        )

@@ -62,16 +62,21 @@ class _Interest:
     over_limit_citations: int = 0  # citations of objects already cited max_citations times
 
 
-def _check_deterministic(config: GistConfig, name: str, llm: Any) -> None:
-    """A deterministic run cannot promise bit-identical answers from vLLM (its own batching)."""
-    if config.deterministic and getattr(llm, "engine_constraints", False):
-        from recjudge._util import UserFacingError
+def _open_pool(config: GistConfig, llms: Mapping[str, Any] | None, needed: Sequence[str]):
+    """The run's backends, checked before any work: a missing model fails, and so does a
+    ready backend that batches in its own engine (vLLM, an OpenAI-compatible server) in a
+    deterministic run, which could not keep its promise. Models given by name load on
+    transformers, so the ready ones are all there is to check."""
+    for name, llm in (llms or {}).items():
+        if config.deterministic and getattr(llm, "engine_constraints", False):
+            from recjudge._util import UserFacingError
 
-        raise UserFacingError(
-            f"deterministic runs need transformers backends: {name} runs on vLLM, which "
-            "batches requests on its own; drop --deterministic or use the model's preset "
-            "or path on transformers"
-        )
+            raise UserFacingError(
+                f"deterministic runs need transformers backends: {name} runs in its own "
+                "engine (vLLM or an OpenAI-compatible server), which batches requests on its "
+                "own; drop --deterministic or give the model's preset or path"
+            )
+    return LLMPool(llms, needed=needed)
 
 
 @dataclass
@@ -91,9 +96,7 @@ class _Run:
     cost: AskMeter = field(default_factory=AskMeter)
 
     def llm(self, name: str) -> Any:
-        llm = self.llms.get(name)
-        _check_deterministic(self.config, name, llm)
-        return llm
+        return self.llms.get(name)
 
     @property
     def judge(self) -> Any:
@@ -763,9 +766,7 @@ def run_gist(
 
     t0 = time.time()
     out = Path(out)
-    pool = LLMPool(llms, needed=(*config.models, config.judge))  # fail before any work
-    for name, llm in (llms or {}).items():
-        _check_deterministic(config, name, llm)
+    pool = _open_pool(config, llms, (*config.models, config.judge))
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
     run = _open_run(config, ds, users, out, pool, progress, config.max_history)
@@ -901,7 +902,7 @@ def verify_profiles(
 
     t0 = time.time()
     out = Path(out)
-    pool = LLMPool(llms, needed=(config.judge,))  # fail before any work
+    pool = _open_pool(config, llms, (config.judge,))
     ds = load_dataset(data)
     interests, checks = [], {}
     for p in profiles:
