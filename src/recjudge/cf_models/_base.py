@@ -168,6 +168,15 @@ class CFModel:
                 f"{self.name} uses item/user attributes: pass side=SideInfo.of(dataset) "
                 f"(`recjudge cf train {self.name} --data DATA` does)"
             )
+        needed = ["user_id", "item_id", "timestamp"]
+        needed += ["rating"] if options.min_rating is not None else []
+        missing = [c for c in needed if c not in interactions.columns]
+        if missing:
+            raise CFModelError(
+                f"{self.name}: the interactions have no column(s) {missing} (found "
+                f"{list(interactions.columns)}); load your files with "
+                "recjudge.data.load_from_files(..., mapping=...), which names them"
+            )
         df = interactions
         if options.min_rating is not None:
             df = df[df["rating"] >= options.min_rating]
@@ -369,7 +378,8 @@ def trained_on(model: CFModel) -> str:
 
 
 class CFModelError(UserFacingError, ValueError):
-    """A saved CF model folder that cannot be read (names the file)."""
+    """A saved CF model folder that cannot be read (names the file), or training input a
+    model cannot use (names the column or argument)."""
 
 
 class CFMismatchError(UserFacingError, ValueError):

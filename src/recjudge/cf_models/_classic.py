@@ -45,10 +45,13 @@ class _MF(CFModel):
 
     def _fit(self, df: pd.DataFrame, options: TrainOptions) -> None:
         self._ui = interaction_matrix(self, df)
-        from threadpoolctl import threadpool_limits
-
         # implicit parallelises itself; nested BLAS threads only contend. Its constructor
         # checks the BLAS pool too (and warns), so it is built inside the limit as well.
+        # Its first import loads scipy's own OpenBLAS, which a limit entered before that load
+        # does not cover: import it first.
+        import implicit.cpu  # noqa: F401
+        from threadpoolctl import threadpool_limits
+
         with threadpool_limits(1, "blas"):
             model = self._make(options)
             model.fit(self._ui, show_progress=options.progress)
