@@ -165,6 +165,9 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
     assert both["reference_q"] == r["reference_q"]  # the headline stays the paper's order
     assert set(both["swap_rules"]) == {"tie", "keep"}
     assert both["swap_rules"]["keep"]["overall"]["itemknn"]["n"] == 2
+    assert both["order_flip_by_system"] == {"itemknn": both["order_flip_rate"]}  # one challenger
+    assert sum(both["position_shares"].values()) == pytest.approx(1.0)
+    assert "| order-flip rate [95 % CI] |" in (tmp_path / "report.md").read_text()
 
     # A title-free checkpoint carries the verdicts (not the analyses) to a fresh store,
     # and the run there needs no model.
@@ -336,6 +339,29 @@ def test_order_flip_ci_resamples_users_not_records():
     flips = [r for r in both if int(r["user_id"]) < 10]
     assert order_flip_ci(flips, n=100) == (1.0, 1.0)  # a drawn user twice is two pairs
     assert order_flip_ci(both[:1], n=100) is None  # one order only: no flip rate
+
+
+def test_order_flip_by_system_and_position_shares():
+    from recjudge.evaluators import order_flip_by_system, order_flip_by_system_ci, position_shares
+
+    per_order = []
+    for i in range(10):  # x: position A always wins (flips); y: y wins from both sides
+        u = str(i)
+        per_order += [
+            rec("ref", "x", "A wins", u=u),
+            rec("x", "ref", "A wins", u=u),
+            rec("ref", "y", "B wins", u=u),
+            rec("y", "ref", "A wins", u=u),
+        ]
+    per_order.append(rec("ref", "z", "Tie", u="0"))  # one order only: no rate for z
+    flips = order_flip_by_system(per_order, "ref")
+    assert flips == {"x": 1.0, "y": 0.0, "z": None}
+    assert order_flip_rate(per_order) == 0.5  # the overall rate mixes the two
+    ci = order_flip_by_system_ci(per_order, "ref", n=200)
+    assert ci["x"] == (1.0, 1.0) and ci["y"] == (0.0, 0.0) and ci["z"] is None
+    shares = position_shares(per_order)
+    assert shares == pytest.approx({"A wins": 30 / 41, "B wins": 10 / 41, "Tie": 1 / 41})
+    assert position_shares([]) == {}
 
 
 def test_order_flip_rate_counts_each_pair_once_under_both_swap_rules():

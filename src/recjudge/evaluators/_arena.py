@@ -30,8 +30,11 @@ from recjudge.evaluators._arena_metrics import (
     OPTIONS,
     SWAP_RULES,
     correlations,
+    order_flip_by_system,
+    order_flip_by_system_ci,
     order_flip_ci,
     order_flip_rate,
+    position_shares,
     reference_q,
     reference_q_ci,
     summarize,
@@ -303,7 +306,12 @@ def _summaries(
     summary["order_flip_ci"] = order_flip_ci(records, config.bootstrap, config.seed)
     if ref is not None:
         summary["reference_q_ci"] = reference_q_ci(primary, ref, config.bootstrap, config.seed)
+    summary["position_shares"] = position_shares(records)
     if ref is not None and config.both_orders:
+        summary["order_flip_by_system"] = order_flip_by_system(records, ref)
+        summary["order_flip_by_system_ci"] = order_flip_by_system_ci(
+            records, ref, config.bootstrap, config.seed
+        )
         aspects = summary["pairs"].keys()
         summary["swap_rules"] = {
             rule: {a: reference_q(swap_rule_records(records, rule), ref, a) for a in aspects}

@@ -85,6 +85,30 @@ def order_flip_rate(records: Sequence[dict[str, Any]]) -> float | None:
     return sum(flips) / len(flips) if flips else None
 
 
+def order_flip_by_system(
+    records: Sequence[dict[str, Any]], reference: str
+) -> dict[str, float | None]:
+    """``order_flip_rate`` of each system's pairs with ``reference`` (per-order or combined
+    records; other pairs are ignored), so a judge that reads one system's list rather than
+    the position shows up as that system's lower rate. ``None`` for a system with no pair in
+    both orders."""
+    overall = [r for r in records if r["aspect"] == "overall"]
+    others = {r["system_b"] if r["system_a"] == reference else r["system_a"] for r in overall}
+    return {
+        s: order_flip_rate([r for r in overall if {r["system_a"], r["system_b"]} == {reference, s}])
+        for s in sorted(others - {reference})
+    }
+
+
+def position_shares(records: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Share of overall verdicts that are "A wins", "B wins" and "Tie" over the judged orders
+    (per-order records, verdicts from position A's side): with both orders judged, a share
+    far from one half for "A wins" against "B wins" is position bias, whichever systems sit
+    there. Empty without overall records."""
+    overall = [r["verdict"] for r in records if r["aspect"] == "overall"]
+    return {o: overall.count(o) / len(overall) for o in OPTIONS} if overall else {}
+
+
 def pair_counts(
     records: Sequence[dict[str, Any]], aspect: str = "overall"
 ) -> dict[tuple[str, str], dict[str, float]]:
@@ -278,6 +302,14 @@ def order_flip_ci(
     """User-bootstrap 95 % CI of ``order_flip_rate`` (None when no pair has both orders)."""
     overall = [r for r in records if r["aspect"] == "overall"]
     return user_bootstrap(overall, lambda r: {"flip": order_flip_rate(r)}, n, seed).get("flip")
+
+
+def order_flip_by_system_ci(
+    records: Sequence[dict[str, Any]], reference: str, n: int = 1000, seed: int = 0
+) -> dict[str, tuple[float, float] | None]:
+    """User-bootstrap 95 % CIs of ``order_flip_by_system``."""
+    overall = [r for r in records if r["aspect"] == "overall"]
+    return user_bootstrap(overall, lambda r: order_flip_by_system(r, reference), n, seed)
 
 
 def correlations(x: dict[str, float], y: dict[str, float]) -> dict[str, float | None]:

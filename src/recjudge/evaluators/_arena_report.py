@@ -83,6 +83,13 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
             f"Order-flip rate (overall verdict changes when A and B swap): {100 * flip:.1f} %"
             f"{band}."
         )
+    shares = summary.get("position_shares")
+    if shares:
+        lines.append(
+            "Overall verdicts by position, every judged order: "
+            + ", ".join(f"{o} {100 * shares[o]:.1f} %" for o in shares)
+            + "."
+        )
     cost = summary.get("cost")
     if cost:
         lines.append(
@@ -93,6 +100,14 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
     devs = config.deviations()
     lines += ["", "**Deviations from the paper:** " + ("; ".join(devs) if devs else "none") + "."]
     return lines
+
+
+def _pct_band(v: float | None, ci: Any) -> str:
+    """A rate in percent with its CI, "-" when undefined (results written before the rate)."""
+    if v is None:
+        return "-"
+    band = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else ""
+    return f"{100 * v:.1f} %{band}"
 
 
 def _reference_tables(summary: dict[str, Any]) -> list[str]:
@@ -121,14 +136,18 @@ def _reference_tables(summary: dict[str, Any]) -> list[str]:
             "",
             "### Position-bias control: both orders judged",
             "",
-            "| system | Q one order (paper) | Q swap rule tie | Q swap rule keep |",
-            "|---|---|---|---|",
+            "| system | Q one order (paper) | Q swap rule tie | Q swap rule keep "
+            "| order-flip rate [95 % CI] |",
+            "|---|---|---|---|---|",
         ]
         sr = summary["swap_rules"]
+        flips = summary.get("order_flip_by_system", {})
+        flip_cis = summary.get("order_flip_by_system_ci", {})
         for s, c in rq["overall"].items():
             lines.append(
                 f"| {s} | {_fmt(c['q'])} | {_fmt(sr['tie']['overall'][s]['q'])} | "
-                f"{_fmt(sr['keep']['overall'][s]['q'])} |"
+                f"{_fmt(sr['keep']['overall'][s]['q'])} | "
+                f"{_pct_band(flips.get(s), flip_cis.get(s))} |"
             )
     return lines
 
