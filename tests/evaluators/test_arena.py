@@ -168,6 +168,9 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
     assert both["order_flip_by_system"] == {"itemknn": both["order_flip_rate"]}  # one challenger
     assert sum(both["position_shares"].values()) == pytest.approx(1.0)
     assert "| order-flip rate [95 % CI] |" in (tmp_path / "report.md").read_text()
+    overall = [x for x in lines if x["aspect"] == "overall"]
+    assert all(sum(x["p_overall"].values()) == pytest.approx(1.0, abs=1e-3) for x in overall)
+    assert 0.0 <= both["order_averaged"]["itemknn"] <= 1.0
 
     # A title-free checkpoint carries the verdicts (not the analyses) to a fresh store,
     # and the run there needs no model.
@@ -362,6 +365,40 @@ def test_order_flip_by_system_and_position_shares():
     shares = position_shares(per_order)
     assert shares == pytest.approx({"A wins": 30 / 41, "B wins": 10 / 41, "Tie": 1 / 41})
     assert position_shares([]) == {}
+
+
+def test_order_averaged_preference_cancels_the_position():
+    from recjudge.evaluators import order_averaged_preference, order_averaged_preference_ci
+
+    def prec(a, b, pa, pb, u):
+        p = {"A wins": pa, "B wins": pb, "Tie": 1.0 - pa - pb}
+        return {**rec(a, b, "A wins" if pa > pb else "B wins", u=u), "p_overall": p}
+
+    records = []
+    for i in range(12):
+        u = str(i)
+        # The judge prefers position A by 0.9 whatever it reads, then x a little over ref
+        # (0.06 either way) and y a little under it: the verdicts are all "A wins".
+        records += [
+            prec("ref", "x", 0.90 - 0.06, 0.04 + 0.06, u),
+            prec("x", "ref", 0.90 + 0.06, 0.04 - 0.03, u),
+            prec("ref", "y", 0.90 + 0.06, 0.04 - 0.03, u),
+            prec("y", "ref", 0.90 - 0.06, 0.04 + 0.06, u),
+        ]
+    assert {r["verdict"] for r in records} == {"A wins"}
+    pref = order_averaged_preference(records, "ref")
+    # x: 1/2 [(0.10 + 0.03) + (0.96 + 0.015)] = 0.5525; y: 1/2 [(0.01 + 0.015) + (0.84 + 0.03)]
+    assert pref["x"] == pytest.approx(0.5525) and pref["y"] == pytest.approx(0.4475)
+    ci = order_averaged_preference_ci(records, "ref", n=100)
+    assert ci["x"] == pytest.approx((0.5525, 0.5525)) and ci["y"][1] < 0.5 < ci["x"][0]
+    # A list in OPTIONS order (verdict files written before the dict) reads the same.
+    as_lists = [
+        {**r, "p_overall": [r["p_overall"][o] for o in ("A wins", "B wins", "Tie")]}
+        for r in records
+    ]
+    assert order_averaged_preference(as_lists, "ref") == pytest.approx(pref)
+    one_order = [r for r in records if r["system_a"] == "ref"]
+    assert order_averaged_preference(one_order, "ref") == {"x": None, "y": None}
 
 
 def test_order_flip_rate_counts_each_pair_once_under_both_swap_rules():

@@ -30,6 +30,8 @@ from recjudge.evaluators._arena_metrics import (
     OPTIONS,
     SWAP_RULES,
     correlations,
+    order_averaged_preference,
+    order_averaged_preference_ci,
     order_flip_by_system,
     order_flip_by_system_ci,
     order_flip_ci,
@@ -285,8 +287,8 @@ def _records(asks: list[Any], done: dict[str, Any]) -> tuple[list[dict], dict[st
             continue
         for aspect in (*ASPECTS, "overall"):
             r = {**req, "aspect": aspect, "verdict": res["value"][aspect]}
-            if aspect == "overall":
-                r["p_overall"] = res["p"]
+            if aspect == "overall" and res["p"] is not None:
+                r["p_overall"] = dict(zip(res["branches"], res["p"], strict=True))
             records.append(r)
     return records, absolute
 
@@ -311,6 +313,14 @@ def _summaries(
         summary["order_flip_by_system"] = order_flip_by_system(records, ref)
         summary["order_flip_by_system_ci"] = order_flip_by_system_ci(
             records, ref, config.bootstrap, config.seed
+        )
+        pref = order_averaged_preference(records, ref)
+        summary["order_averaged"] = pref
+        summary["order_averaged_ci"] = order_averaged_preference_ci(
+            records, ref, config.bootstrap, config.seed
+        )
+        summary["corr_order_averaged_auc"] = correlations(
+            {s: v for s, v in pref.items() if v is not None}, auc
         )
         aspects = summary["pairs"].keys()
         summary["swap_rules"] = {

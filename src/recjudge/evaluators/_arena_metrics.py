@@ -100,6 +100,47 @@ def order_flip_by_system(
     }
 
 
+def _p_overall(r: dict[str, Any]) -> dict[str, float]:
+    """A record's overall verdict probabilities by option: a dict, or (verdict files written
+    before 2026-11-27) a list in ``OPTIONS`` order, the order the judge's branches had."""
+    p = r["p_overall"]
+    if isinstance(p, dict):
+        return {str(k): float(v) for k, v in p.items()}
+    return dict(zip(OPTIONS, map(float, p), strict=True))
+
+
+def order_averaged_preference(
+    records: Sequence[dict[str, Any]], reference: str
+) -> dict[str, float | None]:
+    """Each system's probability of beating ``reference`` with the position averaged out.
+
+    For a user and a system judged in both orders, from the judge's overall probabilities:
+    ``s = 1/2 [(P(B wins) + P(Tie)/2 | reference in A) + (P(A wins) + P(Tie)/2 | system in A)]``,
+    averaged over users; 0.5 means no preference. Swapping the positions and averaging is
+    the usual control for an LLM judge's position bias (Zheng et al. 2023, "Judging
+    LLM-as-a-judge"); here it is applied to probabilities, so a judge whose verdicts only
+    follow the position can still order the systems. Records need ``p_overall``; a pair
+    judged in one order only is skipped (``None`` for a system without a complete pair).
+    """
+    sides: dict[tuple[str, str], dict[str, float]] = {}
+    for r in records:
+        a, b = r["system_a"], r["system_b"]
+        if r["aspect"] != "overall" or r.get("p_overall") is None or reference not in (a, b):
+            continue
+        p = _p_overall(r)
+        tie = p.get("Tie", 0.0) / 2
+        if a == reference:
+            sides.setdefault((str(r["user_id"]), b), {})["B"] = p.get("B wins", 0.0) + tie
+        else:
+            sides.setdefault((str(r["user_id"]), a), {})["A"] = p.get("A wins", 0.0) + tie
+    per: dict[str, list[float]] = {}
+    for (_, system), d in sides.items():
+        per.setdefault(system, [])
+        if len(d) == 2:
+            per[system].append((d["A"] + d["B"]) / 2)
+    return {s: float(np.mean(v)) if v else None for s, v in sorted(per.items())}
+
+
 def position_shares(records: Sequence[dict[str, Any]]) -> dict[str, float]:
     """Share of overall verdicts that are "A wins", "B wins" and "Tie" over the judged orders
     (per-order records, verdicts from position A's side): with both orders judged, a share
@@ -310,6 +351,14 @@ def order_flip_by_system_ci(
     """User-bootstrap 95 % CIs of ``order_flip_by_system``."""
     overall = [r for r in records if r["aspect"] == "overall"]
     return user_bootstrap(overall, lambda r: order_flip_by_system(r, reference), n, seed)
+
+
+def order_averaged_preference_ci(
+    records: Sequence[dict[str, Any]], reference: str, n: int = 1000, seed: int = 0
+) -> dict[str, tuple[float, float] | None]:
+    """User-bootstrap 95 % CIs of ``order_averaged_preference``."""
+    overall = [r for r in records if r["aspect"] == "overall"]
+    return user_bootstrap(overall, lambda r: order_averaged_preference(r, reference), n, seed)
 
 
 def correlations(x: dict[str, float], y: dict[str, float]) -> dict[str, float | None]:

@@ -110,6 +110,13 @@ def _pct_band(v: float | None, ci: Any) -> str:
     return f"{100 * v:.1f} %{band}"
 
 
+def _p_band(v: float | None, ci: Any) -> str:
+    """A probability to 4 places with its CI (judges' probabilities sit close to 0 or 1)."""
+    if v is None:
+        return "-"
+    return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+
+
 def _reference_tables(summary: dict[str, Any]) -> list[str]:
     ref = summary["reference"]
     rq = summary["reference_q"]
@@ -137,17 +144,19 @@ def _reference_tables(summary: dict[str, Any]) -> list[str]:
             "### Position-bias control: both orders judged",
             "",
             "| system | Q one order (paper) | Q swap rule tie | Q swap rule keep "
-            "| order-flip rate [95 % CI] |",
-            "|---|---|---|---|---|",
+            "| order-flip rate [95 % CI] | P(beats the reference), order-averaged [95 % CI] |",
+            "|---|---|---|---|---|---|",
         ]
         sr = summary["swap_rules"]
         flips = summary.get("order_flip_by_system", {})
         flip_cis = summary.get("order_flip_by_system_ci", {})
+        avg, avg_cis = summary.get("order_averaged", {}), summary.get("order_averaged_ci", {})
         for s, c in rq["overall"].items():
             lines.append(
                 f"| {s} | {_fmt(c['q'])} | {_fmt(sr['tie']['overall'][s]['q'])} | "
                 f"{_fmt(sr['keep']['overall'][s]['q'])} | "
-                f"{_pct_band(flips.get(s), flip_cis.get(s))} |"
+                f"{_pct_band(flips.get(s), flip_cis.get(s))} | "
+                f"{_p_band(avg.get(s), avg_cis.get(s))} |"
             )
     return lines
 
@@ -210,7 +219,13 @@ def arena_report(
             f"{_fmt(summary['system_q'].get(s))} | {_fmt(offline.get(s, {}).get('auc'))} |"
         )
     lines += ["", "## Correlation with AUC", ""]
-    for name in ("corr_reference_q_auc", "corr_q_auc", "corr_bt_auc", "corr_absolute_auc"):
+    for name in (
+        "corr_reference_q_auc",
+        "corr_q_auc",
+        "corr_bt_auc",
+        "corr_order_averaged_auc",
+        "corr_absolute_auc",
+    ):
         if name in summary:
             c = summary[name]
             lines.append(
