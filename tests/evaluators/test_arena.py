@@ -122,6 +122,37 @@ def test_summarize_cli_on_records(tmp_path):
     assert (c["win"], c["tie"], c["lose"], c["q"]) == (2, 1, 1, 1.5)
 
 
+def test_summarize_cli_with_a_reference_reports_the_order_swap(tmp_path):
+    def prec(a, b, pa, u):
+        p = {"A wins": pa, "B wins": 1.0 - pa, "Tie": 0.0}
+        return {**rec(a, b, "A wins" if pa > 0.5 else "B wins", u=u), "p_overall": p}
+
+    # x: position A wins in both orders (a flip); y: y wins from both sides.
+    recs = [prec("ref", "x", 0.9, "1"), prec("x", "ref", 0.7, "1")]
+    recs += [prec("ref", "y", 0.2, "1"), prec("y", "ref", 0.6, "1")]
+    path = tmp_path / "v.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+
+    def cli(*args):
+        cmd = [sys.executable, "-m", "recjudge.cli._main", "arena", "summarize"]
+        cmd += ["--verdicts", str(path), "--bootstrap", "10", *args]
+        return subprocess.run(cmd, capture_output=True, text=True)
+
+    s = json.loads(cli("--reference", "ref", "--json").stdout)
+    assert s["order_flip_rate"] == 0.5
+    assert s["order_flip_by_system"] == {"x": 1.0, "y": 0.0}
+    # x: 1/2 [0.1 + 0.7] = 0.4; y: 1/2 [0.8 + 0.6] = 0.7
+    assert s["order_averaged"] == pytest.approx({"x": 0.4, "y": 0.7})
+    text = cli("--reference", "ref").stdout
+    assert "order-flip rate: 50.0 %" in text and "flip 100.0 %" in text
+    wrong = cli("--reference", "rf")
+    assert wrong.returncode != 0 and "did you mean 'ref'" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
+    path.write_text(json.dumps({**recs[0], "p_overall": ["high", 0.1, 0.0]}) + "\n")
+    bad = cli("--reference", "ref")
+    assert bad.returncode != 0 and "record 1: p_overall" in bad.stderr
+
+
 def test_arena_end_to_end_one_user(smollm, tmp_path):
     # The paper's protocol: each system against the reference in position A, one order.
     cfg = ArenaConfig(

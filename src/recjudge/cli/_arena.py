@@ -97,6 +97,13 @@ def arena_summarize(
     auc: str = typer.Option(None, "--auc", help='JSON {"system": auc, ...} for correlations.'),
     bootstrap: int = typer.Option(200, "--bootstrap"),
     seed: int = typer.Option(0, "--seed"),
+    reference: str = typer.Option(
+        None,
+        "--reference",
+        help="A system every other one was judged against: adds each system's Q against it, "
+        "its order-flip rate and, where records carry p_overall, its order-averaged "
+        "probability of beating it.",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """All aggregates from per-comparison records alone (no model needed)."""
@@ -110,7 +117,9 @@ def arena_summarize(
             except json.JSONDecodeError as e:
                 fail(f"{verdicts}, line {n}: not JSON ({e})")
     try:
-        s = summarize(records, json.loads(Path(auc).read_text()) if auc else None, bootstrap, seed)
+        auc_map = json.loads(Path(auc).read_text()) if auc else None
+        s = summarize(records, auc_map, bootstrap, seed, reference=reference)
+        s.update(_order_stats(records, reference))
     except ValueError as e:
         fail(f"{verdicts}: {e}")
     if as_json:
@@ -123,3 +132,49 @@ def arena_summarize(
     typer.echo("Bradley-Terry:")
     for sys_, v in s["bradley_terry"].items():
         typer.echo(f"  {sys_:<12} {v['strength']:+.3f}  CI {v['ci95']}")
+    if s["order_flip_rate"] is not None:
+        typer.echo(f"order-flip rate: {100 * s['order_flip_rate']:.1f} % of pairs in both orders")
+    for sys_, c in s.get("reference_q", {}).get("overall", {}).items():
+        flip = s["order_flip_by_system"].get(sys_)
+        avg = s.get("order_averaged", {}).get(sys_)
+        typer.echo(
+            f"  vs {reference}: {sys_:<12} q {c['q']:.3f} (every order in the file)"
+            + (f"  flip {100 * flip:.1f} %" if flip is not None else "")
+            + (f"  P(beats {reference}, order-averaged) {avg:.4f}" if avg is not None else "")
+        )
+
+
+def _order_stats(records: list[dict], reference: str | None) -> dict:
+    """The order-swap statistics ``summarize`` leaves to the caller (they need both orders)."""
+    from recjudge._registry import suggest
+    from recjudge.evaluators import (
+        OPTIONS,
+        order_averaged_preference,
+        order_flip_by_system,
+        order_flip_rate,
+    )
+
+    out: dict = {"order_flip_rate": order_flip_rate(records)}
+    if reference is None:
+        return out
+    systems = sorted({s for r in records for s in (r["system_a"], r["system_b"])})
+    if reference not in systems:
+        close = suggest(reference, systems)
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ValueError(
+            f"--reference {reference!r} is not a system of the records {systems}{hint}"
+        )
+    out["order_flip_by_system"] = order_flip_by_system(records, reference)
+    for i, r in enumerate(records, 1):
+        p = r.get("p_overall")
+        # A dict by verdict, or the older list in OPTIONS order; numbers only.
+        values = p.values() if isinstance(p, dict) else p if isinstance(p, list) else [None]
+        numbers = all(isinstance(v, float | int) and not isinstance(v, bool) for v in values)
+        if p is not None and not (numbers and (isinstance(p, dict) or len(p) == len(OPTIONS))):
+            raise ValueError(
+                f"record {i}: p_overall must map each verdict to its probability "
+                f'(e.g. {{"A wins": 0.9, "B wins": 0.05, "Tie": 0.05}}), got {p!r}'
+            )
+    if any(r.get("p_overall") is not None for r in records):
+        out["order_averaged"] = order_averaged_preference(records, reference)
+    return out
