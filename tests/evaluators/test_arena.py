@@ -86,6 +86,8 @@ def test_summarize_rejects_bad_records():
         summarize([{"user_id": "1"}])
     with pytest.raises(ValueError, match="not one of"):
         summarize([rec("x", "y", "A")])
+    with pytest.raises(ValueError, match="reference 'xx' is not a system.*did you mean 'x'"):
+        summarize([rec("x", "y", "Tie")], reference="xx")
 
 
 def test_offline_metric_oracles():

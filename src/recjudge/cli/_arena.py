@@ -107,7 +107,7 @@ def arena_summarize(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """All aggregates from per-comparison records alone (no model needed)."""
-    from recjudge.evaluators import summarize
+    from recjudge.evaluators import order_stats, summarize
 
     records = []
     for n, line in enumerate(Path(verdicts).read_text().splitlines(), 1):
@@ -119,7 +119,7 @@ def arena_summarize(
     try:
         auc_map = json.loads(Path(auc).read_text()) if auc else None
         s = summarize(records, auc_map, bootstrap, seed, reference=reference)
-        s.update(_order_stats(records, reference))
+        s |= order_stats(records, reference, auc_map, bootstrap, seed)
     except ValueError as e:
         fail(f"{verdicts}: {e}")
     if as_json:
@@ -142,39 +142,3 @@ def arena_summarize(
             + (f"  flip {100 * flip:.1f} %" if flip is not None else "")
             + (f"  P(beats {reference}, order-averaged) {avg:.4f}" if avg is not None else "")
         )
-
-
-def _order_stats(records: list[dict], reference: str | None) -> dict:
-    """The order-swap statistics ``summarize`` leaves to the caller (they need both orders)."""
-    from recjudge._registry import suggest
-    from recjudge.evaluators import (
-        OPTIONS,
-        order_averaged_preference,
-        order_flip_by_system,
-        order_flip_rate,
-    )
-
-    out: dict = {"order_flip_rate": order_flip_rate(records)}
-    if reference is None:
-        return out
-    systems = sorted({s for r in records for s in (r["system_a"], r["system_b"])})
-    if reference not in systems:
-        close = suggest(reference, systems)
-        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-        raise ValueError(
-            f"--reference {reference!r} is not a system of the records {systems}{hint}"
-        )
-    out["order_flip_by_system"] = order_flip_by_system(records, reference)
-    for i, r in enumerate(records, 1):
-        p = r.get("p_overall")
-        # A dict by verdict, or the older list in OPTIONS order; numbers only.
-        values = p.values() if isinstance(p, dict) else p if isinstance(p, list) else [None]
-        numbers = all(isinstance(v, float | int) and not isinstance(v, bool) for v in values)
-        if p is not None and not (numbers and (isinstance(p, dict) or len(p) == len(OPTIONS))):
-            raise ValueError(
-                f"record {i}: p_overall must map each verdict to its probability "
-                f'(e.g. {{"A wins": 0.9, "B wins": 0.05, "Tie": 0.05}}), got {p!r}'
-            )
-    if any(r.get("p_overall") is not None for r in records):
-        out["order_averaged"] = order_averaged_preference(records, reference)
-    return out

@@ -30,12 +30,7 @@ from recjudge.evaluators._arena_metrics import (
     OPTIONS,
     SWAP_RULES,
     correlations,
-    order_averaged_preference,
-    order_averaged_preference_ci,
-    order_flip_by_system,
-    order_flip_by_system_ci,
-    order_flip_ci,
-    order_flip_rate,
+    order_stats,
     position_shares,
     reference_q,
     reference_q_ci,
@@ -304,24 +299,12 @@ def _summaries(
     else:
         primary = [r for r in records if r["system_a"] == ref]  # the paper's one order
     summary = summarize(primary, auc, config.bootstrap, config.seed, reference=ref)
-    summary["order_flip_rate"] = order_flip_rate(records)
-    summary["order_flip_ci"] = order_flip_ci(records, config.bootstrap, config.seed)
+    both = ref if config.both_orders else None  # per-system swap statistics need both
+    summary |= order_stats(records, both, auc, config.bootstrap, config.seed)
     if ref is not None:
         summary["reference_q_ci"] = reference_q_ci(primary, ref, config.bootstrap, config.seed)
     summary["position_shares"] = position_shares(records)
-    if ref is not None and config.both_orders:
-        summary["order_flip_by_system"] = order_flip_by_system(records, ref)
-        summary["order_flip_by_system_ci"] = order_flip_by_system_ci(
-            records, ref, config.bootstrap, config.seed
-        )
-        pref = order_averaged_preference(records, ref)
-        summary["order_averaged"] = pref
-        summary["order_averaged_ci"] = order_averaged_preference_ci(
-            records, ref, config.bootstrap, config.seed
-        )
-        summary["corr_order_averaged_auc"] = correlations(
-            {s: v for s, v in pref.items() if v is not None}, auc
-        )
+    if both is not None:
         aspects = summary["pairs"].keys()
         summary["swap_rules"] = {
             rule: {a: reference_q(swap_rule_records(records, rule), ref, a) for a in aspects}

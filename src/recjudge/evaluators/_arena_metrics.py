@@ -100,10 +100,18 @@ def order_flip_by_system(
     }
 
 
-def _p_overall(r: dict[str, Any]) -> dict[str, float]:
-    """A record's overall verdict probabilities by option: a dict, or (verdict files written
-    before 2026-11-27) a list in ``OPTIONS`` order, the order the judge's branches had."""
+def _p_overall(r: dict[str, Any], i: int) -> dict[str, float]:
+    """Record ``i``'s overall verdict probabilities by option: a dict, or (verdict files
+    written before 2026-11-27) a list in ``OPTIONS`` order, the order the judge's branches
+    had. Anything else is a ValueError naming the record."""
     p = r["p_overall"]
+    values = p.values() if isinstance(p, dict) else p if isinstance(p, list) else [None]
+    numbers = all(isinstance(v, float | int) and not isinstance(v, bool) for v in values)
+    if not (numbers and (isinstance(p, dict) or len(p) == len(OPTIONS))):
+        raise ValueError(
+            f"record {i}: p_overall must map each verdict to its probability "
+            f'(e.g. {{"A wins": 0.9, "B wins": 0.05, "Tie": 0.05}}), got {p!r}'
+        )
     if isinstance(p, dict):
         return {str(k): float(v) for k, v in p.items()}
     return dict(zip(OPTIONS, map(float, p), strict=True))
@@ -123,11 +131,11 @@ def order_averaged_preference(
     judged in one order only is skipped (``None`` for a system without a complete pair).
     """
     sides: dict[tuple[str, str], dict[str, float]] = {}
-    for r in records:
+    for i, r in enumerate(records, 1):
         a, b = r["system_a"], r["system_b"]
         if r["aspect"] != "overall" or r.get("p_overall") is None or reference not in (a, b):
             continue
-        p = _p_overall(r)
+        p = _p_overall(r, i)
         tie = p.get("Tie", 0.0) / 2
         if a == reference:
             sides.setdefault((str(r["user_id"]), b), {})["B"] = p.get("B wins", 0.0) + tie
@@ -361,6 +369,38 @@ def order_averaged_preference_ci(
     return user_bootstrap(overall, lambda r: order_averaged_preference(r, reference), n, seed)
 
 
+def order_stats(
+    records: Sequence[dict[str, Any]],
+    reference: str | None = None,
+    auc: dict[str, float] | None = None,
+    n: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """The order-swap statistics of per-order records, each with its user-bootstrap CI: the
+    order-flip rate; with ``reference``, each system's flip rate against it and its
+    order-averaged probability of beating it (records with ``p_overall``), the latter's
+    correlation with ``auc`` when given. ``None`` (or ``{}``) where no pair has both
+    orders."""
+    out: dict[str, Any] = {
+        "order_flip_rate": order_flip_rate(records),
+        "order_flip_ci": order_flip_ci(records, n, seed),
+    }
+    if reference is None:
+        return out
+    pref = order_averaged_preference(records, reference)
+    out |= {
+        "order_flip_by_system": order_flip_by_system(records, reference),
+        "order_flip_by_system_ci": order_flip_by_system_ci(records, reference, n, seed),
+        "order_averaged": pref,
+        "order_averaged_ci": order_averaged_preference_ci(records, reference, n, seed),
+    }
+    if auc is not None:
+        out["corr_order_averaged_auc"] = correlations(
+            {s: v for s, v in pref.items() if v is not None}, auc
+        )
+    return out
+
+
 def correlations(x: dict[str, float], y: dict[str, float]) -> dict[str, float | None]:
     """Pearson r and Spearman rho between two per-system scores, each with its two-sided
     p-value (the paper reports Pearson with p; with a handful of systems a p-value is what
@@ -402,6 +442,16 @@ def summarize(
             raise ValueError(f"record {i + 1}: missing field(s) {sorted(missing)}")
         if r["verdict"] not in OPTIONS:
             raise ValueError(f"record {i + 1}: verdict {r['verdict']!r} is not one of {OPTIONS}")
+    if reference is not None:
+        systems = sorted({s for r in records for s in (r["system_a"], r["system_b"])})
+        if reference not in systems:
+            from recjudge._registry import suggest
+
+            close = suggest(reference, systems)
+            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+            raise ValueError(
+                f"reference {reference!r} is not a system of the records {systems}{hint}"
+            )
     aspects = sorted({r["aspect"] for r in records}, key=lambda a: (a != "overall", a))
     pairs = {
         a: {f"{x} vs {y}": c for (x, y), c in pair_counts(records, a).items()} for a in aspects

@@ -78,10 +78,9 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
     ]
     if flip is not None:
         ci = summary.get("order_flip_ci")
-        band = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}] (95 % CI, users resampled)" if ci else ""
         lines.append(
-            f"Order-flip rate (overall verdict changes when A and B swap): {100 * flip:.1f} %"
-            f"{band}."
+            "Order-flip rate (overall verdict changes when A and B swap): "
+            f"{_pct_band(flip, ci)}{' (95 % CI, users resampled)' if ci else ''}."
         )
     shares = summary.get("position_shares")
     if shares:
