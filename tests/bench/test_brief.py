@@ -512,6 +512,10 @@ def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_pa
         more = judges_for(cfg, smollm, None, [("b5", "brief", None, 5.0), *settings[1:2]])
         _, counts, passes, replayed = judge_per_user(reqs, more, store, False)
         assert (passes, replayed, counts["b5"]["new"]) == (0, len(reqs), len(reqs))
+        # a lone setting too (a retrained CF model changes every key but the records')
+        alone = judges_for(cfg, smollm, None, [("b10", "brief", None, 10.0)])
+        _, counts, passes, replayed = judge_per_user(reqs, alone, store, False)
+        assert (passes, replayed, counts["b10"]["new"]) == (0, len(reqs), len(reqs))
     for name in ("brief", "na"):
         alone = judges_for(cfg, smollm, None, settings)[name].judge_many(reqs)
         assert [j.is_relevant for j in out[name]] == [j.is_relevant for j in alone]

@@ -52,7 +52,8 @@ def test_workers_change_no_number_and_results_are_kept(data, tmp_path, monkeypat
         assert a.shape == (len(data.users), len(METRICS))
         np.testing.assert_array_equal(a, b)  # each job seeded and on one thread
     np.testing.assert_array_equal(one[1], one[3])
-    assert len(list((tmp_path / "two").glob("sasrec-*.json"))) == 3  # 4 jobs, 3 distinct
+    # 4 jobs, 3 distinct; the 2 that add items also keep their logged-history twin
+    assert len(list((tmp_path / "two").glob("sasrec-*.json"))) == 5
 
     def refuse(*args, **kwargs):
         raise AssertionError("retrained although the result was kept")
@@ -61,6 +62,46 @@ def test_workers_change_no_number_and_results_are_kept(data, tmp_path, monkeypat
     again = retrain_all(cfg, data, jobs, tmp_path / "two", workers=2)
     for a, b in zip(again, two, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+def test_score_from_picks_the_history_and_one_training_keeps_both(data, tmp_path, monkeypatch):
+    from recjudge.cf_models import MODELS
+
+    cls = MODELS.get("sasrec")
+    scored: list[list[str]] = []
+    score_history = cls.score_history
+
+    def spy(self, history, user_id=None):
+        scored.append(list(history))
+        return score_history(self, history, user_id)
+
+    monkeypatch.setattr(cls, "score_history", spy)
+    cfg = AugmentConfig(data="ml-100k", sasrec_epochs=1)
+    none, add = _jobs(data)[:2]
+    logged_add = RetrainJob("sasrec", 0, add.added, "logged")
+    logged_none = RetrainJob("sasrec", 0, none.added, "logged")  # nothing added: as ``none``
+    got = retrain_all(cfg, data, [logged_add, logged_none], tmp_path / "kept", workers=1)
+    logged = [data.hist[u] for u in data.users]
+    augmented = [data.hist[u] + add.added[u] for u in data.users]
+    # the job's own history, then the other one from the same model; ``none`` scores once
+    assert scored == logged + augmented + logged
+    assert len(list((tmp_path / "kept").glob("sasrec-*.json"))) == 3
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("retrained although the result was kept")
+
+    trained = cls.train
+    monkeypatch.setattr(cls, "train", refuse)
+    twins = retrain_all(cfg, data, [add, none], tmp_path / "kept", workers=1)
+    np.testing.assert_array_equal(twins[1], got[1])
+    monkeypatch.setattr(cls, "train", trained)
+    # the kept twin is what training the augmented-history job itself gives
+    direct = retrain_all(cfg, data, [add], tmp_path / "direct", workers=1)
+    np.testing.assert_array_equal(twins[0], direct[0])
+    with pytest.raises(ValueError, match="score_from must be one of augmented, logged"):
+        RetrainJob("sasrec", 0, add.added, "latest")
+    with pytest.raises(ValidationError):
+        AugmentConfig(score_from="latest")
 
 
 def test_workers_must_be_positive(data, tmp_path):
@@ -101,3 +142,6 @@ def test_report_header_names_the_protocol_deviations():
     als_only = _deviations_note(AugmentConfig(retrain=("als",), methods=("none", "brief", "pub",
                                               "agent4rec", "recagent")))  # fmt: skip
     assert "epochs" not in als_only and "not run" not in als_only
+    assert "scores from them" in note and "logged history alone" not in note
+    logged = _deviations_note(AugmentConfig(retrain=("sasrec",), score_from="logged"))
+    assert "logged history alone" in logged and "scores from them" not in logged

@@ -242,6 +242,8 @@ CASES = [
     ("bench-run-unknown", {}, ["bench", "run", "brief-bet"], ["brief-bet", "brief-beta"]),
     ("bench-bad-sampling", {}, ["bench", "brief-beta", "--sampling", "nucleus"],
      ["--sampling", "'greedy' or 'paper'"]),
+    ("bench-bad-score-from", {}, ["bench", "brief-augment", "--score-from", "latest"],
+     ["--score-from", "'augmented' or 'logged'"]),
     ("arena-bad-analysis", {}, ["arena", "run", "--analysis", "both"], ["--analysis", "per-aspect"]),
 ]  # fmt: skip
 

@@ -119,4 +119,6 @@ def test_can_sweep_picks_the_settings_one_pass_serves(smollm):
         ),
     }
     assert can_sweep(judges) == ["brief", "nb"]
-    assert can_sweep({"brief": judges["brief"], "zero": judges["zero"]}) == []
+    # a lone sweepable judge still goes through the decision records
+    assert can_sweep({"brief": judges["brief"], "zero": judges["zero"]}) == ["brief"]
+    assert can_sweep({"zero": judges["zero"], "sampled": judges["sampled"]}) == []

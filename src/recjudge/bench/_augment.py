@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
@@ -51,6 +51,12 @@ class AugmentConfig(JudgeSampling):
         methods: labelling methods compared.
         retrain: recommenders retrained on the augmented data (``als``, ``sasrec``, ...).
         sasrec_epochs: epochs when SASRec is retrained.
+        score_from: the history a retrained recommender scores each augmented user from:
+            ``augmented``, the logged past followed by the added items (SASRec then conditions
+            on them as the user's latest items); ``logged``, the logged past alone, so the
+            added items shape training only. Comparing the two separates the added items'
+            effect on the model from their effect as the last items of the scored sequence.
+            Models that score a user from their trained factor (ALS) do not depend on it.
         seeds: number of seeds (0..seeds-1).
         cf: candidate generator and sigma source (trained on positive past interactions).
         bootstrap: user resamples for the paired intervals (``recjudge._stats``).
@@ -69,6 +75,7 @@ class AugmentConfig(JudgeSampling):
     methods: tuple[str, ...] = METHODS
     retrain: tuple[str, ...] = ("als",)
     sasrec_epochs: int = Field(30, ge=1)
+    score_from: Literal["augmented", "logged"] = "augmented"
     seeds: int = Field(3, ge=1)
     future_fraction: float = Field(0.2, gt=0, lt=1)
     min_future: int = Field(5, ge=1)
@@ -267,7 +274,7 @@ def _retrain_all(
     keys = [(s, m) for s in range(config.seeds) for m in config.methods]
     runs: dict[str, dict[str, list[np.ndarray]]] = {}
     for rec in config.retrain:
-        jobs = [RetrainJob(rec, s, added[(s, m)]) for s, m in keys]
+        jobs = [RetrainJob(rec, s, added[(s, m)], config.score_from) for s, m in keys]
         got = retrain_all(config, data, jobs, out / "retrain", config.workers, progress)
         for (_, method), per_user in zip(keys, got, strict=True):
             runs.setdefault(rec, {}).setdefault(method, []).append(per_user)
@@ -344,10 +351,15 @@ def bench_brief_augment(
 
 def _deviations_note(config: AugmentConfig) -> str:
     """The protocol choices the paper's text (not readable here) may not share."""
+    scored = (
+        "trains on them and scores from them as the last items of the user's sequence"
+        if config.score_from == "augmented"
+        else "trains on them as the last items of the user's sequence but scores from the "
+        "logged history alone (`score_from: logged`)"
+    )
     notes = [
         "the added items carry the user's last training timestamp, so a sequential "
-        "recommender (SASRec) trains on them and scores from them as the last items of the "
-        "user's sequence (the paper's placement could not be read)"
+        f"recommender (SASRec) {scored} (the paper's placement could not be read)"
     ]
     if "sasrec" in config.retrain:
         notes.append(f"SASRec trained for {config.sasrec_epochs} epochs")

@@ -14,7 +14,7 @@ import json
 import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -47,17 +47,38 @@ class RetrainData:
     test: dict[str, set[str]]
 
 
+#: the histories a retrained recommender can score a user from (``RetrainJob.score_from``)
+SCORE_FROM = ("augmented", "logged")
+
+
 @dataclass(frozen=True)
 class RetrainJob:
-    """One retraining: ``rec`` on the past plus ``added`` (per user), seeded by ``seed``."""
+    """One retraining: ``rec`` on the past plus ``added`` (per user), seeded by ``seed``.
+
+    ``score_from``: the history each user is scored from after training: ``augmented``, the
+    logged past followed by the added items (for a sequential model they are the last items
+    it conditions on); ``logged``, the logged past alone (the added items shape training only).
+    """
 
     rec: str
     seed: int
     added: Mapping[str, Sequence[str]]
+    score_from: str = "augmented"
+
+    def __post_init__(self) -> None:
+        if self.score_from not in SCORE_FROM:
+            raise ValueError(
+                f"score_from must be one of {', '.join(SCORE_FROM)}, got {self.score_from!r}"
+            )
 
     def pairs(self, users: Sequence[str]) -> list[tuple[str, str]]:
         """The added (user, item) pairs, sorted: what the job adds, in a canonical order."""
         return sorted((u, i) for u in users for i in self.added[u])
+
+    def history(self, data: RetrainData, user: str) -> list[str]:
+        """The history ``user`` is scored from (``score_from``)."""
+        logged = list(data.hist[user])
+        return logged + list(self.added[user]) if self.score_from == "augmented" else logged
 
 
 def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> Path:
@@ -69,10 +90,14 @@ def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> 
 
     model = untrained_system(config, job.rec)
     added = job.pairs(data.users)
+    # Scoring from the logged history is named in the key only when something was added:
+    # without additions both histories are the same, so the result is too (and is shared),
+    # and keys of results kept before the option existed stay valid.
+    scoring = ("score_from", job.score_from) if added and job.score_from != "augmented" else ()
     key = stable_hash(
         job.rec, model.config.model_dump(), config.data, config.future_fraction,
         config.min_future, config.positive_rating, len(data.past), data.users, job.seed, added,
-        METRICS,
+        METRICS, *scoring,
     )  # fmt: skip
     return cache / f"{job.rec}-{key}.json"
 
@@ -89,9 +114,16 @@ def _kept(path: Path) -> np.ndarray | None:
 
 def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.ndarray:
     """Train ``job.rec`` on the past plus the added pairs (one thread) and score the augmented
-    users: their metrics ``[users, METRICS]``, also written to ``path`` (numbers only)."""
-    from recjudge._util import atomic_write_json
-    from recjudge.bench._offline import ranking_metrics, untrained_system
+    users from ``job.history``: their metrics ``[users, METRICS]``, also written to ``path``
+    (numbers only).
+
+    When the job adds anything, the same model also scores the users from the other history
+    (``SCORE_FROM``) and keeps that result under its own key beside ``path``: a run with the
+    other ``score_from`` then reads it back instead of training the same model again (a
+    scoring costs seconds, a SASRec training minutes), and the two settings compare on one
+    trained model.
+    """
+    from recjudge.bench._offline import untrained_system
     from recjudge.cf_models import TrainOptions
 
     model = untrained_system(config, job.rec)
@@ -112,22 +144,43 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
         items=data.items,
         side=data.side,
     )
+    per_user = _scored(model, data, job)
+    _keep(path, job, per_user)
+    if added:  # without additions both histories are the same (and so is the key)
+        for other in SCORE_FROM:
+            if other != job.score_from:
+                twin = replace(job, score_from=other)
+                _keep(_kept_path(config, data, twin, path.parent), twin,
+                      _scored(model, data, twin))  # fmt: skip
+    return per_user
+
+
+def _scored(model: Any, data: RetrainData, job: RetrainJob) -> np.ndarray:
+    """A trained model's metrics ``[users, METRICS]`` on the augmented users' future, each
+    user scored from ``job.history``."""
+    from recjudge.bench._offline import ranking_metrics
+
     rows = []
     for u in data.users:
-        # Scored from the augmented history, but only real past interactions are excluded
-        # from the list: an added pseudo-positive that the user really consumes later must
-        # stay recommendable.
-        sc = model.score_history(list(data.hist[u]) + list(job.added[u]), u).astype(float)
+        # Only real past interactions are excluded from the list (whatever the history scored
+        # from): an added pseudo-positive that the user really consumes later must stay
+        # recommendable.
+        sc = model.score_history(job.history(data, u), u).astype(float)
         sc[model.encode(data.hist[u])] = -np.inf
         lst = [model.items[i] for i in np.argsort(-sc, kind="stable")[: max(AUG_KS)]]
         m = ranking_metrics([int(i in data.test[u]) for i in lst], len(data.test[u]), AUG_KS)
         rows.append([m[k] for k in METRICS])
-    per_user = np.asarray(rows, dtype=float)
+    return np.asarray(rows, dtype=float)
+
+
+def _keep(path: Path, job: RetrainJob, per_user: np.ndarray) -> None:
+    """Write a retraining's result to ``path``: numbers only (no ids or titles), so the file
+    can travel with a checkpoint."""
+    from recjudge._util import atomic_write_json
+
     path.parent.mkdir(parents=True, exist_ok=True)
-    # Numbers only (no ids or titles): the file can travel with a checkpoint.
     atomic_write_json(path, {"recommender": job.rec, "seed": job.seed, "metrics": list(METRICS),
                              "per_user": per_user.tolist()})  # fmt: skip
-    return per_user
 
 
 def _one_thread() -> None:

@@ -354,6 +354,12 @@ def bench_brief_augment_cmd(
     seeds: int = typer.Option(3, "--seeds"),
     seed: int = typer.Option(0, "--seed", help="User sampling seed."),
     sasrec_epochs: int = typer.Option(30, "--sasrec-epochs", help="Epochs per SASRec retrain."),
+    score_from: str = typer.Option(
+        "augmented",
+        "--score-from",
+        help="History a retrained model scores each user from: augmented (logged past, then "
+        "the added items) or logged (the past alone; the added items shape training only).",
+    ),
     workers: int = typer.Option(
         1,
         "--workers",
@@ -383,6 +389,7 @@ def bench_brief_augment_cmd(
         seeds=seeds,
         seed=seed,
         sasrec_epochs=sasrec_epochs,
+        score_from=score_from,
         workers=workers,
         sampling=sampling,
         dtype=dtype,

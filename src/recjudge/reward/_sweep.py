@@ -289,7 +289,12 @@ class SweepFill:
 def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
     """The labels of ``judges`` that one ``judge_sweep`` pass can serve together: sweepable
     modes, greedy, one local llm (no engine-side constraints), and every other setting equal
-    to the first such judge's. Fewer than two: an empty list (nothing to share)."""
+    to the first such judge's.
+
+    A lone such judge is listed too: a pass costs what its own judgment would, and it reads
+    and keeps the request's unbiased decision record, so a judge whose CF model was retrained
+    (a new ``sigma``) or whose ``beta`` changed is decided from the records without the
+    model, and a later run with other settings is too."""
     labels: list[str] = []
     for label, j in judges.items():
         c = j.config
@@ -304,7 +309,7 @@ def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
             ):
                 continue
         labels.append(label)
-    return labels if len(labels) > 1 else []
+    return labels
 
 
 def decisions_store(store: Any) -> Any:
