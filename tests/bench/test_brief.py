@@ -397,6 +397,15 @@ def test_brief_augment_resumes_without_retraining_or_judging_again(smollm, tmp_p
     again = bench_brief_augment(cfg, tmp_path, llm=smollm, progress=False)
     assert again["table"] == first["table"] and again["paired"] == first["paired"]
     assert again["judging"]["judged_now"] == 0  # every judgment read from the store
+    # The other scoring history was kept by the same retrainings: no training either.
+    logged = bench_brief_augment(
+        cfg.model_copy(update={"score_from": "logged"}), tmp_path, llm=smollm, progress=False
+    )
+    assert logged["other_history"]["score_from"] == "augmented"
+    assert logged["other_history"]["table"] == first["table"]
+    assert first["other_history"]["table"] == logged["table"]
+    assert logged["other_history"]["this_minus_other"]["pop"] == {}  # pop ignores history
+    assert "scored from the augmented history" in (tmp_path / "report.md").read_text()
 
 
 def test_level_ci_by_hand():

@@ -145,3 +145,24 @@ def test_report_header_names_the_protocol_deviations():
     assert "scores from them" in note and "logged history alone" not in note
     logged = _deviations_note(AugmentConfig(retrain=("sasrec",), score_from="logged"))
     assert "logged history alone" in logged and "scores from them" not in logged
+
+
+def test_other_history_pairs_each_method_on_the_same_models():
+    from recjudge.bench._augment import _other_history
+
+    rng = np.random.default_rng(0)
+    none = [rng.random((5, len(METRICS))) for _ in range(2)]
+    brief = [rng.random((5, len(METRICS))) for _ in range(2)]
+    twin = [b - 0.25 for b in brief]  # scored from the other history: 0.25 lower everywhere
+    cfg = AugmentConfig(methods=("none", "brief"), seeds=2, score_from="logged", bootstrap=200)
+    oh = _other_history(cfg, {"sasrec": {"none": none, "brief": brief}},
+                        {"sasrec": {"none": none, "brief": twin}})  # fmt: skip
+    assert oh["score_from"] == "augmented"
+    rows = oh["this_minus_other"]["sasrec"]
+    assert set(rows) == {"brief"}  # ``none`` adds nothing: the same history either way
+    cell = rows["brief"]["recall@10"]
+    assert cell["estimate"] == pytest.approx(0.25)
+    assert cell["users"]["lo"] == pytest.approx(0.25) and cell["users"]["hi"] == pytest.approx(0.25)
+    expected = np.mean([t[:, METRICS.index("recall@10")].mean() for t in twin])
+    assert oh["table"]["sasrec"]["brief"]["recall@10"]["mean"] == pytest.approx(expected)
+    assert _other_history(cfg, {"sasrec": {"none": none}}, {}) is None

@@ -11,7 +11,7 @@ method; greedy judge labels do not depend on it).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -21,7 +21,7 @@ from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
-from recjudge.bench._retrain import METRICS, RetrainData, RetrainJob, retrain_all
+from recjudge.bench._retrain import METRICS, RetrainData, RetrainJob, kept_twins, retrain_all
 from recjudge.reward import SIMULATOR_MODES
 
 # Methods that label candidates: they add only what they label positive (the LLM judges'
@@ -262,23 +262,86 @@ def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) 
     return {u: choose(u, w.cands[u], scores, positive, config.add) for u in w.users}
 
 
+Runs = dict[str, dict[str, list[np.ndarray]]]  # per recommender and method, one array a seed
+
+
 def _retrain_all(
     config: AugmentConfig, w: _World, added: Mapping[tuple[int, str], dict], out: Path,
     progress: bool,
-) -> dict[str, dict[str, list[np.ndarray]]]:  # fmt: skip
+) -> tuple[Runs, Runs]:  # fmt: skip
     """Per recommender and method, one [users, METRICS] array per seed (``retrain_all``);
-    ``added[(seed, method)]``: what the method adds per user under that seed."""
+    ``added[(seed, method)]``: what the method adds per user under that seed.
+
+    Returns:
+        The runs, and for each recommender whose every retraining also kept its result
+        scored from the other history (``kept_twins``), those runs.
+    """
     data = w.retrain_data()
     # One recommender at a time: the cheap one (listed first) finishes before a long SASRec
     # run starts, so an interrupted run has kept every result of the former.
     keys = [(s, m) for s in range(config.seeds) for m in config.methods]
-    runs: dict[str, dict[str, list[np.ndarray]]] = {}
+    runs: Runs = {}
+    twins: Runs = {}
     for rec in config.retrain:
         jobs = [RetrainJob(rec, s, added[(s, m)], config.score_from) for s, m in keys]
         got = retrain_all(config, data, jobs, out / "retrain", config.workers, progress)
-        for (_, method), per_user in zip(keys, got, strict=True):
-            runs.setdefault(rec, {}).setdefault(method, []).append(per_user)
-    return runs
+        other = kept_twins(config, data, jobs, out / "retrain")
+        for n, (_, method) in enumerate(keys):
+            runs.setdefault(rec, {}).setdefault(method, []).append(got[n])
+            if other is not None:
+                twins.setdefault(rec, {}).setdefault(method, []).append(other[n])
+    return runs, twins
+
+
+def _summary(runs: Runs) -> dict[str, Any]:
+    """Per recommender, method and metric: the mean over users, then its mean and sd over
+    seeds."""
+    return {
+        rec: {
+            method: {
+                k: {
+                    "mean": float(np.mean([a[:, j].mean() for a in arrs])),
+                    "sd": float(np.std([a[:, j].mean() for a in arrs], ddof=1))
+                    if len(arrs) > 1
+                    else 0.0,
+                }
+                for j, k in enumerate(METRICS)
+            }
+            for method, arrs in by_method.items()
+        }
+        for rec, by_method in runs.items()
+    }
+
+
+def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, Any] | None:
+    """The same trained models scored from the other history: their table, every method
+    minus no augmentation, and per method this run's history minus the other (paired on
+    seeds and users; one set of user resamples for all)."""
+    from recjudge._stats import paired_comparisons, paired_difference, user_draws
+
+    if not twins:
+        return None
+    other = next(s for s in ("augmented", "logged") if s != config.score_from)
+    diff: dict[str, Any] = {}
+    for rec, by_method in twins.items():
+        idx = user_draws(by_method[config.methods[0]][0].shape[0], config.bootstrap, config.seed)
+        diff[rec] = {
+            m: paired_difference(
+                {"this": runs[rec][m], "other": arrs}, "this", "other", METRICS, idx
+            )  # fmt: skip
+            for m, arrs in by_method.items()
+            # a method that adds nothing is scored from the same history either way
+            if not all(np.array_equal(a, b) for a, b in zip(arrs, runs[rec][m], strict=True))
+        }
+    return {
+        "score_from": other,
+        "table": _summary(twins),
+        "paired": {
+            rec: paired_comparisons(by_method, METRICS, config.bootstrap, config.seed)
+            for rec, by_method in twins.items()
+        },
+        "this_minus_other": diff,
+    }
 
 
 def bench_brief_augment(
@@ -313,23 +376,9 @@ def bench_brief_augment(
         added_count[method] = len(pairs)
         added_hits[method] = sum(i in w.test[u] for u, i in pairs) / len(pairs) if pairs else 0.0
     t_retrain = time.time()
-    runs = _retrain_all(config, w, added_by, out, progress)
+    runs, twins = _retrain_all(config, w, added_by, out, progress)
     t_retrain = time.time() - t_retrain
-    table = {
-        rec: {
-            method: {
-                k: {
-                    "mean": float(np.mean([a[:, j].mean() for a in arrs])),
-                    "sd": float(np.std([a[:, j].mean() for a in arrs], ddof=1))
-                    if len(arrs) > 1
-                    else 0.0,
-                }
-                for j, k in enumerate(METRICS)
-            }
-            for method, arrs in by_method.items()
-        }
-        for rec, by_method in runs.items()
-    }
+    table = _summary(runs)
     res_all = {
         "config": config.model_dump(),
         "users": w.users,
@@ -340,6 +389,7 @@ def bench_brief_augment(
             rec: paired_comparisons(by_method, METRICS, config.bootstrap, config.seed)
             for rec, by_method in runs.items()
         },
+        "other_history": _other_history(config, runs, twins),
         "judging": judging,
         "retrain_seconds": round(t_retrain, 1),
         "wall_seconds": round(time.time() - t0, 1),
@@ -413,6 +463,8 @@ def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
         lines.append("")
     for rec, paired in r.get("paired", {}).items():
         lines += _paired_lines(rec, paired)
+    if r.get("other_history"):
+        lines += _other_history_lines(config, r["other_history"])
     lines += ["![Recall@10 by method](augment.png)"]
     return lines
 
@@ -436,14 +488,6 @@ def _ci(c: Mapping[str, Any]) -> str:
 
 def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@10")) -> list:
     """The paired comparisons of one retrained recommender as two tables."""
-    from recjudge._stats import verdict
-
-    head = (
-        "| method | "
-        + " | ".join(f"{k} diff | seeds 95 % CI | users 95 % CI" for k in keys)
-        + f" | {keys[0]} (users CI) |"
-    )
-    rule = "|---|" + "---|---|---|" * len(keys) + "---|"
     lines = []
     for key, title in (
         ("minus_none", "each method minus no augmentation"),
@@ -456,16 +500,67 @@ def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@
             f"### {rec}: {title} (paired on seeds and users; {paired['users']} users, "
             f"{paired['draws']} user resamples)",
             "",
-            head,
-            rule,
+            *_diff_table(rows, keys),
+            "",
         ]
-        for m, cells in rows.items():
-            parts = [
-                f"{c['estimate']:+.4f} | {_ci(c['repeats'])} | {_ci(c['users'])}"
-                for c in (cells[k] for k in keys)
+    return lines
+
+
+def _diff_table(rows: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
+    """Per row, each metric's difference with its seed and user intervals, and the verdict
+    on the first metric's user interval."""
+    from recjudge._stats import verdict
+
+    head = (
+        "| method | "
+        + " | ".join(f"{k} diff | seeds 95 % CI | users 95 % CI" for k in keys)
+        + f" | {keys[0]} (users CI) |"
+    )
+    lines = [head, "|---|" + "---|---|---|" * len(keys) + "---|"]
+    for m, cells in rows.items():
+        parts = [
+            f"{c['estimate']:+.4f} | {_ci(c['repeats'])} | {_ci(c['users'])}"
+            for c in (cells[k] for k in keys)
+        ]
+        lines.append(f"| {m} | " + " | ".join(parts) + f" | {verdict(cells[keys[0]])} |")
+    return lines
+
+
+def _other_history_lines(config: AugmentConfig, oh: Mapping[str, Any]) -> list[str]:
+    """The report section on the same trained models scored from the other history."""
+    other, keys = oh["score_from"], ("recall@10", "ndcg@10")
+    lines = [
+        f"## The same models scored from the {other} history",
+        "",
+        f"Every retraining above that adds items also scored the users from the {other} "
+        f"history (`score_from: {other}`; this run's is `{config.score_from}`), so the two "
+        "compare on the same trained models, seeds and users.",
+        "",
+    ]
+    for rec, by_method in oh["table"].items():
+        lines += [
+            f"### {rec} scored from the {other} history",
+            "",
+            "| method | " + " | ".join(keys) + " |",
+            "|---|" + "---|" * len(keys),
+            *(
+                f"| {m} | "
+                + " | ".join(f"{v[k]['mean']:.4f} +- {v[k]['sd']:.4f}" for k in keys)
+                + " |"
+                for m, v in by_method.items()
+            ),
+            "",
+            *_paired_lines(f"{rec} scored from the {other} history", oh["paired"][rec], keys),
+        ]
+        rows = oh["this_minus_other"].get(rec) or {}
+        if rows:
+            lines += [
+                f"### {rec}: scored from the {config.score_from} minus the {other} history "
+                "(paired on the same models and users)",
+                "",
+                *_diff_table(rows, keys),
+                "",
             ]
-            lines.append(f"| {m} | " + " | ".join(parts) + f" | {verdict(cells[keys[0]])} |")
-        lines.append("")
     return lines
 
 

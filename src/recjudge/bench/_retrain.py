@@ -183,6 +183,21 @@ def _keep(path: Path, job: RetrainJob, per_user: np.ndarray) -> None:
                              "per_user": per_user.tolist()})  # fmt: skip
 
 
+def kept_twins(
+    config: Any, data: RetrainData, jobs: Sequence[RetrainJob], cache: Path
+) -> list[np.ndarray] | None:
+    """Every job's result scored from the other history (``SCORE_FROM``), in job order, as
+    ``retrain`` kept it beside the job's own; None when any is not kept (never trains)."""
+    out = []
+    for job in jobs:
+        other = next(s for s in SCORE_FROM if s != job.score_from)
+        kept = _kept(_kept_path(config, data, replace(job, score_from=other), cache))
+        if kept is None:
+            return None
+        out.append(kept)
+    return out
+
+
 def _one_thread() -> None:
     """A worker's start: every thread pool (torch, BLAS, OpenMP) on one thread for the whole
     process, not only during training, so workers never compete for the same cores."""
