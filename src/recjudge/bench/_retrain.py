@@ -1,7 +1,9 @@
 """Retraining recommenders on augmented data (``brief-augment``'s expensive half).
 
 Each retraining is one job: a recommender, a seed and the pairs a method adds. A job trains on
-one thread and is seeded, so its result does not depend on where or beside what it runs; that
+one thread and is seeded, so on a given machine its result does not depend on what runs
+beside it (across CPUs with other vector kernels, float rounding differs and 30 epochs of
+SASRec carry it into the metrics: compare methods within one machine's run); that
 is what lets ``workers`` jobs run at once in separate processes (on a 2-core machine a SASRec
 retraining keeps one core busy, so two workers finish the same jobs in about half the time)
 without changing a number. Every finished job is kept on disk by content, so an interrupted
