@@ -21,7 +21,14 @@ from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
-from recjudge.bench._retrain import METRICS, RetrainData, RetrainJob, kept_twins, retrain_all
+from recjudge.bench._retrain import (
+    METRICS,
+    SCORE_FROM,
+    RetrainData,
+    RetrainJob,
+    kept_twins,
+    retrain_all,
+)
 from recjudge.reward import SIMULATOR_MODES
 
 # Methods that label candidates: they add only what they label positive (the LLM judges'
@@ -321,14 +328,14 @@ def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, 
 
     if not twins:
         return None
-    other = next(s for s in ("augmented", "logged") if s != config.score_from)
+    other = next(s for s in SCORE_FROM if s != config.score_from)
     diff: dict[str, Any] = {}
     for rec, by_method in twins.items():
         idx = user_draws(by_method[config.methods[0]][0].shape[0], config.bootstrap, config.seed)
         diff[rec] = {
             m: paired_difference(
                 {"this": runs[rec][m], "other": arrs}, "this", "other", METRICS, idx
-            )  # fmt: skip
+            )
             for m, arrs in by_method.items()
             # a method that adds nothing is scored from the same history either way
             if not all(np.array_equal(a, b) for a, b in zip(arrs, runs[rec][m], strict=True))
