@@ -23,10 +23,10 @@ from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
 from recjudge.bench._retrain import (
     METRICS,
-    SCORE_FROM,
     RetrainData,
     RetrainJob,
     kept_twins,
+    other_score_from,
     retrain_all,
 )
 from recjudge.reward import SIMULATOR_MODES
@@ -328,7 +328,7 @@ def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, 
 
     if not twins:
         return None
-    other = next(s for s in SCORE_FROM if s != config.score_from)
+    other = other_score_from(config.score_from)
     diff: dict[str, Any] = {}
     for rec, by_method in twins.items():
         idx = user_draws(by_method[config.methods[0]][0].shape[0], config.bootstrap, config.seed)

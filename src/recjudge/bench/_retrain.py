@@ -53,6 +53,11 @@ class RetrainData:
 SCORE_FROM = ("augmented", "logged")
 
 
+def other_score_from(score_from: str) -> str:
+    """The history of ``SCORE_FROM`` that is not ``score_from``."""
+    return next(s for s in SCORE_FROM if s != score_from)
+
+
 @dataclass(frozen=True)
 class RetrainJob:
     """One retraining: ``rec`` on the past plus ``added`` (per user), seeded by ``seed``.
@@ -76,6 +81,10 @@ class RetrainJob:
     def pairs(self, users: Sequence[str]) -> list[tuple[str, str]]:
         """The added (user, item) pairs, sorted: what the job adds, in a canonical order."""
         return sorted((u, i) for u in users for i in self.added[u])
+
+    def twin(self) -> RetrainJob:
+        """The same retraining scored from the other history."""
+        return replace(self, score_from=other_score_from(self.score_from))
 
     def history(self, data: RetrainData, user: str) -> list[str]:
         """The history ``user`` is scored from (``score_from``)."""
@@ -149,11 +158,8 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
     per_user = _scored(model, data, job)
     _keep(path, job, per_user)
     if added:  # without additions both histories are the same (and so is the key)
-        for other in SCORE_FROM:
-            if other != job.score_from:
-                twin = replace(job, score_from=other)
-                _keep(_kept_path(config, data, twin, path.parent), twin,
-                      _scored(model, data, twin))  # fmt: skip
+        twin = job.twin()
+        _keep(_kept_path(config, data, twin, path.parent), twin, _scored(model, data, twin))
     return per_user
 
 
@@ -192,8 +198,7 @@ def kept_twins(
     ``retrain`` kept it beside the job's own; None when any is not kept (never trains)."""
     out = []
     for job in jobs:
-        other = next(s for s in SCORE_FROM if s != job.score_from)
-        kept = _kept(_kept_path(config, data, replace(job, score_from=other), cache))
+        kept = _kept(_kept_path(config, data, job.twin(), cache))
         if kept is None:
             return None
         out.append(kept)
