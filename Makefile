@@ -22,7 +22,8 @@ FETCH_FAILED = { echo "setup: could not install $(1). A package registry did not
 not serve a pinned version; check that pip can reach PyPI (pip config list) and run make \
 again. Finished steps are kept." >&2; exit 1; }
 
-.PHONY: setup demo test lint lock clean-cache setup-vllm test-vllm setup-llamacpp
+.PHONY: setup demo test test-other-dtype check-install lint lock clean-cache setup-vllm test-vllm \
+	setup-llamacpp
 
 setup: $(STAMP)
 
@@ -51,6 +52,18 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The tests that compute with a real model in the auto dtype (marker `model`) again, under the
+# dtype this CPU would not pick: fp32 on CPUs with native bf16, else bf16 (torch emulates it).
+# `make test` and this leg together cover both dtypes on any x86 CPU.
+OTHER_DTYPE = $(shell $(BIN)/python -c "from recjudge.llm._backend import native_bf16; \
+	print('float32' if native_bf16() else 'bfloat16')" 2>/dev/null)
+test-other-dtype: setup
+	RECJUDGE_DTYPE=$(OTHER_DTYPE) $(BIN)/python -m pytest -q -m "model and not slow and not vllm"
+
+# pip install without make: the wheel into a fresh environment from the lock file.
+check-install: setup
+	bash scripts/check_install.sh
 
 # Re-resolve both lock files to the newest versions pyproject.toml allows (and review the
 # diff: CI tests exactly what the locks say). uv lives in its own throwaway environment.
@@ -104,6 +117,8 @@ test-vllm: setup-vllm
 lint: setup
 	$(BIN)/ruff check src tests
 	$(BIN)/ruff format --check src tests
+	@# Every module src/recjudge imports is a declared dependency or extra ([tool.deptry]).
+	$(BIN)/deptry src
 
 clean-cache:
 	rm -rf $${RECJUDGE_CACHE:-$$HOME/.cache/recjudge}

@@ -28,8 +28,28 @@ def pytest_xdist_auto_num_workers(config):
     return max(1, min(len(os.sched_getaffinity(0)), 4))
 
 
+def pytest_report_header(config):
+    from recjudge.llm import DTYPE_ENV, auto_dtype
+
+    forced = os.environ.get(DTYPE_ENV)
+    why = f"${DTYPE_ENV}={forced}" if forced else "this CPU's choice"
+    return f"recjudge: dtype auto = {auto_dtype()} ({why})"
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark ``model`` every test that computes with the real model in the auto dtype: those
+    that take the ``smollm`` fixture, and the few that run it through the CLI (marked by
+    hand). ``make test-other-dtype`` runs them again under the other dtype."""
+    for item in items:
+        if "smollm" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.model)
+
+
 @pytest.fixture(scope="session")
 def smollm():
+    """SmolLM2 in the auto dtype: bf16 on CPUs with native bf16, else fp32, or whatever
+    ``$RECJUDGE_DTYPE`` forces (the suite's second leg). A test that takes it asserts what
+    the code guarantees whatever the model writes in either dtype."""
     from recjudge.llm import load_llm
 
     return load_llm("smollm2-135m")

@@ -51,6 +51,7 @@ def test_data_info_json():
     assert info["time_range"][0] < info["time_range"][1]
 
 
+@pytest.mark.model  # the CLI runs SmolLM2 in the auto dtype
 def test_judge_single_pair_prints_a_judgment():
     j = json.loads(
         run(
@@ -83,6 +84,7 @@ def test_brief_without_cf_explains_what_to_do(mode):
     assert r.returncode == 2 and "--cf DIR" in r.stderr
 
 
+@pytest.mark.model  # the CLI runs SmolLM2 in the auto dtype
 def test_demo_main_job_runs():
     r = run("demo", "--users", "1", "--epochs", "1")
     assert "BRIEF judgments on ML-1M" in r.stdout
@@ -189,7 +191,8 @@ def test_store_export_and_import_round_trip_and_name_a_bad_file(tmp_path):
         got = s.get_many(["k1"])["k1"]
     assert got["user_id"] is None and got["p_yes"] == 0.2  # ids come back from the request
     r = run_cli("store", "import", str(src), "--into", str(tmp_path / "x.sqlite"))
-    assert r.code == 2 and "store.sqlite: not a gzip checkpoint" in r.stderr
+    assert r.code == 2 and "store.sqlite: a results store, not a checkpoint" in r.stderr
+    assert "recjudge store export" in r.stderr
     assert "Traceback" not in r.stderr
 
 

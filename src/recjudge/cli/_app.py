@@ -42,6 +42,8 @@ def option_errors(e: Any) -> str:
     parts = []
     for x in e.errors():
         msg = str(x["msg"]).removeprefix("Value error, ")
+        if x.get("type") in ("literal_error", "enum", "int_parsing", "float_parsing"):
+            msg += f" (got {str(x.get('input'))[:60]!r})"  # the value the user typed
         loc = "-".join(map(str, x["loc"])).replace("_", "-")
         parts.append(f"--{loc}: {msg}" if loc else msg)
     return "; ".join(parts)

@@ -6,9 +6,10 @@ import json
 from pathlib import Path
 
 import typer
+from pydantic import ValidationError
 
 from recjudge._registry import UnknownNameError
-from recjudge.cli._app import app, emit, fail
+from recjudge.cli._app import app, emit, fail, option_errors
 
 RUNS_HELP = (
     "Comma-separated run files (TREC, ranx JSON, JSONL/Parquet with user_id,item_id,score "
@@ -179,6 +180,8 @@ def evaluate_cmd(
         else:
             fail("give --qrels DIR (from `recjudge impute`) or --feedback DATA")
         res = evaluate_runs(q, recs, users, config)
+    except ValidationError as e:
+        fail(option_errors(e))
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
         fail(str(e).strip("'\""))
     if out:

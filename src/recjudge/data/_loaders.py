@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib.metadata as md
 import io
 import json
@@ -18,7 +19,7 @@ import pandas as pd
 
 from recjudge._registry import Registry
 from recjudge._util import cache_dir
-from recjudge.data._schema import DataError, Dataset, validate_interactions
+from recjudge.data._schema import DOMAINS, DataError, Dataset, validate_interactions
 
 LOADERS: Registry[Callable[..., Dataset]] = Registry("dataset")
 
@@ -328,9 +329,26 @@ def parse_mapping(spec: str | Mapping[str, str] | None) -> dict[str, str]:
     if isinstance(spec, Mapping):
         return dict(spec)
     p = Path(spec)
-    if p.suffix == ".toml" and p.exists():
-        conf = tomllib.loads(p.read_text())
-        return dict(conf.get("columns", conf))
+    if p.suffix.lower() == ".toml":
+        fix = 'write a [columns] table of field = "your column" lines, e.g. user_id = "uid"'
+        if not p.is_file():
+            raise DataError("no such mapping file.", source=str(p), fix=fix)
+        try:
+            conf = tomllib.loads(p.read_text(encoding="utf-8"))
+        except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+            raise DataError(f"not valid TOML ({e}).", source=str(p), fix=fix) from None
+        table = conf.get("columns", conf)
+        if not isinstance(table, dict) or not table:
+            raise DataError("no [columns] table.", source=str(p), fix=fix)
+        bad = [k for k, v in table.items() if not isinstance(v, str)]
+        if bad:
+            raise DataError(
+                f"{bad[0]} = {table[bad[0]]!r} is not a column name (a string).",
+                source=str(p),
+                field=bad[0],
+                fix=fix,
+            )
+        return dict(table)
     out = {}
     for part in filter(None, (s.strip() for s in spec.split(","))):
         if "=" not in part:
@@ -395,6 +413,13 @@ def load_from_files(
             card's ``removed``) instead of refusing the file.
     """
     inter_path = Path(interactions)
+    if domain not in DOMAINS:
+        close = difflib.get_close_matches(domain, DOMAINS, n=1)
+        raise DataError(
+            f"unknown domain {domain!r}{f' (did you mean {close[0]!r}?)' if close else ''}.",
+            source="--domain",
+            fix=f"use one of {', '.join(DOMAINS)} (generic: items, 'interacted with')",
+        )
     if fmt not in ("plain", "gistbench"):
         raise DataError(
             f"unknown format {fmt!r}.",
@@ -444,6 +469,17 @@ def _interactions_table(
         for c in ("user_id", "item_id", "timestamp", "rating", "event_type", "title")
         if cols.get(c, c) in raw.columns
     }
+    # A column the mapping names explicitly must exist: otherwise every rating would become
+    # NaN (and every event implicit_positive) without a word.
+    for mapped in ("timestamp", "rating", "event_type"):
+        if mapped in cols and mapped not in ours:
+            raise DataError(
+                f"the mapping {mapped}={cols[mapped]} names column {cols[mapped]!r}, which the "
+                f"file lacks; found {list(raw.columns)}.",
+                source=str(path),
+                field=cols[mapped],
+                fix=f"correct --mapping {mapped}=<your column>, or leave {mapped} out of it",
+            )
     for needed in ("user_id", "item_id"):
         if needed not in ours:
             raise DataError(

@@ -22,6 +22,11 @@ INTERACTION_COLUMNS: tuple[str, ...] = ("user_id", "item_id", "timestamp", "rati
 POSITIVE_EVENTS = frozenset({"explicit_positive", "implicit_positive"})
 
 
+# The domains a dataset can declare: they choose the prompts' words and the item rendering
+# (``recjudge.reward``'s prompt words are keyed by the same names).
+DOMAINS = ("movies", "books", "generic")
+
+
 class DataError(UserFacingError, ValueError):
     """Bad input data. The message names the file, row and field, and how to fix it.
 
@@ -269,8 +274,18 @@ class Dataset:
 
     # -- persistence --------------------------------------------------------------------
     def save(self, path: str | Path) -> Path:
-        """Write ``interactions/items/users.parquet`` and ``card.json`` atomically."""
+        """Write ``interactions/items/users.parquet`` and ``card.json`` atomically.
+
+        Raises:
+            DataError: ``path`` is an existing file (a dataset is a folder).
+        """
         path = Path(path)
+        if path.exists() and not path.is_dir():
+            raise DataError(
+                "is a file; a dataset is written as a folder.",
+                source=str(path),
+                fix="pass --out a folder path (new, or a dataset folder to replace)",
+            )
         with atomic_dir(path) as tmp:
             self.interactions.to_parquet(tmp / "interactions.parquet", index=False)
             self.items.to_parquet(tmp / "items.parquet", index=False)

@@ -79,9 +79,11 @@ from recjudge.evaluators._runs import (
     RUN_FORMATS,
     RecRun,
     RunCheck,
+    from_trec_id,
     read_qrels,
     read_run,
     restrict_to,
+    trec_id,
     write_qrels,
 )
 from recjudge.evaluators._usersum import UserSumConfig, run_usersum, time_range
@@ -122,6 +124,8 @@ __all__ = [
     "logged_qrels",
     "pairs_to_impute",
     "read_qrels",
+    "trec_id",
+    "from_trec_id",
     "read_run",
     "restrict_to",
     "select_positives",

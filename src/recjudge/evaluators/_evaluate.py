@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from recjudge.evaluators._runs import Qrels, RecRun
 
@@ -57,6 +57,19 @@ class EvaluateConfig(BaseModel):
                 raise ValueError(f"unknown metric {m!r}.{hint} Known: {', '.join(METRICS)} "
                                  "(with @k for a cut-off)")  # fmt: skip
         return metrics
+
+    @model_validator(mode="after")
+    def _cut_within_k(self) -> EvaluateConfig:
+        # Rankings are cut to k before any metric sees them: a metric@10 on lists of 3 would
+        # be reported as "@10" while it measured the top 3.
+        for m in self.metrics:
+            cut = m.partition("@")[2]
+            if cut and int(cut) > self.k:
+                raise ValueError(
+                    f"metric {m} looks at the top {cut} but --k {self.k} cuts every ranking to "
+                    f"{self.k} items; use --k {cut} or more, or {m.partition('@')[0]}@{self.k}"
+                )
+        return self
 
 
 # ranx turns item ids into numpy fixed-width strings and numba compiles its data-structure

@@ -12,12 +12,21 @@ Documented rules for imperfect runs (each counted per file, with examples, never
   ``unknown_items``): the judge has no history or text for them;
 - a ranking shorter than k is used as it is (``short_lists``).
 A file that cannot be parsed, or holds no ranking at all, is an error naming the file and line.
+
+Ids in TREC files. TREC lines are whitespace-separated, so an id with a space (ML-1M's items
+are titles), a tab or a newline would shift or add fields for every reader (ranx, trec_eval,
+pytrec_eval, ir_measures). recjudge writes such ids percent-encoded (RFC 3986 style, UTF-8
+bytes): whitespace, control characters and ``%`` itself become ``%XX``; every other id is
+written as it is. recjudge's TREC readers decode ``%XX`` again, so a file it wrote reads back
+identically; other tools see the encoded ids, consistently in runs and qrels. The ranx JSON
+files beside them keep the ids as they are.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -30,6 +39,34 @@ _FIX = (
     "write the run as TREC lines 'user Q0 item rank score tag', ranx JSON "
     '{"user": {"item": score}}, or JSONL/Parquet rows with user_id, item_id and score (or rank)'
 )
+
+
+_TREC_UNSAFE = re.compile(r"[%\s\x00-\x1f\x7f-\x9f]")
+
+
+def trec_id(value: str) -> str:
+    """``value`` as one TREC field: whitespace, control characters and ``%`` percent-encoded.
+
+    Raises:
+        ValueError: an empty id (no field can hold it).
+    """
+    if value == "":
+        raise ValueError("an empty id cannot be written as a TREC field")
+    return _TREC_UNSAFE.sub(
+        lambda m: "".join(f"%{b:02X}" for b in m.group().encode("utf-8")), value
+    )
+
+
+def from_trec_id(field: str) -> str:
+    """The id a TREC field written by ``trec_id`` stands for (``%XX`` decoded)."""
+    if "%" not in field:
+        return field
+    from urllib.parse import unquote
+
+    try:
+        return unquote(field, errors="strict")
+    except UnicodeDecodeError:  # not our encoding (another tool's id with a literal %): as is
+        return field
 
 
 @dataclass
@@ -120,7 +157,7 @@ def _rows_trec(path: Path) -> Iterable[tuple[int, str, str, float]]:
         except ValueError:
             raise DataError(f"score {parts[4]!r} is not a number.", source=str(path), row=n,
                             field="score", fix=_FIX) from None  # fmt: skip
-        yield n, parts[0], parts[2], score
+        yield n, from_trec_id(parts[0]), from_trec_id(parts[2]), score
 
 
 def _rows_records(path: Path, records: Iterable[tuple[int, Any]]):
@@ -263,11 +300,20 @@ Qrels = dict[str, dict[str, int]]
 
 
 def write_qrels(qrels: Mapping[str, Mapping[str, int]], stem: str | Path) -> list[Path]:
-    """Write ``stem.trec`` (``user 0 item rel``) and ``stem.json`` (ranx) atomically."""
+    """Write ``stem.trec`` (``user 0 item rel``) and ``stem.json`` (ranx) atomically.
+
+    TREC ids with whitespace, control characters or ``%`` are percent-encoded (see the module
+    docstring): every line has exactly four fields whatever the ids hold, and ``read_qrels``
+    gives back the ids as they were.
+    """
     from recjudge._util import atomic_write_json, atomic_write_text
 
     stem = Path(stem)
-    lines = "".join(f"{u} 0 {i} {int(r)}\n" for u, d in qrels.items() for i, r in d.items())
+    lines = "".join(
+        f"{trec_id(str(u))} 0 {trec_id(str(i))} {int(r)}\n"
+        for u, d in qrels.items()
+        for i, r in d.items()
+    )
     trec = stem.with_suffix(".trec")
     atomic_write_text(trec, lines)
     js = stem.with_suffix(".json")
@@ -276,7 +322,7 @@ def write_qrels(qrels: Mapping[str, Mapping[str, int]], stem: str | Path) -> lis
 
 
 def read_qrels(path: str | Path) -> Qrels:
-    """TREC qrels (``user 0 item rel``) or ranx JSON, by suffix.
+    """TREC qrels (``user 0 item rel``, ids percent-decoded) or ranx JSON, by suffix.
 
     Raises:
         DataError: a missing or malformed file, named with its line.
@@ -299,5 +345,5 @@ def read_qrels(path: str | Path) -> Qrels:
         if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
             raise DataError("a qrels line is 'user 0 item rel' (rel an integer).",
                             source=str(path), row=n, fix=fix)  # fmt: skip
-        out.setdefault(parts[0], {})[parts[2]] = int(parts[3])
+        out.setdefault(from_trec_id(parts[0]), {})[from_trec_id(parts[2])] = int(parts[3])
     return out

@@ -1,11 +1,14 @@
 """LLM backends behind one protocol, model presets and the weight cache."""
 
 from recjudge.llm._backend import (
+    DTYPE_ENV,
+    DtypeEnvError,
     Generation,
     LLMBackend,
     LLMConfig,
     SamplingConfig,
     TransformersBackend,
+    auto_dtype,
     escape_special,
     load_llm,
     special_strings,
@@ -29,6 +32,9 @@ from recjudge.llm._models import (
 from recjudge.llm._pool import LLMPool
 
 __all__ = [
+    "DTYPE_ENV",
+    "DtypeEnvError",
+    "auto_dtype",
     "LLMPool",
     "BestOption",
     "OptionTrie",

@@ -7,6 +7,7 @@ satisfy the same protocol (see ``make_backend``'s ``backend`` argument).
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -16,7 +17,34 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._util import UserFacingError
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
+
+DTYPE_ENV = "RECJUDGE_DTYPE"
+DTYPES = ("bfloat16", "float32", "float16")
+
+
+class DtypeEnvError(UserFacingError, ValueError):
+    """``$RECJUDGE_DTYPE`` names no dtype recjudge computes in."""
+
+
+def auto_dtype() -> str:
+    """What ``dtype="auto"`` computes in on this machine.
+
+    ``$RECJUDGE_DTYPE`` (``bfloat16``, ``float32`` or ``float16``) when set: it forces one
+    dtype for every model loaded as ``auto`` (the test suite's second leg runs under the
+    dtype this CPU would not pick; a team can pin fp32 for runs that must match across
+    machines). Otherwise bf16 on CPUs that compute it natively, fp32 elsewhere.
+    """
+    forced = os.environ.get(DTYPE_ENV, "").strip()
+    if forced:
+        if forced not in DTYPES:
+            raise DtypeEnvError(
+                f"${DTYPE_ENV}={forced!r} is not a dtype; set it to one of {', '.join(DTYPES)} "
+                f"or unset it (auto: bf16 on CPUs with native bf16, else fp32)"
+            )
+        return forced
+    return "bfloat16" if native_bf16() else "float32"
 
 
 class SamplingConfig(BaseModel):
@@ -73,9 +101,10 @@ class LLMConfig(BaseModel):
 
     Attributes:
         model: a preset name, a local folder or ``.gguf`` file, or a Hugging Face id.
-        dtype: compute dtype. ``auto`` (the default) is bf16 on CPUs that compute it natively
-            (AVX512-BF16 or AMX: there bf16 is ~3x faster than fp32) and fp32 elsewhere (without
-            those instructions torch emulates bf16 and it is 2-3x *slower* than fp32).
+        dtype: compute dtype. ``auto`` (the default) is ``$RECJUDGE_DTYPE`` when set, else bf16
+            on CPUs that compute it natively (AVX512-BF16 or AMX: there bf16 is ~3x faster than
+            fp32) and fp32 elsewhere (without those instructions torch emulates bf16 and it is
+            2-3x *slower* than fp32). Results are keyed by the resolved dtype.
         num_threads: torch intra-op threads (None keeps torch's default).
         backend: ``transformers`` (in process, the default), ``vllm`` (vLLM in process;
             install the ``vllm`` extra) or ``openai-compatible`` (a vLLM server started with
@@ -108,7 +137,7 @@ class LLMConfig(BaseModel):
         """The dtype the model computes in (``auto`` resolved for this machine)."""
         if self.dtype != "auto":
             return self.dtype
-        return "bfloat16" if native_bf16() else "float32"
+        return auto_dtype()
 
 
 @dataclass
@@ -343,7 +372,9 @@ def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> A
         reuse: return the already loaded backend for an identical config.
     """
     config = model if isinstance(model, LLMConfig) else LLMConfig(model=model)
-    key = config.model_dump_json()
+    # "auto" resolves by $RECJUDGE_DTYPE too: a backend loaded under one setting is not
+    # reused under another.
+    key = config.model_dump_json() + "|" + config.resolved_dtype()
     if reuse and key in _BACKENDS:
         return _BACKENDS[key]
     if config.model not in PRESETS and not Path(config.model).expanduser().exists():

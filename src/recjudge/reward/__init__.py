@@ -20,6 +20,7 @@ from recjudge.reward._portable import (
     PortableError,
     export_portable,
     import_portable,
+    reseal_portable,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
@@ -72,6 +73,7 @@ __all__ = [
     "export_portable",
     "generate_stored",
     "import_portable",
+    "reseal_portable",
     "judge_sweep",
     "request_for",
     "run_stored",
