@@ -35,5 +35,6 @@ echo "[check-install 3/4] recjudge --help, models list"
 "$V/python" -c "import recjudge, sys; p = recjudge.__file__; \
 sys.exit(0 if '/site-packages/' in p else f'recjudge imported from {p}, not the wheel')"
 echo "[check-install 4/4] one judgment with the embedded model"
-"$V/recjudge" judge --data ml-1m --user 1 --candidate "Toy Story (1995)" --max-history 20
+"$V/recjudge" judge --data ml-1m --user 1 --candidate "Toy Story (1995)" --mode no-behavior \
+    --max-history 20
 echo "[check-install] ok"

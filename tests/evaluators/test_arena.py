@@ -156,7 +156,7 @@ def test_summarize_cli_with_a_reference_reports_the_order_swap(tmp_path):
 
 
 def test_arena_end_to_end_one_user(smollm, tmp_path):
-    # The paper's protocol: each system against the reference in position A, one order.
+    # The paper's protocol: each system in position A against the reference in B, one order.
     cfg = ArenaConfig(
         model="smollm2-135m",
         systems=("pop", "itemknn"),
@@ -168,7 +168,7 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
     r = run_arena(cfg, "ml-100k", tmp_path, llm=smollm, progress=False)
     lines = [json.loads(x) for x in (tmp_path / "verdicts.jsonl").read_text().splitlines()]
     assert len(lines) == 7  # 1 user x 1 order x (6 aspects + overall)
-    assert {(x["system_a"], x["system_b"]) for x in lines} == {("pop", "itemknn")}
+    assert {(x["system_a"], x["system_b"]) for x in lines} == {("itemknn", "pop")}
     assert all(x["verdict"] in ("A wins", "B wins", "Tie") for x in lines)
     assert r["reference"] == "pop" and r["order_flip_rate"] is None
     c = r["reference_q"]["overall"]["itemknn"]
@@ -178,7 +178,7 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
     assert all(0 <= v <= 1 for v in r["absolute_score"].values())
     assert (tmp_path / "winrates.png").stat().st_size > 1000
     report = (tmp_path / "report.md").read_text()
-    assert "against the reference **pop** in position A" in report
+    assert "each system in position A against the reference **pop** in position B" in report
     assert "Deviations from the paper:** an absolute 5-level rating" in report
     assert 0.0 <= r["offline"]["pop"]["auc"] <= 1.0
     assert r["cost"]["questions"] == r["cost"]["asked_now"] == 3  # one order, 2 ratings
@@ -237,12 +237,24 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
     assert resumed["absolute_score"] == r["absolute_score"]
 
 
-def test_reference_design_judges_each_system_against_the_reference_in_position_a():
+def test_reference_design_puts_the_system_under_test_in_a_and_the_reference_in_b():
+    # RecSys Arena Table 2: "RS = A and FM = B"; the official script's --rec_a is the tested
+    # system and --rec_b the reference (FM).
     cfg = ArenaConfig(systems=("pop", "itemknn", "als=runs/x"), reference="itemknn")
-    assert cfg.orders() == [("itemknn", "pop"), ("itemknn", "als")]
-    assert ArenaConfig(systems=("pop", "als")).orders() == [("pop", "als")]  # first = reference
+    assert cfg.orders() == [("pop", "itemknn"), ("als", "itemknn")]
+    assert ArenaConfig(systems=("pop", "als")).orders() == [("als", "pop")]  # first = reference
     both = ArenaConfig(systems=("pop", "als"), both_orders=True).orders()
-    assert both == [("pop", "als"), ("als", "pop")]
+    assert both == [("als", "pop"), ("pop", "als")]  # the headline order first
+    swapped = ArenaConfig(systems=("pop", "als"), reference_position="A")
+    assert swapped.orders() == [("pop", "als")]
+    assert any("reference in position A" in d for d in swapped.deviations())
+    # The headline (Q per system) reads the order with the reference in its position.
+    recs = [{"user_id": "1", "system_a": "als", "system_b": "pop", "aspect": "overall",
+             "verdict": "A wins"},
+            {"user_id": "1", "system_a": "pop", "system_b": "als", "aspect": "overall",
+             "verdict": "A wins"}]  # fmt: skip
+    assert [ArenaConfig(systems=("pop", "als")).is_headline(r) for r in recs] == [True, False]
+    assert [swapped.is_headline(r) for r in recs] == [False, True]
     rr = ArenaConfig(systems=("pop", "als", "bpr"), design="round-robin").orders()
     assert len(rr) == 6 and ("als", "bpr") in rr and ("bpr", "als") in rr
     assert ArenaConfig().deviations() == []  # the defaults are the paper's protocol

@@ -64,10 +64,13 @@ SHORT = ["insufficient_imp+", "insufficient_exp+"]
         ({"exp+": 2}, True, []),
         ({"exp+": 1, "imp+": 2}, True, []),
         ({"exp+": 1, "imp+": 1}, False, SHORT),
-        ({"imp+": 5, "imp-": 4}, False, ["excess_imp-"]),
+        # Table 7 names each failure by its own condition on every unverified interest: 5
+        # implicit positives are enough (no insufficient_imp+), 0 explicit ones are not.
+        ({"imp+": 5, "imp-": 4}, False, ["insufficient_exp+", "excess_imp-"]),
         ({"imp+": 5, "imp-": 3}, True, []),
-        ({"exp+": 2, "exp-": 3}, False, ["excess_exp-"]),
+        ({"exp+": 2, "exp-": 3}, False, ["insufficient_imp+", "excess_exp-"]),
         ({"exp+": 2, "exp-": 2}, True, []),
+        ({"imp+": 4, "exp+": 3, "exp-": 3}, False, ["excess_exp-"]),
         # Failure modes are not exclusive (Table 7): every one that applies is named.
         ({"imp-": 4, "exp-": 3}, False, [*SHORT, "excess_imp-", "excess_exp-"]),
         ({}, False, ["no_evidence", *SHORT]),
@@ -80,9 +83,24 @@ def test_predicate_table(counts, verified, reasons):
 def test_predicate_thresholds_are_configurable_and_described():
     strict = Predicate(imp_pos=5, max_exp_neg=0)
     assert strict.check({"imp+": 4}) == (False, SHORT)
-    assert strict.check({"imp+": 5, "exp-": 1}) == (False, ["excess_exp-"])
+    assert strict.check({"imp+": 5, "exp-": 1}) == (False, ["insufficient_exp+", "excess_exp-"])
     words = strict.describe()
     assert "at least 5 implicit_positive" in words and "more than 0 explicit_negative" in words
+
+
+def test_an_object_engaged_twice_counts_under_each_of_its_event_types(monkeypatch):
+    """GISTBench's official code counts a cited object under every type it has; a history
+    read as a dict kept only its oldest event (here the view, not the rating)."""
+    from types import SimpleNamespace
+
+    from recjudge.evaluators import _gist_pipeline as gp
+
+    monkeypatch.setattr(gp, "_relevant", lambda run, pairs, desc: {p: (True, 0.9) for p in pairs})
+    history = [("m1", "explicit_positive"), ("m2", "implicit_positive"),
+               ("m1", "implicit_positive")]  # most recent first  # fmt: skip
+    run = SimpleNamespace(histories={"u": history}, config=GistConfig())
+    (rec,) = gp._ground(run, [gp._Interest("u", "m", "old films", ["m1"])])
+    assert rec["counts"] == {"imp+": 1, "exp+": 1, "imp-": 0, "exp-": 0}
 
 
 def test_failure_modes_are_shares_of_unverified_interests():
@@ -434,11 +452,11 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
         models=("smollm2-135m",),
         judge="smollm2-135m",
         users=1,
-        max_history=30,
-        max_interests=3,
-        max_ids=5,
+        max_history=20,
+        max_interests=2,
+        max_ids=3,
         options=8,
-        pool_size=60,
+        pool_size=40,
         taxonomy="shortlist",
         shortlist=6,
         agreement_sample=2,
@@ -724,13 +742,19 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
 
         monkeypatch.setattr(_fast, name, spy)
 
+    # Two chunks of 10 decoded two rows a step (the invariant engine's fixed row count), at
+    # most 2 interests citing at most 3 items each, short answers: the work stays small
+    # whatever the model writes; the property needs two chunks in one batch, not size.
     cfg = GistConfig(
         models=("smollm2-135m",),
         judge="smollm2-135m",
         users=1,
-        max_history=40,
-        chunk_size=20,
-        extraction_tokens=64,
+        max_history=20,
+        chunk_size=10,
+        max_interests=2,
+        max_ids=3,
+        extraction_tokens=24,
+        batch_size=2,
         options=4,
         pool_size=10,
         taxonomy="off",
@@ -746,7 +770,7 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
         for k, req, res in db.execute("SELECT key, request, result FROM results ORDER BY key")
         if json.loads(req).get("kind") == "extract"
     ]
-    assert len(rows) == 2  # two chunks of 20, asked as one batch
+    assert len(rows) == 2  # two chunks of 10, asked as one batch
     key, first = rows[1]
     db.execute("DELETE FROM results WHERE key = ?", (key,))
     db.commit()

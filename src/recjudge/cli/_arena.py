@@ -27,8 +27,13 @@ def arena_run(
     reference: str = typer.Option(
         None,
         "--reference",
-        help="The system every other is compared with, in position A (the paper's protocol); "
-        "default: the first of --systems.",
+        help="The system every other is compared with; default: the first of --systems.",
+    ),
+    reference_position: str = typer.Option(
+        "B",
+        "--reference-position",
+        help="Where the reference is shown: B (the paper: the system under test in A, the "
+        "reference in B) or A.",
     ),
     round_robin: bool = typer.Option(
         False, "--round-robin", help="Every pair in both orders instead (not the paper's)."
@@ -65,6 +70,7 @@ def arena_run(
             systems=tuple(s.strip() for s in systems.split(",") if s.strip()),
             design="round-robin" if round_robin else "reference",
             reference=reference,
+            reference_position=reference_position,
             both_orders=both_orders,
             users=users,
             k=k,

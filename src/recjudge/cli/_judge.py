@@ -72,7 +72,11 @@ def build_judge(
 def judge_cmd(
     data: str = typer.Option("ml-1m", "--data", help="Dataset name or saved folder."),
     user: str = typer.Option(None, "--user", help="User id (single judgment)."),
-    candidate: str = typer.Option(None, "--candidate", help="Item id or exact title."),
+    candidate: str = typer.Option(
+        None,
+        "--candidate",
+        help="Item id or exact title; id:X or title:X when X could be either.",
+    ),
     pairs: str = typer.Option(None, "--pairs", help="JSONL of {user_id, item_id} to score."),
     out: str = typer.Option(None, "--out", help="Results JSONL for --pairs."),
     store: str = typer.Option(None, "--store", help="SQLite store (default: OUT.sqlite)."),
@@ -145,7 +149,7 @@ def judge_cmd(
         if pairs is None:
             if user is None or candidate is None:
                 fail("give --user and --candidate, or --pairs FILE --out FILE")
-            req = request_for(ds, user, candidate)
+            req = request_for(ds, user, _candidate(ds, candidate))
             emit(judge.judge(req).to_dict())
             return
         if out is None:
@@ -212,6 +216,33 @@ def _judge_batch(
     _summary(results, judge.last_run, seconds, out, store_path)
 
 
+def _candidate(ds, candidate: str) -> str:
+    """The item id ``--candidate`` means: ``id:X`` and ``title:X`` say which; a bare value
+    that is one item's id and another item's title is refused, naming both."""
+    kind, sep, rest = candidate.partition(":")
+    if sep and kind in ("id", "title") and rest:
+        if kind == "id":
+            if not ds.has_item(rest):
+                fail(f"--candidate id:{rest}: dataset {ds.name!r} has no item with id {rest!r}")
+            return rest
+        same = ds.items.index[ds.items["title"].astype(str) == rest]
+        if len(same) != 1:
+            fail(f"--candidate title:{rest}: {len(same)} items of dataset {ds.name!r} have "
+                 "that exact title; give the item id (id:ID)")  # fmt: skip
+        return str(ds.items.iloc[same[0]]["item_id"])
+    if ds.has_item(candidate):
+        titled = ds.items[ds.items["title"].astype(str) == candidate]["item_id"].astype(str)
+        other = [i for i in titled if i != candidate]
+        if other:
+            own = ds.items.loc[ds.items["item_id"].astype(str) == candidate, "title"].iloc[0]
+            fail(
+                f"--candidate {candidate!r} is ambiguous in dataset {ds.name!r}: item id "
+                f"{candidate!r} ({own!r}) and the title of item {other[0]!r}; pass "
+                f"--candidate id:{candidate} or --candidate title:{candidate}"
+            )
+    return candidate
+
+
 def _repair(path: Path) -> None:
     """Replace a damaged store by a new one with its readable rows (the old file is kept)."""
     from recjudge.reward import salvage
@@ -219,6 +250,10 @@ def _repair(path: Path) -> None:
     fresh = path.with_name(path.name + ".repaired")
     fresh.unlink(missing_ok=True)
     copied, lost = salvage(path, fresh)
+    if not fresh.exists():  # nothing readable at all (not a database): start an empty store
+        from recjudge.reward import ResultsStore
+
+        ResultsStore(fresh).close()
     broken = path.with_name(path.name + ".broken")
     path.replace(broken)
     for suffix in ("-wal", "-shm"):  # they belong to the old file

@@ -2,8 +2,11 @@
 Recommender System Evaluation with Large Language Models", Wu et al., 2024).
 
 The paper's protocol is the default (``design="reference"``): every system is compared with
-one reference system, shown in position A, once per user; Q per system against the
-reference is the paper's Table 2. Our controls are options, each named in the report header:
+one reference system once per user, the system under test in position A and the reference in
+position B (Table 2: "RS = A and FM = B"; the official script's ``--rec_a`` is the tested
+system, ``--rec_b`` FM); Q per system against the reference is the paper's Table 2.
+``reference_position="A"`` swaps them (not the paper's). Our controls are options, each named
+in the report header:
 ``both_orders`` also judges the swapped order and reports both swap rules side by side, and
 ``design="round-robin"`` judges every pair in both orders.
 
@@ -56,9 +59,12 @@ class ArenaConfig(BaseModel):
     Attributes:
         model: the judge LLM.
         systems: recommenders under test (CF model names, or ``name=path`` list files).
-        design: ``reference`` (the paper: each system vs ``reference``, the reference in
-            position A) or ``round-robin`` (every pair, both orders; our extension).
+        design: ``reference`` (the paper: each system vs ``reference``) or ``round-robin``
+            (every pair, both orders; our extension).
         reference: the reference system's name (default: the first of ``systems``).
+        reference_position: where the reference is shown: ``B`` (the paper: the system under
+            test in A, the reference in B) or ``A``. With ``both_orders`` it names the order
+            that is the headline.
         both_orders: with ``reference``, also judge the swapped order and report the swap
             rules ``tie`` and ``keep`` next to the paper's one-order result (a position-bias
             control; twice the judgments).
@@ -84,6 +90,7 @@ class ArenaConfig(BaseModel):
     systems: tuple[str, ...] = ("pop", "itemknn", "als", "sasrec")
     design: Literal["reference", "round-robin"] = "reference"
     reference: str | None = None
+    reference_position: Literal["B", "A"] = "B"
     both_orders: bool = False
     users: int = Field(100, ge=1)
     k: int = Field(5, ge=1)
@@ -133,9 +140,16 @@ class ArenaConfig(BaseModel):
             pairs = itertools.combinations(sorted(self.system_names), 2)
             return [o for a, b in pairs for o in ((a, b), (b, a))]
         others = [s for s in self.system_names if s != ref]
+        headline = [(s, ref) if self.reference_position == "B" else (ref, s) for s in others]
         if self.both_orders:
-            return [o for s in others for o in ((ref, s), (s, ref))]
-        return [(ref, s) for s in others]
+            return [o for h in headline for o in (h, h[::-1])]
+        return headline
+
+    def is_headline(self, record: dict[str, Any]) -> bool:
+        """Whether a verdict record is of the headline order (the reference in
+        ``reference_position``)."""
+        ref = self.reference_name
+        return record["system_b" if self.reference_position == "B" else "system_a"] == ref
 
     def deviations(self) -> list[str]:
         """How this run departs from the paper's protocol (for the report header)."""
@@ -150,6 +164,11 @@ class ArenaConfig(BaseModel):
             out.append(
                 "both orders judged as a position-bias control (the paper's one-order result "
                 "is the headline; both swap rules are reported beside it)"
+            )
+        if self.design == "reference" and self.reference_position == "A":
+            out.append(
+                "the reference in position A and the system under test in B (the paper: the "
+                "system under test in A, the reference in B)"
             )
         if self.analysis == "joint":
             out.append("one joint analysis (the paper asks for an analysis of each aspect)")
@@ -297,7 +316,7 @@ def _summaries(
     if ref is None:
         primary = swap_rule_records(records, config.swap_rule)
     else:
-        primary = [r for r in records if r["system_a"] == ref]  # the paper's one order
+        primary = [r for r in records if config.is_headline(r)]  # the paper's one order
     summary = summarize(primary, auc, config.bootstrap, config.seed, reference=ref)
     both = ref if config.both_orders else None  # per-system swap statistics need both
     summary |= order_stats(records, both, auc, config.bootstrap, config.seed)

@@ -60,13 +60,16 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
         design = "every pair in both orders"
     elif config.both_orders:
         design = (
-            f"each system against the reference **{ref}**, judged in both orders (the paper's "
-            f"one order, {ref} in position A, is the headline; the swapped order is the control)"
+            f"each system against the reference **{ref}**, judged in both orders (the order "
+            f"with {ref} in position {config.reference_position} is the headline; the swapped "
+            "order is the control)"
         )
     else:
+        paper = " (the paper's protocol)" if config.reference_position == "B" else ""
         design = (
-            f"each system against the reference **{ref}** in position A, one order per user "
-            "(the paper's protocol)"
+            f"each system in position {'A' if config.reference_position == 'B' else 'B'} "
+            f"against the reference **{ref}** in position {config.reference_position}, one "
+            f"order per user{paper}"
         )
     flip = summary.get("order_flip_rate")
     lines = [

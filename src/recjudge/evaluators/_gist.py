@@ -99,30 +99,36 @@ class Predicate(BaseModel):
         )
 
     def check(self, counts: Mapping[str, int]) -> tuple[bool, list[str]]:
-        """(verified, failure modes) for signal counts of the surviving, distinct objects.
+        """(verified, failure modes) for signal counts of the surviving objects.
 
-        Failure modes are not exclusive (GISTBench Table 7 counts them over unverified
-        interests): ``no_evidence`` (no cited object survived the judge's filter),
-        ``insufficient_imp+`` and ``insufficient_exp+`` (a positive path fell short: both
-        are named when no positive path is met), ``excess_imp-`` and ``excess_exp-`` (more
-        negatives than allowed). A verified interest has none.
+        Failure modes are not exclusive and, as GISTBench Table 7 counts them, each is named
+        by its own condition on every unverified interest: ``no_evidence`` (no cited object
+        survived the judge's filter), ``insufficient_imp+`` (fewer than ``imp_pos`` implicit
+        positives), ``insufficient_exp+`` (fewer than ``exp_pos`` explicit positives),
+        ``excess_imp-`` and ``excess_exp-`` (more negatives than allowed). A verified
+        interest has none.
         """
         c = {s: int(counts.get(s, 0)) for s in SIGNALS}
-        reasons = []
-        if sum(c.values()) == 0:
-            reasons.append("no_evidence")
         positive = (
             c["imp+"] >= self.imp_pos
             or c["exp+"] >= self.exp_pos
             or (c["exp+"] >= self.mixed_exp and c["imp+"] >= self.mixed_imp)
         )
-        if not positive:
-            reasons += ["insufficient_imp+", "insufficient_exp+"]
+        excess = c["imp-"] > self.max_imp_neg or c["exp-"] > self.max_exp_neg
+        if positive and not excess:
+            return True, []
+        reasons = []
+        if sum(c.values()) == 0:
+            reasons.append("no_evidence")
+        if c["imp+"] < self.imp_pos:
+            reasons.append("insufficient_imp+")
+        if c["exp+"] < self.exp_pos:
+            reasons.append("insufficient_exp+")
         if c["imp-"] > self.max_imp_neg:
             reasons.append("excess_imp-")
         if c["exp-"] > self.max_exp_neg:
             reasons.append("excess_exp-")
-        return not reasons, reasons
+        return False, reasons
 
 
 # -- scoring (pure) -----------------------------------------------------------------------

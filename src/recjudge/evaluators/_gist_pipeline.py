@@ -12,6 +12,7 @@ import itertools
 import json
 import logging
 import re
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -376,13 +377,22 @@ def _ground(run: _Run, interests: Sequence[_Interest]) -> list[dict[str, Any]]:
     rel = _relevant(
         run, [(it.interest, i) for it in interests for i in it.ids], "judge: evidence filter"
     )
-    event_of = {u: dict(h) for u, h in run.histories.items()}
+    # An object the user engaged with more than once (a view, then a rating) counts under
+    # every event type it has in the shown history, as GISTBench's official code counts it;
+    # a dict over the history would keep only one of its events.
+    events_of: dict[str, dict[str, list[str]]] = {}
+    for u, h in run.histories.items():
+        mine = events_of.setdefault(u, {})
+        for i, e in h:
+            if e not in mine.setdefault(i, []):
+                mine[i].append(e)
     records = []
     for it in interests:
         surviving = [i for i in it.ids if rel[(it.interest, i)][0]]
         counts = {s: 0 for s in SIGNALS}
         for i in surviving:
-            counts[EVENT_SIGNAL[event_of[it.user_id][i]]] += 1
+            for e in events_of[it.user_id][i]:
+                counts[EVENT_SIGNAL[e]] += 1
         verified, reasons = run.config.predicate.check(counts)
         records.append(
             {
@@ -789,17 +799,35 @@ _PROFILE_FIX = (
 )
 
 
+PROFILE_INTEREST_CAP = 200  # interests verified per profile (GISTBench's models write ~10)
+
+
 @dataclass
 class ProfileCheck(Tally):
     """What a profile file held and what the documented rules did (counts + examples):
-    users the dataset lacks are skipped; object ids outside the user's history are dropped
-    from their interest; a repeated interest of one user is merged into the first."""
+    users the dataset lacks are skipped; a profile with no interest is counted (it scores 0
+    like a model that wrote none); object ids outside the user's history are dropped from
+    their interest; a repeated interest of one user is merged into the first; interests past
+    the first ``PROFILE_INTEREST_CAP`` of one profile are left out (each costs judge
+    questions: 10,000 would take hours) and counted."""
 
     profiles: int = 0
     interests: int = 0
     unknown_users: int = 0
+    empty_profiles: int = 0
     outside_history: int = 0
     merged: int = 0
+    capped: int = 0
+    questions: int = 0  # evidence-filter questions the kept interests ask (one per citation)
+
+    def problems(self) -> str:
+        """One line naming every rule that changed the input, with an example."""
+        parts = []
+        for what in ("unknown_users", "empty_profiles", "outside_history", "merged", "capped"):
+            n = getattr(self, what)
+            if n:
+                parts.append(f"{n} {what.replace('_', ' ')} (e.g. {self.examples[what][0]})")
+        return "; ".join(parts)
 
 
 def read_profiles(
@@ -854,6 +882,15 @@ def read_profiles(
         if user not in known:
             check.note("unknown_users", repr(user))
             continue
+        if not interests:
+            check.note("empty_profiles", repr(user))
+        if len(interests) > PROFILE_INTEREST_CAP:
+            check.note(
+                "capped",
+                f"user {user!r}: {len(interests)} interests, the first {PROFILE_INTEREST_CAP} kept",
+                len(interests) - PROFILE_INTEREST_CAP,
+            )
+            interests = interests[:PROFILE_INTEREST_CAP]
         history = set(ds.history(user)["item_id"].astype(str))
         for k, entry in enumerate(interests):
             name = " ".join(str(entry.get("name", "")).split()) if isinstance(entry, dict) else ""
@@ -878,6 +915,7 @@ def read_profiles(
                     it.ids.append(o)
     if not check.profiles:
         raise DataError("no profile in the file.", source=str(path), fix=_PROFILE_FIX)
+    check.questions = sum(len(it.ids) for it in merged.values())
     return list(merged.values()), check
 
 
@@ -918,6 +956,12 @@ def verify_profiles(
             )
         interests += its
         checks[Path(p).stem] = check.__dict__
+        if progress and (check.problems() or check.questions > 2000):
+            # Said before any judging: what the rules changed, and what the run will ask.
+            print(f"{p}: {check.profiles} profiles, {check.interests} interests, "
+                  f"{check.questions} evidence-filter questions"
+                  f"{'; ' + check.problems() if check.problems() else ''}",
+                  file=sys.stderr)  # fmt: skip
     users = sorted({it.user_id for it in interests} | set(oracle or {}))
     run = _open_run(config, ds, users, out, pool, progress, None)
     try:

@@ -362,7 +362,7 @@ def _read(
     version = head.get("version")
     if version not in (1, PORTABLE_VERSION):
         raise PortableError(
-            f"{path}: checkpoint version {str(version)[:10]!r}; this recjudge reads versions 1 "
+            f"{path}: checkpoint version {str(version)[:10]}; this recjudge reads versions 1 "
             f"and {PORTABLE_VERSION}: export it again with this recjudge"
         )
     h = hashlib.sha256()

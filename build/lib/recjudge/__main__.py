@@ -1,0 +1,5 @@
+"""``python -m recjudge``."""
+
+from recjudge.cli import main
+
+main()

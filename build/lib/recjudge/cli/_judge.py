@@ -1,0 +1,285 @@
+"""``recjudge judge``: one Judgment as JSON, or many pairs with a resumable store."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from recjudge._registry import UnknownNameError
+from recjudge.cli._app import app, emit, fail
+
+
+def build_judge(
+    model: str,
+    mode: str,
+    cf: str | None,
+    beta: float,
+    need_evidence: bool = True,
+    sample: int = 0,
+    seed: int = 0,
+    batch_size: int = 8,
+    max_evidence: int = 5,
+    backend: str = "transformers",
+    server: str | None = None,
+    max_history: int = 50,
+    dataset: Any = None,
+):
+    from recjudge.cf_models import load_model
+    from recjudge.llm import LLMConfig, SamplingConfig, load_llm
+    from recjudge.reward import JUDGES, SIMULATOR_MODES, Judge, JudgeConfig, Population
+
+    JUDGES.get(mode)
+    sampling = SamplingConfig.paper(seed=seed) if sample else SamplingConfig(max_new_tokens=256)
+    config = JudgeConfig(
+        model=model,
+        mode=mode,
+        beta=beta,
+        need_evidence=need_evidence,
+        sampling=sampling,
+        samples=max(sample, 1),
+        batch_size=batch_size,
+        max_evidence=max_evidence,
+        max_history=max_history,
+    )
+    llm = None
+    if backend != "transformers" or server:
+        if server and backend == "transformers":
+            backend = "openai-compatible"
+        llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
+    cf_model = load_model(cf) if cf else None
+    if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
+        from recjudge.cf_models import item_item_for, trained_on
+        from recjudge.data import load_dataset
+
+        dataset = trained_on(cf_model)
+        cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
+    if config.uses_cf() and cf_model is None:
+        raise ValueError(
+            f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "
+            "use --mode no-behavior / zero-shot"
+        )
+    population = None
+    if config.mode in SIMULATOR_MODES and dataset is not None:
+        population = Population.of(dataset)  # the user simulators' traits and attributes
+    return Judge(config, llm=llm, cf=cf_model, population=population)
+
+
+@app.command("judge")
+def judge_cmd(
+    data: str = typer.Option("ml-1m", "--data", help="Dataset name or saved folder."),
+    user: str = typer.Option(None, "--user", help="User id (single judgment)."),
+    candidate: str = typer.Option(
+        None,
+        "--candidate",
+        help="Item id or exact title; id:X or title:X when X could be either.",
+    ),
+    pairs: str = typer.Option(None, "--pairs", help="JSONL of {user_id, item_id} to score."),
+    out: str = typer.Option(None, "--out", help="Results JSONL for --pairs."),
+    store: str = typer.Option(None, "--store", help="SQLite store (default: OUT.sqlite)."),
+    resume: bool = typer.Option(False, "--resume", help="Skip pairs already in the store."),
+    repair: bool = typer.Option(
+        False, "--repair", help="With --resume: salvage a damaged store's readable rows first."
+    ),
+    retry_failed: bool = typer.Option(
+        False, "--retry-failed", help="With --resume: judge again the pairs that failed before."
+    ),
+    model: str = typer.Option("smollm2-135m", "--model"),
+    cf: str = typer.Option(None, "--cf", help="A saved CF model folder (sigma source)."),
+    mode: str = typer.Option(
+        "brief",
+        "--mode",
+        help="brief, non-adaptive, no-behavior, zero-shot, cf-only, item-item, or a user "
+        "simulator: pub, agent4rec, recagent.",
+    ),
+    beta: float = typer.Option(25.0, "--beta"),
+    no_evidence: bool = typer.Option(
+        False, "--no-evidence", help="Stop at the decision step (reward only)."
+    ),
+    samples: int = typer.Option(
+        0, "--samples", help="Estimate P(YES) from N samples (T 0.7, top-p 0.8)."
+    ),
+    seed: int = typer.Option(0, "--seed"),
+    batch_size: int = typer.Option(8, "--batch-size"),
+    allow_cf_mismatch: bool = typer.Option(
+        False,
+        "--allow-cf-mismatch",
+        help="Use a CF model trained on other data (unknown items get sigma 0).",
+    ),
+    max_history: int = typer.Option(
+        50, "--max-history", min=1, help="Most recent history items shown in the prompt."
+    ),
+    backend: str = typer.Option(
+        "transformers", "--backend", help="transformers | vllm | openai-compatible."
+    ),
+    server: str = typer.Option(
+        None,
+        "--server",
+        help="URL of a `recjudge serve` server, e.g. http://127.0.0.1:8000/v1 "
+        "(implies --backend openai-compatible; API key from $RECJUDGE_API_KEY).",
+    ),
+) -> None:
+    """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
+    from recjudge.data import load_dataset
+    from recjudge.reward import request_for
+
+    try:
+        ds = load_dataset(data)
+        judge = build_judge(
+            model,
+            mode,
+            cf,
+            beta,
+            not no_evidence,
+            samples,
+            seed,
+            batch_size,
+            backend=backend,
+            server=server,
+            max_history=max_history,
+            dataset=ds,
+        )
+        if judge.cf is not None:
+            from recjudge.cf_models import check_fits
+
+            check_fits(judge.cf, ds, allow_mismatch=allow_cf_mismatch)
+        if pairs is None:
+            if user is None or candidate is None:
+                fail("give --user and --candidate, or --pairs FILE --out FILE")
+            req = request_for(ds, user, _candidate(ds, candidate))
+            emit(judge.judge(req).to_dict())
+            return
+        if out is None:
+            fail("--pairs needs --out")
+        reqs = _read_pairs(ds, pairs)
+        _judge_batch(judge, reqs, out, store, resume, repair, retry_failed)
+    except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
+        # DataError, StoreError, CFMismatchError and ServerError are among these.
+        fail(str(e).strip("'\""))
+    # NonFiniteLogitsError, like every UserFacingError, is printed as one line by cli.main.
+
+
+def _read_pairs(ds: Any, pairs: str) -> list[Any]:
+    """One request per ``{"user_id", "item_id", ...}`` line (other keys go to ``meta``)."""
+    from recjudge.reward import request_for
+
+    reqs = []
+    for n, line in enumerate(Path(pairs).read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if not isinstance(rec, dict):
+                raise ValueError(f"a JSON {type(rec).__name__}, not an object")
+            reqs.append(
+                request_for(
+                    ds,
+                    str(rec["user_id"]),
+                    str(rec["item_id"]),
+                    meta={k: v for k, v in rec.items() if k not in ("user_id", "item_id")},
+                )
+            )
+        except (json.JSONDecodeError, KeyError, ValueError) as e:
+            fail(f'{pairs}, line {n}: {e}. Each line must be {{"user_id": ..., "item_id": ...}}')
+    return reqs
+
+
+def _judge_batch(
+    judge: Any,
+    reqs: list[Any],
+    out: str,
+    store: str | None,
+    resume: bool,
+    repair: bool,
+    retry_failed: bool,
+) -> None:
+    """Judge ``reqs`` through the store (resumable), write ``out`` atomically, summarise."""
+    from recjudge.reward import ResultsStore
+
+    store_path = Path(store or f"{out}.sqlite")
+    if store_path.exists() and not resume:
+        fail(f"{store_path} exists; pass --resume to continue it, or remove it")
+    if repair and store_path.exists():
+        _repair(store_path)
+    t0 = time.perf_counter()
+    with ResultsStore(store_path) as st:
+        results = judge.judge_many(
+            reqs, store=st, progress=True, errors="record", retry_failed=retry_failed
+        )
+    seconds = time.perf_counter() - t0
+    tmp = Path(out).with_name(Path(out).name + ".tmp")
+    tmp.write_text("".join(json.dumps(r.to_dict(), ensure_ascii=False) + "\n" for r in results))
+    tmp.replace(out)
+    _summary(results, judge.last_run, seconds, out, store_path)
+
+
+def _candidate(ds, candidate: str) -> str:
+    """The item id ``--candidate`` means: ``id:X`` and ``title:X`` say which; a bare value
+    that is one item's id and another item's title is refused, naming both."""
+    kind, sep, rest = candidate.partition(":")
+    if sep and kind in ("id", "title") and rest:
+        if kind == "id":
+            if not ds.has_item(rest):
+                fail(f"--candidate id:{rest}: dataset {ds.name!r} has no item with id {rest!r}")
+            return rest
+        same = ds.items.index[ds.items["title"].astype(str) == rest]
+        if len(same) != 1:
+            fail(f"--candidate title:{rest}: {len(same)} items of dataset {ds.name!r} have "
+                 "that exact title; give the item id (id:ID)")  # fmt: skip
+        return str(ds.items.iloc[same[0]]["item_id"])
+    if ds.has_item(candidate):
+        titled = ds.items[ds.items["title"].astype(str) == candidate]["item_id"].astype(str)
+        other = [i for i in titled if i != candidate]
+        if other:
+            own = ds.items.loc[ds.items["item_id"].astype(str) == candidate, "title"].iloc[0]
+            fail(
+                f"--candidate {candidate!r} is ambiguous in dataset {ds.name!r}: item id "
+                f"{candidate!r} ({own!r}) and the title of item {other[0]!r}; pass "
+                f"--candidate id:{candidate} or --candidate title:{candidate}"
+            )
+    return candidate
+
+
+def _repair(path: Path) -> None:
+    """Replace a damaged store by a new one with its readable rows (the old file is kept)."""
+    from recjudge.reward import salvage
+
+    fresh = path.with_name(path.name + ".repaired")
+    fresh.unlink(missing_ok=True)
+    copied, lost = salvage(path, fresh)
+    if not fresh.exists():  # nothing readable at all (not a database): start an empty store
+        from recjudge.reward import ResultsStore
+
+        ResultsStore(fresh).close()
+    broken = path.with_name(path.name + ".broken")
+    path.replace(broken)
+    for suffix in ("-wal", "-shm"):  # they belong to the old file
+        side = Path(f"{path}{suffix}")
+        if side.exists():
+            side.replace(f"{broken}{suffix}")
+    fresh.replace(path)
+    typer.echo(f"repaired {path}: {copied} rows kept, {lost} unreadable (old file: {broken})")
+
+
+def _summary(results, run, seconds: float, out: str, store_path: Path) -> None:
+    """One line of counts and throughput; failed pairs (no verdict) with examples on stderr."""
+    ok = [r for r in results if r.error is None]
+    failed = [r for r in results if r.error is not None]
+    yes = sum(r.is_relevant for r in ok)
+    rate = f", {run.judged / seconds:.2f} pairs/s" if run and run.judged and seconds > 0 else ""
+    reused = f", {run.reused} from the store" if run and run.reused else ""
+    typer.echo(
+        f"{len(results)} pairs: {len(ok)} judged ({yes} YES), {len(failed)} failed{reused}"
+        f"{rate} -> {out} (store {store_path})"
+    )
+    if failed:
+        for r in failed[:3]:
+            typer.echo(f"  user {r.user_id!r}, item {r.candidate_id!r}: {r.error}", err=True)
+        typer.echo(
+            f"{len(failed)} pairs failed and have no verdict (their lines in {out} carry "
+            "'error'); fix the input, then rerun with --resume --retry-failed",
+            err=True,
+        )

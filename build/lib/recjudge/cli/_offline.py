@@ -1,0 +1,256 @@
+"""``recjudge impute / evaluate / augment``: the judge on your data and your recommenders."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+from pydantic import ValidationError
+
+from recjudge._registry import UnknownNameError
+from recjudge.cli._app import app, emit, fail, option_errors
+
+RUNS_HELP = (
+    "Comma-separated run files (TREC, ranx JSON, JSONL/Parquet with user_id,item_id,score "
+    "or rank), each optionally NAME=PATH."
+)
+
+
+class _JudgeOptions:
+    """The judge flags shared by impute and augment (typer options, in one place)."""
+
+    model = typer.Option("qwen2.5-coder-0.5b", "--model", help="Judge LLM (preset, path or id).")
+    cf = typer.Option(None, "--cf", help="A saved CF model folder (sigma source).")
+    mode = typer.Option(
+        "brief", "--mode", help="brief, non-adaptive, no-behavior, zero-shot, pub, agent4rec..."
+    )
+    beta = typer.Option(25.0, "--beta")
+    no_evidence = typer.Option(
+        False, "--no-evidence", help="Stop at the decision step (labels only, faster)."
+    )
+    batch_size = typer.Option(8, "--batch-size")
+    max_history = typer.Option(50, "--max-history", min=1)
+    allow_cf_mismatch = typer.Option(False, "--allow-cf-mismatch")
+    resume = typer.Option(
+        False, "--resume", help="Continue OUT/store.sqlite (reuses finished pairs)."
+    )
+
+
+def _parse_runs(spec: str, fmt: str):
+    from recjudge.evaluators import read_run
+
+    runs = []
+    for part in [p.strip() for p in spec.split(",") if p.strip()]:
+        name, _, path = part.rpartition("=") if "=" in part else ("", "", part)
+        runs.append(read_run(path, fmt, name or None))
+    if not runs:
+        fail("--runs names no file")
+    return runs
+
+
+def _judge_and_store(data_ds, opts: dict, out: Path):
+    from recjudge.cf_models import check_fits
+    from recjudge.cli._judge import build_judge
+    from recjudge.reward import ResultsStore
+
+    judge = build_judge(
+        opts["model"], opts["mode"], opts["cf"], opts["beta"], not opts["no_evidence"],
+        batch_size=opts["batch_size"], max_history=opts["max_history"], dataset=data_ds,
+    )  # fmt: skip
+    if judge.cf is not None:
+        check_fits(judge.cf, data_ds, allow_mismatch=opts["allow_cf_mismatch"])
+    store_path = out / "store.sqlite"
+    if store_path.exists() and not opts["resume"]:
+        fail(f"{store_path} exists; pass --resume to continue it, or choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    return judge, ResultsStore(store_path)
+
+
+def _warn_checks(runs) -> None:
+    for r in runs:
+        problems = r.check.problems()
+        if problems:
+            typer.echo(f"{r.path}: {problems} (rules: recjudge.evaluators._runs)", err=True)
+
+
+@app.command("impute")
+def impute_cmd(
+    data: str = typer.Option(..., "--data", help="What the recommenders trained on (histories)."),
+    feedback: str = typer.Option(
+        ..., "--feedback", help="Held-out logged feedback: a dataset name or folder."
+    ),
+    runs: str = typer.Option(..., "--runs", help=RUNS_HELP),
+    out: str = typer.Option(..., "--out", help="Folder for qrels, imputed.jsonl, summary."),
+    k: int = typer.Option(20, "--k", min=1, help="Judge each ranking's top-k."),
+    users: int = typer.Option(None, "--users", min=1, help="A seeded sample of users."),
+    seed: int = typer.Option(0, "--seed"),
+    min_rating: float = typer.Option(
+        None, "--min-rating", help="Logged relevance: rating >= this (default: positive events)."
+    ),
+    run_format: str = typer.Option(
+        "auto", "--run-format", help="auto, trec, ranx, jsonl, parquet."
+    ),
+    model: str = _JudgeOptions.model,
+    cf: str = _JudgeOptions.cf,
+    mode: str = _JudgeOptions.mode,
+    beta: float = _JudgeOptions.beta,
+    no_evidence: bool = _JudgeOptions.no_evidence,
+    batch_size: int = _JudgeOptions.batch_size,
+    max_history: int = _JudgeOptions.max_history,
+    allow_cf_mismatch: bool = _JudgeOptions.allow_cf_mismatch,
+    resume: bool = _JudgeOptions.resume,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Label every unlabelled (user, item) in the runs' top-k with the judge; write qrels."""
+    from recjudge.data import load_dataset
+    from recjudge.evaluators import ImputeConfig, impute, restrict_to
+
+    opts = dict(locals())
+    try:
+        config = ImputeConfig(k=k, users=users, seed=seed, min_rating=min_rating)
+        data_ds, fb = load_dataset(data), load_dataset(feedback)
+        recs = [restrict_to(r, data_ds, k) for r in _parse_runs(runs, run_format)]
+        _warn_checks(recs)
+        judge, store = _judge_and_store(data_ds, opts, Path(out))
+        with store:
+            s = impute(judge, data_ds, fb, recs, config, out, store=store, progress=True)
+    except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
+        fail(str(e).strip("'\""))
+    if as_json:
+        emit(s)
+        return
+    per = s["seconds_per_judged_pair"]
+    typer.echo(
+        f"{s['users']} users, {s['pairs']} unlabelled pairs: {s['imputed_yes']} YES, "
+        f"{s['imputed_no']} NO, {s['failed']} failed, {s['reused']} from the store"
+        f"{f', {per} s per judged pair' if per else ''} -> {out}/qrels_imputed.trec"
+    )
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    runs: str = typer.Option(..., "--runs", help=RUNS_HELP),
+    qrels: str = typer.Option(
+        None, "--qrels", help="An `impute` --out folder: logged and imputed qrels side by side."
+    ),
+    feedback: str = typer.Option(
+        None, "--feedback", help="Without --qrels: held-out logged feedback (dataset)."
+    ),
+    metrics: str = typer.Option("ndcg@10,precision@10,recall@10,mrr@10", "--metrics"),
+    k: int = typer.Option(20, "--k", min=1),
+    min_rating: float = typer.Option(None, "--min-rating"),
+    stat_test: str = typer.Option(
+        "student", "--stat-test", help="student (paired t-test), fisher (randomisation), tukey."
+    ),
+    run_format: str = typer.Option("auto", "--run-format"),
+    out: str = typer.Option(None, "--out", help="Report folder (report.md, results.json, PNG)."),
+    note: str = typer.Option(
+        None, "--note", help="A paragraph for the report's header (protocol, deviations)."
+    ),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Metrics per system on logged-only and on imputed feedback, paired tests, and how far
+    the two agree on the systems' order."""
+    from recjudge.evaluators import (
+        QRELS_KINDS,
+        EvaluateConfig,
+        evaluate_runs,
+        evaluation_users,
+        logged_qrels,
+        read_qrels,
+    )
+
+    try:
+        config = EvaluateConfig(metrics=tuple(m.strip() for m in metrics.split(",") if m.strip()),
+                                k=k, stat_test=stat_test)  # fmt: skip
+        recs = _parse_runs(runs, run_format)
+        if qrels:
+            if not (Path(qrels) / "qrels_imputed.json").exists():
+                fail(f"{qrels} holds no qrels_logged.json / qrels_imputed.json; --qrels takes "
+                     "the --out folder of `recjudge impute`")  # fmt: skip
+            q = {kind: read_qrels(Path(qrels) / f"qrels_{kind}.json")
+                 for kind in QRELS_KINDS}  # fmt: skip
+            users = sorted(q["imputed"])
+        elif feedback:
+            from recjudge.data import load_dataset
+
+            q = {"logged": logged_qrels(load_dataset(feedback), min_rating)}
+            users = evaluation_users(recs, q["logged"])
+        else:
+            fail("give --qrels DIR (from `recjudge impute`) or --feedback DATA")
+        res = evaluate_runs(q, recs, users, config)
+    except ValidationError as e:
+        fail(option_errors(e))
+    except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
+        fail(str(e).strip("'\""))
+    if out:
+        _write_evaluation(res, recs, qrels or feedback, out, note)
+    if as_json:
+        emit(res)
+        return
+    from recjudge.evaluators._evaluate import report_lines
+
+    typer.echo("\n".join(report_lines(res, [])))
+
+
+def _write_evaluation(res, recs, source: str, out: str, note: str | None = None) -> None:
+    from recjudge.evaluators._evaluate import plot_scores, report_lines
+    from recjudge.reporting import write_report
+
+    header = [
+        "# Offline evaluation: logged-only vs imputed feedback",
+        "",
+        f"Systems: {', '.join(f'{r.name} ({r.path})' for r in recs)}. Qrels: {source}.",
+        *(["", note] if note else []),
+    ]
+    write_report(out, {**res, "runs": {r.name: r.path for r in recs}}, report_lines(res, header))
+    plot_scores(res, Path(out) / "evaluate.png")
+
+
+@app.command("augment")
+def augment_cmd(
+    data: str = typer.Option(..., "--data", help="The training data to augment."),
+    candidates: str = typer.Option(..., "--candidates", help="A run file: candidates per user."),
+    out: str = typer.Option(..., "--out", help="The augmented dataset folder."),
+    k: int = typer.Option(10, "--k", min=1, help="Candidates judged per user."),
+    top_m: int = typer.Option(2, "--top-m", min=1, help="Most pseudo-positives added per user."),
+    users: int = typer.Option(None, "--users", min=1),
+    seed: int = typer.Option(0, "--seed"),
+    run_format: str = typer.Option("auto", "--run-format"),
+    model: str = _JudgeOptions.model,
+    cf: str = _JudgeOptions.cf,
+    mode: str = _JudgeOptions.mode,
+    beta: float = _JudgeOptions.beta,
+    no_evidence: bool = _JudgeOptions.no_evidence,
+    batch_size: int = _JudgeOptions.batch_size,
+    max_history: int = _JudgeOptions.max_history,
+    allow_cf_mismatch: bool = _JudgeOptions.allow_cf_mismatch,
+    resume: bool = _JudgeOptions.resume,
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Add the judge's top-M YES candidates per user as pseudo-positives (`cf train` reads it)."""
+    from recjudge.data import load_dataset
+    from recjudge.evaluators import AugmentConfig, augment, read_run, restrict_to
+
+    opts = dict(locals())
+    try:
+        config = AugmentConfig(k=k, top_m=top_m, users=users, seed=seed)
+        data_ds = load_dataset(data)
+        run = restrict_to(read_run(candidates, run_format), data_ds)
+        _warn_checks([run])
+        store_dir = Path(f"{out}.judge")
+        judge, store = _judge_and_store(data_ds, opts, store_dir)
+        with store:
+            s = augment(judge, data_ds, run, config, out, store=store, progress=True)
+    except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
+        fail(str(e).strip("'\""))
+    if as_json:
+        emit(s)
+        return
+    per = s["seconds_per_judged_pair"]
+    typer.echo(
+        f"{s['users']} users, {s['candidates']} candidates: {s['yes']} YES, {s['added']} added "
+        f"(per user: {json.dumps(s['added_per_user'])}), {s['failed']} failed"
+        f"{f', {per} s per judged pair' if per else ''} -> {out}"
+    )

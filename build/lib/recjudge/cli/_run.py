@@ -1,0 +1,109 @@
+"""``recjudge run NAME`` and ``recjudge bench run NAME``: an evaluator or benchmark from a
+saved config, dispatched through the registries (so a results.json reruns its experiment)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from recjudge.cli._app import app, emit, fail, option_errors
+from recjudge.cli._bench import bench_app
+
+CONFIG_HELP = (
+    "A JSON file with the config (the 'config' of a results.json also works); options not in "
+    "it keep their defaults."
+)
+
+
+def _read_config(path: str | None, cls: Any) -> tuple[Any, str | None]:
+    """(config, the data name a results.json records) from a JSON file; defaults if None."""
+    from pydantic import ValidationError
+
+    raw: dict[str, Any] = {}
+    data = None
+    if path:
+        try:
+            raw = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            fail(f"{path}: no such file; pass --config a JSON file (e.g. a report's results.json)")
+        except json.JSONDecodeError as e:
+            fail(f"{path}: not JSON ({e.msg}, line {e.lineno}); fix the file or omit --config")
+        if not isinstance(raw, dict):
+            fail(f"{path}: expected a JSON object with the config's fields")
+        if isinstance(raw.get("config"), dict):  # a results.json
+            data = raw.get("data")
+            raw = raw["config"]
+    try:
+        return cls.model_validate(raw), data
+    except ValidationError as e:
+        fail(f"{path}: {option_errors(e).replace('--', '')}")
+    raise AssertionError  # fail() exits
+
+
+def _list(registry: Any, as_json: bool) -> None:
+    rows = {n: s.summary for n, s in registry.items()}
+    if as_json:
+        emit(rows)
+        return
+    for n, s in rows.items():
+        typer.echo(f"{n:<14} {s}")
+
+
+@app.command("evaluators")
+def evaluators_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the evaluators ``recjudge run`` can run."""
+    from recjudge.evaluators import EVALUATORS
+
+    _list(EVALUATORS, as_json)
+
+
+@app.command("run")
+def run_cmd(
+    name: str = typer.Argument(..., help="An evaluator: see `recjudge evaluators`."),
+    config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    data: str = typer.Option(
+        None, "--data", help="Dataset (default: the config file's, or ml-1m)."
+    ),
+    out: str = typer.Option(None, "--out", help="Report folder (default: the evaluator's)."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run an evaluator by name from a saved config (resumable, like its own command)."""
+    from recjudge.evaluators import EVALUATORS
+
+    spec = EVALUATORS.get(name)  # unknown names: a did-you-mean error
+    cfg, saved_data = _read_config(config, spec.config)
+    try:
+        r = spec.run(cfg, data or saved_data or "ml-1m", out or spec.default_out)
+    except ValueError as e:
+        fail(str(e))
+    if as_json:
+        emit({k: v for k, v in r.items() if k not in ("users", "answers")})
+        return
+    typer.echo((Path(out or spec.default_out) / "report.md").read_text())
+
+
+@bench_app.command("list")
+def bench_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the benchmarks ``recjudge bench run`` can run from a config."""
+    from recjudge.bench import BENCHMARKS
+
+    _list(BENCHMARKS, as_json)
+
+
+@bench_app.command("run")
+def bench_run_cmd(
+    name: str = typer.Argument(..., help="A benchmark: see `recjudge bench list`."),
+    config: str = typer.Option(None, "--config", help=CONFIG_HELP),
+    out: str = typer.Option(None, "--out", help="Default: reports/<name>/<data>-<model>."),
+) -> None:
+    """Run a benchmark by name from a saved config (e.g. a report's results.json)."""
+    from recjudge.bench import BENCHMARKS
+
+    spec = BENCHMARKS.get(name)
+    cfg, _ = _read_config(config, spec.config)
+    target = out or f"reports/{name}/{cfg.data}-{cfg.model}"
+    spec.run(cfg, target)
+    typer.echo((Path(target) / "report.md").read_text())

@@ -1,0 +1,219 @@
+"""Offline evaluation of several recommenders on logged-only and on imputed feedback.
+
+Per system, ranx metrics on the same evaluation users under two qrels: the logged labels
+alone, and logged + judge-imputed labels (``impute``). Between systems, ranx's paired tests
+(``compare``). Between the two qrels, Kendall's tau of the system orderings per metric: how
+much imputing unlabelled items changes which recommender looks best.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from recjudge.evaluators._runs import Qrels, RecRun
+
+QRELS_KINDS = ("logged", "imputed")
+# ranx's binary-relevance metrics (``name@k``; ``ndcg_burges`` is ranx's exp-gain nDCG).
+METRICS = ("hits", "hit_rate", "precision", "recall", "f1", "r-precision", "mrr", "map",
+           "ndcg", "ndcg_burges")  # fmt: skip
+
+
+class EvaluateConfig(BaseModel):
+    """``evaluate`` settings.
+
+    Attributes:
+        metrics: ranx metric names with cut-offs, e.g. ``ndcg@10``.
+        k: rankings are cut to their top-k (the k that ``impute`` judged).
+        stat_test: ranx's paired test: ``student`` (t-test), ``fisher`` (randomisation),
+            or ``tukey`` (HSD): the paired tests ranx offers.
+        max_p: significance level for the report's markers.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    metrics: tuple[str, ...] = ("ndcg@10", "precision@10", "recall@10", "mrr@10")
+    k: int = Field(20, ge=1)
+    stat_test: Literal["student", "fisher", "tukey"] = "student"
+    max_p: float = Field(0.05, gt=0, lt=1)
+
+    @field_validator("metrics")
+    @classmethod
+    def _known(cls, metrics: tuple[str, ...]) -> tuple[str, ...]:
+        from recjudge._registry import suggest
+
+        if not metrics:
+            raise ValueError("give at least one metric, e.g. ndcg@10")
+        for m in metrics:
+            name, _, cut = m.partition("@")
+            if name not in METRICS or (cut and not cut.isdigit()):
+                close = suggest(name, list(METRICS))
+                hint = f" Did you mean {close[0]}@{cut or 10}?" if close else ""
+                raise ValueError(f"unknown metric {m!r}.{hint} Known: {', '.join(METRICS)} "
+                                 "(with @k for a cut-off)")  # fmt: skip
+        return metrics
+
+    @model_validator(mode="after")
+    def _cut_within_k(self) -> EvaluateConfig:
+        # Rankings are cut to k before any metric sees them: a metric@10 on lists of 3 would
+        # be reported as "@10" while it measured the top 3.
+        for m in self.metrics:
+            cut = m.partition("@")[2]
+            if cut and int(cut) > self.k:
+                raise ValueError(
+                    f"metric {m} looks at the top {cut} but --k {self.k} cuts every ranking to "
+                    f"{self.k} items; use --k {cut} or more, or {m.partition('@')[0]}@{self.k}"
+                )
+        return self
+
+
+# ranx turns item ids into numpy fixed-width strings and numba compiles its data-structure
+# kernels once per width (the longest id), ~40 s on 2 cores for each new width. Codes of one
+# width make every dataset use the kernels set-up compiled (scripts/warm_jit.py).
+ID_WIDTH = 10
+
+
+def _ranx(qrels: Qrels, runs: Sequence[RecRun], users: Sequence[str], k: int):
+    """ranx Qrels and Runs of ``users``, item ids replaced by fixed-width codes (one mapping
+    for the qrels and every run, so matches are unchanged; scores are distinct ranks, so no
+    tie is broken by id)."""
+    from ranx import Qrels as RQrels
+    from ranx import Run as RRun
+
+    codes: dict[str, str] = {}
+
+    def code(item: str) -> str:
+        return codes.setdefault(item, f"{len(codes):0{ID_WIDTH}d}")
+
+    # Only positives: ranx ignores 0 labels. Every evaluation user has one (the user rule);
+    # make_comparable scores a user a run lacks as 0 rather than dropping it.
+    q = RQrels({u: {code(i): r for i, r in qrels.get(u, {}).items() if r > 0} for u in users})
+    rs = [
+        RRun({u: {code(i): s for i, s in ranked.items()} for u, ranked in
+              r.to_ranx(k, users).items()}, name=r.name)
+        for r in runs
+    ]  # fmt: skip
+    return q, rs
+
+
+def _p(value: float) -> float | None:
+    """A p-value, or None where the test is undefined (identical scores on every user)."""
+    value = float(value)
+    return None if value != value else value
+
+
+def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """Kendall's tau-b between two score vectors (None with fewer than two systems or a
+    constant vector)."""
+    from scipy.stats import kendalltau
+
+    if len(a) < 2:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        tau = kendalltau(a, b).statistic
+    return None if tau != tau else float(tau)
+
+
+def evaluate_runs(
+    qrels: Mapping[str, Qrels],
+    runs: Sequence[RecRun],
+    users: Sequence[str],
+    config: EvaluateConfig,
+) -> dict[str, Any]:
+    """Metrics per qrels kind and system, paired tests, and ordering agreement.
+
+    Args:
+        qrels: ``{"logged": ..., "imputed": ...}`` (``imputed`` optional).
+        runs: the systems (names unique).
+        users: the evaluation users (the same for every qrels kind).
+
+    Returns:
+        ``{"users", "metrics", "scores": {kind: {system: {metric: value}}},
+        "tests": {kind: {metric: {"a vs b": p}}}, "kendall_tau": {metric: tau},
+        "winners": {kind: {metric: system}}}``.
+    """
+    from ranx import compare
+
+    names = [r.name for r in runs]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two runs share a name ({names}); rename a file or pass NAME=PATH")
+    out: dict[str, Any] = {"users": len(users), "metrics": list(config.metrics), "scores": {},
+                           "tests": {}, "winners": {}}  # fmt: skip
+    for kind, q in qrels.items():
+        rq, rs = _ranx(q, runs, users, config.k)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            rep = compare(rq, rs, list(config.metrics), stat_test=config.stat_test,
+                          max_p=config.max_p, make_comparable=True).to_dict()  # fmt: skip
+        out["scores"][kind] = {n: {m: float(rep[n]["scores"][m]) for m in config.metrics}
+                               for n in names}  # fmt: skip
+        out["tests"][kind] = {
+            m: {f"{a} vs {b}": _p(rep[a]["comparisons"][b][m])
+                for a, b in itertools.combinations(names, 2)}
+            for m in config.metrics
+        }  # fmt: skip
+        out["winners"][kind] = {m: max(names, key=lambda n: out["scores"][kind][n][m])
+                                for m in config.metrics}  # fmt: skip
+    if len(qrels) == 2:
+        s = out["scores"]
+        out["kendall_tau"] = {
+            m: kendall_tau([s["logged"][n][m] for n in names], [s["imputed"][n][m] for n in names])
+            for m in config.metrics
+        }
+    return out
+
+
+def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
+    """Markdown: one table with the logged-only and imputed columns side by side."""
+    kinds = list(res["scores"])
+    systems = list(res["scores"][kinds[0]])
+    lines = [*header, "", f"Evaluation users: {res['users']}.", ""]
+    cols = [f"{m} ({k})" for m in res["metrics"] for k in kinds]
+    lines += ["| system | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    for n in systems:
+        vals = [f"{res['scores'][k][n][m]:.4f}" for m in res["metrics"] for k in kinds]
+        lines.append(f"| {n} | " + " | ".join(vals) + " |")
+    if "kendall_tau" in res:
+        lines += ["", "Kendall's tau between the system orderings (logged vs imputed):", ""]
+        for m, t in res["kendall_tau"].items():
+            lines.append(f"- {m}: {'n/a' if t is None else f'{t:.3f}'}")
+    lines += ["", "Paired tests (p-values):", ""]
+    for k in kinds:
+        for m, tests in res["tests"][k].items():
+            shown = ", ".join(
+                f"{pair} p={'n/a (identical)' if p is None else f'{p:.3g}'}"
+                for pair, p in tests.items()
+            )
+            lines.append(f"- {k}, {m}: {shown}")
+    return lines
+
+
+def plot_scores(res: Mapping[str, Any], path: str | Path) -> None:
+    """Grouped bars: per metric, each system's logged-only and imputed value."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    kinds = list(res["scores"])
+    systems = list(res["scores"][kinds[0]])
+    metrics = res["metrics"]
+    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.4), squeeze=False)
+    x = np.arange(len(systems))
+    width = 0.8 / len(kinds)
+    for ax, m in zip(axes[0], metrics, strict=True):
+        for j, k in enumerate(kinds):
+            ax.bar(x + j * width, [res["scores"][k][n][m] for n in systems], width, label=k)
+        ax.set_xticks(x + width * (len(kinds) - 1) / 2, systems, rotation=30, ha="right")
+        ax.set_title(m)
+    axes[0][0].legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

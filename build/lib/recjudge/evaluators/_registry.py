@@ -1,0 +1,51 @@
+"""The evaluators the CLI can run by name from a saved config (``recjudge run NAME``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel
+
+from recjudge._registry import Registry
+
+
+@dataclass(frozen=True)
+class EvaluatorSpec:
+    """One runnable evaluator.
+
+    Attributes:
+        config: its frozen config class (what ``results.json`` stores under ``config``).
+        run: ``run(config, data, out, progress=...) -> results``.
+        summary: one line for ``recjudge evaluators list``.
+        default_out: where its report goes by default.
+    """
+
+    config: type[BaseModel]
+    run: Callable[..., dict[str, Any]]
+    summary: str
+    default_out: str
+
+
+EVALUATORS: Registry[EvaluatorSpec] = Registry("evaluator")
+
+
+def _register() -> None:
+    from recjudge.evaluators._arena import ArenaConfig, run_arena
+    from recjudge.evaluators._gist import GistConfig
+    from recjudge.evaluators._gist_pipeline import run_gist
+    from recjudge.evaluators._usersum import UserSumConfig, run_usersum
+
+    EVALUATORS.register("arena", EvaluatorSpec(
+        ArenaConfig, run_arena, "RecSys Arena: systems judged pairwise against a reference",
+        "reports/arena"))  # fmt: skip
+    EVALUATORS.register("gist", EvaluatorSpec(
+        GistConfig, run_gist, "GISTBench: interest extraction, verification, IG and IS",
+        "reports/gist"))  # fmt: skip
+    EVALUATORS.register("usersum", EvaluatorSpec(
+        UserSumConfig, run_usersum, "UserSumBench: summary quality by future prediction",
+        "reports/usersum"))  # fmt: skip
+
+
+_register()

@@ -1,0 +1,534 @@
+"""The fast decoding engine: one shared prefix KV cache, read in place by every row.
+
+Every candidate judged against one user shares the user's prompt prefix (system text,
+history, instructions). The prefix is prefilled once at its exact length and its keys and
+values are kept once per layer (``PrefixKV``). Each row (a candidate's suffix and its
+generated tokens) has a small buffer of its own, allocated once for the whole answer, so
+nothing is copied per row and nothing grows by concatenation. A custom attention function
+(registered with transformers' ``AttentionInterface``) computes every layer's attention in
+two blocks merged by one softmax:
+
+    s_prefix = q K_prefix^T * scale                    (one matmul for all rows of a KV head)
+    s_row    = q K_row^T * scale + mask_row            (causal within the row, pads masked)
+    out      = softmax([s_prefix, s_row]) [V_prefix; V_row]
+
+Rows run at the batch size that is active (no padding rows, finished rows leave), in the
+model's dtype for the projections and fp32 for attention. A row's result equals a one-row run
+up to floating-point rounding (matrix kernels choose their blocking by row count); the
+batch-invariant engine (``recjudge.llm._engine``, ``deterministic=True`` on the judge) is
+bit-exact whatever the batch, at several times the cost.
+
+Supported: decoder-only models whose attention follows transformers' functional
+``AttentionInterface`` with full causal attention (Llama, Qwen2/2.5/3, Mistral without a
+sliding window, ...). ``supports_fast`` says whether a loaded model qualifies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from recjudge.llm._backend import SamplingConfig
+from recjudge.llm._engine import EngineStats, _attention, check_finite, sample_next
+
+ATTN_NAME = "recjudge_prefix"
+_FAST_TYPES = {"llama", "qwen2", "qwen3", "mistral", "granite", "olmo2", "smollm3"}
+_STATE: contextvars.ContextVar[_Rows | None] = contextvars.ContextVar("recjudge_rows", default=None)
+
+
+def supports_fast(model: Any) -> bool:
+    """Whether ``model`` can run on this engine (full causal attention, functional API)."""
+    cfg = model.config
+    if cfg.model_type not in _FAST_TYPES:
+        return False
+    if getattr(cfg, "use_sliding_window", False) and getattr(cfg, "sliding_window", None):
+        return False
+    types = getattr(cfg, "layer_types", None) or ["full_attention"]
+    return all(t == "full_attention" for t in types)
+
+
+@dataclass
+class PrefixKV:
+    """Keys and values of one prompt prefix: per layer ``[kv_heads, length, head_dim]``, fp32."""
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    length: int
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values)
+
+
+def encode_prefix(backend: Any, prefix_ids: Sequence[int]) -> PrefixKV:
+    """Prefill ``prefix_ids`` once (exact length, sdpa) and keep its keys and values."""
+    from transformers import DynamicCache
+
+    if not prefix_ids:
+        raise ValueError("empty prefix")
+    model = backend.model
+    cache = DynamicCache(config=model.config)
+    ids = torch.tensor([list(prefix_ids)], dtype=torch.long)
+    with torch.inference_mode(), _attention(model, "sdpa"):
+        model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
+        keys = [layer.keys[0].float().contiguous() for layer in cache.layers]
+        values = [layer.values[0].float().contiguous() for layer in cache.layers]
+    return PrefixKV(keys, values, len(prefix_ids))
+
+
+class PrefixLRU:
+    """The most recently used prefix caches of one backend, by (engine, prefix ids).
+
+    Judges of every mode and beta share them, so ablations and beta sweeps over one user's
+    candidates encode the user's history once. Entries are read-only.
+    """
+
+    def __init__(self, slots: int = 2) -> None:
+        self.slots = slots
+        self._items: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
+
+    def get(
+        self,
+        engine: str,
+        prefix_ids: Sequence[int],
+        build: Callable[[], Any],
+        stats: EngineStats | None = None,
+    ) -> Any:
+        key = (engine, tuple(prefix_ids))
+        if key in self._items:
+            self._items.move_to_end(key)
+            return self._items[key]
+        value = build()
+        if stats is not None:
+            stats.prefill_tokens += len(prefix_ids)
+        self._items[key] = value
+        while len(self._items) > self.slots:
+            self._items.popitem(last=False)
+        return value
+
+    def clear(self) -> None:
+        self._items.clear()
+
+
+def prefixes_of(backend: Any) -> PrefixLRU:
+    """The backend's prefix caches (created on first use)."""
+    lru = getattr(backend, "prefixes", None)
+    if lru is None:
+        lru = backend.prefixes = PrefixLRU()
+    return lru
+
+
+def decode_shared(
+    backend: Any,
+    prefix_ids: Sequence[int],
+    suffix_ids: Sequence[Sequence[int]],
+    step: Callable[[torch.Tensor, list[int]], None],
+    accept: Callable[[int, int], None],
+    finished: Callable[[int], bool],
+    *,
+    sampling: SamplingConfig | None = None,
+    seeds: Sequence[int] | None = None,
+    stats: EngineStats | None = None,
+    deterministic: bool = False,
+    rows: int = 8,
+    allowed: Callable[[list[int]], torch.Tensor | None] | None = None,
+) -> list[list[int]]:
+    """Decode suffixes after one shared prefix on the fast engine, or on the batch-invariant
+    engine with ``deterministic`` (or for a model the fast engine does not support).
+
+    ``rows``: rows per decode batch (with ``deterministic``, the fixed row count that makes
+    results batch-invariant; else only a memory bound).
+    ``allowed(rows)``: the tokens each row may take next (bool ``[len(rows), V]``, or None
+    for any), known before the step: the fast engine then computes the LM head only for
+    them (see ``_Head``). ``step`` must still mask: the rest come as ``-inf``.
+    """
+    from recjudge.llm._engine import prefix_cache, shared_prefix_decode
+
+    lru = prefixes_of(backend)
+    if deterministic or not supports_fast(backend.model):
+        cache = lru.get("invariant", prefix_ids, lambda: prefix_cache(backend, prefix_ids), stats)
+        return shared_prefix_decode(
+            backend, prefix_ids, suffix_ids, step, accept, finished, sampling=sampling,
+            seeds=seeds, stats=stats, cache=cache, decode_rows=rows,
+        )  # fmt: skip
+    kv = lru.get("fast", prefix_ids, lambda: encode_prefix(backend, prefix_ids), stats)
+    return fast_shared_prefix_decode(
+        backend, kv, suffix_ids, step, accept, finished, sampling=sampling, seeds=seeds,
+        stats=stats, max_rows=max(rows, 1), allowed=allowed,
+    )  # fmt: skip
+
+
+def decode_prompts(
+    backend: Any,
+    prompt_ids: Sequence[Sequence[int]],
+    step: Callable[[torch.Tensor, list[int]], None],
+    accept: Callable[[int, int], None],
+    finished: Callable[[int], bool],
+    *,
+    sampling: SamplingConfig | None = None,
+    seeds: Sequence[int] | None = None,
+    stats: EngineStats | None = None,
+    deterministic: bool = False,
+    rows: int = 8,
+) -> list[list[int]]:
+    """Decode independent prompts. On the fast engine, each batch of ``rows`` prompts shares
+    its longest common token prefix (chat templates and instructions usually give one) and
+    only the rest is prefilled per row."""
+    from recjudge.llm._engine import constrained_decode
+
+    sampling = sampling or SamplingConfig()
+    n = len(prompt_ids)
+    seeds = list(seeds) if seeds is not None else [sampling.seed + r for r in range(n)]
+    if deterministic or not supports_fast(backend.model):
+        return constrained_decode(
+            backend, prompt_ids, step, accept, finished, sampling=sampling, seeds=seeds,
+            stats=stats, decode_rows=rows,
+        )  # fmt: skip
+    out: list[list[int]] = []
+    rows = max(rows, 1)
+    for b in range(0, n, rows):
+        chunk = [list(p) for p in prompt_ids[b : b + rows]]
+        idx = list(range(b, b + len(chunk)))
+        common = _common_prefix(chunk)
+        if len(chunk) > 1 and common < MIN_SHARED:  # not worth a prefix of its own
+            common = 0
+        kv = encode_prefix(backend, chunk[0][:common]) if common else None
+        if stats is not None:
+            stats.prefill_tokens += common
+        out.extend(
+            fast_shared_prefix_decode(
+                backend,
+                kv,
+                [p[common:] for p in chunk],
+                lambda s, active, idx=idx: step(s, [idx[i] for i in active]),
+                lambda i, t, idx=idx: accept(idx[i], t),
+                lambda i, idx=idx: finished(idx[i]),
+                sampling=sampling,
+                seeds=seeds[b : b + len(chunk)],
+                stats=stats,
+                max_rows=rows,
+            )
+        )
+    return out
+
+
+MIN_SHARED = 16  # tokens
+
+
+def _common_prefix(prompts: list[list[int]]) -> int:
+    """Length of the longest common prefix, leaving every prompt at least one own token."""
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n
+
+
+class _Rows:
+    """Per-row key/value buffers of one batch and the current forward's write positions.
+
+    Buffers are ``[layers, kv_heads, rows, capacity, head_dim]``: the attended slots of a
+    layer, ``k[layer, :, :, :width]``, are then a view that the batched matmul reads in place.
+    (Rows before heads made that slice a transposed view, which the matmul copied: the whole
+    of every row's keys and values, at every layer and step. With long per-row suffixes such
+    as GISTBench's 100-object chunks, that copy cost the 1.5B 13 % of its extraction time, and
+    a larger share of smaller models': ``reports/decode-rows/README.md``.)
+    """
+
+    def __init__(self, model: Any, prefix: PrefixKV | None, rows: int, capacity: int) -> None:
+        cfg = model.config
+        self.n_kv = cfg.num_key_value_heads
+        self.groups = cfg.num_attention_heads // self.n_kv
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        shape = (cfg.num_hidden_layers, self.n_kv, rows, capacity, head_dim)
+        self.k = torch.zeros(shape)
+        self.v = torch.zeros(shape)
+        self.prefix = prefix
+        self.lens = torch.zeros(rows, dtype=torch.long)  # filled slots per row
+        self.write: torch.Tensor | None = None  # decode: one slot per row; None: prefill
+        self.width = 0  # row slots attended in this forward
+
+    def keep(self, idx: torch.Tensor) -> None:
+        self.k, self.v, self.lens = self.k[:, :, idx], self.v[:, :, idx], self.lens[idx]
+
+
+def _prefix_attention(
+    module: Any,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    scaling: float,
+    dropout: float = 0.0,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """Attention over the shared prefix and each row's own slots (see the module docstring).
+
+    ``attention_mask`` is the engine's additive row mask ``[B, 1, Lq, width]``.
+    """
+    st = _STATE.get()
+    if st is None:
+        raise RuntimeError(f"attention {ATTN_NAME!r} runs only inside the fast engine")
+    layer = module.layer_idx
+    b, h, lq, d = query.shape
+    g, nkv = st.groups, st.n_kv
+    if st.write is None:
+        return _prefill_attention(st, layer, query, key, value, attention_mask, scaling)
+    rows = torch.arange(b)
+    st.k[layer, :, rows, st.write] = key[:, :, 0].transpose(0, 1).float()  # [nkv, B, D]
+    st.v[layer, :, rows, st.write] = value[:, :, 0].transpose(0, 1).float()
+    kr = st.k[layer, :, :, : st.width]  # [nkv, B, W, D], a view
+    vr = st.v[layer, :, :, : st.width]
+    # [nkv, B, G*Lq, D]: head h = kv * G + g, as transformers' repeat_kv.
+    q = query.float().reshape(b, nkv, g * lq, d).transpose(0, 1)
+    mask = attention_mask[:, 0][:, None].expand(b, g, lq, st.width).reshape(b, g * lq, -1)
+    s_row = torch.matmul(q, kr.transpose(-1, -2)) * scaling + mask  # [nkv, B, G*Lq, W]
+    if st.prefix is None:
+        out = torch.matmul(torch.softmax(s_row, -1), vr)
+    else:
+        kp, vp = st.prefix.keys[layer], st.prefix.values[layer]  # [nkv, P, D]
+        flat = q.reshape(nkv, b * g * lq, d)
+        s_pre = (torch.matmul(flat, kp.transpose(-1, -2)) * scaling).view(nkv, b, g * lq, -1)
+        m = torch.maximum(s_pre.amax(-1, keepdim=True), s_row.amax(-1, keepdim=True))
+        e_pre = torch.exp(s_pre - m)
+        e_row = torch.exp(s_row - m)
+        denom = e_pre.sum(-1, keepdim=True) + e_row.sum(-1, keepdim=True)
+        o_pre = torch.matmul(e_pre.view(nkv, b * g * lq, -1), vp).view(nkv, b, g * lq, d)
+        out = (o_pre + torch.matmul(e_row, vr)) / denom
+    out = out.view(nkv, b, g, lq, d).permute(1, 3, 0, 2, 4).reshape(b, lq, h, d)
+    return out.to(query.dtype), None
+
+
+def _prefill_attention(st, layer, query, key, value, attention_mask, scaling):
+    """The rows' own tokens, once per batch: store their keys and values, and attend with
+    sdpa over the prefix (broadcast: this one step may copy it per row) and the rows."""
+    b, _, lq, _ = query.shape
+    k, v = key.float(), value.float()
+    st.k[layer, :, :, :lq] = k.transpose(0, 1)
+    st.v[layer, :, :, :lq] = v.transpose(0, 1)
+    mask = attention_mask
+    if st.prefix is not None:
+        kp, vp = st.prefix.keys[layer], st.prefix.values[layer]
+        k = torch.cat([kp[None].expand(b, -1, -1, -1), k], 2)
+        v = torch.cat([vp[None].expand(b, -1, -1, -1), v], 2)
+        mask = torch.cat([mask.new_zeros(b, 1, lq, kp.shape[1]), mask], -1)
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query.float(), k, v, attn_mask=mask, scale=scaling, enable_gqa=True
+    )
+    return out.transpose(1, 2).to(query.dtype), None
+
+
+class _Head:
+    """The LM head, computed only for the tokens some row may take next when ``allowed``
+    knows them (fewer than ``MAX_SHARE`` of the vocabulary): a grammar-constrained step
+    (inside a title, at the decision, in the closing keys) allows a few hundred of 50-150k
+    tokens, and the head is 20-30 % of a small model's weights, all read at every step.
+    The other scores are ``-inf``, as the grammar mask would set them; the computed ones are
+    the same dot products (up to the kernel's rounding). NaN/inf in the computed scores stop
+    the run (``check_finite``)."""
+
+    MAX_SHARE = 0.25
+
+    def __init__(self, model: Any, allowed: Any, name: str) -> None:
+        self.layer = model.get_output_embeddings()
+        self.allowed = allowed
+        self.name = name
+        self.width = int(self.layer.weight.shape[0])
+
+    def __call__(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
+        mask = self.allowed(rows) if self.allowed is not None else None
+        if mask is not None:
+            ids = mask.any(0).nonzero().squeeze(1)
+            if 0 < ids.numel() <= self.MAX_SHARE * self.width:
+                bias = self.layer.bias
+                sub = torch.nn.functional.linear(
+                    hidden, self.layer.weight.index_select(0, ids),
+                    None if bias is None else bias.index_select(0, ids),
+                ).float()  # fmt: skip
+                check_finite(sub, self.name)
+                out = torch.full((hidden.shape[0], self.width), float("-inf"))
+                out[:, ids] = sub
+                return out
+        logits = self.layer(hidden).float()
+        check_finite(logits, self.name)
+        return logits
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    if ATTN_NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(ATTN_NAME, _prefix_attention)
+
+
+@contextlib.contextmanager
+def fast_attention(model: Any):
+    """``model`` runs this engine's attention inside the block (registered on first use)."""
+    _register()
+    with _attention(model, ATTN_NAME):
+        yield
+
+
+def _forward(model: Any, st: _Rows, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor):
+    """One forward of ``ids`` ``[B, L]`` at positions ``pos``; returns the last hidden states."""
+    token = _STATE.set(st)
+    try:
+        return model.base_model(
+            input_ids=ids, position_ids=pos, attention_mask=mask, use_cache=False
+        ).last_hidden_state
+    finally:
+        _STATE.reset(token)
+
+
+def fast_shared_prefix_decode(
+    backend: Any,
+    prefix: PrefixKV | None,
+    suffix_ids: Sequence[Sequence[int]],
+    step: Callable[[torch.Tensor, list[int]], None],
+    accept: Callable[[int, int], None],
+    finished: Callable[[int], bool],
+    *,
+    sampling: SamplingConfig | None = None,
+    seeds: Sequence[int] | None = None,
+    stats: EngineStats | None = None,
+    max_rows: int = 32,
+    allowed: Callable[[list[int]], torch.Tensor | None] | None = None,
+) -> list[list[int]]:
+    """Decode every suffix after one shared prefix (``None``: no prefix).
+
+    Same contract as ``recjudge.llm._engine.shared_prefix_decode``: ``step(scores, rows)``
+    modifies the rows' fp32 next-token scores in place (grammar mask, then bias),
+    ``accept(row, token)`` follows each chosen token and ``finished(row)`` ends a row.
+    Rows are decoded ``max_rows`` at a time.
+    """
+    sampling = sampling or SamplingConfig()
+    n = len(suffix_ids)
+    seeds = list(seeds) if seeds is not None else [sampling.seed + r for r in range(n)]
+    out: list[list[int]] = []
+    for b in range(0, n, max_rows):
+        rows = list(range(b, min(n, b + max_rows)))
+        out.extend(
+            _decode_chunk(
+                backend,
+                prefix,
+                [list(suffix_ids[r]) for r in rows],
+                lambda s, active, rows=rows: step(s, [rows[i] for i in active]),
+                lambda i, t, rows=rows: accept(rows[i], t),
+                lambda i, rows=rows: finished(rows[i]),
+                sampling,
+                [seeds[r] for r in rows],
+                stats,
+                None
+                if allowed is None
+                else lambda active, rows=rows: allowed([rows[i] for i in active]),
+            )  # fmt: skip
+        )
+    return out
+
+
+def _decode_chunk(
+    backend, prefix, suffixes, step, accept, finished, sampling, seeds, stats, allowed=None
+):
+    model = backend.model
+    with torch.inference_mode(), fast_attention(model):
+        st, hidden = prefill_rows(backend, prefix, suffixes, sampling.max_new_tokens, stats)
+        head = _Head(model, allowed, backend.name)
+        logits = head(hidden, list(range(len(suffixes))))
+        return _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, head)
+
+
+def prefill_rows(
+    backend: Any,
+    prefix: PrefixKV | None,
+    suffixes: Sequence[Sequence[int]],
+    extra: int = 0,
+    stats: EngineStats | None = None,
+) -> tuple[_Rows, torch.Tensor]:
+    """Prefill each row's ``suffix`` after ``prefix`` in one forward; returns the rows'
+    buffers (room for ``extra`` more tokens each) and each row's last hidden state ``[B, H]``.
+
+    Runs inside ``torch.inference_mode()`` and ``fast_attention(model)``.
+    """
+    model = backend.model
+    n = len(suffixes)
+    lens = torch.tensor([len(s) for s in suffixes])
+    if int(lens.min()) < 1:
+        raise ValueError("empty suffix")
+    width = int(lens.max())
+    plen = prefix.length if prefix is not None else 0
+    st = _Rows(model, prefix, n, width + extra)
+    ids = torch.full((n, width), backend.tokenizer.pad_token_id, dtype=torch.long)
+    for r, s in enumerate(suffixes):
+        ids[r, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+    # Causal within each row's suffix; pad slots (at or past a row's length) are never keys.
+    slot = torch.arange(width)
+    visible = (slot[None, None, :] <= slot[None, :, None]) & (
+        slot[None, None, :] < lens[:, None, None]
+    )
+    mask = torch.zeros(n, 1, width, width).masked_fill(~visible[:, None], float("-inf"))
+    st.width = width
+    hidden = _forward(model, st, ids, (plen + slot)[None].expand(n, -1), mask)
+    st.lens = lens.clone()
+    if stats is not None:
+        stats.prefill_tokens += int(lens.sum())
+        stats.rows += n
+    return st, hidden[torch.arange(n), lens - 1]
+
+
+def extend_prefix(backend: Any, prefix: PrefixKV, ids: Sequence[int]) -> tuple[PrefixKV, Any]:
+    """``prefix`` followed by ``ids`` as a new prefix (only ``ids`` are computed), and the
+    last position's hidden state ``[H]``: a per-question context after a shared prefix, then
+    shared again by many short continuations."""
+    with torch.inference_mode(), fast_attention(backend.model):
+        st, hidden = prefill_rows(backend, prefix, [ids])
+    n = len(ids)
+    keys = [torch.cat([k, st.k[i, :, 0, :n]], 1) for i, k in enumerate(prefix.keys)]
+    values = [torch.cat([v, st.v[i, :, 0, :n]], 1) for i, v in enumerate(prefix.values)]
+    return PrefixKV(keys, values, prefix.length + n), hidden[0]
+
+
+def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, head):
+    """Decode until every row is finished; ``st`` holds the rows' prefilled slots."""
+    n = logits.shape[0]
+    gens = None
+    if sampling.do_sample:
+        gens = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds]
+    out: list[list[int]] = [[] for _ in range(n)]
+    active = list(range(n))
+    plen = st.prefix.length if st.prefix is not None else 0
+    while True:
+        step(logits, active)
+        nxt = sample_next(logits, sampling, [gens[r] for r in active] if gens else None)
+        keep = []
+        for i, row in enumerate(active):
+            tok = int(nxt[i])
+            out[row].append(tok)
+            accept(row, tok)
+            if not finished(row) and len(out[row]) < sampling.max_new_tokens:
+                keep.append(i)
+        if not keep:
+            return out
+        if len(keep) < len(active):
+            idx = torch.tensor(keep)
+            st.keep(idx)
+            nxt = nxt[idx]
+            active = [active[i] for i in keep]
+        b = len(active)
+        st.write = st.lens.clone()
+        st.width = int(st.lens.max()) + 1
+        slot = torch.arange(st.width)
+        mask = torch.zeros(b, 1, 1, st.width).masked_fill(
+            (slot[None, :] > st.lens[:, None])[:, None, None], float("-inf")
+        )
+        hidden = _forward(model, st, nxt[:, None], (plen + st.lens)[:, None], mask)
+        logits = head(hidden[:, -1], active)
+        st.lens = st.lens + 1
+        if stats is not None:
+            stats.decode_steps += 1
+            stats.decode_tokens += b

@@ -1,0 +1,34 @@
+"""The models one run needs, loaded on first use and released on request."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+
+class LLMPool:
+    """Backends by model name for one evaluator run (an explicit object, not a global cache).
+
+    Args:
+        loaded: backends the caller already has (tests pass a shared fixture); others are
+            loaded with ``load_llm`` on first ``get``.
+        needed: every model the run will ``get``; those not ``loaded`` are checked now
+            (``check_models``), so a missing one fails before the run starts, not hours in.
+    """
+
+    def __init__(self, loaded: Mapping[str, Any] | None = None, needed: Iterable[str] = ()) -> None:
+        from recjudge.llm._models import check_models
+
+        self._llms: dict[str, Any] = dict(loaded or {})
+        check_models(n for n in needed if n not in self._llms)
+
+    def get(self, name: str) -> Any:
+        from recjudge.llm import load_llm
+
+        if name not in self._llms:
+            self._llms[name] = load_llm(name)
+        return self._llms[name]
+
+    def release(self, name: str) -> None:
+        """Forget ``name`` (its memory is freed once nothing else holds it)."""
+        self._llms.pop(name, None)

