@@ -45,17 +45,36 @@ def test_tutorial(tmp_path, ml100k):
     runs = "als=runs/als.jsonl,pop=runs/pop.jsonl"
     r = rj("impute", "--data", "data/split/past", "--feedback", "data/split/future",
            "--runs", runs, "--k", "2", "--users", "2", "--min-rating", "4", *judge,
-           "--out", "imputed", "--json", cwd=t)  # fmt: skip
+           "--judge-logged", "--out", "imputed", "--json", cwd=t)  # fmt: skip
     s = json.loads(r.stdout)
     assert s["users"] == 2 and s["pairs"] > 0 and s["failed"] == 0
-    assert s["imputed_yes"] + s["imputed_no"] == s["pairs"]
+    assert s["imputed_yes"] + s["imputed_no"] + s["judged_logged"] == s["pairs"]
     side = [json.loads(line) for line in (t / "imputed/imputed.jsonl").read_text().splitlines()]
     assert len(side) == s["pairs"] and all(
         {"p_yes", "sigma", "delta", "evidence", "evidence_ids"} <= set(x) for x in side
     )
-    # logged + imputed qrels: every imputed pair labelled as the sidecar says
+    # logged + imputed qrels: a logged label stays; every other pair as the sidecar says
     q = json.loads((t / "imputed/qrels_imputed.json").read_text())
-    assert all(q[x["user_id"]][x["item_id"]] == x["label"] for x in side)
+    ql = json.loads((t / "imputed/qrels_logged.json").read_text())
+    assert all(
+        q[x["user_id"]][x["item_id"]] == ql[x["user_id"]].get(x["item_id"], x["label"])
+        for x in side
+    )
+    # Every estimator on the judged top-2; logged and imputed agree with ranx's numbers.
+    r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics",
+           "precision@2,ndcg@2", "--estimators", "logged,imputed,dm,ips,snips,dr",
+           "--json", cwd=t)  # fmt: skip
+    res = json.loads(r.stdout)
+    est = res["estimators"]
+    assert "power law" in est["propensity"] and est["calibration"] and est["gold"] == "none"
+    for system in ("als", "pop"):
+        e = est["systems"][system]["precision@2"]
+        for kind in ("logged", "imputed"):
+            assert e[kind]["value"] == pytest.approx(res["scores"][kind][system]["precision@2"])
+        for name in ("dm", "ips", "snips", "dr"):
+            lo, hi = e[name]["ci"]
+            assert lo <= e[name]["value"] <= hi
+        assert e["dm"]["judge_share"] == e["dr"]["judge_share"] >= 0.0
     metrics = "ndcg@3,precision@3"
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics", metrics,
            "--out", "report", "--json", cwd=t)  # fmt: skip

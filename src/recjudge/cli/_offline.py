@@ -100,6 +100,12 @@ def impute_cmd(
     max_history: int = _JudgeOptions.max_history,
     allow_cf_mismatch: bool = _JudgeOptions.allow_cf_mismatch,
     resume: bool = _JudgeOptions.resume,
+    judge_logged: bool = typer.Option(
+        False,
+        "--judge-logged",
+        help="Also judge the logged top-k pairs (their logged labels stay in the qrels): "
+        "evaluate --estimators dm,dr need the judge's probability for every listed pair.",
+    ),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Label every unlabelled (user, item) in the runs' top-k with the judge; write qrels."""
@@ -108,7 +114,9 @@ def impute_cmd(
 
     opts = dict(locals())
     try:
-        config = ImputeConfig(k=k, users=users, seed=seed, min_rating=min_rating)
+        config = ImputeConfig(
+            k=k, users=users, seed=seed, min_rating=min_rating, judge_logged=judge_logged
+        )
         data_ds, fb = load_dataset(data), load_dataset(feedback)
         recs = [restrict_to(r, data_ds, k) for r in _parse_runs(runs, run_format)]
         _warn_checks(recs)
@@ -145,6 +153,20 @@ def evaluate_cmd(
     ),
     run_format: str = typer.Option("auto", "--run-format"),
     out: str = typer.Option(None, "--out", help="Report folder (report.md, results.json, PNG)."),
+    estimators: str = typer.Option(
+        None,
+        "--estimators",
+        help="Also estimate with logged,imputed,dm,ips,snips,dr (needs --qrels; dm/dr need "
+        "impute --judge-logged). Metrics precision/dcg/ndcg@K (all), hit/mrr@K (logged, "
+        "imputed, dm).",
+    ),
+    propensities: str = typer.Option(
+        "powerlaw:0.5",
+        "--propensities",
+        help="Observation propensities: a file (item_id,propensity or user_id,item_id,"
+        "propensity) or powerlaw:EXP (Yang et al. 2018, from the logged labels' item counts).",
+    ),
+    clip: float = typer.Option(0.01, "--clip", min=1e-6, max=1.0, help="Propensity floor."),
     note: str = typer.Option(
         None, "--note", help="A paragraph for the report's header (protocol, deviations)."
     ),
@@ -180,6 +202,9 @@ def evaluate_cmd(
         else:
             fail("give --qrels DIR (from `recjudge impute`) or --feedback DATA")
         res = evaluate_runs(q, recs, users, config)
+        if estimators:
+            res["estimators"] = _estimate(estimators, propensities, clip, qrels, q, recs,
+                                          users, config)  # fmt: skip
     except ValidationError as e:
         fail(option_errors(e))
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
@@ -192,6 +217,74 @@ def evaluate_cmd(
     from recjudge.evaluators._evaluate import report_lines
 
     typer.echo("\n".join(report_lines(res, [])))
+    if "estimators" in res:
+        typer.echo("\n".join(estimator_lines(res["estimators"])))
+
+
+def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config):
+    """``evaluate --estimators``: every estimator of the linear and nonlinear metrics."""
+    from recjudge.evaluators._estimators import (
+        ESTIMATORS,
+        estimate_runs,
+        logged_propensities,
+        read_judged,
+        read_propensities,
+    )
+
+    wanted = [e.strip() for e in names.split(",") if e.strip()]
+    bad = [e for e in wanted if e not in ESTIMATORS]
+    if bad:
+        from recjudge._registry import suggest
+
+        close = suggest(bad[0], list(ESTIMATORS))
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ValueError(f"--estimators: unknown {bad[0]!r}{hint}; use {', '.join(ESTIMATORS)}")
+    if not qrels_dir:
+        raise ValueError("--estimators needs --qrels DIR (an impute --out folder: its "
+                         "imputed.jsonl holds the judge's probabilities)")  # fmt: skip
+    kind, _, arg = propensities.partition(":")
+    if kind == "powerlaw":
+        try:
+            exponent = float(arg or 0.5)
+        except ValueError:
+            raise ValueError(f"--propensities {propensities}: write powerlaw:EXP, e.g. "
+                             "powerlaw:0.5") from None  # fmt: skip
+        props = logged_propensities(q["logged"], exponent, clip)
+    else:
+        props = read_propensities(propensities, clip)
+    judged = read_judged(Path(qrels_dir) / "imputed.jsonl")
+    # ranx's names -> the estimators' (whose ndcg has a fixed normaliser: see _estimators).
+    ours = {"precision": "precision", "ndcg": "ndcg", "mrr": "mrr", "hit_rate": "hit"}
+    metrics = [
+        f"{ours[base]}@{cut or config.k}"
+        for base, _, cut in (m.partition("@") for m in config.metrics)
+        if base in ours
+    ] or [f"ndcg@{config.k}"]
+    got = estimate_runs(recs, q["logged"], judged, props, users, metrics, wanted)
+    got["calibration"] = "none: the judge's raw p_yes"
+    got["gold"] = "none"
+    return got
+
+
+def estimator_lines(est: dict) -> list[str]:
+    """The estimator table: per system and metric, each estimator with its 95 % user
+    bootstrap interval and the share of the metric the judge decides."""
+    lines = ["", "## Estimators", "", f"- propensities: {est['propensity']} "
+             f"({est['clipped']} lookups clipped)", f"- calibration: {est['calibration']}",
+             f"- gold sample: {est['gold']}", "",
+             "| system | metric | estimator | value [95 % CI] | judge share |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for system, by_metric in est["systems"].items():
+        for metric, by_est in by_metric.items():
+            for name, e in by_est.items():
+                if e["value"] is None:
+                    shown = f"undefined ({e['note']})"
+                else:
+                    lo, hi = e["ci"] or (float("nan"), float("nan"))
+                    shown = f"{e['value']:.4f} [{lo:.4f}, {hi:.4f}]"
+                lines.append(f"| {system} | {metric} | {name} | {shown} | "
+                             f"{e['judge_share']:.2f} |")  # fmt: skip
+    return lines
 
 
 def _write_evaluation(res, recs, source: str, out: str, note: str | None = None) -> None:
@@ -204,7 +297,10 @@ def _write_evaluation(res, recs, source: str, out: str, note: str | None = None)
         f"Systems: {', '.join(f'{r.name} ({r.path})' for r in recs)}. Qrels: {source}.",
         *(["", note] if note else []),
     ]
-    write_report(out, {**res, "runs": {r.name: r.path for r in recs}}, report_lines(res, header))
+    lines = report_lines(res, header)
+    if "estimators" in res:
+        lines += estimator_lines(res["estimators"])
+    write_report(out, {**res, "runs": {r.name: r.path for r in recs}}, lines)
     plot_scores(res, Path(out) / "evaluate.png")
 
 

@@ -35,6 +35,9 @@ class ImputeConfig(BaseModel):
         seed: the user sample's seed.
         min_rating: logged relevance is ``rating >= min_rating``; None: a positive event
             (``explicit_positive`` / ``implicit_positive``).
+        judge_logged: also judge the top-k pairs the log labels (their logged label stays in
+            the qrels): the direct-method and doubly robust estimators of ``evaluate
+            --estimators`` need the judge's probability for every listed pair.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -43,6 +46,7 @@ class ImputeConfig(BaseModel):
     users: int | None = Field(None, ge=1)
     seed: int = 0
     min_rating: float | None = None
+    judge_logged: bool = False
 
 
 def logged_qrels(feedback: Dataset, min_rating: float | None = None) -> Qrels:
@@ -76,15 +80,20 @@ def evaluation_users(
 
 
 def pairs_to_impute(
-    runs: Sequence[RecRun], logged: Qrels, users: Sequence[str], k: int
+    runs: Sequence[RecRun],
+    logged: Qrels,
+    users: Sequence[str],
+    k: int,
+    include_logged: bool = False,
 ) -> list[tuple[str, str]]:
-    """(user, item) in some run's top-k with no logged label; each once, grouped by user."""
+    """(user, item) in some run's top-k with no logged label (with ``include_logged``, every
+    one); each once, grouped by user."""
     out = []
     for u in users:
         seen: set[str] = set()
         for run in runs:
             for item in run.rankings.get(u, [])[:k]:
-                if item not in seen and item not in logged.get(u, {}):
+                if item not in seen and (include_logged or item not in logged.get(u, {})):
                     seen.add(item)
                     out.append((u, item))
     return out
@@ -114,7 +123,7 @@ def imputation_plan(
 
     logged = logged_qrels(feedback, config.min_rating)
     users = evaluation_users(runs, logged, config.users, config.seed)
-    pairs = pairs_to_impute(runs, logged, users, config.k)
+    pairs = pairs_to_impute(runs, logged, users, config.k, config.judge_logged)
     reqs, unbuildable = [], []
     for (u, i), r in zip(pairs, requests_for(data, pairs), strict=True):
         if isinstance(r, Exception):  # no history before the item, unknown id
@@ -168,7 +177,8 @@ def impute(
     base = {u: dict(logged.get(u, {})) for u in users}
     imputed = {u: dict(d) for u, d in base.items()}
     for (u, i), j in labels.items():
-        imputed[u][i] = int(j.is_relevant)
+        if i not in base[u]:  # a logged label is never replaced by the judge's
+            imputed[u][i] = int(j.is_relevant)
     write_qrels(base, out / "qrels_logged")
     write_qrels(imputed, out / "qrels_imputed")
     _write_sidecar(out / "imputed.jsonl", judged, unbuildable)
@@ -179,8 +189,9 @@ def impute(
         "judged_now": run.judged if run else len(judged),
         "reused": run.reused if run else 0,
         "failed": len(judged) - len(labels) + len(unbuildable),
-        "imputed_yes": sum(j.is_relevant for j in labels.values()),
-        "imputed_no": sum(not j.is_relevant for j in labels.values()),
+        "imputed_yes": sum(j.is_relevant for (u, i), j in labels.items() if i not in base[u]),
+        "imputed_no": sum(not j.is_relevant for (u, i), j in labels.items() if i not in base[u]),
+        "judged_logged": sum(1 for (u, i) in labels if i in base[u]),
         "logged_labels_in_topk": sum(
             1
             for u in users

@@ -1,0 +1,463 @@
+"""Estimators of per-user ranking metrics when most feedback is missing.
+
+The setting (Yang et al., RecSys 2018, "Unbiased offline recommender evaluation for
+missing-not-at-random implicit feedback"; Saito, RecSys 2020, "Doubly robust estimator for
+ranking metrics with post-click conversions"): for user ``u`` a system shows its top-k list
+``i_1 .. i_k``. Relevance ``Y_r`` of the item at rank ``r`` is observed (``O_r = 1``) only for
+the pairs the log holds, each with an observation propensity ``theta_r = P(O_r = 1) > 0``. A
+judge gives ``p_r``, its estimate of ``P(Y_r = 1)`` (the calibrated probability when a
+calibration was applied, the raw ``p_yes`` otherwise), and a hard label ``h_r``.
+
+Position-weighted metrics are linear in the labels, ``M_u = sum_r w_r Y_r``:
+
+- ``precision@k``: ``w_r = 1 / k``;
+- ``dcg@k``: ``w_r = 1 / log2(r + 1)``;
+- ``ndcg@k``: the DCG weights over the DCG of k relevant items,
+  ``w_r = (1 / log2(r + 1)) / sum_{s <= k} 1 / log2(s + 1)`` (a fixed normaliser: the usual
+  ideal DCG depends on the unknown number of relevant items, which no estimator here sees).
+
+Estimators of ``M_u`` (``sum_r`` over the list):
+
+- ``logged``: ``sum w_r O_r Y_r`` (unlabelled = irrelevant; today's offline evaluation);
+- ``imputed``: ``sum w_r (O_r Y_r + (1 - O_r) h_r)`` (the BRIEF paper's protocol);
+- ``dm`` (direct method): ``sum w_r p_r``;
+- ``ips``: ``sum w_r O_r Y_r / theta_r`` (unbiased when the propensities are right);
+- ``snips``: ``ips_u / n`` with ``n = mean over every user and rank of O_r / theta_r`` (self-
+  normalised over the whole evaluation; ``E[n] = 1``);
+- ``dr`` (doubly robust): ``sum w_r (p_r + O_r (Y_r - p_r) / theta_r)``: unbiased when either
+  the propensities or the judge's probabilities are right.
+
+``hit@k`` and ``mrr@k`` are not linear in the labels: for them ``logged`` and ``imputed`` are
+computed on the labels and ``dm`` is the expectation under independent relevance
+(``1 - prod (1 - p_r)`` and ``sum_r (1 / r) p_r prod_{s < r} (1 - p_s)``); ``ips``, ``snips``
+and ``dr`` are not defined (None): the weighting argument holds for sums of labels only.
+
+Every estimate comes with its per-user values (for paired tests) and a 95 % percentile
+interval from resampling users (``_stats.user_draws``). ``judge_share`` is the share of the
+metric's position weight that sits on pairs without a logged label (what the judge decides
+under ``imputed``, ``dm`` and ``dr``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ESTIMATORS = ("logged", "imputed", "dm", "ips", "snips", "dr")
+LINEAR = ("precision", "dcg", "ndcg")
+NONLINEAR = ("hit", "mrr")
+PROPENSITY_MODELS = ("file", "powerlaw", "uniform")
+
+
+def metric_weights(metric: str, k: int) -> np.ndarray:
+    """Position weights ``w_1 .. w_k`` of a linear metric (see the module docstring)."""
+    ranks = np.arange(1, k + 1, dtype=float)
+    if metric == "precision":
+        return np.full(k, 1.0 / k)
+    discount = 1.0 / np.log2(ranks + 1.0)
+    if metric == "dcg":
+        return discount
+    if metric == "ndcg":
+        return discount / discount.sum()
+    raise ValueError(f"{metric!r} is not a linear metric; use one of {', '.join(LINEAR)}")
+
+
+def parse_metric(name: str) -> tuple[str, int]:
+    """``"ndcg@10"`` -> ``("ndcg", 10)``.
+
+    Raises:
+        ValueError: an unknown metric or a missing/invalid cut-off.
+    """
+    base, _, cut = name.partition("@")
+    if base not in LINEAR + NONLINEAR or not cut.isdigit() or int(cut) < 1:
+        raise ValueError(
+            f"unknown estimator metric {name!r}; use NAME@K with NAME one of "
+            f"{', '.join(LINEAR + NONLINEAR)} (e.g. ndcg@10)"
+        )
+    return base, int(cut)
+
+
+@dataclass(frozen=True)
+class ListLabels:
+    """One user's top-k list as the estimators see it, rank order.
+
+    Attributes:
+        observed: ``O_r``: whether the log holds a label for the pair.
+        label: ``Y_r`` where observed (ignored elsewhere).
+        p: the judge's ``P(relevant)`` (used where the estimator needs it).
+        hard: the judge's hard label (``imputed``).
+        propensity: ``theta_r`` in (0, 1] (after clipping).
+    """
+
+    observed: np.ndarray
+    label: np.ndarray
+    p: np.ndarray
+    hard: np.ndarray
+    propensity: np.ndarray
+
+
+def estimate_user(est: str, metric: str, k: int, x: ListLabels) -> float | None:
+    """One user's value of ``metric@k`` under estimator ``est`` (None where undefined).
+
+    For ``snips`` this is the user's IPS value; ``estimate`` divides by the normaliser.
+    """
+    n = min(k, len(x.observed))
+    o, y, p, h, th = (a[:n].astype(float) for a in (x.observed, x.label, x.p, x.hard,
+                                                      x.propensity))  # fmt: skip
+    y = np.where(o > 0, y, 0.0)
+    if metric in LINEAR:
+        w = metric_weights(metric, k)[:n]
+        if est == "logged":
+            return float(w @ (o * y))
+        if est == "imputed":
+            return float(w @ (o * y + (1 - o) * h))
+        if est == "dm":
+            return float(w @ p)
+        if est in ("ips", "snips"):
+            return float(w @ (o * y / th))
+        if est == "dr":
+            return float(w @ (p + o * (y - p) / th))
+        raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+    if est in ("ips", "snips", "dr"):
+        return None
+    if est == "dm":
+        rel = p
+    elif est == "imputed":
+        rel = o * y + (1 - o) * h
+    elif est == "logged":
+        rel = o * y
+    else:
+        raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+    miss = np.cumprod(np.concatenate([[1.0], 1.0 - rel]))[:-1]  # P(nothing relevant above r)
+    if metric == "hit":
+        return float(1.0 - np.prod(1.0 - rel))
+    if metric == "mrr":
+        return float(np.sum(rel * miss / np.arange(1, n + 1)))
+    raise ValueError(f"unknown metric {metric!r}")
+
+
+def judge_share(metric: str, k: int, x: ListLabels) -> float:
+    """Share of the metric's position weight on pairs without a logged label."""
+    n = min(k, len(x.observed))
+    w = metric_weights(metric, k)[:n] if metric in LINEAR else 1.0 / np.arange(1, n + 1)
+    total = float(np.sum(w))
+    return float(np.sum(w * (1 - x.observed[:n].astype(float)))) / total if total else 0.0
+
+
+@dataclass
+class Estimate:
+    """One estimator's value of one metric for one system, with its uncertainty."""
+
+    estimator: str
+    metric: str
+    value: float | None
+    ci: tuple[float, float] | None
+    per_user: list[float] = field(default_factory=list)
+    judge_share: float = 0.0
+    note: str = ""
+
+    def to_dict(self, with_users: bool = False) -> dict[str, Any]:
+        d = {"estimator": self.estimator, "metric": self.metric, "value": self.value,
+             "ci": list(self.ci) if self.ci else None, "judge_share": self.judge_share,
+             "note": self.note}  # fmt: skip
+        if with_users:
+            d["per_user"] = self.per_user
+        return d
+
+
+def estimate(
+    lists: Mapping[str, ListLabels],
+    metrics: Sequence[str],
+    estimators: Sequence[str] = ESTIMATORS,
+    *,
+    draws: int = 1000,
+    seed: int = 0,
+) -> dict[str, dict[str, Estimate]]:
+    """Every estimator's value of every metric over the users of ``lists``.
+
+    Args:
+        lists: one system's ``ListLabels`` per evaluation user.
+        metrics: ``NAME@K`` names (``parse_metric``).
+        estimators: a subset of ``ESTIMATORS``.
+        draws: user resamples for the 95 % percentile intervals (0: none).
+        seed: the resampling seed (the same draws for every metric and estimator).
+
+    Returns:
+        ``{metric: {estimator: Estimate}}``.
+    """
+    from recjudge._stats import user_draws
+
+    users = sorted(lists)
+    if not users:
+        raise ValueError("no evaluation user: every system needs at least one ranked list")
+    bad = [e for e in estimators if e not in ESTIMATORS]
+    if bad:
+        raise ValueError(f"unknown estimator {bad[0]!r}; use one of {', '.join(ESTIMATORS)}")
+    idx = user_draws(len(users), draws, seed) if draws else None
+    out: dict[str, dict[str, Estimate]] = {}
+    for name in metrics:
+        metric, k = parse_metric(name)
+        share = float(np.mean([judge_share(metric, k, lists[u]) for u in users]))
+        norm = 1.0
+        if "snips" in estimators and metric in LINEAR:
+            ratios = np.concatenate(
+                [lists[u].observed[:k] / lists[u].propensity[:k] for u in users]
+            )
+            norm = float(ratios.mean()) if ratios.size and ratios.mean() > 0 else 1.0
+        unjudged = sum(int(np.isnan(lists[u].p[:k]).sum()) for u in users)
+        out[name] = {}
+        for est in estimators:
+            if est in ("dm", "dr") and unjudged:
+                note = (f"{unjudged} listed pairs have no judge probability (logged pairs are "
+                        "not judged by default): run impute with --judge-logged")  # fmt: skip
+                out[name][est] = Estimate(est, name, None, None, note=note)
+                continue
+            vals = [estimate_user(est, metric, k, lists[u]) for u in users]
+            if any(v is None for v in vals):
+                note = "not linear in the labels: IPS/SNIPS/DR are defined for sums of labels"
+                out[name][est] = Estimate(est, name, None, None, note=note)
+                continue
+            arr = np.asarray(vals, dtype=float) / (norm if est == "snips" else 1.0)
+            ci = None
+            if idx is not None:
+                boot = arr[idx].mean(axis=1)
+                ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
+            uses_judge = est in ("imputed", "dm", "dr")
+            out[name][est] = Estimate(
+                est, name, float(arr.mean()), ci, arr.tolist(), share if uses_judge else 0.0
+            )
+    return out
+
+
+# -- propensities -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Propensities:
+    """Observation propensities and how they were obtained (for the report header).
+
+    Attributes:
+        model: ``file``, ``powerlaw`` or ``uniform``.
+        describe: one line for the report header.
+        per_item / per_pair: theta by item, and by (user, item) (a pair wins over its item).
+        clip: the floor theta is clipped to; clipped: how many lookups it raised.
+    """
+
+    model: str
+    describe: str
+    per_item: Mapping[str, float]
+    per_pair: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    default: float | None = None
+    clip: float = 0.01
+
+    def of(self, user: str, item: str) -> tuple[float, bool]:
+        """(theta clipped to ``[clip, 1]``, whether clipping raised it).
+
+        Raises:
+            KeyError: no propensity for the pair or its item and no default.
+        """
+        theta = self.per_pair.get((user, item))
+        if theta is None:
+            theta = self.per_item.get(item, self.default)
+        if theta is None:
+            raise KeyError(item)
+        return (max(theta, self.clip), theta < self.clip)
+
+
+def powerlaw_propensities(
+    log_counts: Mapping[str, int],
+    n_users: int,
+    n_observed: int,
+    exponent: float = 0.5,
+    clip: float = 0.01,
+) -> Propensities:
+    """Propensities from item popularity, after Yang et al. (RecSys 2018):
+    ``theta_i = c * n_i ** exponent``, with ``n_i`` the item's count in the log (at least 1)
+    and ``c`` chosen so that the expected number of observations over every user-item pair
+    equals the observed number, ``c = n_observed / (n_users * sum_i n_i ** exponent)``;
+    capped at 1, floored at ``clip``.
+    """
+    if exponent < 0:
+        raise ValueError("the power-law exponent must be >= 0")
+    if n_users < 1 or n_observed < 1 or not log_counts:
+        raise ValueError("power-law propensities need a log with at least one observation")
+    base = {i: max(int(n), 1) ** exponent for i, n in log_counts.items()}
+    c = n_observed / (n_users * sum(base.values()))
+    per_item = {i: min(1.0, c * b) for i, b in base.items()}
+    unseen = min(1.0, c * 1.0)  # an item the log never holds: as if seen once
+    return Propensities(
+        "powerlaw",
+        f"power law of item popularity (Yang et al. 2018): theta_i = c * n_i^{exponent:g}, "
+        f"c = {c:.3g} (expected observations = {n_observed}); clipped at {clip:g}",
+        per_item,
+        default=unseen,
+        clip=clip,
+    )
+
+
+def read_propensities(path: str | Path, clip: float = 0.01) -> Propensities:
+    """Propensities from a CSV/JSONL/Parquet file with ``item_id, propensity`` (per item) or
+    ``user_id, item_id, propensity`` (per pair).
+
+    Raises:
+        DataError: a missing file or column, or a propensity that is not a number in (0, 1]
+            (names the file and row).
+    """
+    import pandas as pd
+
+    from recjudge.data import DataError
+
+    path = Path(path)
+    fix = "write item_id,propensity (or user_id,item_id,propensity) rows with 0 < propensity <= 1"
+    if not path.is_file():
+        raise DataError("no such propensity file.", source=str(path), fix=fix)
+    try:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            df = pd.read_parquet(path)
+        elif path.suffix.lower() in (".jsonl", ".ndjson"):
+            df = pd.read_json(path, lines=True, dtype=False)
+        else:
+            df = pd.read_csv(path, dtype={"user_id": str, "item_id": str})
+    except Exception as e:  # pandas/pyarrow raise many kinds for a damaged file
+        raise DataError(f"cannot read it ({type(e).__name__}).", source=str(path),
+                        fix=fix) from None  # fmt: skip
+    for col in ("item_id", "propensity"):
+        if col not in df.columns:
+            raise DataError(f"no {col} column; found {list(df.columns)}.", source=str(path),
+                            field=col, fix=fix)  # fmt: skip
+    theta = pd.to_numeric(df["propensity"], errors="coerce")
+    bad = theta.isna() | ~np.isfinite(theta) | (theta <= 0) | (theta > 1)
+    if bad.any():
+        r = int(np.flatnonzero(bad.to_numpy())[0])
+        raise DataError(
+            f"propensity {df['propensity'].iloc[r]!r} is not a probability in (0, 1] "
+            f"({int(bad.sum())} row(s)); a propensity of 0 means the pair could never be "
+            "logged, and no estimator can weight it.",
+            source=str(path),
+            row=r + 1,
+            field="propensity",
+            fix=fix,
+        )
+    items = df["item_id"].astype(str)
+    if "user_id" in df.columns:
+        pairs = dict(zip(zip(df["user_id"].astype(str), items, strict=True),
+                         theta.astype(float), strict=True))  # fmt: skip
+        return Propensities("file", f"from {path.name} (per user-item); clipped at {clip:g}",
+                            {}, pairs, clip=clip)  # fmt: skip
+    return Propensities("file", f"from {path.name} (per item); clipped at {clip:g}",
+                        dict(zip(items, theta.astype(float), strict=True)), clip=clip)  # fmt: skip
+
+
+def list_labels(
+    ranking: Sequence[str],
+    user: str,
+    logged: Mapping[str, int],
+    judged: Mapping[str, tuple[float, bool]],
+    propensities: Propensities,
+    k: int,
+) -> tuple[ListLabels, int]:
+    """One user's ``ListLabels`` for the top-k of ``ranking``: logged labels where the log
+    has them, and the judge's (p, hard label) by item from ``judged``. A pair the judge did not
+    answer has p = NaN (``dm`` and ``dr`` are then undefined: their imputation must not depend
+    on whether the pair was logged) and hard label 0; and how many propensities were clipped."""
+    top = list(ranking[:k])
+    o = np.array([i in logged for i in top], dtype=float)
+    y = np.array([float(logged.get(i, 0)) for i in top])
+    p = np.array([judged[i][0] if i in judged else np.nan for i in top])
+    h = np.array([float(judged[i][1]) if i in judged else 0.0 for i in top])
+    th, clipped = [], 0
+    for i in top:
+        t, c = propensities.of(user, i)
+        th.append(t)
+        clipped += c
+    return ListLabels(o, y, p, h, np.asarray(th, dtype=float)), clipped
+
+
+def finite(value: float | None) -> bool:
+    return value is not None and math.isfinite(value)
+
+
+def read_judged(path: str | Path) -> dict[tuple[str, str], tuple[float, bool]]:
+    """The judge's ``(p_yes, label)`` per (user, item) from an ``imputed.jsonl`` sidecar
+    (pairs with an error are left out).
+
+    Raises:
+        DataError: a line that is not such a record (names the file and line).
+    """
+    import json
+
+    from recjudge.data import DataError
+
+    path = Path(path)
+    fix = "pass the --out folder of `recjudge impute` (it holds imputed.jsonl)"
+    if not path.is_file():
+        raise DataError("no such file.", source=str(path), fix=fix)
+    out: dict[tuple[str, str], tuple[float, bool]] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+            if rec.get("error"):
+                continue
+            p, label = float(rec["p_yes"]), bool(rec["label"])
+            key = (str(rec["user_id"]), str(rec["item_id"]))
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
+            raise DataError("not an imputed-pair record (user_id, item_id, label, p_yes).",
+                            source=str(path), row=n, fix=fix) from None  # fmt: skip
+        if not 0.0 <= p <= 1.0:
+            raise DataError(f"p_yes {p} is not a probability.", source=str(path), row=n,
+                            field="p_yes", fix=fix)  # fmt: skip
+        out[key] = (p, label)
+    return out
+
+
+def logged_propensities(logged: Mapping[str, Mapping[str, int]], exponent: float,
+                        clip: float) -> Propensities:  # fmt: skip
+    """``powerlaw_propensities`` estimated from the logged labels themselves: an item's count
+    is the number of users with a logged label for it."""
+    counts: dict[str, int] = {}
+    for labels in logged.values():
+        for i in labels:
+            counts[i] = counts.get(i, 0) + 1
+    n_obs = sum(counts.values())
+    return powerlaw_propensities(counts, max(len(logged), 1), max(n_obs, 1), exponent, clip)
+
+
+def estimate_runs(
+    runs: Sequence[Any],
+    logged: Mapping[str, Mapping[str, int]],
+    judged: Mapping[tuple[str, str], tuple[float, bool]],
+    propensities: Propensities,
+    users: Sequence[str],
+    metrics: Sequence[str],
+    estimators: Sequence[str] = ESTIMATORS,
+    *,
+    draws: int = 1000,
+    seed: int = 0,
+) -> dict[str, Any]:
+    """Every estimator of every metric for each run (``RecRun``) on ``users``.
+
+    Returns:
+        ``{"systems": {run: {metric: {estimator: Estimate.to_dict()}}}, "clipped": n,
+        "propensity": describe}``.
+    """
+    k = max(parse_metric(m)[1] for m in metrics)
+    by_user: dict[str, dict[str, tuple[float, bool]]] = {}
+    for (u, i), v in judged.items():
+        by_user.setdefault(u, {})[i] = v
+    systems: dict[str, Any] = {}
+    clipped = 0
+    for run in runs:
+        lists = {}
+        for u in users:
+            lab, c = list_labels(run.rankings.get(u, []), u, logged.get(u, {}),
+                                 by_user.get(u, {}), propensities, k)  # fmt: skip
+            lists[u] = lab
+            clipped += c
+        got = estimate(lists, metrics, estimators, draws=draws, seed=seed)
+        systems[run.name] = {m: {e: v.to_dict() for e, v in d.items()} for m, d in got.items()}
+    return {"systems": systems, "clipped": clipped, "propensity": propensities.describe}
