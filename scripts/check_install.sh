@@ -10,8 +10,13 @@ PY=${PY:-python3}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 echo "[check-install 1/4] wheel"
+# Built from a copy of the tree: setuptools writes build/ and *.egg-info beside the sources.
+mkdir "$tmp/src"
+tar --exclude=./.git --exclude=./.venv --exclude=./.venv-vllm --exclude=./.venv-lock \
+    --exclude=./build --exclude='*.egg-info' --exclude=./checkpoints --exclude=./reports -cf - . \
+    | tar -xf - -C "$tmp/src"
 .venv/bin/python -m pip wheel -qq --disable-pip-version-check --no-deps --no-build-isolation \
-    -w "$tmp/dist" .
+    -w "$tmp/dist" "$tmp/src"
 wheel=$(ls "$tmp"/dist/recjudge-*.whl)
 # The wheel must carry its package data (GISTBench's categories, py.typed).
 "$PY" - "$wheel" <<'PYEOF'

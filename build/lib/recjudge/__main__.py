@@ -1,5 +1,0 @@
-"""``python -m recjudge``."""
-
-from recjudge.cli import main
-
-main()

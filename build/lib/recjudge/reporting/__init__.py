@@ -1,5 +1,0 @@
-"""Report writers shared by evaluators and benchmarks (imports nothing above ``data``)."""
-
-from recjudge.reporting._write import environment, write_report
-
-__all__ = ["environment", "write_report"]
