@@ -40,3 +40,16 @@ def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None =
         os.environ.clear()
         os.environ.update(old_env)
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def write_files(folder, files) -> None:
+    """Write ``{relative name: text or bytes}`` under ``folder`` (parents created)."""
+    from pathlib import Path
+
+    for name, content in files.items():
+        p = Path(folder) / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        if isinstance(content, bytes):
+            p.write_bytes(content)
+        else:
+            p.write_text(content, encoding="utf-8")

@@ -10,11 +10,11 @@ the specific ones: the file name, the row, the field, the flag or command of the
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from cli_in_process import run_cli
+from cli_in_process import write_files as _write
 
 LOG = "user_id,item_id,timestamp,rating\n" + "".join(
     f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(3) for i in range(6)
@@ -49,16 +49,6 @@ def world(tmp_path_factory):
     (t / "run.jsonl").write_text(GOOD_RUN)
     train_cf("pop", load_dataset(str(t / "ds")), t / "pop", {}, TrainOptions(progress=False))
     return t
-
-
-def _write(t: Path, files: dict[str, str | bytes]) -> None:
-    for name, content in files.items():
-        p = t / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            p.write_bytes(content)
-        else:
-            p.write_text(content, encoding="utf-8")
 
 
 IMPORT = ["data", "import"]

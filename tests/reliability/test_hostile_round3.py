@@ -14,22 +14,13 @@ from pathlib import Path
 import pytest
 
 from cli_in_process import run_cli
+from cli_in_process import write_files as _write
 
 LOG = "user_id,item_id,timestamp,rating\n" + "".join(
     f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(3) for i in range(6)
 )
 ITEMS = "item_id,title\n" + "".join(f"i{i},Movie {i} (199{i})\n" for i in range(8))
 IMPORT = ["data", "import"]
-
-
-def _write(t: Path, files: dict[str, str | bytes]) -> None:
-    for name, content in files.items():
-        p = t / name
-        p.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            p.write_bytes(content)
-        else:
-            p.write_text(content, encoding="utf-8")
 
 
 # -- checkpoints ---------------------------------------------------------------------------

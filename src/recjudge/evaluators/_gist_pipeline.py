@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from recjudge._util import rng, stable_hash
 from recjudge.evaluators._cost import AskMeter
@@ -819,15 +819,13 @@ class ProfileCheck(Tally):
     merged: int = 0
     capped: int = 0
     questions: int = 0  # evidence-filter questions the kept interests ask (one per citation)
-
-    def problems(self) -> str:
-        """One line naming every rule that changed the input, with an example."""
-        parts = []
-        for what in ("unknown_users", "empty_profiles", "outside_history", "merged", "capped"):
-            n = getattr(self, what)
-            if n:
-                parts.append(f"{n} {what.replace('_', ' ')} (e.g. {self.examples[what][0]})")
-        return "; ".join(parts)
+    RULES: ClassVar[tuple[str, ...]] = (
+        "unknown_users",
+        "empty_profiles",
+        "outside_history",
+        "merged",
+        "capped",
+    )
 
 
 def read_profiles(

@@ -30,7 +30,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from recjudge.data import DataError
 
@@ -75,6 +75,17 @@ class Tally:
     each (subclasses add the counters)."""
 
     examples: dict[str, list[str]] = field(default_factory=dict)
+    # The counters ``problems`` names, in order (each subclass lists its own).
+    RULES: ClassVar[tuple[str, ...]] = ()
+
+    def problems(self) -> str:
+        """One line naming every non-zero rule count with an example (empty if none)."""
+        parts = []
+        for what in self.RULES:
+            n = getattr(self, what)
+            if n:
+                parts.append(f"{n} {what.replace('_', ' ')} (e.g. {self.examples[what][0]})")
+        return "; ".join(parts)
 
     def note(self, what: str, example: str, n: int = 1) -> None:
         setattr(self, what, getattr(self, what) + n)
@@ -94,19 +105,17 @@ class RunCheck(Tally):
     unknown_users: int = 0
     unknown_items: int = 0
     short_lists: int = 0
+    RULES: ClassVar[tuple[str, ...]] = (
+        "duplicates",
+        "ties",
+        "unknown_users",
+        "unknown_items",
+        "short_lists",
+    )
 
     def to_dict(self) -> dict[str, Any]:
         return {**{k: v for k, v in self.__dict__.items() if k != "examples"},
                 "examples": self.examples}  # fmt: skip
-
-    def problems(self) -> str:
-        """One line naming every non-zero count with an example (empty if none)."""
-        parts = []
-        for what in ("duplicates", "ties", "unknown_users", "unknown_items", "short_lists"):
-            n = getattr(self, what)
-            if n:
-                parts.append(f"{n} {what.replace('_', ' ')} (e.g. {self.examples[what][0]})")
-        return "; ".join(parts)
 
 
 @dataclass
