@@ -56,7 +56,7 @@ test: setup
 # The tests that compute with a real model in the auto dtype (marker `model`) again, under the
 # dtype this CPU would not pick: fp32 on CPUs with native bf16, else bf16 (torch emulates it).
 # `make test` and this leg together cover both dtypes on any x86 CPU.
-OTHER_DTYPE = $(shell $(BIN)/python -c "from recjudge.llm._backend import native_bf16; \
+OTHER_DTYPE = $(shell $(BIN)/python -c "from recjudge._util import native_bf16; \
 	print('float32' if native_bf16() else 'bfloat16')" 2>/dev/null)
 test-other-dtype: setup
 	RECJUDGE_DTYPE=$(OTHER_DTYPE) $(BIN)/python -m pytest -q -m "model and not slow and not vllm"

@@ -168,3 +168,18 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a host name: it may resolve anywhere
+
+
+def native_bf16() -> bool:
+    """Whether this CPU has bf16 arithmetic in hardware (AVX512-BF16 or AMX-BF16).
+
+    Here, the lowest layer, so reports (``recjudge.reporting``) can say it without importing
+    the LLM layer; ``recjudge.llm`` re-exports it.
+    """
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:  # not Linux: trust torch's own check
+        import torch
+
+        return bool(torch.cpu._is_avx512_bf16_supported())
+    return "avx512_bf16" in flags or "amx_bf16" in flags

@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge._util import UserFacingError
+from recjudge._util import UserFacingError, native_bf16
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
 
 DTYPE_ENV = "RECJUDGE_DTYPE"
@@ -83,17 +83,6 @@ class SamplingConfig(BaseModel):
         if not self.do_sample:
             return {"do_sample": False, "max_new_tokens": self.max_new_tokens}
         return self.model_dump()
-
-
-def native_bf16() -> bool:
-    """Whether this CPU has bf16 arithmetic in hardware (AVX512-BF16 or AMX-BF16)."""
-    try:
-        flags = Path("/proc/cpuinfo").read_text()
-    except OSError:  # not Linux: trust torch's own check
-        import torch
-
-        return bool(torch.cpu._is_avx512_bf16_supported())
-    return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
 class LLMConfig(BaseModel):

@@ -14,7 +14,7 @@ def environment() -> dict[str, Any]:
     import torch
     import transformers
 
-    from recjudge.llm._backend import native_bf16
+    from recjudge._util import native_bf16
 
     return {
         "python": platform.python_version(),
