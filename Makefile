@@ -104,12 +104,17 @@ LLAMACPP_CMAKE := $(shell grep -q amx_int8 /proc/cpuinfo 2>/dev/null \
 	&& echo "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
 	-DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
 	-DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF" || echo "-DGGML_NATIVE=ON")
-setup-llamacpp: setup
+# Built once (a stamp, like the other set-up targets); a new pin in $(LLAMACPP) rebuilds it.
+LSTAMP := $(VENV)/.recjudge-llamacpp
+setup-llamacpp: $(LSTAMP)
+
+$(LSTAMP): $(LLAMACPP) $(STAMP)
 	@echo "[setup-llamacpp] building llama-cpp-python from source (minutes on 2 cores)"
 	@CMAKE_ARGS="$(LLAMACPP_CMAKE)" $(call PIP,$(BIN)) --no-deps --no-cache-dir \
 		--force-reinstall -r $(LLAMACPP) || $(call FETCH_FAILED,the packages in $(LLAMACPP))
 	@$(BIN)/python -c "import llama_cpp; print('[setup-llamacpp] llama-cpp-python', \
 		llama_cpp.__version__)"
+	@touch $(LSTAMP)
 
 test-vllm: setup-vllm
 	$(VBIN)/python -m pytest -q -n 0 -m vllm tests/llm/test_vllm_parity.py -s

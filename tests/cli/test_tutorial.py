@@ -75,6 +75,18 @@ def test_tutorial(tmp_path, ml100k):
             lo, hi = e[name]["ci"]
             assert lo <= e[name]["value"] <= hi
         assert e["dm"]["judge_share"] == e["dr"]["judge_share"] >= 0.0
+    # A gold sample of listed pairs (labels as the imputed qrels say): PPI beside them.
+    listed = sorted({(x["user_id"], x["item_id"]) for x in side})
+    (t / "gold.csv").write_text("user_id,item_id,label\n" + "".join(
+        f"{u},{i},{q[u][i]}\n" for u, i in listed))  # fmt: skip
+    r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics",
+           "precision@2", "--estimators", "dm,dr", "--gold", "gold.csv", "--json",
+           cwd=t)  # fmt: skip
+    est = json.loads(r.stdout)["estimators"]
+    assert est["gold"].startswith(f"gold.csv: {len(listed)} pairs")
+    for system in ("als", "pop"):
+        ppi = est["systems"][system]["precision@2"]["ppi"]
+        assert ppi["value"] is None or ppi["ci"][0] <= ppi["value"] <= ppi["ci"][1]
     metrics = "ndcg@3,precision@3"
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics", metrics,
            "--out", "report", "--json", cwd=t)  # fmt: skip

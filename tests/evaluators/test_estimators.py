@@ -162,3 +162,54 @@ def test_a_propensity_file_reads_per_item_and_per_pair(tmp_path):
     with pytest.raises(DataError, match="no propensity column"):
         (tmp_path / "bad.csv").write_text("item_id,p\na,0.5\n")
         read_propensities(tmp_path / "bad.csv")
+
+
+# -- gold samples: PPI ----------------------------------------------------------------------
+def test_ppi_closed_forms():
+    from recjudge.evaluators._estimators import ppi_mean
+
+    y, yhat, yu = np.array([1.0, 0, 1, 1]), np.array([0.5, 0.5, 0.5, 1]), np.array([0.2, 0.6])
+    classic = ppi_mean(y, yhat, yu, lam=1.0)
+    assert classic["value"] == pytest.approx(0.4 + (0.5 - 0.5 + 0.5 + 0) / 4)
+    half = 1.959964 * math.sqrt(yu.std() ** 2 / 2 + (y - yhat).std() ** 2 / 4)
+    assert classic["hi"] - classic["value"] == pytest.approx(half, rel=1e-5)
+    assert ppi_mean(y, yhat, yu, lam=0.0)["value"] == pytest.approx(0.75)  # the gold mean
+    assert 0.0 <= ppi_mean(y, yhat, yu)["lam"] <= 1.0
+
+
+def test_ppi_intervals_cover_the_truth_with_a_biased_judge():
+    """A judge whose probabilities are far off (p^3) still gives intervals at about their
+    nominal 95 %: the gold sample corrects it."""
+    from recjudge.evaluators._estimators import ppi_mean
+
+    g = np.random.default_rng(7)
+    truth_p = g.random(5000)
+    y_all = (g.random(5000) < truth_p).astype(float)
+    truth = y_all.mean()
+    judge = truth_p**3
+    covered, reps = 0, 300
+    for _ in range(reps):
+        gold = g.choice(5000, 150, replace=False)
+        r = ppi_mean(y_all[gold], judge[gold], judge)
+        covered += r["lo"] <= truth <= r["hi"]
+    assert covered / reps >= 0.9
+    assert abs(judge.mean() - truth) > 0.2  # the judge alone is far off
+
+
+def test_gold_pairs_outside_the_runs_are_refused_by_row(tmp_path):
+    from recjudge.evaluators._estimators import ppi_metric, read_gold
+    from recjudge.evaluators._runs import RecRun, RunCheck
+
+    run = RecRun("s", "", {"u": ["a", "b", "c"], "v": ["b", "c", "d"]}, {}, RunCheck())
+    listed = {(u, i) for u, items in run.rankings.items() for i in items}
+    (tmp_path / "g.csv").write_text("user_id,item_id,label\nu,a,1\nv,zz,0\n")
+    with pytest.raises(DataError, match=r"g.csv, row 2: gold pair \('v', 'zz'\): item 'zz'"):
+        read_gold(tmp_path / "g.csv", ["u", "v"], listed)
+    (tmp_path / "g.csv").write_text("user_id,item_id,label\nu,a,1\nv,b,0\nu,c,1\n")
+    gold = read_gold(tmp_path / "g.csv", ["u", "v"], listed)
+    judged = {p: (0.5, True) for p in listed}
+    r = ppi_metric(run, ["u", "v"], judged, gold, "precision@3", lam=1.0)
+    # M = mean_users sum_r Y/3: judge term 0.5, rectifier mean(c w (Y - p)) over the 3 gold
+    assert r["value"] == pytest.approx(0.5 + (0.5 - 0.5 + 0.5) / 3) and r["n"] == 3
+    with pytest.raises(ValueError, match="no judge probability"):
+        ppi_metric(run, ["u", "v"], {}, gold, "precision@3")

@@ -56,12 +56,10 @@ def spearman_or_none(x: np.ndarray, y: np.ndarray) -> float | None:
 
 
 def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
-    """P(score of a positive > score of a negative), ties count one half (Mann-Whitney)."""
-    p, n = np.asarray(pos, float), np.asarray(neg, float)
-    if not len(p) or not len(n):
-        return None
-    diff = p[:, None] - n[None, :]
-    return float(((diff > 0).sum() + 0.5 * (diff == 0).sum()) / diff.size)
+    """P(score of a positive > score of a negative), ties count one half: ``_stats.auc``."""
+    from recjudge._stats import auc as _auc
+
+    return _auc(pos, neg)
 
 
 def _summary(point: float | None, boots: list[float]) -> dict[str, float | int | None]:

@@ -100,6 +100,11 @@ def impute_cmd(
     max_history: int = _JudgeOptions.max_history,
     allow_cf_mismatch: bool = _JudgeOptions.allow_cf_mismatch,
     resume: bool = _JudgeOptions.resume,
+    calibration: str = typer.Option(
+        None,
+        "--calibration",
+        help="A map from `recjudge calibrate` (made for this judge): adds p_calibrated.",
+    ),
     judge_logged: bool = typer.Option(
         False,
         "--judge-logged",
@@ -121,8 +126,14 @@ def impute_cmd(
         recs = [restrict_to(r, data_ds, k) for r in _parse_runs(runs, run_format)]
         _warn_checks(recs)
         judge, store = _judge_and_store(data_ds, opts, Path(out))
+        cmap = None
+        if calibration:
+            from recjudge.evaluators._calibrate import load_map
+
+            cmap = load_map(calibration, judge.config.model_dump(mode="json"))
         with store:
-            s = impute(judge, data_ds, fb, recs, config, out, store=store, progress=True)
+            s = impute(judge, data_ds, fb, recs, config, out, store=store, progress=True,
+                       calibration=cmap)  # fmt: skip
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError, ConnectionError) as e:
         fail(str(e).strip("'\""))
     if as_json:
@@ -167,6 +178,12 @@ def evaluate_cmd(
         "propensity) or powerlaw:EXP (Yang et al. 2018, from the logged labels' item counts).",
     ),
     clip: float = typer.Option(0.01, "--clip", min=1e-6, max=1.0, help="Propensity floor."),
+    gold: str = typer.Option(
+        None,
+        "--gold",
+        help="Gold pairs (user_id,item_id,label) drawn uniformly from the listed pairs: adds "
+        "a prediction-powered (PPI++) estimate with an interval valid whatever the judge's bias.",
+    ),
     note: str = typer.Option(
         None, "--note", help="A paragraph for the report's header (protocol, deviations)."
     ),
@@ -204,7 +221,9 @@ def evaluate_cmd(
         res = evaluate_runs(q, recs, users, config)
         if estimators:
             res["estimators"] = _estimate(estimators, propensities, clip, qrels, q, recs,
-                                          users, config)  # fmt: skip
+                                          users, config, gold)  # fmt: skip
+        elif gold:
+            raise ValueError("--gold goes with --estimators (e.g. --estimators dm,dr)")
     except ValidationError as e:
         fail(option_errors(e))
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
@@ -221,7 +240,7 @@ def evaluate_cmd(
         typer.echo("\n".join(estimator_lines(res["estimators"])))
 
 
-def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config):
+def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config, gold=None):
     """``evaluate --estimators``: every estimator of the linear and nonlinear metrics."""
     from recjudge.evaluators._estimators import (
         ESTIMATORS,
@@ -261,8 +280,34 @@ def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config):
         if base in ours
     ] or [f"ndcg@{config.k}"]
     got = estimate_runs(recs, q["logged"], judged, props, users, metrics, wanted)
-    got["calibration"] = "none: the judge's raw p_yes"
+    summary = Path(qrels_dir) / "summary.json"
+    calibrated = summary.exists() and json.loads(summary.read_text()).get("calibrated")
+    got["calibration"] = (
+        "isotonic map from recjudge calibrate (p_calibrated)"
+        if calibrated
+        else "none: the judge's raw p_yes"
+    )
     got["gold"] = "none"
+    if gold:
+        from recjudge.evaluators._estimators import ppi_metric, read_gold
+
+        k = max(int(m.partition("@")[2]) for m in metrics)
+        listed = {(u, i) for r in recs for u in users for i in r.rankings.get(u, [])[:k]}
+        pairs = read_gold(gold, users, listed)
+        got["gold"] = f"{Path(gold).name}: {len(pairs)} pairs, PPI++ (power-tuned lambda)"
+        for r in recs:
+            for m in metrics:
+                if m.partition("@")[0] not in ("precision", "ndcg", "dcg"):
+                    continue
+                try:
+                    p = ppi_metric(r, users, judged, pairs, m)
+                    e = {"estimator": "ppi", "metric": m, "value": p["value"],
+                         "ci": [p["lo"], p["hi"]], "judge_share": 1.0,
+                         "note": f"{p['n']} gold pairs, lambda {p['lam']:.2f}"}  # fmt: skip
+                except ValueError as err:
+                    e = {"estimator": "ppi", "metric": m, "value": None, "ci": None,
+                         "judge_share": 0.0, "note": str(err)}  # fmt: skip
+                got["systems"][r.name][m]["ppi"] = e
     return got
 
 
@@ -302,6 +347,77 @@ def _write_evaluation(res, recs, source: str, out: str, note: str | None = None)
         lines += estimator_lines(res["estimators"])
     write_report(out, {**res, "runs": {r.name: r.path for r in recs}}, lines)
     plot_scores(res, Path(out) / "evaluate.png")
+
+
+@app.command("calibrate")
+def calibrate_cmd(
+    judgments: str = typer.Option(
+        ..., "--judgments", help="An impute --out folder (imputed.jsonl and summary.json)."
+    ),
+    labels: str = typer.Option(
+        ..., "--labels", help="Labelled pairs: CSV/JSONL with user_id, item_id, label (0/1)."
+    ),
+    out: str = typer.Option(..., "--out", help="Folder: calibration.json, report.md, PNG."),
+    folds: int = typer.Option(5, "--folds", min=2, help="Folds of the cross-fitted check."),
+    seed: int = typer.Option(0, "--seed"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """The judge against labels you trust: AUC, Brier, ECE, kappa, a reliability diagram,
+    and an isotonic map (p_yes -> P(relevant)) that impute --calibration applies."""
+    from recjudge._util import atomic_write_json
+    from recjudge.data import DataError
+    from recjudge.evaluators._calibrate import (
+        calibrate,
+        judge_settings,
+        plot_reliability,
+        read_labels,
+    )
+    from recjudge.evaluators._estimators import read_judged
+    from recjudge.reporting import write_report
+
+    try:
+        folder = Path(judgments)
+        summary_path = folder / "summary.json"
+        if not summary_path.exists():
+            raise DataError("no summary.json here.", source=str(folder),
+                            fix="pass the --out folder of `recjudge impute`")  # fmt: skip
+        judge = judge_settings(json.loads(summary_path.read_text()))
+        res = calibrate(read_judged(folder / "imputed.jsonl", raw=True), read_labels(labels),
+                        judge, folds=folds, seed=seed)  # fmt: skip
+    except (DataError, ValueError) as e:
+        fail(str(e))
+    outp = Path(out)
+    atomic_write_json(outp / "calibration.json", res)
+    plot_reliability(res, outp / "reliability.png")
+    write_report(outp, res, calibration_lines(res))
+    if as_json:
+        emit({k: v for k, v in res.items() if k not in ("map",)})
+        return
+    typer.echo("\n".join(calibration_lines(res)))
+
+
+def calibration_lines(res: dict) -> list[str]:
+    """The calibration report."""
+    cf = res["cross_fitted"]
+    kappa = "undefined" if res["kappa"] is None else f"{res['kappa']:.3f}"
+    return [
+        "# Judge calibration against labels",
+        "",
+        f"Judge: {res['judge']}. {res['pairs']} labelled pairs among the judged ones "
+        f"({res['unmatched_labels']} labels matched no judged pair).",
+        "",
+        f"- base rate of relevant labels {res['base_rate']:.3f}; judge YES rate "
+        f"{res['judge_yes_rate']:.3f}",
+        f"- AUC of p_yes {res['auc']:.3f}; Cohen's kappa of the hard labels {kappa}",
+        f"- raw p_yes: Brier {res['brier']:.4f}, ECE {res['ece']:.4f}",
+        f"- isotonic map, cross-fitted over {cf['folds']} folds: Brier {cf['brier']:.4f}, "
+        f"ECE {cf['ece']:.4f}",
+        "",
+        "The map (fit on every pair) is calibration.json: `recjudge impute --calibration "
+        "calibration.json` writes p_calibrated, which `evaluate --estimators` uses.",
+        "",
+        "![reliability](reliability.png)",
+    ]
 
 
 @app.command("augment")

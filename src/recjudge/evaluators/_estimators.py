@@ -380,9 +380,10 @@ def finite(value: float | None) -> bool:
     return value is not None and math.isfinite(value)
 
 
-def read_judged(path: str | Path) -> dict[tuple[str, str], tuple[float, bool]]:
-    """The judge's ``(p_yes, label)`` per (user, item) from an ``imputed.jsonl`` sidecar
-    (pairs with an error are left out).
+def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tuple[float, bool]]:
+    """The judge's ``(p, label)`` per (user, item) from an ``imputed.jsonl`` sidecar (pairs
+    with an error are left out): ``p`` is ``p_calibrated`` where impute applied a calibration
+    map, unless ``raw`` (then always ``p_yes``).
 
     Raises:
         DataError: a line that is not such a record (names the file and line).
@@ -403,7 +404,9 @@ def read_judged(path: str | Path) -> dict[tuple[str, str], tuple[float, bool]]:
             rec = json.loads(line)
             if rec.get("error"):
                 continue
-            p, label = float(rec["p_yes"]), bool(rec["label"])
+            # The calibrated probability when impute applied a calibration map.
+            p = float(rec["p_yes"] if raw else rec.get("p_calibrated", rec["p_yes"]))
+            label = bool(rec["label"])
             key = (str(rec["user_id"]), str(rec["item_id"]))
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
             raise DataError("not an imputed-pair record (user_id, item_id, label, p_yes).",
@@ -461,3 +464,108 @@ def estimate_runs(
         got = estimate(lists, metrics, estimators, draws=draws, seed=seed)
         systems[run.name] = {m: {e: v.to_dict() for e, v in d.items()} for m, d in got.items()}
     return {"systems": systems, "clipped": clipped, "propensity": propensities.describe}
+
+
+# -- gold samples: prediction-powered inference ---------------------------------------------
+def ppi_mean(
+    y: np.ndarray,
+    yhat: np.ndarray,
+    yhat_unlabeled: np.ndarray,
+    *,
+    lam: float | None = None,
+    alpha: float = 0.05,
+) -> dict[str, float]:
+    """Prediction-powered estimate of a mean with its ``1 - alpha`` interval (Angelopoulos et
+    al., Science 2023; power tuning PPI++, Angelopoulos, Duchi and Zrnic 2023), as
+    ``ppi_py.ppi_mean_pointestimate`` / ``ppi_mean_ci`` compute it in one dimension:
+
+    ``theta = mean(lam * yhat_unlabeled) + mean(y - lam * yhat)`` with interval
+    ``theta +- z_{1-alpha/2} sqrt(var(lam * yhat_unlabeled) / N + var(y - lam * yhat) / n)``
+    (population variances). ``lam = 1`` is classic PPI, ``lam = 0`` the gold sample alone;
+    ``None`` picks ``lam = cov(g, g_hat) / ((1 + n/N) var(g_hat over both sets))`` at the
+    ``lam = 1`` estimate, clipped to [0, 1]. Valid whatever the predictions' bias, as long as
+    the gold pairs are a uniform random sample of the population.
+    """
+    from scipy.stats import norm
+
+    y, yhat, yu = (np.asarray(a, dtype=float) for a in (y, yhat, yhat_unlabeled))
+    n, big_n = len(y), len(yu)
+    if n < 2 or big_n < 1:
+        raise ValueError(f"PPI needs at least 2 gold pairs and 1 prediction (got {n}, {big_n})")
+    if lam is None:
+        pe = yu.mean() + (y - yhat).mean()
+        g, gh, ghu = y - pe, yhat - pe, yu - pe
+        cov = (2.0 / n) * float(((g - g.mean()) * (gh - gh.mean())).sum())
+        var = float(np.cov(np.concatenate([gh, ghu])))
+        lam = float(np.clip(cov / (2 * (1 + n / big_n) * var), 0, 1)) if var > 0 else 1.0
+    theta = float((lam * yu).mean() + (y - lam * yhat).mean())
+    se = math.sqrt((lam * yu).std() ** 2 / big_n + (y - lam * yhat).std() ** 2 / n)
+    z = float(norm.ppf(1 - alpha / 2))
+    return {"value": theta, "lo": theta - z * se, "hi": theta + z * se, "lam": lam, "n": n,
+            "N": big_n}  # fmt: skip
+
+
+def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str]]):
+    """Gold pairs ``(user_id, item_id, label)`` (``calibrate``'s label file format), each of a
+    user and item the evaluated runs list.
+
+    Raises:
+        DataError: a bad label, or a pair for a user or item outside the evaluated runs
+            (file and row named).
+    """
+    from recjudge.data import DataError
+    from recjudge.evaluators._calibrate import read_labels
+
+    gold = read_labels(path)
+    known = set(users)
+    items = {i for _, i in listed}
+    for r, (u, i) in enumerate(gold, 1):
+        if u not in known or i not in items:
+            what = f"user {u!r}" if u not in known else f"item {i!r}"
+            raise DataError(
+                f"gold pair ({u!r}, {i!r}): {what} is not in the evaluated runs' top-k lists.",
+                source=str(path),
+                row=r,
+                fix="draw gold pairs uniformly from the pairs the evaluated runs list (top-k "
+                "of the evaluation users); a pair outside them cannot be weighed",
+            )
+    return gold
+
+
+def ppi_metric(
+    run: Any,
+    users: Sequence[str],
+    judged: Mapping[tuple[str, str], tuple[float, bool]],
+    gold: Mapping[tuple[str, str], int],
+    metric: str,
+    *,
+    lam: float | None = None,
+) -> dict[str, Any]:
+    """PPI estimate of a linear ``metric@k`` for one run, with its 95 % interval.
+
+    The metric is a mean over list slots: ``M = (S / |U|) mean_slots w_r Y`` for the ``S``
+    top-k slots of the ``|U|`` users, so ``ppi_mean`` applies to ``c w_r Y`` (gold slots) and
+    ``c w_r p`` (the judge on every slot), ``c = S / |U|``. The gold pairs this run lists are
+    a uniform sample of its slots when the gold sample is uniform over the listed pairs.
+
+    Raises:
+        ValueError: a nonlinear metric, a slot without the judge's probability, or fewer than
+            two gold pairs in this run's lists.
+    """
+    base, k = parse_metric(metric)
+    if base not in LINEAR:
+        raise ValueError(f"PPI here is for the linear metrics ({', '.join(LINEAR)}): {metric}")
+    w = metric_weights(base, k)
+    slots = [(u, i, w[r]) for u in users for r, i in enumerate(run.rankings.get(u, [])[:k])]
+    c = len(slots) / max(len(users), 1)
+    missing = [(u, i) for u, i, _ in slots if (u, i) not in judged]
+    if missing:
+        raise ValueError(f"{len(missing)} listed pairs have no judge probability (e.g. "
+                         f"{missing[0]}): run impute with --judge-logged")  # fmt: skip
+    yu = np.array([c * wr * judged[(u, i)][0] for u, i, wr in slots])
+    mine = [(u, i, wr) for u, i, wr in slots if (u, i) in gold]
+    if len(mine) < 2:
+        raise ValueError(f"{run.name}: {len(mine)} gold pairs in its top-{k} lists (need 2+)")
+    y = np.array([c * wr * gold[(u, i)] for u, i, wr in mine])
+    yhat = np.array([c * wr * judged[(u, i)][0] for u, i, wr in mine])
+    return ppi_mean(y, yhat, yu, lam=lam)

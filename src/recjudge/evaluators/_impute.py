@@ -144,6 +144,7 @@ def impute(
     store: Any = None,
     progress: bool = False,
     plan: ImputationPlan | None = None,
+    calibration: tuple[Sequence[float], Sequence[float]] | None = None,
 ) -> dict[str, Any]:
     """Judge every unlabelled top-k pair and write qrels and a sidecar to ``out``.
 
@@ -155,6 +156,8 @@ def impute(
         store: a ``ResultsStore``; finished pairs are reused, so a rerun resumes.
         plan: ``imputation_plan(data, feedback, runs, config)`` when the caller has built it
             already (several judges on the same runs); None builds it here.
+        calibration: an isotonic map ``(x, y)`` from ``recjudge calibrate`` (``load_map``
+            checks it was made for this judge): each pair also gets ``p_calibrated``.
 
     Writes:
         ``qrels_logged.{trec,json}``, ``qrels_imputed.{trec,json}`` (logged + imputed),
@@ -181,7 +184,7 @@ def impute(
             imputed[u][i] = int(j.is_relevant)
     write_qrels(base, out / "qrels_logged")
     write_qrels(imputed, out / "qrels_imputed")
-    _write_sidecar(out / "imputed.jsonl", judged, unbuildable)
+    _write_sidecar(out / "imputed.jsonl", judged, unbuildable, calibration)
     run = judge.last_run
     summary = {
         "users": len(users),
@@ -203,14 +206,19 @@ def impute(
         "seconds_per_judged_pair": round(seconds / run.judged, 3) if run and run.judged else None,
         "config": config.model_dump(),
         "judge": judge.config.model_dump(mode="json"),
+        "calibrated": calibration is not None,
         "runs": {r.name: {"path": r.path, **r.check.to_dict()} for r in runs},
     }
     atomic_write_json(out / "summary.json", summary)
     return summary
 
 
-def _write_sidecar(path: Path, judged: Sequence[Any], unbuildable: Sequence[Mapping]) -> None:
+def _write_sidecar(
+    path: Path, judged: Sequence[Any], unbuildable: Sequence[Mapping], calibration=None
+) -> None:
     import json
+
+    from recjudge.evaluators._calibrate import apply_map
 
     lines = []
     for j in judged:
@@ -229,6 +237,8 @@ def _write_sidecar(path: Path, judged: Sequence[Any], unbuildable: Sequence[Mapp
                 "evidence": j.evidence,
                 "evidence_ids": j.evidence_ids,
             }
+            if calibration is not None:
+                rec["p_calibrated"] = float(apply_map(*calibration, j.p_yes))
         lines.append(json.dumps(rec, ensure_ascii=False))
     for u in unbuildable:
         lines.append(json.dumps({"user_id": u["user_id"], "item_id": u["candidate_id"],

@@ -1,0 +1,29 @@
+"""One figure set-up for every PNG a report writes (headless backend, size, layout, dpi)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+
+@contextmanager
+def figure(
+    path: str | Path, size: tuple[float, float] = (6.0, 4.0), dpi: int = 110
+) -> Iterator[Any]:
+    """Yield one matplotlib Axes; on exit lay it out, write ``path`` and free the figure
+    (also when the body raises, so a failed plot leaks nothing)."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # reports are written on machines without a display
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=size)
+    try:
+        yield ax
+        fig.tight_layout()
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=dpi)
+    finally:
+        plt.close(fig)
