@@ -396,6 +396,58 @@ def calibrate_cmd(
     typer.echo("\n".join(calibration_lines(res)))
 
 
+@app.command("audit")
+def audit_cmd(
+    judgments: str = typer.Option(
+        ..., "--judgments", help="An impute --out folder (imputed.jsonl and summary.json)."
+    ),
+    data: str = typer.Option(..., "--data", help="The dataset the judge read (histories)."),
+    out: str = typer.Option(..., "--out", help="Folder: report.md, results.json, audit.png."),
+    labels: str = typer.Option(
+        None, "--labels", help="Optional labelled pairs (user_id,item_id,label) for the gaps."
+    ),
+    bins: int = typer.Option(10, "--bins", min=2, max=50, help="Quantile bins per factor."),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """Bias audit of a judgments file: YES rate and calibration by item popularity,
+    history length and title length (table + PNG)."""
+    from recjudge.data import DataError, load_dataset
+    from recjudge.evaluators._audit import audit, audit_factors, audit_lines, plot_audit
+    from recjudge.evaluators._calibrate import read_labels
+    from recjudge.evaluators._estimators import read_judged
+    from recjudge.reporting import write_report
+
+    try:
+        judged = read_judged(Path(judgments) / "imputed.jsonl", raw=True)
+        if not judged:
+            raise DataError(
+                "no judged pair in it.",
+                source=str(Path(judgments) / "imputed.jsonl"),
+                fix="pass the --out folder of a finished `recjudge impute`",
+            )
+        pairs = sorted(judged)
+        gold = read_labels(labels) if labels else None
+        res = audit(
+            pairs,
+            [judged[k][0] for k in pairs],
+            [judged[k][1] for k in pairs],
+            audit_factors(load_dataset(data), pairs),
+            [gold.get(k) for k in pairs] if gold is not None else None,
+            bins=bins,
+        )
+    except (DataError, ValueError, KeyError) as e:
+        fail(str(e).strip("'\""))
+    header = ["# Judge bias audit", "",
+              f"{len(pairs)} judged pairs from {judgments}; dataset {data}; "
+              f"{'labels: ' + labels if labels else 'no labels (YES rates only)'}."]  # fmt: skip
+    write_report(out, {"factors": res, "pairs": len(pairs)}, audit_lines(res, header))
+    plot_audit(res, Path(out) / "audit.png")
+    if as_json:
+        emit({"pairs": len(pairs), "factors": res})
+        return
+    typer.echo("\n".join(audit_lines(res, header)))
+
+
 def calibration_lines(res: dict) -> list[str]:
     """The calibration report."""
     cf = res["cross_fitted"]
