@@ -14,6 +14,7 @@ from typing import Any
 from recjudge.evaluators._arena_metrics import ASPECTS
 
 ARENA_PROMPT_VERSION = "arena-v2"
+ARENA_PROMPT_FINGERPRINT = "arena-v2:0e19596e630a397c"  # tests/test_prompt_versions.py
 ABSOLUTE = ("awful", "poor", "fair", "good", "excellent")  # distinct first letters
 ABSOLUTE_SCORE = dict(zip(ABSOLUTE, (0.0, 0.25, 0.5, 0.75, 1.0), strict=True))
 

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from recjudge._util import rng
 
 GIST_PROMPT_VERSION = "gist-v1"
+GIST_PROMPT_FINGERPRINT = "gist-v1:39fa69db097acbd3"  # tests/test_prompt_versions.py
 SIGNALS = ("imp+", "exp+", "imp-", "exp-")
 EVENT_SIGNAL = {
     "implicit_positive": "imp+",

@@ -16,6 +16,7 @@ from typing import Any
 from recjudge.evaluators._usersum_metrics import LETTERS
 
 USERSUM_PROMPT_VERSION = "usersum-v2"
+USERSUM_PROMPT_FINGERPRINT = "usersum-v2:f99331c4b66d6bb1"  # tests/test_prompt_versions.py
 SYSTEM = "You write concise user preference summaries."
 FORM = "Write two parts, 'Summary:' and 'Insights:', together at most {words} words."
 

@@ -6,7 +6,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Literal, get_args
+from typing import Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -104,6 +104,29 @@ class JudgeConfig(BaseModel):
     jump_forward_prefix: bool = True
     domain: str | None = None
     persona_tokens: int = Field(160, ge=8)
+
+    # Every field is classified by name, and tests/reward/test_keys.py fails on a field that is
+    # not: a new setting must say whether it changes an answer (and so re-keys every stored
+    # judgment) or not. ``Judge._key`` builds keys from these sets alone.
+    KEYED: ClassVar[frozenset[str]] = frozenset(
+        {"model", "mode", "beta", "max_evidence", "token_budget", "max_history", "show_ratings",
+         "rating_scale", "cf_threshold", "need_evidence", "sampling", "samples", "deterministic",
+         "jump_forward_prefix", "domain"}
+    )  # fmt: skip
+    # Never changes a result: the batch a pair is decoded in (the fast engine agrees across
+    # batch sizes up to rounding; the invariant engine's row count is decode_rows).
+    UNKEYED: ClassVar[frozenset[str]] = frozenset({"batch_size"})
+    # Keyed only when it acts: decode_rows on the batch-invariant engine (its fixed row count
+    # sets the rounding), persona_tokens in the simulator modes.
+    KEYED_WHEN: ClassVar[dict[str, str]] = {
+        "decode_rows": "deterministic",
+        "persona_tokens": "simulator",
+    }
+    # Acts only at or after the decision: left out of the unbiased decision record's key, so
+    # every sweepable setting shares one record.
+    AFTER_DECISION: ClassVar[frozenset[str]] = frozenset(
+        {"mode", "beta", "need_evidence", "cf_threshold"}
+    )
 
     def effective_beta(self) -> float:
         return 0.0 if self.mode in ("no-behavior", "zero-shot", *SIMULATOR_MODES) else self.beta
@@ -405,14 +428,14 @@ class Judge:
 
     def _key(self, req: JudgeRequest, bias: bool) -> str:
         c = self.config
-        # batch_size never changes a result; decode_rows does only on the invariant engine;
-        # persona_tokens only for the simulators (their role text is in the key below).
-        unused = {"batch_size"} if c.deterministic else {"batch_size", "decode_rows"}
-        if self.simulator is None:
-            unused.add("persona_tokens")
+        keyed = set(c.KEYED)  # JudgeConfig classifies every field (see there)
+        if c.deterministic:
+            keyed.add("decode_rows")
+        if self.simulator is not None:  # their role text is in the key below too
+            keyed.add("persona_tokens")
         if not bias:
-            unused |= {"mode", "beta", "need_evidence", "cf_threshold"}
-        settings = c.model_dump(exclude=unused) | self._llm_settings()
+            keyed -= c.AFTER_DECISION
+        settings = c.model_dump(include=keyed) | self._llm_settings()
         signal = (self._cf_id if req.sigma is None else None, req.sigma) if bias else ()
         return stable_hash(
             PROMPT_VERSION,

@@ -7,6 +7,9 @@ from dataclasses import dataclass
 from typing import Any
 
 PROMPT_VERSION = "brief-v1"
+# The rendered text this version stands for (tests/test_prompt_versions.py): a text change
+# without a new version fails there.
+PROMPT_FINGERPRINT = "brief-v1:12d6658a77a04533"
 
 # Where the candidate goes. The judge renders the chat with this slot, splits the text there
 # and tokenises the two halves separately, so one user's prompts share an identical prefix

@@ -20,6 +20,7 @@ import numpy as np
 from recjudge._registry import Registry
 
 SIMULATOR_VERSION = "sim-v1"  # part of every persona and judgment key: bump on prompt change
+SIMULATOR_FINGERPRINT = "sim-v1:aeddc3cb73c84284"  # tests/test_prompt_versions.py
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,64 @@
+"""Result keys cannot drift: every JudgeConfig field is classified, and a judgment's key for a
+fixed request is the one the committed checkpoints were written under."""
+
+from __future__ import annotations
+
+import pytest
+
+from recjudge.reward import Judge, JudgeConfig
+from recjudge.reward._judge import HistoryItem, JudgeRequest
+
+
+def test_every_judge_setting_is_classified_as_keyed_or_not():
+    c = JudgeConfig
+    groups = [c.KEYED, c.UNKEYED, frozenset(c.KEYED_WHEN)]
+    assert set(c.model_fields) == set().union(*groups), (
+        "classify the new JudgeConfig field in KEYED, UNKEYED or KEYED_WHEN: does it change "
+        "an answer? (a keyed field re-keys every stored judgment)"
+    )
+    assert sum(len(g) for g in groups) == len(c.model_fields)  # each in one group only
+    assert c.AFTER_DECISION <= c.KEYED
+
+
+def _request() -> JudgeRequest:
+    h = [HistoryItem("i1", "Up (2009)", "Up (2009) | family", 4.0),
+         HistoryItem("i2", "Fargo (1996)", "Fargo (1996) | crime", None)]  # fmt: skip
+    return JudgeRequest("7", h, "i9", "Heat (1995) | crime", sigma=0.25)
+
+
+@pytest.mark.parametrize(
+    ("config", "key", "decision"),
+    [
+        (JudgeConfig(), "43a48fd50c5bce3b750c729780da65c3", "5661e29e9c9c692a8ae4f72a86a2164a"),
+        (JudgeConfig(deterministic=True, decode_rows=4), "438a782b20d62a0672b2c761cb7559e4",
+         "436b2e9be0c0ff33f2622ca613ae4071"),
+        (JudgeConfig(mode="zero-shot", beta=3.0), "f99d44d6b30b47759b11579b93453989",
+         "5661e29e9c9c692a8ae4f72a86a2164a"),
+    ],
+)  # fmt: skip
+def test_keys_are_the_ones_stores_and_checkpoints_were_written_under(
+    monkeypatch, config, key, decision
+):
+    """Recorded before the key fields were classified (2026-11-27): any change to how a key
+    is composed re-keys every store and committed checkpoint, and fails here first."""
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    j = Judge(config, llm=object())
+    assert (j.key(_request()), j.decision_key(_request())) == (key, decision)
+
+
+def test_unkeyed_and_conditional_settings_act_as_classified(monkeypatch):
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    req = _request()
+    base = Judge(JudgeConfig(), llm=object()).key(req)
+    assert Judge(JudgeConfig(batch_size=3), llm=object()).key(req) == base
+    assert Judge(JudgeConfig(decode_rows=3), llm=object()).key(req) == base  # fast engine
+    det = JudgeConfig(deterministic=True)
+    assert Judge(det, llm=object()).key(req) != Judge(det.model_copy(update={"decode_rows": 3}),
+                                                       llm=object()).key(req)  # fmt: skip
+    assert Judge(JudgeConfig(persona_tokens=64), llm=object()).key(req) == base
+    for field in sorted(JudgeConfig.AFTER_DECISION):
+        other = {"mode": "no-behavior", "beta": 2.0, "need_evidence": False,
+                 "cf_threshold": 0.5}[field]  # fmt: skip
+        j = Judge(JudgeConfig().model_copy(update={field: other}), llm=object())
+        assert j.decision_key(req) == Judge(JudgeConfig(), llm=object()).decision_key(req)
+        assert j.key(req) != base
