@@ -407,3 +407,22 @@ def test_profiles_empty_and_oversized_are_counted(ml100k, tmp_path):
     assert check.capped == 10_000 - PROFILE_INTEREST_CAP
     assert len(interests) == PROFILE_INTEREST_CAP and check.questions == PROFILE_INTEREST_CAP
     assert "empty profiles" in check.problems() and "capped" in check.problems()
+
+
+def test_a_judgment_reused_from_an_imported_checkpoint_is_counted_as_such(tmp_path):
+    """A verified checkpoint's rows are reused, and the run says how many came from it."""
+    from recjudge.reward import Judge, JudgeConfig, ResultsStore, import_portable
+    from recjudge.reward._judge import HistoryItem, JudgeRequest
+
+    h = [HistoryItem("i1", "Up (2009)", "Up (2009)", None)]
+    req = JudgeRequest("7", h, "i9", "Heat (1995)", sigma=0.3)
+    judge = Judge(JudgeConfig(mode="no-behavior", need_evidence=False), llm=object())
+    key = judge.key(req)
+    rows = [{"table": "results", "key": key, "result": {**_judgment(key, False, 0.2),
+             "mode": "no-behavior"}}]  # fmt: skip
+    (tmp_path / "ck.gz").write_bytes(_checkpoint(rows, tmp=tmp_path))
+    import_portable(tmp_path / "ck.gz", tmp_path / "s.sqlite")
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        (got,) = judge.judge_many([req], store=store)
+    assert not got.is_relevant and got.user_id == "7"  # ids filled from the request
+    assert (judge.last_run.reused, judge.last_run.imported, judge.last_run.judged) == (1, 1, 0)

@@ -140,9 +140,11 @@ def impute_cmd(
         emit(s)
         return
     per = s["seconds_per_judged_pair"]
+    imp = s["reused_from_checkpoint"]
     typer.echo(
         f"{s['users']} users, {s['pairs']} unlabelled pairs: {s['imputed_yes']} YES, "
         f"{s['imputed_no']} NO, {s['failed']} failed, {s['reused']} from the store"
+        f"{f' ({imp} of them from an imported checkpoint)' if imp else ''}"
         f"{f', {per} s per judged pair' if per else ''} -> {out}/qrels_imputed.trec"
     )
 

@@ -191,6 +191,7 @@ def impute(
         "pairs": len(pairs),
         "judged_now": run.judged if run else len(judged),
         "reused": run.reused if run else 0,
+        "reused_from_checkpoint": run.imported if run else 0,
         "failed": len(judged) - len(labels) + len(unbuildable),
         "imputed_yes": sum(j.is_relevant for (u, i), j in labels.items() if i not in base[u]),
         "imputed_no": sum(not j.is_relevant for (u, i), j in labels.items() if i not in base[u]),

@@ -196,6 +196,7 @@ class RunSummary:
     reused: int
     judged: int
     failed: int
+    imported: int = 0  # of the reused, rows a checkpoint import brought (store import)
 
 
 @dataclass
@@ -558,6 +559,7 @@ class Judge:
         keys = [self.key(r) for r in reqs]
         results = self._reuse(reqs, keys, store, retry_failed)
         reused = len(results)
+        imported = len(store.imported(list(results))) if store is not None and results else 0
         todo: list[int] = []  # first occurrence of each key not yet in the store
         pending: set[str] = set()
         for i, k in enumerate(keys):
@@ -596,6 +598,7 @@ class Judge:
         self.last_run = RunSummary(
             requests=len(reqs),
             reused=reused,
+            imported=imported,
             judged=len(todo),
             failed=sum(j.error is not None for j in out),
         )

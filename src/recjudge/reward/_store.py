@@ -196,6 +196,18 @@ class ResultsStore:
                 out[k] = json.loads(res)
         return out
 
+    def imported(self, keys: Sequence[str]) -> set[str]:
+        """Which of ``keys`` hold a row that ``store import`` brought from a checkpoint
+        (their request records ``imported_from``), so a summary can say what it reused."""
+        out: set[str] = set()
+        for b in range(0, len(keys), 500):
+            chunk = list(keys[b : b + 500])
+            q = f"SELECT key, request FROM results WHERE key IN ({','.join('?' * len(chunk))})"
+            for k, req in self._db.execute(q, chunk):
+                if '"imported_from"' in req:
+                    out.add(k)
+        return out
+
     def missing(self, keys: Sequence[str]) -> list[str]:
         have = self.get_many(keys)
         return [k for k in keys if k not in have]
