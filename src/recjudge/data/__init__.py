@@ -10,6 +10,7 @@ from recjudge.data._loaders import (
     load_from_files,
     movielens_event,
     parse_mapping,
+    read_table,
 )
 from recjudge.data._render import clean_text, item_title, render_item
 from recjudge.data._schema import (
@@ -52,6 +53,7 @@ __all__ = [
     "leave_one_out",
     "load_dataset",
     "load_from_files",
+    "read_table",
     "movielens_event",
     "parse_mapping",
     "render_item",

@@ -292,6 +292,15 @@ GISTBENCH_COLUMNS = {
 }
 
 
+def read_table(path: str | Path, encoding: str = "utf-8") -> pd.DataFrame:
+    """A user's table by suffix: CSV (every column text), TSV, JSON/JSONL or Parquet.
+
+    Raises:
+        DataError: a file that cannot be decoded or parsed (names it, and the line).
+    """
+    return _read_table(Path(path), encoding)
+
+
 def _read_table(path: Path, encoding: str) -> pd.DataFrame:
     suffix = "".join(path.suffixes[-2:]) if path.suffix in {".gz", ".brotli"} else path.suffix
     try:

@@ -114,22 +114,13 @@ def read_labels(path: str | Path) -> dict[tuple[str, str], int]:
     Raises:
         DataError: a missing file or column, or a label that is not 0/1 (file and row named).
     """
-    import pandas as pd
-
-    from recjudge.data import DataError
+    from recjudge.data import DataError, read_table
 
     path = Path(path)
     fix = "write user_id,item_id,label rows with label 0 or 1"
     if not path.is_file():
         raise DataError("no such labels file.", source=str(path), fix=fix)
-    try:
-        if path.suffix.lower() in (".jsonl", ".ndjson"):
-            df = pd.read_json(path, lines=True, dtype=False)
-        else:
-            df = pd.read_csv(path, dtype={"user_id": str, "item_id": str})
-    except Exception as e:  # pandas raises many kinds for a damaged file
-        raise DataError(f"cannot read it ({type(e).__name__}).", source=str(path),
-                        fix=fix) from None  # fmt: skip
+    df = read_table(path)
     for col in ("user_id", "item_id", "label"):
         if col not in df.columns:
             raise DataError(f"no {col} column; found {list(df.columns)}.", source=str(path),

@@ -308,22 +308,13 @@ def read_propensities(path: str | Path, clip: float = 0.01) -> Propensities:
     """
     import pandas as pd
 
-    from recjudge.data import DataError
+    from recjudge.data import DataError, read_table
 
     path = Path(path)
     fix = "write item_id,propensity (or user_id,item_id,propensity) rows with 0 < propensity <= 1"
     if not path.is_file():
         raise DataError("no such propensity file.", source=str(path), fix=fix)
-    try:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            df = pd.read_parquet(path)
-        elif path.suffix.lower() in (".jsonl", ".ndjson"):
-            df = pd.read_json(path, lines=True, dtype=False)
-        else:
-            df = pd.read_csv(path, dtype={"user_id": str, "item_id": str})
-    except Exception as e:  # pandas/pyarrow raise many kinds for a damaged file
-        raise DataError(f"cannot read it ({type(e).__name__}).", source=str(path),
-                        fix=fix) from None  # fmt: skip
+    df = read_table(path)
     for col in ("item_id", "propensity"):
         if col not in df.columns:
             raise DataError(f"no {col} column; found {list(df.columns)}.", source=str(path),
