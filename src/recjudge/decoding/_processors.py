@@ -245,7 +245,8 @@ class GrammarLogitsProcessor:
                 bitmask[i].fill_(-1)
             else:
                 m.fill_next_token_bitmask(bitmask, i)
-        self._xgr.apply_token_bitmask_inplace(scores, bitmask)
+        # xgrammar's matchers fill a CPU bitmask; its kernel wants it beside the logits.
+        self._xgr.apply_token_bitmask_inplace(scores, bitmask.to(scores.device, non_blocking=True))
         for i in terminated:
             stop = self.table.stop_ids[0] if self.table.stop_ids else 0
             scores[i].fill_(NEG_INF)
@@ -265,7 +266,7 @@ class GrammarLogitsProcessor:
         bitmask = self._bitmask[: len(rows)]
         for i, row in enumerate(rows):
             self.matchers[row].fill_next_token_bitmask(bitmask, i)
-        shifts = torch.arange(32, dtype=bitmask.dtype)
+        shifts = torch.arange(32, dtype=bitmask.dtype, device=bitmask.device)
         bits = (bitmask.unsqueeze(-1) >> shifts) & 1  # word w, bit j: token 32 w + j
         return bits.reshape(len(rows), -1)[:, : self.width].bool()
 
@@ -479,10 +480,14 @@ class BranchBiasProcessor:
         self._quotes: torch.Tensor | None = None
 
     # -- classification ---------------------------------------------------------------
-    def _quote_tokens(self, width: int) -> torch.Tensor:
+    def _quote_tokens(self, width: int, device: Any = "cpu") -> torch.Tensor:
         """Boolean mask over the logits' width: tokens whose bytes contain a double quote."""
-        if self._quotes is None or self._quotes.shape[0] != width:
-            quotes = torch.zeros(width, dtype=torch.bool)
+        if (
+            self._quotes is None
+            or self._quotes.shape[0] != width
+            or self._quotes.device != torch.device(device)
+        ):
+            quotes = torch.zeros(width, dtype=torch.bool, device=device)
             hits = [t for t, b in enumerate(self.token_bytes[:width]) if b'"' in b]
             quotes[hits] = True
             self._quotes = quotes
@@ -558,7 +563,7 @@ class BranchBiasProcessor:
             n_allowed = int(finite.sum())
             gate = self.specs[row].quote_gate
             if gate is not None and self.specs[row].region_start(text) is None and gate(text):
-                finite = finite & self._quote_tokens(finite.shape[0])  # free text
+                finite = finite & self._quote_tokens(finite.shape[0], finite.device)  # text
             groups: dict[int, list[int]] = {}
             for t in finite.nonzero().flatten().tolist():
                 cls = self._classify(row, text, t, live)
@@ -575,7 +580,7 @@ class BranchBiasProcessor:
                     rec.blocked_steps += 1
                 continue
             # The decision step: every live branch has a deciding token.
-            idx = [torch.tensor(groups[b]) for b in live]
+            idx = [torch.tensor(groups[b], device=scores.device) for b in live]
             lse = np.array([torch.logsumexp(scores[i, ix].double(), 0).item() for ix in idx])
             rest = torch.where(allowed, scores[i], NEG_INF)
             rest[torch.cat(idx)] = NEG_INF

@@ -8,6 +8,7 @@ satisfy the same protocol (see ``make_backend``'s ``backend`` argument).
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -15,13 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge._util import UserFacingError, native_bf16
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
 
 DTYPE_ENV = "RECJUDGE_DTYPE"
 DTYPES = ("bfloat16", "float32", "float16")
+
+
+class DeviceError(UserFacingError, RuntimeError):
+    """A device was asked for that this machine does not have."""
 
 
 class DtypeEnvError(UserFacingError, ValueError):
@@ -94,6 +99,9 @@ class LLMConfig(BaseModel):
             on CPUs that compute it natively (AVX512-BF16 or AMX: there bf16 is ~3x faster than
             fp32) and fp32 elsewhere (without those instructions torch emulates bf16 and it is
             2-3x *slower* than fp32). Results are keyed by the resolved dtype.
+        device: in-process backends: ``auto`` (CUDA when available, else CPU), ``cpu``,
+            ``cuda`` or ``cuda:N``. ``dtype="auto"`` is bf16 on a GPU. A GPU's results are
+            keyed apart from the CPU's (they round differently).
         num_threads: torch intra-op threads (None keeps torch's default).
         backend: ``transformers`` (in process, the default), ``vllm`` (vLLM in process;
             install the ``vllm`` extra) or ``openai-compatible`` (a vLLM server started with
@@ -112,6 +120,7 @@ class LLMConfig(BaseModel):
 
     model: str = DEFAULT_MODEL
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    device: str = "auto"
     num_threads: int | None = Field(None, ge=1)
     backend: Literal["transformers", "vllm", "openai-compatible"] = "transformers"
     vllm_args: dict[str, Any] = {}
@@ -122,10 +131,31 @@ class LLMConfig(BaseModel):
     timeout: float = Field(600.0, gt=0)
     probe_bias: bool = True
 
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+            raise ValueError(f"device {value!r}: use auto, cpu, cuda or cuda:N")
+        return value
+
+    def resolved_device(self) -> str:
+        """Where an in-process model computes: ``auto`` is CUDA when torch sees a GPU (its
+        first), else the CPU."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
     def resolved_dtype(self) -> str:
-        """The dtype the model computes in (``auto`` resolved for this machine)."""
+        """The dtype the model computes in (``auto`` resolved for this machine: bf16 on a GPU,
+        else ``auto_dtype()``)."""
         if self.dtype != "auto":
             return self.dtype
+        forced = os.environ.get(DTYPE_ENV, "").strip()
+        on_gpu = self.device != "cpu" and self.resolved_device().startswith("cuda")
+        if not forced and self.backend != "openai-compatible" and on_gpu:
+            return "bfloat16"
         return auto_dtype()
 
 
@@ -236,6 +266,13 @@ class TransformersBackend:
         self.tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         with _quiet_loading():  # a per-tensor bar would break into the caller's progress bar
             self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        self.device = self.config.resolved_device()
+        if self.device.startswith("cuda") and not torch.cuda.is_available():
+            raise DeviceError(
+                f"device {self.device!r} was asked for but torch sees no CUDA GPU here; use "
+                "device cpu (or auto)"
+            )
+        self.model.to(self.device)
         self.model.eval()
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
@@ -262,7 +299,7 @@ class TransformersBackend:
         """fp32 logits ``[B, V]`` for the token after each prompt (left-padded batch)."""
         import torch
 
-        enc = self._batch(prompts)
+        enc = self._batch(prompts).to(self.model.device)
         with torch.inference_mode():
             out = self.model(**enc, logits_to_keep=1)
         return out.logits[:, -1, :].float()
@@ -289,7 +326,7 @@ class TransformersBackend:
 
             if supports_fast(self.model):
                 return self._generate_fast(prompts, sampling)
-        enc = self._batch(prompts)
+        enc = self._batch(prompts).to(self.model.device)
         eos = self.tokenizer.eos_token_id
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": sampling.max_new_tokens,

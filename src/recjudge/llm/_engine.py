@@ -119,7 +119,8 @@ def prefill(
     from transformers import DynamicCache
 
     model = backend.model
-    lens = torch.tensor([len(p) for p in prompt_ids])
+    dev = model.device
+    lens = torch.tensor([len(p) for p in prompt_ids], device=dev)
     if int(lens.min()) < 1:
         raise ValueError("empty prompt")
     widths = {bucket_width(int(n), bucket) for n in lens}
@@ -130,8 +131,8 @@ def prefill(
     rows_logits, rows_kv = [], []
     with torch.inference_mode(), _attention(model, "sdpa"):
         for p in prompt_ids:  # one row at a time: see the module docstring
-            ids = torch.full((1, width), pad, dtype=torch.long)
-            ids[0, : len(p)] = torch.tensor(list(p), dtype=torch.long)
+            ids = torch.full((1, width), pad, dtype=torch.long, device=dev)
+            ids[0, : len(p)] = torch.tensor(list(p), dtype=torch.long, device=dev)
             own = DynamicCache(config=model.config)
             hidden = model.base_model(
                 input_ids=ids, past_key_values=own, use_cache=True
@@ -239,10 +240,11 @@ def _decode_group(
     if stats is not None:
         stats.prefill_tokens += sum(lens)
         stats.rows += n
-    key_mask = torch.zeros(n, width, dtype=torch.long)
+    dev = backend.model.device
+    key_mask = torch.zeros(n, width, dtype=torch.long, device=dev)
     for r, length in enumerate(lens):
         key_mask[r, :length] = 1
-    slots = torch.tensor(list(range(n)) + [0] * (decode_rows - n))
+    slots = torch.tensor(list(range(n)) + [0] * (decode_rows - n), device=dev)
     cache.batch_select_indices(slots)
     return _loop(
         backend,
@@ -280,10 +282,11 @@ def _loop(
     ``base_pos[r]`` is the position of row r's first generated token.
     """
     model = backend.model
+    dev = model.device
     n = len(base_pos)
     gens = None
     if sampling.do_sample:
-        gens = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds]
+        gens = [torch.Generator(device=dev).manual_seed(int(s) % (2**63)) for s in seeds]
     out: list[list[int]] = [[] for _ in range(n)]
     active = list(range(n))
     produced = 0
@@ -304,14 +307,16 @@ def _loop(
                 break
             order = keep + [keep[0]] * (decode_rows - len(keep))
             if len(keep) < len(active):
-                sel = torch.tensor(order)
+                sel = torch.tensor(order, device=dev)
                 cache.batch_select_indices(sel)
                 key_mask = key_mask[sel]
                 active = [active[i] for i in keep]
-            tokens = nxt[torch.tensor(order)]
-            key_mask = torch.cat([key_mask, torch.ones(decode_rows, 1, dtype=torch.long)], 1)
+            tokens = nxt[torch.tensor(order, device=dev)]
+            key_mask = torch.cat(
+                [key_mask, torch.ones(decode_rows, 1, dtype=torch.long, device=dev)], 1
+            )
             source = active + [active[0]] * (decode_rows - len(active))
-            pos = torch.tensor([[base_pos[r] + produced] for r in source])
+            pos = torch.tensor([[base_pos[r] + produced] for r in source], device=dev)
             fwd = model(
                 input_ids=tokens[:, None],
                 attention_mask=key_mask,
@@ -338,7 +343,7 @@ def prefix_cache(backend: Any, prefix_ids: Sequence[int]) -> Any:
     if not prefix_ids:
         raise ValueError("empty prefix")
     cache = DynamicCache(config=backend.model.config)
-    ids = torch.tensor([list(prefix_ids)], dtype=torch.long)
+    ids = torch.tensor([list(prefix_ids)], dtype=torch.long, device=backend.model.device)
     with torch.inference_mode(), _attention(backend.model, "sdpa"):
         backend.model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
     return cache
@@ -407,26 +412,28 @@ def shared_prefix_decode(
         return merged
     out: list[list[int]] = []
     model = backend.model
+    dev = model.device
     pad = backend.tokenizer.pad_token_id
     for b in range(0, n, decode_rows):
         chunk = [list(s) for s in suffix_ids[b : b + decode_rows]]
         rows = list(range(b, b + len(chunk)))
         lens = [len(c) for c in chunk]
         width = bucket_width(max(lens), SUFFIX_BUCKET)
-        ids = torch.full((decode_rows, width), pad, dtype=torch.long)
+        ids = torch.full((decode_rows, width), pad, dtype=torch.long, device=dev)
         for r in range(decode_rows):
             src = chunk[r] if r < len(chunk) else chunk[0]
-            ids[r, : len(src)] = torch.tensor(src, dtype=torch.long)
+            ids[r, : len(src)] = torch.tensor(src, dtype=torch.long, device=dev)
         slot_lens = lens + [lens[0]] * (decode_rows - len(chunk))
         c = _copy_cache(cache, decode_rows)
-        pos = torch.arange(plen, plen + width)[None].expand(decode_rows, -1)
+        pos = torch.arange(plen, plen + width, device=dev)[None].expand(decode_rows, -1)
         with torch.inference_mode(), _attention(model, "sdpa"):
             hidden = model.base_model(
                 input_ids=ids, position_ids=pos, past_key_values=c, use_cache=True
             ).last_hidden_state
-            last = hidden[torch.arange(decode_rows), torch.tensor(slot_lens) - 1]
+            rows_idx = torch.arange(decode_rows, device=dev)
+            last = hidden[rows_idx, torch.tensor(slot_lens, device=dev) - 1]
             logits = model.get_output_embeddings()(last).float()
-        key_mask = torch.zeros(decode_rows, plen + width, dtype=torch.long)
+        key_mask = torch.zeros(decode_rows, plen + width, dtype=torch.long, device=dev)
         key_mask[:, :plen] = 1
         for r, length in enumerate(slot_lens):
             key_mask[r, plen : plen + length] = 1

@@ -73,7 +73,7 @@ def encode_prefix(backend: Any, prefix_ids: Sequence[int]) -> PrefixKV:
         raise ValueError("empty prefix")
     model = backend.model
     cache = DynamicCache(config=model.config)
-    ids = torch.tensor([list(prefix_ids)], dtype=torch.long)
+    ids = torch.tensor([list(prefix_ids)], dtype=torch.long, device=model.device)
     with torch.inference_mode(), _attention(model, "sdpa"):
         model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
         keys = [layer.keys[0].float().contiguous() for layer in cache.layers]
@@ -247,10 +247,11 @@ class _Rows:
         self.groups = cfg.num_attention_heads // self.n_kv
         head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
         shape = (cfg.num_hidden_layers, self.n_kv, rows, capacity, head_dim)
-        self.k = torch.zeros(shape)
-        self.v = torch.zeros(shape)
+        self.device = model.device
+        self.k = torch.zeros(shape, device=self.device)
+        self.v = torch.zeros(shape, device=self.device)
         self.prefix = prefix
-        self.lens = torch.zeros(rows, dtype=torch.long)  # filled slots per row
+        self.lens = torch.zeros(rows, dtype=torch.long, device=self.device)  # per row: filled
         self.write: torch.Tensor | None = None  # decode: one slot per row; None: prefill
         self.width = 0  # row slots attended in this forward
 
@@ -280,7 +281,7 @@ def _prefix_attention(
     g, nkv = st.groups, st.n_kv
     if st.write is None:
         return _prefill_attention(st, layer, query, key, value, attention_mask, scaling)
-    rows = torch.arange(b)
+    rows = torch.arange(b, device=st.device)
     st.k[layer, :, rows, st.write] = key[:, :, 0].transpose(0, 1).float()  # [nkv, B, D]
     st.v[layer, :, rows, st.write] = value[:, :, 0].transpose(0, 1).float()
     kr = st.k[layer, :, :, : st.width]  # [nkv, B, W, D], a view
@@ -344,7 +345,8 @@ class _Head:
     def __call__(self, hidden: torch.Tensor, rows: list[int]) -> torch.Tensor:
         mask = self.allowed(rows) if self.allowed is not None else None
         if mask is not None:
-            ids = mask.any(0).nonzero().squeeze(1)
+            # the grammar's mask is built on the CPU; the head's weight may be on a GPU
+            ids = mask.any(0).nonzero().squeeze(1).to(self.layer.weight.device)
             if 0 < ids.numel() <= self.MAX_SHARE * self.width:
                 bias = self.layer.bias
                 sub = torch.nn.functional.linear(
@@ -352,7 +354,7 @@ class _Head:
                     None if bias is None else bias.index_select(0, ids),
                 ).float()  # fmt: skip
                 check_finite(sub, self.name)
-                out = torch.full((hidden.shape[0], self.width), float("-inf"))
+                out = torch.full((hidden.shape[0], self.width), float("-inf"), device=hidden.device)
                 out[:, ids] = sub
                 return out
         logits = self.layer(hidden).float()
@@ -456,29 +458,30 @@ def prefill_rows(
     Runs inside ``torch.inference_mode()`` and ``fast_attention(model)``.
     """
     model = backend.model
+    dev = model.device
     n = len(suffixes)
-    lens = torch.tensor([len(s) for s in suffixes])
+    lens = torch.tensor([len(s) for s in suffixes], device=dev)
     if int(lens.min()) < 1:
         raise ValueError("empty suffix")
     width = int(lens.max())
     plen = prefix.length if prefix is not None else 0
     st = _Rows(model, prefix, n, width + extra)
-    ids = torch.full((n, width), backend.tokenizer.pad_token_id, dtype=torch.long)
+    ids = torch.full((n, width), backend.tokenizer.pad_token_id, dtype=torch.long, device=dev)
     for r, s in enumerate(suffixes):
-        ids[r, : len(s)] = torch.tensor(list(s), dtype=torch.long)
+        ids[r, : len(s)] = torch.tensor(list(s), dtype=torch.long, device=dev)
     # Causal within each row's suffix; pad slots (at or past a row's length) are never keys.
-    slot = torch.arange(width)
+    slot = torch.arange(width, device=dev)
     visible = (slot[None, None, :] <= slot[None, :, None]) & (
         slot[None, None, :] < lens[:, None, None]
     )
-    mask = torch.zeros(n, 1, width, width).masked_fill(~visible[:, None], float("-inf"))
+    mask = torch.zeros(n, 1, width, width, device=dev).masked_fill(~visible[:, None], float("-inf"))
     st.width = width
     hidden = _forward(model, st, ids, (plen + slot)[None].expand(n, -1), mask)
     st.lens = lens.clone()
     if stats is not None:
         stats.prefill_tokens += int(lens.sum())
         stats.rows += n
-    return st, hidden[torch.arange(n), lens - 1]
+    return st, hidden[torch.arange(n, device=dev), lens - 1]
 
 
 def extend_prefix(backend: Any, prefix: PrefixKV, ids: Sequence[int]) -> tuple[PrefixKV, Any]:
@@ -498,7 +501,7 @@ def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, hea
     n = logits.shape[0]
     gens = None
     if sampling.do_sample:
-        gens = [torch.Generator().manual_seed(int(s) % (2**63)) for s in seeds]
+        gens = [torch.Generator(device=st.device).manual_seed(int(s) % (2**63)) for s in seeds]
     out: list[list[int]] = [[] for _ in range(n)]
     active = list(range(n))
     plen = st.prefix.length if st.prefix is not None else 0
@@ -515,15 +518,15 @@ def _loop(model, st, logits, step, accept, finished, sampling, seeds, stats, hea
         if not keep:
             return out
         if len(keep) < len(active):
-            idx = torch.tensor(keep)
+            idx = torch.tensor(keep, device=st.device)
             st.keep(idx)
             nxt = nxt[idx]
             active = [active[i] for i in keep]
         b = len(active)
         st.write = st.lens.clone()
         st.width = int(st.lens.max()) + 1
-        slot = torch.arange(st.width)
-        mask = torch.zeros(b, 1, 1, st.width).masked_fill(
+        slot = torch.arange(st.width, device=st.device)
+        mask = torch.zeros(b, 1, 1, st.width, device=st.device).masked_fill(
             (slot[None, :] > st.lens[:, None])[:, None, None], float("-inf")
         )
         hidden = _forward(model, st, nxt[:, None], (plen + st.lens)[:, None], mask)

@@ -413,6 +413,10 @@ class Judge:
             llm_config = LLMConfig(model=self.config.model)
         # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
         out: dict[str, Any] = {"dtype": llm_config.resolved_dtype()}
+        if llm_config.backend == "transformers" and llm_config.device != "cpu":
+            device = llm_config.resolved_device()
+            if device != "cpu":  # a GPU's kernels round differently; CPU keys stay as they were
+                out["device"] = device.split(":")[0]
         if llm_config.backend != "transformers":  # other engines round differently
             # another server may serve another model or build under the same name
             out.update(backend=llm_config.backend, endpoint=llm_config.base_url)

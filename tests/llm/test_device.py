@@ -1,0 +1,116 @@
+"""Device plumbing, checked on the CPU: every tensor recjudge's engines create names a device
+(the model's), so on a GPU nothing is silently made on the CPU; and the device settings."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import torch
+from torch.overrides import TorchFunctionMode
+
+from recjudge.llm import LLMConfig
+
+FACTORIES = {"zeros", "ones", "full", "empty", "arange", "tensor", "as_tensor", "rand", "randn",
+             "randint", "eye", "linspace"}  # fmt: skip
+
+
+class _NoHostFactories(TorchFunctionMode):
+    """Records every tensor factory that recjudge's own code calls without ``device=``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bare: list[str] = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = getattr(func, "__name__", "")
+        if name in FACTORIES and "device" not in kwargs:
+            caller = sys._getframe(1)
+            where = caller.f_code.co_filename
+            if "/recjudge/" in where and "/tests/" not in where:
+                self.bare.append(f"torch.{name} at {where.split('/recjudge/')[-1]}:"
+                                 f"{caller.f_lineno}")  # fmt: skip
+        return func(*args, **kwargs)
+
+
+@pytest.fixture(scope="module")
+def requests(ml1m):
+    from recjudge.reward import request_for
+
+    reqs = [request_for(ml1m, "1", c) for c in ("Toy Story (1995)", "Heat (1995)")]
+    for r, s in zip(reqs, (0.6, -0.4), strict=True):
+        r.sigma = s
+    return reqs
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {},  # the fast engine, grammar + bias, head over the allowed tokens
+        {"deterministic": True},  # the batch-invariant engine
+        {"need_evidence": False},  # read-out: stops at the decision
+        {"samples": 2, "mode": "no-behavior"},  # sampled: per-row generators
+    ],
+)
+def test_the_engines_create_every_tensor_on_the_models_device(smollm32, requests, settings):
+    from recjudge.llm import SamplingConfig
+    from recjudge.reward import Judge, JudgeConfig
+
+    extra = (
+        {"sampling": SamplingConfig.paper(seed=3, max_new_tokens=64)}
+        if "samples" in settings
+        else {}
+    )
+    cfg = JudgeConfig(max_history=10, max_evidence=2, **settings, **extra)
+    judge = Judge(cfg, llm=smollm32)
+    with _NoHostFactories() as mode:
+        out = judge.judge_many(requests)
+    assert len(out) == 2 and all(j.error is None for j in out)
+    assert mode.bare == [], mode.bare
+
+
+def test_naive_generate_and_the_option_choice_name_the_device(smollm32):
+    from recjudge.decoding import BranchBias, EvidenceFirst, constrained_generate
+    from recjudge.llm import OptionTrie, best_options
+
+    prompt = smollm32.chat_prompt([{"role": "user", "content": "Would I like Heat (1995)?"}])
+    with _NoHostFactories() as mode:
+        constrained_generate(smollm32, [prompt], EvidenceFirst(["Fargo (1996)"], 1),
+                             signal=[0.5], bias=BranchBias(beta=2.0))  # fmt: skip
+        ids = smollm32.encode(prompt)
+        trie = OptionTrie([smollm32.encode(" Crime"), smollm32.encode(" Comedy")])
+        best_options(smollm32, ids[:-2], [ids[-2:]], trie)
+    assert mode.bare == [], mode.bare
+
+
+def test_device_settings():
+    assert LLMConfig().resolved_device() in ("cpu", "cuda")
+    assert LLMConfig(device="cpu").resolved_device() == "cpu"
+    assert LLMConfig(device="cuda:1").device == "cuda:1"
+    with pytest.raises(ValueError, match="use auto, cpu, cuda or cuda:N"):
+        LLMConfig(device="gpu")
+    if not torch.cuda.is_available():
+        from recjudge.llm import load_llm
+        from recjudge.llm._backend import DeviceError
+
+        with pytest.raises(DeviceError, match="torch sees no CUDA GPU"):
+            load_llm(LLMConfig(model="smollm2-135m", device="cuda"))
+
+
+def test_a_gpu_judgment_is_keyed_apart_and_computes_in_bf16(monkeypatch):
+    """Without a GPU at hand: what auto resolves to on one (bf16), and that its results get
+    their own keys, while the CPU keys stay as they were."""
+    from recjudge.reward import Judge, JudgeConfig
+    from recjudge.reward._judge import HistoryItem, JudgeRequest
+
+    monkeypatch.delenv("RECJUDGE_DTYPE", raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert LLMConfig(device="auto").resolved_dtype() == "bfloat16"
+    assert LLMConfig(device="cpu").resolved_dtype() in ("bfloat16", "float32")  # this CPU's
+    req = JudgeRequest("7", [HistoryItem("i1", "Up", "Up", None)], "i9", "Heat", sigma=0.1)
+    j = Judge(JudgeConfig(), llm=object())
+    assert j._llm_settings()["device"] == "cuda"
+    gpu_key = j.key(req)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert "device" not in j._llm_settings() and j.key(req) != gpu_key
