@@ -114,3 +114,17 @@ def test_a_gpu_judgment_is_keyed_apart_and_computes_in_bf16(monkeypatch):
     gpu_key = j.key(req)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert "device" not in j._llm_settings() and j.key(req) != gpu_key
+
+
+def test_the_device_option_of_the_commands():
+    from cli_in_process import run_cli
+
+    r = run_cli("judge", "--data", "ml-100k", "--user", "1", "--candidate", "1",
+                "--mode", "zero-shot", "--device", "gpu")  # fmt: skip
+    assert r.code == 2 and "--device: device 'gpu': use auto, cpu, cuda or cuda:N" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+    if not torch.cuda.is_available():
+        r = run_cli("judge", "--data", "ml-100k", "--user", "1", "--candidate", "1",
+                    "--mode", "zero-shot", "--device", "cuda")  # fmt: skip
+        assert r.code == 2 and "torch sees no CUDA GPU here" in r.stderr
+        assert "Traceback" not in r.stderr

@@ -27,6 +27,7 @@ def build_judge(
     server: str | None = None,
     max_history: int = 50,
     dataset: Any = None,
+    device: str = "auto",
 ):
     from recjudge.cf_models import load_model
     from recjudge.llm import LLMConfig, SamplingConfig, load_llm
@@ -50,6 +51,17 @@ def build_judge(
         if server and backend == "transformers":
             backend = "openai-compatible"
         llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
+    # In process: loaded when first needed, on this device (auto: CUDA when there is one).
+    llm_config = None
+    if llm is None:
+        from pydantic import ValidationError
+
+        try:
+            llm_config = LLMConfig(model=model, device=device)
+        except ValidationError as e:
+            from recjudge.cli._app import option_errors
+
+            raise ValueError(option_errors(e)) from None
     cf_model = load_model(cf) if cf else None
     if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
         from recjudge.cf_models import item_item_for, trained_on
@@ -65,7 +77,7 @@ def build_judge(
     population = None
     if config.mode in SIMULATOR_MODES and dataset is not None:
         population = Population.of(dataset)  # the user simulators' traits and attributes
-    return Judge(config, llm=llm, cf=cf_model, population=population)
+    return Judge(config, llm=llm, cf=cf_model, population=population, llm_config=llm_config)
 
 
 @app.command("judge")
@@ -121,6 +133,9 @@ def judge_cmd(
         help="URL of a `recjudge serve` server, e.g. http://127.0.0.1:8000/v1 "
         "(implies --backend openai-compatible; API key from $RECJUDGE_API_KEY).",
     ),
+    device: str = typer.Option(
+        "auto", "--device", help="In process: auto (CUDA when available), cpu, cuda or cuda:N."
+    ),
 ) -> None:
     """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
     from recjudge.data import load_dataset
@@ -141,6 +156,7 @@ def judge_cmd(
             server=server,
             max_history=max_history,
             dataset=ds,
+            device=device,
         )
         if judge.cf is not None:
             from recjudge.cf_models import check_fits

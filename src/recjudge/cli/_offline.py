@@ -35,6 +35,9 @@ class _JudgeOptions:
     resume = typer.Option(
         False, "--resume", help="Continue OUT/store.sqlite (reuses finished pairs)."
     )
+    device = typer.Option(
+        "auto", "--device", help="In process: auto (CUDA when available), cpu, cuda or cuda:N."
+    )
 
 
 def _parse_runs(spec: str, fmt: str):
@@ -57,6 +60,7 @@ def _judge_and_store(data_ds, opts: dict, out: Path):
     judge = build_judge(
         opts["model"], opts["mode"], opts["cf"], opts["beta"], not opts["no_evidence"],
         batch_size=opts["batch_size"], max_history=opts["max_history"], dataset=data_ds,
+        device=opts.get("device", "auto"),
     )  # fmt: skip
     if judge.cf is not None:
         check_fits(judge.cf, data_ds, allow_mismatch=opts["allow_cf_mismatch"])
@@ -100,6 +104,7 @@ def impute_cmd(
     max_history: int = _JudgeOptions.max_history,
     allow_cf_mismatch: bool = _JudgeOptions.allow_cf_mismatch,
     resume: bool = _JudgeOptions.resume,
+    device: str = _JudgeOptions.device,
     calibration: str = typer.Option(
         None,
         "--calibration",
@@ -493,6 +498,7 @@ def augment_cmd(
     max_history: int = _JudgeOptions.max_history,
     allow_cf_mismatch: bool = _JudgeOptions.allow_cf_mismatch,
     resume: bool = _JudgeOptions.resume,
+    device: str = _JudgeOptions.device,
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Add the judge's top-M YES candidates per user as pseudo-positives (`cf train` reads it)."""

@@ -351,8 +351,12 @@ class Judge:
         llm: Any = None,
         cf: Any = None,
         population: Any = None,
+        llm_config: LLMConfig | None = None,
     ) -> None:
         self.config = config or JudgeConfig()
+        # How to load the LLM when it is first needed (default: the config's model with every
+        # LLMConfig default); ignored when ``llm`` is given.
+        self._llm_config = llm_config
         JUDGES.get(self.config.mode)
         self.population = population
         self.simulator = None
@@ -389,7 +393,7 @@ class Judge:
         if self._llm is None:
             from recjudge.llm import load_llm
 
-            self._llm = load_llm(self.config.model)
+            self._llm = load_llm(self._llm_config or self.config.model)
         return self._llm
 
     def warm_up(self) -> None:
@@ -410,7 +414,7 @@ class Judge:
         not transformers."""
         llm_config = getattr(self._llm, "config", None)
         if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
-            llm_config = LLMConfig(model=self.config.model)
+            llm_config = self._llm_config or LLMConfig(model=self.config.model)
         # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
         out: dict[str, Any] = {"dtype": llm_config.resolved_dtype()}
         if llm_config.backend == "transformers" and llm_config.device != "cpu":
