@@ -158,6 +158,8 @@ def test_a_propensity_file_reads_per_item_and_per_pair(tmp_path):
     (tmp_path / "i.csv").write_text("item_id,propensity\na,0.5\n")
     (tmp_path / "p.csv").write_text("user_id,item_id,propensity\nu,a,0.25\n")
     assert read_propensities(tmp_path / "i.csv").of("x", "a") == (0.5, False)
+    with pytest.raises(DataError, match=r"i.csv: no propensity for user 'x', item 'b'"):
+        read_propensities(tmp_path / "i.csv").of("x", "b")
     assert read_propensities(tmp_path / "p.csv").of("u", "a") == (0.25, False)
     with pytest.raises(DataError, match="no propensity column"):
         (tmp_path / "bad.csv").write_text("item_id,p\na,0.5\n")

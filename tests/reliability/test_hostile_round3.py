@@ -426,3 +426,7 @@ def test_a_judgment_reused_from_an_imported_checkpoint_is_counted_as_such(tmp_pa
         (got,) = judge.judge_many([req], store=store)
     assert not got.is_relevant and got.user_id == "7"  # ids filled from the request
     assert (judge.last_run.reused, judge.last_run.imported, judge.last_run.judged) == (1, 1, 0)
+    # A row the store got from a judgment (its request holds the history) is not "imported".
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        store.put_many([("f" * 32, {"user_id": "8", "history": ["x"]}, got.to_dict())])
+        assert store.imported([key, "f" * 32, "absent"]) == {key}

@@ -248,13 +248,14 @@ def evaluate_cmd(
 
 
 def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config, gold=None):
-    """``evaluate --estimators``: every estimator of the linear and nonlinear metrics."""
+    """``evaluate --estimators``: the options checked, then ``estimate_evaluation``."""
     from recjudge.evaluators._estimators import (
         ESTIMATORS,
-        estimate_runs,
-        logged_propensities,
+        RANX_NAMES,
+        estimate_evaluation,
+        propensities_from,
+        read_gold,
         read_judged,
-        read_propensities,
     )
 
     wanted = [e.strip() for e in names.split(",") if e.strip()]
@@ -268,54 +269,24 @@ def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config, gold
     if not qrels_dir:
         raise ValueError("--estimators needs --qrels DIR (an impute --out folder: its "
                          "imputed.jsonl holds the judge's probabilities)")  # fmt: skip
-    kind, _, arg = propensities.partition(":")
-    if kind == "powerlaw":
-        try:
-            exponent = float(arg or 0.5)
-        except ValueError:
-            raise ValueError(f"--propensities {propensities}: write powerlaw:EXP, e.g. "
-                             "powerlaw:0.5") from None  # fmt: skip
-        props = logged_propensities(q["logged"], exponent, clip)
-    else:
-        props = read_propensities(propensities, clip)
+    props = propensities_from(propensities, q["logged"], clip)
     judged = read_judged(Path(qrels_dir) / "imputed.jsonl")
-    # ranx's names -> the estimators' (whose ndcg has a fixed normaliser: see _estimators).
-    ours = {"precision": "precision", "ndcg": "ndcg", "mrr": "mrr", "hit_rate": "hit"}
     metrics = [
-        f"{ours[base]}@{cut or config.k}"
+        f"{RANX_NAMES[base]}@{cut or config.k}"
         for base, _, cut in (m.partition("@") for m in config.metrics)
-        if base in ours
+        if base in RANX_NAMES
     ] or [f"ndcg@{config.k}"]
-    got = estimate_runs(recs, q["logged"], judged, props, users, metrics, wanted)
     summary = Path(qrels_dir) / "summary.json"
-    calibrated = summary.exists() and json.loads(summary.read_text()).get("calibrated")
-    got["calibration"] = (
-        "isotonic map from recjudge calibrate (p_calibrated)"
-        if calibrated
-        else "none: the judge's raw p_yes"
-    )
-    got["gold"] = "none"
+    calibrated = bool(summary.exists() and json.loads(summary.read_text()).get("calibrated"))
+    pairs = None
     if gold:
-        from recjudge.evaluators._estimators import ppi_metric, read_gold
-
         k = max(int(m.partition("@")[2]) for m in metrics)
         listed = {(u, i) for r in recs for u in users for i in r.rankings.get(u, [])[:k]}
         pairs = read_gold(gold, users, listed)
-        got["gold"] = f"{Path(gold).name}: {len(pairs)} pairs, PPI++ (power-tuned lambda)"
-        for r in recs:
-            for m in metrics:
-                if m.partition("@")[0] not in ("precision", "ndcg", "dcg"):
-                    continue
-                try:
-                    p = ppi_metric(r, users, judged, pairs, m)
-                    e = {"estimator": "ppi", "metric": m, "value": p["value"],
-                         "ci": [p["lo"], p["hi"]], "judge_share": 1.0,
-                         "note": f"{p['n']} gold pairs, lambda {p['lam']:.2f}"}  # fmt: skip
-                except ValueError as err:
-                    e = {"estimator": "ppi", "metric": m, "value": None, "ci": None,
-                         "judge_share": 0.0, "note": str(err)}  # fmt: skip
-                got["systems"][r.name][m]["ppi"] = e
-    return got
+    return estimate_evaluation(
+        recs, q["logged"], judged, props, users, metrics, wanted,
+        calibrated=calibrated, gold=pairs, gold_name=Path(gold or "").name,
+    )  # fmt: skip
 
 
 def estimator_lines(est: dict) -> list[str]:

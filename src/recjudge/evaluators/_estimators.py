@@ -51,7 +51,6 @@ import numpy as np
 ESTIMATORS = ("logged", "imputed", "dm", "ips", "snips", "dr")
 LINEAR = ("precision", "dcg", "ndcg")
 NONLINEAR = ("hit", "mrr")
-PROPENSITY_MODELS = ("file", "powerlaw", "uniform")
 
 
 def metric_weights(metric: str, k: int) -> np.ndarray:
@@ -161,13 +160,11 @@ class Estimate:
     judge_share: float = 0.0
     note: str = ""
 
-    def to_dict(self, with_users: bool = False) -> dict[str, Any]:
-        d = {"estimator": self.estimator, "metric": self.metric, "value": self.value,
-             "ci": list(self.ci) if self.ci else None, "judge_share": self.judge_share,
-             "note": self.note}  # fmt: skip
-        if with_users:
-            d["per_user"] = self.per_user
-        return d
+    def to_dict(self) -> dict[str, Any]:
+        """The estimate without its per-user values (what reports and ``--json`` carry)."""
+        return {"estimator": self.estimator, "metric": self.metric, "value": self.value,
+                "ci": list(self.ci) if self.ci else None, "judge_share": self.judge_share,
+                "note": self.note}  # fmt: skip
 
 
 def estimate(
@@ -243,7 +240,9 @@ class Propensities:
         model: ``file``, ``powerlaw`` or ``uniform``.
         describe: one line for the report header.
         per_item / per_pair: theta by item, and by (user, item) (a pair wins over its item).
-        clip: the floor theta is clipped to; clipped: how many lookups it raised.
+        default: theta of an item neither table holds (None: such an item is an error).
+        clip: the floor theta is clipped to.
+        source: the file they came from (named in errors).
     """
 
     model: str
@@ -252,18 +251,26 @@ class Propensities:
     per_pair: Mapping[tuple[str, str], float] = field(default_factory=dict)
     default: float | None = None
     clip: float = 0.01
+    source: str = ""
 
     def of(self, user: str, item: str) -> tuple[float, bool]:
         """(theta clipped to ``[clip, 1]``, whether clipping raised it).
 
         Raises:
-            KeyError: no propensity for the pair or its item and no default.
+            DataError: no propensity for the pair or its item, and no default.
         """
         theta = self.per_pair.get((user, item))
         if theta is None:
             theta = self.per_item.get(item, self.default)
         if theta is None:
-            raise KeyError(item)
+            from recjudge.data import DataError
+
+            raise DataError(
+                f"no propensity for user {user!r}, item {item!r}, which an evaluated run lists.",
+                source=self.source or self.model,
+                fix="give every listed item (or pair) a propensity row, or use "
+                "--propensities powerlaw:EXP",
+            )
         return (max(theta, self.clip), theta < self.clip)
 
 
@@ -337,9 +344,10 @@ def read_propensities(path: str | Path, clip: float = 0.01) -> Propensities:
         pairs = dict(zip(zip(df["user_id"].astype(str), items, strict=True),
                          theta.astype(float), strict=True))  # fmt: skip
         return Propensities("file", f"from {path.name} (per user-item); clipped at {clip:g}",
-                            {}, pairs, clip=clip)  # fmt: skip
+                            {}, pairs, clip=clip, source=str(path))  # fmt: skip
     return Propensities("file", f"from {path.name} (per item); clipped at {clip:g}",
-                        dict(zip(items, theta.astype(float), strict=True)), clip=clip)  # fmt: skip
+                        dict(zip(items, theta.astype(float), strict=True)), clip=clip,
+                        source=str(path))  # fmt: skip
 
 
 def list_labels(
@@ -365,10 +373,6 @@ def list_labels(
         th.append(t)
         clipped += c
     return ListLabels(o, y, p, h, np.asarray(th, dtype=float)), clipped
-
-
-def finite(value: float | None) -> bool:
-    return value is not None and math.isfinite(value)
 
 
 def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tuple[float, bool]]:
@@ -560,3 +564,66 @@ def ppi_metric(
     y = np.array([c * wr * gold[(u, i)] for u, i, wr in mine])
     yhat = np.array([c * wr * judged[(u, i)][0] for u, i, wr in mine])
     return ppi_mean(y, yhat, yu, lam=lam)
+
+
+# ranx's metric names (``evaluate --metrics``) -> the estimators' (whose ndcg has a fixed
+# normaliser: see the module docstring).
+RANX_NAMES = {"precision": "precision", "ndcg": "ndcg", "mrr": "mrr", "hit_rate": "hit"}
+
+
+def propensities_from(
+    spec: str, logged: Mapping[str, Mapping[str, int]], clip: float
+) -> Propensities:
+    """``powerlaw:EXP`` (estimated from ``logged``) or a propensity file's path.
+
+    Raises:
+        ValueError / DataError: a malformed ``powerlaw:`` spec, or a bad file.
+    """
+    kind, _, arg = spec.partition(":")
+    if kind != "powerlaw":
+        return read_propensities(spec, clip)
+    try:
+        exponent = float(arg or 0.5)
+    except ValueError:
+        raise ValueError(f"--propensities {spec}: write powerlaw:EXP, e.g. powerlaw:0.5") from None
+    return logged_propensities(logged, exponent, clip)
+
+
+def estimate_evaluation(
+    runs: Sequence[Any],
+    logged: Mapping[str, Mapping[str, int]],
+    judged: Mapping[tuple[str, str], tuple[float, bool]],
+    propensities: Propensities,
+    users: Sequence[str],
+    metrics: Sequence[str],
+    estimators: Sequence[str],
+    *,
+    calibrated: bool = False,
+    gold: Mapping[tuple[str, str], int] | None = None,
+    gold_name: str = "",
+) -> dict[str, Any]:
+    """``estimate_runs`` with what the report header names (calibration, gold sample) and,
+    given a gold sample, a ``ppi`` estimate of each linear metric per run (an undefined one
+    says why in its note)."""
+    got = estimate_runs(runs, logged, judged, propensities, users, metrics, estimators)
+    got["calibration"] = (
+        "isotonic map from recjudge calibrate (p_calibrated)"
+        if calibrated
+        else "none: the judge's raw p_yes"
+    )
+    got["gold"] = "none"
+    if gold is None:
+        return got
+    got["gold"] = f"{gold_name}: {len(gold)} pairs, PPI++ (power-tuned lambda)"
+    for run in runs:
+        for m in metrics:
+            if parse_metric(m)[0] not in LINEAR:
+                continue
+            try:
+                p = ppi_metric(run, users, judged, gold, m)
+                e = Estimate("ppi", m, p["value"], (p["lo"], p["hi"]), judge_share=1.0,
+                             note=f"{p['n']} gold pairs, lambda {p['lam']:.2f}")  # fmt: skip
+            except ValueError as err:
+                e = Estimate("ppi", m, None, None, note=str(err))
+            got["systems"][run.name][m]["ppi"] = e.to_dict()
+    return got

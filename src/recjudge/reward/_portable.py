@@ -38,7 +38,7 @@ import math
 import os
 import re
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -172,9 +172,14 @@ def reseal_portable(
     path = Path(path)
     rows, verified = _read(path, trust_unsigned=trust_unsigned)
     lines = [json.dumps(r) for r in rows]
-    counts = {t: sum(r["table"] == t for r in rows) for t in ("results", "decisions")}
+    counts = _table_counts(rows)
     _write(Path(out), lines, {**counts, "left_out": 0}, path.name)
     return PortableCount(counts["results"], counts["decisions"], verified=verified)
+
+
+def _table_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
+    """Rows per table, as a manifest counts them."""
+    return {t: sum(r["table"] == t for r in rows) for t in ("results", "decisions")}
 
 
 def _sign(key: str, digest: str) -> str:
@@ -398,7 +403,7 @@ def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
     else:
         manifest = {k: v for k, v in head.items() if k not in ("digest", "signature")}
         got = "sha256:" + _combine(manifest, body_hash)
-        counts = {t: sum(r["table"] == t for r in rows) for t in ("results", "decisions")}
+        counts = _table_counts(rows)
         if head.get("rows") != len(rows) or any(head.get(t) != c for t, c in counts.items()):
             problem = (
                 f"holds {len(rows)} rows ({counts['results']} results, {counts['decisions']} "
