@@ -63,9 +63,19 @@ def test_tutorial(tmp_path, ml100k):
     # Every estimator on the judged top-2; logged and imputed agree with ranx's numbers.
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics",
            "precision@2,ndcg@2", "--estimators", "logged,imputed,dm,ips,snips,dr",
-           "--json", cwd=t)  # fmt: skip
+           "--obp-out", "obp", "--json", cwd=t)  # fmt: skip
     res = json.loads(r.stdout)
     est = res["estimators"]
+    # The obp export: obp's DM on it is the mean of the reward model's action-0 column.
+    index = json.loads((t / "obp/index.json").read_text())
+    assert {(x["run"], x["metric"]) for x in index} == {
+        (s, m) for s in ("als", "pop") for m in ("precision@2", "ndcg@2")}  # fmt: skip
+    import numpy as np
+
+    for x in index:
+        with np.load(t / "obp" / x["file"], allow_pickle=False) as z:
+            dm = z["estimated_rewards_by_reg_model"][:, 0, 0].mean()
+        assert dm == pytest.approx(est["systems"][x["run"]][x["metric"]]["dm"]["value"])
     assert "power law" in est["propensity"] and est["calibration"] and est["gold"] == "none"
     for system in ("als", "pop"):
         e = est["systems"][system]["precision@2"]

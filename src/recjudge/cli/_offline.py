@@ -191,6 +191,12 @@ def evaluate_cmd(
         help="Gold pairs (user_id,item_id,label) drawn uniformly from the listed pairs: adds "
         "a prediction-powered (PPI++) estimate with an interval valid whatever the judge's bias.",
     ),
+    obp_out: str = typer.Option(
+        None,
+        "--obp-out",
+        help="With --estimators: also write each run's lists as Open Bandit Pipeline inputs "
+        "(one .npz per run and linear metric + index.json) for obp's DM/IPS/SNIPS/DR.",
+    ),
     note: str = typer.Option(
         None, "--note", help="A paragraph for the report's header (protocol, deviations)."
     ),
@@ -228,9 +234,10 @@ def evaluate_cmd(
         res = evaluate_runs(q, recs, users, config)
         if estimators:
             res["estimators"] = _estimate(estimators, propensities, clip, qrels, q, recs,
-                                          users, config, gold)  # fmt: skip
-        elif gold:
-            raise ValueError("--gold goes with --estimators (e.g. --estimators dm,dr)")
+                                          users, config, gold, obp_out)  # fmt: skip
+        elif gold or obp_out:
+            flag = "--gold" if gold else "--obp-out"
+            raise ValueError(f"{flag} goes with --estimators (e.g. --estimators dm,dr)")
     except ValidationError as e:
         fail(option_errors(e))
     except (UnknownNameError, KeyError, ValueError, FileNotFoundError) as e:
@@ -247,12 +254,15 @@ def evaluate_cmd(
         typer.echo("\n".join(estimator_lines(res["estimators"])))
 
 
-def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config, gold=None):
-    """``evaluate --estimators``: the options checked, then ``estimate_evaluation``."""
+def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config, gold=None,
+              obp_out=None):  # fmt: skip
+    """``evaluate --estimators``: the options checked, then ``estimate_evaluation`` (and the
+    obp export)."""
     from recjudge.evaluators._estimators import (
         ESTIMATORS,
         RANX_NAMES,
         estimate_evaluation,
+        export_obp,
         propensities_from,
         read_gold,
         read_judged,
@@ -283,10 +293,14 @@ def _estimate(names, propensities, clip, qrels_dir, q, recs, users, config, gold
         k = max(int(m.partition("@")[2]) for m in metrics)
         listed = {(u, i) for r in recs for u in users for i in r.rankings.get(u, [])[:k]}
         pairs = read_gold(gold, users, listed)
-    return estimate_evaluation(
+    got = estimate_evaluation(
         recs, q["logged"], judged, props, users, metrics, wanted,
         calibrated=calibrated, gold=pairs, gold_name=Path(gold or "").name,
     )  # fmt: skip
+    if obp_out:
+        files = export_obp(recs, q["logged"], judged, props, users, metrics, obp_out)
+        got["obp_export"] = {"folder": str(obp_out), "files": len(files)}
+    return got
 
 
 def estimator_lines(est: dict) -> list[str]:

@@ -42,6 +42,19 @@ from recjudge.evaluators._augment import (
     augmented_interactions,
     select_positives,
 )
+from recjudge.evaluators._estimators import (
+    ESTIMATORS,
+    Estimate,
+    ListLabels,
+    Propensities,
+    estimate,
+    estimate_evaluation,
+    export_obp,
+    powerlaw_propensities,
+    ppi_mean,
+    read_propensities,
+    to_obp,
+)
 from recjudge.evaluators._evaluate import (
     QRELS_KINDS,
     EvaluateConfig,
@@ -101,6 +114,17 @@ from recjudge.evaluators._usersum_metrics import (
 from recjudge.evaluators._usersum_prompts import regenerate_messages, summary_messages
 
 __all__ = [
+    "ESTIMATORS",
+    "Estimate",
+    "ListLabels",
+    "Propensities",
+    "estimate",
+    "estimate_evaluation",
+    "export_obp",
+    "powerlaw_propensities",
+    "ppi_mean",
+    "read_propensities",
+    "to_obp",
     "EVALUATORS",
     "EvaluatorSpec",
     "QRELS_KINDS",
