@@ -77,3 +77,61 @@ def test_every_pair_lands_in_one_bin(bins):
     v = np.random.default_rng(bins).random(100)
     which, ranges = quantile_bins(v, bins)
     assert which.min() == 0 and which.max() == len(ranges) - 1
+
+
+def _arena_records(judge):
+    """Per-order verdict records of 'ref' against s1, s2 for 10 users in both orders, each
+    verdict given by ``judge(system_a, system_b, aspect)``."""
+    recs = []
+    for u in range(10):
+        for s in ("s1", "s2"):
+            for a, b in (("ref", s), (s, "ref")):
+                for aspect in ("accuracy", "overall"):
+                    recs.append({"user_id": str(u), "system_a": a, "system_b": b,
+                                 "aspect": aspect, "verdict": judge(a, b, aspect)})  # fmt: skip
+    return recs
+
+
+def test_a_judge_that_reads_only_the_position_flips_every_verdict():
+    from recjudge.evaluators._audit import position_audit
+
+    res = position_audit(_arena_records(lambda a, b, aspect: "A wins"))
+    for aspect in ("accuracy", "overall"):
+        c = res["aspects"][aspect]
+        assert c["A wins"] == 1.0 and c["order_flip_rate"] == 1.0 and c["verdicts"] == 40
+    assert res["systems"]["s1"] == {"in_A": 10, "in_B": 10, "won_in_A": 1.0, "won_in_B": 0.0}
+
+
+def test_a_judge_that_reads_the_lists_wins_a_system_in_either_place():
+    from recjudge.evaluators._audit import position_audit
+
+    best = {"s1": 2, "ref": 1, "s2": 0}
+    res = position_audit(_arena_records(
+        lambda a, b, aspect: "A wins" if best[a] > best[b] else "B wins"))  # fmt: skip
+    assert res["aspects"]["overall"]["order_flip_rate"] == 0.0
+    assert res["aspects"]["overall"]["A wins"] == 0.5
+    assert res["systems"]["s1"]["won_in_A"] == res["systems"]["s1"]["won_in_B"] == 1.0
+    assert res["systems"]["s2"]["won_in_A"] == res["systems"]["s2"]["won_in_B"] == 0.0
+
+
+def test_arena_audit_command_and_its_bad_input(tmp_path):
+    run = tmp_path / "arena"
+    run.mkdir()
+    recs = _arena_records(lambda a, b, aspect: "Tie" if aspect == "accuracy" else "A wins")
+    (run / "verdicts.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = run_cli("audit", "--arena", str(run), "--out", str(tmp_path / "a"), "--json")
+    assert r.code == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["aspects"]["accuracy"]["Tie"] == 1.0
+    assert (tmp_path / "a/audit.png").stat().st_size > 1000
+    assert "order-flip rate" in (tmp_path / "a/report.md").read_text()
+    (run / "verdicts.jsonl").write_text(json.dumps(recs[0]) + "\n{not json\n")
+    r = run_cli("audit", "--arena", str(run), "--out", str(tmp_path / "b"))
+    assert r.code == 2 and "verdicts.jsonl" in r.stderr and "2" in r.stderr
+    (run / "verdicts.jsonl").write_text(json.dumps({**recs[0], "verdict": "A"}) + "\n")
+    r = run_cli("audit", "--arena", str(run), "--out", str(tmp_path / "c"))
+    assert r.code == 2 and "record 1" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("audit", "--arena", str(tmp_path), "--out", str(tmp_path / "d"))
+    assert r.code == 2 and "recjudge arena run" in r.stderr
+    r = run_cli("audit", "--out", str(tmp_path / "e"))
+    assert r.code == 2 and "--arena" in r.stderr

@@ -33,6 +33,10 @@ def _register() -> None:
     from recjudge.bench._augment import AugmentConfig, bench_brief_augment
     from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
     from recjudge.bench._offline import OfflineConfig, bench_brief_offline
+    from recjudge.bench._offline_estimators import (
+        EstimatorCheckConfig,
+        bench_brief_offline_estimators,
+    )
     from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
     from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
 
@@ -43,6 +47,8 @@ def _register() -> None:
          "BRIEF Figure 3: level rho/tau against beta"),
         ("brief-offline", OfflineConfig, bench_brief_offline,
          "BRIEF Tables 2-3: offline metrics with imputed feedback (simulated log)"),
+        ("brief-offline-estimators", EstimatorCheckConfig, bench_brief_offline_estimators,
+         "logged/IPS/SNIPS/DM/DR/PPI against brief-offline's known online truth"),
         ("brief-augment", AugmentConfig, bench_brief_augment,
          "BRIEF Tables 4-5: retraining on judge-augmented data"),
         ("decode-rows", DecodeRowsConfig, bench_decode_rows,

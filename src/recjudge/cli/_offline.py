@@ -391,9 +391,15 @@ def calibrate_cmd(
 @app.command("audit")
 def audit_cmd(
     judgments: str = typer.Option(
-        ..., "--judgments", help="An impute --out folder (imputed.jsonl and summary.json)."
+        None, "--judgments", help="An impute --out folder (imputed.jsonl and summary.json)."
     ),
-    data: str = typer.Option(..., "--data", help="The dataset the judge read (histories)."),
+    data: str = typer.Option(None, "--data", help="The dataset the judge read (histories)."),
+    arena: str = typer.Option(
+        None,
+        "--arena",
+        help="Instead: a RecSys Arena run folder (verdicts.jsonl): verdicts by list position "
+        "per aspect, order-flip rates, and each system's wins in A and in B.",
+    ),
     out: str = typer.Option(..., "--out", help="Folder: report.md, results.json, audit.png."),
     labels: str = typer.Option(
         None, "--labels", help="Optional labelled pairs (user_id,item_id,label) for the gaps."
@@ -402,13 +408,21 @@ def audit_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """Bias audit of a judgments file: YES rate and calibration by item popularity,
-    history length and title length (table + PNG)."""
+    history length and title length (table + PNG); or of an arena run: verdicts by list
+    position."""
     from recjudge.data import DataError, load_dataset
     from recjudge.evaluators._audit import audit, audit_factors, audit_lines, plot_audit
     from recjudge.evaluators._calibrate import read_labels
     from recjudge.evaluators._estimators import read_judged
     from recjudge.reporting import write_report
 
+    if arena:
+        if judgments or labels:
+            fail("--arena audits an arena run on its own: drop --judgments/--labels")
+        _arena_audit(arena, out, as_json)
+        return
+    if not (judgments and data):
+        fail("give --judgments DIR and --data DATA (an impute run), or --arena DIR")
     try:
         judged = read_judged(Path(judgments) / "imputed.jsonl", raw=True)
         if not judged:
@@ -511,3 +525,45 @@ def augment_cmd(
         f"(per user: {json.dumps(s['added_per_user'])}), {s['failed']} failed"
         f"{f', {per} s per judged pair' if per else ''} -> {out}"
     )
+
+
+def _arena_audit(run: str, out: str, as_json: bool) -> None:
+    """``audit --arena``: the list-position audit of an arena run's verdicts."""
+    from recjudge.data import DataError
+    from recjudge.evaluators._audit import plot_positions, position_audit, position_lines
+    from recjudge.reporting import write_report
+
+    path = Path(run) / "verdicts.jsonl"
+    fix = "pass the --out folder of a finished `recjudge arena run` (it holds verdicts.jsonl)"
+    try:
+        if not path.is_file():
+            raise DataError("no such file.", source=str(path), fix=fix)
+        records = []
+        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if line.strip():
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError:
+                    raise DataError("not a JSON line.", source=str(path), row=n,
+                                    fix=fix) from None  # fmt: skip
+                if not isinstance(rec, dict):
+                    raise DataError("not a verdict record.", source=str(path), row=n, fix=fix)
+                records.append(rec)
+        if not records:
+            raise DataError("no verdict in it.", source=str(path), fix=fix)
+        try:
+            res = position_audit(records)
+        except ValueError as e:
+            raise DataError(str(e), source=str(path), fix=fix) from None
+    except DataError as e:
+        fail(str(e))
+    header = ["# Arena list-position audit", "",
+              f"{len(records)} verdicts from {path}: per aspect, the share of verdicts for "
+              "each position over every judged order and, for pairs judged in both orders, "
+              "how often the verdict changes when the lists swap places."]  # fmt: skip
+    write_report(out, res, position_lines(res, header))
+    plot_positions(res, Path(out) / "audit.png")
+    if as_json:
+        emit(res)
+        return
+    typer.echo("\n".join(position_lines(res, header)))

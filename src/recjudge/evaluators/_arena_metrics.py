@@ -64,13 +64,13 @@ def pair_records(
     return out
 
 
-def order_flip_rate(records: Sequence[dict[str, Any]]) -> float | None:
-    """Share of (user, A, B) pairs judged in both orders whose overall verdict changes with
-    the order (position bias); one vote per pair. Works on combined records that carry
-    ``order_flip`` (``pair_records``) and on per-order records (each order its own record,
-    paired here). ``None`` when no pair was judged in both orders."""
-    overall = [r for r in records if r["aspect"] == "overall"]
-    if any("order_flip" in r for r in overall):
+def order_flip_rate(records: Sequence[dict[str, Any]], aspect: str = "overall") -> float | None:
+    """Share of (user, A, B) pairs judged in both orders whose ``aspect`` verdict changes
+    with the order (position bias); one vote per pair. Works on combined records that carry
+    ``order_flip`` (``pair_records``, overall only) and on per-order records (each order its
+    own record, paired here). ``None`` when no pair was judged in both orders."""
+    overall = [r for r in records if r["aspect"] == aspect]
+    if aspect == "overall" and any("order_flip" in r for r in overall):
         pairs = {(r["user_id"], r["system_a"], r["system_b"]): bool(r.get("order_flip"))
                  for r in overall}  # fmt: skip
         return sum(pairs.values()) / len(pairs) if pairs else None
@@ -149,12 +149,12 @@ def order_averaged_preference(
     return {s: float(np.mean(v)) if v else None for s, v in sorted(per.items())}
 
 
-def position_shares(records: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Share of overall verdicts that are "A wins", "B wins" and "Tie" over the judged orders
-    (per-order records, verdicts from position A's side): with both orders judged, a share
-    far from one half for "A wins" against "B wins" is position bias, whichever systems sit
-    there. Empty without overall records."""
-    overall = [r["verdict"] for r in records if r["aspect"] == "overall"]
+def position_shares(records: Sequence[dict[str, Any]], aspect: str = "overall") -> dict[str, float]:
+    """Share of ``aspect`` verdicts that are "A wins", "B wins" and "Tie" over the judged
+    orders (per-order records, verdicts from position A's side): with both orders judged, a
+    share far from one half for "A wins" against "B wins" is position bias, whichever
+    systems sit there. Empty without such records."""
+    overall = [r["verdict"] for r in records if r["aspect"] == aspect]
     return {o: overall.count(o) / len(overall) for o in OPTIONS} if overall else {}
 
 

@@ -9,6 +9,12 @@ climbs with popularity while the labels do not is a popularity bias of the judge
 
 Factors: ``item_popularity`` (the item's interactions in the dataset), ``history_length``
 (the user's interactions) and ``title_length`` (characters of the item's title).
+
+For a RecSys Arena run the factor is the list's position (``position_audit``): per aspect,
+the share of verdicts for position A, B and a tie over every judged order, and, where both
+orders were judged, how often the verdict changes when the lists swap places; per system,
+how often it wins in A and in B. A judge that reads the lists, not their places, wins a
+system about as often in A as in B.
 """
 
 from __future__ import annotations
@@ -135,3 +141,84 @@ def plot_audit(result: Mapping[str, Any], path: str | Path) -> None:
         ax.set_ylabel("rate")
         ax.set_ylim(0, 1)
         ax.legend(fontsize=7)
+
+
+def position_audit(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The list-position audit of per-order arena verdict records (``verdicts.jsonl``):
+    ``aspects``: per aspect, verdicts, shares of "A wins" / "B wins" / "Tie" and the order-flip
+    rate (None without pairs judged in both orders); ``systems``: per system, its verdicts in
+    each position and the share it won there (a tie counts half).
+
+    Raises:
+        ValueError: a record without ``system_a``, ``system_b``, ``aspect`` or a known
+            ``verdict`` (names the record).
+    """
+    from recjudge.evaluators._arena_metrics import OPTIONS, order_flip_rate, position_shares
+
+    recs = [dict(r) for r in records]
+    for n, r in enumerate(recs, 1):
+        if not {"system_a", "system_b", "aspect", "verdict"} <= set(r) or (
+            r["verdict"] not in OPTIONS
+        ):
+            raise ValueError(f"record {n}: an arena verdict record needs system_a, system_b, "
+                             f"aspect and a verdict in {list(OPTIONS)}")  # fmt: skip
+    aspects = list(dict.fromkeys(r["aspect"] for r in recs))
+    out: dict[str, Any] = {"aspects": {}, "systems": {}}
+    for a in aspects:
+        n = sum(1 for r in recs if r["aspect"] == a)
+        out["aspects"][a] = {"verdicts": n, **position_shares(recs, a),
+                             "order_flip_rate": order_flip_rate(recs, a)}  # fmt: skip
+    won = {"A wins": (1.0, 0.0), "B wins": (0.0, 1.0), "Tie": (0.5, 0.5)}
+    for r in recs:
+        if r["aspect"] != "overall":
+            continue
+        wa, wb = won[r["verdict"]]
+        for system, pos, w in ((r["system_a"], "A", wa), (r["system_b"], "B", wb)):
+            c = out["systems"].setdefault(system, {"A": [0, 0.0], "B": [0, 0.0]})
+            c[pos][0] += 1
+            c[pos][1] += w
+    out["systems"] = {
+        s: {f"in_{p}": c[p][0] for p in "AB"}
+        | {f"won_in_{p}": (c[p][1] / c[p][0] if c[p][0] else None) for p in "AB"}
+        for s, c in sorted(out["systems"].items())
+    }
+    return out
+
+
+def position_lines(result: Mapping[str, Any], header: Sequence[str]) -> list[str]:
+    """The list-position audit as markdown."""
+
+    def pct(v: float | None) -> str:
+        return "-" if v is None else f"{100 * v:.1f} %"
+
+    lines = [*header, "", "## Verdicts by position, per aspect", "",
+             "| aspect | verdicts | A wins | B wins | Tie | order-flip rate |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for a, c in result["aspects"].items():
+        lines.append(f"| {a} | {c['verdicts']} | {pct(c.get('A wins'))} | "
+                     f"{pct(c.get('B wins'))} | {pct(c.get('Tie'))} | "
+                     f"{pct(c['order_flip_rate'])} |")  # fmt: skip
+    lines += ["", "## Overall verdicts per system and position (a tie counts half)", "",
+              "| system | in A | won in A | in B | won in B |",
+              "|---|---|---|---|---|"]  # fmt: skip
+    for s, c in result["systems"].items():
+        lines.append(f"| {s} | {c['in_A']} | {pct(c['won_in_A'])} | {c['in_B']} | "
+                     f"{pct(c['won_in_B'])} |")  # fmt: skip
+    return lines
+
+
+def plot_positions(result: Mapping[str, Any], path: str | Path) -> None:
+    """Shares of "A wins", "B wins" and "Tie" per aspect, stacked."""
+    from recjudge.reporting import figure
+
+    aspects = list(result["aspects"])
+    with figure(path, size=(7, 3.5)) as ax:
+        left = np.zeros(len(aspects))
+        for option, colour in (("A wins", "tab:blue"), ("B wins", "tab:orange"),
+                               ("Tie", "tab:gray")):  # fmt: skip
+            v = np.array([result["aspects"][a].get(option, 0.0) for a in aspects])
+            ax.barh(aspects, v, left=left, color=colour, label=option)
+            left += v
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("share of verdicts (every judged order)")
+        ax.legend(fontsize=8, loc="lower right")

@@ -100,6 +100,32 @@ class ListLabels:
     propensity: np.ndarray
 
 
+def linear_values(
+    est: str,
+    w: np.ndarray,
+    o: np.ndarray,
+    y: np.ndarray,
+    p: np.ndarray,
+    h: np.ndarray,
+    th: np.ndarray,
+) -> np.ndarray:
+    """``sum_r w_r (.)`` of a linear metric under ``est`` (the module docstring's formulas),
+    over the last axis: one user's list (1-D) or a users x ranks matrix (a value per user).
+    ``y`` must be 0 where ``o`` is; for ``snips`` this is the IPS value (``estimate``
+    divides by the normaliser)."""
+    if est == "logged":
+        return (o * y) @ w
+    if est == "imputed":
+        return (o * y + (1 - o) * h) @ w
+    if est == "dm":
+        return p @ w
+    if est in ("ips", "snips"):
+        return (o * y / th) @ w
+    if est == "dr":
+        return (p + o * (y - p) / th) @ w
+    raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+
+
 def estimate_user(est: str, metric: str, k: int, x: ListLabels) -> float | None:
     """One user's value of ``metric@k`` under estimator ``est`` (None where undefined).
 
@@ -110,18 +136,7 @@ def estimate_user(est: str, metric: str, k: int, x: ListLabels) -> float | None:
                                                       x.propensity))  # fmt: skip
     y = np.where(o > 0, y, 0.0)
     if metric in LINEAR:
-        w = metric_weights(metric, k)[:n]
-        if est == "logged":
-            return float(w @ (o * y))
-        if est == "imputed":
-            return float(w @ (o * y + (1 - o) * h))
-        if est == "dm":
-            return float(w @ p)
-        if est in ("ips", "snips"):
-            return float(w @ (o * y / th))
-        if est == "dr":
-            return float(w @ (p + o * (y - p) / th))
-        raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+        return float(linear_values(est, metric_weights(metric, k)[:n], o, y, p, h, th))
     if est in ("ips", "snips", "dr"):
         return None
     if est == "dm":
