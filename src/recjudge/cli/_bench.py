@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from recjudge._registry import UnknownNameError
-from recjudge.cli._app import app, fail
+from recjudge.cli._app import app, emit, fail
 
 bench_app = typer.Typer(help="Benchmarks and experiments that write reports.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -84,6 +84,21 @@ def bench_latency_cmd(
         f"{c['data_load_s']:.2f} s); warm new user {w['new_user_judgment_s']:.2f} s, same "
         f"user {w['same_user_judgment_s']:.2f} s"
     )
+
+
+@bench_app.command("estimator-speed")
+def bench_estimator_speed_cmd(
+    users: int = typer.Option(6040, "--users", min=1),
+    runs: int = typer.Option(5, "--runs", min=1),
+    k: int = typer.Option(20, "--k", min=1),
+    repeats: int = typer.Option(3, "--repeats", min=1),
+    out: str = typer.Option("reports/estimator-speed", "--out"),
+) -> None:
+    """Wall time of `evaluate` with and without every estimator at ML-1M's size."""
+    from recjudge.bench._estimator_speed import bench_estimator_speed
+
+    r = bench_estimator_speed(users, runs, k, repeats, out)
+    emit(r["median_seconds"])
 
 
 @bench_app.command("decoding")
