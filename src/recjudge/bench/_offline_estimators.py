@@ -471,15 +471,18 @@ def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
 def _paired(
     summary: Mapping[str, Any], imputers: Sequence[str], metrics: Sequence[str]
 ) -> dict[str, dict[str, Any]]:
-    """Each judge-based DR row against logged, against its imputer's ``imputed`` row and
-    against ``imputed [all-yes]``: the difference of mean absolute errors per metric."""
+    """Each model-based DR row against logged, its imputer's ``imputed`` row, ``imputed
+    [all-yes]`` and IPS/SNIPS with the same propensities: the difference of mean absolute
+    errors per metric."""
     out: dict[str, dict[str, Any]] = {}
     for imp in imputers:
         if imp == "all-yes":
             continue
         for th in ("true", "est"):
             row = f"dr [{imp}, {th} theta]"
-            for other in ("logged", f"imputed [{imp}]", "imputed [all-yes]", f"ips ({th} theta)"):
+            others = ("logged", f"imputed [{imp}]", "imputed [all-yes]", f"ips ({th} theta)",
+                      f"snips ({th} theta)")  # fmt: skip
+            for other in others:
                 out.setdefault(row, {})[other] = {
                     m: paired_errors(summary, row, other, m) for m in metrics
                 }
