@@ -215,3 +215,30 @@ def test_gold_pairs_outside_the_runs_are_refused_by_row(tmp_path):
     assert r["value"] == pytest.approx(0.5 + (0.5 - 0.5 + 0.5) / 3) and r["n"] == 3
     with pytest.raises(ValueError, match="no judge probability"):
         ppi_metric(run, ["u", "v"], {}, gold, "precision@3")
+
+
+def test_the_batched_estimate_equals_the_per_user_formula():
+    # estimate() computes every user at once; estimate_user is the formula per list.
+    g = np.random.default_rng(4)
+    lists = {}
+    for u in range(30):
+        n = int(g.integers(1, 9))  # some lists shorter than k
+        o = (g.random(n) < 0.4).astype(float)
+        lists[f"u{u}"] = ListLabels(o, (g.random(n) < 0.5) * o, g.random(n),
+                                    (g.random(n) < 0.5).astype(float),
+                                    g.uniform(0.05, 1, n))  # fmt: skip
+    names = ["precision@5", "ndcg@8", "dcg@3", "hit@5", "mrr@8"]
+    got = estimate(lists, names, draws=0)
+    for name in names:
+        metric, k = name.split("@")
+        for est, e in got[name].items():
+            ref = [estimate_user(est, metric, int(k), x) for x in lists.values()]
+            if any(v is None for v in ref):
+                assert e.value is None
+                continue
+            if est == "snips":
+                ratios = np.concatenate([x.observed[: int(k)] / x.propensity[: int(k)]
+                                         for x in lists.values()])  # fmt: skip
+                ref = [v / ratios.mean() for v in ref]
+            assert e.value == pytest.approx(np.mean(ref)), (name, est)
+            assert e.per_user == pytest.approx([ref[i] for i in np.argsort(list(lists))])

@@ -163,6 +163,46 @@ def judge_share(metric: str, k: int, x: ListLabels) -> float:
     return float(np.sum(w * (1 - x.observed[:n].astype(float)))) / total if total else 0.0
 
 
+def _stack(rows: Sequence[ListLabels], k: int) -> dict[str, np.ndarray]:
+    """The users' lists as ``[users, k]`` arrays (``valid`` marks real slots; padding has
+    no observation, label, probability or hard label, and propensity 1), with ``label`` 0
+    where unobserved, as ``estimate_user`` reads them."""
+    n = len(rows)
+    m = {f: np.zeros((n, k)) for f in ("observed", "label", "p", "hard", "valid")}
+    m["propensity"] = np.ones((n, k))
+    for r, x in enumerate(rows):
+        j = min(k, len(x.observed))
+        for f in ("observed", "label", "p", "hard", "propensity"):
+            m[f][r, :j] = np.asarray(getattr(x, f)[:j], dtype=float)
+        m["valid"][r, :j] = 1.0
+    m["label"] = np.where(m["observed"] > 0, m["label"], 0.0)
+    return m
+
+
+def _user_values(est: str, metric: str, k: int, m: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Every user's ``estimate_user`` at once, on ``_stack``'s arrays cut to ``k``."""
+    o, y, p, h = m["observed"], m["label"], m["p"], m["hard"]
+    if metric in LINEAR:
+        w = metric_weights(metric, k)[: o.shape[1]]
+        p = np.where(m["valid"] > 0, p, 0.0)
+        return linear_values(est, w, o, y, p, h, m["propensity"])
+    if est == "dm":
+        rel = np.where(m["valid"] > 0, p, 0.0)
+    elif est == "imputed":
+        rel = o * y + (1 - o) * h * m["valid"]
+    elif est == "logged":
+        rel = o * y
+    else:
+        raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+    if metric == "hit":
+        return 1.0 - np.prod(1.0 - rel, axis=1)
+    if metric == "mrr":
+        miss = np.cumprod(np.concatenate([np.ones((len(rel), 1)), 1.0 - rel[:, :-1]], axis=1),
+                          axis=1)  # fmt: skip
+        return (rel * miss / np.arange(1, rel.shape[1] + 1)).sum(axis=1)
+    raise ValueError(f"unknown metric {metric!r}")
+
+
 @dataclass
 class Estimate:
     """One estimator's value of one metric for one system, with its uncertainty."""
@@ -212,16 +252,23 @@ def estimate(
         raise ValueError(f"unknown estimator {bad[0]!r}; use one of {', '.join(ESTIMATORS)}")
     idx = user_draws(len(users), draws, seed) if draws else None
     out: dict[str, dict[str, Estimate]] = {}
+    kmax = max(parse_metric(m)[1] for m in metrics) if metrics else 0
+    m = _stack([lists[u] for u in users], kmax)
     for name in metrics:
         metric, k = parse_metric(name)
-        share = float(np.mean([judge_share(metric, k, lists[u]) for u in users]))
+        cut = {f: a[:, :k] for f, a in m.items()}
+        valid = cut["valid"]
+        w = (metric_weights(metric, k) if metric in LINEAR
+             else 1.0 / np.arange(1, k + 1))[: valid.shape[1]]  # fmt: skip
+        total = (w * valid).sum(axis=1)
+        per_share = np.divide((w * valid * (1 - cut["observed"])).sum(axis=1), total,
+                              out=np.zeros(len(users)), where=total > 0)  # fmt: skip
+        share = float(per_share.mean())
         norm = 1.0
-        if "snips" in estimators and metric in LINEAR:
-            ratios = np.concatenate(
-                [lists[u].observed[:k] / lists[u].propensity[:k] for u in users]
-            )
-            norm = float(ratios.mean()) if ratios.size and ratios.mean() > 0 else 1.0
-        unjudged = sum(int(np.isnan(lists[u].p[:k]).sum()) for u in users)
+        if "snips" in estimators and metric in LINEAR and valid.sum():
+            ratio = float((cut["observed"] / cut["propensity"])[valid > 0].mean())
+            norm = ratio if ratio > 0 else 1.0
+        unjudged = int((np.isnan(cut["p"]) & (valid > 0)).sum())
         out[name] = {}
         for est in estimators:
             if est in ("dm", "dr") and unjudged:
@@ -229,12 +276,11 @@ def estimate(
                         "not judged by default): run impute with --judge-logged")  # fmt: skip
                 out[name][est] = Estimate(est, name, None, None, note=note)
                 continue
-            vals = [estimate_user(est, metric, k, lists[u]) for u in users]
-            if any(v is None for v in vals):
+            if metric not in LINEAR and est in ("ips", "snips", "dr"):
                 note = "not linear in the labels: IPS/SNIPS/DR are defined for sums of labels"
                 out[name][est] = Estimate(est, name, None, None, note=note)
                 continue
-            arr = np.asarray(vals, dtype=float) / (norm if est == "snips" else 1.0)
+            arr = _user_values(est, metric, k, cut) / (norm if est == "snips" else 1.0)
             ci = None
             if idx is not None:
                 boot = arr[idx].mean(axis=1)
