@@ -14,7 +14,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
@@ -30,6 +30,9 @@ from recjudge.bench._retrain import (
     retrain_all,
 )
 from recjudge.reward import SIMULATOR_MODES
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 # Methods that label candidates: they add only what they label positive (the LLM judges'
 # YES, cf-only's sigma > 0), the top-M of those; the heuristics (random, popularity) rank.
@@ -176,7 +179,7 @@ def _world(config: AugmentConfig) -> _World:
 
 
 def _judge_choices(
-    config: AugmentConfig, w: _World, llm: Any, out: Path, progress: bool
+    config: AugmentConfig, w: _World, llm: LLMBackend, out: Path, progress: bool
 ) -> tuple[dict[str, dict[str, list[str]]], dict[str, Any]]:
     """Per LLM method, the pseudo-positives ``recjudge.evaluators.augment`` adds (the top-M
     YES by p_yes, then log-odds, among the candidates; a NO is never added), read back from
@@ -354,7 +357,7 @@ def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, 
 def bench_brief_augment(
     config: AugmentConfig,
     out: str | Path = "reports/brief-augment",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the augmentation experiment; write report.md, results.json and augment.png. The

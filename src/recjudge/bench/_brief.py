@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -20,6 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from recjudge._util import rng
 from recjudge.bench._brief_stats import auc, level_ci, paired_difference, spearman_or_none
 from recjudge.reward import MODES, SIMULATOR_MODES
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 SIMULATORS = SIMULATOR_MODES  # the paper's user-simulator baselines
 LLM_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "item-item", *SIMULATORS)
@@ -432,7 +435,7 @@ def llm_made(judges: Mapping[str, Any], counts: Mapping[str, Mapping[str, int]])
 
 def judges_for(
     config: Any,
-    llm: Any,
+    llm: LLMBackend,
     cf: Any,
     settings: Sequence[str | tuple[str, str, Any, float]],
     population: Any = None,
@@ -659,7 +662,7 @@ class _Judged:
 def _run(
     config: BriefExperimentConfig,
     out: Path,
-    llm: Any,
+    llm: LLMBackend,
     progress: bool,
     named: Any,
 ) -> _Judged:
@@ -717,7 +720,7 @@ def _speed(j: _Judged, wall: float) -> dict[str, Any]:
 def bench_brief_ratings(
     config: BriefExperimentConfig,
     out: str | Path = "reports/brief-ratings",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """BRIEF Table 6 on held-out ratings, plus the relevance AUC, for every mode and both CF
@@ -802,7 +805,7 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
 def bench_brief_beta(
     config: BriefExperimentConfig,
     out: str | Path = "reports/brief-beta",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """BRIEF Figure 3: Spearman (and relevance AUC) against beta for the brief judge."""

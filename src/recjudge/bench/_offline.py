@@ -16,7 +16,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ConfigDict, Field
@@ -25,6 +25,9 @@ from recjudge._stats import seed_interval
 from recjudge._util import rng
 from recjudge.bench._brief import JudgeSampling
 from recjudge.bench._offline_stats import user_bootstrap
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 KS = (10, 20)
 
@@ -415,7 +418,7 @@ def _over_seeds(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 def bench_brief_offline(
     config: OfflineConfig,
     out: str | Path = "reports/brief-offline",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the simulation under every logging seed; write report.md, results.json and
@@ -486,7 +489,7 @@ def bench_brief_offline(
     return results
 
 
-def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: Any) -> dict:
+def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: LLMBackend) -> dict:
     """The judge modes that impute (none: no model is loaded)."""
     if not config.judges:
         return {}

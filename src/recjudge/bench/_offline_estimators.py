@@ -37,12 +37,15 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ConfigDict, Field
 
 from recjudge.bench._offline import OfflineConfig, gap
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 ROW_ESTIMATORS = ("imputed", "dm", "dr")
 
@@ -344,7 +347,7 @@ def calibrated(world: World, imputer: str, n: int, seed: int) -> tuple[np.ndarra
 def bench_brief_offline_estimators(
     config: EstimatorCheckConfig,
     out: str | Path = "reports/brief-offline-estimators",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Judge every listed pair (through the store), then run every estimator over

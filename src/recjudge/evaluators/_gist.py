@@ -16,12 +16,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import rng
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 GIST_PROMPT_VERSION = "gist-v1"
 GIST_PROMPT_FINGERPRINT = "gist-v1:39fa69db097acbd3"  # tests/test_prompt_versions.py
@@ -657,7 +660,7 @@ def taxonomy_full_messages(names: Sequence[str]) -> list[dict[str, str]]:
 
 
 # -- embeddings and the taxonomy shortlist -------------------------------------------------
-def embed_texts(llm: Any, texts: Sequence[str], batch: int = 32) -> np.ndarray:
+def embed_texts(llm: LLMBackend, texts: Sequence[str], batch: int = 32) -> np.ndarray:
     """Mean-pooled last hidden states of ``llm`` for ``texts``, L2-normalised (a cheap
     shortlist embedding from the judge model itself; no extra download)."""
     import torch

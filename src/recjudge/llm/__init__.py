@@ -2,6 +2,9 @@
 
 from recjudge.llm._backend import (
     DTYPE_ENV,
+    ENGINE_CAPABILITIES,
+    BackendError,
+    Capabilities,
     DtypeEnvError,
     Generation,
     LLMBackend,
@@ -9,6 +12,7 @@ from recjudge.llm._backend import (
     SamplingConfig,
     TransformersBackend,
     auto_dtype,
+    capabilities_of,
     escape_special,
     load_llm,
     special_strings,
@@ -33,6 +37,10 @@ from recjudge.llm._pool import LLMPool
 
 __all__ = [
     "DTYPE_ENV",
+    "ENGINE_CAPABILITIES",
+    "BackendError",
+    "Capabilities",
+    "capabilities_of",
     "DtypeEnvError",
     "auto_dtype",
     "LLMPool",

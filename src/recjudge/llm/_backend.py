@@ -168,6 +168,63 @@ class Generation:
     prompt_tokens: int
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared by the backend (``LLMBackend.capabilities``) and read
+    by the one decoding entry point (``recjudge.decoding.decode``) and the sweep, instead of
+    probing attributes.
+
+    Attributes:
+        engine_constraints: the engine applies the grammar and the branch bias itself (vLLM
+            in process or a server): decoding sends whole requests (``submit``) instead of
+            running recjudge's processors step by step.
+        step_scores: the scores of every decoding step reach recjudge's processors, so a
+            sweep can record the unbiased decision step once and replay every bias setting.
+        option_scoring: exact whole-option likelihood (``recjudge.llm.best_options``) over
+            the model's own forward passes.
+        batch_invariant: the batch-invariant engine is available (``deterministic``: an
+            answer bit-identical whatever the other rows).
+        device: where the model computes (``cpu``, ``cuda:0``; ``engine`` for a backend
+            whose engine places it).
+    """
+
+    engine_constraints: bool = False
+    step_scores: bool = True
+    option_scoring: bool = True
+    batch_invariant: bool = True
+    device: str = "cpu"
+
+
+#: what an engine-side backend (vLLM in process, an OpenAI-compatible server) declares
+ENGINE_CAPABILITIES = Capabilities(
+    engine_constraints=True,
+    step_scores=False,
+    option_scoring=False,
+    batch_invariant=False,
+    device="engine",
+)
+
+
+class BackendError(UserFacingError, TypeError):
+    """An object used as an LLM backend does not declare what it can do."""
+
+
+def capabilities_of(llm: Any) -> Capabilities:
+    """``llm.capabilities``, or one clear error for an object that does not declare them
+    (a backend written for recjudge implements ``LLMBackend``, ``capabilities`` included)."""
+    try:
+        caps = llm.capabilities
+    except AttributeError:
+        caps = None
+    if not isinstance(caps, Capabilities):
+        raise BackendError(
+            f"{type(llm).__name__} is not a recjudge LLM backend: it declares no "
+            "`capabilities` (recjudge.llm.Capabilities); implement recjudge.llm.LLMBackend or "
+            "load one with recjudge.llm.load_llm"
+        )
+    return caps
+
+
 @runtime_checkable
 class LLMBackend(Protocol):
     """What the reward core needs from a language model."""
@@ -175,6 +232,7 @@ class LLMBackend(Protocol):
     name: str
     tokenizer: Any
     vocab_size: int  # width of the logits (may exceed len(tokenizer))
+    capabilities: Capabilities  # what it can do (read by ``recjudge.decoding.decode``)
 
     def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str: ...
 
@@ -274,6 +332,12 @@ class TransformersBackend:
             )
         self.model.to(self.device)
         self.model.eval()
+        from recjudge.llm._fast import supports_fast
+
+        # Step scores and the batch-invariant engine work with any causal LM; exact option
+        # scoring needs the fast engine's forward.
+        self.capabilities = Capabilities(option_scoring=supports_fast(self.model),
+                                         device=str(self.device))  # fmt: skip
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"
