@@ -1,23 +1,21 @@
 """LLM backends behind one protocol, model presets and the weight cache."""
 
-from recjudge.llm._backend import (
+from recjudge.llm._backend import TransformersBackend, escape_special, load_llm, special_strings
+from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
+from recjudge.llm._config import (
     DTYPE_ENV,
     ENGINE_CAPABILITIES,
     BackendError,
     Capabilities,
+    DeviceError,
     DtypeEnvError,
     Generation,
     LLMBackend,
     LLMConfig,
     SamplingConfig,
-    TransformersBackend,
     auto_dtype,
     capabilities_of,
-    escape_special,
-    load_llm,
-    special_strings,
 )
-from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
 from recjudge.llm._engine import NonFiniteLogitsError
 from recjudge.llm._models import (
     DEFAULT_MODEL,
@@ -39,6 +37,7 @@ __all__ = [
     "DTYPE_ENV",
     "ENGINE_CAPABILITIES",
     "BackendError",
+    "DeviceError",
     "Capabilities",
     "capabilities_of",
     "DtypeEnvError",

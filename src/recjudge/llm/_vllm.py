@@ -21,13 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import UserFacingError
-from recjudge.llm._backend import (
-    ENGINE_CAPABILITIES,
-    Generation,
-    LLMConfig,
-    SamplingConfig,
-    render_chat,
-)
+from recjudge.llm._backend import render_chat
+from recjudge.llm._config import ENGINE_CAPABILITIES, Generation, LLMConfig, SamplingConfig
 from recjudge.llm._models import resolve_model_path
 
 log = logging.getLogger(__name__)
