@@ -345,10 +345,10 @@ def test_seed_interval_by_hand():
 
 
 def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
-    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.bench import AugmentBenchConfig, bench_brief_augment
     from recjudge.data import load_dataset
 
-    cfg = AugmentConfig(
+    cfg = AugmentBenchConfig(
         model="smollm2-135m",
         data="ml-100k",
         users=2,
@@ -380,10 +380,10 @@ def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
 
 
 def test_brief_augment_resumes_without_retraining_or_judging_again(smollm, tmp_path, monkeypatch):
-    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.bench import AugmentBenchConfig, bench_brief_augment
     from recjudge.cf_models import MODELS
 
-    cfg = AugmentConfig(
+    cfg = AugmentBenchConfig(
         model="smollm2-135m", data="ml-100k", users=2, candidates=3, add=1,
         methods=("none", "random", "brief"), retrain=("pop",), seeds=2, history_items=10,
     )  # fmt: skip

@@ -48,7 +48,7 @@ LABELLING = (
 METHODS = ("none", "random", "popularity", *LABELLING)
 
 
-class AugmentConfig(JudgeSampling):
+class AugmentBenchConfig(JudgeSampling):
     """Settings of ``brief-augment``.
 
     Attributes:
@@ -148,7 +148,7 @@ class _World:
         )
 
 
-def _world(config: AugmentConfig) -> _World:
+def _world(config: AugmentBenchConfig) -> _World:
     from recjudge.bench._brief import calibrated_cf
     from recjudge.cf_models import SideInfo
     from recjudge.data import load_dataset, sample_users, timeline_split
@@ -179,7 +179,7 @@ def _world(config: AugmentConfig) -> _World:
 
 
 def _judge_choices(
-    config: AugmentConfig, w: _World, llm: LLMBackend, out: Path, progress: bool
+    config: AugmentBenchConfig, w: _World, llm: LLMBackend, out: Path, progress: bool
 ) -> tuple[dict[str, dict[str, list[str]]], dict[str, Any]]:
     """Per LLM method, the pseudo-positives ``recjudge.evaluators.augment`` adds (the top-M
     YES by p_yes, then log-odds, among the candidates; a NO is never added), read back from
@@ -250,7 +250,7 @@ def _judge_choices(
     return chosen, cost
 
 
-def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) -> dict:
+def _heuristic_choice(config: AugmentBenchConfig, w: _World, method: str, seed: int) -> dict:
     """What a non-LLM method adds per user (random and popularity rank; cf-only labels by
     sigma > 0 and adds its top-M by sigma)."""
     if method == "none":
@@ -276,7 +276,7 @@ Runs = dict[str, dict[str, list[np.ndarray]]]  # per recommender and method, one
 
 
 def _retrain_all(
-    config: AugmentConfig, w: _World, added: Mapping[tuple[int, str], dict], out: Path,
+    config: AugmentBenchConfig, w: _World, added: Mapping[tuple[int, str], dict], out: Path,
     progress: bool,
 ) -> tuple[Runs, Runs]:  # fmt: skip
     """Per recommender and method, one [users, METRICS] array per seed (``retrain_all``);
@@ -323,7 +323,7 @@ def _summary(runs: Runs) -> dict[str, Any]:
     }
 
 
-def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, Any] | None:
+def _other_history(config: AugmentBenchConfig, runs: Runs, twins: Runs) -> dict[str, Any] | None:
     """The same trained models scored from the other history: their table, every method
     minus no augmentation, and per method this run's history minus the other (paired on
     seeds and users; one set of user resamples for all)."""
@@ -355,7 +355,7 @@ def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, 
 
 
 def bench_brief_augment(
-    config: AugmentConfig,
+    config: AugmentBenchConfig,
     out: str | Path = "reports/brief-augment",
     llm: LLMBackend | None = None,
     progress: bool = True,
@@ -409,7 +409,7 @@ def bench_brief_augment(
     return res_all
 
 
-def _deviations_note(config: AugmentConfig) -> str:
+def _deviations_note(config: AugmentBenchConfig) -> str:
     """The protocol choices the paper's text (not readable here) may not share."""
     scored = (
         "trains on them and scores from them as the last items of the user's sequence"
@@ -429,7 +429,7 @@ def _deviations_note(config: AugmentConfig) -> str:
     return "Other deviations: " + "; ".join(notes) + "."
 
 
-def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
+def _report(config: AugmentBenchConfig, r: Mapping[str, Any]) -> list[str]:
     lines = [
         f"# BRIEF training-data augmentation on {config.data} (Tables 4-5)",
         "",
@@ -536,7 +536,7 @@ def _diff_table(rows: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
     return lines
 
 
-def _other_history_lines(config: AugmentConfig, oh: Mapping[str, Any]) -> list[str]:
+def _other_history_lines(config: AugmentBenchConfig, oh: Mapping[str, Any]) -> list[str]:
     """The report section on the same trained models scored from the other history."""
     other, keys = oh["score_from"], ("recall@10", "ndcg@10")
     lines = [
@@ -574,7 +574,7 @@ def _other_history_lines(config: AugmentConfig, oh: Mapping[str, Any]) -> list[s
     return lines
 
 
-def _plot(table: Mapping[str, Any], path: Path, config: AugmentConfig) -> None:
+def _plot(table: Mapping[str, Any], path: Path, config: AugmentBenchConfig) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
