@@ -84,7 +84,8 @@ def test_the_judge_is_loaded_in_the_configs_dtype(smollm32):
 def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
     from types import SimpleNamespace
 
-    from recjudge.bench._brief import _analyse, judges_for
+    from recjudge.bench._brief import _analyse
+    from recjudge.bench._judging import judges_for
 
     cfg = BriefExperimentConfig(model="smollm2-135m", sampling="paper", samples=4, bootstrap=0)
     judge = judges_for(cfg, smollm, None, ["no-behavior"])["no-behavior"]
@@ -497,7 +498,7 @@ def test_ratings_report_has_level_cis_paired_table_and_speed(smollm, tmp_path):
 
 
 def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_path):
-    from recjudge.bench._brief import judge_per_user, judges_for
+    from recjudge.bench._judging import judge_per_user, judges_for
     from recjudge.reward import ResultsStore, request_for
 
     reqs = []

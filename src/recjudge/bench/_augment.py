@@ -20,7 +20,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._util import rng
-from recjudge.bench._brief import JudgeSampling
+from recjudge.bench._judging import JudgeSampling
 from recjudge.bench._retrain import (
     METRICS,
     RetrainData,
@@ -149,7 +149,7 @@ class _World:
 
 
 def _world(config: AugmentBenchConfig) -> _World:
-    from recjudge.bench._brief import calibrated_cf
+    from recjudge.bench._judging import calibrated_cf
     from recjudge.cf_models import SideInfo
     from recjudge.data import load_dataset, sample_users, timeline_split
 
@@ -192,7 +192,7 @@ def _judge_choices(
         "requests", "passes", "per_second"}`` (LLM judgments made in this call, requests,
         decoding passes).
     """
-    from recjudge.bench._brief import SIMULATORS, judge_per_user, judges_for, llm_made
+    from recjudge.bench._judging import SIMULATORS, judge_per_user, judges_for, llm_made
     from recjudge.cf_models import item_item_for
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators import AugmentConfig as EvalAugmentConfig

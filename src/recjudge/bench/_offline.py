@@ -23,7 +23,7 @@ from pydantic import ConfigDict, Field
 
 from recjudge._stats import seed_interval
 from recjudge._util import rng
-from recjudge.bench._brief import JudgeSampling
+from recjudge.bench._judging import JudgeSampling
 from recjudge.bench._offline_stats import user_bootstrap
 
 if TYPE_CHECKING:
@@ -276,7 +276,7 @@ def _impute_all(
     """
     import pandas as pd
 
-    from recjudge.bench._brief import judge_per_user, llm_made
+    from recjudge.bench._judging import judge_per_user, llm_made
     from recjudge.data import Dataset
     from recjudge.evaluators import ImputeConfig, imputation_plan, impute, read_qrels
 
@@ -425,7 +425,7 @@ def bench_brief_offline(
     gap.png under ``out``. The judges impute through ``recjudge.evaluators.impute`` (qrels
     under ``out/impute/seed-<s>/<mode>``), all seeds through one store (a pair two logs
     share is judged once)."""
-    from recjudge.bench._brief import calibrated_cf
+    from recjudge.bench._judging import calibrated_cf
     from recjudge.cf_models import SideInfo
     from recjudge.data import load_dataset
     from recjudge.reporting import write_report
@@ -493,7 +493,7 @@ def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: LLM
     """The judge modes that impute (none: no model is loaded)."""
     if not config.judges:
         return {}
-    from recjudge.bench._brief import SIMULATORS, judges_for
+    from recjudge.bench._judging import SIMULATORS, judges_for
     from recjudge.reward import Population
 
     llm = llm or config.judge_llm(config.model)

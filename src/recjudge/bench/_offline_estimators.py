@@ -355,7 +355,7 @@ def bench_brief_offline_estimators(
     results.json and estimators.png under ``out``."""
     from recjudge._stats import user_draws
     from recjudge._util import rng
-    from recjudge.bench._brief import calibrated_cf, judge_per_user
+    from recjudge.bench._judging import calibrated_cf, judge_per_user
     from recjudge.bench._offline import _imputer_judges, _simulate_log, _train_runs
     from recjudge.cf_models import SideInfo
     from recjudge.data import Dataset, load_dataset
