@@ -212,12 +212,13 @@ def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgb
 
-    from recjudge.evaluators._gist import _pr_figure
+    from recjudge.evaluators._gist import _pr_draw
 
     users = {"u": {"ig_p": 0.5, "ig_r": 0.5}, "v": {"ig_p": 1.0, "ig_r": 0.0}}
     scores = {m: {"ig_p": 0.5, "ig_r": 0.5, "users": users} for m in ("a", "b", "c")}
-    fig = _pr_figure(scores, "toy")
-    dots_and_stars = fig.axes[0].collections
+    fig, ax = plt.subplots()
+    _pr_draw(ax, scores, "toy")
+    dots_and_stars = ax.collections
     assert len(dots_and_stars) == 6
     rgb = [to_rgb(c.get_facecolor()[0]) for c in dots_and_stars]
     for i in range(3):  # per model: its dots, then its median star

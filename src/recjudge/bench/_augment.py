@@ -575,21 +575,15 @@ def _other_history_lines(config: AugmentBenchConfig, oh: Mapping[str, Any]) -> l
 
 
 def _plot(table: Mapping[str, Any], path: Path, config: AugmentBenchConfig) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     recs = list(table)
-    fig, axes = plt.subplots(1, len(recs), figsize=(6 * len(recs), 4.5), squeeze=False)
-    for ax, rec in zip(axes[0], recs, strict=True):
-        methods = list(table[rec])
-        vals = [table[rec][m]["recall@10"]["mean"] for m in methods]
-        errs = [table[rec][m]["recall@10"]["sd"] for m in methods]
-        ax.bar(methods, vals, yerr=errs, capsize=3, color="#4c72b0")
-        ax.set_ylabel("Recall@10 on augmented users (mean +- sd)")
-        ax.set_title(f"{rec} retrained on augmented data")
-        ax.tick_params(axis="x", rotation=35)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(6 * len(recs), 4.5), dpi=120, grid=(1, len(recs))) as axes:
+        for ax, rec in zip(axes[0], recs, strict=True):
+            methods = list(table[rec])
+            vals = [table[rec][m]["recall@10"]["mean"] for m in methods]
+            errs = [table[rec][m]["recall@10"]["sd"] for m in methods]
+            ax.bar(methods, vals, yerr=errs, capsize=3, color="#4c72b0")
+            ax.set_ylabel("Recall@10 on augmented users (mean +- sd)")
+            ax.set_title(f"{rec} retrained on augmented data")
+            ax.tick_params(axis="x", rotation=35)

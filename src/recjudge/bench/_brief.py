@@ -710,64 +710,56 @@ def _optimum_lines(opt: Mapping[str, Any]) -> list[str]:
 
 
 def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimentConfig) -> None:
-    import matplotlib
+    from recjudge.reporting import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5))
-    n = len(analysis)
-    for k, (name, a) in enumerate(analysis.items()):
-        t = a["pct_positive_by_level"]
-        dx = (k - (n - 1) / 2) * 0.025  # small offsets so identical lines stay visible
-        style = "-" if k < 10 else "--"
-        ax.plot([x + dx for x in t], list(t.values()), style, marker="o", ms=4, label=name)
-    ax.set_xlabel("rating level")
-    ax.set_ylabel("% positive rewards")
-    ax.set_xticks([1, 2, 3, 4, 5])
-    ax.set_ylim(-2, 102)
-    ax.set_title(f"Positive rewards by held-out rating ({config.model}, {config.data})")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(9, 5), dpi=120) as ax:
+        n = len(analysis)
+        for k, (name, a) in enumerate(analysis.items()):
+            t = a["pct_positive_by_level"]
+            dx = (k - (n - 1) / 2) * 0.025  # small offsets so identical lines stay visible
+            style = "-" if k < 10 else "--"
+            ax.plot([x + dx for x in t], list(t.values()), style, marker="o", ms=4, label=name)
+        ax.set_xlabel("rating level")
+        ax.set_ylabel("% positive rewards")
+        ax.set_xticks([1, 2, 3, 4, 5])
+        ax.set_ylim(-2, 102)
+        ax.set_title(f"Positive rewards by held-out rating ({config.model}, {config.data})")
+        ax.legend(fontsize=7, ncol=2)
 
 
 def _plot_beta(config: BriefExperimentConfig, analysis: Mapping[str, Any], path: Path) -> None:
     """Figure 3: level rho and tau against beta; per-pair measures in a second panel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     def nan(values: Sequence[float | None]) -> list[float]:
         return [np.nan if v is None else v for v in values]
 
     betas = [_beta_of(n) for n in analysis]
     a = list(analysis.values())
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
-    left.plot(betas, nan([x["spearman"] for x in a]), marker="o", label="Spearman rho (levels)")
-    left.plot(betas, nan([x["kendall"] for x in a]), marker="s", label="Kendall tau (levels)")
-    left.set_title("Figure 3: rating level vs % positive")
-    left.set_ylabel("correlation")
-    rho = nan([x["pair_spearman"]["rho"] for x in a])
-    lo, hi = nan([x["pair_spearman"]["lo"] for x in a]), nan([x["pair_spearman"]["hi"] for x in a])
-    right.plot(betas, rho, marker="o", label="pair Spearman")
-    if not np.isnan(lo + hi).any():
-        right.fill_between(betas, lo, hi, alpha=0.2, label="95 % CI")
-    aucs = [x["relevance_auc"]["auc"] for x in a]
-    right.plot(
-        betas,
-        nan([None if v is None else v - 0.5 for v in aucs]),
-        marker="s",
-        label="relevance AUC - 0.5",
-    )
-    right.set_title("per-pair measures")
-    for ax in (left, right):
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xlabel("beta")
-        ax.legend(fontsize=8)
-    fig.suptitle(f"BRIEF beta sweep ({config.model}, {config.data})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(11, 4.5), dpi=120, grid=(1, 2), sharex=True) as _axes:
+        left, right = _axes[0]
+        left.plot(betas, nan([x["spearman"] for x in a]), marker="o", label="Spearman rho (levels)")
+        left.plot(betas, nan([x["kendall"] for x in a]), marker="s", label="Kendall tau (levels)")
+        left.set_title("Figure 3: rating level vs % positive")
+        left.set_ylabel("correlation")
+        rho = nan([x["pair_spearman"]["rho"] for x in a])
+        lo, hi = (
+            nan([x["pair_spearman"]["lo"] for x in a]),
+            nan([x["pair_spearman"]["hi"] for x in a]),
+        )
+        right.plot(betas, rho, marker="o", label="pair Spearman")
+        if not np.isnan(lo + hi).any():
+            right.fill_between(betas, lo, hi, alpha=0.2, label="95 % CI")
+        aucs = [x["relevance_auc"]["auc"] for x in a]
+        right.plot(
+            betas,
+            nan([None if v is None else v - 0.5 for v in aucs]),
+            marker="s",
+            label="relevance AUC - 0.5",
+        )
+        right.set_title("per-pair measures")
+        for ax in (left, right):
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set_xlabel("beta")
+            ax.legend(fontsize=8)
+        left.figure.suptitle(f"BRIEF beta sweep ({config.model}, {config.data})")

@@ -622,27 +622,21 @@ def _bootstrap_lines(b: Mapping[str, Any]) -> list[str]:
 def _plot_gap(
     gaps: Mapping[str, Mapping[str, float | None]], path: Path, config: OfflineConfig
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     methods = list(gaps)
     metrics = list(next(iter(gaps.values())))
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    w = 0.8 / len(methods)
-    for k, m in enumerate(methods):
-        ax.bar(
-            np.arange(len(metrics)) + k * w,
-            [np.nan if gaps[m][x] is None else gaps[m][x] for x in metrics],
-            w,
-            label=m,
-        )
-    ax.set_xticks(np.arange(len(metrics)) + w * (len(methods) - 1) / 2)
-    ax.set_xticklabels(metrics, rotation=30)
-    ax.set_ylabel("offline-online lift gap (pp, lower is better)")
-    ax.set_title(f"Offline evaluation gap ({config.data}, alpha {config.alpha})")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(10, 4.5), dpi=120) as ax:
+        w = 0.8 / len(methods)
+        for k, m in enumerate(methods):
+            ax.bar(
+                np.arange(len(metrics)) + k * w,
+                [np.nan if gaps[m][x] is None else gaps[m][x] for x in metrics],
+                w,
+                label=m,
+            )
+        ax.set_xticks(np.arange(len(metrics)) + w * (len(methods) - 1) / 2)
+        ax.set_xticklabels(metrics, rotation=30)
+        ax.set_ylabel("offline-online lift gap (pp, lower is better)")
+        ax.set_title(f"Offline evaluation gap ({config.data}, alpha {config.alpha})")
+        ax.legend(fontsize=8)

@@ -11,10 +11,7 @@ import numpy as np
 def plot_winrates(summary: dict[str, Any], path: Path) -> None:
     """Stacked win/tie/lose bars: each system against the reference (reference design) or
     every pair (round-robin), overall verdicts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     ref = summary.get("reference")
     if ref is not None:
@@ -29,19 +26,16 @@ def plot_winrates(summary: dict[str, Any], path: Path) -> None:
     else:
         rows, side = summary["pairs"]["overall"], "first system's"
     names = list(rows)
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.5))
-    left = np.zeros(len(names))
-    for key, color in (("win_pct", "#4c9a2a"), ("tie_pct", "#bbbbbb"), ("lose_pct", "#c0392b")):
-        vals = np.array([rows[n][key] for n in names])
-        ax.barh(names, vals, left=left, color=color, label=key.split("_")[0])
-        left += vals
-    ax.set_xlabel(f"% of comparisons ({side} win / tie / lose)")
-    ax.set_xlim(0, 100)
-    ax.legend(loc="lower right")
-    ax.set_title("RecSys Arena: overall verdicts")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(8, 0.6 * len(names) + 1.5), dpi=120) as ax:
+        left = np.zeros(len(names))
+        for key, color in (("win_pct", "#4c9a2a"), ("tie_pct", "#bbbbbb"), ("lose_pct", "#c0392b")):
+            vals = np.array([rows[n][key] for n in names])
+            ax.barh(names, vals, left=left, color=color, label=key.split("_")[0])
+            left += vals
+        ax.set_xlabel(f"% of comparisons ({side} win / tie / lose)")
+        ax.set_xlim(0, 100)
+        ax.legend(loc="lower right")
+        ax.set_title("RecSys Arena: overall verdicts")
 
 
 def _fmt(v: Any) -> str:

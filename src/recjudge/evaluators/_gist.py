@@ -709,14 +709,8 @@ def shortlist_categories(
     return out
 
 
-def _pr_figure(scores: Mapping[str, Any], data: str) -> Any:
+def _pr_draw(ax: Any, scores: Mapping[str, Any], data: str) -> None:
     """Per-user IG precision against recall, one colour per model for its dots and its median."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 5))
     for i, (m, s) in enumerate(scores.items()):
         # An explicit colour: each scatter() call takes the next colour of the cycle, which
         # would give a model's median star another model's colour.
@@ -739,16 +733,13 @@ def _pr_figure(scores: Mapping[str, Any], data: str) -> Any:
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(f"GISTBench groundedness on {data}")
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
-    fig = _pr_figure(scores, data)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(6, 5), dpi=120) as ax:
+        _pr_draw(ax, scores, data)
 
 
 def _iv(c: Mapping[str, float] | None) -> str:
