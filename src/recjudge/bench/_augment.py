@@ -492,8 +492,9 @@ def _cost_note(r: Mapping[str, Any]) -> str:
 
 
 def _ci(c: Mapping[str, Any]) -> str:
-    lo, hi = c["lo"], c["hi"]
-    return "-" if lo is None or hi is None else f"[{lo:+.4f}, {hi:+.4f}]"
+    from recjudge.reporting import interval
+
+    return interval(None, c["lo"], c["hi"], nd=4, signed=True)
 
 
 def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@10")) -> list:

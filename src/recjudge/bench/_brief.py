@@ -27,6 +27,7 @@ from recjudge.bench._judging import (
     judge_per_user,
     judges_for,
 )
+from recjudge.reporting import interval
 from recjudge.reward import MODES
 
 if TYPE_CHECKING:
@@ -443,7 +444,7 @@ def _diff_cell(d: Mapping[str, Any] | None) -> str:
     if d is None or d["diff"] is None or d["lo"] is None:
         return "-"
     star = " *" if d["lo"] > 0 or d["hi"] < 0 else ""
-    return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (p {d['p']:.3f}){star}"
+    return f"{interval(d['diff'], d['lo'], d['hi'], signed=True)} (p {d['p']:.3f}){star}"
 
 
 def _paired_lines(paired: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -605,8 +606,8 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
         ps, ra = a["pair_spearman"], a["relevance_auc"]
         lines.append(
             f"| {name} | {pct} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
-            f"{_fmt(ps['rho'])} [{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} "
-            f"[{_fmt(ra['lo'])}, {_fmt(ra['hi'])}] | {_fmt(a['mean_p_yes'])} |"
+            f"{interval(ps['rho'], ps['lo'], ps['hi'])} | "
+            f"{interval(ra['auc'], ra['lo'], ra['hi'])} | {_fmt(a['mean_p_yes'])} |"
         )
     lines += [
         "",
@@ -623,7 +624,7 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
     for name, a in analysis.items():
         ci = a["pct_positive_ci"]
         cells = [
-            f"{ci[lvl]['pct']:.0f} [{ci[lvl]['lo']:.0f}, {ci[lvl]['hi']:.0f}]" if lvl in ci else "-"
+            interval(ci[lvl]["pct"], ci[lvl]["lo"], ci[lvl]["hi"], nd=0) if lvl in ci else "-"
             for lvl in range(1, 6)
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -673,9 +674,8 @@ def bench_brief_beta(
         allpos = np.mean(list(a["pct_positive_by_level"].values()))
         lines.append(
             f"| {_beta_of(name):g} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
-            f"{_fmt(ps['rho'])} "
-            f"[{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} [{_fmt(ra['lo'])}, "
-            f"{_fmt(ra['hi'])}] | {allpos:.1f} |"
+            f"{interval(ps['rho'], ps['lo'], ps['hi'])} | "
+            f"{interval(ra['auc'], ra['lo'], ra['hi'])} | {allpos:.1f} |"
         )
     lines += ["", *_optimum_lines(res["optimum"])]
     lines += [

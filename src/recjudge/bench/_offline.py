@@ -25,6 +25,7 @@ from recjudge._stats import seed_interval
 from recjudge._util import rng
 from recjudge.bench._judging import JudgeSampling
 from recjudge.bench._offline_stats import user_bootstrap
+from recjudge.reporting import interval
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -556,7 +557,7 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
         lines.append(
             f"| {m} | "
             + " | ".join(_fmt(g[k], 1) for k in metrics)
-            + f" | {_fmt(ci['mean'], 1)} [{_fmt(ci['lo'], 1)}, {_fmt(ci['hi'], 1)}] |"
+            + f" | {interval(ci['mean'], ci['lo'], ci['hi'], nd=1)} |"
         )
     if len(seeds) > 1:
         lines += ["", "Mean gap per logging seed:", "", "| method | " + " | ".join(
@@ -594,7 +595,7 @@ def _bootstrap_lines(b: Mapping[str, Any]) -> list[str]:
     BRIEF against the other imputers."""
 
     def ci(c: Mapping[str, Any]) -> str:
-        return f"{_fmt(c['estimate'], 1)} [{_fmt(c['lo'], 1)}, {_fmt(c['hi'], 1)}]"
+        return interval(c["estimate"], c["lo"], c["hi"], nd=1)
 
     def seeds(c: Mapping[str, Any]) -> str:
         return " / ".join(_fmt(v, 1) for v in c["per_seed"])

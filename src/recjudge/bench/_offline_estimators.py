@@ -43,6 +43,7 @@ import numpy as np
 from pydantic import ConfigDict, Field
 
 from recjudge.bench._offline import OfflineConfig, gap
+from recjudge.reporting import interval
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -576,8 +577,7 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
     ]
     for row, others in r["paired"].items():
         for other, by_m in others.items():
-            cells = [f"{_f(c['mean'], 4)} [{_f(c['lo'], 4)}, {_f(c['hi'], 4)}]"
-                     for c in by_m.values()]  # fmt: skip
+            cells = [interval(c["mean"], c["lo"], c["hi"], nd=4) for c in by_m.values()]
             lines.append(f"| {row} | {other} | " + " | ".join(cells) + " |")
     lines += [
         "",

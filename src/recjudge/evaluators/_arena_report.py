@@ -100,17 +100,20 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
 
 def _pct_band(v: float | None, ci: Any) -> str:
     """A rate in percent with its CI, "-" when undefined (results written before the rate)."""
+    from recjudge.reporting import interval
+
     if v is None:
         return "-"
-    band = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else ""
-    return f"{100 * v:.1f} %{band}"
+    return interval(v, *(ci or (None, None)), nd=1, scale=100, unit=" %")
 
 
 def _p_band(v: float | None, ci: Any) -> str:
     """A probability to 4 places with its CI (judges' probabilities sit close to 0 or 1)."""
+    from recjudge.reporting import interval
+
     if v is None:
         return "-"
-    return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+    return interval(v, *(ci or (None, None)), nd=4)
 
 
 def _reference_tables(summary: dict[str, Any]) -> list[str]:

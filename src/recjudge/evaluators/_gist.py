@@ -743,12 +743,16 @@ def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
 
 
 def _iv(c: Mapping[str, float] | None) -> str:
-    return "" if not c else f" [{c['lo']:.3f}, {c['hi']:.3f}]"
+    from recjudge.reporting import interval
+
+    return "" if not c else " " + interval(None, c["lo"], c["hi"])
 
 
 def _signed(d: Mapping[str, float]) -> str:
     """A difference with its interval, signed: ``+0.123 [+0.010, +0.240]``."""
-    return f"{d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+    from recjudge.reporting import interval
+
+    return interval(d["estimate"], d["lo"], d["hi"], signed=True)
 
 
 def _cost_line(results: Mapping[str, Any]) -> str:

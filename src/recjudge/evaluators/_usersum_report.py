@@ -88,8 +88,9 @@ def _cost_line(results: Mapping[str, Any]) -> str:
 
 
 def _ci(c: Mapping[str, Any], scale: float = 1.0) -> str:
-    lo, hi = c["lo"], c["hi"]
-    return "-" if lo is None or hi is None else f"[{scale * lo:+.3f}, {scale * hi:+.3f}]"
+    from recjudge.reporting import interval
+
+    return interval(None, c["lo"], c["hi"], signed=True, scale=scale)
 
 
 _LABELS = {"qm": "QM", "ifm": "IFM", "idm": "IDM (x1000)", "task_accuracy": "task acc."}
