@@ -13,7 +13,7 @@ import pytest
 
 from recjudge.data import DataError, Dataset, leave_one_out
 from recjudge.evaluators import (
-    AugmentBenchConfig,
+    AugmentConfig,
     EvaluateConfig,
     ImputeConfig,
     augmented_interactions,
@@ -248,7 +248,7 @@ def test_pseudo_positives_train_but_are_never_held_out():
 @pytest.mark.parametrize(
     "config",
     [ImputeConfig(k=5, users=10, min_rating=4.0), EvaluateConfig(metrics=("ndcg@3",)),
-     AugmentBenchConfig(k=4, top_m=1)],
+     AugmentConfig(k=4, top_m=1)],
 )  # fmt: skip
 def test_configs_round_trip(config):
     assert type(config).model_validate_json(config.model_dump_json()) == config

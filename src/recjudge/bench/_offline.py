@@ -47,18 +47,19 @@ def ranking_metrics(
     n_relevant (the trec_eval / ranx convention); MRR = 1 / rank of the first relevant item
     in the list (0 if none).
     """
+    from recjudge._metrics import ndcg
+
     r = np.asarray(rel, dtype=float)
     out = {}
     for k in ks:
         top = r[:k]
         hits = top.sum()
-        disc = 1.0 / np.log2(np.arange(2, len(top) + 2))
-        ideal = disc[: min(n_relevant, len(top))].sum() if len(top) else 0.0
         prec_at = np.cumsum(top) / np.arange(1, len(top) + 1)
         out[f"p@{k}"] = float(hits / k)
         out[f"recall@{k}"] = float(hits / n_relevant) if n_relevant else 0.0
         out[f"hit_rate@{k}"] = float(hits > 0)
-        out[f"ndcg@{k}"] = float((top * disc).sum() / ideal) if ideal else 0.0
+        # the ideal list is as long as this one (a list shorter than k cannot hold more)
+        out[f"ndcg@{k}"] = ndcg(top, min(n_relevant, len(top)), k)
         out[f"map@{k}"] = float((prec_at * top).sum() / n_relevant) if n_relevant else 0.0
     first = np.flatnonzero(r)
     out["mrr"] = float(1.0 / (first[0] + 1)) if len(first) else 0.0
