@@ -84,7 +84,8 @@ def test_the_judge_is_loaded_in_the_configs_dtype(smollm32):
 def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
     from types import SimpleNamespace
 
-    from recjudge.bench._brief import _analyse, judges_for
+    from recjudge.bench._brief import _analyse
+    from recjudge.bench._judging import judges_for
 
     cfg = BriefExperimentConfig(model="smollm2-135m", sampling="paper", samples=4, bootstrap=0)
     judge = judges_for(cfg, smollm, None, ["no-behavior"])["no-behavior"]
@@ -345,10 +346,10 @@ def test_seed_interval_by_hand():
 
 
 def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
-    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.bench import AugmentBenchConfig, bench_brief_augment
     from recjudge.data import load_dataset
 
-    cfg = AugmentConfig(
+    cfg = AugmentBenchConfig(
         model="smollm2-135m",
         data="ml-100k",
         users=2,
@@ -380,10 +381,10 @@ def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
 
 
 def test_brief_augment_resumes_without_retraining_or_judging_again(smollm, tmp_path, monkeypatch):
-    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.bench import AugmentBenchConfig, bench_brief_augment
     from recjudge.cf_models import MODELS
 
-    cfg = AugmentConfig(
+    cfg = AugmentBenchConfig(
         model="smollm2-135m", data="ml-100k", users=2, candidates=3, add=1,
         methods=("none", "random", "brief"), retrain=("pop",), seeds=2, history_items=10,
     )  # fmt: skip
@@ -497,7 +498,7 @@ def test_ratings_report_has_level_cis_paired_table_and_speed(smollm, tmp_path):
 
 
 def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_path):
-    from recjudge.bench._brief import judge_per_user, judges_for
+    from recjudge.bench._judging import judge_per_user, judges_for
     from recjudge.reward import ResultsStore, request_for
 
     reqs = []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from recjudge.bench import AugmentConfig
+from recjudge.bench import AugmentBenchConfig
 from recjudge.bench._retrain import METRICS, RetrainData, RetrainJob, retrain_all
 
 
@@ -47,7 +47,7 @@ def _jobs(data: RetrainData) -> list[RetrainJob]:
 def test_workers_change_no_number_and_results_are_kept(data, tmp_path, monkeypatch):
     from recjudge.cf_models import MODELS
 
-    cfg = AugmentConfig(data="ml-100k", sasrec_epochs=1, workers=2)
+    cfg = AugmentBenchConfig(data="ml-100k", sasrec_epochs=1, workers=2)
     jobs = _jobs(data)
     one = retrain_all(cfg, data, jobs, tmp_path / "one", workers=1)
     two = retrain_all(cfg, data, jobs, tmp_path / "two", workers=2)
@@ -80,7 +80,7 @@ def test_score_from_picks_the_history_and_one_training_keeps_both(data, tmp_path
         return score_history(self, history, user_id)
 
     monkeypatch.setattr(cls, "score_history", spy)
-    cfg = AugmentConfig(data="ml-100k", sasrec_epochs=1)
+    cfg = AugmentBenchConfig(data="ml-100k", sasrec_epochs=1)
     none, add = _jobs(data)[:2]
     logged_add = RetrainJob("sasrec", 0, add.added, "logged")
     logged_none = RetrainJob("sasrec", 0, none.added, "logged")  # nothing added: as ``none``
@@ -105,16 +105,16 @@ def test_score_from_picks_the_history_and_one_training_keeps_both(data, tmp_path
     with pytest.raises(ValueError, match="score_from must be one of augmented, logged"):
         RetrainJob("sasrec", 0, add.added, "latest")
     with pytest.raises(ValidationError):
-        AugmentConfig(score_from="latest")
+        AugmentBenchConfig(score_from="latest")
 
 
 def test_workers_must_be_positive(data, tmp_path):
     with pytest.raises(ValidationError):
-        AugmentConfig(workers=0)
+        AugmentBenchConfig(workers=0)
     with pytest.raises(ValueError, match="workers must be >= 1"):
-        retrain_all(AugmentConfig(data="ml-100k"), data, _jobs(data), tmp_path, workers=0)
-    cfg = AugmentConfig(workers=2)
-    assert AugmentConfig.model_validate_json(cfg.model_dump_json()) == cfg
+        retrain_all(AugmentBenchConfig(data="ml-100k"), data, _jobs(data), tmp_path, workers=0)
+    cfg = AugmentBenchConfig(workers=2)
+    assert AugmentBenchConfig.model_validate_json(cfg.model_dump_json()) == cfg
 
 
 def test_bench_runs_the_same_jobs_under_each_setting(tmp_path):
@@ -139,15 +139,15 @@ def test_bench_runs_the_same_jobs_under_each_setting(tmp_path):
 def test_report_header_names_the_protocol_deviations():
     from recjudge.bench._augment import _deviations_note
 
-    note = _deviations_note(AugmentConfig(retrain=("als", "sasrec"), sasrec_epochs=30,
+    note = _deviations_note(AugmentBenchConfig(retrain=("als", "sasrec"), sasrec_epochs=30,
                                           methods=("none", "brief")))  # fmt: skip
     assert "last training timestamp" in note and "30 epochs" in note
     assert "pub" in note and "agent4rec" in note and "recagent" in note
-    als_only = _deviations_note(AugmentConfig(retrain=("als",), methods=("none", "brief", "pub",
-                                              "agent4rec", "recagent")))  # fmt: skip
+    methods = ("none", "brief", "pub", "agent4rec", "recagent")
+    als_only = _deviations_note(AugmentBenchConfig(retrain=("als",), methods=methods))
     assert "epochs" not in als_only and "not run" not in als_only
     assert "scores from them" in note and "logged history alone" not in note
-    logged = _deviations_note(AugmentConfig(retrain=("sasrec",), score_from="logged"))
+    logged = _deviations_note(AugmentBenchConfig(retrain=("sasrec",), score_from="logged"))
     assert "logged history alone" in logged and "scores from them" not in logged
 
 
@@ -158,7 +158,7 @@ def test_other_history_pairs_each_method_on_the_same_models():
     none = [rng.random((5, len(METRICS))) for _ in range(2)]
     brief = [rng.random((5, len(METRICS))) for _ in range(2)]
     twin = [b - 0.25 for b in brief]  # scored from the other history: 0.25 lower everywhere
-    cfg = AugmentConfig(methods=("none", "brief"), seeds=2, score_from="logged", bootstrap=200)
+    cfg = AugmentBenchConfig(methods=("none", "brief"), seeds=2, score_from="logged", bootstrap=200)
     oh = _other_history(cfg, {"sasrec": {"none": none, "brief": brief}},
                         {"sasrec": {"none": none, "brief": twin}})  # fmt: skip
     assert oh["score_from"] == "augmented"

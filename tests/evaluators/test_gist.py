@@ -212,12 +212,13 @@ def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgb
 
-    from recjudge.evaluators._gist import _pr_figure
+    from recjudge.evaluators._gist import _pr_draw
 
     users = {"u": {"ig_p": 0.5, "ig_r": 0.5}, "v": {"ig_p": 1.0, "ig_r": 0.0}}
     scores = {m: {"ig_p": 0.5, "ig_r": 0.5, "users": users} for m in ("a", "b", "c")}
-    fig = _pr_figure(scores, "toy")
-    dots_and_stars = fig.axes[0].collections
+    fig, ax = plt.subplots()
+    _pr_draw(ax, scores, "toy")
+    dots_and_stars = ax.collections
     assert len(dots_and_stars) == 6
     rgb = [to_rgb(c.get_facecolor()[0]) for c in dots_and_stars]
     for i in range(3):  # per model: its dots, then its median star
@@ -707,11 +708,14 @@ def test_the_full_taxonomy_scores_whole_names_where_the_engine_allows(smollm):
     from types import SimpleNamespace
 
     from recjudge.evaluators._gist_pipeline import taxonomy_rule
+    from recjudge.llm import ENGINE_CAPABILITIES, BackendError
 
     assert taxonomy_rule(smollm) == "likelihood"
-    # vLLM constrains in its own engine and exposes no model: decoded token by token.
-    assert taxonomy_rule(SimpleNamespace(engine_constraints=True, model=smollm.model)) == "greedy"
-    assert taxonomy_rule(SimpleNamespace()) == "greedy"
+    # vLLM constrains in its own engine and scores no whole option: decoded token by token.
+    vllm_like = SimpleNamespace(capabilities=ENGINE_CAPABILITIES, model=smollm.model)
+    assert taxonomy_rule(vllm_like) == "greedy"
+    with pytest.raises(BackendError, match="declares no `capabilities`"):
+        taxonomy_rule(SimpleNamespace())
 
 
 def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
@@ -791,11 +795,13 @@ def test_deterministic_is_refused_for_a_vllm_model_by_name(tmp_path):
     from recjudge._util import UserFacingError
     from recjudge.data import DataError
     from recjudge.evaluators import verify_profiles
+    from recjudge.llm import ENGINE_CAPABILITIES, Capabilities
 
-    vllm_like = SimpleNamespace(engine_constraints=True)
+    vllm_like = SimpleNamespace(capabilities=ENGINE_CAPABILITIES)
+    local = SimpleNamespace(capabilities=Capabilities())
     cfg = GistConfig(models=("m",), judge="j", deterministic=True)
     with pytest.raises(UserFacingError, match="j runs in its own engine"):
-        run_gist(cfg, "ml-100k", tmp_path / "out", llms={"m": object(), "j": vllm_like})
+        run_gist(cfg, "ml-100k", tmp_path / "out", llms={"m": local, "j": vllm_like})
     assert not (tmp_path / "out").exists()
     with pytest.raises(UserFacingError, match="j runs in its own engine"):
         verify_profiles(

@@ -91,8 +91,7 @@ def test_device_settings():
     with pytest.raises(ValueError, match="use auto, cpu, cuda or cuda:N"):
         LLMConfig(device="gpu")
     if not torch.cuda.is_available():
-        from recjudge.llm import load_llm
-        from recjudge.llm._backend import DeviceError
+        from recjudge.llm import DeviceError, load_llm
 
         with pytest.raises(DeviceError, match="torch sees no CUDA GPU"):
             load_llm(LLMConfig(model="smollm2-135m", device="cuda"))

@@ -1,6 +1,6 @@
 """Reproducible experiments and performance benchmarks that write reports."""
 
-from recjudge.bench._augment import AugmentConfig, bench_brief_augment
+from recjudge.bench._augment import AugmentBenchConfig, bench_brief_augment
 from recjudge.bench._brief import (
     BriefExperimentConfig,
     auc_ci,
@@ -24,7 +24,7 @@ from recjudge.reporting import environment, write_report
 __all__ = [
     "BENCHMARKS",
     "BenchSpec",
-    "AugmentConfig",
+    "AugmentBenchConfig",
     "bench_brief_augment",
     "BriefExperimentConfig",
     "OfflineConfig",

@@ -14,13 +14,13 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._util import rng
-from recjudge.bench._brief import JudgeSampling
+from recjudge.bench._judging import JudgeSampling
 from recjudge.bench._retrain import (
     METRICS,
     RetrainData,
@@ -30,6 +30,9 @@ from recjudge.bench._retrain import (
     retrain_all,
 )
 from recjudge.reward import SIMULATOR_MODES
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 # Methods that label candidates: they add only what they label positive (the LLM judges'
 # YES, cf-only's sigma > 0), the top-M of those; the heuristics (random, popularity) rank.
@@ -45,7 +48,7 @@ LABELLING = (
 METHODS = ("none", "random", "popularity", *LABELLING)
 
 
-class AugmentConfig(JudgeSampling):
+class AugmentBenchConfig(JudgeSampling):
     """Settings of ``brief-augment``.
 
     Attributes:
@@ -145,8 +148,8 @@ class _World:
         )
 
 
-def _world(config: AugmentConfig) -> _World:
-    from recjudge.bench._brief import calibrated_cf
+def _world(config: AugmentBenchConfig) -> _World:
+    from recjudge.bench._judging import calibrated_cf
     from recjudge.cf_models import SideInfo
     from recjudge.data import load_dataset, sample_users, timeline_split
 
@@ -176,7 +179,7 @@ def _world(config: AugmentConfig) -> _World:
 
 
 def _judge_choices(
-    config: AugmentConfig, w: _World, llm: Any, out: Path, progress: bool
+    config: AugmentBenchConfig, w: _World, llm: LLMBackend, out: Path, progress: bool
 ) -> tuple[dict[str, dict[str, list[str]]], dict[str, Any]]:
     """Per LLM method, the pseudo-positives ``recjudge.evaluators.augment`` adds (the top-M
     YES by p_yes, then log-odds, among the candidates; a NO is never added), read back from
@@ -189,7 +192,7 @@ def _judge_choices(
         "requests", "passes", "per_second"}`` (LLM judgments made in this call, requests,
         decoding passes).
     """
-    from recjudge.bench._brief import SIMULATORS, judge_per_user, judges_for, llm_made
+    from recjudge.bench._judging import SIMULATORS, judge_per_user, judges_for, llm_made
     from recjudge.cf_models import item_item_for
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
@@ -247,7 +250,7 @@ def _judge_choices(
     return chosen, cost
 
 
-def _heuristic_choice(config: AugmentConfig, w: _World, method: str, seed: int) -> dict:
+def _heuristic_choice(config: AugmentBenchConfig, w: _World, method: str, seed: int) -> dict:
     """What a non-LLM method adds per user (random and popularity rank; cf-only labels by
     sigma > 0 and adds its top-M by sigma)."""
     if method == "none":
@@ -273,7 +276,7 @@ Runs = dict[str, dict[str, list[np.ndarray]]]  # per recommender and method, one
 
 
 def _retrain_all(
-    config: AugmentConfig, w: _World, added: Mapping[tuple[int, str], dict], out: Path,
+    config: AugmentBenchConfig, w: _World, added: Mapping[tuple[int, str], dict], out: Path,
     progress: bool,
 ) -> tuple[Runs, Runs]:  # fmt: skip
     """Per recommender and method, one [users, METRICS] array per seed (``retrain_all``);
@@ -320,7 +323,7 @@ def _summary(runs: Runs) -> dict[str, Any]:
     }
 
 
-def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, Any] | None:
+def _other_history(config: AugmentBenchConfig, runs: Runs, twins: Runs) -> dict[str, Any] | None:
     """The same trained models scored from the other history: their table, every method
     minus no augmentation, and per method this run's history minus the other (paired on
     seeds and users; one set of user resamples for all)."""
@@ -352,9 +355,9 @@ def _other_history(config: AugmentConfig, runs: Runs, twins: Runs) -> dict[str, 
 
 
 def bench_brief_augment(
-    config: AugmentConfig,
+    config: AugmentBenchConfig,
     out: str | Path = "reports/brief-augment",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the augmentation experiment; write report.md, results.json and augment.png. The
@@ -406,7 +409,7 @@ def bench_brief_augment(
     return res_all
 
 
-def _deviations_note(config: AugmentConfig) -> str:
+def _deviations_note(config: AugmentBenchConfig) -> str:
     """The protocol choices the paper's text (not readable here) may not share."""
     scored = (
         "trains on them and scores from them as the last items of the user's sequence"
@@ -426,7 +429,7 @@ def _deviations_note(config: AugmentConfig) -> str:
     return "Other deviations: " + "; ".join(notes) + "."
 
 
-def _report(config: AugmentConfig, r: Mapping[str, Any]) -> list[str]:
+def _report(config: AugmentBenchConfig, r: Mapping[str, Any]) -> list[str]:
     lines = [
         f"# BRIEF training-data augmentation on {config.data} (Tables 4-5)",
         "",
@@ -489,8 +492,9 @@ def _cost_note(r: Mapping[str, Any]) -> str:
 
 
 def _ci(c: Mapping[str, Any]) -> str:
-    lo, hi = c["lo"], c["hi"]
-    return "-" if lo is None or hi is None else f"[{lo:+.4f}, {hi:+.4f}]"
+    from recjudge.reporting import interval
+
+    return interval(None, c["lo"], c["hi"], nd=4, signed=True)
 
 
 def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@10")) -> list:
@@ -533,7 +537,7 @@ def _diff_table(rows: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
     return lines
 
 
-def _other_history_lines(config: AugmentConfig, oh: Mapping[str, Any]) -> list[str]:
+def _other_history_lines(config: AugmentBenchConfig, oh: Mapping[str, Any]) -> list[str]:
     """The report section on the same trained models scored from the other history."""
     other, keys = oh["score_from"], ("recall@10", "ndcg@10")
     lines = [
@@ -571,22 +575,16 @@ def _other_history_lines(config: AugmentConfig, oh: Mapping[str, Any]) -> list[s
     return lines
 
 
-def _plot(table: Mapping[str, Any], path: Path, config: AugmentConfig) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def _plot(table: Mapping[str, Any], path: Path, config: AugmentBenchConfig) -> None:
+    from recjudge.reporting import figure
 
     recs = list(table)
-    fig, axes = plt.subplots(1, len(recs), figsize=(6 * len(recs), 4.5), squeeze=False)
-    for ax, rec in zip(axes[0], recs, strict=True):
-        methods = list(table[rec])
-        vals = [table[rec][m]["recall@10"]["mean"] for m in methods]
-        errs = [table[rec][m]["recall@10"]["sd"] for m in methods]
-        ax.bar(methods, vals, yerr=errs, capsize=3, color="#4c72b0")
-        ax.set_ylabel("Recall@10 on augmented users (mean +- sd)")
-        ax.set_title(f"{rec} retrained on augmented data")
-        ax.tick_params(axis="x", rotation=35)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(6 * len(recs), 4.5), dpi=120, grid=(1, len(recs))) as axes:
+        for ax, rec in zip(axes[0], recs, strict=True):
+            methods = list(table[rec])
+            vals = [table[rec][m]["recall@10"]["mean"] for m in methods]
+            errs = [table[rec][m]["recall@10"]["sd"] for m in methods]
+            ax.bar(methods, vals, yerr=errs, capsize=3, color="#4c72b0")
+            ax.set_ylabel("Recall@10 on augmented users (mean +- sd)")
+            ax.set_title(f"{rec} retrained on augmented data")
+            ax.tick_params(axis="x", rotation=35)

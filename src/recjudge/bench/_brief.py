@@ -12,62 +12,29 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._util import rng
 from recjudge.bench._brief_stats import auc, level_ci, paired_difference, spearman_or_none
-from recjudge.reward import MODES, SIMULATOR_MODES
+from recjudge.bench._judging import (
+    CF_MODES,
+    SIMULATORS,
+    JudgeSampling,
+    calibrated_cf,
+    judge_per_user,
+    judges_for,
+)
+from recjudge.reporting import interval
+from recjudge.reward import MODES
 
-SIMULATORS = SIMULATOR_MODES  # the paper's user-simulator baselines
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
+
 LLM_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "item-item", *SIMULATORS)
-CF_MODES = ("brief", "non-adaptive", "cf-only", "item-item")
 ALL_MODES = MODES  # every judge mode, the simulators included
-
-
-class JudgeSampling(BaseModel):
-    """How every BRIEF bench decodes the judge.
-
-    Attributes:
-        sampling: ``greedy`` (our default: one greedy read-out per pair; its reward is the
-            verdict and p_yes the YES-branch probability) or ``paper`` (BRIEF's decoding:
-            T 0.7, top-p 0.8, top-k 20, ``samples`` samples per pair; a pair's reward is
-            the share of YES samples, so "% positive" is over samples as in the paper).
-        samples: samples per pair with ``paper``.
-        dtype: the judge's compute dtype (``LLMConfig.dtype``). ``auto`` picks bf16 on CPUs
-            with native bf16 and fp32 elsewhere; results are stored under their dtype, so a
-            run resumed on another kind of CPU (``recjudge store import``) names the dtype it
-            was started with.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    sampling: Literal["greedy", "paper"] = "greedy"
-    samples: int = Field(5, ge=1)
-    dtype: Literal["auto", "bfloat16", "float32"] = "auto"
-
-    def judge_llm(self, model: str) -> Any:
-        """The judge LLM ``model`` loaded in this config's dtype."""
-        from recjudge.llm import LLMConfig, load_llm
-
-        return load_llm(LLMConfig(model=model, dtype=self.dtype))
-
-    @property
-    def sampled(self) -> bool:
-        """Whether judgments are sampled (their p_yes is a share of YES samples) rather than
-        greedy read-outs (p_yes is the model's probability)."""
-        return self.sampling == "paper"
-
-    def sampling_note(self) -> str:
-        """The decoding in words, for a report header."""
-        if self.sampled:
-            return (
-                f"the paper's sampling (T 0.7, top-p 0.8, top-k 20, {self.samples} samples per "
-                "pair; % positive over samples)"
-            )
-        return "greedy read-out (a deviation: the paper samples; `--sampling paper`)"
 
 
 class BriefExperimentConfig(JudgeSampling):
@@ -191,25 +158,6 @@ def auc_ci(
 
 
 # -- preparation --------------------------------------------------------------------------------
-def calibrated_cf(
-    name: str, interactions: Any, items: Sequence[str], seed: int, side: Any = None
-) -> Any:
-    """CF model ``name`` trained on the leave-one-out train part of ``interactions``, its
-    sigma scale calibrated on the held-out validation items (and random unseen items).
-    ``side``: the dataset's ``SideInfo``, for models that use item/user attributes."""
-    from recjudge.cf_models import MODELS, TrainOptions
-    from recjudge.cf_models._eval import calibration_pairs
-    from recjudge.data import leave_one_out
-
-    split = leave_one_out(interactions)
-    cls = MODELS.get(name)
-    model = cls(cls.Config())
-    model.train(split.train, TrainOptions(seed=seed, progress=False), items=list(items), side=side)
-    hs, cs, us = calibration_pairs(split.train, split.valid, model.items, seed)
-    model.calibrate(hs, cs, us)
-    return model
-
-
 def item_texts(ds: Any) -> tuple[dict[str, str], dict[str, str]]:
     """(prompt text, citable title) per item id."""
     from recjudge.data import item_title, render_item
@@ -355,121 +303,6 @@ def _train_sigma_models(
     return out
 
 
-def judge_per_user(
-    reqs: Sequence[Any],
-    judges: Mapping[str, Any],
-    store: Any,
-    progress: bool,
-    errors: Literal["raise", "record"] = "raise",
-) -> tuple[dict[str, list[Any]], dict[str, dict[str, int]], int, int]:
-    """Every judge on every request, one user at a time so judges share the user's prefix.
-    The settings that differ only in their bias (``reward.can_sweep``) are decided from one
-    decoding pass per request (``reward.sweep_into_store``), the others judged one by one.
-    ``errors="record"``: a request that fails is recorded (``Judge.judge_many``) and the run
-    goes on; a user whose shared pass fails is judged setting by setting instead.
-
-    Returns:
-        The judgments per judge name; per name ``{"new", "total"}``: judgments made in this
-        call (not in the store before) and all requests; and the LLM decoding passes made
-        (one per swept request, one per other LLM judgment); and the swept requests decided
-        from stored decision records without the model.
-    """
-    from recjudge.reward import RECORDED_ERRORS, can_sweep, sweep_into_store
-
-    users: dict[str, list[int]] = {}
-    for i, r in enumerate(reqs):
-        users.setdefault(r.user_id, []).append(i)
-    out: dict[str, list[Any]] = {name: [None] * len(reqs) for name in judges}
-    for judge in judges.values():  # the simulators' personas, all users batched together
-        if getattr(judge, "simulator", None) is not None:
-            judge.prepare_personas(reqs, store, progress)
-    swept = {name: judges[name] for name in can_sweep(judges)}
-    counts = {name: {"new": 0, "total": 0} for name in judges}
-    passes = replayed = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(users), desc=f"judge ({len(judges)} settings)", unit="user")
-    for idx in users.values():
-        sub = [reqs[i] for i in idx]
-        if swept:
-            try:
-                fill = sweep_into_store(swept, sub, store)
-            except RECORDED_ERRORS:
-                if errors == "raise":
-                    raise
-            else:
-                passes += fill.decoded
-                replayed += fill.replayed
-                for name, n in fill.written.items():
-                    counts[name]["new"] += n
-        for name, judge in judges.items():
-            for i, j in zip(idx, judge.judge_many(sub, store, errors=errors), strict=True):
-                out[name][i] = j
-            # 0 for the swept ones (read back), unless their shared pass failed
-            counts[name]["new"] += judge.last_run.judged
-            counts[name]["total"] += judge.last_run.requests
-            if judge.config.uses_llm():
-                passes += judge.last_run.judged
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
-    return out, counts, passes, replayed
-
-
-def llm_made(judges: Mapping[str, Any], counts: Mapping[str, Mapping[str, int]]) -> dict:
-    """From ``judge_per_user``'s counts, the LLM judges' judgments made in that call
-    (``judged_now``) and their requests (``requests``); a judge without an LLM (cf-only)
-    makes no model judgments."""
-    llm = [name for name, j in judges.items() if j.config.uses_llm()]
-    return {
-        "judged_now": sum(counts[n]["new"] for n in llm),
-        "requests": sum(counts[n]["total"] for n in llm),
-    }
-
-
-def judges_for(
-    config: Any,
-    llm: Any,
-    cf: Any,
-    settings: Sequence[str | tuple[str, str, Any, float]],
-    population: Any = None,
-) -> dict[str, Any]:
-    """Reward read-out judges on ``config.model``: a mode name (beta ``config.beta``, sigma
-    from ``cf``), or ``(name, mode, CF model, beta)``. ``config`` needs ``model``, ``beta``,
-    ``history_items`` and ``decode_rows`` (and, from ``JudgeSampling``, ``sampled`` and
-    ``samples``). ``population``: what the agent4rec and recagent simulators read about the
-    training data (``reward.Population.of``)."""
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import Judge, JudgeConfig
-
-    paper = getattr(config, "sampled", False)
-    decoding = (
-        {"sampling": SamplingConfig.paper(config.seed), "samples": config.samples} if paper else {}
-    )
-    judges = {}
-    for s in settings:
-        name, mode, model, beta = (s, s, cf, config.beta) if isinstance(s, str) else s
-        jc = JudgeConfig(
-            model=config.model,
-            mode=mode,
-            beta=beta,
-            need_evidence=False,
-            max_history=config.history_items,
-            decode_rows=config.decode_rows,
-            **decoding,
-        )
-        judges[name] = Judge(
-            jc,
-            llm=llm,
-            cf=model if mode in CF_MODES else None,
-            population=population if mode in SIMULATORS else None,
-        )
-    return judges
-
-
 def _settings(cf: Mapping[str, Any], named: Sequence[tuple[str, str, str, float]]) -> list[tuple]:
     """(name, mode, source, beta) -> (name, mode, CF model of that source, beta)."""
     out = []
@@ -611,7 +444,7 @@ def _diff_cell(d: Mapping[str, Any] | None) -> str:
     if d is None or d["diff"] is None or d["lo"] is None:
         return "-"
     star = " *" if d["lo"] > 0 or d["hi"] < 0 else ""
-    return f"{d['diff']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] (p {d['p']:.3f}){star}"
+    return f"{interval(d['diff'], d['lo'], d['hi'], signed=True)} (p {d['p']:.3f}){star}"
 
 
 def _paired_lines(paired: Mapping[str, Mapping[str, Any]]) -> list[str]:
@@ -659,7 +492,7 @@ class _Judged:
 def _run(
     config: BriefExperimentConfig,
     out: Path,
-    llm: Any,
+    llm: LLMBackend,
     progress: bool,
     named: Any,
 ) -> _Judged:
@@ -717,7 +550,7 @@ def _speed(j: _Judged, wall: float) -> dict[str, Any]:
 def bench_brief_ratings(
     config: BriefExperimentConfig,
     out: str | Path = "reports/brief-ratings",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """BRIEF Table 6 on held-out ratings, plus the relevance AUC, for every mode and both CF
@@ -773,8 +606,8 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
         ps, ra = a["pair_spearman"], a["relevance_auc"]
         lines.append(
             f"| {name} | {pct} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
-            f"{_fmt(ps['rho'])} [{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} "
-            f"[{_fmt(ra['lo'])}, {_fmt(ra['hi'])}] | {_fmt(a['mean_p_yes'])} |"
+            f"{interval(ps['rho'], ps['lo'], ps['hi'])} | "
+            f"{interval(ra['auc'], ra['lo'], ra['hi'])} | {_fmt(a['mean_p_yes'])} |"
         )
     lines += [
         "",
@@ -791,7 +624,7 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
     for name, a in analysis.items():
         ci = a["pct_positive_ci"]
         cells = [
-            f"{ci[lvl]['pct']:.0f} [{ci[lvl]['lo']:.0f}, {ci[lvl]['hi']:.0f}]" if lvl in ci else "-"
+            interval(ci[lvl]["pct"], ci[lvl]["lo"], ci[lvl]["hi"], nd=0) if lvl in ci else "-"
             for lvl in range(1, 6)
         ]
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
@@ -802,7 +635,7 @@ def _ratings_lines(config: BriefExperimentConfig, res: Mapping[str, Any], j: _Ju
 def bench_brief_beta(
     config: BriefExperimentConfig,
     out: str | Path = "reports/brief-beta",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """BRIEF Figure 3: Spearman (and relevance AUC) against beta for the brief judge."""
@@ -841,9 +674,8 @@ def bench_brief_beta(
         allpos = np.mean(list(a["pct_positive_by_level"].values()))
         lines.append(
             f"| {_beta_of(name):g} | {_fmt(a['spearman'])} | {_fmt(a['kendall'])} | "
-            f"{_fmt(ps['rho'])} "
-            f"[{_fmt(ps['lo'])}, {_fmt(ps['hi'])}] | {_fmt(ra['auc'])} [{_fmt(ra['lo'])}, "
-            f"{_fmt(ra['hi'])}] | {allpos:.1f} |"
+            f"{interval(ps['rho'], ps['lo'], ps['hi'])} | "
+            f"{interval(ra['auc'], ra['lo'], ra['hi'])} | {allpos:.1f} |"
         )
     lines += ["", *_optimum_lines(res["optimum"])]
     lines += [
@@ -878,64 +710,56 @@ def _optimum_lines(opt: Mapping[str, Any]) -> list[str]:
 
 
 def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimentConfig) -> None:
-    import matplotlib
+    from recjudge.reporting import figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(9, 5))
-    n = len(analysis)
-    for k, (name, a) in enumerate(analysis.items()):
-        t = a["pct_positive_by_level"]
-        dx = (k - (n - 1) / 2) * 0.025  # small offsets so identical lines stay visible
-        style = "-" if k < 10 else "--"
-        ax.plot([x + dx for x in t], list(t.values()), style, marker="o", ms=4, label=name)
-    ax.set_xlabel("rating level")
-    ax.set_ylabel("% positive rewards")
-    ax.set_xticks([1, 2, 3, 4, 5])
-    ax.set_ylim(-2, 102)
-    ax.set_title(f"Positive rewards by held-out rating ({config.model}, {config.data})")
-    ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(9, 5), dpi=120) as ax:
+        n = len(analysis)
+        for k, (name, a) in enumerate(analysis.items()):
+            t = a["pct_positive_by_level"]
+            dx = (k - (n - 1) / 2) * 0.025  # small offsets so identical lines stay visible
+            style = "-" if k < 10 else "--"
+            ax.plot([x + dx for x in t], list(t.values()), style, marker="o", ms=4, label=name)
+        ax.set_xlabel("rating level")
+        ax.set_ylabel("% positive rewards")
+        ax.set_xticks([1, 2, 3, 4, 5])
+        ax.set_ylim(-2, 102)
+        ax.set_title(f"Positive rewards by held-out rating ({config.model}, {config.data})")
+        ax.legend(fontsize=7, ncol=2)
 
 
 def _plot_beta(config: BriefExperimentConfig, analysis: Mapping[str, Any], path: Path) -> None:
     """Figure 3: level rho and tau against beta; per-pair measures in a second panel."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     def nan(values: Sequence[float | None]) -> list[float]:
         return [np.nan if v is None else v for v in values]
 
     betas = [_beta_of(n) for n in analysis]
     a = list(analysis.values())
-    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), sharex=True)
-    left.plot(betas, nan([x["spearman"] for x in a]), marker="o", label="Spearman rho (levels)")
-    left.plot(betas, nan([x["kendall"] for x in a]), marker="s", label="Kendall tau (levels)")
-    left.set_title("Figure 3: rating level vs % positive")
-    left.set_ylabel("correlation")
-    rho = nan([x["pair_spearman"]["rho"] for x in a])
-    lo, hi = nan([x["pair_spearman"]["lo"] for x in a]), nan([x["pair_spearman"]["hi"] for x in a])
-    right.plot(betas, rho, marker="o", label="pair Spearman")
-    if not np.isnan(lo + hi).any():
-        right.fill_between(betas, lo, hi, alpha=0.2, label="95 % CI")
-    aucs = [x["relevance_auc"]["auc"] for x in a]
-    right.plot(
-        betas,
-        nan([None if v is None else v - 0.5 for v in aucs]),
-        marker="s",
-        label="relevance AUC - 0.5",
-    )
-    right.set_title("per-pair measures")
-    for ax in (left, right):
-        ax.axhline(0, color="grey", lw=0.8)
-        ax.set_xlabel("beta")
-        ax.legend(fontsize=8)
-    fig.suptitle(f"BRIEF beta sweep ({config.model}, {config.data})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(11, 4.5), dpi=120, grid=(1, 2), sharex=True) as _axes:
+        left, right = _axes[0]
+        left.plot(betas, nan([x["spearman"] for x in a]), marker="o", label="Spearman rho (levels)")
+        left.plot(betas, nan([x["kendall"] for x in a]), marker="s", label="Kendall tau (levels)")
+        left.set_title("Figure 3: rating level vs % positive")
+        left.set_ylabel("correlation")
+        rho = nan([x["pair_spearman"]["rho"] for x in a])
+        lo, hi = (
+            nan([x["pair_spearman"]["lo"] for x in a]),
+            nan([x["pair_spearman"]["hi"] for x in a]),
+        )
+        right.plot(betas, rho, marker="o", label="pair Spearman")
+        if not np.isnan(lo + hi).any():
+            right.fill_between(betas, lo, hi, alpha=0.2, label="95 % CI")
+        aucs = [x["relevance_auc"]["auc"] for x in a]
+        right.plot(
+            betas,
+            nan([None if v is None else v - 0.5 for v in aucs]),
+            marker="s",
+            label="relevance AUC - 0.5",
+        )
+        right.set_title("per-pair measures")
+        for ax in (left, right):
+            ax.axhline(0, color="grey", lw=0.8)
+            ax.set_xlabel("beta")
+            ax.legend(fontsize=8)
+        left.figure.suptitle(f"BRIEF beta sweep ({config.model}, {config.data})")

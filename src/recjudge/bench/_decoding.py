@@ -5,9 +5,12 @@ from __future__ import annotations
 import statistics
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recjudge.reporting import write_report
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 JUDGE_SYSTEM = (
     "Judge if the user would enjoy the candidate. List evidence titles from the "
@@ -76,7 +79,7 @@ def bench_decoding(
 
 
 def _compile_times(
-    ds: Any, llm: Any, n_titles: int, repeats: int, seed: int
+    ds: Any, llm: LLMBackend, n_titles: int, repeats: int, seed: int
 ) -> tuple[list[float], list[str]]:
     """Grammar compile time (ms) of ``n_titles`` titles of different users, each with a
     fresh cache; and those users."""
@@ -98,7 +101,7 @@ def _compile_times(
 
 
 def _decode_loop(
-    llm: Any, ds: Any, titles: list[str], batch: int, steps: int
+    llm: LLMBackend, ds: Any, titles: list[str], batch: int, steps: int
 ) -> tuple[list[float], list[float], list[str]]:
     """Per step of a real greedy decode (KV cache): the model forward's ms and the grammar
     mask + branch bias's ms on the same logits (second of two passes; the first warms up),

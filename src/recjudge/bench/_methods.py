@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 BETAS = (0.5, 1.0, 2.0, 5.0, 10.0, 15.0, 25.0, 35.0, 50.0)
 
@@ -152,7 +155,7 @@ def sweep_judges(base: Any, cf: Any, item_item: Any, full: bool) -> dict[str, An
 
 def method_runners(
     model: str,
-    llm: Any,
+    llm: LLMBackend,
     cf: Any,
     item_item: Any,
     history: int,

@@ -16,15 +16,19 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ConfigDict, Field
 
 from recjudge._stats import seed_interval
 from recjudge._util import rng
-from recjudge.bench._brief import JudgeSampling
+from recjudge.bench._judging import JudgeSampling
 from recjudge.bench._offline_stats import user_bootstrap
+from recjudge.reporting import interval
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 KS = (10, 20)
 
@@ -43,18 +47,19 @@ def ranking_metrics(
     n_relevant (the trec_eval / ranx convention); MRR = 1 / rank of the first relevant item
     in the list (0 if none).
     """
+    from recjudge._metrics import ndcg
+
     r = np.asarray(rel, dtype=float)
     out = {}
     for k in ks:
         top = r[:k]
         hits = top.sum()
-        disc = 1.0 / np.log2(np.arange(2, len(top) + 2))
-        ideal = disc[: min(n_relevant, len(top))].sum() if len(top) else 0.0
         prec_at = np.cumsum(top) / np.arange(1, len(top) + 1)
         out[f"p@{k}"] = float(hits / k)
         out[f"recall@{k}"] = float(hits / n_relevant) if n_relevant else 0.0
         out[f"hit_rate@{k}"] = float(hits > 0)
-        out[f"ndcg@{k}"] = float((top * disc).sum() / ideal) if ideal else 0.0
+        # the ideal list is as long as this one (a list shorter than k cannot hold more)
+        out[f"ndcg@{k}"] = ndcg(top, min(n_relevant, len(top)), k)
         out[f"map@{k}"] = float((prec_at * top).sum() / n_relevant) if n_relevant else 0.0
     first = np.flatnonzero(r)
     out["mrr"] = float(1.0 / (first[0] + 1)) if len(first) else 0.0
@@ -273,7 +278,7 @@ def _impute_all(
     """
     import pandas as pd
 
-    from recjudge.bench._brief import judge_per_user, llm_made
+    from recjudge.bench._judging import judge_per_user, llm_made
     from recjudge.data import Dataset
     from recjudge.evaluators import ImputeConfig, imputation_plan, impute, read_qrels
 
@@ -415,14 +420,14 @@ def _over_seeds(per_seed: Mapping[int, Mapping[str, Any]]) -> dict[str, Any]:
 def bench_brief_offline(
     config: OfflineConfig,
     out: str | Path = "reports/brief-offline",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Run the simulation under every logging seed; write report.md, results.json and
     gap.png under ``out``. The judges impute through ``recjudge.evaluators.impute`` (qrels
     under ``out/impute/seed-<s>/<mode>``), all seeds through one store (a pair two logs
     share is judged once)."""
-    from recjudge.bench._brief import calibrated_cf
+    from recjudge.bench._judging import calibrated_cf
     from recjudge.cf_models import SideInfo
     from recjudge.data import load_dataset
     from recjudge.reporting import write_report
@@ -486,11 +491,11 @@ def bench_brief_offline(
     return results
 
 
-def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: Any) -> dict:
+def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: LLMBackend) -> dict:
     """The judge modes that impute (none: no model is loaded)."""
     if not config.judges:
         return {}
-    from recjudge.bench._brief import SIMULATORS, judges_for
+    from recjudge.bench._judging import SIMULATORS, judges_for
     from recjudge.reward import Population
 
     llm = llm or config.judge_llm(config.model)
@@ -553,7 +558,7 @@ def _report(config: OfflineConfig, r: Mapping[str, Any], pairs: Sequence[tuple])
         lines.append(
             f"| {m} | "
             + " | ".join(_fmt(g[k], 1) for k in metrics)
-            + f" | {_fmt(ci['mean'], 1)} [{_fmt(ci['lo'], 1)}, {_fmt(ci['hi'], 1)}] |"
+            + f" | {interval(ci['mean'], ci['lo'], ci['hi'], nd=1)} |"
         )
     if len(seeds) > 1:
         lines += ["", "Mean gap per logging seed:", "", "| method | " + " | ".join(
@@ -591,7 +596,7 @@ def _bootstrap_lines(b: Mapping[str, Any]) -> list[str]:
     BRIEF against the other imputers."""
 
     def ci(c: Mapping[str, Any]) -> str:
-        return f"{_fmt(c['estimate'], 1)} [{_fmt(c['lo'], 1)}, {_fmt(c['hi'], 1)}]"
+        return interval(c["estimate"], c["lo"], c["hi"], nd=1)
 
     def seeds(c: Mapping[str, Any]) -> str:
         return " / ".join(_fmt(v, 1) for v in c["per_seed"])
@@ -619,27 +624,21 @@ def _bootstrap_lines(b: Mapping[str, Any]) -> list[str]:
 def _plot_gap(
     gaps: Mapping[str, Mapping[str, float | None]], path: Path, config: OfflineConfig
 ) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     methods = list(gaps)
     metrics = list(next(iter(gaps.values())))
-    fig, ax = plt.subplots(figsize=(10, 4.5))
-    w = 0.8 / len(methods)
-    for k, m in enumerate(methods):
-        ax.bar(
-            np.arange(len(metrics)) + k * w,
-            [np.nan if gaps[m][x] is None else gaps[m][x] for x in metrics],
-            w,
-            label=m,
-        )
-    ax.set_xticks(np.arange(len(metrics)) + w * (len(methods) - 1) / 2)
-    ax.set_xticklabels(metrics, rotation=30)
-    ax.set_ylabel("offline-online lift gap (pp, lower is better)")
-    ax.set_title(f"Offline evaluation gap ({config.data}, alpha {config.alpha})")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(10, 4.5), dpi=120) as ax:
+        w = 0.8 / len(methods)
+        for k, m in enumerate(methods):
+            ax.bar(
+                np.arange(len(metrics)) + k * w,
+                [np.nan if gaps[m][x] is None else gaps[m][x] for x in metrics],
+                w,
+                label=m,
+            )
+        ax.set_xticks(np.arange(len(metrics)) + w * (len(methods) - 1) / 2)
+        ax.set_xticklabels(metrics, rotation=30)
+        ax.set_ylabel("offline-online lift gap (pp, lower is better)")
+        ax.set_title(f"Offline evaluation gap ({config.data}, alpha {config.alpha})")
+        ax.legend(fontsize=8)

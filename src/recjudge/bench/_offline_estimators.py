@@ -37,12 +37,16 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ConfigDict, Field
 
 from recjudge.bench._offline import OfflineConfig, gap
+from recjudge.reporting import interval
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 ROW_ESTIMATORS = ("imputed", "dm", "dr")
 
@@ -344,7 +348,7 @@ def calibrated(world: World, imputer: str, n: int, seed: int) -> tuple[np.ndarra
 def bench_brief_offline_estimators(
     config: EstimatorCheckConfig,
     out: str | Path = "reports/brief-offline-estimators",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Judge every listed pair (through the store), then run every estimator over
@@ -352,7 +356,7 @@ def bench_brief_offline_estimators(
     results.json and estimators.png under ``out``."""
     from recjudge._stats import user_draws
     from recjudge._util import rng
-    from recjudge.bench._brief import calibrated_cf, judge_per_user
+    from recjudge.bench._judging import calibrated_cf, judge_per_user
     from recjudge.bench._offline import _imputer_judges, _simulate_log, _train_runs
     from recjudge.cf_models import SideInfo
     from recjudge.data import Dataset, load_dataset
@@ -576,8 +580,7 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
     ]
     for row, others in r["paired"].items():
         for other, by_m in others.items():
-            cells = [f"{_f(c['mean'], 4)} [{_f(c['lo'], 4)}, {_f(c['hi'], 4)}]"
-                     for c in by_m.values()]  # fmt: skip
+            cells = [interval(c["mean"], c["lo"], c["hi"], nd=4) for c in by_m.values()]
             lines.append(f"| {row} | {other} | " + " | ".join(cells) + " |")
     lines += [
         "",

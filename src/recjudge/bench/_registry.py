@@ -30,7 +30,7 @@ BENCHMARKS: Registry[BenchSpec] = Registry("benchmark")
 
 
 def _register() -> None:
-    from recjudge.bench._augment import AugmentConfig, bench_brief_augment
+    from recjudge.bench._augment import AugmentBenchConfig, bench_brief_augment
     from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
     from recjudge.bench._offline import OfflineConfig, bench_brief_offline
     from recjudge.bench._offline_estimators import (
@@ -49,7 +49,7 @@ def _register() -> None:
          "BRIEF Tables 2-3: offline metrics with imputed feedback (simulated log)"),
         ("brief-offline-estimators", EstimatorCheckConfig, bench_brief_offline_estimators,
          "logged/IPS/SNIPS/DM/DR/PPI against brief-offline's known online truth"),
-        ("brief-augment", AugmentConfig, bench_brief_augment,
+        ("brief-augment", AugmentBenchConfig, bench_brief_augment,
          "BRIEF Tables 4-5: retraining on judge-augmented data"),
         ("decode-rows", DecodeRowsConfig, bench_decode_rows,
          "rows per decode step on GISTBench's long extraction answers"),

@@ -14,12 +14,15 @@ from __future__ import annotations
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import DistinctPositiveInts
 from recjudge.reporting import write_report
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 
 class DecodeRowsConfig(BaseModel):
@@ -57,7 +60,7 @@ class DecodeRowsConfig(BaseModel):
 def bench_decode_rows(
     config: DecodeRowsConfig,
     out: str | Path = "reports/decode-rows",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Answers per second and generated tokens per second of each ``rows`` setting on the
@@ -119,7 +122,7 @@ def bench_decode_rows(
 
 
 def _one_pass(
-    llm: Any, asks: list[Any], rows: int, config: DecodeRowsConfig, progress: bool
+    llm: LLMBackend, asks: list[Any], rows: int, config: DecodeRowsConfig, progress: bool
 ) -> dict[str, Any]:
     """Ask every question into a fresh store; the seconds and the stored answers."""
     from recjudge.llm import SamplingConfig
@@ -145,7 +148,7 @@ def _one_pass(
     return {"seconds": seconds, "answers": [done[a.key] for a in asks]}
 
 
-def _setting(passes: list[dict], reference: dict, llm: Any, peak: int) -> dict[str, Any]:
+def _setting(passes: list[dict], reference: dict, llm: LLMBackend, peak: int) -> dict[str, Any]:
     """One setting's medians over passes, and its answers' agreement with ``reference``."""
     import statistics
 

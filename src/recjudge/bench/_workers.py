@@ -66,10 +66,10 @@ def bench_retrain_workers(
     jobs whose per-user metrics equal the first setting's; writes report.md and results.json."""
     import os
 
-    from recjudge.bench._augment import AugmentConfig, _heuristic_choice, _world
+    from recjudge.bench._augment import AugmentBenchConfig, _heuristic_choice, _world
     from recjudge.bench._retrain import RetrainJob, retrain_all
 
-    aug = AugmentConfig(
+    aug = AugmentBenchConfig(
         data=config.data,
         users=config.users,
         methods=config.methods,

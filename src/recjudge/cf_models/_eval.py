@@ -29,10 +29,14 @@ def rank_of_target(target: float, others: np.ndarray) -> int:
 
 
 def hit_ndcg(ranks: np.ndarray, k: int) -> tuple[float, float]:
-    """HR@k = mean[rank < k]; NDCG@k = mean[1/log2(rank+2) if rank < k] (one target each)."""
-    ranks = np.asarray(ranks)
+    """HR@k = mean[rank < k]; NDCG@k = mean[discount at rank if rank < k] (one target each:
+    its ideal DCG is 1; ``recjudge._metrics``)."""
+    from recjudge._metrics import discount
+
+    ranks = np.asarray(ranks, dtype=int)
     hit = ranks < k
-    return float(hit.mean()), float(np.where(hit, 1.0 / np.log2(ranks + 2), 0.0).mean())
+    gain = discount(k)[np.minimum(ranks, k - 1)] if k > 0 else np.zeros(len(ranks))
+    return float(hit.mean()), float(np.where(hit, gain, 0.0).mean())
 
 
 def _histories(train: pd.DataFrame) -> dict[str, list[str]]:

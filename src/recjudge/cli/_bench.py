@@ -389,11 +389,11 @@ def bench_brief_augment_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """BRIEF Tables 4-5: retrain recommenders on data augmented by each labelling method."""
-    from recjudge.bench import AugmentConfig, bench_brief_augment
+    from recjudge.bench import AugmentBenchConfig, bench_brief_augment
     from recjudge.cli._app import emit
 
     cfg = _config(
-        AugmentConfig,
+        AugmentBenchConfig,
         model=model,
         data=data,
         users=users,

@@ -9,6 +9,7 @@ from pydantic import ValidationError
 
 from recjudge._registry import UnknownNameError
 from recjudge.cli._app import app, emit, fail, option_errors
+from recjudge.reporting import interval
 
 gist_app = typer.Typer(
     help="GISTBench: interest extraction, groundedness (IG) and specificity (IS).",
@@ -168,7 +169,7 @@ def gist_score(
         return
     for m, v in s.items():
         ci = v.get("ci", {}).get("ig_f1")
-        band = f" [{ci['lo']:.3f}, {ci['hi']:.3f}]" if ci else ""
+        band = " " + interval(None, ci["lo"], ci["hi"]) if ci else ""
         typer.echo(
             f"{m:<28} IG_P {v['ig_p']:.3f}  IG_R {v['ig_r']:.3f}  IG_F1 {v['ig_f1']:.3f}{band}  "
             f"IS {v['is']:.3f}  interests {v['interests']}"

@@ -10,6 +10,7 @@ from pydantic import ValidationError
 
 from recjudge._registry import UnknownNameError
 from recjudge.cli._app import app, emit, fail, option_errors
+from recjudge.reporting import interval
 
 RUNS_HELP = (
     "Comma-separated run files (TREC, ranx JSON, JSONL/Parquet with user_id,item_id,score "
@@ -317,8 +318,7 @@ def estimator_lines(est: dict) -> list[str]:
                 if e["value"] is None:
                     shown = f"undefined ({e['note']})"
                 else:
-                    lo, hi = e["ci"] or (float("nan"), float("nan"))
-                    shown = f"{e['value']:.4f} [{lo:.4f}, {hi:.4f}]"
+                    shown = interval(e["value"], *(e["ci"] or (None, None)), nd=4)
                 lines.append(f"| {system} | {metric} | {name} | {shown} | "
                              f"{e['judge_share']:.2f} |")  # fmt: skip
     return lines

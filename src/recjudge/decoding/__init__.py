@@ -14,6 +14,7 @@ from recjudge.decoding._compile import (
     TokenTable,
     compile_schema,
 )
+from recjudge.decoding._decode import DecodeJob, decode, lead_ids
 from recjudge.decoding._processors import (
     BranchBiasProcessor,
     DecisionRecord,
@@ -39,6 +40,9 @@ from recjudge.decoding._schemas import (
 )
 
 __all__ = [
+    "DecodeJob",
+    "decode",
+    "lead_ids",
     "EVIDENCE_OPEN",
     "GRAMMARS",
     "BiasPayload",

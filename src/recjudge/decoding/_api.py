@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,9 @@ from recjudge.decoding._processors import (
     zero_signal,
 )
 from recjudge.decoding._schemas import Schema
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 
 class BranchBias(BaseModel):
@@ -45,7 +48,10 @@ class ConstrainedOutput:
 
 
 def make_processors(
-    llm: Any, schemas: Sequence[Schema], signal: Sequence[Any] | None, bias: BranchBias | None
+    llm: LLMBackend,
+    schemas: Sequence[Schema],
+    signal: Sequence[Any] | None,
+    bias: BranchBias | None,
 ) -> tuple[GrammarLogitsProcessor, BranchBiasProcessor | None]:
     """Compile ``schemas`` for ``llm`` and build the per-batch processors."""
     compiled = [compile_schema(s, llm.tokenizer, llm.vocab_size) for s in schemas]
@@ -67,7 +73,7 @@ def make_processors(
 
 
 def constrained_generate(
-    llm: Any,
+    llm: LLMBackend,
     prompts: Sequence[str],
     schemas: Schema | Sequence[Schema],
     *,
@@ -75,7 +81,10 @@ def constrained_generate(
     bias: BranchBias | None = None,
     sampling: Any = None,
 ) -> list[ConstrainedOutput]:
-    """Generate through transformers ``generate()`` with the grammar and the branch bias.
+    """Generate through transformers ``generate()`` with the grammar and the branch bias:
+    the naive reference path the fast engine is checked against (parity tests, benches).
+    Every other constrained answer goes through ``decode``; on a backend that decodes in its
+    engine this delegates to it.
 
     Args:
         llm: a backend (``recjudge.llm``) with ``tokenizer``, ``vocab_size`` and ``generate``.
@@ -88,15 +97,17 @@ def constrained_generate(
     Returns:
         One ConstrainedOutput per prompt, in order.
     """
+    from recjudge.llm import capabilities_of
+
     schemas = [schemas] * len(prompts) if isinstance(schemas, Schema) else list(schemas)
     if len(schemas) != len(prompts):
         raise ValueError(f"{len(schemas)} schemas for {len(prompts)} prompts")
-    if getattr(llm, "engine_constraints", False):  # vLLM: grammar and bias run in the engine
-        from recjudge.decoding._remote import engine_constrained
+    if capabilities_of(llm).engine_constraints:  # no generate() to run: the engine's path
+        from recjudge.decoding._decode import DecodeJob, decode
 
-        return engine_constrained(
-            llm, [llm.encode(p) for p in prompts], schemas, signal, bias, sampling
-        )
+        job = DecodeJob([llm.encode(p) for p in prompts], schemas, signal=signal, bias=bias,
+                        sampling=sampling, jump_forward=False)  # fmt: skip
+        return decode(llm, job)
     grammar, bias_proc = make_processors(llm, schemas, signal, bias)
     procs = [grammar] + ([bias_proc] if bias_proc is not None else [])
     gens = llm.generate(prompts, processors=procs, sampling=sampling)

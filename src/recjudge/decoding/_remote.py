@@ -44,6 +44,9 @@ from recjudge.decoding._schemas import (
 )
 
 if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
+
+if TYPE_CHECKING:
     from recjudge.decoding._api import BranchBias, ConstrainedOutput
     from recjudge.llm import SamplingConfig
 
@@ -331,7 +334,7 @@ def replay_decision(
 PROBE_BETA = 1000.0  # large enough that the bias decides whatever the model prefers
 
 
-def probe_bias(llm: Any) -> None:
+def probe_bias(llm: LLMBackend) -> None:
     """Check once per backend object that the server applies recjudge's bias processor.
 
     The same evidence-first question is sent twice, with sigma +1 and -1 at a bias no model
@@ -371,7 +374,7 @@ def probe_bias(llm: Any) -> None:
 
 
 def engine_constrained(
-    llm: Any,
+    llm: LLMBackend,
     prompt_ids: Sequence[Sequence[int]],
     schemas: Sequence[Schema],
     signals: Sequence[Any] | None,
@@ -387,7 +390,8 @@ def engine_constrained(
     tokens), sends them with ``llm.submit`` and replays each decision record.
 
     Args:
-        llm: a backend with ``engine_constraints`` (``recjudge.llm`` vllm backends).
+        llm: a backend whose capabilities say ``engine_constraints`` (``recjudge.llm``'s
+            vLLM backends); ``decode`` is the caller.
         prompt_ids: full prompts as token ids, each already ending with ``lead_ids``.
         schemas: the answer schema per prompt.
         signals: per prompt, sigma or a per-branch vector (None: zeros).
@@ -401,7 +405,7 @@ def engine_constrained(
     from recjudge.llm import SamplingConfig
     from recjudge.llm._vllm import EngineRequest
 
-    if getattr(llm, "needs_bias_probe", False):
+    if llm.needs_bias_probe:
         probe_bias(llm)
     sampling = sampling or SamplingConfig()
     bias = bias or BranchBias(beta=0.0)

@@ -22,7 +22,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -49,6 +49,9 @@ from recjudge.evaluators._arena_prompts import (
     user_profile,
 )
 from recjudge.evaluators._arena_systems import build_systems, offline_metrics
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 DOMAIN_WORD = {"movies": "movies", "books": "books"}
 
@@ -340,7 +343,7 @@ def run_arena(
     config: ArenaConfig,
     data: str = "ml-1m",
     out: str | Path = "reports/arena",
-    llm: Any = None,
+    llm: LLMBackend | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
     """Judge the configured orders for ``config.users`` users; write ``verdicts.jsonl`` (one

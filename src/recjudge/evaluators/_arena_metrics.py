@@ -488,10 +488,10 @@ def urd(items: Sequence[str], sim: Callable[[str, str], float]) -> float:
 
 
 def ndcg_at(items: Sequence[str], targets: set[str], k: int = 5) -> float:
-    """nDCG@k with binary relevance: sum 1/log2(rank+1) over hits / ideal."""
-    dcg = sum(1 / np.log2(r + 2) for r, it in enumerate(items[:k]) if it in targets)
-    ideal = sum(1 / np.log2(r + 2) for r in range(min(k, len(targets))))
-    return dcg / ideal if ideal else 0.0
+    """nDCG@k with binary relevance (``recjudge._metrics.ndcg``)."""
+    from recjudge._metrics import ndcg
+
+    return ndcg([int(it in targets) for it in items], len(targets), k)
 
 
 def auc_of(scores: np.ndarray, target: int, exclude: Sequence[int]) -> float:

@@ -11,10 +11,7 @@ import numpy as np
 def plot_winrates(summary: dict[str, Any], path: Path) -> None:
     """Stacked win/tie/lose bars: each system against the reference (reference design) or
     every pair (round-robin), overall verdicts."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     ref = summary.get("reference")
     if ref is not None:
@@ -29,19 +26,16 @@ def plot_winrates(summary: dict[str, Any], path: Path) -> None:
     else:
         rows, side = summary["pairs"]["overall"], "first system's"
     names = list(rows)
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.5))
-    left = np.zeros(len(names))
-    for key, color in (("win_pct", "#4c9a2a"), ("tie_pct", "#bbbbbb"), ("lose_pct", "#c0392b")):
-        vals = np.array([rows[n][key] for n in names])
-        ax.barh(names, vals, left=left, color=color, label=key.split("_")[0])
-        left += vals
-    ax.set_xlabel(f"% of comparisons ({side} win / tie / lose)")
-    ax.set_xlim(0, 100)
-    ax.legend(loc="lower right")
-    ax.set_title("RecSys Arena: overall verdicts")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(8, 0.6 * len(names) + 1.5), dpi=120) as ax:
+        left = np.zeros(len(names))
+        for key, color in (("win_pct", "#4c9a2a"), ("tie_pct", "#bbbbbb"), ("lose_pct", "#c0392b")):
+            vals = np.array([rows[n][key] for n in names])
+            ax.barh(names, vals, left=left, color=color, label=key.split("_")[0])
+            left += vals
+        ax.set_xlabel(f"% of comparisons ({side} win / tie / lose)")
+        ax.set_xlim(0, 100)
+        ax.legend(loc="lower right")
+        ax.set_title("RecSys Arena: overall verdicts")
 
 
 def _fmt(v: Any) -> str:
@@ -106,17 +100,20 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
 
 def _pct_band(v: float | None, ci: Any) -> str:
     """A rate in percent with its CI, "-" when undefined (results written before the rate)."""
+    from recjudge.reporting import interval
+
     if v is None:
         return "-"
-    band = f" [{100 * ci[0]:.1f}, {100 * ci[1]:.1f}]" if ci else ""
-    return f"{100 * v:.1f} %{band}"
+    return interval(v, *(ci or (None, None)), nd=1, scale=100, unit=" %")
 
 
 def _p_band(v: float | None, ci: Any) -> str:
     """A probability to 4 places with its CI (judges' probabilities sit close to 0 or 1)."""
+    from recjudge.reporting import interval
+
     if v is None:
         return "-"
-    return f"{v:.4f}" + (f" [{ci[0]:.4f}, {ci[1]:.4f}]" if ci else "")
+    return interval(v, *(ci or (None, None)), nd=4)
 
 
 def _reference_tables(summary: dict[str, Any]) -> list[str]:

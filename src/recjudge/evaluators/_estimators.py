@@ -55,14 +55,15 @@ NONLINEAR = ("hit", "mrr")
 
 def metric_weights(metric: str, k: int) -> np.ndarray:
     """Position weights ``w_1 .. w_k`` of a linear metric (see the module docstring)."""
-    ranks = np.arange(1, k + 1, dtype=float)
+    from recjudge._metrics import discount
+
     if metric == "precision":
         return np.full(k, 1.0 / k)
-    discount = 1.0 / np.log2(ranks + 1.0)
+    gain = discount(k)
     if metric == "dcg":
-        return discount
+        return gain
     if metric == "ndcg":
-        return discount / discount.sum()
+        return gain / gain.sum()
     raise ValueError(f"{metric!r} is not a linear metric; use one of {', '.join(LINEAR)}")
 
 

@@ -196,24 +196,19 @@ def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
 
 def plot_scores(res: Mapping[str, Any], path: str | Path) -> None:
     """Grouped bars: per metric, each system's logged-only and imputed value."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import numpy as np
+
+    from recjudge.reporting import figure
 
     kinds = list(res["scores"])
     systems = list(res["scores"][kinds[0]])
     metrics = res["metrics"]
-    fig, axes = plt.subplots(1, len(metrics), figsize=(3.2 * len(metrics), 3.4), squeeze=False)
-    x = np.arange(len(systems))
-    width = 0.8 / len(kinds)
-    for ax, m in zip(axes[0], metrics, strict=True):
-        for j, k in enumerate(kinds):
-            ax.bar(x + j * width, [res["scores"][k][n][m] for n in systems], width, label=k)
-        ax.set_xticks(x + width * (len(kinds) - 1) / 2, systems, rotation=30, ha="right")
-        ax.set_title(m)
-    axes[0][0].legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with figure(path, size=(3.2 * len(metrics), 3.4), dpi=110, grid=(1, len(metrics))) as axes:
+        x = np.arange(len(systems))
+        width = 0.8 / len(kinds)
+        for ax, m in zip(axes[0], metrics, strict=True):
+            for j, k in enumerate(kinds):
+                ax.bar(x + j * width, [res["scores"][k][n][m] for n in systems], width, label=k)
+            ax.set_xticks(x + width * (len(kinds) - 1) / 2, systems, rotation=30, ha="right")
+            ax.set_title(m)
+        axes[0][0].legend(fontsize=8)

@@ -16,12 +16,15 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import rng
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 GIST_PROMPT_VERSION = "gist-v1"
 GIST_PROMPT_FINGERPRINT = "gist-v1:39fa69db097acbd3"  # tests/test_prompt_versions.py
@@ -657,7 +660,7 @@ def taxonomy_full_messages(names: Sequence[str]) -> list[dict[str, str]]:
 
 
 # -- embeddings and the taxonomy shortlist -------------------------------------------------
-def embed_texts(llm: Any, texts: Sequence[str], batch: int = 32) -> np.ndarray:
+def embed_texts(llm: LLMBackend, texts: Sequence[str], batch: int = 32) -> np.ndarray:
     """Mean-pooled last hidden states of ``llm`` for ``texts``, L2-normalised (a cheap
     shortlist embedding from the judge model itself; no extra download)."""
     import torch
@@ -706,14 +709,8 @@ def shortlist_categories(
     return out
 
 
-def _pr_figure(scores: Mapping[str, Any], data: str) -> Any:
+def _pr_draw(ax: Any, scores: Mapping[str, Any], data: str) -> None:
     """Per-user IG precision against recall, one colour per model for its dots and its median."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 5))
     for i, (m, s) in enumerate(scores.items()):
         # An explicit colour: each scatter() call takes the next colour of the cycle, which
         # would give a model's median star another model's colour.
@@ -736,25 +733,26 @@ def _pr_figure(scores: Mapping[str, Any], data: str) -> Any:
     ax.set_ylim(-0.03, 1.03)
     ax.set_title(f"GISTBench groundedness on {data}")
     ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
-    return fig
 
 
 def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
-    fig = _pr_figure(scores, data)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(6, 5), dpi=120) as ax:
+        _pr_draw(ax, scores, data)
 
 
 def _iv(c: Mapping[str, float] | None) -> str:
-    return "" if not c else f" [{c['lo']:.3f}, {c['hi']:.3f}]"
+    from recjudge.reporting import interval
+
+    return "" if not c else " " + interval(None, c["lo"], c["hi"])
 
 
 def _signed(d: Mapping[str, float]) -> str:
     """A difference with its interval, signed: ``+0.123 [+0.010, +0.240]``."""
-    return f"{d['estimate']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"
+    from recjudge.reporting import interval
+
+    return interval(d["estimate"], d["lo"], d["hi"], signed=True)
 
 
 def _cost_line(results: Mapping[str, Any]) -> str:

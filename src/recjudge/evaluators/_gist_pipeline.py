@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from recjudge._util import rng, stable_hash
 from recjudge.evaluators._cost import AskMeter
@@ -51,6 +51,9 @@ from recjudge.evaluators._runs import Tally
 from recjudge.llm import LLMPool
 from recjudge.reward import StoredAsk, ask_stored, closed_form, run_stored
 
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
+
 log = logging.getLogger(__name__)
 
 
@@ -68,8 +71,10 @@ def _open_pool(config: GistConfig, llms: Mapping[str, Any] | None, needed: Seque
     ready backend that batches in its own engine (vLLM, an OpenAI-compatible server) in a
     deterministic run, which could not keep its promise. Models given by name load on
     transformers, so the ready ones are all there is to check."""
+    from recjudge.llm import capabilities_of
+
     for name, llm in (llms or {}).items():
-        if config.deterministic and getattr(llm, "engine_constraints", False):
+        if config.deterministic and not capabilities_of(llm).batch_invariant:
             from recjudge._util import UserFacingError
 
             raise UserFacingError(
@@ -112,7 +117,12 @@ class _Run:
 
 
 def _ask_stored(
-    run: _Run, llm: Any, asks: Sequence[StoredAsk], desc: str, sampling: Any, kind: str = "judge"
+    run: _Run,
+    llm: LLMBackend,
+    asks: Sequence[StoredAsk],
+    desc: str,
+    sampling: Any,
+    kind: str = "judge",
 ) -> None:
     """The reward core's stored loop with this run's store and batch size, metered under
     ``kind``. A batch decodes its rows together: on extraction answers (1.5B, 8 questions,
@@ -514,12 +524,10 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
 
 def taxonomy_rule(judge: Any) -> str:
     """How the full taxonomy picks a category with this judge: ``likelihood`` (whole names,
-    on the fast engine) or ``greedy`` (grammar-constrained decoding, other backends)."""
-    from recjudge.llm._fast import supports_fast
+    where the backend scores whole options) or ``greedy`` (grammar-constrained decoding)."""
+    from recjudge.llm import capabilities_of
 
-    model = getattr(judge, "model", None)
-    ok = model is not None and not getattr(judge, "engine_constraints", False)
-    return "likelihood" if ok and supports_fast(model) else "greedy"
+    return "likelihood" if capabilities_of(judge).option_scoring else "greedy"
 
 
 def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:

@@ -11,35 +11,29 @@ import numpy as np
 
 def plot_metrics(table: Mapping[str, Any], path: Path) -> None:
     """QM, IFM and mean task accuracy per summariser (mean +- sd over prediction runs)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from recjudge.reporting import figure
 
     names = list(table)
     metrics = ("qm", "ifm", "task_accuracy")
-    fig, ax = plt.subplots(figsize=(7, 4))
-    w = 0.8 / max(len(names), 1)
-    for k, n in enumerate(names):
-        xs = np.arange(len(metrics)) + k * w
-        ax.bar(
-            xs,
-            [table[n][m]["mean"] for m in metrics],
-            w,
-            yerr=[table[n][m]["sd"] for m in metrics],
-            capsize=3,
-            label=n,
-        )
-    ax.set_xticks(np.arange(len(metrics)) + w * (len(names) - 1) / 2)
-    ax.set_xticklabels(["QM", "IFM", "mean task accuracy"])
-    ax.set_ylabel("score (mean +- sd over prediction runs)")
-    ax.set_ylim(0, 1.05)
-    ax.axhline(0.2, color="grey", ls=":", lw=1, label="chance per task (1/5)")
-    ax.legend()
-    ax.set_title("UserSumBench: summariser comparison")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    with figure(path, size=(7, 4), dpi=120) as ax:
+        w = 0.8 / max(len(names), 1)
+        for k, n in enumerate(names):
+            xs = np.arange(len(metrics)) + k * w
+            ax.bar(
+                xs,
+                [table[n][m]["mean"] for m in metrics],
+                w,
+                yerr=[table[n][m]["sd"] for m in metrics],
+                capsize=3,
+                label=n,
+            )
+        ax.set_xticks(np.arange(len(metrics)) + w * (len(names) - 1) / 2)
+        ax.set_xticklabels(["QM", "IFM", "mean task accuracy"])
+        ax.set_ylabel("score (mean +- sd over prediction runs)")
+        ax.set_ylim(0, 1.05)
+        ax.axhline(0.2, color="grey", ls=":", lw=1, label="chance per task (1/5)")
+        ax.legend()
+        ax.set_title("UserSumBench: summariser comparison")
 
 
 def usersum_report(config: Any, data: str, results: Mapping[str, Any]) -> list[str]:
@@ -94,8 +88,9 @@ def _cost_line(results: Mapping[str, Any]) -> str:
 
 
 def _ci(c: Mapping[str, Any], scale: float = 1.0) -> str:
-    lo, hi = c["lo"], c["hi"]
-    return "-" if lo is None or hi is None else f"[{scale * lo:+.3f}, {scale * hi:+.3f}]"
+    from recjudge.reporting import interval
+
+    return interval(None, c["lo"], c["hi"], signed=True, scale=scale)
 
 
 _LABELS = {"qm": "QM", "ifm": "IFM", "idm": "IDM (x1000)", "task_accuracy": "task acc."}

@@ -1,19 +1,21 @@
 """LLM backends behind one protocol, model presets and the weight cache."""
 
-from recjudge.llm._backend import (
+from recjudge.llm._backend import TransformersBackend, escape_special, load_llm, special_strings
+from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
+from recjudge.llm._config import (
     DTYPE_ENV,
+    ENGINE_CAPABILITIES,
+    BackendError,
+    Capabilities,
+    DeviceError,
     DtypeEnvError,
     Generation,
     LLMBackend,
     LLMConfig,
     SamplingConfig,
-    TransformersBackend,
     auto_dtype,
-    escape_special,
-    load_llm,
-    special_strings,
+    capabilities_of,
 )
-from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
 from recjudge.llm._engine import NonFiniteLogitsError
 from recjudge.llm._models import (
     DEFAULT_MODEL,
@@ -33,6 +35,11 @@ from recjudge.llm._pool import LLMPool
 
 __all__ = [
     "DTYPE_ENV",
+    "ENGINE_CAPABILITIES",
+    "BackendError",
+    "DeviceError",
+    "Capabilities",
+    "capabilities_of",
     "DtypeEnvError",
     "auto_dtype",
     "LLMPool",

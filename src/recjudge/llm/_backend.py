@@ -7,188 +7,20 @@ satisfy the same protocol (see ``make_backend``'s ``backend`` argument).
 
 from __future__ import annotations
 
-import os
-import re
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
-
-from recjudge._util import UserFacingError, native_bf16
+from recjudge.llm._config import (
+    Capabilities,
+    DeviceError,
+    Generation,
+    LLMConfig,
+    SamplingConfig,
+)
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
-
-DTYPE_ENV = "RECJUDGE_DTYPE"
-DTYPES = ("bfloat16", "float32", "float16")
-
-
-class DeviceError(UserFacingError, RuntimeError):
-    """A device was asked for that this machine does not have."""
-
-
-class DtypeEnvError(UserFacingError, ValueError):
-    """``$RECJUDGE_DTYPE`` names no dtype recjudge computes in."""
-
-
-def auto_dtype() -> str:
-    """What ``dtype="auto"`` computes in on this machine.
-
-    ``$RECJUDGE_DTYPE`` (``bfloat16``, ``float32`` or ``float16``) when set: it forces one
-    dtype for every model loaded as ``auto`` (the test suite's second leg runs under the
-    dtype this CPU would not pick; a team can pin fp32 for runs that must match across
-    machines). Otherwise bf16 on CPUs that compute it natively, fp32 elsewhere.
-    """
-    forced = os.environ.get(DTYPE_ENV, "").strip()
-    if forced:
-        if forced not in DTYPES:
-            raise DtypeEnvError(
-                f"${DTYPE_ENV}={forced!r} is not a dtype; set it to one of {', '.join(DTYPES)} "
-                f"or unset it (auto: bf16 on CPUs with native bf16, else fp32)"
-            )
-        return forced
-    return "bfloat16" if native_bf16() else "float32"
-
-
-class SamplingConfig(BaseModel):
-    """Decoding settings. Greedy by default; ``paper()`` gives BRIEF's sampling settings.
-
-    Attributes:
-        do_sample: sample instead of taking the argmax.
-        temperature, top_p, top_k: sampling warpers, applied after all logits processors.
-        seed: seeds torch's RNG before each sampled ``generate`` call.
-        max_new_tokens: generation budget.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    do_sample: bool = False
-    temperature: float = Field(0.7, gt=0)
-    top_p: float = Field(0.8, gt=0, le=1)
-    top_k: int = Field(20, ge=0)
-    seed: int = 0
-    max_new_tokens: int = Field(256, ge=1)
-
-    @classmethod
-    def paper(cls, seed: int = 0, max_new_tokens: int = 256) -> SamplingConfig:
-        """T = 0.7, top-p 0.8, top-k 20 (the BRIEF paper's decoding)."""
-        return cls(
-            do_sample=True,
-            temperature=0.7,
-            top_p=0.8,
-            top_k=20,
-            seed=seed,
-            max_new_tokens=max_new_tokens,
-        )
-
-    def key(self) -> dict[str, Any]:
-        """The settings that change a result (for result-store keys)."""
-        if not self.do_sample:
-            return {"do_sample": False, "max_new_tokens": self.max_new_tokens}
-        return self.model_dump()
-
-
-class LLMConfig(BaseModel):
-    """How to load a model.
-
-    Attributes:
-        model: a preset name, a local folder or ``.gguf`` file, or a Hugging Face id.
-        dtype: compute dtype. ``auto`` (the default) is ``$RECJUDGE_DTYPE`` when set, else bf16
-            on CPUs that compute it natively (AVX512-BF16 or AMX: there bf16 is ~3x faster than
-            fp32) and fp32 elsewhere (without those instructions torch emulates bf16 and it is
-            2-3x *slower* than fp32). Results are keyed by the resolved dtype.
-        device: in-process backends: ``auto`` (CUDA when available, else CPU), ``cpu``,
-            ``cuda`` or ``cuda:N``. ``dtype="auto"`` is bf16 on a GPU. A GPU's results are
-            keyed apart from the CPU's (they round differently).
-        num_threads: torch intra-op threads (None keeps torch's default).
-        backend: ``transformers`` (in process, the default), ``vllm`` (vLLM in process;
-            install the ``vllm`` extra) or ``openai-compatible`` (a vLLM server started with
-            ``recjudge serve``).
-        vllm_args: extra keyword arguments for ``vllm.LLM`` (backend ``vllm``).
-        base_url, api_key_env, served_model, concurrency, timeout: for
-            ``openai-compatible``: the server's ``/v1`` URL, the environment variable that
-            holds the API key, the model name the server serves (default: ``model``), how
-            many requests are in flight, and the per-request timeout in seconds.
-        probe_bias: ``openai-compatible``: before the first judged request, check that the
-            server applies the bias (two forced requests; a server without recjudge's
-            processor is refused).
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = DEFAULT_MODEL
-    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
-    device: str = "auto"
-    num_threads: int | None = Field(None, ge=1)
-    backend: Literal["transformers", "vllm", "openai-compatible"] = "transformers"
-    vllm_args: dict[str, Any] = {}
-    base_url: str | None = None
-    api_key_env: str = "RECJUDGE_API_KEY"
-    served_model: str | None = None
-    concurrency: int = Field(16, ge=1)
-    timeout: float = Field(600.0, gt=0)
-    probe_bias: bool = True
-
-    @field_validator("device")
-    @classmethod
-    def _device(cls, value: str) -> str:
-        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
-            raise ValueError(f"device {value!r}: use auto, cpu, cuda or cuda:N")
-        return value
-
-    def resolved_device(self) -> str:
-        """Where an in-process model computes: ``auto`` is CUDA when torch sees a GPU (its
-        first), else the CPU."""
-        if self.device != "auto":
-            return self.device
-        import torch
-
-        return "cuda" if torch.cuda.is_available() else "cpu"
-
-    def resolved_dtype(self) -> str:
-        """The dtype the model computes in (``auto`` resolved for this machine: bf16 on a GPU,
-        else ``auto_dtype()``)."""
-        if self.dtype != "auto":
-            return self.dtype
-        forced = os.environ.get(DTYPE_ENV, "").strip()
-        on_gpu = self.device != "cpu" and self.resolved_device().startswith("cuda")
-        if not forced and self.backend != "openai-compatible" and on_gpu:
-            return "bfloat16"
-        return auto_dtype()
-
-
-@dataclass
-class Generation:
-    """One generated sequence."""
-
-    text: str
-    token_ids: list[int]
-    prompt_tokens: int
-
-
-@runtime_checkable
-class LLMBackend(Protocol):
-    """What the reward core needs from a language model."""
-
-    name: str
-    tokenizer: Any
-    vocab_size: int  # width of the logits (may exceed len(tokenizer))
-
-    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str: ...
-
-    def encode(self, text: str) -> list[int]: ...
-
-    def next_token_logits(self, prompts: Sequence[str]) -> Any: ...
-
-    def generate(
-        self,
-        prompts: Sequence[str],
-        processors: Sequence[Any] = (),
-        sampling: SamplingConfig | None = None,
-    ) -> list[Generation]: ...
-
 
 ZERO_WIDTH_SPACE = "\u200b"
 
@@ -274,6 +106,12 @@ class TransformersBackend:
             )
         self.model.to(self.device)
         self.model.eval()
+        from recjudge.llm._fast import supports_fast
+
+        # Step scores and the batch-invariant engine work with any causal LM; exact option
+        # scoring needs the fast engine's forward.
+        self.capabilities = Capabilities(option_scoring=supports_fast(self.model),
+                                         device=str(self.device))  # fmt: skip
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         self.tokenizer.padding_side = "left"

@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from recjudge._util import UserFacingError
-from recjudge.llm._backend import SamplingConfig
+from recjudge.llm._config import SamplingConfig
 
 
 @dataclass

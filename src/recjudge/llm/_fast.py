@@ -34,7 +34,7 @@ from typing import Any
 
 import torch
 
-from recjudge.llm._backend import SamplingConfig
+from recjudge.llm._config import SamplingConfig
 from recjudge.llm._engine import EngineStats, _attention, check_finite, sample_next
 
 ATTN_NAME = "recjudge_prefix"

@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import UserFacingError
-from recjudge.llm._backend import Generation, LLMConfig, SamplingConfig, render_chat
+from recjudge.llm._backend import render_chat
+from recjudge.llm._config import ENGINE_CAPABILITIES, Generation, LLMConfig, SamplingConfig
 from recjudge.llm._models import resolve_model_path
 
 log = logging.getLogger(__name__)
@@ -100,8 +101,10 @@ class _EngineMixin:
             "transformers backend for logit-level APIs"
         )
 
-    #: marks backends whose engine applies grammar and bias itself (see ``submit``)
-    engine_constraints = True
+    #: the engine applies grammar and bias itself (see ``submit``); no per-step scores
+    capabilities = ENGINE_CAPABILITIES
+    #: a server whose bias support is unproven is probed once before the first request
+    needs_bias_probe = False
 
     def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
         """Run constrained requests in the engine; one result per request, in order."""

@@ -10,16 +10,25 @@ from typing import Any
 
 @contextmanager
 def figure(
-    path: str | Path, size: tuple[float, float] = (6.0, 4.0), dpi: int = 110
+    path: str | Path,
+    size: tuple[float, float] = (6.0, 4.0),
+    dpi: int = 110,
+    grid: tuple[int, int] | None = None,
+    **subplots: Any,
 ) -> Iterator[Any]:
-    """Yield one matplotlib Axes; on exit lay it out, write ``path`` and free the figure
-    (also when the body raises, so a failed plot leaks nothing)."""
+    """Yield one matplotlib Axes (or, with ``grid=(rows, cols)``, the 2-D array of Axes;
+    ``subplots`` go to ``plt.subplots``, e.g. ``sharex=True``); on exit lay it out, write
+    ``path`` and free the figure (also when the body raises, so a failed plot leaks
+    nothing)."""
     import matplotlib
 
     matplotlib.use("Agg")  # reports are written on machines without a display
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=size)
+    if grid is None:
+        fig, ax = plt.subplots(figsize=size, **subplots)
+    else:
+        fig, ax = plt.subplots(*grid, figsize=size, squeeze=False, **subplots)
     try:
         yield ax
         fig.tight_layout()

@@ -1,62 +1,22 @@
-"""Closed questions through the reward core: grammar + branch record (+ bias) on the engine."""
+"""Closed questions through the reward core: grammar + branch record (+ bias), decoded by
+``recjudge.decoding.decode`` (which picks the backend's path)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from recjudge.decoding import (
-    BranchBias,
-    ConstrainedOutput,
-    Schema,
-    collect_outputs,
-    engine_constrained,
-    make_processors,
-)
+from recjudge.decoding import BranchBias, ConstrainedOutput, DecodeJob, Schema, decode
 from recjudge.llm import BestOption, SamplingConfig, escape_special
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 SLOT = "<<recjudge-slot>>"
 
 
-def _lead_ids(llm: Any, grammar: Any, row: int) -> list[int]:
-    """Token ids of the forced opening of ``row``'s answer, cut after its last letter or
-    digit (e.g. ``{"answer``), so the model still produces the merged ``": "`` tokens itself
-    (forcing those as separate prompt text puts the next token off-distribution)."""
-    forced = grammar.jump_forward(row)
-    cut = max((i for i, ch in enumerate(forced) if ch.isalnum()), default=-1)
-    return llm.encode(forced[: cut + 1]) if cut >= 0 else []
-
-
-def _callbacks(grammar: Any, proc: Any) -> tuple[Any, Any]:
-    """The engine's per-step hook (grammar mask, then bias) and per-token hook."""
-
-    def step(scores, rows):
-        grammar.mask(scores, rows)
-        if proc is not None:
-            proc.apply(scores, rows)
-
-    def accept(row, tok):
-        grammar.accept(row, tok)
-        if proc is not None:
-            proc.accept(row, tok)
-
-    return step, accept
-
-
-def _accept_lead(llm: Any, grammar: Any, proc: Any, rows: int) -> list[list[int]]:
-    leads = []
-    for row in range(rows):
-        lead = _lead_ids(llm, grammar, row)
-        for t in lead:
-            grammar.accept(row, t)
-            if proc is not None:
-                proc.accept(row, t)
-        leads.append(lead)
-    return leads
-
-
 def ask(
-    llm: Any,
+    llm: LLMBackend,
     messages: Sequence[Sequence[dict[str, str]]],
     schemas: Schema | Sequence[Schema],
     *,
@@ -87,47 +47,26 @@ def ask(
         deterministic: the batch-invariant engine: an answer is bit-identical whatever the
             other questions (slower; see ``recjudge.llm._fast``).
     """
-    from recjudge.llm._fast import decode_prompts
-
     n = len(messages)
     schemas = [schemas] * n if isinstance(schemas, Schema) else list(schemas)
     if len(schemas) != n:
         raise ValueError(f"{len(schemas)} schemas for {n} questions")
-    ids = [llm.encode(llm.chat_prompt(list(m))) for m in messages]
-    grammar, proc = make_processors(llm, schemas, signal, bias)
-    leads = [[] for _ in range(n)]
-    if jump_forward_prefix:
-        leads = _accept_lead(llm, grammar, proc, n)
-        ids = [i + lead for i, lead in zip(ids, leads, strict=True)]
-    if getattr(llm, "engine_constraints", False):  # vLLM: grammar and bias run in the engine
-        return engine_constrained(
-            llm,
-            ids,
-            schemas,
-            signal,
-            bias,
-            sampling or SamplingConfig(max_new_tokens=512),
-            leads,
-            seeds,
-        )
-
-    step, accept = _callbacks(grammar, proc)
-    tokens = decode_prompts(
-        llm,
-        ids,
-        step,
-        accept,
-        grammar.finish_forced,  # stop as soon as the rest is forced
+    job = DecodeJob(
+        suffixes=[llm.encode(llm.chat_prompt(list(m))) for m in messages],
+        schemas=schemas,
+        signal=signal,
+        bias=bias,
         sampling=sampling or SamplingConfig(max_new_tokens=512),
         seeds=seeds,
-        deterministic=deterministic,
+        jump_forward=jump_forward_prefix,
         rows=decode_rows,
+        deterministic=deterministic,
     )
-    return collect_outputs(grammar, proc, schemas, tokens)
+    return decode(llm, job)
 
 
 def _slot_split(
-    llm: Any, messages: Sequence[dict[str, str]], fills: Sequence[str], after: str = ""
+    llm: LLMBackend, messages: Sequence[dict[str, str]], fills: Sequence[str], after: str = ""
 ) -> tuple[list[int], list[list[int]]]:
     """The chat's tokens up to the slot, and per fill the tokens from the slot to the end
     of the prompt, then those of ``after``."""
@@ -142,7 +81,7 @@ def _slot_split(
 
 
 def choose_shared(
-    llm: Any,
+    llm: LLMBackend,
     messages: Sequence[dict[str, str]],
     fills: Sequence[str],
     options: Sequence[str],
@@ -178,7 +117,7 @@ def choose_shared(
 
 
 def choose(
-    llm: Any,
+    llm: LLMBackend,
     messages: Sequence[Sequence[dict[str, str]]],
     options: Sequence[Sequence[str]],
     *,
@@ -200,12 +139,12 @@ def choose(
     return out
 
 
-def _answer_trie(llm: Any, options: Sequence[str], answer_key: str) -> tuple[str, Any]:
+def _answer_trie(llm: LLMBackend, options: Sequence[str], answer_key: str) -> tuple[str, Any]:
     """The answer's lead (``{"<key>``) and the trie of every option's rest of the answer."""
     from recjudge.decoding import json_literal
     from recjudge.llm import OptionTrie, option_tokens
 
-    # Cut after the key's last letter, as ``_lead_ids`` does for decoding: the model then
+    # Cut after the key's last letter, as ``decoding.lead_ids`` does: the model then
     # writes the merged '": "' tokens itself, as part of every option's text.
     lead = "{" + json_literal(answer_key)[:-1]
     answers = [escape_special(llm.tokenizer, f'": {json_literal(o)}}}') for o in options]
@@ -213,7 +152,7 @@ def _answer_trie(llm: Any, options: Sequence[str], answer_key: str) -> tuple[str
 
 
 def ask_shared(
-    llm: Any,
+    llm: LLMBackend,
     messages: Sequence[dict[str, str]],
     fills: Sequence[str],
     schemas: Schema | Sequence[Schema],
@@ -238,8 +177,6 @@ def ask_shared(
         decode_rows: rows per decode batch (with ``deterministic``: the fixed row count).
         deterministic: the batch-invariant engine (bit-identical whatever the other fills).
     """
-    from recjudge.llm._fast import decode_shared
-
     n = len(fills)
     schemas = [schemas] * n if isinstance(schemas, Schema) else list(schemas)
     if len(schemas) != n:
@@ -247,32 +184,13 @@ def ask_shared(
     if n == 0:
         return []
     prefix, suffixes = _slot_split(llm, messages, fills)
-    grammar, proc = make_processors(llm, schemas, None, None)
-    leads = [[] for _ in range(n)]
-    if jump_forward_prefix:
-        leads = _accept_lead(llm, grammar, proc, n)
-        suffixes = [s + lead for s, lead in zip(suffixes, leads, strict=True)]
-    if getattr(llm, "engine_constraints", False):  # vLLM: its prefix cache shares the head
-        return engine_constrained(
-            llm,
-            [prefix + s for s in suffixes],
-            schemas,
-            None,
-            None,
-            sampling or SamplingConfig(max_new_tokens=256),
-            leads,
-        )
-
-    step, accept = _callbacks(grammar, proc)
-    tokens = decode_shared(
-        llm,
-        prefix,
-        suffixes,
-        step,
-        accept,
-        grammar.finish_forced,
+    job = DecodeJob(
+        suffixes=suffixes,
+        schemas=schemas,
+        prefix=prefix,  # on vLLM its prefix cache shares the head
         sampling=sampling or SamplingConfig(max_new_tokens=256),
-        deterministic=deterministic,
+        jump_forward=jump_forward_prefix,
         rows=decode_rows,
+        deterministic=deterministic,
     )
-    return collect_outputs(grammar, proc, schemas, tokens)
+    return decode(llm, job)

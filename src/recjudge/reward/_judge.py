@@ -6,28 +6,31 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry, suggest
 from recjudge._util import stable_hash
-from recjudge.decoding import (
-    BranchBias,
-    Choice,
-    EvidenceFirst,
-    engine_constrained,
-    make_processors,
+from recjudge.decoding import BranchBias, Choice, DecodeJob, EvidenceFirst, decode
+from recjudge.llm import (
+    LLMConfig,
+    NonFiniteLogitsError,
+    SamplingConfig,
+    capabilities_of,
+    escape_special,
 )
-from recjudge.llm import LLMConfig, NonFiniteLogitsError, SamplingConfig, escape_special
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore, StoreError
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 log = logging.getLogger(__name__)
 
 
-def clear_prefix_cache(llm: Any) -> None:
+def clear_prefix_cache(llm: LLMBackend) -> None:
     """Forget ``llm``'s shared prefix caches (benchmarks time each method from a cold start)."""
     from recjudge.llm._fast import prefixes_of
 
@@ -348,7 +351,7 @@ class Judge:
     def __init__(
         self,
         config: JudgeConfig | None = None,
-        llm: Any = None,
+        llm: LLMBackend | None = None,
         cf: Any = None,
         population: Any = None,
         llm_config: LLMConfig | None = None,
@@ -405,7 +408,7 @@ class Judge:
         from recjudge.decoding import GRAMMARS
 
         llm = self.llm
-        if not getattr(llm, "engine_constraints", False):
+        if not capabilities_of(llm).engine_constraints:
             GRAMMARS.table(llm.tokenizer, llm.vocab_size)
 
     # -- keys -----------------------------------------------------------------------------
@@ -785,32 +788,29 @@ class Judge:
         bias = c.branch_bias()
         row_schemas = [schemas[i] for i in rows]
         row_sigmas = [0.0 if sigmas[i] is None else sigmas[i] for i in rows]
-        lead: list[int] = []
-        if c.jump_forward_prefix:
-            # The answer always opens with a forced key; prefill its canonical tokens with the
-            # candidate instead of decoding them one by one. Stop before '": [' so the model
-            # still produces the merged decision tokens (' ["', ' []') itself.
-            key = "is_relevant" if c.plain_verdict() else "evidence"
-            lead = self.llm.encode('{"' + key)
-        if getattr(self.llm, "engine_constraints", False):
-            # vLLM (in process or a server): the engine applies grammar and bias itself.
-            outs = engine_constrained(
-                self.llm,
-                [prefix + suffixes[i] + lead for i in rows],
-                row_schemas,
-                row_sigmas,
-                bias,
-                c.sampling,
-                lead,
-                seeds,
-            )
-            records = [o.record for o in outs]
-            texts = [o.text for o in outs]
-            self.stats.prefill_tokens += sum(len(prefix) + len(suffixes[i]) for i in rows)
-        else:
-            records, texts = self._decode_local(
-                prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds, explore
-            )
+        job = DecodeJob(
+            suffixes=[suffixes[i] for i in rows],
+            schemas=row_schemas,
+            prefix=prefix,
+            signal=row_sigmas,
+            bias=bias,
+            sampling=c.sampling,
+            seeds=seeds,
+            # The answer opens with a forced key: prefill its canonical tokens with the
+            # candidate; the model still produces the merged decision tokens (' ["', ' []').
+            jump_forward=c.jump_forward_prefix,
+            # A read-out stops at the decision; a judgment that must cite evidence keeps
+            # writing it after YES.
+            stop_at_decision=True,
+            keep_branch="YES" if c.need_evidence and not c.plain_verdict() else None,
+            rows=c.decode_rows,
+            deterministic=c.deterministic,
+            head="allowed",
+            explore=explore,
+        )
+        outs = decode(self.llm, job, stats=self.stats)
+        records = [o.record for o in outs]
+        texts = [o.text for o in outs]
         return _Decoded(rendered, schemas, sigmas, rows, records, texts)
 
     def _judgment(self, r: JudgeRequest, d: _Decoded, i: int) -> Judgment:
@@ -842,59 +842,6 @@ class Judge:
             history_dropped=d.rendered[i].dropped,
             samples_yes=sum(v == "YES" for v in verdicts) if n > 1 else None,
         )
-
-    def _decode_local(
-        self, prefix, suffixes, rows, row_schemas, row_sigmas, bias, lead, seeds, explore=None
-    ):
-        """Grammar + bias in the transformers engine over a shared prefix KV cache.
-        Returns (decision record, answer text) per row."""
-        from recjudge.llm._fast import decode_shared
-
-        c = self.config
-        grammar, bias_proc = make_processors(self.llm, row_schemas, row_sigmas, bias)
-        if bias_proc is not None:
-            bias_proc.explore = explore
-
-        def step(scores, active):
-            grammar.mask(scores, active)
-            bias_proc.apply(scores, active)
-
-        def accept(row, tok):
-            grammar.accept(row, tok)
-            bias_proc.accept(row, tok)
-
-        evidence_wanted = c.need_evidence and not c.plain_verdict()
-        for row in range(len(rows)):
-            for t in lead:
-                accept(row, t)
-
-        def finished(row):
-            if grammar.finish_forced(row):  # the rest is forced: no more model steps
-                return True
-            chosen = bias_proc.records[row].chosen
-            return chosen is not None and (not evidence_wanted or chosen == "NO")
-
-        decode_shared(
-            self.llm,
-            prefix,
-            [suffixes[i] + lead for i in rows],
-            step,
-            accept,
-            finished,
-            sampling=c.sampling,
-            seeds=seeds,
-            stats=self.stats,
-            deterministic=c.deterministic,
-            rows=c.decode_rows,
-            allowed=grammar.allowed,
-        )
-        texts = []
-        for row in range(len(rows)):
-            text = grammar.text(row)
-            if not grammar.done(row):
-                text += grammar.jump_forward(row)
-            texts.append(text)
-        return bias_proc.records, texts
 
 
 def _request_record(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recjudge.decoding import ConstrainedOutput, Schema
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
 
 
 @dataclass(frozen=True)
@@ -107,7 +110,7 @@ def run_stored(
     return store.get_many([a.key for a in asks])
 
 
-def by_prompt_length(llm: Any) -> Callable[[list[StoredAsk]], list[StoredAsk]]:
+def by_prompt_length(llm: LLMBackend) -> Callable[[list[StoredAsk]], list[StoredAsk]]:
     """Order questions by prompt length, so a batch shares one padding bucket."""
 
     def order(todo: list[StoredAsk]) -> list[StoredAsk]:
@@ -118,7 +121,7 @@ def by_prompt_length(llm: Any) -> Callable[[list[StoredAsk]], list[StoredAsk]]:
 
 
 def ask_stored(
-    llm: Any,
+    llm: LLMBackend,
     store: Any,
     asks: Sequence[StoredAsk],
     *,
@@ -171,7 +174,7 @@ def ask_stored(
 
 
 def generate_stored(
-    llm: Any,
+    llm: LLMBackend,
     store: Any,
     asks: Sequence[StoredAsk],
     *,

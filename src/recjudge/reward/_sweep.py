@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from recjudge.decoding import DecisionRecord, DecisionStep, replay_greedy
+from recjudge.llm import capabilities_of
 from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parse_answer, parsed_evidence
 
 SWEEPABLE = ("brief", "non-adaptive", "no-behavior", "item-item")
@@ -110,7 +111,7 @@ def judge_sweep(
         both branches below an undecided token) that pair is decoded on its own.
     """
     first = _check(judges)
-    if getattr(first.llm, "engine_constraints", False):
+    if not capabilities_of(first.llm).step_scores:
         # A remote or vLLM engine applies the bias itself and records no per-step scores.
         return {label: j.judge_many(reqs, progress=progress) for label, j in judges.items()}
     return _replay(judges, reqs, _record(judges, reqs, progress))
@@ -300,7 +301,7 @@ def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
         c = j.config
         if c.mode not in SWEEPABLE or c.sampling.do_sample or c.samples > 1:
             continue
-        if getattr(j.llm, "engine_constraints", False):
+        if not capabilities_of(j.llm).step_scores:
             continue
         if labels:
             first = judges[labels[0]]
@@ -351,7 +352,7 @@ def sweep_into_store(
     lacking = {label: j for label, j in judges.items() if any(
         keys[label][i] not in have[label] for i in missing)}  # fmt: skip
     sub = [reqs[i] for i in missing]
-    if getattr(first.llm, "engine_constraints", False):
+    if not capabilities_of(first.llm).step_scores:
         swept, decoded, replayed = judge_sweep(lacking, sub), len(sub), 0
     else:
         swept, decoded = _sweep_recorded(first, lacking, sub, store)

@@ -1,0 +1,186 @@
+"""The one constrained-decoding entry point: ``decode(llm, job)``.
+
+Every grammar-constrained answer recjudge asks for (a judgment, a closed question, a
+question over a shared template, a sweep's recording pass) is a ``DecodeJob`` handed to
+``decode``, which owns the choice of path from what the backend declares
+(``recjudge.llm.Capabilities``):
+
+- engine-side constraints (vLLM in process, a server): whole requests with the remainder
+  grammar and the bias payload (``engine_constrained``);
+- local decoding (transformers): recjudge's grammar mask and branch bias at every step of the
+  fast engine, over a shared-prefix KV cache when the job has a prefix
+  (``llm._fast.decode_shared``) or batched independent prompts (``decode_prompts``), the
+  batch-invariant engine when ``deterministic``.
+
+One lead policy: with ``jump_forward`` each row's answer opens with the grammar's forced
+text, cut after its last letter or digit (e.g. ``{"evidence``), prefilled with the prompt;
+the model then writes the merged tokens that follow (``": ["``) itself, since forcing them as
+separate prompt text puts the next token off-distribution.
+
+One stop rule: a row stops when the rest of its answer is forced by the grammar (accepted as
+text without model steps); with ``stop_at_decision`` also as soon as its decision is made,
+unless it chose ``keep_branch`` (a judgment that must write its evidence keeps decoding after
+YES). An answer that stopped early ends with the grammar's forced continuation.
+
+Adding a backend means declaring its ``Capabilities`` (and, for an engine, ``submit``): no
+caller changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from recjudge.decoding._api import BranchBias, ConstrainedOutput, make_processors
+from recjudge.decoding._schemas import Schema
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMBackend
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """One batch of constrained answers.
+
+    Attributes:
+        suffixes: per row, its prompt's token ids after ``prefix`` (the whole prompt when
+            ``prefix`` is None).
+        schemas: per row, the answer's schema.
+        prefix: token ids every row shares (encoded and prefilled once); None: the rows are
+            independent prompts (batches still share their common head on the fast engine).
+        signal: per row, sigma (a YES/NO decision) or a per-branch vector (None: zeros).
+        bias: the branch bias at the decision step (None: record without biasing).
+        sampling: a ``SamplingConfig`` (greedy by default).
+        seeds: per-row sampling seeds.
+        jump_forward: prefill each row's forced opening (the lead policy above).
+        stop_at_decision: stop a row once its decision is made (a read-out).
+        keep_branch: with ``stop_at_decision``, the branch whose rows keep decoding.
+        rows: rows per decode step (with ``deterministic``: the fixed row count).
+        deterministic: the batch-invariant engine.
+        head: ``allowed`` computes the LM head only for the tokens the grammar allows (the
+            judge's default; the same argmax, less work; shared-prefix jobs on the fast
+            engine), ``full`` for every token.
+        explore: a sweep's per-row exploration hook (``BranchBiasProcessor.explore``);
+            needs a backend with ``step_scores``.
+    """
+
+    suffixes: Sequence[Sequence[int]]
+    schemas: Sequence[Schema]
+    prefix: Sequence[int] | None = None
+    signal: Sequence[Any] | None = None
+    bias: BranchBias | None = None
+    sampling: Any = None
+    seeds: Sequence[int] | None = None
+    jump_forward: bool = True
+    stop_at_decision: bool = False
+    keep_branch: str | None = None
+    rows: int = 8
+    deterministic: bool = False
+    head: str = "full"
+    explore: Any = None
+
+    def __post_init__(self) -> None:
+        if len(self.schemas) != len(self.suffixes):
+            raise ValueError(f"{len(self.schemas)} schemas for {len(self.suffixes)} rows")
+        if self.signal is not None and len(self.signal) != len(self.suffixes):
+            raise ValueError(f"{len(self.signal)} signals for {len(self.suffixes)} rows")
+        if self.head not in ("allowed", "full"):
+            raise ValueError(f"head must be 'allowed' or 'full', not {self.head!r}")
+
+
+def lead_ids(llm: LLMBackend, grammar: Any, row: int) -> list[int]:
+    """Token ids of the forced opening of ``row``'s answer, cut after its last letter or
+    digit (e.g. ``{"answer``), so the model still produces the merged ``": "`` tokens
+    itself."""
+    forced = grammar.jump_forward(row)
+    cut = max((i for i, ch in enumerate(forced) if ch.isalnum()), default=-1)
+    return llm.encode(forced[: cut + 1]) if cut >= 0 else []
+
+
+def _hooks(grammar: Any, proc: Any) -> tuple[Any, Any]:
+    """The engine's per-step hook (grammar mask, then bias) and per-token hook."""
+
+    def step(scores, rows):
+        grammar.mask(scores, rows)
+        if proc is not None:
+            proc.apply(scores, rows)
+
+    def accept(row, tok):
+        grammar.accept(row, tok)
+        if proc is not None:
+            proc.accept(row, tok)
+
+    return step, accept
+
+
+def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[ConstrainedOutput]:
+    """Decode ``job`` on ``llm`` by the path its capabilities call for; one output per row,
+    in order (text, parsed value where the grammar completed, decision record, tokens).
+
+    Args:
+        llm: a backend (``recjudge.llm.LLMBackend``).
+        job: what to decode.
+        stats: an ``EngineStats`` the engine adds its counts to.
+
+    Raises:
+        ValueError: an ``explore`` hook on a backend without per-step scores.
+    """
+    from recjudge.llm import SamplingConfig, capabilities_of
+
+    caps = capabilities_of(llm)
+    if caps.engine_constraints and job.explore is not None:
+        raise ValueError("a sweep's exploration needs per-step scores; this backend decodes "
+                         "in its engine (judge each setting on its own)")  # fmt: skip
+    n = len(job.suffixes)
+    if n == 0:
+        return []
+    sampling = job.sampling or SamplingConfig()
+    grammar, proc = make_processors(llm, job.schemas, job.signal, job.bias)
+    step, accept = _hooks(grammar, proc)
+    leads = [lead_ids(llm, grammar, row) if job.jump_forward else [] for row in range(n)]
+    for row, lead in enumerate(leads):
+        for t in lead:
+            accept(row, t)
+    prefix = list(job.prefix) if job.prefix is not None else None
+    suffixes = [list(s) + lead for s, lead in zip(job.suffixes, leads, strict=True)]
+    if caps.engine_constraints:
+        from recjudge.decoding._remote import engine_constrained
+
+        prompts = [(prefix or []) + s for s in suffixes]
+        if stats is not None:
+            stats.prefill_tokens += sum(len(p) for p in prompts)
+        return engine_constrained(llm, prompts, job.schemas, job.signal, job.bias, sampling,
+                                  leads, job.seeds)  # fmt: skip
+    if proc is not None:
+        proc.explore = job.explore
+
+    def finished(row: int) -> bool:
+        if grammar.finish_forced(row):  # the rest is forced: no more model steps
+            return True
+        if not job.stop_at_decision or proc is None:
+            return False
+        chosen = proc.records[row].chosen
+        return chosen is not None and chosen != job.keep_branch
+
+    from recjudge.llm._fast import decode_prompts, decode_shared
+
+    common = {"sampling": sampling, "seeds": job.seeds, "stats": stats,
+              "deterministic": job.deterministic, "rows": job.rows}  # fmt: skip
+    if job.head == "allowed" and prefix is not None:  # the shared-prefix engine's option
+        common["allowed"] = grammar.allowed
+    if prefix is None:
+        tokens = decode_prompts(llm, suffixes, step, accept, finished, **common)
+    else:
+        tokens = decode_shared(llm, prefix, suffixes, step, accept, finished, **common)
+    out = []
+    for row, schema in enumerate(job.schemas):
+        done = grammar.done(row)
+        text = grammar.text(row) + ("" if done else grammar.jump_forward(row))
+        out.append(ConstrainedOutput(
+            text=text,
+            value=schema.parse(grammar.text(row)) if done else None,
+            record=proc.records[row] if proc is not None else None,
+            token_ids=list(tokens[row]) if tokens is not None else [],
+        ))  # fmt: skip
+    return out

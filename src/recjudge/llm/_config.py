@@ -1,0 +1,244 @@
+"""What every LLM backend and engine shares, with no backend in it: dtype and sampling
+settings, the load config, ``Generation``, the declared ``Capabilities`` and the ``LLMBackend``
+Protocol. The backends (``_backend``, ``_vllm``) and the engines (``_fast``, ``_engine``)
+import it; it imports none of them, so no import cycle runs through the layer.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from recjudge._util import UserFacingError, native_bf16
+from recjudge.llm._models import DEFAULT_MODEL
+
+DTYPE_ENV = "RECJUDGE_DTYPE"
+DTYPES = ("bfloat16", "float32", "float16")
+
+
+class DeviceError(UserFacingError, RuntimeError):
+    """A device was asked for that this machine does not have."""
+
+
+class DtypeEnvError(UserFacingError, ValueError):
+    """``$RECJUDGE_DTYPE`` names no dtype recjudge computes in."""
+
+
+def auto_dtype() -> str:
+    """What ``dtype="auto"`` computes in on this machine.
+
+    ``$RECJUDGE_DTYPE`` (``bfloat16``, ``float32`` or ``float16``) when set: it forces one
+    dtype for every model loaded as ``auto`` (the test suite's second leg runs under the
+    dtype this CPU would not pick; a team can pin fp32 for runs that must match across
+    machines). Otherwise bf16 on CPUs that compute it natively, fp32 elsewhere.
+    """
+    forced = os.environ.get(DTYPE_ENV, "").strip()
+    if forced:
+        if forced not in DTYPES:
+            raise DtypeEnvError(
+                f"${DTYPE_ENV}={forced!r} is not a dtype; set it to one of {', '.join(DTYPES)} "
+                f"or unset it (auto: bf16 on CPUs with native bf16, else fp32)"
+            )
+        return forced
+    return "bfloat16" if native_bf16() else "float32"
+
+
+class SamplingConfig(BaseModel):
+    """Decoding settings. Greedy by default; ``paper()`` gives BRIEF's sampling settings.
+
+    Attributes:
+        do_sample: sample instead of taking the argmax.
+        temperature, top_p, top_k: sampling warpers, applied after all logits processors.
+        seed: seeds torch's RNG before each sampled ``generate`` call.
+        max_new_tokens: generation budget.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    do_sample: bool = False
+    temperature: float = Field(0.7, gt=0)
+    top_p: float = Field(0.8, gt=0, le=1)
+    top_k: int = Field(20, ge=0)
+    seed: int = 0
+    max_new_tokens: int = Field(256, ge=1)
+
+    @classmethod
+    def paper(cls, seed: int = 0, max_new_tokens: int = 256) -> SamplingConfig:
+        """T = 0.7, top-p 0.8, top-k 20 (the BRIEF paper's decoding)."""
+        return cls(
+            do_sample=True,
+            temperature=0.7,
+            top_p=0.8,
+            top_k=20,
+            seed=seed,
+            max_new_tokens=max_new_tokens,
+        )
+
+    def key(self) -> dict[str, Any]:
+        """The settings that change a result (for result-store keys)."""
+        if not self.do_sample:
+            return {"do_sample": False, "max_new_tokens": self.max_new_tokens}
+        return self.model_dump()
+
+
+class LLMConfig(BaseModel):
+    """How to load a model.
+
+    Attributes:
+        model: a preset name, a local folder or ``.gguf`` file, or a Hugging Face id.
+        dtype: compute dtype. ``auto`` (the default) is ``$RECJUDGE_DTYPE`` when set, else bf16
+            on CPUs that compute it natively (AVX512-BF16 or AMX: there bf16 is ~3x faster than
+            fp32) and fp32 elsewhere (without those instructions torch emulates bf16 and it is
+            2-3x *slower* than fp32). Results are keyed by the resolved dtype.
+        device: in-process backends: ``auto`` (CUDA when available, else CPU), ``cpu``,
+            ``cuda`` or ``cuda:N``. ``dtype="auto"`` is bf16 on a GPU. A GPU's results are
+            keyed apart from the CPU's (they round differently).
+        num_threads: torch intra-op threads (None keeps torch's default).
+        backend: ``transformers`` (in process, the default), ``vllm`` (vLLM in process;
+            install the ``vllm`` extra) or ``openai-compatible`` (a vLLM server started with
+            ``recjudge serve``).
+        vllm_args: extra keyword arguments for ``vllm.LLM`` (backend ``vllm``).
+        base_url, api_key_env, served_model, concurrency, timeout: for
+            ``openai-compatible``: the server's ``/v1`` URL, the environment variable that
+            holds the API key, the model name the server serves (default: ``model``), how
+            many requests are in flight, and the per-request timeout in seconds.
+        probe_bias: ``openai-compatible``: before the first judged request, check that the
+            server applies the bias (two forced requests; a server without recjudge's
+            processor is refused).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = DEFAULT_MODEL
+    dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
+    device: str = "auto"
+    num_threads: int | None = Field(None, ge=1)
+    backend: Literal["transformers", "vllm", "openai-compatible"] = "transformers"
+    vllm_args: dict[str, Any] = {}
+    base_url: str | None = None
+    api_key_env: str = "RECJUDGE_API_KEY"
+    served_model: str | None = None
+    concurrency: int = Field(16, ge=1)
+    timeout: float = Field(600.0, gt=0)
+    probe_bias: bool = True
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if not re.fullmatch(r"auto|cpu|cuda(:\d+)?", value):
+            raise ValueError(f"device {value!r}: use auto, cpu, cuda or cuda:N")
+        return value
+
+    def resolved_device(self) -> str:
+        """Where an in-process model computes: ``auto`` is CUDA when torch sees a GPU (its
+        first), else the CPU."""
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+    def resolved_dtype(self) -> str:
+        """The dtype the model computes in (``auto`` resolved for this machine: bf16 on a GPU,
+        else ``auto_dtype()``)."""
+        if self.dtype != "auto":
+            return self.dtype
+        forced = os.environ.get(DTYPE_ENV, "").strip()
+        on_gpu = self.device != "cpu" and self.resolved_device().startswith("cuda")
+        if not forced and self.backend != "openai-compatible" and on_gpu:
+            return "bfloat16"
+        return auto_dtype()
+
+
+@dataclass
+class Generation:
+    """One generated sequence."""
+
+    text: str
+    token_ids: list[int]
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do, declared by the backend (``LLMBackend.capabilities``) and read
+    by the one decoding entry point (``recjudge.decoding.decode``) and the sweep, instead of
+    probing attributes.
+
+    Attributes:
+        engine_constraints: the engine applies the grammar and the branch bias itself (vLLM
+            in process or a server): decoding sends whole requests (``submit``) instead of
+            running recjudge's processors step by step.
+        step_scores: the scores of every decoding step reach recjudge's processors, so a
+            sweep can record the unbiased decision step once and replay every bias setting.
+        option_scoring: exact whole-option likelihood (``recjudge.llm.best_options``) over
+            the model's own forward passes.
+        batch_invariant: the batch-invariant engine is available (``deterministic``: an
+            answer bit-identical whatever the other rows).
+        device: where the model computes (``cpu``, ``cuda:0``; ``engine`` for a backend
+            whose engine places it).
+    """
+
+    engine_constraints: bool = False
+    step_scores: bool = True
+    option_scoring: bool = True
+    batch_invariant: bool = True
+    device: str = "cpu"
+
+
+#: what an engine-side backend (vLLM in process, an OpenAI-compatible server) declares
+ENGINE_CAPABILITIES = Capabilities(
+    engine_constraints=True,
+    step_scores=False,
+    option_scoring=False,
+    batch_invariant=False,
+    device="engine",
+)
+
+
+class BackendError(UserFacingError, TypeError):
+    """An object used as an LLM backend does not declare what it can do."""
+
+
+def capabilities_of(llm: Any) -> Capabilities:
+    """``llm.capabilities``, or one clear error for an object that does not declare them
+    (a backend written for recjudge implements ``LLMBackend``, ``capabilities`` included)."""
+    try:
+        caps = llm.capabilities
+    except AttributeError:
+        caps = None
+    if not isinstance(caps, Capabilities):
+        raise BackendError(
+            f"{type(llm).__name__} is not a recjudge LLM backend: it declares no "
+            "`capabilities` (recjudge.llm.Capabilities); implement recjudge.llm.LLMBackend or "
+            "load one with recjudge.llm.load_llm"
+        )
+    return caps
+
+
+@runtime_checkable
+class LLMBackend(Protocol):
+    """What the reward core needs from a language model."""
+
+    name: str
+    tokenizer: Any
+    vocab_size: int  # width of the logits (may exceed len(tokenizer))
+    capabilities: Capabilities  # what it can do (read by ``recjudge.decoding.decode``)
+
+    def chat_prompt(self, messages: Sequence[dict[str, str]]) -> str: ...
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def next_token_logits(self, prompts: Sequence[str]) -> Any: ...
+
+    def generate(
+        self,
+        prompts: Sequence[str],
+        processors: Sequence[Any] = (),
+        sampling: SamplingConfig | None = None,
+    ) -> list[Generation]: ...

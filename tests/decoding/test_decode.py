@@ -1,0 +1,77 @@
+"""The one decoding entry point: its lead policy gives the judge's and the closed questions'
+openings, its stop rule (at the decision, or when the rest is forced), and its refusals."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from recjudge.decoding import (
+    Choice,
+    DecodeJob,
+    EvidenceFirst,
+    decode,
+    lead_ids,
+    make_processors,
+)
+from recjudge.llm import ENGINE_CAPABILITIES, BackendError, SamplingConfig
+
+TITLES = ["Heat (1995)", "Fargo (1996)"]
+PROMPT = "Is Alien (1979) relevant? Answer in JSON.\n"
+
+
+@pytest.mark.parametrize(
+    ("schema", "opening"),
+    [
+        (EvidenceFirst(TITLES), '{"evidence'),
+        (Choice(["YES", "NO"], answer_key="is_relevant"), '{"is_relevant'),
+        (Choice(["a", "b"]), '{"answer'),
+    ],
+)
+def test_the_lead_is_the_forced_opening_cut_after_its_last_letter(smollm, schema, opening):
+    grammar, _ = make_processors(smollm, [schema], None, None)
+    assert lead_ids(smollm, grammar, 0) == smollm.encode(opening)
+
+
+def _job(smollm, **kw):
+    prompt = smollm.encode(smollm.chat_prompt([{"role": "user", "content": PROMPT}]))
+    return DecodeJob(
+        suffixes=[prompt[-3:]] * 2,
+        prefix=prompt[:-3],
+        schemas=[EvidenceFirst(TITLES)] * 2,
+        signal=[1.0, -1.0],
+        sampling=SamplingConfig(max_new_tokens=64),
+        **kw,
+    )
+
+
+def test_a_read_out_stops_at_the_decision_and_a_full_answer_completes(smollm):
+    full = decode(smollm, _job(smollm))
+    for o in full:
+        assert isinstance(o.value, dict) and o.record.chosen in ("YES", "NO")
+        assert (o.record.chosen == "YES") == bool(o.value["evidence"])
+    read = decode(smollm, _job(smollm, stop_at_decision=True))
+    for r, f in zip(read, full, strict=True):
+        assert r.record.chosen == f.record.chosen  # the same decision, fewer steps
+        assert len(r.token_ids) <= len(f.token_ids)
+        if r.record.chosen == "YES":  # stopped inside the evidence list
+            assert r.value is None and f.text.startswith(r.text.rstrip())
+    kept = decode(smollm, _job(smollm, stop_at_decision=True, keep_branch="YES"))
+    for k, f in zip(kept, full, strict=True):
+        assert k.text == f.text  # YES keeps writing its evidence; NO is forced to the end
+
+
+def test_a_non_backend_and_an_engine_sweep_are_refused(smollm):
+    with pytest.raises(BackendError, match="declares no `capabilities`"):
+        decode(object(), _job(smollm))
+    engine = SimpleNamespace(capabilities=ENGINE_CAPABILITIES)
+    with pytest.raises(ValueError, match="per-step scores"):
+        decode(engine, _job(smollm, explore=lambda *a: None))
+
+
+def test_a_job_checks_its_rows():
+    with pytest.raises(ValueError, match="1 schemas for 2 rows"):
+        DecodeJob(suffixes=[[1], [2]], schemas=[Choice(["a"])])
+    with pytest.raises(ValueError, match="head"):
+        DecodeJob(suffixes=[[1]], schemas=[Choice(["a"])], head="some")
