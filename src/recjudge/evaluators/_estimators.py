@@ -425,16 +425,16 @@ def list_labels(
     answer has p = NaN (``dm`` and ``dr`` are then undefined: their imputation must not depend
     on whether the pair was logged) and hard label 0; and how many propensities were clipped."""
     top = list(ranking[:k])
-    o = np.array([i in logged for i in top], dtype=float)
-    y = np.array([float(logged.get(i, 0)) for i in top])
-    p = np.array([judged[i][0] if i in judged else np.nan for i in top])
-    h = np.array([float(judged[i][1]) if i in judged else 0.0 for i in top])
-    th, clipped = [], 0
-    for i in top:
+    rows = np.empty((5, len(top)))
+    clipped = 0
+    for r, i in enumerate(top):
+        j = judged.get(i)
         t, c = propensities.of(user, i)
-        th.append(t)
         clipped += c
-    return ListLabels(o, y, p, h, np.asarray(th, dtype=float)), clipped
+        lab = logged.get(i)
+        rows[:, r] = (lab is not None, lab or 0.0, j[0] if j else np.nan,
+                      j[1] if j else 0.0, t)  # fmt: skip
+    return ListLabels(*rows), clipped
 
 
 def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tuple[float, bool]]:

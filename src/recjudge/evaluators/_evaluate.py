@@ -88,7 +88,10 @@ def _ranx(qrels: Qrels, runs: Sequence[RecRun], users: Sequence[str], k: int):
     codes: dict[str, str] = {}
 
     def code(item: str) -> str:
-        return codes.setdefault(item, f"{len(codes):0{ID_WIDTH}d}")
+        c = codes.get(item)
+        if c is None:  # formatted once per item, not once per occurrence
+            c = codes[item] = f"{len(codes):0{ID_WIDTH}d}"
+        return c
 
     # Only positives: ranx ignores 0 labels. Every evaluation user has one (the user rule);
     # make_comparable scores a user a run lacks as 0 rather than dropping it.
