@@ -1,0 +1,44 @@
+"""GISTBench (interest extraction, grounding and verification): the public names of this family
+(also importable flat from ``recjudge.evaluators``)."""
+
+from recjudge.evaluators._gist import (
+    GistConfig,
+    Predicate,
+    build_oracle,
+    echoes_example,
+    gist_differences,
+    gist_intervals,
+    gist_scores,
+    global_pool,
+    load_categories,
+    names_signal,
+    read_interest_records,
+    read_oracle,
+    specificity_options,
+    user_scores,
+)
+from recjudge.evaluators._gist_pipeline import (
+    gist_extraction_asks,
+    run_gist,
+    verify_profiles,
+)
+
+__all__ = [
+    "GistConfig",
+    "Predicate",
+    "build_oracle",
+    "echoes_example",
+    "gist_differences",
+    "gist_intervals",
+    "gist_scores",
+    "global_pool",
+    "load_categories",
+    "names_signal",
+    "read_interest_records",
+    "read_oracle",
+    "specificity_options",
+    "user_scores",
+    "gist_extraction_asks",
+    "run_gist",
+    "verify_profiles",
+]
