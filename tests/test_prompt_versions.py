@@ -82,7 +82,8 @@ FAMILIES = {
                 "USERSUM_PROMPT_FINGERPRINT"),
     "arena": (_arena, "recjudge.evaluators._arena_prompts", "ARENA_PROMPT_VERSION",
               "ARENA_PROMPT_FINGERPRINT"),
-    "gist": (_gist, "recjudge.evaluators._gist", "GIST_PROMPT_VERSION", "GIST_PROMPT_FINGERPRINT"),
+    "gist": (_gist, "recjudge.evaluators._gist_prompts", "GIST_PROMPT_VERSION",
+             "GIST_PROMPT_FINGERPRINT"),
     "simulators": (_simulators, "recjudge.reward._simulators", "SIMULATOR_VERSION",
                    "SIMULATOR_FINGERPRINT"),
 }  # fmt: skip
