@@ -89,14 +89,23 @@ def gap(
     return out
 
 
+def exposure_probability(pop: Any, top: float, alpha: float) -> Any:
+    """The logging policy's exposure probability ``(pop / max pop)^alpha`` (1 with
+    ``alpha = 0``), of a count or an array of counts."""
+    return (np.asarray(pop, dtype=float) / top) ** alpha if alpha > 0 else np.ones_like(
+        np.asarray(pop, dtype=float))  # fmt: skip
+
+
 def exposure_mask(
     items: Sequence[str], popularity: Mapping[str, int], alpha: float, seed: Any
 ) -> list[bool]:
-    """Which items a popularity-biased logging policy exposed: P = (pop / max pop)^alpha."""
+    """Which items a popularity-biased logging policy exposed (``exposure_probability``)."""
     top = max(popularity.values()) if popularity else 1
     g = rng("exposure", seed)
     return [
-        bool(g.random() < (popularity.get(i, 0) / top) ** alpha) if alpha > 0 else True
+        bool(g.random() < exposure_probability(popularity.get(i, 0), top, alpha))
+        if alpha > 0
+        else True
         for i in items
     ]
 

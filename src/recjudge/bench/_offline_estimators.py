@@ -42,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ConfigDict, Field
 
-from recjudge.bench._offline import OfflineConfig, gap
+from recjudge.bench._offline import OfflineConfig, exposure_probability, gap
 from recjudge.reporting import interval
 
 if TYPE_CHECKING:
@@ -118,7 +118,7 @@ def world_from(
         list(users),
         pairs,
         np.array([i in truth.get(u, ()) for u, i in pairs], dtype=float),
-        (pop / top) ** alpha if alpha > 0 else np.ones(len(pairs)),
+        exposure_probability(pop, top, alpha),
         pop,
         slots,
         {},
@@ -163,7 +163,7 @@ def one_log(
 ) -> dict[str, dict[str, dict[str, tuple[float, float, float]]]]:
     """Every estimator row on one log: ``{row: {metric: {system: (value, lo, hi)}}}`` with
     95 % percentile intervals over the user resamples ``idx`` ([draws, users])."""
-    from recjudge.evaluators._estimators import linear_values, metric_weights, parse_metric
+    from recjudge.evaluators._estimators import linear_values, parse_metric, snips_normaliser
 
     y_all = world.relevant * observed
     thetas = {
@@ -180,18 +180,15 @@ def one_log(
         imp = {n: (_gather(p, m), _gather(h, m)) for n, (p, h) in world.imputers.items()}
         zero = np.zeros_like(o)
         for metric in metrics:
-            base, k = parse_metric(metric)
-            w = np.zeros(m.shape[1])
-            w[:k] = metric_weights(base, k)[: m.shape[1]]
+            k = parse_metric(metric)[1]
+            w = _padded_weights(metric, m.shape[1])
             for row, est, arg in rows:
                 imputer, _, prop = arg.partition("|")
                 p, h = imp.get(imputer, (zero, zero))
                 t = th.get(prop or arg, th["true"])
                 vals = linear_values(est, w, o, y, p * valid, h * valid, t)
                 if est == "snips":
-                    ratio = (o / t)[:, :k]
-                    norm = ratio.sum() / valid[:, :k].sum()
-                    vals = vals / (norm if norm > 0 else 1.0)
+                    vals = vals / snips_normaliser(o[:, :k], t[:, :k], valid[:, :k])
                 boot = vals[idx].mean(axis=1)
                 cell = (float(vals.mean()), float(np.percentile(boot, 2.5)),
                         float(np.percentile(boot, 97.5)))  # fmt: skip
@@ -199,17 +196,23 @@ def one_log(
     return out
 
 
-def truth_of(world: World, metrics: Sequence[str]) -> dict[str, dict[str, float]]:
-    """The online metric per system: the mean over users of ``sum_r w_r R_r``."""
+def _padded_weights(metric: str, width: int) -> np.ndarray:
+    """``metric``'s position weights over ``width`` ranks (0 past its cut-off)."""
     from recjudge.evaluators._estimators import metric_weights, parse_metric
 
+    base, k = parse_metric(metric)
+    w = np.zeros(width)
+    w[:k] = metric_weights(base, k)[:width]
+    return w
+
+
+def truth_of(world: World, metrics: Sequence[str]) -> dict[str, dict[str, float]]:
+    """The online metric per system: the mean over users of ``sum_r w_r R_r``."""
     out: dict[str, dict[str, float]] = {}
     for metric in metrics:
-        base, k = parse_metric(metric)
         out[metric] = {}
         for name, m in world.slots.items():
-            w = np.zeros(m.shape[1])
-            w[:k] = metric_weights(base, k)[: m.shape[1]]
+            w = _padded_weights(metric, m.shape[1])
             out[metric][name] = float((_gather(world.relevant, m) @ w).mean())
     return out
 

@@ -156,14 +156,6 @@ def estimate_user(est: str, metric: str, k: int, x: ListLabels) -> float | None:
     raise ValueError(f"unknown metric {metric!r}")
 
 
-def judge_share(metric: str, k: int, x: ListLabels) -> float:
-    """Share of the metric's position weight on pairs without a logged label."""
-    n = min(k, len(x.observed))
-    w = metric_weights(metric, k)[:n] if metric in LINEAR else 1.0 / np.arange(1, n + 1)
-    total = float(np.sum(w))
-    return float(np.sum(w * (1 - x.observed[:n].astype(float)))) / total if total else 0.0
-
-
 def _stack(rows: Sequence[ListLabels], k: int) -> dict[str, np.ndarray]:
     """The users' lists as ``[users, k]`` arrays (``valid`` marks real slots; padding has
     no observation, label, probability or hard label, and propensity 1), with ``label`` 0
@@ -178,6 +170,15 @@ def _stack(rows: Sequence[ListLabels], k: int) -> dict[str, np.ndarray]:
         m["valid"][r, :j] = 1.0
     m["label"] = np.where(m["observed"] > 0, m["label"], 0.0)
     return m
+
+
+def snips_normaliser(observed: np.ndarray, theta: np.ndarray, valid: np.ndarray) -> float:
+    """SNIPS's ``n``: the mean of ``O / theta`` over the real slots (``valid``); 1 when there
+    is none or it is not positive."""
+    if not valid.sum():
+        return 1.0
+    ratio = float((observed / theta)[valid > 0].mean())
+    return ratio if ratio > 0 else 1.0
 
 
 def _user_values(est: str, metric: str, k: int, m: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -266,9 +267,8 @@ def estimate(
                               out=np.zeros(len(users)), where=total > 0)  # fmt: skip
         share = float(per_share.mean())
         norm = 1.0
-        if "snips" in estimators and metric in LINEAR and valid.sum():
-            ratio = float((cut["observed"] / cut["propensity"])[valid > 0].mean())
-            norm = ratio if ratio > 0 else 1.0
+        if "snips" in estimators and metric in LINEAR:
+            norm = snips_normaliser(cut["observed"], cut["propensity"], valid)
         unjudged = int((np.isnan(cut["p"]) & (valid > 0)).sum())
         out[name] = {}
         for est in estimators:
