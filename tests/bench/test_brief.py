@@ -498,8 +498,8 @@ def test_ratings_report_has_level_cis_paired_table_and_speed(smollm, tmp_path):
 
 
 def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_path):
-    from recjudge.bench._judging import judge_per_user, judges_for
-    from recjudge.reward import ResultsStore, request_for
+    from recjudge.bench._judging import judges_for
+    from recjudge.reward import ResultsStore, judge_per_user, request_for
 
     reqs = []
     for user, cand, sigma in (("1", "Toy Story (1995)", 0.9), ("1", "Heat (1995)", -0.6),

@@ -149,8 +149,7 @@ class _World:
 
 
 def _world(config: AugmentBenchConfig) -> _World:
-    from recjudge.bench._judging import calibrated_cf
-    from recjudge.cf_models import SideInfo
+    from recjudge.cf_models import SideInfo, calibrated_cf
     from recjudge.data import load_dataset, sample_users, timeline_split
 
     ds = load_dataset(config.data)
@@ -192,12 +191,12 @@ def _judge_choices(
         "requests", "passes", "per_second"}`` (LLM judgments made in this call, requests,
         decoding passes).
     """
-    from recjudge.bench._judging import SIMULATORS, judge_per_user, judges_for, llm_made
+    from recjudge.bench._judging import SIMULATORS, judges_for
     from recjudge.cf_models import item_item_for
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
     from recjudge.evaluators import RecRun, RunCheck, augment, augment_plan
-    from recjudge.reward import Population, ResultsStore
+    from recjudge.reward import Population, ResultsStore, judge_per_user, llm_made
 
     methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
     cost: dict[str, Any] = {"seconds": 0.0, "judged_now": 0, "requests": 0, "passes": 0,

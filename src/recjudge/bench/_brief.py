@@ -23,12 +23,11 @@ from recjudge.bench._judging import (
     CF_MODES,
     SIMULATORS,
     JudgeSampling,
-    calibrated_cf,
-    judge_per_user,
     judges_for,
 )
+from recjudge.cf_models import calibrated_cf
 from recjudge.reporting import interval
-from recjudge.reward import MODES
+from recjudge.reward import MODES, judge_per_user
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend

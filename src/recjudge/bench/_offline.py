@@ -287,9 +287,9 @@ def _impute_all(
     """
     import pandas as pd
 
-    from recjudge.bench._judging import judge_per_user, llm_made
     from recjudge.data import Dataset
     from recjudge.evaluators import ImputeConfig, imputation_plan, impute, read_qrels
+    from recjudge.reward import judge_per_user, llm_made
 
     past_ds = Dataset(ds.name, log.past, ds.items, ds.users, domain=ds.domain)
     rows = [(u, i) for u in log.users for i in log.logged[u]]
@@ -436,8 +436,7 @@ def bench_brief_offline(
     gap.png under ``out``. The judges impute through ``recjudge.evaluators.impute`` (qrels
     under ``out/impute/seed-<s>/<mode>``), all seeds through one store (a pair two logs
     share is judged once)."""
-    from recjudge.bench._judging import calibrated_cf
-    from recjudge.cf_models import SideInfo
+    from recjudge.cf_models import SideInfo, calibrated_cf
     from recjudge.data import load_dataset
     from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore

@@ -359,13 +359,12 @@ def bench_brief_offline_estimators(
     results.json and estimators.png under ``out``."""
     from recjudge._stats import user_draws
     from recjudge._util import rng
-    from recjudge.bench._judging import calibrated_cf, judge_per_user
     from recjudge.bench._offline import _imputer_judges, _simulate_log, _train_runs
-    from recjudge.cf_models import SideInfo
+    from recjudge.cf_models import SideInfo, calibrated_cf
     from recjudge.data import Dataset, load_dataset
     from recjudge.evaluators._estimators import parse_metric
     from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore, requests_for
+    from recjudge.reward import ResultsStore, judge_per_user, requests_for
 
     t0 = time.time()
     out = Path(out)

@@ -26,6 +26,7 @@ from recjudge.cf_models._classic import (
 )
 from recjudge.cf_models._eval import (
     cached_cf,
+    calibrated_cf,
     calibration_pairs,
     eval_saved,
     evaluate_full,
@@ -88,6 +89,7 @@ __all__ = [
     "history_at_test",
     "hit_ndcg",
     "cached_cf",
+    "calibrated_cf",
     "interaction_matrix",
     "item_item_for",
     "load_model",

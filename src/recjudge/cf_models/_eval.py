@@ -245,6 +245,21 @@ def cached_cf(
     return model, path, True
 
 
+def calibrated_cf(
+    name: str, interactions: Any, items: Sequence[str], seed: int, side: Any = None
+) -> Any:
+    """CF model ``name`` trained on the leave-one-out train part of ``interactions``, its
+    sigma scale calibrated on the held-out validation items (and random unseen items).
+    ``side``: the dataset's ``SideInfo``, for models that use item/user attributes."""
+    split = leave_one_out(interactions)
+    cls = MODELS.get(name)
+    model = cls(cls.Config())
+    model.train(split.train, TrainOptions(seed=seed, progress=False), items=list(items), side=side)
+    hs, cs, us = calibration_pairs(split.train, split.valid, model.items, seed)
+    model.calibrate(hs, cs, us)
+    return model
+
+
 def item_item_for(
     base: CFModel,
     dataset: Dataset,

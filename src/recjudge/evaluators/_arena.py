@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -213,17 +214,43 @@ def _liked_history(train: Any, n: int, min_rating: float | None) -> dict[str, li
     return out
 
 
-def _prepare(config: ArenaConfig, data: str) -> tuple[_Arena, dict[str, Any], list[str]]:
-    from recjudge.data import leave_one_out, load_dataset, render_item, sample_users
+@dataclass
+class ArenaWorld:
+    """The data, users and systems an arena compares (pairwise or list-level)."""
+
+    ds: Any
+    split: Any  # leave-one-out: the systems train on ``split.train``, AUC on ``split.test``
+    users: list[str]
+    systems: dict[str, Any]  # name -> RecSystem
+    offline: dict[str, dict[str, float | None]]  # name -> AUC, nDCG@k, URD
+
+
+def arena_world(
+    data: str, systems: Sequence[str], users: int, k: int, similarity: str, seed: int
+) -> ArenaWorld:
+    """Load ``data``, sample ``users`` users with a held-out test item (sha256 of the id and
+    ``seed``), build ``systems`` on the leave-one-out train split and their offline metrics
+    on those users."""
+    from recjudge.data import leave_one_out, load_dataset, sample_users
 
     ds = load_dataset(data)
     split = leave_one_out(ds.interactions)
     eligible = set(split.test["user_id"].astype(str))
-    users = [
-        u for u in sample_users(ds.user_ids(), config.users * 3, config.seed) if u in eligible
-    ][: config.users]
-    systems = build_systems(ds, config.systems, split, users, config.k, config.seed)
-    offline = offline_metrics(ds, systems, split, users, config.k, config.similarity, config.seed)
+    chosen = [u for u in sample_users(ds.user_ids(), users * 3, seed) if u in eligible][:users]
+    built = build_systems(ds, systems, split, chosen, k, seed)
+    offline = offline_metrics(ds, built, split, chosen, k, similarity, seed)
+    return ArenaWorld(ds, split, chosen, built, offline)
+
+
+def _prepare(config: ArenaConfig, data: str) -> tuple[_Arena, dict[str, Any], list[str]]:
+    from recjudge.data import render_item
+
+    world = arena_world(
+        data, config.systems, config.users, config.k, config.similarity, config.seed
+    )
+    ds, split, users, systems, offline = (
+        world.ds, world.split, world.users, world.systems, world.offline
+    )  # fmt: skip
     text = {
         str(i): render_item(r, ds.domain)
         for i, r in zip(ds.items["item_id"], ds.items.to_dict("records"), strict=True)

@@ -335,14 +335,18 @@ def user_bootstrap(
 
 
 def reference_q_ci(
-    records: Sequence[dict[str, Any]], reference: str, n: int = 1000, seed: int = 0
+    records: Sequence[dict[str, Any]],
+    reference: str,
+    n: int = 1000,
+    seed: int = 0,
+    aspect: str = "overall",
 ) -> dict[str, tuple[float, float] | None]:
-    """User-bootstrap 95 % CIs of each system's overall Q against ``reference``."""
+    """User-bootstrap 95 % CIs of each system's Q against ``reference`` on ``aspect``."""
 
     def stat(recs: list[dict[str, Any]]) -> dict[str, float | None]:
-        return {s: c["q"] for s, c in reference_q(recs, reference, "overall").items()}
+        return {s: c["q"] for s, c in reference_q(recs, reference, aspect).items()}
 
-    return user_bootstrap([r for r in records if r["aspect"] == "overall"], stat, n, seed)
+    return user_bootstrap([r for r in records if r["aspect"] == aspect], stat, n, seed)
 
 
 def order_flip_ci(
@@ -502,3 +506,39 @@ def auc_of(scores: np.ndarray, target: int, exclude: Sequence[int]) -> float:
     neg = scores[mask]
     t = scores[target]
     return float((np.sum(neg < t) + 0.5 * np.sum(neg == t)) / max(len(neg), 1))
+
+
+# -- list-level comparison (our extension) -------------------------------------------------
+LIST_DISCOUNTS = ("log2", "none")
+
+
+def list_score(p: Sequence[float | None], discount: str = "log2") -> float | None:
+    """A list's position-discounted mean judged relevance.
+
+    ``S = sum_r w_r p_r / sum_r w_r`` over the list's ranks ``r = 1..k`` whose item was judged
+    (``p_r`` not None), with ``w_r = 1 / log2(r + 1)`` (``log2``, the DCG discount of
+    Jarvelin & Kekalainen, 2002) or ``w_r = 1`` (``none``). With ``p_r`` the judge's P(YES),
+    S is the list's expected discounted relevance normalised by the list's own discount mass:
+    in [0, 1], comparable across lists of different lengths. ``None`` when no item was judged.
+    """
+    if discount not in LIST_DISCOUNTS:
+        raise ValueError(f"unknown discount {discount!r}; use one of {LIST_DISCOUNTS}")
+    num = den = 0.0
+    for r, v in enumerate(p, start=1):
+        if v is None:
+            continue
+        w = 1.0 / float(np.log2(r + 1)) if discount == "log2" else 1.0
+        num += w * float(v)
+        den += w
+    return num / den if den > 0 else None
+
+
+def list_verdict(score_a: float, score_b: float, margin: float) -> str:
+    """``A wins`` when ``S_A - S_B > margin``, ``B wins`` when ``S_B - S_A > margin``, else
+    ``Tie`` (the same verdict whichever list is called A: no position enters)."""
+    d = score_a - score_b
+    if d > margin:
+        return "A wins"
+    if d < -margin:
+        return "B wins"
+    return "Tie"

@@ -239,3 +239,120 @@ def arena_report(
         )
     lines += ["", "![win/tie/lose](winrates.png)"]
     return lines
+
+
+# -- list-level arena (our extension) ------------------------------------------------------
+_SCORER_WORDS = {
+    "brief": "BRIEF, sigma from {sigma} (none of the compared systems), beta {beta}",
+    "llm-only": "the same prompt without the CF bias (BRIEF's no-behavior ablation): the LLM alone",
+    "cf-only": "{sigma}'s sigma alone, P = (1 + sigma) / 2 (no LLM)",
+}
+
+
+def plot_list_scores(results: dict[str, Any], path: Path) -> None:
+    """Per scorer, each system's mean list score (95 % user-bootstrap interval) against its
+    AUC on the held-out item."""
+    from recjudge.reporting import figure
+
+    summary, offline = results["summary"], results["offline"]
+    scorers = list(summary)
+    with figure(path, size=(4.2 * len(scorers), 3.8), dpi=120, grid=(1, len(scorers))) as axes:
+        for ax, scorer in zip(axes[0], scorers, strict=True):
+            for s, m in summary[scorer]["mean_score"].items():
+                auc = offline.get(s, {}).get("auc")
+                if auc is None:
+                    continue
+                lo, hi = m["users"]["lo"], m["users"]["hi"]
+                ax.errorbar(auc, m["estimate"], yerr=[[m["estimate"] - lo], [hi - m["estimate"]]],
+                            fmt="o", capsize=3)  # fmt: skip
+                ax.annotate(s, (auc, m["estimate"]), textcoords="offset points", xytext=(4, 4))
+            ax.set_xlabel("AUC (held-out item)")
+            ax.set_ylabel("mean list score")
+            ax.set_title(scorer)
+
+
+def arena_lists_report(config: Any, data: str, results: dict[str, Any]) -> list[str]:
+    """The list-level arena's report: header (our extension, sigma source, scorers, margin,
+    cost), then per scorer the systems' scores, Q against the reference and the rank
+    correlations with AUC."""
+    from recjudge.reporting import interval
+
+    ref, offline, cost = results["reference"], results["offline"], results["cost"]
+    n_users = len(results["users"])
+    sigma = config.sigma_from
+    lines = [
+        "# List-level arena (our extension: not in the RecSys Arena paper)",
+        "",
+        f"- data **{data}**, {n_users} users (sampled by sha256 of the id, seed {config.seed}), "
+        f"top-{config.k} lists of {', '.join(config.system_names)}; reference **{ref}**",
+        f"- judge **{config.model}** ({config.dtype} dtype): every item of every list judged "
+        "pointwise (a reward read-out at the decision step, the user's leave-one-out training "
+        f"history, at most {config.history_items} items, in the prompt); no list is shown next "
+        "to another, so no position enters",
+        "- scorers: "
+        + "; ".join(
+            f"**{s}**: " + _SCORER_WORDS[s].format(sigma=sigma, beta=config.beta)
+            for s in results["summary"]
+        ),
+        "- list score: mean P(YES) over the list weighted by "
+        + ("1 / log2(rank + 1)" if config.discount == "log2" else "1 (no discount)")
+        + f"; per user, a system wins / ties / loses against {ref} by the score difference "
+        f"with tie margin {config.tie_margin}; Q = (win + tie) / (lose + tie)",
+        f"- intervals: 95 % percentile, {config.bootstrap} user resamples",
+        f"- **cost**: {cost['pairs']} distinct (user, item) pairs, {cost['llm_requests']} LLM "
+        f"judgments asked ({cost['judged_now']} made in this run) from "
+        f"{cost['decoding_passes']} decoding passes in {cost['judging_seconds']} s "
+        f"({cost['passes_per_second']} passes/s), set-up {cost['setup_seconds']} s; "
+        f"unbuildable pairs {cost['unbuilt']}, failed judgments "
+        + ", ".join(f"{k} {v}" for k, v in cost["failed"].items()),
+        "",
+    ]
+    for scorer, sm in results["summary"].items():
+        lines += [
+            f"## {scorer}",
+            "",
+            f"{sm['users_scored']} users with every list scored.",
+            "",
+            f"| system | AUC | mean list score | minus {ref} | win / tie / lose | Q [95 % CI] |",
+            "|---|---|---|---|---|---|",
+        ]
+        order = sorted(sm["mean_score"], key=lambda s: -(offline[s]["auc"] or 0.0))
+        for s in order:
+            m = sm["mean_score"][s]
+            d = sm["minus_reference"].get(s)
+            q = sm["q"].get(s)
+            lo_hi = (sm["q_ci"] or {}).get(s)
+            lines.append(
+                f"| {s} | {_fmt(offline[s]['auc'])} | "
+                f"{interval(m['estimate'], m['users']['lo'], m['users']['hi'])} | "
+                + (
+                    interval(d["estimate"], d["users"]["lo"], d["users"]["hi"], signed=True)
+                    if d
+                    else "(reference)"
+                )
+                + " | "
+                + (f"{q['win']} / {q['tie']} / {q['lose']}" if q else "-")
+                + " | "
+                + (
+                    f"{_fmt(q['q'])}" + (f" [{_fmt(lo_hi[0])}, {_fmt(lo_hi[1])}]" if lo_hi else "")
+                    if q
+                    else "-"
+                )
+                + " |"
+            )
+        # Q is of the systems against the reference (an infinite Q is left out); the mean list
+        # score is every system's, the reference's too.
+        for what, key in (("Q", "corr_q_auc"), ("mean list score", "corr_score_auc")):
+            c = sm[key]
+            if c["pearson"] is None:
+                lines.append(f"\n{what} vs AUC: undefined ({c['n']} systems with a finite "
+                             f"{what}; it needs 3 and a {what} that varies)")  # fmt: skip
+            else:
+                lines.append(
+                    f"\n{what} vs AUC over {c['n']} systems: Pearson {c['pearson']:.2f} "
+                    f"(p {c['pearson_p']:.2f}), Spearman {c['spearman']:.2f} "
+                    f"(p {c['spearman_p']:.2f})"
+                )
+        lines.append("")
+    lines += ["![mean list score against AUC](scores.png)", ""]
+    return lines

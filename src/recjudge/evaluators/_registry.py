@@ -33,6 +33,7 @@ EVALUATORS: Registry[EvaluatorSpec] = Registry("evaluator")
 
 def _register() -> None:
     from recjudge.evaluators._arena import ArenaConfig, run_arena
+    from recjudge.evaluators._arena_lists import ArenaListConfig, run_arena_lists
     from recjudge.evaluators._gist import GistConfig
     from recjudge.evaluators._gist_pipeline import run_gist
     from recjudge.evaluators._usersum import UserSumConfig, run_usersum
@@ -40,6 +41,10 @@ def _register() -> None:
     EVALUATORS.register("arena", EvaluatorSpec(
         ArenaConfig, run_arena, "RecSys Arena: systems judged pairwise against a reference",
         "reports/arena"))  # fmt: skip
+    EVALUATORS.register("arena-lists", EvaluatorSpec(
+        ArenaListConfig, run_arena_lists,
+        "List-level arena (our extension): every listed item judged by BRIEF, lists by score",
+        "reports/arena-lists"))  # fmt: skip
     EVALUATORS.register("gist", EvaluatorSpec(
         GistConfig, run_gist, "GISTBench: interest extraction, verification, IG and IS",
         "reports/gist"))  # fmt: skip

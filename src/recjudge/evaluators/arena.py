@@ -3,10 +3,20 @@ importable flat from ``recjudge.evaluators``)."""
 
 from recjudge.evaluators._arena import (
     ArenaConfig,
+    ArenaWorld,
+    arena_world,
     run_arena,
+)
+from recjudge.evaluators._arena_lists import (
+    LIST_SCORERS,
+    ArenaListConfig,
+    list_records,
+    list_scores,
+    run_arena_lists,
 )
 from recjudge.evaluators._arena_metrics import (
     ASPECTS,
+    LIST_DISCOUNTS,
     OPTIONS,
     SWAP_RULES,
     auc_of,
@@ -15,6 +25,8 @@ from recjudge.evaluators._arena_metrics import (
     combine_orders,
     correlations,
     flip,
+    list_score,
+    list_verdict,
     ndcg_at,
     order_averaged_preference,
     order_averaged_preference_ci,
@@ -47,7 +59,14 @@ from recjudge.evaluators._arena_systems import (
 
 __all__ = [
     "ArenaConfig",
+    "ArenaWorld",
+    "arena_world",
     "run_arena",
+    "LIST_SCORERS",
+    "ArenaListConfig",
+    "list_records",
+    "list_scores",
+    "run_arena_lists",
     "ASPECTS",
     "OPTIONS",
     "SWAP_RULES",
@@ -57,6 +76,9 @@ __all__ = [
     "combine_orders",
     "correlations",
     "flip",
+    "list_score",
+    "list_verdict",
+    "LIST_DISCOUNTS",
     "ndcg_at",
     "order_averaged_preference",
     "order_averaged_preference_ci",

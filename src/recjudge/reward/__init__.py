@@ -34,7 +34,15 @@ from recjudge.reward._stored import (
     generate_stored,
     run_stored,
 )
-from recjudge.reward._sweep import SWEEPABLE, SweepFill, can_sweep, judge_sweep, sweep_into_store
+from recjudge.reward._sweep import (
+    SWEEPABLE,
+    SweepFill,
+    can_sweep,
+    judge_per_user,
+    judge_sweep,
+    llm_made,
+    sweep_into_store,
+)
 
 __all__ = [
     "SIMULATORS",
@@ -75,6 +83,8 @@ __all__ = [
     "import_portable",
     "reseal_portable",
     "judge_sweep",
+    "judge_per_user",
+    "llm_made",
     "request_for",
     "run_stored",
     "requests_for",
