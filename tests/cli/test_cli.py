@@ -25,8 +25,25 @@ def test_models_list_json_has_three_presets():
     rows = json.loads(run("models", "list", "--json").stdout)
     assert [r["name"] for r in rows] == ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
     for r in rows:
-        assert set(r) >= {"name", "params", "installed", "cached"}
+        assert set(r) >= {"name", "params", "installed", "cached", "device", "dtype"}
     assert rows[0]["installed"] is True and rows[0]["cached"] is True  # set up by make
+    # where --device auto runs on this machine (CI has no GPU: the CPU)
+    import torch
+
+    want = "cuda" if torch.cuda.is_available() else "cpu"
+    assert {r["device"] for r in rows} == {want}
+    assert {r["dtype"] for r in rows} <= {"bfloat16", "float32"}
+
+
+def test_report_footer_names_the_gpu_or_none(tmp_path):
+    import torch
+
+    from recjudge.reporting import write_report
+
+    write_report(tmp_path, {"x": 1}, ["# r"])
+    env = json.loads((tmp_path / "results.json").read_text())["environment"]
+    assert (env["gpu"] is None) == (not torch.cuda.is_available())
+    assert f"GPU: {env['gpu'] or 'none'}" in (tmp_path / "report.md").read_text()
 
 
 def test_unknown_model_is_a_clear_error():

@@ -79,13 +79,13 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
 
         def __call__(self, input_ids: torch.Tensor, scores: Any, **kw: Any) -> torch.Tensor:
             done = self.proc.commits_with(0, int(input_ids[0, -1]))
-            return torch.tensor([done])
+            return torch.tensor([done], device=input_ids.device)
 
     def run(reqs: list[Any]) -> list[Answer]:
         out = []
         for r in reqs:
             prompt, schema, grammar, proc = processors_for(judge, r)
-            ids = torch.tensor([prompt])
+            ids = torch.tensor([prompt], device=llm.model.device)
             with torch.inference_mode():
                 gen = llm.model.generate(
                     input_ids=ids,

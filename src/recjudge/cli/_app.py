@@ -57,13 +57,18 @@ def fail(msg: str, code: int = 2) -> None:
 # -- models ----------------------------------------------------------------------------
 @models_app.command("list")
 def models_list(as_json: bool = typer.Option(False, "--json", help="Print JSON.")) -> None:
-    """List model presets: name, params, installed, cached."""
-    from recjudge.llm import PRESETS, preset_info
+    """List model presets: name, params, installed, cached, and where ``--device auto`` and
+    ``dtype auto`` would run them on this machine."""
+    from recjudge.llm import PRESETS, LLMConfig, preset_info
 
     rows = [preset_info(n) for n in PRESETS.names()]
+    device = LLMConfig().resolved_device()
+    dtype = LLMConfig(device=device).resolved_dtype()
     if as_json:
-        emit([{k: r[k] for k in ("name", "params", "installed", "cached", "hf_id")} for r in rows])
+        keys = ("name", "params", "installed", "cached", "hf_id")
+        emit([{**{k: r[k] for k in keys}, "device": device, "dtype": dtype} for r in rows])
         return
+    typer.echo(f"in process: device {device}, dtype {dtype} (--device or RECJUDGE_DTYPE choose others)")
     for r in rows:
         typer.echo(
             f"{r['name']:<22} {r['params']:>5}  installed={r['installed']!s:<5} "

@@ -101,6 +101,31 @@ def bench_estimator_speed_cmd(
     emit(r["median_seconds"])
 
 
+@bench_app.command("gpu-check")
+def bench_gpu_check_cmd(
+    tokenizer: str = typer.Option(
+        None, "--tokenizer", help="Qwen2.5 tokenizer folder (default: the preset's cache)."
+    ),
+    device: str = typer.Option("auto", "--device", help="auto | cpu | cuda | cuda:N"),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (bf16 on a GPU) | bfloat16 | float32"),
+    users: int = typer.Option(10, "--users", min=1),
+    candidates: int = typer.Option(20, "--candidates", min=1),
+    layers: int = typer.Option(None, "--layers", min=1, help="Fewer layers: a quick look."),
+    out: str = typer.Option("reports/gpu-check", "--out"),
+) -> None:
+    """Engine vs generate() on Qwen2.5-1.5B's architecture with random weights: parity and
+    judgments/s (no weights or network needed; see scripts/pack_gpu_check.sh)."""
+    from recjudge.bench._gpu_check import gpu_check, qwen_tokenizer
+    from recjudge.llm import DeviceError
+
+    try:
+        r = gpu_check(tokenizer or qwen_tokenizer(), device, dtype, users, candidates,
+                      layers=layers, out=out)  # fmt: skip
+    except DeviceError as e:
+        fail(str(e))
+    emit(r)
+
+
 @bench_app.command("decoding")
 def bench_decoding_cmd(
     model: str = typer.Option("qwen2.5-coder-0.5b", "--model"),

@@ -59,6 +59,19 @@ def render_chat(tokenizer: Any, messages: Sequence[dict[str, str]]) -> str:
     return body + "\n\nASSISTANT: "
 
 
+def require_device(device: str) -> str:
+    """``device`` when torch can compute there; a CUDA device on a machine where torch sees
+    no GPU is one clear ``DeviceError``."""
+    import torch
+
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise DeviceError(
+            f"device {device!r} was asked for but torch sees no CUDA GPU here; use device cpu "
+            "(or auto)"
+        )
+    return device
+
+
 @contextmanager
 def _quiet_loading() -> Iterator[None]:
     """transformers' weight-loading progress bar off for the block (restored after)."""
@@ -95,15 +108,29 @@ class TransformersBackend:
             source = source.parent
         self.dtype = self.config.resolved_dtype()
         dtype = getattr(torch, self.dtype)
-        self.tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
         with _quiet_loading():  # a per-tensor bar would break into the caller's progress bar
-            self.model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
-        self.device = self.config.resolved_device()
-        if self.device.startswith("cuda") and not torch.cuda.is_available():
-            raise DeviceError(
-                f"device {self.device!r} was asked for but torch sees no CUDA GPU here; use "
-                "device cpu (or auto)"
-            )
+            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        self._adopt(model, tokenizer, t0)
+
+    @classmethod
+    def from_model(cls, model: Any, tokenizer: Any, config: LLMConfig) -> TransformersBackend:
+        """A backend around a model built in memory (e.g. random weights of a real
+        architecture, for a speed check where the weights cannot travel). ``config.model``
+        names it in keys and reports; the model is moved to ``config``'s device and keeps
+        its own dtype."""
+        t0 = time.perf_counter()
+        self = cls.__new__(cls)
+        self.config = config
+        self.dtype = str(model.dtype).removeprefix("torch.")
+        self._adopt(model, tokenizer, t0)
+        return self
+
+    def _adopt(self, model: Any, tokenizer: Any, t0: float) -> None:
+        """Move ``model`` to the configured device and set up what every path reads."""
+
+        self.tokenizer, self.model = tokenizer, model
+        self.device = require_device(self.config.resolved_device())
         self.model.to(self.device)
         self.model.eval()
         from recjudge.llm._fast import supports_fast

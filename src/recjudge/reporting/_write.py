@@ -27,8 +27,20 @@ def environment() -> dict[str, Any]:
         # dtype="auto" computes in bf16 only where the CPU has it natively (2-3x faster
         # there, 2-3x slower elsewhere): figures from the two kinds are not comparable.
         "native_bf16": native_bf16(),
+        # The GPU torch sees (None: none), so a report says what computed it.
+        "gpu": _gpu(torch),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
+
+
+def _gpu(torch: Any) -> str | None:
+    try:
+        if not torch.cuda.is_available():
+            return None
+        names = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    except (RuntimeError, AssertionError):  # a driver torch cannot talk to
+        return None
+    return ", ".join(names) if len(set(names)) > 1 else f"{len(names)} x {names[0]}"
 
 
 def _cpu_model() -> str:
@@ -52,7 +64,7 @@ def write_report(out: str | Path, results: dict[str, Any], lines: list[str]) -> 
         "",
         f"_torch {env['torch']}, transformers {env['transformers']}, "
         f"{env['cpu_count']} CPUs ({env['cpu']}, native bf16: {env['native_bf16']}), "
-        f"{env['torch_threads']} threads, {env['date']}_",
+        f"{env['torch_threads']} threads, GPU: {env.get('gpu') or 'none'}, {env['date']}_",
     ]
     atomic_write_text(out / "report.md", "\n".join(lines + footer) + "\n")
     return out
