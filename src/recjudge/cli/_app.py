@@ -68,7 +68,9 @@ def models_list(as_json: bool = typer.Option(False, "--json", help="Print JSON."
         keys = ("name", "params", "installed", "cached", "hf_id")
         emit([{**{k: r[k] for k in keys}, "device": device, "dtype": dtype} for r in rows])
         return
-    typer.echo(f"in process: device {device}, dtype {dtype} (--device or RECJUDGE_DTYPE choose others)")
+    typer.echo(
+        f"in process: device {device}, dtype {dtype} (--device or RECJUDGE_DTYPE choose others)"
+    )
     for r in rows:
         typer.echo(
             f"{r['name']:<22} {r['params']:>5}  installed={r['installed']!s:<5} "

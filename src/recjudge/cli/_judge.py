@@ -13,71 +13,18 @@ from recjudge._registry import UnknownNameError
 from recjudge.cli._app import app, emit, fail
 
 
-def build_judge(
-    model: str,
-    mode: str,
-    cf: str | None,
-    beta: float,
-    need_evidence: bool = True,
-    sample: int = 0,
-    seed: int = 0,
-    batch_size: int = 8,
-    max_evidence: int = 5,
-    backend: str = "transformers",
-    server: str | None = None,
-    max_history: int = 50,
-    dataset: Any = None,
-    device: str = "auto",
-):
-    from recjudge.cf_models import load_model
-    from recjudge.llm import LLMConfig, SamplingConfig, load_llm
-    from recjudge.reward import JUDGES, SIMULATOR_MODES, Judge, JudgeConfig, Population
+def build_judge(*args: Any, **options: Any) -> Any:
+    """``reward.build_judge`` with a bad option value as one ValueError line."""
+    from pydantic import ValidationError
 
-    JUDGES.get(mode)
-    sampling = SamplingConfig.paper(seed=seed) if sample else SamplingConfig(max_new_tokens=256)
-    config = JudgeConfig(
-        model=model,
-        mode=mode,
-        beta=beta,
-        need_evidence=need_evidence,
-        sampling=sampling,
-        samples=max(sample, 1),
-        batch_size=batch_size,
-        max_evidence=max_evidence,
-        max_history=max_history,
-    )
-    llm = None
-    if backend != "transformers" or server:
-        if server and backend == "transformers":
-            backend = "openai-compatible"
-        llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
-    # In process: loaded when first needed, on this device (auto: CUDA when there is one).
-    llm_config = None
-    if llm is None:
-        from pydantic import ValidationError
+    from recjudge.reward import build_judge as build
 
-        try:
-            llm_config = LLMConfig(model=model, device=device)
-        except ValidationError as e:
-            from recjudge.cli._app import option_errors
+    try:
+        return build(*args, **options)
+    except ValidationError as e:
+        from recjudge.cli._app import option_errors
 
-            raise ValueError(option_errors(e)) from None
-    cf_model = load_model(cf) if cf else None
-    if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
-        from recjudge.cf_models import item_item_for, trained_on
-        from recjudge.data import load_dataset
-
-        dataset = trained_on(cf_model)
-        cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
-    if config.uses_cf() and cf_model is None:
-        raise ValueError(
-            f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "
-            "use --mode no-behavior / zero-shot"
-        )
-    population = None
-    if config.mode in SIMULATOR_MODES and dataset is not None:
-        population = Population.of(dataset)  # the user simulators' traits and attributes
-    return Judge(config, llm=llm, cf=cf_model, population=population, llm_config=llm_config)
+        raise ValueError(option_errors(e)) from None
 
 
 @app.command("judge")

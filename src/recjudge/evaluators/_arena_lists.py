@@ -67,7 +67,8 @@ class ArenaListConfig(BaseModel):
         tie_margin: a user's lists tie when their scores differ by at most this much.
         bootstrap: user bootstrap resamples for every interval.
         seed: user sample, CF training and bootstrap seed.
-        decode_rows: the judge's rows per decode step (never changes a verdict).
+        decode_rows: requests per engine call and rows per decode step (a user's candidates
+            decoded together; never changes a verdict beyond rounding).
         dtype: the judge's compute dtype (``LLMConfig.dtype``).
     """
 
@@ -133,6 +134,9 @@ def _judges(config: ArenaListConfig, llm: Any, cf: Any) -> dict[str, Any]:
             beta=config.beta,
             need_evidence=False,  # the score is P(YES) at the decision: a read-out
             max_history=config.history_items,
+            # a user's candidates share the prefix: decode them together (never changes a
+            # verdict beyond rounding; neither field is part of a result key here)
+            batch_size=config.decode_rows,
             decode_rows=config.decode_rows,
         )
         out[name] = Judge(jc, llm=llm, cf=cf if jc.uses_cf() else None)

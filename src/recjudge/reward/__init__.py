@@ -1,6 +1,7 @@
 """The BRIEF judge (evidence-first + CF bias), its ablations, batch scoring, results store."""
 
 from recjudge.reward._ask import SLOT, ask, ask_shared, choose, choose_shared
+from recjudge.reward._build import build_judge
 from recjudge.reward._judge import (
     JUDGES,
     MODES,
@@ -75,6 +76,7 @@ __all__ = [
     "by_prompt_length",
     "can_sweep",
     "build_messages",
+    "build_judge",
     "cf_identity",
     "closed_form",
     "default_result",

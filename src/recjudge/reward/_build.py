@@ -1,0 +1,73 @@
+"""Build a judge from the options a command line gives (``recjudge judge``, ``impute``,
+``augment`` call it)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from recjudge.reward._judge import Judge
+
+
+def build_judge(
+    model: str,
+    mode: str,
+    cf: str | None,
+    beta: float,
+    need_evidence: bool = True,
+    sample: int = 0,
+    seed: int = 0,
+    batch_size: int = 8,
+    max_evidence: int = 5,
+    backend: str = "transformers",
+    server: str | None = None,
+    max_history: int = 50,
+    dataset: Any = None,
+    device: str = "auto",
+) -> Judge:
+    """A judge from command-line style options: which backend serves the model (in
+    process on ``device``, vLLM, or an OpenAI-compatible ``server``), the CF model saved at
+    ``cf`` (wrapped as the calibrated item-item signal for ``mode="item-item"``), and the
+    simulators' population from ``dataset``. Raises ValueError for a mode that needs a CF
+    model without one, pydantic's ValidationError for a bad device."""
+    from recjudge.cf_models import load_model
+    from recjudge.llm import LLMConfig, SamplingConfig, load_llm
+    from recjudge.reward._judge import JUDGES, SIMULATOR_MODES, Judge, JudgeConfig
+    from recjudge.reward._simulators import Population
+
+    JUDGES.get(mode)
+    sampling = SamplingConfig.paper(seed=seed) if sample else SamplingConfig(max_new_tokens=256)
+    config = JudgeConfig(
+        model=model,
+        mode=mode,
+        beta=beta,
+        need_evidence=need_evidence,
+        sampling=sampling,
+        samples=max(sample, 1),
+        batch_size=batch_size,
+        max_evidence=max_evidence,
+        max_history=max_history,
+    )
+    llm = None
+    if backend != "transformers" or server:
+        if server and backend == "transformers":
+            backend = "openai-compatible"
+        llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
+    # In process: loaded when first needed, on this device (auto: CUDA when there is one).
+    llm_config = None if llm is not None else LLMConfig(model=model, device=device)
+    cf_model = load_model(cf) if cf else None
+    if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
+        from recjudge.cf_models import item_item_for, trained_on
+        from recjudge.data import load_dataset
+
+        dataset = trained_on(cf_model)
+        cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
+    if config.uses_cf() and cf_model is None:
+        raise ValueError(
+            f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "
+            "use --mode no-behavior / zero-shot"
+        )
+    population = None
+    if config.mode in SIMULATOR_MODES and dataset is not None:
+        population = Population.of(dataset)  # the user simulators' traits and attributes
+    return Judge(config, llm=llm, cf=cf_model, population=population, llm_config=llm_config)
