@@ -57,6 +57,21 @@ if TYPE_CHECKING:
 DOMAIN_WORD = {"movies": "movies", "books": "books"}
 
 
+def check_systems(names: Sequence[str], reference: str | None) -> None:
+    """The compared systems' names: distinct, at least two, and ``reference`` (when given)
+    one of them ("did you mean" otherwise). Raises ValueError."""
+    if len(set(names)) != len(names):
+        raise ValueError(f"systems: a name is listed twice in {list(names)}")
+    if len(names) < 2:
+        raise ValueError("systems: at least two systems are needed to compare")
+    if reference is not None and reference not in names:
+        from recjudge._registry import suggest
+
+        close = suggest(reference, list(names))
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+        raise ValueError(f"reference {reference!r} is not one of the systems {list(names)}{hint}")
+
+
 class ArenaConfig(BaseModel):
     """Arena settings. Defaults are the paper's protocol.
 
@@ -111,19 +126,7 @@ class ArenaConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ArenaConfig:
-        names = self.system_names
-        if len(set(names)) != len(names):
-            raise ValueError(f"systems: a name is listed twice in {list(names)}")
-        if len(names) < 2:
-            raise ValueError("systems: at least two systems are needed to compare")
-        if self.reference is not None and self.reference not in names:
-            from recjudge._registry import suggest
-
-            close = suggest(self.reference, list(names))
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise ValueError(
-                f"reference {self.reference!r} is not one of the systems {list(names)}{hint}"
-            )
+        check_systems(self.system_names, self.reference)
         return self
 
     @property

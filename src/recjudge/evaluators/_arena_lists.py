@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from recjudge.evaluators._arena import arena_world
+from recjudge.evaluators._arena import arena_world, check_systems
 from recjudge.evaluators._arena_metrics import (
     correlations,
     list_score,
@@ -91,20 +91,10 @@ class ArenaListConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ArenaListConfig:
-        from recjudge._registry import suggest
         from recjudge.cf_models import MODELS
 
         names = self.system_names
-        if len(set(names)) != len(names):
-            raise ValueError(f"systems: a name is listed twice in {list(names)}")
-        if len(names) < 2:
-            raise ValueError("systems: at least two systems are needed to compare")
-        if self.reference is not None and self.reference not in names:
-            close = suggest(self.reference, list(names))
-            hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-            raise ValueError(
-                f"reference {self.reference!r} is not one of the systems {list(names)}{hint}"
-            )
+        check_systems(names, self.reference)
         if self.sigma_from in names:
             others = [m for m in ("itemknn", "als", "bpr", "sasrec") if m not in names]
             raise ValueError(
