@@ -26,7 +26,7 @@ def test_a_results_json_reruns_its_evaluator_config(tmp_path, name):
 
 
 def test_registries_hold_the_paper_experiments():
-    assert set(EVALUATORS.names()) == {"arena", "gist", "usersum"}
+    assert set(EVALUATORS.names()) == {"arena", "arena-lists", "gist", "usersum"}
     assert {"brief-ratings", "brief-beta", "brief-offline", "brief-augment"} <= set(
         BENCHMARKS.names()
     )
