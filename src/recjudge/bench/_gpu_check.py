@@ -184,16 +184,14 @@ def _batched_generate(judge: Any, max_new_tokens: int) -> Any:
     """transformers ``generate()`` with one user's candidates left-padded in one call, the
     judge's grammar and bias processors on the batch (what a user writes by hand)."""
     import torch
-    from transformers import GenerationConfig, LogitsProcessorList
+    from transformers import LogitsProcessorList
 
-    from recjudge.bench._methods import _answer
+    from recjudge.bench._methods import _answer, greedy_config
     from recjudge.decoding import make_processors
 
     llm, c = judge.llm, judge.config
     tok = llm.tokenizer
-    cfg = GenerationConfig(max_new_tokens=max_new_tokens, do_sample=False,
-                           pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id,
-                           temperature=None, top_p=None, top_k=None)  # fmt: skip
+    cfg = greedy_config(tok, max_new_tokens)
 
     def run(reqs: list[Any]) -> list[Answer]:
         prompts, schemas = [], []
@@ -271,7 +269,8 @@ def gpu_check(
     full = Judge(base, llm=llm)
     readout = Judge(base.model_copy(update={"need_evidence": False}), llm=llm)
     groups = synthetic_requests(users, candidates, history, seed)
-    prompt_tokens = len(full._prompt(groups[0][0])[1]) + len(full._prompt(groups[0][0])[2])
+    _, prefix, suffix = full._prompt(groups[0][0])
+    prompt_tokens = len(prefix) + len(suffix)
     # parity first (its own requests; also warms kernels and the grammar compiler)
     probe = [groups[0][: max(1, parity_requests)]]
     naive = _time(_naive(full, False, max_new_tokens), probe, sync)

@@ -49,21 +49,11 @@ def processors_for(judge: Any, r: Any) -> tuple[list[int], Any, Any, Any]:
     return prefix + suffix, schema, grammar, proc
 
 
-def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any]], list[Answer]]:
-    """transformers ``generate()``, one full prompt per pair, with the judge's grammar and
-    bias processors (the transformers ``LogitsProcessor`` contract); a read-out stops as
-    soon as the decision token is generated."""
-    import torch
-    from transformers import (
-        GenerationConfig,
-        LogitsProcessorList,
-        StoppingCriteria,
-        StoppingCriteriaList,
-    )
+def greedy_config(tok: Any, max_new_tokens: int) -> Any:
+    """transformers' ``GenerationConfig`` for the greedy baselines (no sampling knobs)."""
+    from transformers import GenerationConfig
 
-    llm = judge.llm
-    tok = llm.tokenizer
-    cfg = GenerationConfig(
+    return GenerationConfig(
         max_new_tokens=max_new_tokens,
         do_sample=False,
         pad_token_id=tok.pad_token_id,
@@ -72,6 +62,22 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
         top_p=None,
         top_k=None,
     )
+
+
+def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any]], list[Answer]]:
+    """transformers ``generate()``, one full prompt per pair, with the judge's grammar and
+    bias processors (the transformers ``LogitsProcessor`` contract); a read-out stops as
+    soon as the decision token is generated."""
+    import torch
+    from transformers import (
+        LogitsProcessorList,
+        StoppingCriteria,
+        StoppingCriteriaList,
+    )
+
+    llm = judge.llm
+    tok = llm.tokenizer
+    cfg = greedy_config(tok, max_new_tokens)
 
     class Committed(StoppingCriteria):
         def __init__(self, proc: Any) -> None:
