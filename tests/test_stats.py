@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 from scipy.stats import t
 
-from recjudge._stats import arm_interval, paired_comparisons, paired_difference, user_draws, verdict
+from recjudge._stats import (
+    arm_interval,
+    bootstrap_ci,
+    paired_comparisons,
+    paired_difference,
+    user_draws,
+    verdict,
+)
 
 METRICS = ("recall@10", "ndcg@10")
 
@@ -110,3 +117,31 @@ def test_user_draws_are_reproducible_and_in_range():
     a, b = user_draws(7, 50, 3), user_draws(7, 50, 3)
     assert a.shape == (50, 7) and (a == b).all()
     assert a.min() >= 0 and a.max() < 7
+
+
+def test_bootstrap_ci_percentile_and_basic_intervals():
+    draws = np.arange(1001, dtype=float)  # percentiles 25 and 975 exactly
+    assert bootstrap_ci(draws) == (25.0, 975.0)
+    # basic: 2 * point - q_hi, 2 * point - q_lo (reflected around the estimate)
+    assert bootstrap_ci(draws, point=100.0) == (-775.0, 175.0)
+    lo, hi = bootstrap_ci(np.stack([draws, -draws], axis=1))  # one interval per column
+    assert lo.tolist() == [25.0, -975.0] and hi.tolist() == [975.0, -25.0]
+    assert bootstrap_ci([]) == (None, None)
+
+
+def test_no_module_computes_its_own_bootstrap_percentiles():
+    """One rule for intervals from draws: only ``_stats.bootstrap_ci`` calls the 2.5/97.5
+    percentiles (a second copy is how two reports came to use different intervals)."""
+    import re
+    from pathlib import Path
+
+    import recjudge
+
+    src = Path(recjudge.__file__).parent
+    rule = re.compile(r"percentile\([^)]*(2\.5|97\.5)")
+    offenders = [
+        str(f.relative_to(src))
+        for f in src.rglob("*.py")
+        if f.name != "_stats.py" and rule.search(f.read_text(encoding="utf-8"))
+    ]
+    assert offenders == []

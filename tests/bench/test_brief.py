@@ -16,7 +16,7 @@ from recjudge.bench import (
     level_ci,
     level_correlations,
     level_table,
-    paired_difference,
+    setting_difference,
     spearman_ci,
 )
 from recjudge.bench._brief import rating_level
@@ -427,11 +427,11 @@ def test_paired_difference_is_zero_for_a_setting_against_itself_and_antisymmetri
     labels = [1] * 20 + [0] * 20
     a = {"rating": list(ratings + g.normal(0, 1.0, 60)), "relevance": list(g.random(40))}
     b = {"rating": list(g.random(60)), "relevance": list(g.random(40))}
-    same = paired_difference(a, a, ratings, labels, 100, 0)
+    same = setting_difference(a, a, ratings, labels, 100, 0)
     for d in same.values():  # the same draw for both sides: every resample differs by 0
         assert (d["diff"], d["lo"], d["hi"], d["p"]) == (0.0, 0.0, 0.0, 1.0)
-    ab = paired_difference(a, b, ratings, labels, 100, 0)
-    ba = paired_difference(b, a, ratings, labels, 100, 0)
+    ab = setting_difference(a, b, ratings, labels, 100, 0)
+    ba = setting_difference(b, a, ratings, labels, 100, 0)
     for k in ab:
         assert ab[k]["diff"] == pytest.approx(-ba[k]["diff"])
         assert ab[k]["lo"] <= ab[k]["diff"] <= ab[k]["hi"]
@@ -444,12 +444,12 @@ def test_paired_difference_separates_a_large_effect_and_not_a_null_one():
     good = {"rating": list(ratings + g.normal(0, 0.5, 200)),
             "relevance": [0.9] * 50 + [0.1] * 50}  # fmt: skip
     noise = {"rating": list(g.random(200)), "relevance": list(g.random(100))}
-    d = paired_difference(good, noise, ratings, labels, 300, 0)
+    d = setting_difference(good, noise, ratings, labels, 300, 0)
     assert d["pair_spearman"]["lo"] > 0 and d["pair_spearman"]["p"] < 0.05
     assert d["relevance_auc"]["lo"] > 0 and d["relevance_auc"]["diff"] > 0.3
     # Two settings that differ only by noise of the same kind: the CI covers 0.
     other = {"rating": list(g.random(200)), "relevance": list(g.random(100))}
-    null = paired_difference(noise, other, ratings, labels, 300, 0)["pair_spearman"]
+    null = setting_difference(noise, other, ratings, labels, 300, 0)["pair_spearman"]
     assert null["lo"] < 0 < null["hi"]
 
 

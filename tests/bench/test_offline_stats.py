@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from recjudge.bench._offline import METRICS, _means, gap
-from recjudge.bench._offline_stats import mean_gap_draws, user_bootstrap
+from recjudge.bench._offline_stats import gap_intervals, mean_gap_draws
 
 SYSTEMS = ("a", "b", "c")
 
@@ -38,7 +38,7 @@ def test_point_estimate_is_the_gap_of_the_means():
 
 def test_paired_differences_and_intervals():
     per_seed = [_world(1), _world(2, users=30)]
-    b = user_bootstrap(per_seed, SYSTEMS, METRICS, draws=200, seed=0)
+    b = gap_intervals(per_seed, SYSTEMS, METRICS, draws=200, seed=0)
     # The imputer that reproduces the online metrics has no gap in any resample.
     assert b["mean_gap"]["cf"] == {"estimate": 0.0, "lo": 0.0, "hi": 0.0, "per_seed": [0.0, 0.0]}
     logged = b["mean_gap"]["logged"]
@@ -58,5 +58,5 @@ def test_paired_differences_and_intervals():
 
 def test_without_brief_there_is_no_brief_comparison():
     pu = {k: v for k, v in _world(3).items() if k != "judge:brief"}
-    b = user_bootstrap([pu], SYSTEMS, METRICS, draws=50)
+    b = gap_intervals([pu], SYSTEMS, METRICS, draws=50)
     assert b["brief_minus"] == {} and set(b["minus_logged"]) == {"cf"}

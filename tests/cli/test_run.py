@@ -30,8 +30,30 @@ def test_registries_hold_the_paper_experiments():
     assert {"brief-ratings", "brief-beta", "brief-offline", "brief-augment"} <= set(
         BENCHMARKS.names()
     )
+    assert {"throughput", "latency", "estimator-speed", "gpu-check", "decoding", "cf"} <= set(
+        BENCHMARKS.names()
+    )  # the performance benchmarks too: one front door for every benchmark
     for name in BENCHMARKS.names():
-        cfg = BENCHMARKS.get(name).config()
+        cls = BENCHMARKS.get(name).config
+        cfg = cls(sasrec="runs/sasrec") if name == "cf" else cls()
         assert type(cfg).model_validate_json(cfg.model_dump_json()) == cfg
         if name.startswith("brief-"):  # --sampling paper is available in every BRIEF bench
             assert hasattr(cfg, "sampling")
+
+
+def test_a_speed_bench_command_is_its_config_and_reruns_from_results_json(tmp_path):
+    """``bench decoding`` from its options, then ``bench run decoding --config results.json``:
+    the same config, recorded in results.json (a tiny run: 5 titles, 2 steps)."""
+    from cli_in_process import run_cli
+
+    args = ["--model", "smollm2-135m", "--titles", "5", "--steps", "2", "--repeats", "1"]
+    r = run_cli("bench", "decoding", *args, "--batch", "1", "--out", str(tmp_path / "a"))
+    assert r.code == 0, r.stderr
+    saved = json.loads((tmp_path / "a" / "results.json").read_text())
+    assert saved["config"]["titles"] == 5 and saved["config"]["batch"] == 1
+    again = run_cli("bench", "run", "decoding", "--config", str(tmp_path / "a" / "results.json"),
+                    "--out", str(tmp_path / "b"))  # fmt: skip
+    assert again.code == 0, again.stderr
+    assert json.loads((tmp_path / "b" / "results.json").read_text())["config"] == saved["config"]
+    bad = run_cli("bench", "cf", "--sasrec", "x", "--saved", "fm")
+    assert bad.code == 2 and "NAME=DIR" in bad.stderr and "Traceback" not in bad.stderr

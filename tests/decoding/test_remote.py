@@ -89,7 +89,8 @@ def requests_(ml1m):
 
 @pytest.mark.parametrize("beta", [pytest.param(0.0, marks=pytest.mark.slow), 25.0])
 def test_engine_side_bias_matches_transformers_engine(smollm32, requests_, beta):
-    config = JudgeConfig(model="smollm2-135m", beta=beta, max_history=10)
+    # two evidence titles at most: the parity under test is per step, not in long answers
+    config = JudgeConfig(model="smollm2-135m", beta=beta, max_history=10, max_evidence=2)
     local = Judge(config, llm=smollm32).judge_many(requests_)
     engine = ReferenceEngine(smollm32)
     remote = Judge(config, llm=engine).judge_many(requests_)

@@ -17,4 +17,4 @@ def test_every_flat_name_lives_in_exactly_one_family():
             homes.setdefault(name, []).append(fam.__name__)
             assert getattr(fam, name) is getattr(flat, name)
     assert {n for n, h in homes.items() if len(h) > 1} == set()
-    assert set(flat.__all__) - set(homes) == {"EVALUATORS", "EvaluatorSpec"}
+    assert set(flat.__all__) - set(homes) == {"EVALUATORS", "EvaluatorSpec", "JOBS", "JobSpec"}

@@ -460,7 +460,7 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
         pool_size=40,
         taxonomy="shortlist",
         shortlist=6,
-        agreement_sample=2,
+        agreement_sample=1,  # one full 325-category choice: ~10 s each on 2 cores
     )
     llms = {"smollm2-135m": smollm}
     r = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
@@ -489,7 +489,7 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
     assert f"smollm2-135m {s['signal_names']} of {s['interests']}" in report  # signal tags
     # The shortlist's agreement with the full 325-category choice is measured and reported.
     agree = r["taxonomy_agreement"]
-    assert agree["n"] == min(2, len({x["interest"] for x in lines}))
+    assert agree["n"] == min(1, len({x["interest"] for x in lines}))
     assert 0 <= agree["agree"] <= agree["n"] and "agrees with the full" in report
     oracle = json.loads((tmp_path / "oracle.json").read_text())["oracle"]
     assert set(oracle) == set(r["users"])

@@ -32,17 +32,29 @@ def _messages():
 
 
 def _exhaustive(llm, fill: str) -> list[float]:
-    """Every option's summed log-probability, one plain forward per option."""
+    """Every option's summed log-probability: the shared prompt once through HF's own
+    forward with its KV cache, then each option's tokens on a copy of that cache (plain
+    transformers, none of the engine's code)."""
+    import copy
+
     text = llm.chat_prompt(_messages()).replace(" " + SLOT, " " + fill)
     base = llm.encode(text + '{"category')
+    with torch.inference_mode():
+        head = llm.model(input_ids=torch.tensor([base]), use_cache=True)
     out = []
     for o in OPTIONS:
         whole = llm.encode(text + '{"category": "' + o + '"}')
         assert whole[: len(base)] == base
+        rest = whole[len(base) :]
         with torch.inference_mode():
-            logits = llm.model(input_ids=torch.tensor([whole])).logits[0].float()
+            tail = llm.model(
+                input_ids=torch.tensor([rest]),
+                past_key_values=copy.deepcopy(head.past_key_values),
+                use_cache=True,
+            )
+        logits = torch.cat([head.logits[0, -1:], tail.logits[0, :-1]]).float()
         lp = torch.log_softmax(logits, -1)
-        out.append(sum(float(lp[i - 1, whole[i]]) for i in range(len(base), len(whole))))
+        out.append(sum(float(lp[j, t]) for j, t in enumerate(rest)))
     return out
 
 

@@ -10,7 +10,7 @@ from recjudge.bench._brief import (
     level_table,
     spearman_ci,
 )
-from recjudge.bench._brief_stats import auc, level_ci, paired_difference
+from recjudge.bench._brief_stats import auc, level_ci, setting_difference
 from recjudge.bench._cf import bench_cf
 from recjudge.bench._decoding import bench_decoding
 from recjudge.bench._latency import bench_latency
@@ -39,7 +39,7 @@ __all__ = [
     "level_correlations",
     "level_table",
     "level_ci",
-    "paired_difference",
+    "setting_difference",
     "spearman_ci",
     "bench_cf",
     "bench_decoding",

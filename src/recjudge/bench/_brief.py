@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
+from recjudge._stats import bootstrap_ci
 from recjudge._util import rng
-from recjudge.bench._brief_stats import auc, level_ci, paired_difference, spearman_or_none
+from recjudge.bench._brief_stats import auc, level_ci, setting_difference, spearman_or_none
 from recjudge.bench._judging import (
     CF_MODES,
     SIMULATORS,
@@ -135,7 +136,7 @@ def spearman_ci(
         i = g.integers(len(x), size=len(x))
         if (b := spearman_or_none(x[i], y[i])) is not None:
             boots.append(b)
-    lo, hi = np.percentile(boots, [2.5, 97.5]).tolist() if boots else (None, None)
+    lo, hi = bootstrap_ci(boots)
     return {"rho": rho, "lo": lo, "hi": hi, "n": int(len(x))}
 
 
@@ -152,7 +153,7 @@ def auc_ci(
         auc(p[g.integers(len(p), size=len(p))], n[g.integers(len(n), size=len(n))])
         for _ in range(bootstrap)
     ]
-    lo, hi = np.percentile(boots, [2.5, 97.5]).tolist() if boots else (None, None)
+    lo, hi = bootstrap_ci(boots)
     return {"auc": a, "lo": lo, "hi": hi}
 
 
@@ -346,7 +347,7 @@ def paired_against_brief(
     config: BriefExperimentConfig,
 ) -> dict[str, dict[str, Any]]:
     """Each BRIEF row minus every other row that shares its sigma source (or has none), and
-    minus the BRIEF row of the other source: ``paired_difference`` on the same pairs.
+    minus the BRIEF row of the other source: ``setting_difference`` on the same pairs.
     ``settings``: the rows as ``(name, mode, source, beta)``, source ``"-"`` for none.
 
     Returns:
@@ -363,7 +364,7 @@ def paired_against_brief(
                     continue
             elif src not in ("-", ref_src):
                 continue
-            out[f"{ref} - {other}"] = paired_difference(
+            out[f"{ref} - {other}"] = setting_difference(
                 _scores(reqs, results[ref], sampled), _scores(reqs, results[other], sampled),
                 ratings, labels,
                 config.bootstrap, (config.seed, ref, other),
@@ -387,7 +388,7 @@ def _rank_score(j: Any, sampled: bool) -> float:
 
 
 def _scores(reqs: Sequence[Any], js: Sequence[Any], sampled: bool) -> dict[str, list[float]]:
-    """The rank scores of the rating pairs and of the relevance pairs (``paired_difference``'s
+    """The rank scores of the rating pairs and of the relevance pairs (``setting_difference``'s
     input)."""
     return {
         kind: [_rank_score(j, sampled) for r, j in zip(reqs, js, strict=True)
@@ -404,7 +405,7 @@ def beta_optimum(
 ) -> dict[str, Any]:
     """Where the beta sweep peaks, per measure (pair Spearman, relevance AUC; ties go to the
     smaller beta), and that beta against beta 0 (the LLM alone) by a paired bootstrap on the
-    same pairs (``paired_difference``).
+    same pairs (``setting_difference``).
 
     Returns:
         ``{"pair_spearman": {"beta", "value", "vs_beta0"}, "relevance_auc": {...}}``;
@@ -424,7 +425,7 @@ def beta_optimum(
         name = min((n for v, n in values if v == best_v), key=_beta_of)
         vs = None
         if zero is not None and name != zero:
-            vs = paired_difference(
+            vs = setting_difference(
                 _scores(reqs, results[name], sampled), _scores(reqs, results[zero], sampled),
                 ratings, labels,
                 config.bootstrap, (config.seed, name, zero),

@@ -8,9 +8,10 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._stats import bootstrap_ci
 from recjudge._util import rng
 
-__all__ = ["auc", "level_ci", "paired_difference", "spearman_or_none"]
+__all__ = ["auc", "level_ci", "setting_difference", "spearman_or_none"]
 
 
 def level_ci(
@@ -36,7 +37,7 @@ def level_ci(
             if bootstrap
             else [float(v.mean())]
         )
-        lo, hi = np.percentile(boots, [2.5, 97.5])
+        lo, hi = bootstrap_ci(boots)
         out[lvl] = {
             "pct": 100.0 * float(v.mean()),
             "lo": 100.0 * float(lo),
@@ -68,12 +69,12 @@ def _summary(point: float | None, boots: list[float]) -> dict[str, float | int |
     if point is None or not boots:
         return {"diff": point, "lo": None, "hi": None, "p": None, "n_boot": len(boots)}
     b = np.asarray(boots)
-    lo, hi = np.percentile(b, [2.5, 97.5])
+    lo, hi = bootstrap_ci(b)
     p = min(1.0, 2.0 * min(float((b <= 0).mean()), float((b >= 0).mean())))
     return {"diff": point, "lo": float(lo), "hi": float(hi), "p": p, "n_boot": len(boots)}
 
 
-def paired_difference(
+def setting_difference(
     a: Mapping[str, Sequence[float]],
     b: Mapping[str, Sequence[float]],
     ratings: Sequence[float],

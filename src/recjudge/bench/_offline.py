@@ -24,7 +24,7 @@ from pydantic import ConfigDict, Field
 from recjudge._stats import seed_interval
 from recjudge._util import rng
 from recjudge.bench._judging import JudgeSampling
-from recjudge.bench._offline_stats import user_bootstrap
+from recjudge.bench._offline_stats import gap_intervals
 from recjudge.reporting import interval
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class OfflineConfig(JudgeSampling):
             a 95 % t-interval (the recommenders are trained once: the past does not depend on
             the log). None: ``(seed,)``.
         bootstrap: resamples of the paired user bootstrap of the gaps
-            (``_offline_stats.user_bootstrap``).
+            (``_offline_stats.gap_intervals``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -149,7 +149,10 @@ class OfflineConfig(JudgeSampling):
     min_future: int = Field(5, ge=1)
     positive_rating: float | None = 4.0
     cf: str = "als"
-    judges: tuple[str, ...] = ("brief", "non-adaptive", "no-behavior", "zero-shot")
+    judges: tuple[str, ...] = Field(
+        ("brief", "non-adaptive", "no-behavior", "zero-shot"),
+        json_schema_extra={"cli": ["--imputers"]},  # the option's name before it was a field's
+    )
     history_items: int = Field(50, ge=1)
     beta: float = Field(25.0, ge=0)
     seed: int = 0
@@ -481,7 +484,7 @@ def bench_brief_offline(
         "logging_seeds": list(logs),
         "users": users,
         **_over_seeds(per_seed),
-        "user_bootstrap": user_bootstrap(
+        "user_bootstrap": gap_intervals(
             list(per_user.values()), config.systems, METRICS, config.bootstrap, config.seed
         ),
         "imputers": _imputer_accuracy(pooled, online),

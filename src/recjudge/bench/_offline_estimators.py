@@ -42,6 +42,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ConfigDict, Field
 
+from recjudge._stats import bootstrap_ci
 from recjudge.bench._offline import OfflineConfig, exposure_probability, gap
 from recjudge.reporting import interval
 
@@ -190,8 +191,7 @@ def one_log(
                 if est == "snips":
                     vals = vals / snips_normaliser(o[:, :k], t[:, :k], valid[:, :k])
                 boot = vals[idx].mean(axis=1)
-                cell = (float(vals.mean()), float(np.percentile(boot, 2.5)),
-                        float(np.percentile(boot, 97.5)))  # fmt: skip
+                cell = (float(vals.mean()), *bootstrap_ci(boot))
                 out.setdefault(row, {}).setdefault(metric, {})[name] = cell
     return out
 

@@ -26,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._stats import bootstrap_ci
+
 #: per truth ("online", "logged", "cf", "judge:<mode>"), per system: [users, metrics]
 PerUser = Mapping[str, Mapping[str, np.ndarray]]
 
@@ -64,7 +66,7 @@ def mean_gap_draws(
     return out
 
 
-def user_bootstrap(
+def gap_intervals(
     per_seed: Sequence[PerUser],
     systems: Sequence[str],
     metrics: Sequence[str],
@@ -97,8 +99,8 @@ def user_bootstrap(
 
     def cell(point: float, boot: np.ndarray, signs: list[float]) -> dict[str, Any]:
         ok = boot[np.isfinite(boot)]
-        q_lo, q_hi = np.percentile(ok, [2.5, 97.5]) if len(ok) else (np.nan, np.nan)
-        lo, hi = 2 * point - q_hi, 2 * point - q_lo  # the basic interval: see the module doc
+        lo, hi = bootstrap_ci(ok, point=point)  # the basic interval: see the module doc
+        lo, hi = (np.nan, np.nan) if lo is None else (lo, hi)
         return {
             "estimate": _num(point),
             "lo": _num(lo),

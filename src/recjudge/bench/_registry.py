@@ -19,14 +19,53 @@ class BenchSpec:
         config: its frozen config class (``results.json`` stores it under ``config``).
         run: ``run(config, out, progress=...) -> results``.
         summary: one line for ``recjudge bench list``.
+        text: the results as its command prints them (None: the report).
+        default_out: the report folder for a config (None: ``reports/<name>/<data>-<model>``).
+        json_view: what ``--json`` prints of the results (None: all of them).
     """
 
     config: type[BaseModel]
     run: Callable[..., dict[str, Any]]
     summary: str
+    text: Callable[[dict[str, Any]], str] | None = None
+    default_out: Callable[[Any], str] | None = None
+    json_view: Callable[[dict[str, Any]], Any] | None = None
+
+    def out_for(self, name: str, config: Any) -> str:
+        """Where the report goes when no --out is given."""
+        if self.default_out is not None:
+            return self.default_out(config)
+        return f"reports/{name}/{config.data}-{config.model}"
 
 
 BENCHMARKS: Registry[BenchSpec] = Registry("benchmark")
+
+
+def _ratings_text(r: dict[str, Any]) -> str:
+    return "\n".join(
+        f"{name:<28} rho {a['spearman']}  pair rho {a['pair_spearman']['rho']}  "
+        f"AUC {a['relevance_auc']['auc']}"
+        for name, a in r["modes"].items()
+    )
+
+
+def _beta_text(r: dict[str, Any]) -> str:
+    return "\n".join(
+        f"{name:<10} pair rho {a['pair_spearman']['rho']}  AUC {a['relevance_auc']['auc']}"
+        for name, a in r["betas"].items()
+    )
+
+
+def _offline_text(r: dict[str, Any]) -> str:
+    return "\n".join(f"{m:<22} mean gap {g}" for m, g in r["mean_gap"].items())
+
+
+def _augment_text(r: dict[str, Any]) -> str:
+    return "\n".join(
+        f"{rec:<8} {m:<14} Recall@10 {v['recall@10']['mean']:.4f}"
+        for rec, by_method in r["table"].items()
+        for m, v in by_method.items()
+    )
 
 
 def _register() -> None:
@@ -38,25 +77,42 @@ def _register() -> None:
         bench_brief_offline_estimators,
     )
     from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
+    from recjudge.bench._speed import SPEED
     from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
 
-    for name, cfg, run, summary in (
-        ("brief-ratings", BriefExperimentConfig, bench_brief_ratings,
-         "BRIEF Table 6: % positive per held-out rating level"),
-        ("brief-beta", BriefExperimentConfig, bench_brief_beta,
-         "BRIEF Figure 3: level rho/tau against beta"),
-        ("brief-offline", OfflineConfig, bench_brief_offline,
-         "BRIEF Tables 2-3: offline metrics with imputed feedback (simulated log)"),
-        ("brief-offline-estimators", EstimatorCheckConfig, bench_brief_offline_estimators,
-         "logged/IPS/SNIPS/DM/DR/PPI against brief-offline's known online truth"),
-        ("brief-augment", AugmentBenchConfig, bench_brief_augment,
-         "BRIEF Tables 4-5: retraining on judge-augmented data"),
-        ("decode-rows", DecodeRowsConfig, bench_decode_rows,
-         "rows per decode step on GISTBench's long extraction answers"),
-        ("retrain-workers", RetrainWorkersConfig, bench_retrain_workers,
-         "brief-augment's retrainings run one or several at once"),
-    ):  # fmt: skip
-        BENCHMARKS.register(name, BenchSpec(cfg, run, summary))
+    for name, spec in {
+        "brief-ratings": BenchSpec(
+            BriefExperimentConfig, bench_brief_ratings,
+            "BRIEF Table 6: % positive per held-out rating level", _ratings_text,
+            json_view=lambda r: r["modes"]),
+        "brief-beta": BenchSpec(
+            BriefExperimentConfig, bench_brief_beta,
+            "BRIEF Figure 3: level rho/tau against beta", _beta_text,
+            json_view=lambda r: r["betas"]),
+        "brief-offline": BenchSpec(
+            OfflineConfig, bench_brief_offline,
+            "BRIEF Tables 2-3: offline metrics with imputed feedback (simulated log)",
+            _offline_text,
+            json_view=lambda r: {k: r[k] for k in ("gap", "mean_gap", "imputers")}),
+        "brief-offline-estimators": BenchSpec(
+            EstimatorCheckConfig, bench_brief_offline_estimators,
+            "logged/IPS/SNIPS/DM/DR/PPI against brief-offline's known online truth"),
+        "brief-augment": BenchSpec(
+            AugmentBenchConfig, bench_brief_augment,
+            "BRIEF Tables 4-5: retraining on judge-augmented data", _augment_text,
+            json_view=lambda r: r["table"]),
+        "decode-rows": BenchSpec(
+            DecodeRowsConfig, bench_decode_rows,
+            "rows per decode step on GISTBench's long extraction answers",
+            default_out=lambda c: "reports/decode-rows"),
+        "retrain-workers": BenchSpec(
+            RetrainWorkersConfig, bench_retrain_workers,
+            "brief-augment's retrainings run one or several at once",
+            default_out=lambda c: "reports/retrain-workers"),
+    }.items():  # fmt: skip
+        BENCHMARKS.register(name, spec)
+    for name, (cfg, run, text, out, summary) in SPEED.items():
+        BENCHMARKS.register(name, BenchSpec(cfg, run, summary, text, out))
 
 
 _register()

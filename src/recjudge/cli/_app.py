@@ -297,6 +297,7 @@ def _register_extensions() -> None:
         _cf,
         _demo,
         _gist,
+        _jobs,
         _judge,
         _offline,
         _run,

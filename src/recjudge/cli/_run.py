@@ -18,8 +18,12 @@ CONFIG_HELP = (
 )
 
 
-def _read_config(path: str | None, cls: Any) -> tuple[Any, str | None]:
-    """(config, the data name a results.json records) from a JSON file; defaults if None."""
+def _read_config(
+    path: str | None, cls: Any, overrides: dict[str, Any] | None = None
+) -> tuple[Any, str | None]:
+    """(config, the data name a results.json records) from a JSON file (a results.json: its
+    ``job``, else its ``config``), with ``overrides`` (the command line's) on top; defaults
+    if None."""
     from pydantic import ValidationError
 
     raw: dict[str, Any] = {}
@@ -33,13 +37,17 @@ def _read_config(path: str | None, cls: Any) -> tuple[Any, str | None]:
             fail(f"{path}: not JSON ({e.msg}, line {e.lineno}); fix the file or omit --config")
         if not isinstance(raw, dict):
             fail(f"{path}: expected a JSON object with the config's fields")
-        if isinstance(raw.get("config"), dict):  # a results.json
-            data = raw.get("data")
-            raw = raw["config"]
+        for key in ("job", "config"):  # a results.json
+            if isinstance(raw.get(key), dict):
+                data = raw.get("data")
+                raw = raw[key]
+                break
+    raw = {**raw, **(overrides or {})}
     try:
         return cls.model_validate(raw), data
     except ValidationError as e:
-        fail(f"{path}: {option_errors(e).replace('--', '')}")
+        where = f"{path}: " if path else ""
+        fail(f"{where}{option_errors(e).replace('--', '')}")
     raise AssertionError  # fail() exits
 
 
@@ -49,7 +57,7 @@ def _list(registry: Any, as_json: bool) -> None:
         emit(rows)
         return
     for n, s in rows.items():
-        typer.echo(f"{n:<14} {s}")
+        typer.echo(f"{n:<25} {s}")
 
 
 @app.command("evaluators")
@@ -60,9 +68,19 @@ def evaluators_list(as_json: bool = typer.Option(False, "--json")) -> None:
     _list(EVALUATORS, as_json)
 
 
+@app.command("jobs")
+def jobs_list(as_json: bool = typer.Option(False, "--json")) -> None:
+    """List the jobs on your files (``recjudge NAME`` or ``recjudge run NAME --config``)."""
+    from recjudge.evaluators import JOBS
+
+    _list(JOBS, as_json)
+
+
 @app.command("run")
 def run_cmd(
-    name: str = typer.Argument(..., help="An evaluator: see `recjudge evaluators`."),
+    name: str = typer.Argument(
+        ..., help="An evaluator or a job: see `recjudge evaluators`, `recjudge jobs`."
+    ),  # fmt: skip
     config: str = typer.Option(None, "--config", help=CONFIG_HELP),
     data: str = typer.Option(
         None, "--data", help="Dataset (default: the config file's, or ml-1m)."
@@ -70,10 +88,26 @@ def run_cmd(
     out: str = typer.Option(None, "--out", help="Report folder (default: the evaluator's)."),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run an evaluator by name from a saved config (resumable, like its own command)."""
-    from recjudge.evaluators import EVALUATORS
+    """Run an evaluator or a job by name from a saved config (resumable, like its own
+    command)."""
+    from recjudge._registry import suggest
+    from recjudge.cli._jobs import run_job
+    from recjudge.evaluators import EVALUATORS, JOBS
 
-    spec = EVALUATORS.get(name)  # unknown names: a did-you-mean error
+    if name in JOBS:
+        cls = JOBS.get(name).config
+        given = {"data": data, "out": out}
+        job, _ = _read_config(
+            config, cls, {k: v for k, v in given.items() if v is not None and k in cls.model_fields}
+        )
+        run_job(name, job, as_json)
+        return
+    if name not in EVALUATORS:
+        known = [*EVALUATORS, *JOBS]
+        close = suggest(name, known)
+        hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+        fail(f"unknown evaluator or job {name!r}.{hint} Known: {', '.join(sorted(known))}.")
+    spec = EVALUATORS.get(name)
     cfg, saved_data = _read_config(config, spec.config)
     try:
         r = spec.run(cfg, data or saved_data or "ml-1m", out or spec.default_out)
@@ -101,9 +135,8 @@ def bench_run_cmd(
 ) -> None:
     """Run a benchmark by name from a saved config (e.g. a report's results.json)."""
     from recjudge.bench import BENCHMARKS
+    from recjudge.cli._bench import run_bench
 
     spec = BENCHMARKS.get(name)
     cfg, _ = _read_config(config, spec.config)
-    target = out or f"reports/{name}/{cfg.data}-{cfg.model}"
-    spec.run(cfg, target)
-    typer.echo((Path(target) / "report.md").read_text())
+    run_bench(name, cfg, out)

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._stats import bootstrap_ci
 from recjudge._util import rng
 
 ASPECTS = ("accuracy", "satisfaction", "inspiration", "content_quality", "transparency", "impact")
@@ -291,9 +292,7 @@ def bt_bootstrap(
         sample = [recs[i] for i in g.integers(0, len(recs), len(recs))]
         for s, v in bradley_terry(sample, aspect).items():
             draws.setdefault(s, []).append(v)
-    return {
-        s: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5))) for s, v in draws.items()
-    }
+    return {s: bootstrap_ci(v) for s, v in draws.items()}
 
 
 def user_bootstrap(
@@ -326,12 +325,7 @@ def user_bootstrap(
             draws.setdefault(name, [])
             if v is not None and np.isfinite(v):
                 draws[name].append(float(v))
-    return {
-        name: (float(np.percentile(v, 2.5)), float(np.percentile(v, 97.5)))
-        if len(v) >= n / 2
-        else None
-        for name, v in draws.items()
-    }
+    return {name: bootstrap_ci(v) if len(v) >= n / 2 else None for name, v in draws.items()}
 
 
 def reference_q_ci(

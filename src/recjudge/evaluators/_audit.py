@@ -222,3 +222,88 @@ def plot_positions(result: Mapping[str, Any], path: str | Path) -> None:
         ax.set_xlim(0, 1)
         ax.set_xlabel("share of verdicts (every judged order)")
         ax.legend(fontsize=8, loc="lower right")
+
+
+def run_audit(
+    judgments: str | Path,
+    data: str,
+    out: str | Path,
+    labels: str | Path | None = None,
+    bins: int = 10,
+) -> tuple[dict[str, Any], list[str]]:
+    """``recjudge audit``: YES rate (and, with labels, calibration) of an ``impute`` folder's
+    judgments by item popularity, history length and title length; writes the report and
+    audit.png into ``out``. Returns (results, report lines)."""
+    from recjudge.data import DataError, load_dataset
+    from recjudge.evaluators._calibrate import read_labels
+    from recjudge.evaluators._estimators import read_judged
+    from recjudge.reporting import write_report
+
+    judged = read_judged(Path(judgments) / "imputed.jsonl", raw=True)
+    if not judged:
+        raise DataError("no judged pair in it.", source=str(Path(judgments) / "imputed.jsonl"),
+                        fix="pass the --out folder of a finished `recjudge impute`")  # fmt: skip
+    pairs = sorted(judged)
+    gold = read_labels(labels) if labels else None
+    res = audit(
+        pairs,
+        [judged[k][0] for k in pairs],
+        [judged[k][1] for k in pairs],
+        audit_factors(load_dataset(data), pairs),
+        [gold.get(k) for k in pairs] if gold is not None else None,
+        bins=bins,
+    )
+    told = f"labels: {labels}" if labels else "no labels (YES rates only)"
+    header = ["# Judge bias audit", "",
+              f"{len(pairs)} judged pairs from {judgments}; dataset {data}; {told}."]  # fmt: skip
+    write_report(out, {"factors": res, "pairs": len(pairs)}, audit_lines(res, header))
+    plot_audit(res, Path(out) / "audit.png")
+    return {"pairs": len(pairs), "factors": res}, audit_lines(res, header)
+
+
+def read_verdicts(run: str | Path) -> list[dict[str, Any]]:
+    """An arena run's ``verdicts.jsonl`` as records; ``DataError`` names the file, the row
+    and the fix."""
+    import json
+
+    from recjudge.data import DataError
+
+    path = Path(run) / "verdicts.jsonl"
+    fix = "pass the --out folder of a finished `recjudge arena run` (it holds verdicts.jsonl)"
+    if not path.is_file():
+        raise DataError("no such file.", source=str(path), fix=fix)
+    records = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if line.strip():
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                raise DataError("not a JSON line.", source=str(path), row=n, fix=fix) from None
+            if not isinstance(rec, dict):
+                raise DataError("not a verdict record.", source=str(path), row=n, fix=fix)
+            records.append(rec)
+    if not records:
+        raise DataError("no verdict in it.", source=str(path), fix=fix)
+    return records
+
+
+def run_position_audit(run: str | Path, out: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """``recjudge audit --arena``: an arena run's verdicts by list position per aspect and
+    the order-flip rates; writes the report and audit.png into ``out``."""
+    from recjudge.data import DataError
+    from recjudge.reporting import write_report
+
+    path = Path(run) / "verdicts.jsonl"
+    records = read_verdicts(run)
+    try:
+        res = position_audit(records)
+    except ValueError as e:
+        fix = "pass the --out folder of a finished `recjudge arena run` (it holds verdicts.jsonl)"
+        raise DataError(str(e), source=str(path), fix=fix) from None
+    header = ["# Arena list-position audit", "",
+              f"{len(records)} verdicts from {path}: per aspect, the share of verdicts for "
+              "each position over every judged order and, for pairs judged in both orders, "
+              "how often the verdict changes when the lists swap places."]  # fmt: skip
+    write_report(out, res, position_lines(res, header))
+    plot_positions(res, Path(out) / "audit.png")
+    return res, position_lines(res, header)

@@ -37,10 +37,10 @@ class AugmentConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    k: int = Field(10, ge=1)
-    top_m: int = Field(2, ge=1)
-    users: int | None = Field(None, ge=1)
-    seed: int = 0
+    k: int = Field(10, ge=1, description="Candidates judged per user.")
+    top_m: int = Field(2, ge=1, description="Most pseudo-positives added per user.")
+    users: int | None = Field(None, ge=1, description="A seeded sample of the run's users.")
+    seed: int = Field(0, description="The user sample's seed.")
 
 
 def select_positives(judgments: Sequence[Any], top_m: int) -> dict[str, list[Any]]:

@@ -243,3 +243,53 @@ def plot_reliability(result: Mapping[str, Any], path: str | Path) -> None:
         ax.set_ylabel("observed rate of relevant labels")
         ax.set_title(f"{result['pairs']} labelled pairs")
         ax.legend(loc="upper left")
+
+
+def calibration_lines(res: Mapping[str, Any]) -> list[str]:
+    """The calibration report."""
+    cf = res["cross_fitted"]
+    kappa = "undefined" if res["kappa"] is None else f"{res['kappa']:.3f}"
+    return [
+        "# Judge calibration against labels",
+        "",
+        f"Judge: {res['judge']}. {res['pairs']} labelled pairs among the judged ones "
+        f"({res['unmatched_labels']} labels matched no judged pair).",
+        "",
+        f"- base rate of relevant labels {res['base_rate']:.3f}; judge YES rate "
+        f"{res['judge_yes_rate']:.3f}",
+        f"- AUC of p_yes {res['auc']:.3f}; Cohen's kappa of the hard labels {kappa}",
+        f"- raw p_yes: Brier {res['brier']:.4f}, ECE {res['ece']:.4f}",
+        f"- isotonic map, cross-fitted over {cf['folds']} folds: Brier {cf['brier']:.4f}, "
+        f"ECE {cf['ece']:.4f}",
+        "",
+        "The map (fit on every pair) is calibration.json: `recjudge impute --calibration "
+        "calibration.json` writes p_calibrated, which `evaluate --estimators` uses.",
+        "",
+        "![reliability](reliability.png)",
+    ]
+
+
+def run_calibration(
+    judgments: str | Path, labels: str | Path, out: str | Path, folds: int = 5, seed: int = 0
+) -> dict[str, Any]:
+    """``recjudge calibrate``: the judgments of an ``impute`` folder against labelled pairs;
+    writes calibration.json (the map ``impute --calibration`` reads), reliability.png and
+    the report into ``out``. Raises ``DataError`` naming the file and the fix."""
+    from recjudge._util import atomic_write_json
+    from recjudge.data import DataError
+    from recjudge.evaluators._estimators import read_judged
+    from recjudge.reporting import write_report
+
+    folder = Path(judgments)
+    summary_path = folder / "summary.json"
+    if not summary_path.exists():
+        raise DataError("no summary.json here.", source=str(folder),
+                        fix="pass the --out folder of `recjudge impute`")  # fmt: skip
+    judge = judge_settings(json.loads(summary_path.read_text()))
+    res = calibrate(read_judged(folder / "imputed.jsonl", raw=True), read_labels(labels),
+                    judge, folds=folds, seed=seed)  # fmt: skip
+    outp = Path(out)
+    atomic_write_json(outp / "calibration.json", res)
+    plot_reliability(res, outp / "reliability.png")
+    write_report(outp, res, calibration_lines(res))
+    return res

@@ -48,6 +48,8 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._stats import bootstrap_ci
+
 ESTIMATORS = ("logged", "imputed", "dm", "ips", "snips", "dr")
 LINEAR = ("precision", "dcg", "ndcg")
 NONLINEAR = ("hit", "mrr")
@@ -285,7 +287,7 @@ def estimate(
             ci = None
             if idx is not None:
                 boot = arr[idx].mean(axis=1)
-                ci = (float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5)))
+                ci = bootstrap_ci(boot)
             uses_judge = est in ("imputed", "dm", "dr")
             out[name][est] = Estimate(
                 est, name, float(arr.mean()), ci, arr.tolist(), share if uses_judge else 0.0

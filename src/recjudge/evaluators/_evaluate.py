@@ -37,10 +37,23 @@ class EvaluateConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    metrics: tuple[str, ...] = ("ndcg@10", "precision@10", "recall@10", "mrr@10")
-    k: int = Field(20, ge=1)
-    stat_test: Literal["student", "fisher", "tukey"] = "student"
-    max_p: float = Field(0.05, gt=0, lt=1)
+    metrics: tuple[str, ...] = Field(
+        ("ndcg@10", "precision@10", "recall@10", "mrr@10"),
+        description="ranx metrics with cut-offs, comma-separated.",
+    )
+    k: int = Field(20, ge=1, description="Rankings are cut to their top-k.")
+    stat_test: Literal["student", "fisher", "tukey"] = Field(
+        "student", description="student (paired t-test), fisher (randomisation), tukey."
+    )
+    max_p: float = Field(0.05, gt=0, lt=1, description="Significance level of the markers.")
+
+    @field_validator("metrics", mode="before")
+    @classmethod
+    def _from_text(cls, metrics: Any) -> Any:
+        # "ndcg@10,recall@10", as the command line and a hand-written config give them
+        if isinstance(metrics, str):
+            return tuple(m.strip() for m in metrics.split(",") if m.strip())
+        return metrics
 
     @field_validator("metrics")
     @classmethod

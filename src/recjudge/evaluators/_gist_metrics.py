@@ -224,7 +224,7 @@ def gist_intervals(
     Returns:
         ``{model: {metric: {"lo", "hi"}, "p_minus_r": {"estimate", "lo", "hi"}}}``.
     """
-    from recjudge._stats import user_draws
+    from recjudge._stats import bootstrap_ci, user_draws
 
     out: dict[str, dict[str, Any]] = {}
     per_user = _per_user_values(scores)
@@ -233,9 +233,9 @@ def gist_intervals(
     idx = user_draws(len(next(iter(per_user.values()))), draws, seed)
     for m, vals in per_user.items():
         med = np.median(vals[idx], axis=1)  # [draws, metrics]
-        lo, hi = np.percentile(med, [2.5, 97.5], axis=0)
+        lo, hi = bootstrap_ci(med)
         d = vals[:, 0] - vals[:, 1]
-        dl, dh = np.percentile(d[idx].mean(axis=1), [2.5, 97.5])
+        dl, dh = bootstrap_ci(d[idx].mean(axis=1))
         out[m] = {
             **{k: {"lo": float(lo[j]), "hi": float(hi[j])} for j, k in enumerate(GIST_METRICS)},
             "p_minus_r": {"estimate": float(d.mean()), "lo": float(dl), "hi": float(dh)},
@@ -282,7 +282,7 @@ def gist_differences(
         ``{"A minus B": {metric: {"estimate", "lo", "hi"}}}`` for every pair in ``scores``'
         order (A before B).
     """
-    from recjudge._stats import user_draws
+    from recjudge._stats import bootstrap_ci, user_draws
 
     per_user = _per_user_values(scores)
     if not per_user or draws <= 0:
@@ -294,7 +294,7 @@ def gist_differences(
         for b in models[i + 1 :]:
             point = np.median(per_user[a], axis=0) - np.median(per_user[b], axis=0)
             boot = np.median(per_user[a][idx], axis=1) - np.median(per_user[b][idx], axis=1)
-            lo, hi = np.percentile(boot, [2.5, 97.5], axis=0)
+            lo, hi = bootstrap_ci(boot)
             out[f"{a} minus {b}"] = {
                 k: {"estimate": float(point[j]), "lo": float(lo[j]), "hi": float(hi[j])}
                 for j, k in enumerate(GIST_METRICS)

@@ -42,11 +42,17 @@ class ImputeConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    k: int = Field(20, ge=1)
-    users: int | None = Field(None, ge=1)
-    seed: int = 0
-    min_rating: float | None = None
-    judge_logged: bool = False
+    k: int = Field(20, ge=1, description="Judge each ranking's top-k.")
+    users: int | None = Field(None, ge=1, description="A seeded sample of users.")
+    seed: int = Field(0, description="The user sample's seed.")
+    min_rating: float | None = Field(
+        None, description="Logged relevance: rating >= this (default: positive events)."
+    )
+    judge_logged: bool = Field(
+        False,
+        description="Also judge the logged top-k pairs (their logged labels stay in the qrels): "
+        "evaluate --estimators dm,dr need the judge's probability for every listed pair.",
+    )
 
 
 def logged_qrels(feedback: Dataset, min_rating: float | None = None) -> Qrels:

@@ -37,6 +37,18 @@ from recjudge.evaluators._impute import (
     logged_qrels,
     pairs_to_impute,
 )
+from recjudge.evaluators._jobs import (
+    AugmentJob,
+    EvaluateJob,
+    ImputeJob,
+    JudgeOptions,
+    estimator_lines,
+    parse_runs,
+    run_augment,
+    run_evaluate,
+    run_impute,
+    write_evaluation,
+)
 from recjudge.evaluators._runs import (
     RUN_FORMATS,
     RecRun,
@@ -50,6 +62,16 @@ from recjudge.evaluators._runs import (
 )
 
 __all__ = [
+    "AugmentJob",
+    "EvaluateJob",
+    "ImputeJob",
+    "JudgeOptions",
+    "estimator_lines",
+    "parse_runs",
+    "run_augment",
+    "run_evaluate",
+    "run_impute",
+    "write_evaluation",
     "RUN_FORMATS",
     "RecRun",
     "RunCheck",
