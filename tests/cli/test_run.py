@@ -57,3 +57,22 @@ def test_a_speed_bench_command_is_its_config_and_reruns_from_results_json(tmp_pa
     assert json.loads((tmp_path / "b" / "results.json").read_text())["config"] == saved["config"]
     bad = run_cli("bench", "cf", "--sasrec", "x", "--saved", "fm")
     assert bad.code == 2 and "NAME=DIR" in bad.stderr and "Traceback" not in bad.stderr
+
+
+@pytest.mark.parametrize("name", BENCHMARKS.names())
+def test_every_bench_command_is_built_from_its_config(name):
+    """``recjudge bench NAME`` takes exactly its config's fields (plus --out, --json); a flag
+    that is on by default can be turned off."""
+    import typer
+
+    from recjudge.cli._app import _register_extensions, app
+
+    _register_extensions()
+    bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
+    cmd = bench.commands[name]
+    cls = BENCHMARKS.get(name).config
+    assert {p.name for p in cmd.params} == set(cls.model_fields) | {"out", "as_json"}
+    for p in cmd.params:
+        f = cls.model_fields.get(p.name)
+        if f is not None and f.default is True:
+            assert p.secondary_opts == ["--no-" + p.name.replace("_", "-")]

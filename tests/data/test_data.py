@@ -353,3 +353,23 @@ def test_parsed_cache_round_trips_exactly(tmp_path, monkeypatch):
     (where / "items.parquet").write_bytes(b"not parquet")
     rebuilt = load_dataset("ml-100k")
     pd.testing.assert_frame_equal(fresh.items, rebuilt.items)
+
+
+def test_history_by_scan_equals_the_per_user_index(tmp_path):
+    """The first lookups scan (a single judgment needs one user); later ones use the index;
+    both give the same rows in the same order, ties in time kept in file order."""
+    from recjudge.data import Dataset, load_from_files
+
+    log = "user_id,item_id,timestamp,rating\n" + "".join(
+        f"u{u},i{(u * 7 + k) % 11},{k // 2},{1 + k % 5}\n" for u in range(6) for k in range(9)
+    )
+    (tmp_path / "log.csv").write_text(log)
+    ds = load_from_files(tmp_path / "log.csv", name="toy")
+    users = [f"u{u}" for u in range(6)]
+    scanned = [ds.history(u) for u in users[: Dataset.SCAN_LOOKUPS]]
+    indexed = [ds.history(u) for u in users]  # past the scan budget: the index
+    for a, b in zip(scanned, indexed, strict=False):
+        assert a.equals(b) and list(a.index) == list(b.index)
+    fresh = load_from_files(tmp_path / "log.csv", name="toy")
+    with pytest.raises(KeyError, match="u9"):
+        fresh.history("u9")  # an unknown user is still a clear error on the scan path

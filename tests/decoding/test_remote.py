@@ -222,3 +222,18 @@ def test_ask_through_an_engine_backend_matches_local(smollm32):
         assert remote.value == local.value
     assert engine.sent[-1].grammar.startswith("root ::= ")
     assert not engine.sent[-1].payload  # no decision, no distinct list: nothing to bias
+
+
+def test_engine_readouts_stop_at_the_decision_and_match_local(smollm32, requests_):
+    """A read-out on an engine backend asks for a few tokens, not the whole answer, and
+    reads the same verdict and p_yes as the local engine."""
+    from recjudge.decoding._decode import READOUT_STEPS
+
+    config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
+    local = Judge(config, llm=smollm32).judge_many(requests_)
+    engine = ReferenceEngine(smollm32)
+    remote = Judge(config, llm=engine).judge_many(requests_)
+    assert [j.is_relevant for j in remote] == [j.is_relevant for j in local]
+    for a, b in zip(local, remote, strict=True):
+        assert b.p_yes == pytest.approx(a.p_yes, abs=2e-3)
+    assert {r.sampling.max_new_tokens for r in engine.sent} == {READOUT_STEPS}

@@ -94,6 +94,21 @@ def test_offline_backend_matches_transformers(reqs, reference, beta):
     )
 
 
+def test_offline_readouts_stop_at_the_decision_and_match(reqs):
+    """A read-out through vLLM asks for a few tokens (decode.READOUT_STEPS) and reads the same
+    verdicts and p_yes as the transformers backend's read-out."""
+    cfg = JudgeConfig(model="smollm2-135m", beta=25.0, need_evidence=False)
+    hf = load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
+    ref = Judge(cfg, llm=hf).judge_many(reqs)
+    llm = load_llm(
+        LLMConfig(model="smollm2-135m", dtype="float32", backend="vllm", vllm_args=VLLM_ARGS)
+    )
+    got = Judge(cfg, llm=llm).judge_many(reqs)
+    assert [a.is_relevant for a in ref] == [b.is_relevant for b in got]
+    assert max(abs(a.p_yes - b.p_yes) for a, b in zip(ref, got, strict=True)) <= 1e-2
+    assert all(len(b.raw_text) < len('{"evidence": ["') + 20 for b in got)  # stopped early
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -62,3 +62,18 @@ def test_unkeyed_and_conditional_settings_act_as_classified(monkeypatch):
         j = Judge(JudgeConfig().model_copy(update={field: other}), llm=object())
         assert j.decision_key(req) == Judge(JudgeConfig(), llm=object()).decision_key(req)
         assert j.key(req) != base
+
+
+def test_rows_from_the_work_keep_the_keys_of_the_old_fixed_defaults(monkeypatch):
+    """batch_size and decode_rows default to the work (None); on the batch-invariant engine,
+    whose row count is keyed, None runs and keys as the old default 8, so deterministic
+    stores and checkpoints written before keep resuming."""
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    req = _request()
+    det = JudgeConfig(deterministic=True)
+    assert det.rows() == 8
+    old = det.model_copy(update={"decode_rows": 8, "batch_size": 8})
+    assert Judge(det, llm=object()).key(req) == Judge(old, llm=object()).key(req)
+    fast = JudgeConfig()
+    assert (fast.batch(), fast.rows()) == (JudgeConfig.AUTO_ROWS, JudgeConfig.AUTO_ROWS)
+    assert JudgeConfig(batch_size=20).rows() == 20 and JudgeConfig(decode_rows=5).rows() == 5

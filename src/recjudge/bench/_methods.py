@@ -33,6 +33,7 @@ class Runner:
     run: Callable[[list[Any]], list[Answer]]
     settings: int = 1  # bias settings judged per pair (sweeps judge many)
     warm: Callable[[list[Any]], None] = field(default=lambda reqs: None)
+    judge: Any = None  # the Judge whose prompts and grammar it runs (the naive reference's)
 
 
 def processors_for(judge: Any, r: Any) -> tuple[list[int], Any, Any, Any]:
@@ -184,7 +185,7 @@ def method_runners(
     full = Judge(base, llm=llm, cf=cf)
     readout = Judge(base.model_copy(update={"need_evidence": False}), llm=llm, cf=cf)
     invariant = Judge(base.model_copy(update={"deterministic": True}), llm=llm, cf=cf)
-    main = f"brief@{beta:g}"
+    main = "no-behavior" if beta == 0 else f"brief@{beta:g}"  # beta 0: the judge alone
     sweep_full = sweep_judges(full, cf, item_item, True)
     sweep_read = sweep_judges(readout, cf, item_item, False)
     if main not in sweep_full:
@@ -201,6 +202,7 @@ def method_runners(
             "transformers generate() + recjudge grammar/bias processors",
             _naive(full, False, max_new_tokens),
             warm=warm,
+            judge=full,
         ),
         "naive_readout": Runner(
             "readout",

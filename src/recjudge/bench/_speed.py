@@ -72,6 +72,12 @@ class ThroughputConfig(_Bench):
         description="The vLLM environment's interpreter (make setup-vllm); vLLM rows are "
         "skipped when it does not exist.",
     )
+    workloads: tuple[str, ...] = Field(
+        ("evidence-heavy", "decision-heavy"),
+        description="evidence-heavy (beta 0: most answers cite evidence) and/or "
+        "decision-heavy (BRIEF at --beta with ALS's sigma: most answers are NO).",
+    )
+    plain_vllm: bool = Field(True, description="Also time plain vLLM (no recjudge processor).")
 
     @field_validator("methods", mode="before")
     @classmethod
@@ -94,13 +100,18 @@ def run_throughput(c: ThroughputConfig, out: str | Path) -> dict[str, Any]:
 
 
 def throughput_text(r: dict[str, Any]) -> str:
-    lines = [
-        f"{name:<22} {m['kind']:<8} {m['pairs_per_s']:.3f} pairs/s  agreement "
-        f"{100 * m['agreement_with_naive']:.1f} %  YES {100 * m['yes_rate']:.0f} %  "
-        f"peak {m['peak_rss_mb']:.0f} MB"
-        for name, m in r["methods"].items()
-    ]
-    return "\n".join(lines + [f"{k}: {v:.2f}x" for k, v in r["ratios"].items()])
+    lines = []
+    for w, wl in r["workloads"].items():
+        lines.append(f"{w}: {100 * wl['yes_rate']:.0f} % YES, {wl['mean_evidence']:.2f} "
+                     "evidence titles per answer")  # fmt: skip
+        for name, m in wl["methods"].items():
+            agree = m["agreement_with_naive"]
+            shown = "n/a" if agree is None else f"{100 * agree:.1f} %"
+            lines.append(f"  {name:<22} {m['kind']:<8} {m['pairs_per_s']:.3f} pairs/s  "
+                         f"agreement {shown}  YES {100 * m['yes_rate']:.0f} %  "
+                         f"peak {m['peak_rss_mb']:.0f} MB")  # fmt: skip
+        lines += [f"  {k}: {v:.2f}x" for k, v in wl["ratios"].items()]
+    return "\n".join(lines)
 
 
 class LatencyConfig(_Bench):

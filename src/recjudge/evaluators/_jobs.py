@@ -77,7 +77,10 @@ class JudgeOptions(BaseModel):
     )
     beta: float = Field(25.0, description="Bias strength of the adaptive bias.")
     no_evidence: bool = Field(False, description="Stop at the decision step (labels only, faster).")
-    batch_size: int = Field(8, ge=1, description="Pairs decoded together.")
+    batch_size: int | None = Field(
+        None, ge=1, description="Pairs decoded together (default: all of a user's candidates, "
+        "up to 64)."
+    )  # fmt: skip
     max_history: int = Field(50, ge=1, description="History items the judge reads per user.")
     allow_cf_mismatch: bool = Field(
         False, description="Use a CF model trained on other data than --data."

@@ -17,7 +17,7 @@ def build_judge(
     need_evidence: bool = True,
     sample: int = 0,
     seed: int = 0,
-    batch_size: int = 8,
+    batch_size: int | None = None,
     max_evidence: int = 5,
     backend: str = "transformers",
     server: str | None = None,

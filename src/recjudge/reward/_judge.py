@@ -75,10 +75,13 @@ class JudgeConfig(BaseModel):
             (reward only, much faster).
         sampling: decoding settings (greedy by default).
         samples: with sampling, how many samples estimate P(YES).
-        batch_size: requests judged per engine call (never changes a result).
+        batch_size: requests judged per engine call (never changes a result). None: from
+            the work, every candidate a user's history serves in one call (at most
+            ``AUTO_ROWS``), so all of them are decoded in the same steps.
         decode_rows: rows per decode batch. With ``deterministic`` it is the fixed row
             count of every decode step and part of the result key (other values round
-            differently); otherwise only a bound on the batch.
+            differently; None keys and runs as ``INVARIANT_ROWS``); otherwise only a bound
+            on the batch (None: every row of the call).
         deterministic: use the batch-invariant engine, whose results are bit-identical
             alone or in any batch (several times slower). The default fast engine agrees
             with it up to floating-point rounding.
@@ -101,8 +104,8 @@ class JudgeConfig(BaseModel):
     need_evidence: bool = True
     sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
     samples: int = Field(1, ge=1)
-    batch_size: int = Field(8, ge=1)
-    decode_rows: int = Field(8, ge=1)
+    batch_size: int | None = Field(None, ge=1)
+    decode_rows: int | None = Field(None, ge=1)
     deterministic: bool = False
     jump_forward_prefix: bool = True
     domain: str | None = None
@@ -130,6 +133,22 @@ class JudgeConfig(BaseModel):
     AFTER_DECISION: ClassVar[frozenset[str]] = frozenset(
         {"mode", "beta", "need_evidence", "cf_threshold"}
     )
+
+    #: the most requests one call holds when ``batch_size`` is None (a user's candidates)
+    AUTO_ROWS: ClassVar[int] = 64
+    #: the batch-invariant engine's row count when ``decode_rows`` is None (its old default)
+    INVARIANT_ROWS: ClassVar[int] = 8
+
+    def batch(self) -> int:
+        """Requests per engine call, resolved (``batch_size``, else ``AUTO_ROWS``)."""
+        return self.batch_size or self.AUTO_ROWS
+
+    def rows(self) -> int:
+        """Rows per decode step, resolved: ``decode_rows``, else ``INVARIANT_ROWS`` on the
+        batch-invariant engine and every row of the call on the fast one."""
+        if self.decode_rows is not None:
+            return self.decode_rows
+        return self.INVARIANT_ROWS if self.deterministic else self.batch()
 
     def effective_beta(self) -> float:
         return 0.0 if self.mode in ("no-behavior", "zero-shot", *SIMULATOR_MODES) else self.beta
@@ -448,6 +467,8 @@ class Judge:
         if not bias:
             keyed -= c.AFTER_DECISION
         settings = c.model_dump(include=keyed) | self._llm_settings()
+        if "decode_rows" in keyed:  # None runs (and so keys) as the invariant engine's 8
+            settings["decode_rows"] = c.rows()
         signal = (self._cf_id if req.sigma is None else None, req.sigma) if bias else ()
         return stable_hash(
             PROMPT_VERSION,
@@ -508,7 +529,8 @@ class Judge:
                 personas,
                 missing,
                 sampling=sampling,
-                batch_size=c.batch_size,
+                # whole prompts, no shared prefix: 8 at a time unless told (their memory)
+                batch_size=c.batch_size or 8,
                 desc="personas",
                 progress=progress,
             )
@@ -680,7 +702,7 @@ class Judge:
     ) -> list[list[int]]:
         """Chunks of requests that share one prompt prefix (same user and history). With
         ``failed``, a request whose prompt cannot be built goes there instead."""
-        size = self.config.batch_size
+        size = self.config.batch()
         if not self.config.uses_llm():
             return [todo[b : b + size] for b in range(0, len(todo), size)]
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -803,7 +825,7 @@ class Judge:
             # writing it after YES.
             stop_at_decision=True,
             keep_branch="YES" if c.need_evidence and not c.plain_verdict() else None,
-            rows=c.decode_rows,
+            rows=c.rows(),
             deterministic=c.deterministic,
             head="allowed",
             explore=explore,
