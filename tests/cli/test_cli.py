@@ -233,7 +233,7 @@ def test_ctrl_c_exits_130_and_says_finished_work_is_kept(monkeypatch, capsys):
         raise KeyboardInterrupt
 
     monkeypatch.setattr(_app, "app", fake)
-    monkeypatch.setattr(_app, "_register_extensions", lambda: None)
+    monkeypatch.setattr(_app, "_register_extensions", lambda argv=None: None)
     monkeypatch.setattr(sys, "argv", ["recjudge"])
     with pytest.raises(SystemExit) as exc:
         _app.main()
