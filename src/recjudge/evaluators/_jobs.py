@@ -146,10 +146,6 @@ class EvaluateJob(EvaluateConfig):
         None, description="A paragraph for the report's header (protocol, deviations)."
     )
 
-    def evaluation(self) -> EvaluateConfig:
-        """The evaluator's own config (what enters results.json's ``config``)."""
-        return EvaluateConfig(**{f: getattr(self, f) for f in EvaluateConfig.model_fields})
-
 
 class AugmentJob(JudgeOptions, AugmentConfig):
     """``recjudge augment``: ``AugmentConfig`` plus the files and the judge."""
@@ -239,7 +235,7 @@ def impute_text(job: ImputeJob, s: dict[str, Any]) -> str:
 def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Metrics per system on logged-only and on imputed feedback, paired tests, the systems'
     order under each, and the estimators when asked; the report goes to ``job.out``."""
-    config = job.evaluation()
+    config = _sub(job, EvaluateConfig)  # what enters results.json's config
     recs = parse_runs(job.runs, job.run_format)
     if job.qrels:
         if not (Path(job.qrels) / "qrels_imputed.json").exists():
