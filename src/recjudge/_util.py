@@ -23,6 +23,18 @@ def _distinct_positive(v: tuple[int, ...], info: ValidationInfo) -> tuple[int, .
     return v
 
 
+def comma_list(value: Any) -> Any:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``; anything else unchanged.
+
+    The one rule for lists given as text (the command line, a hand-written config): split
+    on commas, strip, drop empty parts. Config validators (``mode="before"``) and the CLI's
+    option parser both call it, so the two doors read a list the same way.
+    """
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return value
+
+
 #: A config field holding the settings a benchmark compares (rows per step, workers, ...):
 #: a non-empty tuple of distinct positive integers.
 DistinctPositiveInts = Annotated[tuple[int, ...], AfterValidator(_distinct_positive)]

@@ -135,19 +135,6 @@ def test_unknown_judge_model_in_gist_run_is_a_clear_error(tmp_path):
     assert r.returncode == 2 and "smollm2-135m" in r.stderr
 
 
-def test_gist_run_options_default_to_the_configs_values():
-    import inspect
-
-    from recjudge.cli._gist import gist_run
-    from recjudge.evaluators import GistConfig
-
-    params = inspect.signature(gist_run).parameters
-    cfg = GistConfig()
-    assert params["example"].default.default == cfg.interest_example
-    assert params["options"].default.default == cfg.options
-    assert params["pool_size"].default.default == cfg.pool_size
-
-
 def test_serve_dry_run_registers_the_processor_for_the_runner():
     out = run(
         "serve",

@@ -68,7 +68,14 @@ class AugmentBenchConfig(JudgeSampling):
             effect on the model from their effect as the last items of the scored sequence.
             Models that score a user from their trained factor (ALS) do not depend on it.
         seeds: number of seeds (0..seeds-1).
+        future_fraction: last fraction of each timeline held out (the test items).
+        min_future: users need at least this many future items.
+        positive_rating: a rating at least this counts as positive.
         cf: candidate generator and sigma source (trained on positive past interactions).
+        history_items: history shown to the judge.
+        beta: the BRIEF bias strength of the LLM methods.
+        seed: user-sampling and candidate-generator training seed.
+        decode_rows: candidates decoded together in one engine call (speed and memory).
         bootstrap: user resamples for the paired intervals (``recjudge._stats``).
         workers: retrainings run at once, each in its own process on one thread (never
             changes a result: every retraining is seeded and single-threaded). A retraining

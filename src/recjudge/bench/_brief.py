@@ -59,6 +59,7 @@ class BriefExperimentConfig(JudgeSampling):
         betas: the sweep.
         bootstrap: resamples for confidence intervals.
         seed: sampling and training seed.
+        decode_rows: pairs decoded together in one engine call (speed and memory).
         modes: the rows of the ratings table (every judge mode and the user simulators).
     """
 

@@ -124,11 +124,14 @@ class OfflineConfig(JudgeSampling):
         future_fraction: last fraction of each timeline = the online truth.
         positive_rating: only future items rated at least this count as relevant (None:
             every future interaction).
+        min_future: users need at least this many future items.
         cf: the CF imputer and the judges' sigma source (trained on positive past
             interactions): ``als``, ``sasrec``, ``bpr``, ...
         judges: judge modes used as imputers.
         history_items: history shown to the judge.
+        beta: the BRIEF bias strength of the judge imputers.
         seed: user-sampling and training seed.
+        decode_rows: pairs decoded together in one engine call (speed and memory).
         logging_seeds: seeds of the logging policy's exposure draws; each is its own
             simulated log with its own gap, and the report gives the mean gap over them with
             a 95 % t-interval (the recommenders are trained once: the past does not depend on

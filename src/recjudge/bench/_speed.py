@@ -15,6 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from recjudge._util import comma_list
+
 __all__ = [
     "CfBenchConfig",
     "DecodingBenchConfig",
@@ -23,13 +25,6 @@ __all__ = [
     "LatencyConfig",
     "ThroughputConfig",
 ]
-
-
-def _names(value: Any) -> Any:
-    """``"a,b"`` -> ``("a", "b")`` (the command line gives lists comma-separated)."""
-    if isinstance(value, str):
-        return tuple(v.strip() for v in value.split(",") if v.strip())
-    return value
 
 
 class _Bench(BaseModel):
@@ -82,7 +77,7 @@ class ThroughputConfig(_Bench):
     @field_validator("methods", mode="before")
     @classmethod
     def _methods(cls, v: Any) -> Any:
-        return _names(v) or None
+        return comma_list(v) or None
 
 
 def _throughput_out(c: ThroughputConfig) -> str:
@@ -223,7 +218,7 @@ class CfBenchConfig(_Bench):
     @field_validator("saved", "train", mode="before")
     @classmethod
     def _lists(cls, v: Any) -> Any:
-        return _names(v)
+        return comma_list(v)
 
     @field_validator("saved")
     @classmethod

@@ -44,8 +44,14 @@ def option_errors(e: Any) -> str:
         msg = str(x["msg"]).removeprefix("Value error, ")
         if x.get("type") in ("literal_error", "enum", "int_parsing", "float_parsing"):
             msg += f" (got {str(x.get('input'))[:60]!r})"  # the value the user typed
-        loc = "-".join(map(str, x["loc"])).replace("_", "-")
-        parts.append(f"--{loc}: {msg}" if loc else msg)
+        if not x["loc"]:
+            parts.append(msg)
+            continue
+        # the option, then where inside its value: a nested config's key or a list's item
+        first, *rest = x["loc"]
+        inner = [f"item {k + 1}" if isinstance(k, int) else str(k) for k in rest]
+        where = ", ".join([f"--{str(first).replace('_', '-')}", *inner])
+        parts.append(f"{where}: {msg}")
     return "; ".join(parts)
 
 
@@ -120,7 +126,9 @@ def models_verify(name: str) -> None:
 
 
 @models_app.command("info")
-def models_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def models_info(
+    name: str, as_json: bool = typer.Option(False, "--json", help="Print the results as JSON.")
+) -> None:
     """Show a preset's packages, licence and cache state."""
     from recjudge.llm import preset_info
 
@@ -136,7 +144,9 @@ def models_info(name: str, as_json: bool = typer.Option(False, "--json")) -> Non
 
 # -- data ------------------------------------------------------------------------------
 @data_app.command("list")
-def data_list(as_json: bool = typer.Option(False, "--json")) -> None:
+def data_list(
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
     """List the built-in datasets."""
     from recjudge.data import LOADERS
 
@@ -152,7 +162,9 @@ def data_list(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @data_app.command("info")
-def data_info(name: str, as_json: bool = typer.Option(False, "--json")) -> None:
+def data_info(
+    name: str, as_json: bool = typer.Option(False, "--json", help="Print the results as JSON.")
+) -> None:
     """Counts of interactions, users, items, event types and the time range."""
     from recjudge.data import DataError, load_dataset
 
@@ -205,7 +217,7 @@ def data_import(
     drop_orphans: bool = typer.Option(
         False, "--drop-orphans", help="Drop interactions whose item has no items row."
     ),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Validate your files and write a dataset folder (parquet + card.json) that every
     --data option accepts."""
@@ -266,7 +278,7 @@ def data_split(
     fraction: float = typer.Option(
         0.2, "--fraction", min=0.01, max=0.99, help="Share of interactions in the future."
     ),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Split into past (train recommenders on it; the judge's histories) and future (the
     held-out logged feedback that `impute` and `evaluate` read)."""

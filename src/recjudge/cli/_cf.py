@@ -27,8 +27,8 @@ def cf_train(
     min_rating: float = typer.Option(
         None, "--min-rating", help="Train on ratings >= this only (e.g. 4: liking)."
     ),
-    seed: int = typer.Option(0, "--seed"),
-    threads: int = typer.Option(2, "--threads"),
+    seed: int = typer.Option(0, "--seed", help="Training seed."),
+    threads: int = typer.Option(2, "--threads", help="Torch threads."),
     eval_every: int = typer.Option(
         0, "--eval-every", help="SASRec: validation HR@10 every N epochs."
     ),
@@ -66,8 +66,10 @@ def cf_eval(
     path: str,
     data: str = typer.Option(None, "--data", help="Dataset (default: the one trained on)."),
     protocol: str = typer.Option("sampled100", "--protocol", help="sampled100 or full."),
-    max_users: int = typer.Option(None, "--max-users"),
-    as_json: bool = typer.Option(False, "--json"),
+    max_users: int = typer.Option(
+        None, "--max-users", help="Evaluate only the first N users (default: all)."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Evaluate on the leave-one-out test split (HR@10/NDCG@10 or Recall@k/NDCG@k)."""
     from recjudge.cf_models import eval_saved, load_model, trained_on
@@ -87,9 +89,9 @@ def cf_eval(
 @cf_app.command("recommend")
 def cf_recommend(
     path: str,
-    k: int = typer.Option(10, "--k"),
+    k: int = typer.Option(10, "--k", help="Items recommended per user."),
     out: str = typer.Option(..., "--out", help="JSONL with user_id, rank, item_id."),
-    data: str = typer.Option(None, "--data"),
+    data: str = typer.Option(None, "--data", help="Dataset (default: the one trained on)."),
 ) -> None:
     """Top-k lists for every user, excluding items they have seen."""
     from recjudge.cf_models import load_model, recommend_saved, trained_on

@@ -19,7 +19,7 @@ def demo(
         "als", help="CF model for sigma: als (trains in seconds) or sasrec (minutes)."
     ),
     epochs: int = typer.Option(3, help="SASRec epochs (with --cf sasrec)."),
-    seed: int = typer.Option(0),
+    seed: int = typer.Option(0, help="User-sampling and CF-training seed."),
 ) -> None:
     """Train (or load) a CF model on ML-1M and judge real users' held-out and random
     candidates with the BRIEF judge, printing verdicts, evidence, sigma and Delta."""

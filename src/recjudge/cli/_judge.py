@@ -46,7 +46,9 @@ def judge_cmd(
     retry_failed: bool = typer.Option(
         False, "--retry-failed", help="With --resume: judge again the pairs that failed before."
     ),
-    model: str = typer.Option("smollm2-135m", "--model"),
+    model: str = typer.Option(
+        "smollm2-135m", "--model", help="The judge LLM: a preset, local folder or HF id."
+    ),
     cf: str = typer.Option(None, "--cf", help="A saved CF model folder (sigma source)."),
     mode: str = typer.Option(
         "brief",
@@ -54,14 +56,16 @@ def judge_cmd(
         help="brief, non-adaptive, no-behavior, zero-shot, cf-only, item-item, or a user "
         "simulator: pub, agent4rec, recagent.",
     ),
-    beta: float = typer.Option(25.0, "--beta"),
+    beta: float = typer.Option(
+        25.0, "--beta", help="Bias strength: delta = beta * (1 + E_n) * sigma on YES."
+    ),
     no_evidence: bool = typer.Option(
         False, "--no-evidence", help="Stop at the decision step (reward only)."
     ),
     samples: int = typer.Option(
         0, "--samples", help="Estimate P(YES) from N samples (T 0.7, top-p 0.8)."
     ),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", help="Sampling and CF-training seed."),
     batch_size: int = typer.Option(
         None,
         "--batch-size",

@@ -18,8 +18,8 @@ def calibrate_cmd(
     ),
     out: str = typer.Option(..., "--out", help="Folder: calibration.json, report.md, PNG."),
     folds: int = typer.Option(5, "--folds", min=2, help="Folds of the cross-fitted check."),
-    seed: int = typer.Option(0, "--seed"),
-    as_json: bool = typer.Option(False, "--json"),
+    seed: int = typer.Option(0, "--seed", help="Seed of the fold assignment."),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """The judge against labels you trust: AUC, Brier, ECE, kappa, a reliability diagram,
     and an isotonic map (p_yes -> P(relevant)) that impute --calibration applies."""
@@ -53,7 +53,7 @@ def audit_cmd(
         None, "--labels", help="Optional labelled pairs (user_id,item_id,label) for the gaps."
     ),
     bins: int = typer.Option(10, "--bins", min=2, max=50, help="Quantile bins per factor."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Bias audit of a judgments file: YES rate and calibration by item popularity,
     history length and title length (table + PNG); or of an arena run: verdicts by list

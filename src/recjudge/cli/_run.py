@@ -61,7 +61,9 @@ def _list(registry: Any, as_json: bool) -> None:
 
 
 @app.command("evaluators")
-def evaluators_list(as_json: bool = typer.Option(False, "--json")) -> None:
+def evaluators_list(
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
     """List the evaluators ``recjudge run`` can run."""
     from recjudge.evaluators import EVALUATORS
 
@@ -69,7 +71,9 @@ def evaluators_list(as_json: bool = typer.Option(False, "--json")) -> None:
 
 
 @app.command("jobs")
-def jobs_list(as_json: bool = typer.Option(False, "--json")) -> None:
+def jobs_list(
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
     """List the jobs on your files (``recjudge NAME`` or ``recjudge run NAME --config``)."""
     from recjudge.evaluators import JOBS
 
@@ -86,7 +90,7 @@ def run_cmd(
         None, "--data", help="Dataset (default: the config file's, or ml-1m)."
     ),
     out: str = typer.Option(None, "--out", help="Report folder (default: the evaluator's)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Run an evaluator or a job by name from a saved config (resumable, like its own
     command)."""
@@ -107,20 +111,16 @@ def run_cmd(
         close = suggest(name, known)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         fail(f"unknown evaluator or job {name!r}.{hint} Known: {', '.join(sorted(known))}.")
-    spec = EVALUATORS.get(name)
-    cfg, saved_data = _read_config(config, spec.config)
-    try:
-        r = spec.run(cfg, data or saved_data or "ml-1m", out or spec.default_out)
-    except ValueError as e:
-        fail(str(e))
-    if as_json:
-        emit({k: v for k, v in r.items() if k not in ("users", "answers")})
-        return
-    typer.echo((Path(out or spec.default_out) / "report.md").read_text())
+    from recjudge.cli._evaluators import run_evaluator
+
+    cfg, saved_data = _read_config(config, EVALUATORS.get(name).config)
+    run_evaluator(name, cfg, data or saved_data or "ml-1m", out, as_json)
 
 
 @bench_app.command("list")
-def bench_list(as_json: bool = typer.Option(False, "--json")) -> None:
+def bench_list(
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+) -> None:
     """List the benchmarks ``recjudge bench run`` can run from a config."""
     from recjudge.bench import BENCHMARKS
 

@@ -23,9 +23,11 @@ def _shown(name: str, value: str) -> str:
 def serve_cmd(
     ctx: typer.Context,
     model: str = typer.Option("smollm2-135m", "--model", help="Preset, local folder or HF id."),
-    host: str = typer.Option("127.0.0.1", "--host"),
-    port: int = typer.Option(8000, "--port"),
-    dtype: str = typer.Option("bfloat16", "--dtype"),
+    host: str = typer.Option(
+        "127.0.0.1", "--host", help="Address to listen on (non-loopback needs an API key)."
+    ),
+    port: int = typer.Option(8000, "--port", help="Port to listen on."),
+    dtype: str = typer.Option("bfloat16", "--dtype", help="vLLM's --dtype."),
     runner: str = typer.Option(
         "auto", "--runner", help="vLLM model runner: auto | v1 | v2 (picks the processor)."
     ),

@@ -19,7 +19,7 @@ app.add_typer(store_app, name="store")
 def store_export(
     store: str = typer.Argument(..., help="A run's results store (e.g. OUT/store.sqlite)."),
     out: str = typer.Option(..., "--out", help="The checkpoint to write (gzip JSON lines)."),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Write a store's title-free rows (no request, history, title or id) to a checkpoint."""
     # Read-out judgments without their ids and the decision records beside the store: the
@@ -52,7 +52,7 @@ def store_import(
     repair: bool = typer.Option(
         False, "--repair", help="Salvage a damaged --into store's readable rows first."
     ),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Add a checkpoint's rows to a store; the same run then reads them instead of judging.
 
@@ -96,7 +96,7 @@ def store_reseal(
     trust_unsigned: bool = typer.Option(
         False, "--trust-unsigned", help="Needed for a file whose manifest does not verify."
     ),
-    as_json: bool = typer.Option(False, "--json"),
+    as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Write a checkpoint again with a current manifest (digest; signed with
     $RECJUDGE_CHECKPOINT_KEY when set), after checking every row."""

@@ -101,6 +101,8 @@ class ArenaConfig(BaseModel):
         bootstrap: Bradley-Terry bootstrap resamples.
         similarity: URD similarity, ``genre`` (Jaccard) or ``embedding`` (item cosine).
         absolute: also ask a 5-level absolute rating of each list (our extension).
+        seed: user-sampling, CF-training and bootstrap seed.
+        batch_size: judgments decoded together in one engine call (speed and memory).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

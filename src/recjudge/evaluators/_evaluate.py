@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from recjudge._util import comma_list
 from recjudge.evaluators._runs import Qrels, RecRun
 
 QRELS_KINDS = ("logged", "imputed")
@@ -51,9 +52,7 @@ class EvaluateConfig(BaseModel):
     @classmethod
     def _from_text(cls, metrics: Any) -> Any:
         # "ndcg@10,recall@10", as the command line and a hand-written config give them
-        if isinstance(metrics, str):
-            return tuple(m.strip() for m in metrics.split(",") if m.strip())
-        return metrics
+        return comma_list(metrics)
 
     @field_validator("metrics")
     @classmethod

@@ -223,7 +223,12 @@ class GistConfig(BaseModel):
     max_ids: int | None = Field(None, ge=1)
     extraction_tokens: int = Field(1024, ge=16)
     words: tuple[int, int] = (2, 5)
-    interest_example: str = Field("1990s crime thrillers", min_length=1, max_length=200)
+    interest_example: str = Field(
+        "1990s crime thrillers",
+        min_length=1,
+        max_length=200,
+        json_schema_extra={"cli": ["--example"]},
+    )
     max_citations: int = Field(2, ge=1)
     enforce_citations: bool = False
     predicate: Predicate = Predicate()

@@ -20,12 +20,26 @@ class EvaluatorSpec:
         run: ``run(config, data, out, progress=...) -> results``.
         summary: one line for ``recjudge evaluators list``.
         default_out: where its report goes by default.
+        json_view: the part of its results ``--json`` prints (default: all but the per-user
+            and per-answer records, which its report folder keeps).
     """
 
     config: type[BaseModel]
     run: Callable[..., dict[str, Any]]
     summary: str
     default_out: str
+    json_view: Callable[[dict[str, Any]], Any] | None = None
+
+    def view(self, results: dict[str, Any]) -> Any:
+        """What ``--json`` prints of ``results``."""
+        if self.json_view is not None:
+            return self.json_view(results)
+        return {k: v for k, v in results.items() if k not in ("users", "answers")}
+
+
+def _gist_view(r: dict[str, Any]) -> Any:
+    # the scores per model, without each user's row (interests.jsonl keeps them)
+    return {m: {k: v for k, v in s.items() if k != "users"} for m, s in r["scores"].items()}
 
 
 EVALUATORS: Registry[EvaluatorSpec] = Registry("evaluator")
@@ -47,10 +61,10 @@ def _register() -> None:
         "reports/arena-lists"))  # fmt: skip
     EVALUATORS.register("gist", EvaluatorSpec(
         GistConfig, run_gist, "GISTBench: interest extraction, verification, IG and IS",
-        "reports/gist"))  # fmt: skip
+        "reports/gist", _gist_view))  # fmt: skip
     EVALUATORS.register("usersum", EvaluatorSpec(
         UserSumConfig, run_usersum, "UserSumBench: summary quality by future prediction",
-        "reports/usersum"))  # fmt: skip
+        "reports/usersum", lambda r: r["table"]))  # fmt: skip
 
 
 _register()

@@ -78,12 +78,15 @@ class UserSumConfig(BaseModel):
         runs: prediction runs (different option samples and orders) for mean +- sd.
         m: tasks that must be right for Q_s = 1.
         seed: base seed.
+        batch_size: prompts decoded together in one engine call (speed and memory).
         bootstrap: user resamples for the intervals over users (``recjudge._stats``).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    summarizers: tuple[Literal["single", "hierarchy"], ...] = ("single", "hierarchy")
+    summarizers: tuple[Literal["single", "hierarchy"], ...] = Field(
+        ("single", "hierarchy"), min_length=1, json_schema_extra={"cli": ["--summarizer"]}
+    )
     model: str = "qwen2.5-coder-0.5b"
     predictor: str = "qwen2.5-coder-0.5b"
     users: int = Field(30, ge=1)
