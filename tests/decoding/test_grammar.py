@@ -313,3 +313,20 @@ def test_grammar_cache_follows_the_tokenizer_object_not_its_id(tok):
     # The cache does not keep a dropped tokenizer alive (an id() key must, or go stale).
     assert alive() is None
     assert compile_schema(Choice(["YES", "NO"]), tok) is a
+
+
+def test_allowed_is_the_union_of_what_the_rows_mask_leaves(tok):
+    """``allowed(rows)`` (the fast engine's LM-head restriction) names exactly the tokens
+    that ``mask`` leaves finite in at least one row, at rows in different grammar states."""
+    titles = ["Heat (1995)", "Fargo (1996)", "Up (2009)"]
+    compiled = compile_schema(EvidenceFirst(titles), tok, len(tok))
+    grammar = GrammarLogitsProcessor([compiled] * 3)
+    for row, text in ((1, '{"evidence": ["He'), (2, '{"evidence": []')):
+        for t in tok.encode(text, add_special_tokens=False):
+            grammar.accept(row, t)
+    for rows in ([0], [1, 2], [0, 1, 2], [2, 0]):
+        ids = grammar.allowed(rows)
+        scores = torch.zeros(len(rows), compiled.table.width)
+        grammar.mask(scores, rows)
+        union = torch.isfinite(scores).any(0).nonzero().squeeze(1)
+        assert ids.dtype == torch.long and torch.equal(ids, union), rows

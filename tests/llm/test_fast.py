@@ -50,7 +50,12 @@ def test_smollm2_is_supported(llm32):
     assert supports_fast(llm32.model)
 
 
-def test_every_step_matches_a_full_forward_with_rows_leaving(llm32):
+@pytest.mark.parametrize("room", [64, 2])
+def test_every_step_matches_a_full_forward_with_rows_leaving(llm32, monkeypatch, room):
+    """(``room`` 2: the rows' buffers grow twice while the rows decode.)"""
+    import recjudge.llm._fast as fast
+
+    monkeypatch.setattr(fast, "FIRST_ROOM", room)
     prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 6)
     suffixes = [
         llm32.encode(" Would they watch " + t + "? Answer:")
@@ -75,6 +80,52 @@ def test_every_step_matches_a_full_forward_with_rows_leaving(llm32):
             torch.testing.assert_close(got, full[start + k], atol=ATOL, rtol=0)
         # greedy: each token is the argmax of its step's scores
         assert out[r] == [int(s.argmax()) for s in scores[r]]
+
+
+def test_rows_of_several_prefixes_decode_together_as_full_forwards(llm32):
+    """Several users' rows in one step: each row attends to its own prefix only (prefixes
+    of different lengths, rows given interleaved, rows leaving mid-way), and every step's
+    scores equal a plain full forward of that row's own prompt; results come back in the
+    caller's order."""
+    prefixes = [
+        llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 3),
+        llm32.encode("Another user loved Toy Story (1995) and Babe (1995)."),
+        llm32.encode("A third one: " + "Alien (1979), Aliens (1986), " * 5),
+    ]
+    titles = ["Up (2009)", "Rocky (1976)", "Big (1988)", "Jaws (1975)", "Heat (1995)"]
+    suffixes = [llm32.encode(" Would they watch " + t + "? Answer:") for t in titles]
+    prefix_of = [2, 0, 1, 0, 2]  # interleaved: the engine orders rows by prefix itself
+    stop = {0: 3, 1: 6, 2: 4, 3: 2, 4: 5}
+    scores, tokens, step, accept, finished = _record(5, stop)
+    kvs = [encode_prefix(llm32, p) for p in prefixes]
+    from recjudge.llm._fast import fast_decode
+
+    out = fast_decode(llm32, kvs, prefix_of, suffixes, step, accept, finished,
+                      sampling=SamplingConfig(max_new_tokens=20))  # fmt: skip
+    for r, suffix in enumerate(suffixes):
+        assert out[r] == tokens[r] and len(out[r]) == stop[r]
+        prompt = prefixes[prefix_of[r]] + suffix
+        full = _full_logits(llm32, prompt + out[r])
+        for k, got in enumerate(scores[r]):
+            torch.testing.assert_close(got, full[len(prompt) - 1 + k], atol=ATOL, rtol=0)
+
+
+def test_several_prefixes_on_the_invariant_engine_equal_one_prefix_at_a_time(llm32):
+    prefixes = [llm32.encode("History: Alien (1979); Jaws (1975)."),
+                llm32.encode("History: Babe (1995); Up (2009); Big (1988).")]  # fmt: skip
+    suffixes = [llm32.encode(f" Candidate {c}. Verdict:") for c in ("Rocky", "Heat", "Fargo")]
+    prefix_of = [1, 0, 1]
+    both, _, step, accept, finished = _record(3, {r: 3 for r in range(3)})
+    decode_shared(llm32, prefixes, prefix_of, suffixes, step, accept, finished,
+                  deterministic=True, rows=2)  # fmt: skip
+    for r in range(3):
+        alone, _, step_a, acc_a, fin_a = _record(1, {0: 3})
+        decode_shared(llm32, [prefixes[prefix_of[r]]], [0], [suffixes[r]], step_a, acc_a,
+                      fin_a, deterministic=True, rows=2)  # fmt: skip
+        for a, b in zip(alone[0], both[r], strict=True):
+            assert torch.equal(a, b)  # batch-invariant: bit-identical
+    with pytest.raises(ValueError, match="prefix_of"):
+        decode_shared(llm32, prefixes, [0, 2, 1], suffixes, step, accept, finished)
 
 
 def test_a_row_alone_and_in_a_batch_agree(llm32):
@@ -114,9 +165,10 @@ def test_shared_decode_caches_the_prefix_once_per_backend(llm32):
         prefix = llm32.encode("Shared prompt prefix for caching.")
         for _ in range(2):
             _, _, step, accept, finished = _record(1, {0: 1})
-            decode_shared(llm32, prefix, [llm32.encode(" x")], step, accept, finished)
+            decode_shared(llm32, [prefix], [0], [llm32.encode(" x")], step, accept, finished)
         assert len(lru._items) == 1
-        decode_shared(llm32, prefix[:-1], [llm32.encode(" y")], step, accept, lambda r: True)
+        decode_shared(llm32, [prefix[:-1]], [0], [llm32.encode(" y")], step, accept,
+                      lambda r: True)  # fmt: skip
         assert len(lru._items) == 1 and ("fast", tuple(prefix[:-1])) in lru._items
     finally:
         llm32.prefixes = old

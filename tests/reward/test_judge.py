@@ -115,6 +115,20 @@ def test_batch_equals_single(smollm32, als, requests):
         assert s.raw_text == b.raw_text
 
 
+def test_calls_pack_several_users_whole_and_never_split_one_below_the_batch(smollm, requests):
+    """Requests of one prefix (a user) stay in one call; several users share a call while
+    they fit (their rows decode in the same steps); a user larger than a call is cut."""
+
+    def calls(batch_size):
+        judge = Judge(JudgeConfig(mode="no-behavior", batch_size=batch_size), llm=smollm)
+        return judge._batches(requests, list(range(len(requests))))
+
+    assert calls(4) == [[0, 1, 2, 3]]  # two users, two candidates each
+    assert calls(3) == [[0, 1], [2, 3]]  # the second user does not fit beside the first
+    assert calls(1) == [[0], [1], [2], [3]]
+    assert sorted(i for c in calls(None) for i in c) == [0, 1, 2, 3]
+
+
 def test_deterministic_engine_is_bit_identical_alone_or_batched(smollm, als, requests):
     cfg = JudgeConfig(
         mode="brief", beta=2.0, max_evidence=2, deterministic=True, decode_rows=4, max_history=20

@@ -73,6 +73,11 @@ class ThroughputConfig(_Bench):
         "decision-heavy (BRIEF at --beta with ALS's sigma: most answers are NO).",
     )
     plain_vllm: bool = Field(True, description="Also time plain vLLM (no recjudge processor).")
+    together: bool = Field(
+        True,
+        description="Every method gets the whole workload in one call (several users' "
+        "candidates decoded together; vLLM always does); --no-together: ours per user.",
+    )
 
     @field_validator("methods", mode="before")
     @classmethod

@@ -3,8 +3,9 @@ sweeps over every bias setting, and llama.cpp when it is installed.
 
 Every method judges the same requests (real ML-1M users, half their own later items and half
 random unseen items) under the same BRIEF bias (sigma from ALS, so verdicts are mixed), in
-one process, methods alternating per user. Full answers are compared with full answers
-(evidence included) and decision read-outs with read-outs.
+one process, each given the whole workload at once (or per user, methods alternating). Full
+answers are compared with full answers (evidence included) and decision read-outs with
+read-outs.
 """
 
 from __future__ import annotations
@@ -160,6 +161,7 @@ def bench_throughput(
     vllm_python: str | Path | None = ".venv-vllm/bin/python",
     workloads: tuple[str, ...] = tuple(WORKLOADS),
     plain_vllm: bool = True,
+    together: bool = True,
 ) -> dict[str, Any]:
     """Judgments per second of every method on two workloads, in one run.
 
@@ -176,8 +178,11 @@ def bench_throughput(
     vLLM** (prefix caching and xgrammar structured outputs, no recjudge processor, the same
     prompt ids and grammars; on a biased workload each grammar allows only the branch the
     naive reference took, so plain vLLM writes answers of the same shape). Every engine gets
-    the whole workload: ours per user (a user's candidates share one prefix), vLLM in one
-    call per output kind (continuous batching, prefix caching).
+    the whole workload in one call per output kind (``together``: our engines decode several
+    users' candidates in the same steps, each user's prefix encoded once; vLLM batches
+    continuously with prefix caching); without ``together`` ours get it per user, the
+    methods alternating their order between users. The naive references judge one pair at
+    a time either way.
     """
     import torch
 
@@ -198,12 +203,15 @@ def bench_throughput(
     params = sum(p.numel() for p in llm.model.parameters())
     groups = _requests(ds, users, candidates, history, seed)
     results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
+    results["together"] = together
     results["workloads"] = {}
     for w in workloads:
         b = 0.0 if w == "evidence-heavy" else beta
         only = methods if w == "decision-heavy" else (methods or EVIDENCE_METHODS)
         runners = method_runners(model, llm, cf, item_item, history, b, max_new_tokens, only=only)
-        timing, answers, mem = _time_runners(runners, groups)
+        timing, answers, mem = _time_runners(
+            runners, [[r for g in groups for r in g]] if together else groups
+        )
         n = sum(len(g) for g in groups)
         vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, b, history, max_new_tokens)
         plain = (
@@ -414,7 +422,14 @@ def _report_lines(res: dict[str, Any]) -> list[str]:
         "",
         f"{res['users']} real ML-1M users x {res['candidates']} candidates (half the user's "
         f"later items, half random unseen), {res['history']}-item histories, greedy, "
-        f"{res['threads']} threads; our methods in one process, alternating per user; vLLM "
+        f"{res['threads']} threads; our methods in one process, "
+        + (
+            "each given the whole workload in one call (several users' candidates decoded "
+            "together); "
+            if res.get("together")
+            else "alternating per user; "
+        )
+        + "vLLM "
         "(recjudge's backend, and plain vLLM) in its own process after them. Two workloads "
         "on the same requests (YES rate and mean evidence titles of the naive full answers):",
         "",

@@ -8,9 +8,9 @@ question over a shared template, a sweep's recording pass) is a ``DecodeJob`` ha
 - engine-side constraints (vLLM in process, a server): whole requests with the remainder
   grammar and the bias payload (``engine_constrained``);
 - local decoding (transformers): recjudge's grammar mask and branch bias at every step of the
-  fast engine, over a shared-prefix KV cache when the job has a prefix
-  (``llm._fast.decode_shared``) or batched independent prompts (``decode_prompts``), the
-  batch-invariant engine when ``deterministic``.
+  fast engine, over shared-prefix KV caches when the job has prefixes (one or several users'
+  rows in the same steps: ``llm._fast.decode_shared``) or batched independent prompts
+  (``decode_prompts``), the batch-invariant engine when ``deterministic``.
 
 One lead policy: with ``jump_forward`` each row's answer opens with the grammar's forced
 text, cut after its last letter or digit (e.g. ``{"evidence``), prefilled with the prompt;
@@ -49,6 +49,10 @@ class DecodeJob:
         schemas: per row, the answer's schema.
         prefix: token ids every row shares (encoded and prefilled once); None: the rows are
             independent prompts (batches still share their common head on the fast engine).
+        prefixes: instead of ``prefix``, several prefixes (several users' histories), each
+            encoded once; row ``i`` follows ``prefixes[prefix_of[i]]``. The fast engine
+            decodes the rows of every prefix in the same steps.
+        prefix_of: with ``prefixes``, each row's prefix index.
         signal: per row, sigma (a YES/NO decision) or a per-branch vector (None: zeros).
         bias: the branch bias at the decision step (None: record without biasing).
         sampling: a ``SamplingConfig`` (greedy by default).
@@ -68,6 +72,8 @@ class DecodeJob:
     suffixes: Sequence[Sequence[int]]
     schemas: Sequence[Schema]
     prefix: Sequence[int] | None = None
+    prefixes: Sequence[Sequence[int]] | None = None
+    prefix_of: Sequence[int] | None = None
     signal: Sequence[Any] | None = None
     bias: BranchBias | None = None
     sampling: Any = None
@@ -87,6 +93,24 @@ class DecodeJob:
             raise ValueError(f"{len(self.signal)} signals for {len(self.suffixes)} rows")
         if self.head not in ("allowed", "full"):
             raise ValueError(f"head must be 'allowed' or 'full', not {self.head!r}")
+        if self.prefix is not None and self.prefixes is not None:
+            raise ValueError("give prefix (one shared) or prefixes with prefix_of, not both")
+        if (self.prefixes is None) != (self.prefix_of is None):
+            raise ValueError("prefixes and prefix_of go together")
+        if self.prefix_of is not None and (
+            len(self.prefix_of) != len(self.suffixes)
+            or any(not 0 <= g < len(self.prefixes or ()) for g in self.prefix_of)
+        ):
+            raise ValueError(f"prefix_of must give each of {len(self.suffixes)} rows one of "
+                             f"{len(self.prefixes or ())} prefixes")  # fmt: skip
+
+    def grouped(self) -> tuple[list[list[int]], list[int]] | None:
+        """``(prefixes, prefix_of)`` whichever way the job gave them; None: no prefix."""
+        if self.prefixes is not None and self.prefix_of is not None:
+            return [list(p) for p in self.prefixes], list(self.prefix_of)
+        if self.prefix is not None:
+            return [list(self.prefix)], [0] * len(self.suffixes)
+        return None
 
 
 def lead_ids(llm: LLMBackend, grammar: Any, row: int) -> list[int]:
@@ -174,12 +198,14 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
     for row, lead in enumerate(leads):
         for t in lead:
             accept(row, t)
-    prefix = list(job.prefix) if job.prefix is not None else None
+    grouped = job.grouped()
     suffixes = [list(s) + lead for s, lead in zip(job.suffixes, leads, strict=True)]
     if caps.engine_constraints:
         from recjudge.decoding._remote import engine_constrained
 
-        prompts = [(prefix or []) + s for s in suffixes]
+        prompts = [
+            (grouped[0][grouped[1][i]] if grouped else []) + s for i, s in enumerate(suffixes)
+        ]
         if stats is not None:
             stats.prefill_tokens += sum(len(p) for p in prompts)
         if job.stop_at_decision and job.keep_branch is None and proc is not None:
@@ -201,12 +227,14 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
 
     common = {"sampling": sampling, "seeds": job.seeds, "stats": stats,
               "deterministic": job.deterministic, "rows": job.rows}  # fmt: skip
-    if job.head == "allowed" and prefix is not None:  # the shared-prefix engine's option
+    if job.head == "allowed" and grouped is not None:  # the shared-prefix engine's option
         common["allowed"] = grammar.allowed
-    if prefix is None:
+    if grouped is None:
         tokens = decode_prompts(llm, suffixes, step, accept, finished, **common)
     else:
-        tokens = decode_shared(llm, prefix, suffixes, step, accept, finished, **common)
+        prefixes, prefix_of = grouped
+        tokens = decode_shared(llm, prefixes, prefix_of, suffixes, step, accept, finished,
+                               **common)  # fmt: skip
     out = []
     for row, schema in enumerate(job.schemas):
         done = grammar.done(row)

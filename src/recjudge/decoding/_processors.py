@@ -257,18 +257,25 @@ class GrammarLogitsProcessor:
                 veto_repeats(tracker, scores[i], self.table.token_bytes)
 
     def allowed(self, rows: Sequence[int]) -> torch.Tensor | None:
-        """The tokens each of ``rows`` may take next under its grammar (bool ``[len(rows),
-        width]``), or None where a row has terminated (it may take only a stop token, which
-        ``mask`` handles). Distinct-evidence vetoes are not applied here (``mask`` does)."""
+        """The token ids any of ``rows`` may take next under its grammar (sorted, int64),
+        or None where a row has terminated (it may take only a stop token, which ``mask``
+        handles). Distinct-evidence vetoes are not applied here (``mask`` does)."""
         rows = list(rows)
         if any(self.matchers[r].is_terminated() for r in rows):
             return None
         bitmask = self._bitmask[: len(rows)]
         for i, row in enumerate(rows):
             self.matchers[row].fill_next_token_bitmask(bitmask, i)
+        # Only the 32-token words some row allows are expanded to bits (a few of ~4700).
+        words = (bitmask != 0).any(0).nonzero().squeeze(1)
+        union = bitmask[:, words]
+        acc = union[0].clone()
+        for r in range(1, len(rows)):
+            acc |= union[r]
         shifts = torch.arange(32, dtype=bitmask.dtype, device=bitmask.device)
-        bits = (bitmask.unsqueeze(-1) >> shifts) & 1  # word w, bit j: token 32 w + j
-        return bits.reshape(len(rows), -1)[:, : self.width].bool()
+        bits = ((acc.unsqueeze(-1) >> shifts) & 1).bool()  # word w, bit j: token 32 w + j
+        ids = (words.unsqueeze(-1) * 32 + shifts.long())[bits]
+        return ids[ids < self.width]
 
     def jump_forward(self, row: int) -> str:
         """The text the grammar forces next for ``row`` (empty if there is a choice)."""

@@ -700,8 +700,11 @@ class Judge:
         todo: list[int],
         failed: dict[int, Exception] | None = None,
     ) -> list[list[int]]:
-        """Chunks of requests that share one prompt prefix (same user and history). With
-        ``failed``, a request whose prompt cannot be built goes there instead."""
+        """The engine calls: up to ``batch()`` requests each, the requests of one prompt
+        prefix (same user and history) kept together, several users' groups packed into one
+        call while they fit (the fast engine decodes them in the same steps, each prefix
+        encoded once). With ``failed``, a request whose prompt cannot be built goes there
+        instead."""
         size = self.config.batch()
         if not self.config.uses_llm():
             return [todo[b : b + size] for b in range(0, len(todo), size)]
@@ -715,7 +718,15 @@ class Judge:
                 failed[i] = e
                 continue
             groups.setdefault(prefix, []).append(i)
-        return [g[b : b + size] for g in groups.values() for b in range(0, len(g), size)]
+        calls: list[list[int]] = []
+        for g in groups.values():
+            for b in range(0, len(g), size):
+                chunk = g[b : b + size]
+                if calls and len(calls[-1]) + len(chunk) <= size:
+                    calls[-1].extend(chunk)
+                else:
+                    calls.append(list(chunk))
+        return calls
 
     def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:
         """(rendered prompt, prefix ids, suffix ids); the prefix is shared by every candidate
@@ -790,16 +801,18 @@ class Judge:
     def _decode_batch(
         self, reqs: list[JudgeRequest], sigmas: list[float | None], explore: Any = None
     ) -> _Decoded:
-        """Grammar- and bias-constrained decoding of one prefix-sharing batch (``explore``:
-        see ``BranchBiasProcessor.explore``; local engines only)."""
+        """Grammar- and bias-constrained decoding of one call's requests, one or several
+        prompt prefixes (``explore``: see ``BranchBiasProcessor.explore``; local engines
+        only)."""
         c = self.config
-        rendered, suffixes, schemas = [], [], []
-        prefix: list[int] = []
+        rendered, suffixes, schemas, which = [], [], [], []
+        prefixes: dict[tuple[int, ...], int] = {}
         for r in reqs:
             rp, prefix, suffix = self._prompt(r)
             rendered.append(rp)
             suffixes.append(suffix)
             schemas.append(c.schema_for(rp))
+            which.append(prefixes.setdefault(tuple(prefix), len(prefixes)))
         n = c.samples if c.sampling.do_sample else 1
         rows = [i for i in range(len(reqs)) for _ in range(n)]
         seeds = [
@@ -813,7 +826,8 @@ class Judge:
         job = DecodeJob(
             suffixes=[suffixes[i] for i in rows],
             schemas=row_schemas,
-            prefix=prefix,
+            prefixes=[list(p) for p in prefixes],
+            prefix_of=[which[i] for i in rows],
             signal=row_sigmas,
             bias=bias,
             sampling=c.sampling,
