@@ -119,9 +119,65 @@ def test_the_trie_refuses_empty_and_duplicate_options():
     assert trie.size == 4  # 1, 1-2, 1-2-3, 4
 
 
-def test_a_model_off_the_fast_engine_is_refused(smollm32, monkeypatch):
-    import recjudge.llm._fast as fast
+def test_a_backend_without_option_scoring_is_refused(smollm32, monkeypatch):
+    from dataclasses import replace
 
-    monkeypatch.setattr(fast, "supports_fast", lambda model: False)
-    with pytest.raises(ValueError, match="fast engine"):
+    off = replace(smollm32.capabilities, option_scoring=False)
+    monkeypatch.setattr(smollm32, "capabilities", off)
+    with pytest.raises(ValueError, match="does not score whole options"):
         best_options(smollm32, [1, 2], [[3]], OptionTrie([[4]]))
+
+
+class _ForwardEngine:
+    """An engine backend (vLLM's interface: ``next_logprobs`` through ``_step_logprobs``)
+    answered by plain full forwards of the transformers model: the engine path of the
+    search, its watch-list split included (``MAX_WATCH`` lowered), without vLLM."""
+
+    def __init__(self, hf):
+        from recjudge.llm._vllm import SCORING_ENGINE, _EngineMixin
+
+        self.hf, self.name, self.calls = hf, "forward-engine", 0
+        self.tokenizer, self.encode, self.chat_prompt = hf.tokenizer, hf.encode, hf.chat_prompt
+        self.capabilities = SCORING_ENGINE
+        self.next_logprobs = _EngineMixin.next_logprobs.__get__(self)
+
+    def _step_logprobs(self, prompts, watch):
+        self.calls += len(prompts)
+        out = []
+        for p, w in zip(prompts, watch, strict=True):
+            with torch.inference_mode():
+                lp = torch.log_softmax(self.hf.model(input_ids=torch.tensor([p])).logits[0, -1]
+                                       .float(), -1)  # fmt: skip
+            out.append({int(t): float(lp[t]) for t in w})
+        return out
+
+
+def test_the_engine_search_finds_the_local_searchs_options(smollm32, monkeypatch):
+    import recjudge.llm._vllm as vllm_mod
+
+    monkeypatch.setattr(vllm_mod, "MAX_WATCH", 3)  # the root's children come in parts
+    engine = _ForwardEngine(smollm32)
+    local = choose_shared(smollm32, _messages(), FILLS, OPTIONS, answer_key="category")
+    got = choose_shared(engine, _messages(), FILLS, OPTIONS, answer_key="category")
+    for a, b in zip(local, got, strict=True):
+        assert a.index == b.index
+        assert a.logprob == pytest.approx(b.logprob, abs=TOL)
+    assert engine.calls > len(FILLS)
+
+
+def test_one_token_options_end_the_search_at_the_root_on_both_paths(smollm32):
+    """Options of one token each: no path is expanded; the choice is the root's argmax
+    among them, on the fast engine and (several questions in lockstep) on an engine."""
+    prefix = smollm32.encode("Pick a colour: red, green or blue. Answer:")
+    opts = [smollm32.encode(w)[:1] for w in (" red", " green", " blue")]
+    ctxs = [smollm32.encode(" I pick"), smollm32.encode(" The sky is")]
+    trie = OptionTrie(opts)
+    for backend in (smollm32, _ForwardEngine(smollm32)):
+        got = best_options(backend, prefix, ctxs, trie)
+        for ctx, b in zip(ctxs, got, strict=True):
+            with torch.inference_mode():
+                logits = smollm32.model(input_ids=torch.tensor([prefix + ctx])).logits[0, -1]
+            lp = torch.log_softmax(logits.float(), -1)
+            scores = [float(lp[o[0]]) for o in opts]
+            assert b.expanded == 0 and b.index == scores.index(max(scores))
+            assert b.logprob == pytest.approx(max(scores), abs=TOL)

@@ -109,6 +109,58 @@ def test_offline_readouts_stop_at_the_decision_and_match(reqs):
     assert all(len(b.raw_text) < len('{"evidence": ["') + 20 for b in got)  # stopped early
 
 
+# Options sharing first tokens (one a prefix of another), as GISTBench's 325 categories do.
+OPTIONS = [
+    "Comedy",
+    "Comedy Challenges",
+    "Diving",
+    "Drama",
+    "Disability",
+    "Sci-Tech News",
+    "Movies & TV Reviews or Commentary",
+    "Scripted Dramatic Content",
+    "Fantasy & Mythology",
+]
+FILLS = ["Drama and Romance", "Comedy and Adventure", "Sci-Fi films", "scuba diving trips"]
+
+
+def _choices(llm):
+    from recjudge.evaluators._gist import taxonomy_full_messages
+    from recjudge.reward import choose_shared
+
+    msgs = taxonomy_full_messages(OPTIONS)
+    return choose_shared(llm, msgs, FILLS, OPTIONS, answer_key="category")
+
+
+@pytest.fixture(scope="module")
+def reference_choices():
+    return _choices(load_llm(LLMConfig(model="smollm2-135m", dtype="float32")))
+
+
+def _same_choices(name, ref, got):
+    RESULTS[f"{name}/option-choice"] = {
+        "questions": len(ref),
+        "same_choice": sum(a.index == b.index for a, b in zip(ref, got, strict=True)),
+        "max_abs_logprob_diff": max(abs(a.logprob - b.logprob) for a, b in zip(ref, got,
+                                                                                strict=True)),
+    }  # fmt: skip
+    print(name, RESULTS[f"{name}/option-choice"])
+    assert [a.index for a in ref] == [b.index for b in got]
+    assert all(abs(a.logprob - b.logprob) <= 2e-2 for a, b in zip(ref, got, strict=True))
+
+
+def test_offline_whole_option_choice_matches_transformers(reference_choices):
+    """GISTBench's taxonomy rule on vLLM: the same whole-name choices as the transformers
+    backend's exact search (the engine's next-token log-probabilities of each path)."""
+    llm = load_llm(
+        LLMConfig(model="smollm2-135m", dtype="float32", backend="vllm", vllm_args=VLLM_ARGS)
+    )
+    from recjudge.evaluators._gist_pipeline import taxonomy_rule
+
+    assert taxonomy_rule(llm) == "likelihood"
+    _same_choices("offline", reference_choices, _choices(llm))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -170,6 +222,13 @@ def test_server_backend_matches_transformers(reqs, reference, server, beta, monk
     _compare(
         "server", beta, reference[beta], got, time.perf_counter() - t, reference[(beta, "seconds")]
     )
+
+
+def test_server_whole_option_choice_matches_transformers(reference_choices, server, monkeypatch):
+    monkeypatch.setenv("RECJUDGE_API_KEY", "parity-test-key")
+    llm = load_llm(LLMConfig(model="smollm2-135m", backend="openai-compatible", base_url=server,
+                             probe_bias=False))  # fmt: skip
+    _same_choices("server", reference_choices, _choices(llm))
 
 
 def test_server_refuses_bad_payload_and_missing_key(server, monkeypatch):

@@ -17,6 +17,9 @@ path. Each round expands the ``width`` best open paths in one batched forward.
 
 Runs on the fast engine (``recjudge.llm._fast``): the shared prefix (e.g. a long category
 list) is encoded once, each question's own context extends it once, and a path is one row.
+On an engine backend (vLLM in process or a server) the same search asks the engine for the
+log-probabilities of each open path's next tokens (``next_logprobs``: one generated step per
+path, the trie's tokens watched), so the shared prefix stays in the engine's prefix cache.
 """
 
 from __future__ import annotations
@@ -94,25 +97,97 @@ def best_options(
     """For each context (the tokens after the shared ``prefix_ids``), the option of ``trie``
     with the highest summed log-probability; ties go to the lower option index.
 
-    Needs a model the fast engine supports (``recjudge.llm._fast.supports_fast``).
+    Needs a backend that declares ``option_scoring`` (a model the fast engine supports, or
+    an engine backend with ``next_logprobs``).
     """
-    from recjudge.llm._fast import encode_prefix, extend_prefix, prefixes_of, supports_fast
+    from recjudge.llm._config import capabilities_of
 
-    if not supports_fast(backend.model):
-        raise ValueError(f"{backend.name} does not run on the fast engine")
     if width < 1:
         raise ValueError("width must be >= 1")
+    caps = capabilities_of(backend)
+    if not caps.option_scoring:
+        raise ValueError(f"{backend.name}: this backend does not score whole options")
+    for ctx in contexts:
+        if not ctx:
+            raise ValueError("empty context")
+    if caps.engine_constraints:
+        prompts = [list(prefix_ids) + list(ctx) for ctx in contexts]
+        return _engine_search(backend, prompts, trie, width, stats)
+    return _local_options(backend, prefix_ids, contexts, trie, width, stats)
+
+
+def _engine_search(
+    backend: Any, prompts: list[list[int]], trie: OptionTrie, width: int,
+    stats: EngineStats | None,
+) -> list[BestOption]:  # fmt: skip
+    """The searches of every prompt in lockstep, each round's open paths of all of them in
+    one engine call (the engine batches them; each path's prompt shares its question's
+    prefix in the engine's cache)."""
+
+    def ask(jobs: list[tuple[int, tuple[int, ...], _Node]]) -> list[Any]:
+        if stats is not None:
+            stats.prefill_tokens += sum(len(prompts[q]) + len(p) for q, p, _ in jobs)
+            stats.decode_steps += 1
+        return backend.next_logprobs(
+            [prompts[q] + list(p) for q, p, _ in jobs], [list(n.children) for _, _, n in jobs]
+        )
+
+    roots = ask([(q, (), trie.root) for q in range(len(prompts))])
+    searches = {q: _search_steps(roots[q], trie, width) for q in range(len(prompts))}
+    out: dict[int, BestOption] = {}
+    pending: dict[int, Any] = {}
+    for q, search in searches.items():
+        _advance(search, None, q, pending, out)
+    while pending:
+        jobs = [(q, p, n) for q, batch in pending.items() for p, n in batch]
+        lps = iter(ask(jobs))
+        step = {q: [next(lps) for _ in batch] for q, batch in pending.items()}
+        pending = {}
+        for q, got in step.items():
+            _advance(searches[q], got, q, pending, out)
+    return [out[q] for q in range(len(prompts))]
+
+
+def _advance(search: Any, sent: Any, key: Any, pending: dict, out: dict) -> None:
+    """Send ``sent`` to a search (None: start it): its next batch goes to ``pending``, its
+    result (when done) to ``out``."""
+    try:
+        pending[key] = search.send(sent)
+    except StopIteration as done:
+        out[key] = done.value
+
+
+def _local_options(backend, prefix_ids, contexts, trie, width, stats) -> list[BestOption]:
+    """The search on the fast engine: the prefix encoded once, each context extending it."""
+    from recjudge.llm._fast import (
+        encode_prefix,
+        extend_prefix,
+        fast_attention,
+        prefill_rows,
+        prefixes_of,
+    )
+
     kv = prefixes_of(backend).get(
         "fast", prefix_ids, lambda: encode_prefix(backend, prefix_ids), stats
     )
     out = []
     for ctx in contexts:
-        if not ctx:
-            raise ValueError("empty context")
         ext, hidden = extend_prefix(backend, kv, list(ctx))
         if stats is not None:
             stats.prefill_tokens += len(ctx)
-        out.append(_search(backend, ext, _logprobs(backend, hidden[None])[0], trie, width, stats))
+
+        def expand(paths, ext=ext):
+            with torch.inference_mode(), fast_attention(backend.model):
+                _, h = prefill_rows(backend, ext, [p for p, _ in paths], stats=stats)
+            return _logprobs(backend, h)
+
+        search = _search_steps(_logprobs(backend, hidden[None])[0], trie, width)
+        pending: dict[int, Any] = {}
+        done: dict[int, BestOption] = {}
+        _advance(search, None, 0, pending, done)
+        while pending:
+            _advance(search, expand(pending.pop(0)), 0, pending, done)
+        out.append(done[0])
     return out
 
 
@@ -126,16 +201,18 @@ def _logprobs(backend: Any, hidden: torch.Tensor) -> torch.Tensor:
     return torch.log_softmax(logits, -1)
 
 
-def _search(backend, kv, root_lp, trie, width, stats) -> BestOption:
-    """Best-first search below the root (whose next-token log-probabilities are ``root_lp``)."""
-    from recjudge.llm._fast import fast_attention, prefill_rows
-
+def _search_steps(root_lp: Any, trie: OptionTrie, width: int) -> Any:
+    """Best-first search below the root (whose next-token log-probabilities are
+    ``root_lp``), as a generator: it yields each round's open ``(path, node)`` batch, is
+    sent their next-token log-probabilities (each indexable by token id: a tensor row, or a
+    dict of the node's children), and returns the ``BestOption`` (so a caller can run many
+    searches' rounds in one batch)."""
     best: tuple[float, int] | None = None  # (score, option)
     # Open paths as (-score, path, node); paths are unique, so nodes are never compared.
     heap: list[tuple[float, tuple[int, ...], _Node]] = []
     expanded = 0
 
-    def children(path: tuple[int, ...], node: _Node, score: float, lp: torch.Tensor) -> None:
+    def children(path: tuple[int, ...], node: _Node, score: float, lp: Any) -> None:
         nonlocal best
         for tok, child in node.children.items():
             s = score + float(lp[tok])
@@ -151,9 +228,7 @@ def _search(backend, kv, root_lp, trie, width, stats) -> BestOption:
         batch = []
         while heap and len(batch) < width and (best is None or -heap[0][0] > best[0]):
             batch.append(heapq.heappop(heap))
-        with torch.inference_mode(), fast_attention(backend.model):
-            _, hidden = prefill_rows(backend, kv, [p for _, p, _ in batch], stats=stats)
-        lps = _logprobs(backend, hidden)
+        lps = yield [(path, node) for _, path, node in batch]
         expanded += len(batch)
         for (neg, path, node), lp in zip(batch, lps, strict=True):
             children(path, node, -neg, lp)

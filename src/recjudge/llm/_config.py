@@ -176,8 +176,9 @@ class Capabilities:
             running recjudge's processors step by step.
         step_scores: the scores of every decoding step reach recjudge's processors, so a
             sweep can record the unbiased decision step once and replay every bias setting.
-        option_scoring: exact whole-option likelihood (``recjudge.llm.best_options``) over
-            the model's own forward passes.
+        option_scoring: exact whole-option likelihood (``recjudge.llm.best_options``): over
+            the model's own forward passes, or (engine backends) over the engine's
+            next-token log-probabilities (``next_logprobs``).
         batch_invariant: the batch-invariant engine is available (``deterministic``: an
             answer bit-identical whatever the other rows).
         device: where the model computes (``cpu``, ``cuda:0``; ``engine`` for a backend

@@ -18,7 +18,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +112,43 @@ class _EngineMixin:
         """Run constrained requests in the engine; one result per request, in order."""
         raise NotImplementedError
 
+    def next_logprobs(
+        self, prompts: Sequence[Sequence[int]], watch: Sequence[Sequence[int]]
+    ) -> list[dict[int, float]]:
+        """One step after each prompt: the log-probabilities of the tokens ``watch[i]``
+        (normalised over the whole vocabulary, before any processor: what the model would
+        write unconstrained). The unit of whole-option scoring (``recjudge.llm.best_options``
+        searches an option trie with it); prefix caching applies, since no prompt
+        log-probabilities are asked. A watch list longer than the engine's per-request
+        bound (``MAX_WATCH``) is asked in parts."""
+        flat: list[tuple[int, list[int], list[int]]] = []
+        for i, (p, w) in enumerate(zip(prompts, watch, strict=True)):
+            ids = sorted(set(int(t) for t in w))
+            for b in range(0, len(ids), MAX_WATCH):
+                flat.append((i, list(p), ids[b : b + MAX_WATCH]))
+        got = self._step_logprobs([f[1] for f in flat], [f[2] for f in flat])
+        out: list[dict[int, float]] = [{} for _ in prompts]
+        for (i, _, ids), lp in zip(flat, got, strict=True):
+            missing = [t for t in ids if t not in lp]
+            if missing:
+                raise RuntimeError(f"{self.name}: the engine returned no log-probability for "
+                                   f"tokens {missing[:5]}")  # fmt: skip
+            out[i].update({t: lp[t] for t in ids})
+        return out
+
+    def _step_logprobs(
+        self, prompts: list[list[int]], watch: list[list[int]]
+    ) -> list[dict[int, float]]:
+        raise NotImplementedError
+
+
+#: token ids one request may ask log-probabilities for (vLLM's
+#: ``sampling_params.MAX_LOGPROB_TOKEN_IDS``; the server's ``--max-logprobs`` is raised to it)
+MAX_WATCH = 128
+
+#: engine-side constraints, and whole-option likelihood from ``next_logprobs``
+SCORING_ENGINE = replace(ENGINE_CAPABILITIES, option_scoring=True)
+
 
 def _sampling_kwargs(s: SamplingConfig, seed: int) -> dict[str, Any]:
     if not s.do_sample:
@@ -179,6 +216,21 @@ class VLLMBackend(_EngineMixin):
         )
         return [
             Generation(o.outputs[0].text, list(o.outputs[0].token_ids), len(o.prompt_token_ids))
+            for o in outs
+        ]
+
+    capabilities = SCORING_ENGINE
+
+    def _step_logprobs(
+        self, prompts: list[list[int]], watch: list[list[int]]
+    ) -> list[dict[int, float]]:
+        from vllm import SamplingParams
+
+        params = [SamplingParams(max_tokens=1, temperature=0.0, logprob_token_ids=w)
+                  for w in watch]  # fmt: skip
+        outs = self.llm.generate([{"prompt_token_ids": p} for p in prompts], params, use_tqdm=False)
+        return [
+            {int(t): float(lp.logprob) for t, lp in (o.outputs[0].logprobs or [{}])[0].items()}
             for o in outs
         ]
 
@@ -339,6 +391,24 @@ class OpenAICompatibleBackend(_EngineMixin):
     def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
         with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
             return list(pool.map(self._one, requests))
+
+    capabilities = SCORING_ENGINE
+
+    def _score_one(self, prompt: list[int], watch: list[int]) -> dict[int, float]:
+        body = {
+            "model": self.served_model, "prompt": prompt, "max_tokens": 1, "temperature": 0.0,
+            "logprobs": len(watch), "logprob_token_ids": watch,
+            "return_tokens_as_token_ids": True,
+        }  # fmt: skip
+        choice = self._post("/completions", body)["choices"][0]
+        tops = (choice.get("logprobs") or {}).get("top_logprobs") or [{}]
+        return {int(k.split(":", 1)[1]): float(v) for k, v in (tops[0] or {}).items()}
+
+    def _step_logprobs(
+        self, prompts: list[list[int]], watch: list[list[int]]
+    ) -> list[dict[int, float]]:
+        with ThreadPoolExecutor(max_workers=self.concurrency) as pool:
+            return list(pool.map(self._score_one, prompts, watch))
 
     def generate(
         self,
