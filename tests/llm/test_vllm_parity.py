@@ -53,6 +53,13 @@ def reference(reqs):
     return out
 
 
+def _save() -> None:
+    REPORT.parent.mkdir(parents=True, exist_ok=True)
+    tmp = REPORT.with_suffix(".tmp")
+    tmp.write_text(json.dumps(RESULTS, indent=2))
+    tmp.replace(REPORT)
+
+
 def _compare(name, beta, ref, got, seconds, ref_seconds):
     verdict_same = [a.is_relevant == b.is_relevant for a, b in zip(ref, got, strict=True)]
     diffs = [abs(a.p_yes - b.p_yes) for a, b in zip(ref, got, strict=True)]
@@ -68,10 +75,7 @@ def _compare(name, beta, ref, got, seconds, ref_seconds):
         "seconds": round(seconds, 2),
         "transformers_seconds": round(ref_seconds, 2),
     }
-    REPORT.parent.mkdir(parents=True, exist_ok=True)
-    tmp = REPORT.with_suffix(".tmp")
-    tmp.write_text(json.dumps(RESULTS, indent=2))
-    tmp.replace(REPORT)
+    _save()
     print(name, beta, RESULTS[f"{name}/beta={beta:g}"])
     assert all(verdict_same), [i for i, ok in enumerate(verdict_same) if not ok]
     assert max(diffs) <= 1e-2
@@ -144,6 +148,7 @@ def _same_choices(name, ref, got):
         "max_abs_logprob_diff": max(abs(a.logprob - b.logprob) for a, b in zip(ref, got,
                                                                                 strict=True)),
     }  # fmt: skip
+    _save()
     print(name, RESULTS[f"{name}/option-choice"])
     assert [a.index for a in ref] == [b.index for b in got]
     assert all(abs(a.logprob - b.logprob) <= 2e-2 for a, b in zip(ref, got, strict=True))
