@@ -5,25 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from _choice_data import FILLS, OPTIONS
 
 from recjudge.evaluators._gist import taxonomy_full_messages
 from recjudge.llm import OptionTrie, best_options, option_tokens
 from recjudge.reward import SLOT, choose, choose_shared
 
-# Options sharing first tokens (one a prefix of another), as the 325 categories do.
-OPTIONS = [
-    "Comedy",
-    "Comedy Challenges",
-    "Diving",
-    "Drama",
-    "Disability",
-    "Sci-Tech News",
-    "Movies & TV Reviews or Commentary",
-    "Scripted Dramatic Content",
-    "Humorous Moments",
-    "Fantasy & Mythology",
-]
-FILLS = ["Drama and Romance", "Comedy and Adventure", "Sci-Fi films", "scuba diving trips"]
 TOL = 2e-2  # summed fp32 log-probabilities of ~10 tokens; kernels round differently
 
 

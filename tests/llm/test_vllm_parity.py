@@ -23,6 +23,7 @@ import pytest
 
 pytestmark = pytest.mark.vllm
 
+from _choice_data import FILLS, OPTIONS  # noqa: E402
 from _parity_data import parity_requests  # noqa: E402
 
 from recjudge.llm import LLMConfig, load_llm  # noqa: E402
@@ -111,21 +112,6 @@ def test_offline_readouts_stop_at_the_decision_and_match(reqs):
     assert [a.is_relevant for a in ref] == [b.is_relevant for b in got]
     assert max(abs(a.p_yes - b.p_yes) for a, b in zip(ref, got, strict=True)) <= 1e-2
     assert all(len(b.raw_text) < len('{"evidence": ["') + 20 for b in got)  # stopped early
-
-
-# Options sharing first tokens (one a prefix of another), as GISTBench's 325 categories do.
-OPTIONS = [
-    "Comedy",
-    "Comedy Challenges",
-    "Diving",
-    "Drama",
-    "Disability",
-    "Sci-Tech News",
-    "Movies & TV Reviews or Commentary",
-    "Scripted Dramatic Content",
-    "Fantasy & Mythology",
-]
-FILLS = ["Drama and Romance", "Comedy and Adventure", "Sci-Fi films", "scuba diving trips"]
 
 
 def _choices(llm):

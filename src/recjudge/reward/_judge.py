@@ -573,8 +573,10 @@ class Judge:
     ) -> list[Judgment]:
         """Judge many requests; results come back in input order.
 
-        A result is identical alone or in a batch. With ``store``, finished keys are read
-        back instead of recomputed, and each batch is written in one transaction.
+        A result is the same alone or in a batch up to floating-point rounding (bf16 kernels
+        block by row count; ``deterministic``: bit-identical). Several users' requests share
+        a call (``_batches``). With ``store``, finished keys are read back instead of
+        recomputed, and each batch is written in one transaction.
 
         Args:
             errors: ``raise``: the first failing request ends the run (finished batches are
