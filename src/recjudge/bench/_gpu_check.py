@@ -283,11 +283,19 @@ def gpu_check(
     _time(_engine(readout, False), probe, sync)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    # every user's candidates in one call, decoded in the same steps (users x candidates rows)
+    rows_all = users * candidates
+    together = {"batch_size": rows_all, "decode_rows": rows_all}
+    full_all = Judge(base.model_copy(update=together), llm=llm)
+    read_all = Judge(base.model_copy(update={**together, "need_evidence": False}), llm=llm)
+    everyone = [[r for g in groups for r in g]]
     runs = {
         "naive_full": (_naive(full, False, max_new_tokens), groups[:naive_users]),
         "batched_generate_full": (_batched_generate(full, max_new_tokens), groups),
         "engine_full": (_engine(full, True), groups),
         "engine_readout": (_engine(readout, False), groups),
+        "engine_full_together": (_engine(full_all, True), everyone),
+        "engine_readout_together": (_engine(read_all, False), everyone),
     }
     rows = {}
     for name, (run, gs) in runs.items():
@@ -324,6 +332,12 @@ def gpu_check(
             "engine_full_vs_batched_generate": ratio("engine_full", "batched_generate_full"),
             "engine_full_vs_naive": ratio("engine_full", "naive_full"),
             "engine_readout_vs_batched_generate": ratio("engine_readout", "batched_generate_full"),
+            "engine_full_together_vs_batched_generate": ratio(
+                "engine_full_together", "batched_generate_full"
+            ),
+            "engine_readout_together_vs_batched_generate": ratio(
+                "engine_readout_together", "batched_generate_full"
+            ),
         },
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }
