@@ -45,8 +45,13 @@ def test_gpu_check_on_the_cpu_reports_parity_and_rates(tmp_path):
     # fp32: the engine decides every verdict as generate() does
     assert p["requests"] == 3 and p["verdicts_equal"] == 3
     assert set(r["methods"]) == {"naive_full", "batched_generate_full", "engine_full",
-                                 "engine_readout"}  # fmt: skip
+                                 "engine_readout", "engine_full_together",
+                                 "engine_readout_together"}  # fmt: skip
     assert r["methods"]["naive_full"]["judgments"] == 3  # naive on one user only
+    # every user in one call: the same judgments as user by user, the same verdicts (fp32)
+    together = r["methods"]["engine_full_together"]
+    assert together["judgments"] == r["methods"]["engine_full"]["judgments"]
+    assert together["yes_rate"] == r["methods"]["engine_full"]["yes_rate"]
     for m in r["methods"].values():
         assert m["judgments_per_s"] > 0 and 0 <= m["yes_rate"] <= 1
     assert r["methods"]["engine_full"]["judgments"] == 6
