@@ -219,3 +219,13 @@ def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypa
         assert (a.is_relevant, a.raw_text) == (b.is_relevant, b.raw_text)
         assert a.p_yes == pytest.approx(b.p_yes, abs=1e-4)
         assert a.p_yes_semantic == pytest.approx(b.p_yes_semantic, abs=1e-4)
+
+
+def test_the_prefix_lru_holds_one_calls_prefixes_and_no_more():
+    lru = PrefixLRU(slots=2)
+    lru.reserve(4)  # a call of four users
+    for i in range(4):
+        lru.get("fast", [i], lambda: object())
+    assert len(lru._items) == 4
+    lru.reserve(1)  # the next call needs one: back to the base size, oldest dropped
+    assert len(lru._items) == 2 and ("fast", (3,)) in lru._items

@@ -189,9 +189,7 @@ def constrained_decode(
             sub = _decode_group(
                 backend,
                 [prompt_ids[r] for r in rows],
-                _remap_step(step, rows),
-                lambda i, t, rows=rows: accept(rows[i], t),
-                lambda i, rows=rows: finished(rows[i]),
+                *remap_hooks(rows, step, accept, finished),
                 sampling,
                 [seeds[r] for r in rows],
                 stats,
@@ -205,11 +203,14 @@ def constrained_decode(
     )
 
 
-def _remap_step(step, rows):
-    def inner(scores, active):
+def remap_hooks(rows, step, accept, finished):
+    """``(step, accept, finished)`` for a sub-batch whose row ``i`` is the caller's
+    ``rows[i]`` (the hooks speak the caller's row indices)."""
+
+    def sub_step(scores, active):
         step(scores, [rows[i] for i in active])
 
-    return inner
+    return sub_step, lambda i, t: accept(rows[i], t), lambda i: finished(rows[i])
 
 
 def _decode_group(
@@ -224,9 +225,7 @@ def _decode_group(
                 _decode_group(
                     backend,
                     prompt_ids[b : b + decode_rows],
-                    _remap_step(step, rows),
-                    lambda i, t, rows=rows: accept(rows[i], t),
-                    lambda i, rows=rows: finished(rows[i]),
+                    *remap_hooks(rows, step, accept, finished),
                     sampling,
                     seeds[b : b + decode_rows],
                     stats,
@@ -398,9 +397,7 @@ def shared_prefix_decode(
                 backend,
                 prefix_ids,
                 [suffix_ids[r] for r in rows],
-                _remap_step(step, rows),
-                lambda i, t, rows=rows: accept(rows[i], t),
-                lambda i, rows=rows: finished(rows[i]),
+                *remap_hooks(rows, step, accept, finished),
                 sampling=sampling,
                 seeds=[seeds[r] for r in rows],
                 stats=stats,
@@ -447,9 +444,7 @@ def shared_prefix_decode(
                 c,
                 key_mask,
                 [plen + x for x in lens],
-                _remap_step(step, rows),
-                lambda i, t, rows=rows: accept(rows[i], t),
-                lambda i, rows=rows: finished(rows[i]),
+                *remap_hooks(rows, step, accept, finished),
                 sampling,
                 seeds[b : b + len(chunk)],
                 stats,

@@ -41,7 +41,13 @@ from typing import Any
 import torch
 
 from recjudge.llm._config import SamplingConfig
-from recjudge.llm._engine import EngineStats, _attention, check_finite, sample_next
+from recjudge.llm._engine import (
+    EngineStats,
+    _attention,
+    check_finite,
+    remap_hooks,
+    sample_next,
+)
 
 ATTN_NAME = "recjudge_prefix"
 _FAST_TYPES = {"llama", "qwen2", "qwen3", "mistral", "granite", "olmo2", "smollm3"}
@@ -95,13 +101,17 @@ class PrefixLRU:
     """
 
     def __init__(self, slots: int = 2) -> None:
-        self.slots = slots
+        self.base = self.slots = slots
         self._items: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
 
     def reserve(self, n: int) -> None:
-        """Keep at least ``n`` entries: one call decoding ``n`` users' rows together must
-        not evict its own prefixes (a next call on the same users reuses them)."""
-        self.slots = max(self.slots, n)
+        """Room for the ``n`` prefixes of the call at hand (several users' rows decoded
+        together must not evict their own prefixes: a next call on the same users reuses
+        them), and no more than that call or the base size needs: a call of 64 one-candidate
+        users must not leave 64 prefix caches behind for the rest of the run."""
+        self.slots = max(self.base, n)
+        while len(self._items) > self.slots:
+            self._items.popitem(last=False)
 
     def get(
         self,
@@ -180,9 +190,7 @@ def decode_shared(
                             lambda p=prefix_ids: prefix_cache(backend, p), stats)  # fmt: skip
             got = shared_prefix_decode(
                 backend, prefix_ids, [suffix_ids[i] for i in idx],
-                lambda s, active, idx=idx: step(s, [idx[i] for i in active]),
-                lambda i, t, idx=idx: accept(idx[i], t),
-                lambda i, idx=idx: finished(idx[i]),
+                *remap_hooks(idx, step, accept, finished),
                 sampling=sampling, seeds=[seeds[i] for i in idx], stats=stats, cache=cache,
                 decode_rows=rows,
             )  # fmt: skip
@@ -238,9 +246,7 @@ def decode_prompts(
                 backend,
                 kv,
                 [p[common:] for p in chunk],
-                lambda s, active, idx=idx: step(s, [idx[i] for i in active]),
-                lambda i, t, idx=idx: accept(idx[i], t),
-                lambda i, idx=idx: finished(idx[i]),
+                *remap_hooks(idx, step, accept, finished),
                 sampling=sampling,
                 seeds=seeds[b : b + len(chunk)],
                 stats=stats,
@@ -547,9 +553,7 @@ def fast_decode(
             [prefixes[p] for p in used],
             [local[prefix_of[r]] for r in rows],
             [list(suffix_ids[r]) for r in rows],
-            lambda s, active, rows=rows: step(s, [rows[i] for i in active]),
-            lambda i, t, rows=rows: accept(rows[i], t),
-            lambda i, rows=rows: finished(rows[i]),
+            *remap_hooks(rows, step, accept, finished),
             sampling,
             [seeds[r] for r in rows],
             stats,
