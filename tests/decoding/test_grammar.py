@@ -330,3 +330,38 @@ def test_allowed_is_the_union_of_what_the_rows_mask_leaves(tok):
         grammar.mask(scores, rows)
         union = torch.isfinite(scores).any(0).nonzero().squeeze(1)
         assert ids.dtype == torch.long and torch.equal(ids, union), rows
+
+
+def test_mask_on_the_allowed_columns_only_equals_the_full_mask(tok):
+    """With ``columns`` (the head computed only for ``allowed``'s ids, the rest -inf), the
+    grammar mask, the distinct-evidence veto and the branch bias give exactly the scores of
+    the full-width path, at rows in different states (a title already cited included)."""
+    from recjudge.decoding import BranchBiasProcessor
+
+    titles = ["Heat (1995)", "Heathers (1989)", "Fargo (1996)", "Up (2009)"]
+    compiled = compile_schema(EvidenceFirst(titles), tok, len(tok))
+    texts = ['{"evidence": ["He', '{"evidence": ["Heat (1995)", "', '{"evidence": [', ""]
+    g = torch.Generator().manual_seed(0)
+    base = torch.randn(len(texts), compiled.table.width, generator=g)
+    got = {}
+    for how in ("full", "columns"):
+        grammar = GrammarLogitsProcessor([compiled] * len(texts))
+        spec = compiled.schema.decision(compiled.table.json_literal)
+        bias = BranchBiasProcessor(
+            [spec] * len(texts), compiled.table.token_bytes, [0.7, -0.4, 0.9, 0.2], beta=3.0
+        )
+        for row, text in enumerate(texts):
+            for t in tok.encode(text, add_special_tokens=False):
+                grammar.accept(row, t)
+                bias.accept(row, t)
+        rows = list(range(len(texts)))
+        ids = grammar.allowed(rows)
+        scores = torch.full_like(base, float("-inf"))
+        scores[:, ids] = base[:, ids]
+        columns = ids if how == "columns" else None
+        grammar.mask(scores, rows, columns)
+        bias.apply(scores, rows, columns)
+        got[how] = (scores, [r.steps for r in bias.records])
+    assert torch.equal(got["full"][0], got["columns"][0])
+    assert got["full"][1] == got["columns"][1]
+    assert any(got["full"][1])  # the row at the decision recorded its step

@@ -82,11 +82,19 @@ def test_every_step_matches_a_full_forward_with_rows_leaving(llm32, monkeypatch,
         assert out[r] == [int(s.argmax()) for s in scores[r]]
 
 
-def test_rows_of_several_prefixes_decode_together_as_full_forwards(llm32):
+@pytest.mark.parametrize("kernel", ["flash", "sdpa"])
+def test_rows_of_several_prefixes_decode_together_as_full_forwards(llm32, monkeypatch, kernel):
     """Several users' rows in one step: each row attends to its own prefix only (prefixes
     of different lengths, rows given interleaved, rows leaving mid-way), and every step's
     scores equal a plain full forward of that row's own prompt; results come back in the
-    caller's order."""
+    caller's order. Both attention paths: the CPU flash kernels merged by log-sum-exps, and
+    the sdpa/matmul path other devices take."""
+    import recjudge.llm._fast as fast
+
+    if kernel == "sdpa":
+        monkeypatch.setattr(fast, "_FLASH_CPU", None)
+    elif fast._FLASH_CPU is None:
+        pytest.skip("this torch has no CPU flash-attention kernel")
     prefixes = [
         llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 3),
         llm32.encode("Another user loved Toy Story (1995) and Babe (1995)."),
@@ -205,9 +213,12 @@ def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypa
     real = _fast._Head.__call__
 
     def spy(self, hidden, rows):
-        out = real(self, hidden, rows)
-        calls["restricted"] += bool(torch.isinf(out).any())  # only the restricted head has -inf
-        return out
+        out, columns = real(self, hidden, rows)
+        calls["restricted"] += columns is not None
+        assert columns is None or bool(
+            torch.isinf(out).sum(1).eq(out.shape[1] - len(columns)).all()
+        )
+        return out, columns
 
     monkeypatch.setattr(_fast._Head, "__call__", spy)
     restricted = Judge(cfg, llm=llm32).judge_many(reqs)

@@ -125,10 +125,10 @@ def lead_ids(llm: LLMBackend, grammar: Any, row: int) -> list[int]:
 def _hooks(grammar: Any, proc: Any) -> tuple[Any, Any]:
     """The engine's per-step hook (grammar mask, then bias) and per-token hook."""
 
-    def step(scores, rows):
-        grammar.mask(scores, rows)
+    def step(scores, rows, columns=None):
+        grammar.mask(scores, rows, columns)
         if proc is not None:
-            proc.apply(scores, rows)
+            proc.apply(scores, rows, columns)
 
     def accept(row, tok):
         grammar.accept(row, tok)

@@ -107,12 +107,20 @@ class _EvidenceTracker:
         return ok and self._viable(state, partial, cited)
 
 
-def veto_repeats(tracker: _EvidenceTracker | None, row: torch.Tensor, token_bytes) -> None:
+def veto_repeats(
+    tracker: _EvidenceTracker | None,
+    row: torch.Tensor,
+    token_bytes,
+    columns: torch.Tensor | None = None,
+) -> None:
     """Mask (in place) the allowed tokens of one logits row that would repeat a string the
-    tracker has already seen in its list."""
+    tracker has already seen in its list (``columns``: the only ids that may be finite)."""
     if tracker is None or not tracker.active():
         return
-    allowed = torch.isfinite(row).nonzero().flatten().tolist()
+    if columns is None:
+        allowed = torch.isfinite(row).nonzero().flatten().tolist()
+    else:
+        allowed = columns[torch.isfinite(row[columns])].tolist()
     veto = [
         t
         for t in allowed
@@ -227,11 +235,19 @@ class GrammarLogitsProcessor:
         self.mask(scores)
         return scores
 
-    def mask(self, scores: torch.Tensor, rows: Sequence[int] | None = None) -> None:
+    def mask(
+        self,
+        scores: torch.Tensor,
+        rows: Sequence[int] | None = None,
+        columns: torch.Tensor | None = None,
+    ) -> None:
         """Apply the grammar (and evidence distinctness) to ``scores`` in place.
 
         ``rows[i]`` names the processor row that ``scores[i]`` belongs to (default: all rows
-        in order), so an engine can drop finished rows from its batch.
+        in order), so an engine can drop finished rows from its batch. ``columns``: the only
+        token ids that may hold a finite score (sorted int64, e.g. an LM head computed for
+        ``allowed``'s ids; every other score is ``-inf`` already): the grammar is then
+        applied to those columns only, not to the whole vocabulary.
         """
         rows = list(range(self.batch_size)) if rows is None else list(rows)
         if len(rows) != scores.shape[0]:
@@ -245,8 +261,18 @@ class GrammarLogitsProcessor:
                 bitmask[i].fill_(-1)
             else:
                 m.fill_next_token_bitmask(bitmask, i)
-        # xgrammar's matchers fill a CPU bitmask; its kernel wants it beside the logits.
-        self._xgr.apply_token_bitmask_inplace(scores, bitmask.to(scores.device, non_blocking=True))
+        if columns is None:
+            # xgrammar's matchers fill a CPU bitmask; its kernel wants it beside the logits.
+            self._xgr.apply_token_bitmask_inplace(
+                scores, bitmask.to(scores.device, non_blocking=True)
+            )
+        else:
+            cols = columns.to(bitmask.device)
+            keep = ((bitmask[:, cols >> 5] >> (cols & 31).to(bitmask.dtype)) & 1).bool()
+            cols = columns.to(scores.device)
+            sub = scores[:, cols]
+            sub.masked_fill_(~keep.to(scores.device), NEG_INF)
+            scores[:, cols] = sub
         for i in terminated:
             stop = self.table.stop_ids[0] if self.table.stop_ids else 0
             scores[i].fill_(NEG_INF)
@@ -254,7 +280,8 @@ class GrammarLogitsProcessor:
         for i, row in enumerate(rows):
             tracker = self.trackers[row]
             if tracker is not None and i not in terminated:
-                veto_repeats(tracker, scores[i], self.table.token_bytes)
+                veto_repeats(tracker, scores[i], self.table.token_bytes,
+                             None if columns is None else columns.to(scores.device))  # fmt: skip
 
     def allowed(self, rows: Sequence[int]) -> torch.Tensor | None:
         """The token ids any of ``rows`` may take next under its grammar (sorted, int64),
@@ -557,22 +584,34 @@ class BranchBiasProcessor:
         self.apply(scores)
         return scores
 
-    def apply(self, scores: torch.Tensor, rows: Sequence[int] | None = None) -> None:
-        """Block or bias each undecided row of ``scores`` in place (``rows`` as in
-        ``GrammarLogitsProcessor.mask``)."""
+    def apply(
+        self,
+        scores: torch.Tensor,
+        rows: Sequence[int] | None = None,
+        columns: torch.Tensor | None = None,
+    ) -> None:
+        """Block or bias each undecided row of ``scores`` in place (``rows`` and ``columns``
+        as in ``GrammarLogitsProcessor.mask``: with ``columns``, only those ids are read)."""
         rows = list(range(len(self.specs))) if rows is None else list(rows)
+        width = scores.shape[1]
+        if columns is not None:
+            columns = columns.to(scores.device)
         for i, row in enumerate(rows):
             text = bytes(self.generated[row])
             live = self._live(row, text)
             if len(live) <= 1:
                 continue
-            allowed = finite = torch.isfinite(scores[i])
+            sc = scores[i] if columns is None else scores[i, columns]
+            allowed = finite = torch.isfinite(sc)
             n_allowed = int(finite.sum())
             gate = self.specs[row].quote_gate
             if gate is not None and self.specs[row].region_start(text) is None and gate(text):
-                finite = finite & self._quote_tokens(finite.shape[0], finite.device)  # text
+                quote = self._quote_tokens(width, finite.device)  # text
+                finite = finite & (quote if columns is None else quote[columns])
+            at = finite.nonzero().flatten()
+            ids = (at if columns is None else columns[at]).tolist()
             groups: dict[int, list[int]] = {}
-            for t in finite.nonzero().flatten().tolist():
+            for t in ids:
                 cls = self._classify(row, text, t, live)
                 if cls >= 0:
                     groups.setdefault(cls, []).append(t)
@@ -589,8 +628,11 @@ class BranchBiasProcessor:
             # The decision step: every live branch has a deciding token.
             idx = [torch.tensor(groups[b], device=scores.device) for b in live]
             lse = np.array([torch.logsumexp(scores[i, ix].double(), 0).item() for ix in idx])
-            rest = torch.where(allowed, scores[i], NEG_INF)
-            rest[torch.cat(idx)] = NEG_INF
+            rest = torch.where(allowed, sc, NEG_INF)
+            branch = torch.cat(idx)
+            if columns is not None:  # the branch tokens' places among the columns
+                branch = torch.searchsorted(columns, branch)
+            rest[branch] = NEG_INF
             other = float(rest.max())
             rec.steps.append(
                 DecisionStep(

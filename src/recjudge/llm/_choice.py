@@ -197,7 +197,7 @@ def _logprobs(backend: Any, hidden: torch.Tensor) -> torch.Tensor:
     from recjudge.llm._fast import _Head
 
     with torch.inference_mode():  # the engine's LM head, full width, NaN/inf checked
-        logits = _Head(backend.model, None, backend.name)(hidden, [])
+        logits, _ = _Head(backend.model, None, backend.name)(hidden, [])
     return torch.log_softmax(logits, -1)
 
 

@@ -207,8 +207,8 @@ def remap_hooks(rows, step, accept, finished):
     """``(step, accept, finished)`` for a sub-batch whose row ``i`` is the caller's
     ``rows[i]`` (the hooks speak the caller's row indices)."""
 
-    def sub_step(scores, active):
-        step(scores, [rows[i] for i in active])
+    def sub_step(scores, active, *columns):
+        step(scores, [rows[i] for i in active], *columns)
 
     return sub_step, lambda i, t: accept(rows[i], t), lambda i: finished(rows[i])
 
