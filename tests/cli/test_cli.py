@@ -227,3 +227,20 @@ def test_ctrl_c_exits_130_and_says_finished_work_is_kept(monkeypatch, capsys):
     assert exc.value.code == 130
     err = capsys.readouterr().err
     assert "interrupted" in err and "finished work is kept" in err and "Traceback" not in err
+
+
+def test_root_llm_options_reach_every_model_a_command_loads():
+    """``recjudge --server URL <command>``: the judge command (which has no --server of its
+    own in use here) loads its LLM from that server: it reports the unreachable URL as one
+    line, not a traceback, and the setting does not outlive the command."""
+    from recjudge.cli._app import _command_of
+    from recjudge.llm import resolve_llm_config
+
+    assert _command_of(["--backend", "vllm", "--device", "cpu", "judge", "--user", "1"]) == "judge"
+    r = run_cli("--server", "http://127.0.0.1:9/v1", "judge", "--user", "1", "--candidate",
+                "Toy Story (1995)", "--mode", "no-behavior", "--no-evidence")  # fmt: skip
+    assert r.code != 0
+    assert "127.0.0.1:9" in r.stderr and "Traceback" not in r.stderr + r.stdout
+    assert resolve_llm_config("smollm2-135m").backend == "transformers"
+    bad = run_cli("--vllm-args", "[1", "models", "list")
+    assert bad.code == 2 and "--vllm-args" in bad.stderr

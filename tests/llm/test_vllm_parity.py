@@ -114,6 +114,63 @@ def test_offline_readouts_stop_at_the_decision_and_match(reqs):
     assert all(len(b.raw_text) < len('{"evidence": ["') + 20 for b in got)  # stopped early
 
 
+SWEEP = {  # settings that differ only in their bias: one recording pass serves them all
+    "brief-25": {"mode": "brief", "beta": 25.0},
+    "brief-5": {"mode": "brief", "beta": 5.0},
+    "non-adaptive-25": {"mode": "non-adaptive", "beta": 25.0},
+    "no-behavior": {"mode": "no-behavior", "beta": 25.0},
+}
+
+
+def test_offline_sweep_replays_every_setting_from_one_pass(reqs):
+    """``judge_sweep`` on vLLM: one engine read-out pass with the bias off, every setting
+    replayed from its decision records, gives each setting's own vLLM judgments (verdicts,
+    p_yes within 1e-2), with far fewer engine requests than judging each setting."""
+    from recjudge.reward import judge_sweep
+
+    llm = load_llm(
+        LLMConfig(model="smollm2-135m", dtype="float32", backend="vllm", vllm_args=VLLM_ARGS)
+    )
+    sent = []
+    submit = llm.submit
+
+    def counting(requests):
+        sent.append(len(requests))
+        return submit(requests)
+
+    llm.submit = counting
+    base = JudgeConfig(model="smollm2-135m", need_evidence=False)
+    judges = {k: Judge(base.model_copy(update=v), llm=llm) for k, v in SWEEP.items()}
+    t = time.perf_counter()
+    swept = judge_sweep(judges, reqs)
+    seconds = time.perf_counter() - t
+    swept_requests = sum(sent)
+    sent.clear()
+    t = time.perf_counter()
+    own = {k: j.judge_many(reqs) for k, j in judges.items()}
+    own_seconds = time.perf_counter() - t
+    row = {
+        "judgments": len(reqs) * len(judges),
+        "settings": len(judges),
+        "engine_requests_swept": swept_requests,
+        "engine_requests_one_by_one": sum(sent),
+        "seconds_swept": round(seconds, 2),
+        "seconds_one_by_one": round(own_seconds, 2),
+    }
+    for k in judges:
+        a, b = own[k], swept[k]
+        assert [x.is_relevant for x in a] == [y.is_relevant for y in b], k
+        diff = max(abs(x.p_yes - y.p_yes) for x, y in zip(a, b, strict=True))
+        assert diff <= 1e-2, (k, diff)
+        row[f"{k}/max_abs_p_yes_diff"] = diff
+        row[f"{k}/yes"] = sum(y.is_relevant for y in b)
+    RESULTS["offline/sweep"] = row
+    _save()
+    print("offline sweep", row)
+    assert len({tuple(y.is_relevant for y in swept[k]) for k in judges}) > 1  # the bias moved
+    assert swept_requests < sum(sent) / 2
+
+
 def _choices(llm):
     from recjudge.evaluators._gist import taxonomy_full_messages
     from recjudge.reward import choose_shared

@@ -36,10 +36,12 @@ def bench_decoding(
     import torch
 
     from recjudge.data import load_dataset
-    from recjudge.llm import load_llm
+    from recjudge.llm import LLMConfig, load_llm
 
     ds = load_dataset("ml-1m")
-    llm = load_llm(model)
+    # the processors' per-step cost on the model's own steps: in process whatever the
+    # command line's --backend
+    llm = load_llm(LLMConfig(model=model, backend="transformers"))
     compile_ms, users = _compile_times(ds, llm, n_titles, repeats, seed)
     titles = ds.history(users[0]).item_id.tolist()[-n_titles:]
     model_ms, proc_ms, generated = _decode_loop(llm, ds, titles, batch, steps)

@@ -58,7 +58,7 @@ def _warm(model: str, users: list[str], history: int, seed: int) -> dict[str, An
     ds = load_dataset("ml-1m")
     cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=seed)
     t0 = time.perf_counter()
-    llm = load_llm(LLMConfig(model=model))
+    llm = load_llm(LLMConfig(model=model, backend="transformers"))  # measures in process
     load_s = time.perf_counter() - t0
     judge = Judge(JudgeConfig(model=model, max_history=history), llm=llm, cf=cf)
     items = ds.items["item_id"].astype(str).tolist()

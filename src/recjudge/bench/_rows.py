@@ -87,7 +87,8 @@ def bench_decode_rows(
     )
     asks = gist_extraction_asks(gist, config.data)
     if llm is None:
-        llm = load_llm(LLMConfig(model=config.model, dtype=config.dtype))
+        # rows per decode step of the in-process engines
+        llm = load_llm(LLMConfig(model=config.model, dtype=config.dtype, backend="transformers"))
     dtype = str(next(llm.model.parameters()).dtype).removeprefix("torch.")
     mem = PeakRSS()
     passes: dict[int, list[dict[str, Any]]] = {r: [] for r in config.rows}

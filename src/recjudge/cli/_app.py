@@ -315,6 +315,76 @@ ALL_MODULES = ("_arena", "_bench", "_cf", "_demo", "_gist", "_jobs", "_judge", "
                "_run", "_serve", "_store", "_usersum")  # fmt: skip
 
 
+#: the root options (``recjudge --backend vllm <command> ...``) that take a value
+ROOT_VALUE_OPTIONS = ("--backend", "--server", "--device", "--dtype", "--vllm-args")
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    backend: str = typer.Option(
+        None,
+        "--backend",
+        help="Every LLM the command loads: transformers | vllm | openai-compatible "
+        "(a benchmark that measures a backend keeps its own).",
+    ),
+    server: str = typer.Option(
+        None,
+        "--server",
+        help="Every LLM the command loads from this `recjudge serve` URL, e.g. "
+        "http://127.0.0.1:8000/v1 (API key from $RECJUDGE_API_KEY).",
+    ),
+    device: str = typer.Option(
+        None, "--device", help="In-process LLMs: auto (CUDA when available), cpu, cuda:N."
+    ),
+    dtype: str = typer.Option(None, "--dtype", help="auto | bfloat16 | float32 | float16."),
+    vllm_args: str = typer.Option(
+        None, "--vllm-args", help="vLLM engine arguments as JSON, e.g. '{\"max_model_len\": 4096}'."
+    ),
+) -> None:
+    """LLM reward models and judges for recommender systems.
+
+    The options before the command choose how every LLM of that command is loaded (vLLM
+    in process, a server, a device), for the evaluators, jobs and benchmarks alike; a
+    command's own option of the same name wins for that command."""
+    from recjudge.llm import set_llm_defaults
+
+    args = None
+    if vllm_args is not None:
+        try:
+            args = json.loads(vllm_args)
+        except json.JSONDecodeError as e:
+            fail(f"--vllm-args: not JSON ({e.msg} at character {e.pos}); give an object "
+                 'such as \'{"max_model_len": 4096}\'')  # fmt: skip
+        if not isinstance(args, dict):
+            fail("--vllm-args: give a JSON object of vLLM engine arguments")
+    from recjudge.llm import reset_llm_defaults
+
+    try:
+        token = set_llm_defaults(backend=backend, base_url=server, device=device, dtype=dtype,
+                                 vllm_args=args)  # fmt: skip
+    except ValueError as e:
+        msg = option_errors(e) if hasattr(e, "errors") else str(e)
+        fail(msg.replace("--base-url", "--server"))
+    ctx.call_on_close(lambda: reset_llm_defaults(token))  # an in-process caller's next run
+
+
+def _command_of(argv: list[str]) -> str | None:
+    """The command name in ``argv``: its first word that is neither a root option nor such
+    an option's value."""
+    skip = False
+    for a in argv:
+        if skip:
+            skip = False
+            continue
+        if a in ROOT_VALUE_OPTIONS:
+            skip = True
+            continue
+        if not a.startswith("-"):
+            return a
+    return None
+
+
 def _register_extensions(argv: list[str] | None = None) -> None:
     """Import the sibling command modules so they attach to ``app``: those ``argv``'s
     command needs, or all of them (no ``argv``, no command, help, an unknown name)."""
@@ -322,7 +392,7 @@ def _register_extensions(argv: list[str] | None = None) -> None:
 
     modules = ALL_MODULES
     if argv is not None:
-        first = next((a for a in argv if not a.startswith("-")), None)
+        first = _command_of(argv)
         if first in COMMANDS:
             modules = COMMANDS[first]
     for m in modules:

@@ -3,6 +3,7 @@
 from recjudge.llm._backend import TransformersBackend, escape_special, load_llm, special_strings
 from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
 from recjudge.llm._config import (
+    DEFAULT_FIELDS,
     DTYPE_ENV,
     ENGINE_CAPABILITIES,
     BackendError,
@@ -15,6 +16,9 @@ from recjudge.llm._config import (
     SamplingConfig,
     auto_dtype,
     capabilities_of,
+    reset_llm_defaults,
+    resolve_llm_config,
+    set_llm_defaults,
 )
 from recjudge.llm._engine import NonFiniteLogitsError
 from recjudge.llm._models import (
@@ -35,6 +39,7 @@ from recjudge.llm._pool import LLMPool
 
 __all__ = [
     "DTYPE_ENV",
+    "DEFAULT_FIELDS",
     "ENGINE_CAPABILITIES",
     "BackendError",
     "DeviceError",
@@ -64,6 +69,9 @@ __all__ = [
     "escape_special",
     "install_preset",
     "load_llm",
+    "reset_llm_defaults",
+    "resolve_llm_config",
+    "set_llm_defaults",
     "preset_info",
     "resolve_model_path",
     "special_strings",

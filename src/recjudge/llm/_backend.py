@@ -19,6 +19,7 @@ from recjudge.llm._config import (
     Generation,
     LLMConfig,
     SamplingConfig,
+    resolve_llm_config,
 )
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
 
@@ -262,7 +263,7 @@ def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> A
         model: a preset name, a path, a Hugging Face id, or a full ``LLMConfig``.
         reuse: return the already loaded backend for an identical config.
     """
-    config = model if isinstance(model, LLMConfig) else LLMConfig(model=model)
+    config = resolve_llm_config(model)
     # "auto" resolves by $RECJUDGE_DTYPE too: a backend loaded under one setting is not
     # reused under another.
     key = config.model_dump_json() + "|" + config.resolved_dtype()

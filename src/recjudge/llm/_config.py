@@ -6,6 +6,7 @@ import it; it imports none of them, so no import cycle runs through the layer.
 
 from __future__ import annotations
 
+import contextvars
 import os
 import re
 from collections.abc import Sequence
@@ -153,6 +154,49 @@ class LLMConfig(BaseModel):
         if not forced and self.backend != "openai-compatible" and on_gpu:
             return "bfloat16"
         return auto_dtype()
+
+
+#: fields of ``LLMConfig`` a command line may set for every model a command loads
+#: (``recjudge --backend vllm <command>``; ``set_llm_defaults``)
+DEFAULT_FIELDS = ("backend", "base_url", "device", "dtype", "vllm_args", "served_model")
+_DEFAULTS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "recjudge_llm_defaults", default=None
+)
+
+
+def set_llm_defaults(**fields: Any) -> contextvars.Token:
+    """Settings for every LLM loaded from here on where its caller left them unset: how a
+    command line runs every evaluator, job and benchmark on vLLM or a server (``recjudge
+    --backend vllm run ...``, ``recjudge --server URL impute ...``) without each growing
+    its own options. A field the caller set (a benchmark that pins the transformers
+    backend it measures, a judge given ``--device``) keeps its value. Results stay keyed
+    by the LLM that ran them (``Judge`` keys read ``resolve_llm_config``).
+
+    Raises:
+        ValueError: a field that is not one of ``DEFAULT_FIELDS``, or a bad value.
+    """
+    unknown = sorted(set(fields) - set(DEFAULT_FIELDS))
+    if unknown:
+        raise ValueError(f"not an LLM default: {', '.join(unknown)} (use {DEFAULT_FIELDS})")
+    given = {k: v for k, v in fields.items() if v is not None}
+    if given.get("base_url") and "backend" not in given:
+        given["backend"] = "openai-compatible"  # a server URL means the server backend
+    LLMConfig(**given)  # validates every value
+    return _DEFAULTS.set(given)
+
+
+def reset_llm_defaults(token: contextvars.Token) -> None:
+    """Undo the ``set_llm_defaults`` call that returned ``token``."""
+    _DEFAULTS.reset(token)
+
+
+def resolve_llm_config(model: str | LLMConfig) -> LLMConfig:
+    """``model`` as the ``LLMConfig`` that ``load_llm`` loads: a name becomes a config, and
+    the defaults of ``set_llm_defaults`` fill the fields its caller did not set."""
+    config = model if isinstance(model, LLMConfig) else LLMConfig(model=model)
+    defaults = _DEFAULTS.get() or {}
+    over = {k: v for k, v in defaults.items() if k not in config.model_fields_set}
+    return LLMConfig(**{**config.model_dump(exclude_unset=True), **over}) if over else config
 
 
 @dataclass

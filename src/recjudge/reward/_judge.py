@@ -20,6 +20,7 @@ from recjudge.llm import (
     SamplingConfig,
     capabilities_of,
     escape_special,
+    resolve_llm_config,
 )
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore, StoreError
@@ -436,7 +437,7 @@ class Judge:
         not transformers."""
         llm_config = getattr(self._llm, "config", None)
         if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
-            llm_config = self._llm_config or LLMConfig(model=self.config.model)
+            llm_config = resolve_llm_config(self._llm_config or self.config.model)
         # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
         out: dict[str, Any] = {"dtype": llm_config.resolved_dtype()}
         if llm_config.backend == "transformers" and llm_config.device != "cpu":

@@ -109,11 +109,13 @@ def judge_sweep(
         the recorded pass's text where the setting committed like it, else empty. Where a
         setting would keep a row undecided past the recorded commit (rare: the bias pushes
         both branches below an undecided token) that pair is decoded on its own.
+
+    On vLLM or a server the recording pass is the engine's read-out with the bias off, its
+    decision records replayed from the decision-step log-probabilities the engine returns
+    (as every judgment there is); the pass cannot explore past the unbiased commit, so the
+    pairs a setting would have kept undecided there are decoded on their own.
     """
-    first = _check(judges)
-    if not capabilities_of(first.llm).step_scores:
-        # A remote or vLLM engine applies the bias itself and records no per-step scores.
-        return {label: j.judge_many(reqs, progress=progress) for label, j in judges.items()}
+    _check(judges)
     return _replay(judges, reqs, _record(judges, reqs, progress))
 
 
@@ -133,9 +135,14 @@ def _record(
         from tqdm.auto import tqdm
 
         bar = tqdm(total=len(reqs), desc="record", unit="pair")
+    # On an engine backend (vLLM, a server) the pass cannot go on past a decision the
+    # unbiased model commits at: its records come from the engine's decision-step
+    # log-probabilities, and a setting that would have stayed undecided there replays to
+    # None and is decoded on its own (``_fill_evidence``).
+    steps = capabilities_of(first.llm).step_scores
     for batch in base._batches(reqs, list(range(len(reqs)))):
         sub = [reqs[i] for i in batch]
-        explore = _explorer(judges, sigmas, batch)
+        explore = _explorer(judges, sigmas, batch) if steps else None
         d = base._decode_batch(sub, [None] * len(sub), explore=explore)
         for k, i in enumerate(batch):
             recorded[i] = Recorded(d.records[k], d.texts[k], len(d.rendered[k].shown),
@@ -187,6 +194,9 @@ def _replay_all(
         got = recorded[i]
         rec = got.record
         sigma = sigmas[i]
+        if rec is None:  # no decision on the wire (the engine recorded none): decode alone
+            results.append(None)
+            continue
         bias = c.branch_bias()
         rp = replay_greedy(rec, _signal(sigma, len(rec.branches)), bias.beta, bias.adaptive)
         if rp.branch is None:
@@ -289,8 +299,8 @@ class SweepFill:
 
 def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
     """The labels of ``judges`` that one ``judge_sweep`` pass can serve together: sweepable
-    modes, greedy, one local llm (no engine-side constraints), and every other setting equal
-    to the first such judge's.
+    modes, greedy, one llm (local, vLLM or a server: each returns the decision-step scores a
+    replay reads), and every other setting equal to the first such judge's.
 
     A lone such judge is listed too: a pass costs what its own judgment would, and it reads
     and keeps the request's unbiased decision record, so a judge whose CF model was retrained
@@ -300,8 +310,6 @@ def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
     for label, j in judges.items():
         c = j.config
         if c.mode not in SWEEPABLE or c.sampling.do_sample or c.samples > 1:
-            continue
-        if not capabilities_of(j.llm).step_scores:
             continue
         if labels:
             first = judges[labels[0]]
@@ -352,11 +360,8 @@ def sweep_into_store(
     lacking = {label: j for label, j in judges.items() if any(
         keys[label][i] not in have[label] for i in missing)}  # fmt: skip
     sub = [reqs[i] for i in missing]
-    if not capabilities_of(first.llm).step_scores:
-        swept, decoded, replayed = judge_sweep(lacking, sub), len(sub), 0
-    else:
-        swept, decoded = _sweep_recorded(first, lacking, sub, store)
-        replayed = len(sub) - decoded
+    swept, decoded = _sweep_recorded(first, lacking, sub, store)
+    replayed = len(sub) - decoded
     for label, j in lacking.items():
         new = [(r, res) for k, r, res in zip(missing, sub, swept[label], strict=True)
                if keys[label][k] not in have[label]]  # fmt: skip
@@ -389,6 +394,7 @@ def _sweep_recorded(
                         recorded[i].to_dict(),
                     )
                     for i in todo
+                    if recorded[i].record is not None  # no decision recorded: nothing to keep
                 ]  # fmt: skip
             )
     return _replay(judges, reqs, recorded), len(todo)
