@@ -54,7 +54,9 @@ def build_judge(
             backend = "openai-compatible"
         llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
     # In process: loaded when first needed, on this device (auto: CUDA when there is one).
-    llm_config = None if llm is not None else LLMConfig(model=model, device=device)
+    # ("auto" is left unset, so the command line's root --device, if any, applies)
+    placed = {"device": device} if device != "auto" else {}
+    llm_config = None if llm is not None else LLMConfig(model=model, **placed)
     cf_model = load_model(cf) if cf else None
     if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
         from recjudge.cf_models import item_item_for, trained_on
