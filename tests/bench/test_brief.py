@@ -574,3 +574,33 @@ def test_beta_optimum_finds_the_peak_and_tests_it_against_beta_zero():
     assert beta_optimum(reqs, flat, flat_an, BriefExperimentConfig())["pair_spearman"] == {
         "beta": 0.0, "value": 1.0, "vs_beta0": None,
     }  # fmt: skip
+
+
+def test_a_resumed_run_loads_its_sigma_models_instead_of_training_them(tmp_path, monkeypatch):
+    """The sigma models of a ratings/beta run are saved in its folder, keyed by what they
+    were trained on: a restart loads them (no training) and gets the same sigmas; other
+    training data gets its own."""
+    from recjudge.bench import _brief
+    from recjudge.data import load_dataset
+
+    cfg = BriefExperimentConfig(model="smollm2-135m", data="ml-100k", users=3)
+    ds = load_dataset("ml-100k")
+    _, info = _brief._requests(cfg, ds)
+    past = info["past"]
+    first = _brief._train_sigma_models(cfg, ds, past, tmp_path)
+    assert len(list((tmp_path / "cf").iterdir())) == 2  # one folder per source
+
+    def no_training(*a, **k):
+        raise AssertionError("trained again")
+
+    monkeypatch.setattr(_brief, "calibrated_cf", no_training)
+    again = _brief._train_sigma_models(cfg, ds, past, tmp_path)
+    hist = past[past["user_id"] == past["user_id"].iloc[0]]["item_id"].astype(str).tolist()
+    cands = ds.items["item_id"].astype(str).tolist()[:20]
+    for source in ("all", "positive"):
+        for kind in ("cf", "item-item"):
+            a, b = first[source][kind], again[source][kind]
+            assert [a.sigma(hist, c) for c in cands] == [b.sigma(hist, c) for c in cands]
+        assert again[source]["min_rating"] == first[source]["min_rating"]
+    with pytest.raises(AssertionError, match="trained again"):
+        _brief._train_sigma_models(cfg, ds, past.iloc[:-1], tmp_path)
