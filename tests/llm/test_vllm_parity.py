@@ -401,3 +401,44 @@ def test_v2_processor_matches_v1_on_the_same_rows():
     with pytest.raises(RuntimeError, match="speculative decoding"):
         v2.apply(logits.clone(), spec_ctx)
     assert "speculative" in SPEC_DECODE_ERROR
+
+
+#: each evaluator at a tiny size, on SmolLM2: the settings that only make it small
+TINY = {
+    "arena": {"model": "smollm2-135m", "systems": ("pop", "itemknn"), "users": 2,
+              "bootstrap": 20},
+    "arena-lists": {"model": "smollm2-135m", "systems": ("pop", "itemknn"), "users": 2,
+                    "sigma_from": "als", "bootstrap": 20},
+    "gist": {"models": ("smollm2-135m",), "judge": "smollm2-135m", "users": 2,
+             "max_history": 40, "chunk_size": 40, "extraction_tokens": 192, "options": 8,
+             "pool_size": 50, "agreement_sample": 4, "bootstrap": 20},
+    "usersum": {"summarizers": ("single",), "model": "smollm2-135m",
+                "predictor": "smollm2-135m", "users": 2, "max_activities": 60, "future": 3,
+                "critique_rounds": 0, "runs": 1, "qa_pairs": 1, "bootstrap": 100},
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", list(TINY))
+def test_every_evaluator_runs_on_vllm_from_the_command_lines_defaults(name, tmp_path):
+    """``recjudge --backend vllm <evaluator>``: with the LLM defaults set as the root options
+    set them, each registered evaluator runs end to end with every LLM it loads on vLLM (no
+    in-process transformers model is loaded)."""
+    from recjudge.evaluators import EVALUATORS
+    from recjudge.llm import reset_llm_defaults, set_llm_defaults
+    from recjudge.llm._backend import _BACKENDS
+
+    assert set(EVALUATORS.names()) == set(TINY)  # a new evaluator gets a row here
+    spec = EVALUATORS.get(name)
+    token = set_llm_defaults(backend="vllm", dtype="float32", vllm_args=VLLM_ARGS)
+    try:
+        before = set(_BACKENDS)
+        r = spec.run(spec.config(**TINY[name]), "ml-1m", tmp_path)
+        loaded = [type(_BACKENDS[k]).__name__ for k in set(_BACKENDS) - before]
+    finally:
+        reset_llm_defaults(token)
+    assert (tmp_path / "report.md").exists() and r
+    assert "TransformersBackend" not in loaded and (loaded or before), loaded
+    assert all(type(b).__name__ != "TransformersBackend" for k, b in _BACKENDS.items()
+               if k not in before)  # fmt: skip
+    RESULTS[f"evaluators-on-vllm/{name}"] = {"ran": True, "backends_loaded": sorted(loaded)}
+    _save()
