@@ -299,7 +299,9 @@ def test_server_refuses_bad_payload_and_missing_key(server, monkeypatch):
     llm = load_llm(
         LLMConfig(model="smollm2-135m", backend="openai-compatible", base_url=server), reuse=False
     )
-    with pytest.raises(RuntimeError, match="401"):
+    from recjudge.llm._vllm import ServerError
+
+    with pytest.raises(ServerError, match="401"):  # one line naming the refusal
         llm.generate(["hello"])
 
 
