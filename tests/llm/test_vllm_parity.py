@@ -439,8 +439,7 @@ def test_every_evaluator_runs_on_vllm_from_the_command_lines_defaults(name, tmp_
     finally:
         reset_llm_defaults(token)
     assert (tmp_path / "report.md").exists() and r
+    # every backend this evaluator loaded (none: it reused an earlier test's vLLM engine)
     assert "TransformersBackend" not in loaded and (loaded or before), loaded
-    assert all(type(b).__name__ != "TransformersBackend" for k, b in _BACKENDS.items()
-               if k not in before)  # fmt: skip
     RESULTS[f"evaluators-on-vllm/{name}"] = {"ran": True, "backends_loaded": sorted(loaded)}
     _save()

@@ -424,8 +424,8 @@ def _prefix_attention(
     q = query.float().reshape(b, nkv, g * lq, d).transpose(0, 1)
     mask = attention_mask[:, 0][:, None].expand(b, g, lq, st.width).reshape(b, g * lq, -1)
     s_row = torch.matmul(q, kr.transpose(-1, -2)) * scaling + mask  # [nkv, B, G*Lq, W]
-    if _FLASH_CPU is not None and query.device.type == "cpu":
-        out = _merged_decode(st, layer, query, q, s_row, vr, scaling)
+    if _cpu_flash(query.device):
+        out = _merged_decode(st, layer, query, s_row, vr, scaling)
     elif len(st.spans) == 1:
         out = _with_prefix(q, s_row, vr, st.prefixes[st.spans[0][0]], layer, scaling)
     else:  # several prefixes: the prefix block per prefix, on its rows
@@ -466,6 +466,21 @@ def _prefill_attention(st, layer, query, key, value, attention_mask, scaling):
 
 #: torch's CPU flash-attention kernel, which also returns each query's log-sum-exp
 _FLASH_CPU = getattr(torch.ops.aten, "_scaled_dot_product_flash_attention_for_cpu", None)
+
+
+def _cpu_flash(device: torch.device) -> bool:
+    """Whether the engine's CPU kernels (packed prefill, flash prefix blocks) run here."""
+    return _FLASH_CPU is not None and device.type == "cpu"
+
+
+def _flash_prefix(prefix: PrefixKV, layer: int, q: torch.Tensor, scaling: float):
+    """One prefix block by the flash kernel: ``q`` ``[nkv, M, D]`` in the model's dtype (every
+    query that reads kv head ``kv``, folded into one length: no mask, each sees the whole
+    prefix) against the prefix, read in place; returns its outputs ``[nkv, M, D]`` (fp32)
+    and log-sum-exps ``[nkv, M]``."""
+    keys, values = prefix.typed(q.dtype)
+    o, lse = _FLASH_CPU(q[None], keys[layer][None], values[layer][None], scale=scaling)[:2]
+    return o[0].float(), lse[0]
 
 
 def _lse_merge(o_a, l_a, o_b, l_b):
@@ -530,40 +545,39 @@ def _packed_prefill(st, layer, query, key, value, scaling):
         if prefix is None:
             outs.append(o_row[t0:t1])
             continue
-        keys, values = prefix.typed(dt)
         n = t1 - t0
-        qs = q[:, t0:t1].reshape(1, nkv, g * n, d)  # head kv * G + j reads kv head kv
-        o_pre, l_pre = _FLASH_CPU(qs, keys[layer][None], values[layer][None], scale=scaling)[:2]
-        o_pre = o_pre.reshape(h, n, d).transpose(0, 1).float()
+        # head kv * G + j reads kv head kv
+        o_pre, l_pre = _flash_prefix(prefix, layer, q[:, t0:t1].reshape(nkv, g * n, d), scaling)
+        o_pre = o_pre.reshape(h, n, d).transpose(0, 1)
         l_pre = l_pre.reshape(h, n).transpose(0, 1)
         outs.append(_lse_merge(o_pre, l_pre, o_row[t0:t1], l_row[t0:t1]))
     out = outs[0] if len(outs) == 1 else torch.cat(outs, 0)
     return out[None].to(dt), None
 
 
-def _merged_decode(st, layer, query, q, s_row, vr, scaling):
+def _merged_decode(st, layer, query, s_row, vr, scaling):
     """A decode step's attention on the CPU: each prefix's block by the flash kernel (every
-    query of its rows folded into one [1, kv_heads, rows * G * Lq, D] call against the
-    prefix, read in place, in the model's dtype like the naive reference), the rows' own
-    slots in fp32 (``s_row`` ``[nkv, B, G*Lq, W]``, masked), merged by log-sum-exps.
+    query of its rows folded into one call against the prefix, read in place, in the
+    model's dtype like the naive reference: ``_flash_prefix``), the rows' own slots in fp32
+    (``s_row`` ``[nkv, B, G*Lq, W]``, masked), merged by log-sum-exps.
     Returns ``[nkv, B, G*Lq, D]`` fp32, as ``_with_prefix``."""
     m_row = s_row.amax(-1, keepdim=True)
     e_row = torch.exp(s_row - m_row)
     z_row = e_row.sum(-1, keepdim=True)
     o_row = torch.matmul(e_row, vr) / z_row
     l_row = (m_row + torch.log(z_row)).squeeze(-1)
-    nkv, b, gl, d = q.shape
-    dt = query.dtype
+    nkv, b, gl, _ = s_row.shape
+    d = query.shape[-1]
+    q = query.reshape(b, nkv, gl, d).transpose(0, 1)  # [nkv, B, G*Lq, D], the model's dtype
     outs = []
     for p, a, e in st.spans:
         prefix = st.prefixes[p]
         if prefix is None:
             outs.append(o_row[:, a:e])
             continue
-        keys, values = prefix.typed(dt)
-        flat = q[:, a:e].reshape(1, nkv, (e - a) * gl, d).to(dt)
-        o_pre, l_pre = _FLASH_CPU(flat, keys[layer][None], values[layer][None], scale=scaling)[:2]
-        o_pre = o_pre.reshape(nkv, e - a, gl, d).float()
+        o_pre, l_pre = _flash_prefix(prefix, layer, q[:, a:e].reshape(nkv, (e - a) * gl, d),
+                                     scaling)  # fmt: skip
+        o_pre = o_pre.reshape(nkv, e - a, gl, d)
         l_pre = l_pre.reshape(nkv, e - a, gl)
         outs.append(_lse_merge(o_pre, l_pre, o_row[:, a:e], l_row[:, a:e]))
     return outs[0] if len(outs) == 1 else torch.cat(outs, 1)
@@ -756,7 +770,7 @@ def prefill_rows(
     # the first steps' room; ``_Rows.reserve`` grows it as answers get longer
     st = _Rows(model, prefixes, group, width + min(extra, FIRST_ROOM))
     st.width = width
-    if _FLASH_CPU is not None and dev.type == "cpu":
+    if _cpu_flash(dev):
         # The rows' tokens one after another, no pad (a batch of one user's candidates
         # padded to its longest suffix computed 39 % pad tokens in the throughput bench).
         st.packed = pk = _Packed.of(lens)
@@ -765,11 +779,22 @@ def prefill_rows(
             hidden = _forward(model, st, flat[None], (st.plen[pk.row] + pk.slot)[None], None)
         finally:
             st.packed = None
-        st.lens = lens.clone()
-        if stats is not None:
-            stats.prefill_tokens += int(lens.sum())
-            stats.rows += n
-        return st, hidden[0, pk.start + lens - 1]
+        last = hidden[0, pk.start + lens - 1]
+    else:
+        last = _padded_prefill(backend, st, suffixes, lens, width)
+    st.lens = lens.clone()
+    if stats is not None:
+        stats.prefill_tokens += int(lens.sum())
+        stats.rows += n
+    return st, last
+
+
+def _padded_prefill(backend, st, suffixes, lens, width):
+    """``prefill_rows`` as a ``[rows, width]`` batch (devices without the CPU kernels);
+    returns each row's last hidden state."""
+    model = backend.model
+    dev = model.device
+    n = len(suffixes)
     ids = torch.full((n, width), backend.tokenizer.pad_token_id, dtype=torch.long, device=dev)
     for r, s in enumerate(suffixes):
         ids[r, : len(s)] = torch.tensor(list(s), dtype=torch.long, device=dev)
@@ -780,11 +805,7 @@ def prefill_rows(
     )
     mask = torch.zeros(n, 1, width, width, device=dev).masked_fill(~visible[:, None], float("-inf"))
     hidden = _forward(model, st, ids, st.plen[:, None] + slot[None], mask)
-    st.lens = lens.clone()
-    if stats is not None:
-        stats.prefill_tokens += int(lens.sum())
-        stats.rows += n
-    return st, hidden[torch.arange(n, device=dev), lens - 1]
+    return hidden[torch.arange(n, device=dev), lens - 1]
 
 
 def extend_prefix(backend: Any, prefix: PrefixKV, ids: Sequence[int]) -> tuple[PrefixKV, Any]:
