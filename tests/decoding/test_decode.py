@@ -75,3 +75,30 @@ def test_a_job_checks_its_rows():
         DecodeJob(suffixes=[[1], [2]], schemas=[Choice(["a"])])
     with pytest.raises(ValueError, match="head"):
         DecodeJob(suffixes=[[1]], schemas=[Choice(["a"])], head="some")
+
+
+def test_grammar_drafts_change_no_judgment_and_save_forwards(smollm32, ml1m, monkeypatch):
+    """The fast engine's drafts (each row's grammar-forced text fed with its token, kept
+    where the model takes it) give the judgments of one token per step (fp32: the same
+    texts, decisions and probabilities) in fewer forwards."""
+    import recjudge.decoding._decode as dec
+    from recjudge.llm import _fast
+    from recjudge.reward import Judge, JudgeConfig, request_for
+
+    reqs = [request_for(ml1m, "10", c, sigma=s) for c, s in
+            (("Heat (1995)", 0.6), ("Fargo (1996)", -0.2), ("Big (1988)", 0.9),
+             ("Toy Story (1995)", 0.8))]  # fmt: skip
+    cfg = JudgeConfig(beta=5.0, max_evidence=3, max_history=20)
+    with_drafts = Judge(cfg, llm=smollm32)
+    got = with_drafts.judge_many(reqs)
+    monkeypatch.setattr(dec, "draft_ids", lambda llm, grammar: None)
+    _fast.prefixes_of(smollm32).clear()
+    without = Judge(cfg, llm=smollm32)
+    ref = without.judge_many(reqs)
+    for a, b in zip(got, ref, strict=True):
+        assert (a.is_relevant, a.raw_text, a.evidence) == (b.is_relevant, b.raw_text, b.evidence)
+        assert a.p_yes == pytest.approx(b.p_yes, abs=1e-4)
+    s, r = with_drafts.stats, without.stats
+    assert r.draft_tokens == 0
+    if any(j.evidence for j in ref):  # titles were written: their forced rests were drafted
+        assert s.draft_accepted > 0 and s.decode_steps < r.decode_steps

@@ -118,6 +118,63 @@ def test_rows_of_several_prefixes_decode_together_as_full_forwards(llm32, monkey
             torch.testing.assert_close(got, full[len(prompt) - 1 + k], atol=ATOL, rtol=0)
 
 
+@pytest.mark.parametrize("kernel", ["flash", "sdpa"])
+def test_drafts_give_the_steps_of_one_token_at_a_time(llm32, monkeypatch, kernel):
+    """Rows fed a draft with their token (several tokens per row in one forward, rows of
+    several prefixes, drafts of different lengths, right, wrong part-way, or none): every
+    step's scores still equal a full forward of that row's own prompt and tokens, each token
+    is its step's argmax, the hooks see one token at a time in order, a row stops where
+    ``finished`` says even inside a draft, and the drafts taken save forwards."""
+    import recjudge.llm._fast as fast
+    from recjudge.llm._engine import EngineStats
+
+    if kernel == "sdpa":
+        monkeypatch.setattr(fast, "_FLASH_CPU", None)
+    elif fast._FLASH_CPU is None:
+        pytest.skip("this torch has no CPU flash-attention kernel")
+    prefixes = [
+        llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 3),
+        llm32.encode("Another user loved Toy Story (1995) and Babe (1995)."),
+    ]
+    titles = ["Up (2009)", "Rocky (1976)", "Big (1988)", "Jaws (1975)"]
+    suffixes = [llm32.encode(" Would they watch " + t + "? Answer:") for t in titles]
+    prefix_of = [1, 0, 1, 0]
+    kvs = [encode_prefix(llm32, p) for p in prefixes]
+    stop = {0: 9, 1: 12, 2: 5, 3: 10}
+    sampling = SamplingConfig(max_new_tokens=20)
+    # the tokens each row takes without drafts: the drafts below are built from them
+    _, plain, step, accept, finished = _record(4, stop)
+    fast.fast_decode(llm32, kvs, prefix_of, suffixes, step, accept, finished, sampling=sampling)
+    scores, tokens, step, accept, finished = _record(4, stop)
+
+    def draft(r):
+        have, ahead = len(tokens[r]), plain[r][len(tokens[r]) :]
+        if r == 0:
+            return list(ahead)  # right, past the row's stop
+        if r == 1 and ahead:  # right, then wrong from its third token
+            return [*ahead[:2], (ahead[min(2, len(ahead) - 1)] + 1) % 1000 + 7][:5]
+        if r == 2:
+            return []
+        return list(ahead[:3]) if have % 2 else []  # right, every other step
+
+    stats = EngineStats()
+    out = fast.fast_decode(llm32, kvs, prefix_of, suffixes, step, accept, finished,
+                           sampling=sampling, stats=stats, draft=draft)  # fmt: skip
+    for r, suffix in enumerate(suffixes):
+        assert out[r] == tokens[r] and len(out[r]) == stop[r] == len(scores[r])
+        prompt = prefixes[prefix_of[r]] + suffix
+        full = _full_logits(llm32, prompt + out[r])
+        for k, got in enumerate(scores[r]):
+            torch.testing.assert_close(got, full[len(prompt) - 1 + k], atol=ATOL, rtol=0)
+        assert out[r] == [int(s.argmax()) for s in scores[r]]
+    assert stats.draft_accepted > 0 and stats.draft_tokens >= stats.draft_accepted
+    # one forward per step, and each taken draft token is a step without one
+    assert stats.decode_steps < max(stop.values()) - 1
+    assert stats.decode_tokens == sum(stop.values()) - len(stop) + (
+        stats.draft_tokens - stats.draft_accepted
+    )
+
+
 def test_several_prefixes_on_the_invariant_engine_equal_one_prefix_at_a_time(llm32):
     prefixes = [llm32.encode("History: Alien (1979); Jaws (1975)."),
                 llm32.encode("History: Babe (1995); Up (2009); Big (1988).")]  # fmt: skip

@@ -67,6 +67,10 @@ class DecodeJob:
             engine), ``full`` for every token.
         explore: a sweep's per-row exploration hook (``BranchBiasProcessor.explore``);
             needs a backend with ``step_scores``.
+        draft: on the fast engine, feed each row the tokens of its grammar-forced text
+            (``draft_ids``) with its next token and keep those the model itself chooses:
+            fewer forwards, the same tokens up to a batch shape's rounding (like ``rows``,
+            not part of a result's key).
     """
 
     suffixes: Sequence[Sequence[int]]
@@ -85,6 +89,7 @@ class DecodeJob:
     deterministic: bool = False
     head: str = "full"
     explore: Any = None
+    draft: bool = True
 
     def __post_init__(self) -> None:
         if len(self.schemas) != len(self.suffixes):
@@ -120,6 +125,23 @@ def lead_ids(llm: LLMBackend, grammar: Any, row: int) -> list[int]:
     forced = grammar.jump_forward(row)
     cut = max((i for i, ch in enumerate(forced) if ch.isalnum()), default=-1)
     return llm.encode(forced[: cut + 1]) if cut >= 0 else []
+
+
+def draft_ids(llm: LLMBackend, grammar: Any) -> Any:
+    """The engine's ``draft(row)`` hook: the token ids of the text ``row``'s grammar forces
+    next (e.g. the rest of a title once its first tokens single it out, or a closing
+    ``"``), tokenized on their own. A guess only: the engine keeps the tokens the model
+    chooses itself, so a tokenization that differs from the model's costs a wasted slot,
+    never a changed answer. Encodings are cached by text (rows share their keys)."""
+    import functools
+
+    encode = functools.lru_cache(maxsize=4096)(lambda text: tuple(llm.encode(text)))
+
+    def draft(row: int) -> list[int]:
+        forced = grammar.jump_forward(row)
+        return list(encode(forced)) if forced else []
+
+    return draft
 
 
 def _hooks(grammar: Any, proc: Any) -> tuple[Any, Any]:
@@ -229,6 +251,8 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
               "deterministic": job.deterministic, "rows": job.rows}  # fmt: skip
     if job.head == "allowed" and grouped is not None:  # the shared-prefix engine's option
         common["allowed"] = grammar.allowed
+    if job.draft:
+        common["draft"] = draft_ids(llm, grammar)
     if grouped is None:
         tokens = decode_prompts(llm, suffixes, step, accept, finished, **common)
     else:

@@ -188,6 +188,9 @@ class GrammarLogitsProcessor:
             for c in rows
         ]
         self._bitmask = xgr.allocate_token_bitmask(len(rows), self.width)
+        #: the rows whose masks ``_bitmask`` holds (filled by ``allowed``, still current: no
+        #: token accepted since), so ``mask`` on the same rows does not fill them again
+        self._filled: tuple[int, ...] | None = None
         self._prompt_len: int | None = None
 
     @property
@@ -204,6 +207,7 @@ class GrammarLogitsProcessor:
     def accept(self, row: int, token: int) -> None:
         """Advance row ``row`` by ``token`` (used by engines that do not pass input_ids)."""
         m = self.matchers[row]
+        self._filled = None
         if m.is_terminated():
             return  # padding after the end
         if not m.accept_token(token):
@@ -254,13 +258,14 @@ class GrammarLogitsProcessor:
             raise ValueError(f"{scores.shape[0]} score rows for {len(rows)} processor rows")
         bitmask = self._bitmask[: len(rows)]
         terminated = []
-        for i, row in enumerate(rows):
-            m = self.matchers[row]
-            if m.is_terminated():
-                terminated.append(i)
-                bitmask[i].fill_(-1)
-            else:
-                m.fill_next_token_bitmask(bitmask, i)
+        if self._filled != tuple(rows):
+            for i, row in enumerate(rows):
+                m = self.matchers[row]
+                if m.is_terminated():
+                    terminated.append(i)
+                    bitmask[i].fill_(-1)
+                else:
+                    m.fill_next_token_bitmask(bitmask, i)
         if columns is None:
             # xgrammar's matchers fill a CPU bitmask; its kernel wants it beside the logits.
             self._xgr.apply_token_bitmask_inplace(
@@ -293,6 +298,7 @@ class GrammarLogitsProcessor:
         bitmask = self._bitmask[: len(rows)]
         for i, row in enumerate(rows):
             self.matchers[row].fill_next_token_bitmask(bitmask, i)
+        self._filled = tuple(rows)
         # Only the 32-token words some row allows are expanded to bits (a few of ~4700).
         words = (bitmask != 0).any(0).nonzero().squeeze(1)
         union = bitmask[:, words]
@@ -320,6 +326,7 @@ class GrammarLogitsProcessor:
         probe = m.fork()
         if not (probe.accept_string(rest) and probe.is_completed()):
             return False
+        self._filled = None
         m.accept_string(rest)
         data = rest.encode()
         self.generated[row] += data

@@ -37,10 +37,17 @@ from recjudge.llm._config import SamplingConfig
 
 @dataclass
 class EngineStats:
+    """What an engine computed: prompt tokens prefilled, decode forwards (``decode_steps``)
+    and the tokens they were fed (``decode_tokens``), rows decoded; ``draft_tokens`` of the
+    fed tokens were grammar-forced drafts (``recjudge.llm._fast``), ``draft_accepted`` of
+    those the model's own choice (each saved a forward)."""
+
     prefill_tokens: int = 0
     decode_steps: int = 0
     decode_tokens: int = 0
     rows: int = 0
+    draft_tokens: int = 0
+    draft_accepted: int = 0
     extra: dict[str, Any] = field(default_factory=dict)
 
 

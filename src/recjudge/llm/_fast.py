@@ -18,6 +18,12 @@ are ordered by prefix, every layer's projections and MLP run once for all of the
 prefix block above is computed per prefix on its contiguous rows (``_Rows.spans``); each
 row's positions start after its own prefix.
 
+Grammar drafts: a row whose grammar forces its next text (the rest of a title once its first
+tokens single it out, a closing quote) is fed its chosen token and that text's tokens in one
+forward, and keeps those the model itself chooses, read in order as the steps they replace
+(speculative decoding with the grammar as the drafter, ``_loop``); the steps of a row then
+take a variable number of tokens each (``_packed_step``).
+
 Rows run at the batch size that is active (no padding rows, finished rows leave), in the
 model's dtype for the projections. On the CPU each prefix block is computed by torch's flash
 kernel in the model's dtype (as the naive reference's sdpa) and merged with the rows' own
@@ -177,6 +183,7 @@ def decode_shared(
     deterministic: bool = False,
     rows: int = 8,
     allowed: Callable[[list[int]], torch.Tensor | None] | None = None,
+    draft: Callable[[int], list[int]] | None = None,
 ) -> list[list[int]]:
     """Decode suffixes, row ``i`` after ``prefixes[prefix_of[i]]``, on the fast engine (rows
     of every prefix together, each prefix encoded once), or prefix by prefix on the
@@ -190,6 +197,9 @@ def decode_shared(
     them (see ``_Head``), the rest come as ``-inf``, and ``step`` is called as
     ``step(scores, rows, columns)`` with the ids computed, so it can read and mask those
     columns only (it must still mask them).
+    ``draft(row)``: token ids the row will probably take next (the grammar's forced text):
+    the fast engine feeds them with the row's token and keeps those the model chooses
+    (``_loop``); the invariant engine ignores them.
     """
     from recjudge.llm._engine import prefix_cache, shared_prefix_decode
 
@@ -220,7 +230,7 @@ def decode_shared(
     kvs = [lru.get("fast", p, lambda p=p: encode_prefix(backend, p), stats) for p in prefixes]
     return fast_decode(
         backend, kvs, prefix_of, suffix_ids, step, accept, finished, sampling=sampling,
-        seeds=seeds, stats=stats, max_rows=max(rows, 1), allowed=allowed,
+        seeds=seeds, stats=stats, max_rows=max(rows, 1), allowed=allowed, draft=draft,
     )  # fmt: skip
 
 
@@ -236,6 +246,7 @@ def decode_prompts(
     stats: EngineStats | None = None,
     deterministic: bool = False,
     rows: int = 8,
+    draft: Callable[[int], list[int]] | None = None,
 ) -> list[list[int]]:
     """Decode independent prompts. On the fast engine, each batch of ``rows`` prompts shares
     its longest common token prefix (chat templates and instructions usually give one) and
@@ -271,6 +282,7 @@ def decode_prompts(
                 seeds=seeds[b : b + len(chunk)],
                 stats=stats,
                 max_rows=rows,
+                draft=None if draft is None else lambda r, b=b: draft(b + r),
             )
         )
     return out
@@ -343,6 +355,10 @@ class _Rows:
         self.width = 0  # row slots attended in this forward
         #: a packed prefill's layout (``_Packed``): the rows' tokens one after another
         self.packed: _Packed | None = None
+        #: a decode step's layout when rows are fed several tokens (``_packed_step``), and
+        #: its additive mask ``[B, 1, L, width]``
+        self.step: _Packed | None = None
+        self.step_mask: torch.Tensor | None = None
 
     def reserve(self, width: int) -> None:
         """Room for ``width`` slots per row: the buffers grow by doubling (zeros beyond the
@@ -409,15 +425,25 @@ def _prefix_attention(
     if st is None:
         raise RuntimeError(f"attention {ATTN_NAME!r} runs only inside the fast engine")
     layer = module.layer_idx
-    b, h, lq, d = query.shape
-    g, nkv = st.groups, st.n_kv
     if st.packed is not None:
         return _packed_prefill(st, layer, query, key, value, scaling)
     if st.write is None:
         return _prefill_attention(st, layer, query, key, value, attention_mask, scaling)
-    rows = torch.arange(b, device=st.device)
+    if st.step is not None:
+        return _packed_step(st, layer, query, key, value, scaling)
+    rows = torch.arange(query.shape[0], device=st.device)
     st.k[layer, :, rows, st.write] = key[:, :, 0].transpose(0, 1).float()  # [nkv, B, D]
     st.v[layer, :, rows, st.write] = value[:, :, 0].transpose(0, 1).float()
+    return _step_attention(st, layer, query, attention_mask, scaling), None
+
+
+def _step_attention(st, layer, query, attention_mask, scaling):
+    """A decode step's attention for ``query`` ``[B, H, Lq, D]`` over each row's prefix and
+    its own slots ``:st.width`` (their keys and values written already), ``attention_mask``
+    the additive row mask ``[B, 1, Lq, width]``; returns ``[B, Lq, H, D]`` in the query's
+    dtype."""
+    b, h, lq, d = query.shape
+    g, nkv = st.groups, st.n_kv
     kr = st.k[layer, :, :, : st.width]  # [nkv, B, W, D], a view
     vr = st.v[layer, :, :, : st.width]
     # [nkv, B, G*Lq, D]: head h = kv * G + g, as transformers' repeat_kv.
@@ -434,7 +460,23 @@ def _prefix_attention(
             for p, a, e in st.spans
         ], 1)  # fmt: skip
     out = out.view(nkv, b, g, lq, d).permute(1, 3, 0, 2, 4).reshape(b, lq, h, d)
-    return out.to(query.dtype), None
+    return out.to(query.dtype)
+
+
+def _packed_step(st, layer, query, key, value, scaling):
+    """A decode step that feeds rows different numbers of tokens (``st.step``: a row's
+    chosen token, then the grammar's forced draft), packed ``[1, H, T, D]``: keys and values
+    go to each row's next slots, the queries are gathered per row (padded to the longest
+    row, the pad queries' outputs unused), attend as a multi-token decode step (causal
+    within the row's new tokens: ``st.step_mask``) and are scattered back.
+    Returns ``[1, T, H, D]``."""
+    pk = st.step
+    dst = st.lens[pk.row] + pk.slot
+    st.k[layer][:, pk.row, dst] = key[0].float()  # [nkv, T, D]
+    st.v[layer][:, pk.row, dst] = value[0].float()
+    rows_q = query[0][:, pk.pad].transpose(0, 1)  # [B, H, L, D]
+    out = _step_attention(st, layer, rows_q, st.step_mask, scaling)  # [B, L, H, D]
+    return out[pk.row, pk.slot][None], None
 
 
 def _prefill_attention(st, layer, query, key, value, attention_mask, scaling):
@@ -686,6 +728,7 @@ def fast_decode(
     stats: EngineStats | None = None,
     max_rows: int = 32,
     allowed: Callable[[list[int]], torch.Tensor | None] | None = None,
+    draft: Callable[[int], list[int]] | None = None,
 ) -> list[list[int]]:
     """Decode every suffix ``i`` after ``prefixes[prefix_of[i]]``, rows of every prefix in
     the same steps.
@@ -694,7 +737,8 @@ def fast_decode(
     modifies the rows' fp32 next-token scores in place (grammar mask, then bias),
     ``accept(row, token)`` follows each chosen token and ``finished(row)`` ends a row; rows
     are the caller's indices, results come back in the caller's order. Rows are decoded
-    ``max_rows`` at a time, ordered by prefix.
+    ``max_rows`` at a time, ordered by prefix. ``draft(row)``: the row's likely next tokens,
+    verified in the row's next forward (``_loop``).
     """
     sampling = sampling or SamplingConfig()
     n = len(suffix_ids)
@@ -716,6 +760,7 @@ def fast_decode(
             stats,
             None if allowed is None
             else lambda active, rows=rows: allowed([rows[i] for i in active]),
+            None if draft is None else lambda i, rows=rows: draft(rows[i]),
         )  # fmt: skip
         for r, toks in zip(rows, got, strict=True):
             out[r] = toks
@@ -724,7 +769,7 @@ def fast_decode(
 
 def _decode_chunk(
     backend, prefixes, group, suffixes, step, accept, finished, sampling, seeds, stats,
-    allowed=None,
+    allowed=None, draft=None,
 ):  # fmt: skip
     model = backend.model
     with torch.inference_mode(), fast_attention(model):
@@ -734,8 +779,9 @@ def _decode_chunk(
         head = _Head(model, allowed, backend.name)
         logits, columns = head(hidden, list(range(len(suffixes))))
         return _loop(
-            model, st, logits, columns, step, accept, finished, sampling, seeds, stats, head
-        )
+            model, st, logits, columns, step, accept, finished, sampling, seeds, stats, head,
+            draft,
+        )  # fmt: skip
 
 
 #: decode slots allocated per row at prefill (a judge's answer is ~20-60 tokens); more are
@@ -820,50 +866,132 @@ def extend_prefix(backend: Any, prefix: PrefixKV, ids: Sequence[int]) -> tuple[P
     return PrefixKV(keys, values, prefix.length + n), hidden[0]
 
 
-def _loop(model, st, logits, columns, step, accept, finished, sampling, seeds, stats, head):
+#: most draft tokens fed per row and step: a forced span is a title's remainder or a key
+#: (~5 tokens on average in evidence-heavy answers); a longer one is continued next step
+MAX_DRAFT = 16
+
+
+def _loop(
+    model, st, logits, columns, step, accept, finished, sampling, seeds, stats, head,
+    draft=None,
+):  # fmt: skip
     """Decode until every row is finished; ``st`` holds the rows' prefilled slots.
     ``columns``: the ids the head computed (the other scores are -inf), passed on to
-    ``step`` as its third argument so it reads only them; None: the whole vocabulary."""
+    ``step`` as its third argument so it reads only them; None: the whole vocabulary.
+
+    ``draft(row)``: the token ids the grammar forces after the row's text (a guess of its
+    next tokens, e.g. the rest of a title once its first tokens single it out). A row is then
+    fed its chosen token and its draft in one forward (speculative decoding with the grammar
+    as the drafter), and the outputs are read in order, as the steps they replace: each
+    position's scores go through ``step`` after the tokens before it were accepted, its
+    token is chosen as usual, and reading goes on while the chosen token equals the draft's
+    next one. The first token that differs is the row's next token; the draft's keys and
+    values after it are dropped (the row's length stops before them). So the tokens, scores
+    and hooks' calls are those of one token per step, up to the rounding of a different
+    batch shape; only the number of forwards drops.
+    """
     n = logits.shape[0]
     gens = None
     if sampling.do_sample:
         gens = [torch.Generator(device=st.device).manual_seed(int(s) % (2**63)) for s in seeds]
     out: list[list[int]] = [[] for _ in range(n)]
     active = list(range(n))
+    drafts: list[list[int]] = [[] for _ in range(n)]
+    cap = [MAX_DRAFT] * n  # each row's draft length: shrinks where the model left its drafts
+    taken = [0] * n  # draft tokens the model took, by active index
+    hidden: torch.Tensor | None = None  # the last forward's outputs, [tokens, H]
+    starts: list[int] = []  # where each active row's tokens begin in ``hidden``
     while True:
-        if columns is None:
-            step(logits, active)
-        else:
-            step(logits, active, columns)
-        if sampling.do_sample:
-            nxt = sample_next(logits, sampling, [gens[r] for r in active])
-        else:
-            nxt = _greedy(logits, columns)
-        keep = []
-        for i, row in enumerate(active):
-            tok = int(nxt[i])
-            out[row].append(tok)
-            accept(row, tok)
-            if not finished(row) and len(out[row]) < sampling.max_new_tokens:
-                keep.append(i)
+        b = len(active)
+        last = [0] * b  # each row's last chosen token
+        valid = [0] * b  # tokens of this forward whose keys and values stand
+        alive = [False] * b
+        follow = list(range(b))  # rows still reading their outputs
+        j = 0
+        while follow:
+            rows = [active[i] for i in follow]
+            if hidden is not None:
+                at = torch.tensor([starts[i] + j for i in follow], device=hidden.device)
+                logits, columns = head(hidden[at], rows)
+            if columns is None:
+                step(logits, rows)
+            else:
+                step(logits, rows, columns)
+            if sampling.do_sample:
+                nxt = sample_next(logits, sampling, [gens[r] for r in rows])
+            else:
+                nxt = _greedy(logits, columns)
+            more = []
+            for i, tok in zip(follow, nxt.tolist(), strict=True):
+                row = active[i]
+                out[row].append(tok)
+                accept(row, tok)
+                last[i] = tok
+                valid[i] += hidden is not None
+                alive[i] = not finished(row) and len(out[row]) < sampling.max_new_tokens
+                if alive[i] and j < len(drafts[i]) and tok == drafts[i][j]:
+                    more.append(i)
+                taken[i] = j
+            if stats is not None and j > 0:
+                stats.draft_accepted += len(follow)
+            follow = more
+            j += 1
+        if hidden is not None:
+            st.lens = st.lens + torch.tensor(valid, device=st.device)
+        keep = [i for i in range(b) if alive[i]]
         if not keep:
             return out
-        if len(keep) < len(active):
-            idx = torch.tensor(keep, device=st.device)
-            st.keep(idx)
-            nxt = nxt[idx]
+        if len(keep) < b:
+            st.keep(torch.tensor(keep, device=st.device))
             active = [active[i] for i in keep]
         b = len(active)
-        st.write = st.lens.clone()
-        st.width = int(st.lens.max()) + 1
-        st.reserve(st.width)
-        slot = torch.arange(st.width, device=st.device)
-        mask = torch.zeros(b, 1, 1, st.width, device=st.device).masked_fill(
-            (slot[None, :] > st.lens[:, None])[:, None, None], float("-inf")
-        )
-        hidden = _forward(model, st, nxt[:, None], (st.plen + st.lens)[:, None], mask)
-        logits, columns = head(hidden[:, -1], active)
-        st.lens = st.lens + 1
+        fed = []
+        for i, row in enumerate(active):
+            # A draft left before its last token (another tokenization, or the model going
+            # its own way past a distinct-evidence veto) wasted the rest: the row's next
+            # drafts are cut to what it took, then doubled back while they are taken (the
+            # extra tokens cost compute where a step is compute-bound, as on small CPUs).
+            was, took = len(drafts[keep[i]]), taken[keep[i]]
+            if was:
+                cap[row] = min(2 * cap[row], MAX_DRAFT) if took >= was - 1 else max(took, 1)
+            room = sampling.max_new_tokens - len(out[row]) - 1
+            guess = draft(row)[: min(cap[row], room)] if draft is not None and room > 0 else []
+            drafts[i] = guess
+            fed.append([last[keep[i]], *guess])
+        hidden, starts = _step(model, st, fed)
         if stats is not None:
             stats.decode_steps += 1
-            stats.decode_tokens += b
+            stats.decode_tokens += hidden.shape[0]
+            stats.draft_tokens += hidden.shape[0] - b
+
+
+def _step(model, st, fed: list[list[int]]) -> tuple[torch.Tensor, list[int]]:
+    """One decode forward: row ``r`` is fed ``fed[r]`` at its next positions (one token
+    each: a ``[B, 1]`` batch; else packed, ``_packed_step``). Returns the outputs
+    ``[tokens, H]`` and where each row's begin."""
+    dev = st.device
+    b = len(fed)
+    counts = torch.tensor([len(f) for f in fed], device=dev)
+    wide = int(counts.max())
+    st.write = st.lens.clone()
+    st.width = int((st.lens + counts).max())
+    st.reserve(st.width)
+    slot = torch.arange(st.width, device=dev)
+    # row r's query j sees its slots up to lens[r] + j (its own new tokens causally)
+    sees = st.lens[:, None] + torch.arange(wide, device=dev)[None]  # [B, L]
+    mask = torch.zeros(b, 1, wide, st.width, device=dev).masked_fill(
+        (slot[None, None, :] > sees[:, :, None])[:, None], float("-inf")
+    )
+    if wide == 1:
+        ids = torch.tensor([f[0] for f in fed], dtype=torch.long, device=dev)
+        hidden = _forward(model, st, ids[:, None], (st.plen + st.lens)[:, None], mask)
+        return hidden[:, -1], list(range(b))
+    pk = _Packed.of(counts)
+    flat = torch.tensor([t for f in fed for t in f], dtype=torch.long, device=dev)
+    st.step, st.step_mask = pk, mask
+    try:
+        pos = (st.plen[pk.row] + st.lens[pk.row] + pk.slot)[None]
+        hidden = _forward(model, st, flat[None], pos, None)
+    finally:
+        st.step = st.step_mask = None
+    return hidden[0], pk.start.tolist()

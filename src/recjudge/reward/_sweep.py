@@ -151,7 +151,8 @@ def _record(
             bar.update(len(batch))
     if bar is not None:
         bar.close()
-    for name in ("prefill_tokens", "decode_steps", "decode_tokens", "rows"):
+    for name in ("prefill_tokens", "decode_steps", "decode_tokens", "rows", "draft_tokens",
+                 "draft_accepted"):  # fmt: skip
         setattr(first.stats, name, getattr(first.stats, name) + getattr(base.stats, name))
     return recorded
 
