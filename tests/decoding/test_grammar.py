@@ -365,3 +365,61 @@ def test_mask_on_the_allowed_columns_only_equals_the_full_mask(tok):
     assert torch.equal(got["full"][0], got["columns"][0])
     assert got["full"][1] == got["columns"][1]
     assert any(got["full"][1])  # the row at the decision recorded its step
+
+
+def _reference_veto(tracker, allowed, token_bytes):
+    """The distinct-evidence veto byte by byte: every allowed token walked through a copy
+    of the tracker's state (what ``veto_repeats`` computes with its shortcuts)."""
+    out = []
+    for t in allowed:
+        data = token_bytes[t]
+        if not data:
+            continue
+        cited = set(tracker.cited)
+        state, partial, ok = tracker._step(tracker.state, tracker.partial, cited, data)
+        if not (ok and tracker._viable(state, partial, cited)):
+            out.append(t)
+    return sorted(out)
+
+
+def _veto_matches_reference(grammar, tracker, table, scores) -> list[int]:
+    """Check the veto at the row's current state; returns the tokens it leaves."""
+    from recjudge.decoding._processors import veto_repeats
+
+    grammar.trackers[0] = None  # the grammar alone
+    grammar.mask(scores)
+    grammar.trackers[0] = tracker
+    allowed = torch.isfinite(scores[0]).nonzero().flatten().tolist()
+    row = scores[0].clone()
+    veto_repeats(tracker, row, table)
+    got = sorted(t for t in allowed if not torch.isfinite(row[t]))
+    assert got == (_reference_veto(tracker, allowed, table.token_bytes) if tracker.active()
+                   else []), grammar.text(0)  # fmt: skip
+    return [t for t in allowed if torch.isfinite(row[t])]
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(titles_st, st.integers(0, 2**31))
+def test_the_distinct_evidence_veto_equals_its_byte_by_byte_reference(tok, titles, seed):
+    """At every step of an answer citing titles that prefix each other, and along random
+    answers (random tokens under the grammar) whatever the titles (quotes, escapes,
+    non-ASCII), the veto vetoes exactly the grammar-allowed tokens the byte-by-byte walk
+    rejects."""
+    titles = [*titles, "Heat", "Heat (1995)", "Heathers"]
+    compiled = compile_schema(EvidenceFirst(titles, max_evidence=4), tok, len(tok))
+    table = compiled.table
+    answer = '{"evidence": ["Heat", "Heat (1995)", "Heathers"], "is_relevant": "YES"}'
+    grammar = GrammarLogitsProcessor([compiled])
+    for t in tok.encode(answer, add_special_tokens=False):
+        assert t in _veto_matches_reference(grammar, grammar.trackers[0], table,
+                                            torch.zeros(1, table.width))  # fmt: skip
+        grammar.accept(0, t)
+    grammar = GrammarLogitsProcessor([compiled])
+    rng = np.random.default_rng(seed)
+    for _ in range(400):
+        if grammar.done(0):
+            break
+        scores = torch.from_numpy(rng.normal(0, 3, table.width).astype(np.float32))[None]
+        left = _veto_matches_reference(grammar, grammar.trackers[0], table, scores)
+        assert left, f"dead end after {grammar.text(0)!r}"
+        grammar.accept(0, int(left[int(rng.integers(len(left)))]))

@@ -44,6 +44,19 @@ class TokenTable:
                 singles[b[0]] = 1
         self._single = bytes(singles)
 
+    def quote_ids(self) -> Any:
+        """The ids of the tokens whose text holds a ``"`` (int64 tensor, built once): the only
+        tokens that can close or open a string, so the only ones the distinct-evidence veto
+        checks while a string is clear of every cited one."""
+        ids = getattr(self, "_quote_ids", None)
+        if ids is None:
+            import torch
+
+            ids = torch.tensor([i for i, b in enumerate(self.token_bytes) if b'"' in b],
+                               dtype=torch.long)  # fmt: skip
+            self._quote_ids = ids
+        return ids
+
     def producible(self, data: bytes) -> bool:
         """Whether some sequence of tokens spells exactly ``data``."""
         if all(self._single[c] for c in data):

@@ -102,29 +102,50 @@ class _EvidenceTracker:
         return self.state not in ("pre", "done") and bool(self.cited)
 
     def allows(self, data: bytes) -> bool:
+        if self.state == "in" and b'"' not in data:
+            # inside a string, a token without a quote only extends it (the common case,
+            # checked without copying the cited set)
+            return self._viable("in", self.partial + data, self.cited)
         cited = set(self.cited)
         state, partial, ok = self._step(self.state, self.partial, cited, data)
         return ok and self._viable(state, partial, cited)
+
+    def clear_of_cited(self) -> bool:
+        """Inside a string that no cited string continues: then a token without a quote
+        cannot lead to a repeat (the grammar keeps the string a prefix of an allowed one,
+        and none of those is cited), so only tokens with a quote need ``allows``."""
+        return self.state == "in" and not any(c.startswith(self.partial) for c in self.cited)
 
 
 def veto_repeats(
     tracker: _EvidenceTracker | None,
     row: torch.Tensor,
-    token_bytes,
+    table: Any,
     columns: torch.Tensor | None = None,
 ) -> None:
     """Mask (in place) the allowed tokens of one logits row that would repeat a string the
-    tracker has already seen in its list (``columns``: the only ids that may be finite)."""
+    tracker has already seen in its list (``table``: the ``TokenTable``; ``columns``: the
+    only ids that may be finite). Inside a string that no cited one continues, only the
+    tokens holding a quote are candidates (``_EvidenceTracker.clear_of_cited``), read from
+    ``table.quote_ids()`` rather than from a pass over the whole row."""
     if tracker is None or not tracker.active():
         return
-    if columns is None:
-        allowed = torch.isfinite(row).nonzero().flatten().tolist()
-    else:
+    token_bytes = table.token_bytes
+    quoted = tracker.clear_of_cited()
+    if columns is not None:
         allowed = columns[torch.isfinite(row[columns])].tolist()
+    elif quoted:
+        ids = table.quote_ids().to(row.device)
+        allowed = ids[torch.isfinite(row[ids])].tolist()
+    else:
+        allowed = torch.isfinite(row).nonzero().flatten().tolist()
     veto = [
         t
         for t in allowed
-        if t < len(token_bytes) and token_bytes[t] and not tracker.allows(token_bytes[t])
+        if t < len(token_bytes)
+        and token_bytes[t]
+        and (not quoted or b'"' in token_bytes[t])
+        and not tracker.allows(token_bytes[t])
     ]
     if veto:
         row[veto] = NEG_INF
@@ -285,7 +306,7 @@ class GrammarLogitsProcessor:
         for i, row in enumerate(rows):
             tracker = self.trackers[row]
             if tracker is not None and i not in terminated:
-                veto_repeats(tracker, scores[i], self.table.token_bytes,
+                veto_repeats(tracker, scores[i], self.table,
                              None if columns is None else columns.to(scores.device))  # fmt: skip
 
     def allowed(self, rows: Sequence[int]) -> torch.Tensor | None:

@@ -217,7 +217,7 @@ class RequestBias:
             self._accept(int(t))
         self.seen = len(output_ids)
         row = logits.view(1, -1)
-        veto_repeats(self.tracker, row[0], self.table.token_bytes)
+        veto_repeats(self.tracker, row[0], self.table)
         if self.bias is not None and not self.bias.committed(0):
             self.bias.apply(row)
         return logits
