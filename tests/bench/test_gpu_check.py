@@ -55,6 +55,13 @@ def test_gpu_check_on_the_cpu_reports_parity_and_rates(tmp_path):
     for m in r["methods"].values():
         assert m["judgments_per_s"] > 0 and 0 <= m["yes_rate"] <= 1
     assert r["methods"]["engine_full"]["judgments"] == 6
+    # the engine's rows count its forwards and drafts (at least one forward per judgment
+    # batch; drafts taken never exceed drafts fed)
+    for name in ("engine_full", "engine_readout", "engine_full_together"):
+        m = r["methods"][name]
+        assert m["decode_steps"] >= 1 and m["decode_tokens"] >= m["decode_steps"]
+        assert 0 <= m["draft_accepted"] <= m["draft_tokens"] < m["decode_tokens"]
+    assert "decode_steps" not in r["methods"]["naive_full"]
     assert r["ratios"]["engine_full_vs_naive"] == pytest.approx(
         r["methods"]["engine_full"]["judgments_per_s"]
         / r["methods"]["naive_full"]["judgments_per_s"], abs=0.01,

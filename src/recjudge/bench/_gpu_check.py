@@ -297,12 +297,19 @@ def gpu_check(
         "engine_full_together": (_engine(full_all, True), everyone),
         "engine_readout_together": (_engine(read_all, False), everyone),
     }
+    judges = {"engine_full": full, "engine_readout": readout,
+              "engine_full_together": full_all, "engine_readout_together": read_all}  # fmt: skip
+    counted = ("decode_steps", "decode_tokens", "draft_tokens", "draft_accepted")
     rows = {}
     for name, (run, gs) in runs.items():
         if cuda:
             torch.cuda.reset_peak_memory_stats()
+        judge = judges.get(name)
+        before = {k: getattr(judge.stats, k) for k in counted} if judge is not None else {}
         t = _time(run, gs, sync)
         n = len(t.answers)
+        # the engine's forwards and its grammar drafts (fed, and taken by the model)
+        engine = {k: getattr(judge.stats, k) - v for k, v in before.items()}
         rows[name] = {
             "judgments": n,
             "seconds": round(t.seconds, 3),
@@ -310,6 +317,7 @@ def gpu_check(
             "yes_rate": round(sum(a.yes for a in t.answers) / n, 3),
             "mean_evidence": round(sum(len(a.evidence) for a in t.answers) / n, 2),
             "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
+            **engine,
         }
 
     def ratio(a: str, b: str) -> float:
