@@ -423,3 +423,45 @@ def test_the_distinct_evidence_veto_equals_its_byte_by_byte_reference(tok, title
         left = _veto_matches_reference(grammar, grammar.trackers[0], table, scores)
         assert left, f"dead end after {grammar.text(0)!r}"
         grammar.accept(0, int(left[int(rng.integers(len(left)))]))
+
+
+def test_token_tables_come_back_from_the_disk_cache_unchanged(tok, tmp_path, monkeypatch):
+    """A token table read back from ``$RECJUDGE_CACHE`` equals the one built from the
+    tokenizer (bytes of every token, stop ids, the grammar masks it gives); a damaged cache
+    is rebuilt, and a changed tokenizer file is a different key."""
+    import os
+    import shutil
+
+    from recjudge.decoding._compile import GrammarCache, _table_key
+
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path / "cache"))
+    width = len(tok) + 64  # a logits width past the tokenizer, as models pad it
+    built = GrammarCache().table(tok, width)
+    (folder,) = (tmp_path / "cache" / "token-tables").iterdir()
+    read = GrammarCache().table(tok, width)
+    assert read.token_bytes == built.token_bytes and len(read.token_bytes) == width
+    assert read.stop_ids == built.stop_ids and read.info.vocab_size == built.info.vocab_size
+    schema = EvidenceFirst(["Heat (1995)", "Up (2009)"])
+    masks = []
+    for cache in (GrammarCache(), GrammarCache()):
+        g = GrammarLogitsProcessor([cache.compile(schema, tok, width)])
+        for t in tok.encode('{"evidence": ["He', add_special_tokens=False):
+            g.accept(0, t)
+        scores = torch.zeros(1, width)
+        g.mask(scores)
+        masks.append(torch.isfinite(scores))
+    assert torch.equal(*masks)
+    (folder / "bytes.bin").write_bytes(b"broken")
+    again = GrammarCache().table(tok, width)
+    assert again.token_bytes == built.token_bytes  # rebuilt, and written back
+    assert (folder / "bytes.bin").stat().st_size == sum(map(len, built.token_bytes))
+    # a copy of the tokenizer folder with one file changed is another key
+    copy = tmp_path / "tok"
+    shutil.copytree(tok.name_or_path, copy)
+    tok.name_or_path, old = str(copy), tok.name_or_path
+    try:
+        key = _table_key(tok, width, [tok.eos_token_id])
+        os.utime(copy / "tokenizer_config.json", ns=(1, 1))
+        assert _table_key(tok, width, [tok.eos_token_id]) != key
+    finally:
+        tok.name_or_path = old
