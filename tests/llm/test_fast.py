@@ -46,6 +46,16 @@ def _record(n_rows: int, stop_after: dict[int, int]):
     return scores, tokens, step, accept, finished
 
 
+def _use_kernel(monkeypatch, kernel: str) -> None:
+    """The CPU flash kernels ("flash") or the sdpa/matmul path other devices take."""
+    import recjudge.llm._fast as fast
+
+    if kernel == "sdpa":
+        monkeypatch.setattr(fast, "_FLASH_CPU", None)
+    elif fast._FLASH_CPU is None:
+        pytest.skip("this torch has no CPU flash-attention kernel")
+
+
 def test_smollm2_is_supported(llm32):
     assert supports_fast(llm32.model)
 
@@ -89,12 +99,7 @@ def test_rows_of_several_prefixes_decode_together_as_full_forwards(llm32, monkey
     scores equal a plain full forward of that row's own prompt; results come back in the
     caller's order. Both attention paths: the CPU flash kernels merged by log-sum-exps, and
     the sdpa/matmul path other devices take."""
-    import recjudge.llm._fast as fast
-
-    if kernel == "sdpa":
-        monkeypatch.setattr(fast, "_FLASH_CPU", None)
-    elif fast._FLASH_CPU is None:
-        pytest.skip("this torch has no CPU flash-attention kernel")
+    _use_kernel(monkeypatch, kernel)
     prefixes = [
         llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 3),
         llm32.encode("Another user loved Toy Story (1995) and Babe (1995)."),
@@ -128,10 +133,7 @@ def test_drafts_give_the_steps_of_one_token_at_a_time(llm32, monkeypatch, kernel
     import recjudge.llm._fast as fast
     from recjudge.llm._engine import EngineStats
 
-    if kernel == "sdpa":
-        monkeypatch.setattr(fast, "_FLASH_CPU", None)
-    elif fast._FLASH_CPU is None:
-        pytest.skip("this torch has no CPU flash-attention kernel")
+    _use_kernel(monkeypatch, kernel)
     prefixes = [
         llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 3),
         llm32.encode("Another user loved Toy Story (1995) and Babe (1995)."),
