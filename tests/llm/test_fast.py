@@ -299,3 +299,27 @@ def test_the_prefix_lru_holds_one_calls_prefixes_and_no_more():
     assert len(lru._items) == 4
     lru.reserve(1)  # the next call needs one: back to the base size, oldest dropped
     assert len(lru._items) == 2 and ("fast", (3,)) in lru._items
+
+
+def test_sampled_rows_draw_the_same_tokens_with_drafts(llm32):
+    """Sampling reads a draft's positions in order with the row's own generator, one draw
+    per token as without drafts: the same seeds give the same tokens (fp32)."""
+    import recjudge.llm._fast as fast
+    from recjudge.llm._engine import EngineStats
+
+    prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 2)
+    suffixes = [llm32.encode(f" Would they watch {t}? Say why:") for t in ("Up", "Big", "Jaws")]
+    kv = encode_prefix(llm32, prefix)
+    sampling = SamplingConfig(do_sample=True, temperature=0.8, top_p=0.95, max_new_tokens=12)
+    _, plain, step, accept, finished = _record(3, {})
+    fast.fast_decode(llm32, [kv], [0, 0, 0], suffixes, step, accept, finished,
+                     sampling=sampling, seeds=[5, 6, 7])  # fmt: skip
+    _, tokens, step, accept, finished = _record(3, {})
+    stats = EngineStats()
+    out = fast.fast_decode(
+        llm32, [kv], [0, 0, 0], suffixes, step, accept, finished, sampling=sampling,
+        seeds=[5, 6, 7], stats=stats,
+        draft=lambda r: plain[r][len(tokens[r]) : len(tokens[r]) + 4],
+    )  # fmt: skip
+    assert out == [plain[r] for r in range(3)] and all(len(o) == 12 for o in out)
+    assert stats.draft_accepted > 0
