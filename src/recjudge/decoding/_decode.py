@@ -132,10 +132,19 @@ def draft_ids(llm: LLMBackend, grammar: Any) -> Any:
     next (e.g. the rest of a title once its first tokens single it out, or a closing
     ``"``), tokenized on their own. A guess only: the engine keeps the tokens the model
     chooses itself, so a tokenization that differs from the model's costs a wasted slot,
-    never a changed answer. Encodings are cached by text (rows share their keys)."""
+    never a changed answer. A draft stops before any token without text (a title spelling
+    ``<|im_end|>`` encodes to that special token: untrusted text is never fed to the model
+    as one). Encodings are cached by text (rows share their keys)."""
     import functools
 
-    encode = functools.lru_cache(maxsize=4096)(lambda text: tuple(llm.encode(text)))
+    texts = grammar.table.token_bytes
+
+    @functools.lru_cache(maxsize=4096)
+    def encode(text: str) -> tuple[int, ...]:
+        ids = llm.encode(text)
+        cut = next((k for k, t in enumerate(ids) if not (0 <= t < len(texts) and texts[t])),
+                   len(ids))  # fmt: skip
+        return tuple(ids[:cut])
 
     def draft(row: int) -> list[int]:
         forced = grammar.jump_forward(row)
