@@ -280,6 +280,7 @@ class GrammarLogitsProcessor:
         bitmask = self._bitmask[: len(rows)]
         terminated = []
         if self._filled != tuple(rows):
+            self._filled = None  # the bitmask is rewritten below (terminated rows as all-ones)
             for i, row in enumerate(rows):
                 m = self.matchers[row]
                 if m.is_terminated():
