@@ -236,36 +236,20 @@ def _read_table(key: str) -> tuple[Any, list[bytes]] | None:
 
 
 def _write_table(key: str, info: Any, token_bytes: list[bytes]) -> None:
-    """Write the table's parts under a temporary name and rename it into place (readers
-    never see a half-written table); a cache that cannot be written is skipped."""
-    import os
-    import shutil
-    import tempfile
-
+    """Write the table's parts in a temporary folder renamed into place (``atomic_dir``:
+    readers never see a half-written table, a damaged one is replaced); a cache that
+    cannot be written (or an xgrammar without serialization) is skipped."""
     import numpy as np
 
-    from recjudge._util import CacheDirError
+    from recjudge._util import CacheDirError, atomic_dir
 
     try:
-        folder = _table_folder(key)
-        folder.parent.mkdir(parents=True, exist_ok=True)
-        tmp = tempfile.mkdtemp(dir=folder.parent, prefix=".tmp-")
-        try:
-            with open(os.path.join(tmp, "info.json"), "w", encoding="utf-8") as f:
-                f.write(info.serialize_json())
-            np.save(os.path.join(tmp, "lengths.npy"),
-                    np.array([len(b) for b in token_bytes], dtype=np.int32))  # fmt: skip
-            with open(os.path.join(tmp, "bytes.bin"), "wb") as f:
-                f.write(b"".join(token_bytes))
-            if folder.exists():  # a damaged table (it was just read and refused)
-                trash = tempfile.mkdtemp(dir=folder.parent, prefix=".old-")
-                os.replace(folder, os.path.join(trash, "table"))
-                shutil.rmtree(trash, ignore_errors=True)
-            os.replace(tmp, folder)
-        except (OSError, AttributeError):  # another process won the rename; an old xgrammar
-            shutil.rmtree(tmp, ignore_errors=True)
-    except (OSError, CacheDirError):
-        return
+        with atomic_dir(_table_folder(key)) as tmp:
+            (tmp / "info.json").write_text(info.serialize_json(), encoding="utf-8")
+            np.save(tmp / "lengths.npy", np.array([len(b) for b in token_bytes], dtype=np.int32))
+            (tmp / "bytes.bin").write_bytes(b"".join(token_bytes))
+    except (OSError, AttributeError, CacheDirError):
+        return  # another process won the rename, a read-only cache, an old xgrammar
 
 
 def compile_schema(schema: Schema, tokenizer: Any, width: int | None = None) -> CompiledSchema:

@@ -896,9 +896,8 @@ def _loop(
         gens = [torch.Generator(device=st.device).manual_seed(int(s) % (2**63)) for s in seeds]
     out: list[list[int]] = [[] for _ in range(n)]
     active = list(range(n))
-    drafts: list[list[int]] = [[] for _ in range(n)]
+    drafts: list[list[int]] = [[] for _ in range(n)]  # by active index
     cap = [MAX_DRAFT] * n  # each row's draft length: shrinks where the model left its drafts
-    taken = [0] * n  # draft tokens the model took, by active index
     hidden: torch.Tensor | None = None  # the last forward's outputs, [tokens, H]
     starts: list[int] = []  # where each active row's tokens begin in ``hidden``
     while True:
@@ -931,7 +930,6 @@ def _loop(
                 alive[i] = not finished(row) and len(out[row]) < sampling.max_new_tokens
                 if alive[i] and j < len(drafts[i]) and tok == drafts[i][j]:
                     more.append(i)
-                taken[i] = j
             if stats is not None and j > 0:
                 stats.draft_accepted += len(follow)
             follow = more
@@ -944,25 +942,27 @@ def _loop(
         if len(keep) < b:
             st.keep(torch.tensor(keep, device=st.device))
             active = [active[i] for i in keep]
-        b = len(active)
-        fed = []
-        for i, row in enumerate(active):
+        fed, guesses = [], []
+        for i, row in zip(keep, active, strict=True):
             # A draft left before its last token (another tokenization, or the model going
             # its own way past a distinct-evidence veto) wasted the rest: the row's next
-            # drafts are cut to what it took, then doubled back while they are taken (the
-            # extra tokens cost compute where a step is compute-bound, as on small CPUs).
-            was, took = len(drafts[keep[i]]), taken[keep[i]]
-            if was:
-                cap[row] = min(2 * cap[row], MAX_DRAFT) if took >= was - 1 else max(took, 1)
+            # drafts are cut to what it took (its outputs read past the first), then doubled
+            # back while they are taken (the extra tokens cost compute where a step is
+            # compute-bound, as on small CPUs).
+            if drafts[i]:
+                took = valid[i] - 1
+                ok = took >= len(drafts[i]) - 1
+                cap[row] = min(2 * cap[row], MAX_DRAFT) if ok else max(took, 1)
             room = sampling.max_new_tokens - len(out[row]) - 1
             guess = draft(row)[: min(cap[row], room)] if draft is not None and room > 0 else []
-            drafts[i] = guess
-            fed.append([last[keep[i]], *guess])
+            guesses.append(guess)
+            fed.append([last[i], *guess])
+        drafts = guesses
         hidden, starts = _step(model, st, fed)
         if stats is not None:
             stats.decode_steps += 1
             stats.decode_tokens += hidden.shape[0]
-            stats.draft_tokens += hidden.shape[0] - b
+            stats.draft_tokens += hidden.shape[0] - len(fed)
 
 
 def _step(model, st, fed: list[list[int]]) -> tuple[torch.Tensor, list[int]]:

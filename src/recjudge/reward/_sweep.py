@@ -13,7 +13,7 @@ once per (request, step) and only for settings that ask for evidence.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
 from recjudge.decoding import DecisionRecord, DecisionStep, replay_greedy
@@ -151,9 +151,10 @@ def _record(
             bar.update(len(batch))
     if bar is not None:
         bar.close()
-    for name in ("prefill_tokens", "decode_steps", "decode_tokens", "rows", "draft_tokens",
-                 "draft_accepted"):  # fmt: skip
-        setattr(first.stats, name, getattr(first.stats, name) + getattr(base.stats, name))
+    for f in fields(first.stats):  # every count of ``EngineStats`` (not its free-form extra)
+        add = getattr(base.stats, f.name)
+        if isinstance(add, int):
+            setattr(first.stats, f.name, getattr(first.stats, f.name) + add)
     return recorded
 
 
