@@ -121,6 +121,23 @@ def test_a_damaged_or_foreign_checkpoint_is_a_clear_error(tmp_path):
         PortableError, match="bad.gz, line 2: a row is an object with exactly table, key and result"
     ):
         import_portable(bad, tmp_path / "s.sqlite")
+    # A persona row is one bounded text in its declared form, nothing else.
+    from recjudge.reward._portable import MAX_PERSONA, check_row
+
+    ok = {"text": "calm", PORTABLE_FORM: {"text": "calm"}}
+    assert check_row({"table": "personas", "key": "k", "result": ok}) is None
+    for result, why in [
+        ({"text": "calm"}, "exactly {text, portable_form"),
+        ({"text": "a", PORTABLE_FORM: {"text": "b"}}, "exactly {text, portable_form"),
+        ({"text": 3, PORTABLE_FORM: {"text": 3}}, "exactly {text, portable_form"),
+        (ok | {"user_id": "1"}, "exactly {text, portable_form"),
+        ({"text": "x" * (MAX_PERSONA + 1), PORTABLE_FORM: {"text": "x" * (MAX_PERSONA + 1)}},
+         "longer than"),
+    ]:  # fmt: skip
+        assert why in check_row({"table": "personas", "key": "k", "result": result})
+    assert "none of results, decisions, personas" in check_row(
+        {"table": "other", "key": "k", "result": ok}
+    )
     with pytest.raises(PortableError, match="no such results store"):
         export_portable(tmp_path / "missing.sqlite", tmp_path / "out.gz")
     assert not (tmp_path / "s.sqlite").exists()  # nothing written on a bad file

@@ -3,11 +3,15 @@ hand, and each simulator as a judge mode on the real model."""
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from recjudge.data import Dataset
+from recjudge.data import Dataset, TitleScreen
 from recjudge.reward import (
     HistoryItem,
     Judge,
@@ -15,8 +19,11 @@ from recjudge.reward import (
     Population,
     ResultsStore,
     diversity_count,
+    export_portable,
+    import_portable,
     requests_for,
 )
+from recjudge.reward._simulators import title_free_persona
 
 
 def test_diversity_counts_top_genres_up_to_80_percent_as_agent4rec():
@@ -99,6 +106,42 @@ def test_simulator_mode_plays_its_persona_and_stores_it_apart(mode, smollm, ml10
         smollm.generate = real
     assert not calls and [b.key for b in back] == [j.key for j in out]
     assert (tmp_path / "s.sqlite.personas").exists()
+
+    # A checkpoint carries the personas that name no title of their user's history (and the
+    # YES/NO judgments); a fresh store resumed from it writes only the others again.
+    n = export_portable(tmp_path / "s.sqlite", tmp_path / "ck.gz")
+    with ResultsStore(tmp_path / "s.sqlite.personas") as personas:
+        written = len(list(personas.rows()))  # one per distinct (user, history)
+    assert n.results == 3 and n.personas + n.left_out == written
+    rows = gzip.decompress((tmp_path / "ck.gz").read_bytes()).decode().splitlines()[1:]
+    carried = [json.loads(x)["result"]["text"].lower() for x in rows if '"personas"' in x]
+    assert len(carried) == n.personas
+    for r in reqs:  # a title shown to the model is in no carried persona (with or without year)
+        for title in {h.title.lower() for h in r.history}:
+            bare = re.sub(r"\s*\(\d{4}\)$", "", title)
+            assert not [p for p in carried if title in p or (len(bare) > 5 and bare in p)]
+    fresh = tmp_path / "fresh" / "s.sqlite"
+    got = import_portable(tmp_path / "ck.gz", fresh)
+    assert (got.results, got.personas) == (3, n.personas)
+    prompts: list[str] = []
+    smollm.generate = lambda p, *a, **k: prompts.extend(p) or real(p, *a, **k)
+    try:
+        with ResultsStore(fresh) as store:
+            resumed = Judge(cfg, llm=smollm, population=pop)
+            assert [b.key for b in resumed.judge_many(reqs, store=store)] == [j.key for j in out]
+    finally:
+        smollm.generate = real
+    assert len(prompts) == n.left_out  # only the personas left out were written again
+
+
+def test_a_persona_is_portable_only_if_it_names_no_title_of_its_history():
+    form = title_free_persona(TitleScreen(["Heat (1995)", "Godfather, The (1972)", "x1"]))
+    calm = "Calm and curious; likes crime dramas and slow thrillers."
+    assert form({"text": calm}) == {"text": calm}
+    assert form({"text": "Loves The Godfather and its sequels."}) is None  # article moved
+    assert form({"text": "a fan of HEAT."}) is None  # any case, year dropped
+    assert form({"text": "rated item x1 highly"}) is None  # an item id with letters
+    assert form({"text": None}) is None and form({}) is None
 
 
 def test_simulators_that_read_the_dataset_ask_for_it():

@@ -30,10 +30,13 @@ def store_export(
     if as_json:
         emit(asdict(n) | {"out": out})
         return
-    emit_kv({"judgments": n.results, "decisions": n.decisions, "left out": n.left_out,
-             "written to": out})  # fmt: skip
+    emit_kv({"judgments": n.results, "decisions": n.decisions, "personas": n.personas,
+             "left out": n.left_out, "written to": out})  # fmt: skip
     if n.left_out:
-        typer.echo("(rows left out hold item text in their answers; a resumed run judges them)")
+        typer.echo(
+            "(rows left out hold item text in their answers, or are free text without a "
+            "title-free form; a resumed run asks them again)"
+        )
 
 
 @store_app.command("import")
@@ -78,8 +81,9 @@ def store_import(
     if as_json:
         emit(asdict(n) | {"into": into})
         return
-    emit_kv({"judgments": n.results, "decisions": n.decisions, "already present": n.present,
-             "conflicting": n.conflicts, "verified": n.verified, "store": into})  # fmt: skip
+    emit_kv({"judgments": n.results, "decisions": n.decisions, "personas": n.personas,
+             "already present": n.present, "conflicting": n.conflicts, "verified": n.verified,
+             "store": into})  # fmt: skip
     if n.conflicts:
         typer.echo(
             f"({n.conflicts} rows of the checkpoint differ from the answers the store already "
@@ -109,5 +113,5 @@ def store_reseal(
     if as_json:
         emit(asdict(n) | {"out": out})
         return
-    emit_kv({"judgments": n.results, "decisions": n.decisions, "read as": n.verified,
-             "written to": out})  # fmt: skip
+    emit_kv({"judgments": n.results, "decisions": n.decisions, "personas": n.personas,
+             "read as": n.verified, "written to": out})  # fmt: skip

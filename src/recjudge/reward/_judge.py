@@ -23,7 +23,7 @@ from recjudge.llm import (
     resolve_llm_config,
 )
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
-from recjudge.reward._store import ResultsStore, StoreError
+from recjudge.reward._store import ResultsStore, StoreError, personas_path
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -541,7 +541,7 @@ class Judge:
             with ResultsStore(":memory:") as personas:
                 write(personas)
         else:  # next to the judgments' store, never in it (its rows are all judgments)
-            with ResultsStore(store.path.with_name(store.path.name + ".personas")) as personas:
+            with ResultsStore(personas_path(store.path)) as personas:
                 write(personas)
 
     # -- sigma ------------------------------------------------------------------------------

@@ -9,7 +9,10 @@ item or a user:
   JSON punctuation and the words ``evidence``/``is_relevant``/``YES``/``NO`` only), without
   their user and candidate ids;
 - the unbiased decision records beside the store (``<store>.decisions``: branch names and the
-  scores at each decision step), from which every bias setting is replayed without the model.
+  scores at each decision step), from which every bias setting is replayed without the model;
+- the user simulators' personas beside the store (``<store>.personas``) that name no title of
+  the history they were written from (``reward._simulators.title_free_persona``), so a
+  simulator run longer than one sitting does not write them all again.
 
 Rows that would carry text (answers with evidence) are left out and counted, so the run
 judges them again. An evaluator's question (``StoredAsk``) is exported only through the
@@ -50,6 +53,8 @@ PORTABLE_VERSION = 2  # 2: a manifest with a digest (and an optional signature) 
 KEY_ENV = "RECJUDGE_CHECKPOINT_KEY"
 MAX_INFLATED = 512 * 2**20  # bytes a checkpoint may inflate to (the largest committed: 37 MB)
 MAX_LINE = 4 * 2**20  # bytes of one row
+MAX_PERSONA = 20_000  # characters of one imported persona (ours: at most persona_tokens tokens)
+TABLES = ("results", "decisions", "personas")
 # An answer of JSON punctuation and the schema's own words names no item.
 _SKELETON = re.compile(r'(?:[\s{}\[\]":,]|evidence|is_relevant|YES|NO)*')
 _IDS = ("user_id", "candidate_id")
@@ -67,6 +72,7 @@ class PortableCount:
 
     Attributes:
         results / decisions: judgments and decision records written.
+        personas: title-free simulator personas written (``<store>.personas``).
         left_out: rows not exported because their answer holds item text (judged again).
         present: rows an import skipped because the store already had their key.
         conflicts: of those, rows whose answer differs from the store's (the store's is kept;
@@ -82,6 +88,7 @@ class PortableCount:
     present: int = 0
     conflicts: int = 0
     verified: str = ""
+    personas: int = 0
 
 
 def _title_free(text: Any) -> bool:
@@ -112,20 +119,35 @@ def portable_decision(record: dict[str, Any]) -> dict[str, Any] | None:
     return record if _title_free(record.get("text", "")) else None
 
 
+def portable_persona(result: dict[str, Any]) -> dict[str, Any] | None:
+    """A stored persona as it was declared title-free when written (``StoredAsk.portable``),
+    or None (it names a title, or it was stored before personas declared a form)."""
+    from recjudge.reward._stored import PORTABLE_FORM
+
+    form = result.get(PORTABLE_FORM)
+    if not isinstance(form, dict) or set(form) != {"text"} or form["text"] != result.get("text"):
+        return None
+    return {**form, PORTABLE_FORM: form}
+
+
 def export_portable(store: str | Path, out: str | Path) -> PortableCount:
-    """Write the title-free rows of ``store`` (and of ``<store>.decisions`` if it exists)
-    to ``out`` (gzip JSON lines; a header line, then one row per line)."""
-    from recjudge.reward._store import ResultsStore, decisions_path
+    """Write the title-free rows of ``store`` (and of ``<store>.decisions`` and
+    ``<store>.personas`` where they exist) to ``out`` (gzip JSON lines; a header line, then
+    one row per line)."""
+    from recjudge.reward._store import ResultsStore, decisions_path, personas_path
 
     store = Path(store)
     if not store.exists():
         raise PortableError(f"{store}: no such results store; pass the store.sqlite of a run")
     lines: list[str] = []
-    counts = {"results": 0, "decisions": 0, "left_out": 0}
+    counts = {"results": 0, "decisions": 0, "personas": 0, "left_out": 0}
     tables = [("results", store, portable_result)]
-    decisions = decisions_path(store)
-    if decisions.exists():
-        tables.append(("decisions", decisions, portable_decision))
+    for table, path, keep in (
+        ("decisions", decisions_path(store), portable_decision),
+        ("personas", personas_path(store), portable_persona),
+    ):
+        if path.exists():
+            tables.append((table, path, keep))
     for table, path, keep in tables:
         with ResultsStore(path) as s:
             for row in s.rows():
@@ -146,6 +168,8 @@ def _write(out: Path, lines: list[str], counts: dict[str, int], source: str) -> 
     from recjudge._util import atomic_write_bytes
 
     body = "".join(line + "\n" for line in lines)
+    if not counts.get("personas"):  # a checkpoint without personas reads as before they existed
+        counts = {k: v for k, v in counts.items() if k != "personas"}
     manifest = {
         "format": PORTABLE_FORMAT,
         "version": PORTABLE_VERSION,
@@ -174,12 +198,14 @@ def reseal_portable(
     lines = [json.dumps(r) for r in rows]
     counts = _table_counts(rows)
     _write(Path(out), lines, {**counts, "left_out": 0}, path.name)
-    return PortableCount(counts["results"], counts["decisions"], verified=verified)
+    return PortableCount(
+        counts["results"], counts["decisions"], verified=verified, personas=counts["personas"]
+    )
 
 
 def _table_counts(rows: Sequence[dict[str, Any]]) -> dict[str, int]:
     """Rows per table, as a manifest counts them."""
-    return {t: sum(r["table"] == t for r in rows) for t in ("results", "decisions")}
+    return {t: sum(r["table"] == t for r in rows) for t in TABLES}
 
 
 def _sign(key: str, digest: str) -> str:
@@ -280,15 +306,17 @@ def check_row(row: Any) -> str | None:
     A judgment (table ``results``) has the read-out fields of ``Judgment`` and nothing else;
     its verdict agrees with its own answer text. An evaluator's answer holds its declared
     title-free form and nothing beside it. A decision record (``decisions``) has branch names,
-    the chosen branch among them and the scores per step.
+    the chosen branch among them and the scores per step. A persona (``personas``) is one
+    text of at most ``MAX_PERSONA`` characters in its declared form (it reaches prompts only
+    through the chat rendering, which escapes special-token strings).
     """
     from recjudge.reward._stored import PORTABLE_FORM
 
     if not isinstance(row, dict) or set(row) != {"table", "key", "result"}:
         return "a row is an object with exactly table, key and result"
     table, key, result = row["table"], row["key"], row["result"]
-    if table not in ("results", "decisions"):
-        return f"table {str(table)[:20]!r} is neither results nor decisions"
+    if table not in TABLES:
+        return f"table {str(table)[:20]!r} is none of {', '.join(TABLES)}"
     if not isinstance(key, str) or not _KEY.fullmatch(key):
         return f"key {str(key)[:40]!r} is not a result key (1-128 printable characters)"
     if not isinstance(result, dict):
@@ -299,6 +327,14 @@ def check_row(row: Any) -> str | None:
             return f"decision field {bad[0]!r} {bad[1]}"
         if result.get("chosen") is not None and result["chosen"] not in result["branches"]:
             return f"decision chosen {result['chosen']!r} is none of its branches"
+        return None
+    if table == "personas":
+        form = result.get(PORTABLE_FORM)
+        text = form.get("text") if isinstance(form, dict) else None
+        if not isinstance(text, str) or portable_persona(result) != result:
+            return "a persona is exactly {text, portable_form: {text}}"
+        if len(text) > MAX_PERSONA:
+            return f"a persona of {len(text)} characters is longer than {MAX_PERSONA}"
         return None
     if PORTABLE_FORM in result:
         form = result[PORTABLE_FORM]
@@ -404,10 +440,14 @@ def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
         manifest = {k: v for k, v in head.items() if k not in ("digest", "signature")}
         got = "sha256:" + _combine(manifest, body_hash)
         counts = _table_counts(rows)
-        if head.get("rows") != len(rows) or any(head.get(t) != c for t, c in counts.items()):
+        # A manifest from before personas were exported has no count for them (none).
+        if head.get("rows") != len(rows) or any(
+            head.get(t, 0 if t == "personas" else None) != c for t, c in counts.items()
+        ):
             problem = (
                 f"holds {len(rows)} rows ({counts['results']} results, {counts['decisions']} "
-                f"decisions) where its manifest says {head.get('rows')}: it was cut or added to"
+                f"decisions, {counts['personas']} personas) where its manifest says "
+                f"{head.get('rows')}: it was cut or added to"
             )
         elif head.get("digest") != got:
             problem = "does not match its digest: it was modified after `recjudge store export`"
@@ -440,7 +480,8 @@ def import_portable(
     trust_unsigned: bool = False,
     max_inflated: int = MAX_INFLATED,
 ) -> PortableCount:
-    """Add a checkpoint's rows to ``store`` and ``<store>.decisions`` (created if missing).
+    """Add a checkpoint's rows to ``store``, ``<store>.decisions`` and ``<store>.personas``
+    (created if missing).
 
     The file is checked whole before anything is written: its manifest (row counts and
     sha256 digest; with ``$RECJUDGE_CHECKPOINT_KEY`` set, its HMAC signature), its size
@@ -450,15 +491,19 @@ def import_portable(
     written without ids (``user_id``/``candidate_id`` null): the judge fills them from the
     request that asks for the key.
     """
-    from recjudge.reward._store import ResultsStore, decisions_path
+    from recjudge.reward._store import ResultsStore, decisions_path, personas_path
     from recjudge.reward._stored import PORTABLE_FORM
 
     path, store = Path(path), Path(store)
     rows, verified = _read(path, trust_unsigned=trust_unsigned, max_inflated=max_inflated)
     origin = {"imported_from": path.name, "verified": verified}
-    written = {"results": 0, "decisions": 0}
+    written = dict.fromkeys(TABLES, 0)
     present = conflicts = 0
-    targets = {"results": store, "decisions": decisions_path(store)}
+    targets = {
+        "results": store,
+        "decisions": decisions_path(store),
+        "personas": personas_path(store),
+    }
     for table, target in targets.items():
         mine = [r for r in rows if r["table"] == table]
         if not mine:
@@ -476,7 +521,15 @@ def import_portable(
                     continue
                 new.append((r["key"], origin, res))
             written[table] = s.put_many(new)
-    return PortableCount(written["results"], written["decisions"], 0, present, conflicts, verified)
+    return PortableCount(
+        written["results"],
+        written["decisions"],
+        0,
+        present,
+        conflicts,
+        verified,
+        personas=written["personas"],
+    )
 
 
 _VERDICT_FIELDS = ("is_relevant", "value", "chosen", "branches")

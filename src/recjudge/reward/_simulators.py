@@ -279,16 +279,54 @@ def persona_asks(
     settings: dict[str, Any],
     limit: int,
 ) -> list[Any]:
-    """One stored question per distinct (user, history)."""
+    """One stored question per distinct (user, history).
+
+    A persona may leave the machine in a checkpoint (``recjudge store export``) only if it
+    names no title of the history it was written from (``title_free_persona``); one that does
+    stays behind and a resumed run writes it again.
+    """
+    from recjudge.data import TitleScreen
     from recjudge.reward._stored import StoredAsk
 
     asks: dict[str, Any] = {}
     for r in requests:
         key = persona_key(simulator, r, settings, limit)
         if key not in asks:
+            # Every name the model was shown for an item: its citable title, its rendered
+            # text (whose title part the screen splits out) and its id where the id is a
+            # name (ML-1M's are the titles; a number such as ML-100K's names nothing, and
+            # screening it would hold back every persona with a Big-Five score in it).
+            screen = TitleScreen(
+                s
+                for h in r.history
+                for s in (h.title, h.text, *([h.item_id] if _is_name(h.item_id) else []))
+            )
             asks[key] = StoredAsk(
                 key,
                 {"kind": "persona", "simulator": simulator.name, "user_id": r.user_id},
                 simulator.profile_messages(r.user_id, r.history, population, limit),
+                portable=title_free_persona(screen),
             )
     return list(asks.values())
+
+
+def _is_name(item_id: str) -> bool:
+    return any(ch.isalpha() for ch in str(item_id))
+
+
+def title_free_persona(screen: Any) -> Any:
+    """``StoredAsk.portable`` of a persona: ``{"text": ...}`` if the text names no title of
+    ``screen`` (``recjudge.data.TitleScreen``, in any common spelling), else ``None``.
+
+    Personas are the simulators' costliest step (one free-text answer per user and
+    simulator, ~7 s each for the 1.5B on 2 bf16 cores), so a long run that cannot finish in one
+    sitting carries the title-free ones to the next machine instead of writing them again.
+    """
+
+    def form(result: dict[str, Any]) -> dict[str, Any] | None:
+        text = result.get("text")
+        if not isinstance(text, str) or screen.names_title(text):
+            return None
+        return {"text": text}
+
+    return form

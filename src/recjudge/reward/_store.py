@@ -35,6 +35,12 @@ def decisions_path(store: Path) -> Path:
     return store.with_name(store.name + ".decisions")
 
 
+def personas_path(store: Path) -> Path:
+    """Where the user simulators' personas of a store's runs live: ``<store>.personas``
+    beside it (never in it: the store's rows are all judgments)."""
+    return store.with_name(store.name + ".personas")
+
+
 class StoreError(UserFacingError, ValueError):
     """A results store that cannot be read (not SQLite, truncated, another schema)."""
 
