@@ -139,8 +139,8 @@ class _ForwardEngine:
 
         if self._first is None:
             self._first = list(p)
-        n = next((i for i, (a, b) in enumerate(zip(p, self._first)) if a != b),
-                 min(len(p), len(self._first)))  # fmt: skip
+        same = [a == b for a, b in zip(p, self._first, strict=False)]
+        n = same.index(False) if False in same else len(same)
         n = min(n, len(p) - 1)  # at least one token computed here
         if n == 0:
             return self.hf.model(input_ids=torch.tensor([p])).logits[0, -1]
