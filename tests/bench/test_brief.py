@@ -235,6 +235,7 @@ def test_augment_labelling_methods_never_add_a_negative():
     assert "item-item" in METHODS and set(LABELLING) <= set(METHODS)
 
 
+@pytest.mark.e2e
 def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
     import sqlite3
 
@@ -380,6 +381,7 @@ def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
     assert "judgments made in this run" in (tmp_path / "report.md").read_text()
 
 
+@pytest.mark.e2e
 def test_brief_augment_resumes_without_retraining_or_judging_again(smollm, tmp_path, monkeypatch):
     from recjudge.bench import AugmentBenchConfig, bench_brief_augment
     from recjudge.cf_models import MODELS
@@ -497,6 +499,7 @@ def test_ratings_report_has_level_cis_paired_table_and_speed(smollm, tmp_path):
     assert saved["modes"].keys() == r["modes"].keys()
 
 
+@pytest.mark.e2e
 def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_path):
     from recjudge.bench._judging import judges_for
     from recjudge.reward import ResultsStore, judge_per_user, request_for

@@ -32,6 +32,7 @@ def test_extraction_asks_cover_every_chunk_of_every_sampled_user(ml100k):
     assert len({a.key for a in asks}) == len(asks)  # a key per (model, user, chunk)
 
 
+@pytest.mark.e2e
 def test_bench_times_each_setting_on_the_same_questions(smollm, tmp_path):
     cfg = DecodeRowsConfig(
         model="smollm2-135m",

@@ -68,6 +68,7 @@ def test_data_info_json():
     assert info["time_range"][0] < info["time_range"][1]
 
 
+@pytest.mark.e2e
 @pytest.mark.model  # the CLI runs SmolLM2 in the auto dtype
 def test_judge_single_pair_prints_a_judgment():
     j = json.loads(
@@ -101,6 +102,7 @@ def test_brief_without_cf_explains_what_to_do(mode):
     assert r.returncode == 2 and "--cf DIR" in r.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.model  # the CLI runs SmolLM2 in the auto dtype
 def test_demo_main_job_runs():
     r = run("demo", "--users", "1", "--epochs", "1")

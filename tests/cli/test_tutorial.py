@@ -23,6 +23,7 @@ def rj(*args, cwd):
     return r
 
 
+@pytest.mark.e2e
 @pytest.mark.model  # the CLI runs SmolLM2 in the auto dtype
 def test_tutorial(tmp_path, ml100k):
     t = tmp_path

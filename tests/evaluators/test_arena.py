@@ -155,6 +155,7 @@ def test_summarize_cli_with_a_reference_reports_the_order_swap(tmp_path):
     assert bad.returncode != 0 and "record 1: p_overall" in bad.stderr
 
 
+@pytest.mark.e2e
 def test_arena_end_to_end_one_user(smollm, tmp_path):
     # The paper's protocol: each system in position A against the reference in B, one order.
     cfg = ArenaConfig(

@@ -68,6 +68,7 @@ def test_config_refuses_a_sigma_source_that_is_a_contestant():
         ArenaListConfig(systems=("pop", "als"), sigma_from="itemnn")
 
 
+@pytest.mark.e2e
 def test_end_to_end_one_pass_per_item_and_resume(smollm, tmp_path):
     cfg = ArenaListConfig(
         model="smollm2-135m", systems=("pop", "als"), users=2, k=3, bootstrap=20,

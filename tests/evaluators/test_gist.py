@@ -447,6 +447,7 @@ def one_cited_interest(monkeypatch) -> None:
     monkeypatch.setattr(_gist_pipeline, "_extract", extract)
 
 
+@pytest.mark.e2e
 def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
     one_cited_interest(monkeypatch)
     cfg = GistConfig(
@@ -619,6 +620,7 @@ def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
         assert "mine.jsonl, row 1" in str(e.value) and field in str(e.value)
 
 
+@pytest.mark.e2e
 def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp_path):
     from recjudge.evaluators import verify_profiles
 

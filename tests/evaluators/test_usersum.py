@@ -142,6 +142,7 @@ def test_config_round_trip():
     assert UserSumConfig.model_validate_json(cfg.model_dump_json()) == cfg
 
 
+@pytest.mark.e2e
 def test_usersum_end_to_end_one_real_user(smollm, tmp_path):
     cfg = UserSumConfig(
         model="smollm2-135m",

@@ -250,6 +250,7 @@ def test_store_transactions_and_export(tmp_path):
         assert st.export_parquet(tmp_path / "o.parquet").exists()
 
 
+@pytest.mark.e2e
 def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m, smollm):
     """A real subprocess killed with SIGKILL mid-run, then resumed, ends with exactly one row
     per request and the same results as an uninterrupted run (here in-process)."""
