@@ -45,3 +45,25 @@ def test_plain_requests_are_the_judges_engine_requests(smollm, ml1m):
         assert f'\\"{branch}\\"' in grammar.partition("\n")[0]
     rp, prefix, suffix = judge._prompt(reqs[0])
     assert got[0][0][: len(prefix)] == prefix
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ('echo "vllm: loading" >&2; kill -ILL $$', ["killed by SIGILL", "AVX512"]),
+        ("kill -KILL $$", ["killed by SIGKILL", "out-of-memory"]),
+        ('echo "RuntimeError: no CPU platform" >&2; exit 3', ["RuntimeError: no CPU platform"]),
+    ],
+)
+def test_a_worker_that_dies_is_a_failed_row_with_its_cause(tmp_path, body, says):
+    """A vLLM environment whose worker dies (a build this CPU cannot run, the OOM killer, an
+    error) gives the bench a ``failed`` row saying why, never a traceback or an empty reason."""
+    from recjudge.bench._throughput import _run_worker
+
+    fake = tmp_path / "python"
+    fake.write_text(f"#!/bin/sh\n{body}\n")
+    fake.chmod(0o755)
+    got = _run_worker(fake, {"requests": []}, "plain_vllm", "test")
+    assert set(got) == {"failed"}
+    for s in says:
+        assert s in got["failed"]

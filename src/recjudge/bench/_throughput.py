@@ -141,6 +141,7 @@ WORKLOADS = {
 #: the node's memory less what the worker already holds) the engine core failed to start
 #: beside this process.
 WORKER_VLLM_ARGS = {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096}
+WORKER_TIMEOUT = 3600  # seconds one vLLM worker (a whole workload) may run
 #: the methods the evidence-heavy workload runs besides the naive references (the sweeps and
 #: the invariant engine are measured on the decision-heavy one)
 EVIDENCE_METHODS = ("engine_full", "engine_readout")
@@ -349,11 +350,16 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str) -
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps(spec))
         t0 = time.perf_counter()
-        proc = subprocess.run(
-            [str(vllm_python), "-m", "recjudge.bench._vllm_worker", str(spec_path),
-             str(out_path)],
-            capture_output=True, text=True, timeout=3600,
-        )  # fmt: skip
+        try:
+            proc = subprocess.run(
+                [str(vllm_python), "-m", "recjudge.bench._vllm_worker", str(spec_path),
+                 str(out_path)],
+                capture_output=True, text=True, timeout=WORKER_TIMEOUT,
+            )  # fmt: skip
+        except subprocess.TimeoutExpired:
+            return {"failed": f"the vLLM worker ran past {WORKER_TIMEOUT} s and was stopped"}
+        if proc.returncode < 0:  # killed by a signal: no Python error to quote
+            return {"failed": _signal_cause(-proc.returncode, proc.stderr)}
         if proc.returncode != 0 or not out_path.exists():
             return {"failed": _root_cause(proc.stderr)}
         res = json.loads(out_path.read_text())
@@ -366,6 +372,27 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str) -
         for kind, m in res.pop("methods").items()
     }  # fmt: skip
     return res
+
+
+def _signal_cause(signum: int, stderr: str) -> str:
+    """Why a worker killed by signal ``signum`` stopped, in words a user can act on."""
+    import signal
+
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    why = f"the vLLM worker was killed by {name}"
+    if name == "SIGILL":  # vLLM's CPU builds target AVX512; a CPU without it may trap
+        why += (
+            " (an instruction this CPU lacks: vLLM's CPU builds target AVX512, and "
+            "`grep -o avx512f /proc/cpuinfo` shows whether this CPU has it; the other "
+            "engines' rows are unaffected)"
+        )
+    elif name == "SIGKILL":
+        why += " (often the kernel's out-of-memory killer: see `dmesg`)"
+    tail = _root_cause(stderr) if stderr.strip() else ""
+    return why + (f"\n{tail}" if tail else "")
 
 
 def _root_cause(stderr: str) -> str:
