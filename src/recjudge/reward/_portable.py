@@ -130,25 +130,31 @@ def portable_persona(result: dict[str, Any]) -> dict[str, Any] | None:
     return {**form, PORTABLE_FORM: form}
 
 
+def _table_paths(store: Path) -> dict[str, Path]:
+    """Each checkpoint table's file for ``store`` (the store itself, then the files beside it),
+    for export and import alike."""
+    from recjudge.reward._store import decisions_path, personas_path
+
+    return {"results": store, "decisions": decisions_path(store), "personas": personas_path(store)}
+
+
 def export_portable(store: str | Path, out: str | Path) -> PortableCount:
     """Write the title-free rows of ``store`` (and of ``<store>.decisions`` and
     ``<store>.personas`` where they exist) to ``out`` (gzip JSON lines; a header line, then
     one row per line)."""
-    from recjudge.reward._store import ResultsStore, decisions_path, personas_path
+    from recjudge.reward._store import ResultsStore
 
     store = Path(store)
     if not store.exists():
         raise PortableError(f"{store}: no such results store; pass the store.sqlite of a run")
     lines: list[str] = []
     counts = {"results": 0, "decisions": 0, "personas": 0, "left_out": 0}
-    tables = [("results", store, portable_result)]
-    for table, path, keep in (
-        ("decisions", decisions_path(store), portable_decision),
-        ("personas", personas_path(store), portable_persona),
-    ):
-        if path.exists():
-            tables.append((table, path, keep))
-    for table, path, keep in tables:
+    keeps = {"results": portable_result, "decisions": portable_decision,
+             "personas": portable_persona}  # fmt: skip
+    for table, path in _table_paths(store).items():
+        if not path.exists():  # the store exists; the files beside it may not
+            continue
+        keep = keeps[table]
         with ResultsStore(path) as s:
             for row in s.rows():
                 got = keep(row["result"])
@@ -491,7 +497,7 @@ def import_portable(
     written without ids (``user_id``/``candidate_id`` null): the judge fills them from the
     request that asks for the key.
     """
-    from recjudge.reward._store import ResultsStore, decisions_path, personas_path
+    from recjudge.reward._store import ResultsStore
     from recjudge.reward._stored import PORTABLE_FORM
 
     path, store = Path(path), Path(store)
@@ -499,12 +505,7 @@ def import_portable(
     origin = {"imported_from": path.name, "verified": verified}
     written = dict.fromkeys(TABLES, 0)
     present = conflicts = 0
-    targets = {
-        "results": store,
-        "decisions": decisions_path(store),
-        "personas": personas_path(store),
-    }
-    for table, target in targets.items():
+    for table, target in _table_paths(store).items():
         mine = [r for r in rows if r["table"] == table]
         if not mine:
             continue
