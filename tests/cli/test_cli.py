@@ -35,6 +35,39 @@ def test_models_list_json_has_three_presets():
     assert {r["dtype"] for r in rows} <= {"bfloat16", "float32"}
 
 
+#: a command as the entry point runs it, then whether it imported torch (on stdout's last line)
+_IMPORTS_TORCH = (
+    "import sys\n"
+    "from recjudge.cli._app import main\n"
+    "sys.argv = ['recjudge', *sys.argv[1:]]\n"
+    "try:\n    main()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+    "print('torch' in sys.modules)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args", [("data", "list"), ("store", "--help"), ("judge", "--help"), ("cf", "--help")]
+)
+def test_a_command_that_computes_nothing_does_not_import_torch(args):
+    """The root options import the LLM layer for its defaults; torch (~2 s of a ~3 s start)
+    waits for a command that computes with a model."""
+    out = subprocess.run(
+        [sys.executable, "-c", _IMPORTS_TORCH, *args], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.splitlines()[-1] == "False"
+
+
+def test_every_public_llm_name_resolves():
+    """The names ``recjudge.llm`` imports on first use are the ones it lists."""
+    import recjudge.llm as llm
+
+    for name in llm.__all__:
+        assert getattr(llm, name) is not None
+    assert set(llm.__all__) <= set(dir(llm))
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        llm.nope  # noqa: B018
+
+
 def test_report_footer_names_the_gpu_or_none(tmp_path):
     import torch
 

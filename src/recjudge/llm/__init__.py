@@ -1,7 +1,14 @@
-"""LLM backends behind one protocol, model presets and the weight cache."""
+"""LLM backends behind one protocol, model presets and the weight cache.
+
+The names that need torch (the option search, the engine's errors) are imported on first
+use (PEP 562): commands that never compute with a model (``--help``, ``models``, ``store``,
+``data``) import this package for its configs and presets, and importing torch costs them
+~2 s of a ~3 s start.
+"""
+
+from typing import TYPE_CHECKING, Any
 
 from recjudge.llm._backend import TransformersBackend, escape_special, load_llm, special_strings
-from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
 from recjudge.llm._config import (
     DEFAULT_FIELDS,
     DTYPE_ENV,
@@ -20,7 +27,6 @@ from recjudge.llm._config import (
     resolve_llm_config,
     set_llm_defaults,
 )
-from recjudge.llm._engine import NonFiniteLogitsError
 from recjudge.llm._models import (
     DEFAULT_MODEL,
     PRESETS,
@@ -36,6 +42,34 @@ from recjudge.llm._models import (
     verify_cache,
 )
 from recjudge.llm._pool import LLMPool
+
+if TYPE_CHECKING:
+    from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
+    from recjudge.llm._engine import NonFiniteLogitsError
+
+#: public name -> the private module that defines it, imported when the name is first read
+_LAZY = {
+    "BestOption": "_choice",
+    "OptionTrie": "_choice",
+    "best_options": "_choice",
+    "option_tokens": "_choice",
+    "NonFiniteLogitsError": "_engine",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+    globals()[name] = value  # later reads skip this hook
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
 
 __all__ = [
     "DTYPE_ENV",
