@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import statistics
 import subprocess
 import sys
@@ -21,29 +22,52 @@ def _wall(cmd: list[str]) -> float:
     return dt
 
 
-def _cold(model: str, user: str, candidate: str, repeats: int) -> dict[str, float]:
-    """Wall seconds of fresh processes: the whole CLI judgment, and import + data alone."""
+#: a fresh process that times, in the order a CLI judgment meets them, the parts of its start
+#: (the judgment's own compute is what is left of its wall time)
+_PARTS = """
+import json, sys, time
+t = time.perf_counter()
+parts = {}
+def lap(name):
+    global t
+    now = time.perf_counter()
+    parts[name] = now - t
+    t = now
+import recjudge.cli
+lap("import_s")
+import torch
+lap("torch_import_s")
+from recjudge.data import load_dataset
+load_dataset("ml-1m")
+lap("data_load_s")
+from transformers import AutoConfig
+from recjudge.llm import resolve_model_path
+AutoConfig.from_pretrained(resolve_model_path(sys.argv[1]))
+lap("transformers_import_s")
+from recjudge.llm import LLMConfig, load_llm
+load_llm(LLMConfig(model=sys.argv[1], backend="transformers"))
+lap("model_load_s")
+print(json.dumps(parts))
+"""
+
+
+def _cold(model: str, user: str, candidate: str, repeats: int) -> dict[str, Any]:
+    """Wall seconds of fresh processes: the whole CLI judgment, and the parts of its start
+    (``_PARTS``), each the median of ``repeats`` processes."""
     cli = str(Path(sys.executable).with_name("recjudge"))
     judge = [cli, "judge", "--data", "ml-1m", "--user", user, "--candidate", candidate]
     judge += ["--model", model, "--mode", "no-behavior"]
-    data = [
-        sys.executable,
-        "-c",
-        "import time; t = time.perf_counter(); import recjudge.cli; "
-        "from recjudge.data import load_dataset; t1 = time.perf_counter(); "
-        "load_dataset('ml-1m'); print(t1 - t, time.perf_counter() - t1)",
-    ]
     walls = [_wall(judge) for _ in range(repeats)]
-    parts = []
+    runs = []
     for _ in range(repeats):
-        out = subprocess.run(data, capture_output=True, text=True, check=True).stdout.split()
-        parts.append((float(out[0]), float(out[1])))
-    return {
-        "cli_judgment_s": statistics.median(walls),
-        "cli_judgment_runs_s": walls,
-        "import_s": statistics.median(p[0] for p in parts),
-        "data_load_s": statistics.median(p[1] for p in parts),
-    }
+        proc = subprocess.run([sys.executable, "-c", _PARTS, model], capture_output=True,
+                              text=True, check=True)  # fmt: skip
+        runs.append(json.loads(proc.stdout.splitlines()[-1]))
+    parts = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    wall = statistics.median(walls)
+    # The rest: options, the prompt, the grammar, the prefill and the answer's tokens.
+    return {"cli_judgment_s": wall, "cli_judgment_runs_s": walls, **parts,
+            "judgment_s": max(wall - sum(parts.values()), 0.0)}  # fmt: skip
 
 
 def _warm(model: str, users: list[str], history: int, seed: int) -> dict[str, Any]:
@@ -107,8 +131,15 @@ def bench_latency(
         f"| cold CLI judgment (`recjudge judge --user 1 --candidate 'Toy Story (1995)' "
         f"--mode no-behavior`, wall, median of {repeats}) | {c['cli_judgment_s']:.2f} |",
         f"| of which: import recjudge.cli | {c['import_s']:.2f} |",
+        f"| of which: import torch | {c['torch_import_s']:.2f} |",
         f"| of which: load ML-1M (parsed cache) | {c['data_load_s']:.2f} |",
-        f"| model load in process | {w['model_load_s']:.2f} |",
+        f"| of which: import transformers (the model's config class pulls in its modelling code) | "
+        f"{c['transformers_import_s']:.2f} |",
+        f"| of which: tokenizer and weights | {c['model_load_s']:.2f} |",
+        f"| of which: the judgment (prompt, grammar, prefill, answer; the rest) | "
+        f"{c['judgment_s']:.2f} |",
+        f"| model load in the warm process (transformers' import included) | "
+        f"{w['model_load_s']:.2f} |",
         f"| warm judgment with evidence, new user ({history}-item history, BRIEF, ALS sigma, "
         f"median of {len(w['new_user_runs_s'])}) | {w['new_user_judgment_s']:.2f} |",
         f"| warm judgment with evidence, same user (prefix reused) | "
