@@ -1,9 +1,9 @@
 """LLM backends behind one protocol, model presets and the weight cache.
 
 The names that need torch (the option search, the engine's errors) are imported on first
-use (PEP 562): commands that never compute with a model (``--help``, ``models``, ``store``,
-``data``) import this package for its configs and presets, and importing torch costs them
-~2 s of a ~3 s start.
+use (PEP 562): the CLI's root options import this package for its defaults, and commands
+that never compute with a model (``store``, ``data``, a command's ``--help``) would pay
+torch's ~2 s import for nothing.
 """
 
 from typing import TYPE_CHECKING, Any
