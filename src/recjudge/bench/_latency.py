@@ -40,9 +40,10 @@ lap("torch_import_s")
 from recjudge.data import load_dataset
 load_dataset("ml-1m")
 lap("data_load_s")
-from transformers import AutoConfig
+from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
 from recjudge.llm import resolve_model_path
-AutoConfig.from_pretrained(resolve_model_path(sys.argv[1]))
+config = AutoConfig.from_pretrained(resolve_model_path(sys.argv[1]))
+MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the model's modelling code
 lap("transformers_import_s")
 from recjudge.llm import LLMConfig, load_llm
 load_llm(LLMConfig(model=sys.argv[1], backend="transformers"))
@@ -133,7 +134,7 @@ def bench_latency(
         f"| of which: import recjudge.cli | {c['import_s']:.2f} |",
         f"| of which: import torch | {c['torch_import_s']:.2f} |",
         f"| of which: load ML-1M (parsed cache) | {c['data_load_s']:.2f} |",
-        f"| of which: import transformers (the model's config class pulls in its modelling code) | "
+        f"| of which: import transformers and the model's config and modelling code | "
         f"{c['transformers_import_s']:.2f} |",
         f"| of which: tokenizer and weights | {c['model_load_s']:.2f} |",
         f"| of which: the judgment (prompt, grammar, prefill, answer; the rest) | "
