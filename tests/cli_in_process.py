@@ -16,6 +16,19 @@ class CliResult:
     stdout: str
     stderr: str
 
+    @property
+    def returncode(self) -> int:
+        """``code`` under ``subprocess.CompletedProcess``'s name."""
+        return self.code
+
+
+def run_checked(*args: str, check: bool = True, **kw) -> CliResult:
+    """``run_cli``; with ``check``, a non-zero exit fails the test with the command's stderr."""
+    r = run_cli(*args, **kw)
+    if check and r.code != 0:
+        raise AssertionError(f"recjudge {' '.join(args)} exited {r.code}:\n{r.stderr[-3000:]}")
+    return r
+
 
 def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None) -> CliResult:
     """The command's exit code and output; argv, the working folder and the environment are

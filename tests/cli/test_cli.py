@@ -1,4 +1,6 @@
-"""The command line as a user runs it (real subprocesses; error paths in process)."""
+"""The command line as a user runs it: through the CLI's entry point in this process (a
+fresh interpreter would spend most of each test importing torch and transformers), and the
+README's judgment once as a real subprocess of ``python -m recjudge.cli._main``."""
 
 from __future__ import annotations
 
@@ -9,15 +11,17 @@ import sys
 
 import pytest
 
+from cli_in_process import run_checked as run
 from cli_in_process import run_cli
 
 CLI = [sys.executable, "-m", "recjudge.cli._main"]
 
 
-def run(*args: str, check: bool = True, timeout: int = 900) -> subprocess.CompletedProcess:
+def run_process(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """``recjudge ARGS`` in a fresh interpreter; it must succeed."""
     env = dict(os.environ, OMP_NUM_THREADS="1")
     return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, check=check, timeout=timeout, env=env
+        [*CLI, *args], capture_output=True, text=True, check=True, timeout=timeout, env=env
     )
 
 
@@ -105,7 +109,7 @@ def test_data_info_json():
 @pytest.mark.model  # the CLI runs SmolLM2 in the auto dtype
 def test_judge_single_pair_prints_a_judgment():
     j = json.loads(
-        run(
+        run_process(
             "judge",
             "--data",
             "ml-1m",

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
-CLI = [sys.executable, "-m", "recjudge.cli._main"]
-
-
-def run(*args):
-    return subprocess.run([*CLI, *args], capture_output=True, text=True, timeout=300)
+from cli_in_process import run_cli as run
 
 
 def test_ml100k_csv_round_trip_is_identical(ml100k, tmp_path):

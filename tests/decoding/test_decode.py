@@ -86,9 +86,8 @@ def test_grammar_drafts_change_no_judgment_and_save_forwards(smollm32, ml1m, mon
     from recjudge.reward import Judge, JudgeConfig, request_for
 
     reqs = [request_for(ml1m, "10", c, sigma=s) for c, s in
-            (("Heat (1995)", 0.6), ("Fargo (1996)", -0.2), ("Big (1988)", 0.9),
-             ("Toy Story (1995)", 0.8))]  # fmt: skip
-    cfg = JudgeConfig(beta=5.0, max_evidence=3, max_history=20)
+            (("Fargo (1996)", -0.2), ("Big (1988)", 0.9), ("Toy Story (1995)", 0.8))]  # fmt: skip
+    cfg = JudgeConfig(beta=5.0, max_evidence=2, max_history=20)
     with_drafts = Judge(cfg, llm=smollm32)
     got = with_drafts.judge_many(reqs)
     monkeypatch.setattr(dec, "draft_ids", lambda llm, grammar: None)

@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import gzip
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
+from cli_in_process import run_cli
 from recjudge.evaluators import (
     ASPECTS,
     ArenaConfig,
@@ -102,23 +101,9 @@ def test_summarize_cli_on_records(tmp_path):
     path.write_text(
         "".join(json.dumps(rec("x", "y", v)) + "\n" for v in ["A wins", "A wins", "Tie", "B wins"])
     )
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "recjudge.cli._main",
-            "arena",
-            "summarize",
-            "--verdicts",
-            str(path),
-            "--json",
-            "--bootstrap",
-            "10",
-        ],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    r = run_cli("arena", "summarize", "--verdicts", str(path), "--json", "--bootstrap", "10")
+    assert r.code == 0, r.stderr
+    out = r.stdout
     s = json.loads(out)
     c = s["pairs"]["overall"]["x vs y"]
     assert (c["win"], c["tie"], c["lose"], c["q"]) == (2, 1, 1, 1.5)
@@ -136,9 +121,7 @@ def test_summarize_cli_with_a_reference_reports_the_order_swap(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
 
     def cli(*args):
-        cmd = [sys.executable, "-m", "recjudge.cli._main", "arena", "summarize"]
-        cmd += ["--verdicts", str(path), "--bootstrap", "10", *args]
-        return subprocess.run(cmd, capture_output=True, text=True)
+        return run_cli("arena", "summarize", "--verdicts", str(path), "--bootstrap", "10", *args)
 
     s = json.loads(cli("--reference", "ref", "--json").stdout)
     assert s["order_flip_rate"] == 0.5

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 
+from cli_in_process import run_cli
 from recjudge.evaluators import (
     GistConfig,
     Predicate,
@@ -450,6 +451,14 @@ def one_cited_interest(monkeypatch) -> None:
 @pytest.mark.e2e
 def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
     one_cited_interest(monkeypatch)
+    from recjudge.evaluators import _gist_pipeline
+
+    # The taxonomy's first 40 categories (the paper's ids and names): the wiring of the full
+    # choice and its agreement with the shortlist is under test, not the size of one choice
+    # (all 325: ~20 s on a 2-core AVX2 CPU in fp32; test_choice scores whole options).
+    full = load_categories()
+    some = dict(list(full.items())[:40])
+    monkeypatch.setattr(_gist_pipeline, "load_categories", lambda: some)
     cfg = GistConfig(
         models=("smollm2-135m",),
         judge="smollm2-135m",
@@ -461,7 +470,7 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
         pool_size=40,
         taxonomy="shortlist",
         shortlist=6,
-        agreement_sample=1,  # one full 325-category choice: ~10 s each on 2 cores
+        agreement_sample=1,  # one full choice among the 40 categories
     )
     llms = {"smollm2-135m": smollm}
     r = run_gist(cfg, "ml-100k", tmp_path, llms=llms, progress=False)
@@ -563,19 +572,17 @@ def test_gist_score_cli_on_records(tmp_path):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     oracle = tmp_path / "o.json"
     oracle.write_text(json.dumps({"oracle": {"u": [1, 2, 3]}}))
-    cmd = [sys.executable, "-m", "recjudge.cli._main", "gist", "score", "--interests", str(path)]
-    s = json.loads(
-        subprocess.run(
-            [*cmd, "--oracle", str(oracle), "--json"], capture_output=True, text=True, check=True
-        ).stdout
-    )
+    cmd = ["gist", "score", "--interests", str(path)]
+    r = run_cli(*cmd, "--oracle", str(oracle), "--json")
+    assert r.code == 0, r.stderr
+    s = json.loads(r.stdout)
     assert s["a"]["ig_p"] == pytest.approx(0.5)
     assert s["a"]["ig_r"] == pytest.approx(0.5 / 3)
     assert s["b"]["is"] == pytest.approx(1.0)
     assert s["a"]["ci"]["ig_p"] == {"lo": 0.5, "hi": 0.5}  # one user: nothing to resample
     path.write_text('{"user_id": "u"}\nnot json\n')
-    bad = subprocess.run(cmd, capture_output=True, text=True)
-    assert bad.returncode == 2 and "line 2" in bad.stderr
+    bad = run_cli(*cmd)
+    assert bad.code == 2 and "line 2" in bad.stderr
 
 
 def _profile_line(user, interests):
@@ -748,16 +755,16 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
 
         monkeypatch.setattr(_fast, name, spy)
 
-    # Two chunks of 10 decoded two rows a step (the invariant engine's fixed row count), at
-    # most 2 interests citing at most 3 items each, short answers: the work stays small
-    # whatever the model writes; the property needs two chunks in one batch, not size.
+    # Two chunks of 5 decoded two rows a step (the invariant engine's fixed row count), one
+    # interest citing at most 3 items, short answers: the work stays small whatever the
+    # model writes; the property needs two chunks in one batch, not size.
     cfg = GistConfig(
         models=("smollm2-135m",),
         judge="smollm2-135m",
         users=1,
-        max_history=20,
-        chunk_size=10,
-        max_interests=2,
+        max_history=10,
+        chunk_size=5,
+        max_interests=1,
         max_ids=3,
         extraction_tokens=24,
         batch_size=2,
@@ -776,7 +783,7 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
         for k, req, res in db.execute("SELECT key, request, result FROM results ORDER BY key")
         if json.loads(req).get("kind") == "extract"
     ]
-    assert len(rows) == 2  # two chunks of 10, asked as one batch
+    assert len(rows) == 2  # two chunks of 5, asked as one batch
     key, first = rows[1]
     db.execute("DELETE FROM results WHERE key = ?", (key,))
     db.commit()

@@ -3,20 +3,15 @@ fix; never a traceback."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-CLI = [sys.executable, "-m", "recjudge.cli._main"]
+from cli_in_process import run_cli
 
 
 def run(*args, env=None):
-    return subprocess.run(
-        [*CLI, *args], capture_output=True, text=True, timeout=300,
-        env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})},
-    )  # fmt: skip
+    """The command through the CLI's entry point in this process (exit code, stdout, stderr
+    as a user sees them; no interpreter start-up per case)."""
+    return run_cli(*args, env=env)
 
 
 def _clear_failure(r, *words):

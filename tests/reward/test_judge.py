@@ -54,7 +54,9 @@ def requests(ml1m):
 # The user simulators have their own end-to-end test (tests/reward/test_simulators.py).
 @pytest.mark.parametrize("mode", [m for m in MODES if m not in SIMULATOR_MODES])
 def test_every_mode_end_to_end(smollm, als, requests, mode):
-    judge = Judge(JudgeConfig(mode=mode, max_evidence=2, batch_size=4), llm=smollm, cf=als[0])
+    # 20 history items (the default is 50): each mode's wiring, not the prefill's size
+    cfg = JudgeConfig(mode=mode, max_evidence=2, batch_size=4, max_history=20)
+    judge = Judge(cfg, llm=smollm, cf=als[0])
     results = judge.judge_many(requests[:2])
     for req, j in zip(requests[:2], results, strict=True):
         assert j.mode == mode and j.candidate_id == req.candidate_id
@@ -85,19 +87,17 @@ def test_every_mode_end_to_end(smollm, als, requests, mode):
 
 
 def test_adaptive_delta_formula(smollm, als, requests):
-    j = Judge(JudgeConfig(mode="brief", need_evidence=False), llm=smollm, cf=als[0]).judge(
-        requests[2]
-    )
+    def judged(mode, **kw):
+        cfg = JudgeConfig(mode=mode, need_evidence=False, max_history=20, **kw)
+        return Judge(cfg, llm=smollm, cf=als[0]).judge(requests[2])
+
+    j = judged("brief")
     assert j.delta == pytest.approx(25.0 * (1 + j.entropy) * j.sigma, rel=1e-9)
-    n = Judge(JudgeConfig(mode="non-adaptive", need_evidence=False), llm=smollm, cf=als[0]).judge(
-        requests[2]
-    )
+    n = judged("non-adaptive")
     assert n.delta == pytest.approx(25.0 * n.sigma, rel=1e-9)
     # +Delta on YES and -Delta on NO: the YES log-odds move by exactly 2 * Delta (beta 1 keeps
     # both probabilities away from 0 and 1, where the log-odds are not representable).
-    w = Judge(
-        JudgeConfig(mode="non-adaptive", beta=1.0, need_evidence=False), llm=smollm, cf=als[0]
-    ).judge(requests[2])
+    w = judged("non-adaptive", beta=1.0)
     logit = lambda p: math.log(p / (1 - p))  # noqa: E731
     assert logit(w.p_yes) - logit(w.p_yes_semantic) == pytest.approx(2 * w.delta, abs=1e-4)
 
