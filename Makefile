@@ -22,7 +22,7 @@ FETCH_FAILED = { echo "setup: could not install $(1). A package registry did not
 not serve a pinned version; check that pip can reach PyPI (pip config list) and run make \
 again. Finished steps are kept." >&2; exit 1; }
 
-.PHONY: setup demo test test-other-dtype check-install lint lock clean-cache setup-vllm test-vllm \
+.PHONY: setup demo test test-e2e test-other-dtype check-install lint lock clean-cache setup-vllm test-vllm \
 	setup-llamacpp
 
 setup: $(STAMP)
@@ -52,6 +52,12 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The whole pipelines on the real model (marker `e2e`: GISTBench, UserSumBench, Arena, the
+# README tutorial, the demo, a CLI judgment in a fresh process, kill-and-resume): minutes of
+# model work each on a 2-core CPU, so a leg of their own beside `make test` (CI runs both).
+test-e2e: setup
+	$(BIN)/python -m pytest -q -m "e2e and not slow and not vllm"
 
 # The tests that compute with a real model in the auto dtype (marker `model`) again, under the
 # dtype this CPU would not pick: fp32 on CPUs with native bf16, else bf16 (torch emulates it).

@@ -195,7 +195,7 @@ def test_smollm_strong_bias_controls_verdict(smollm, user_titles, sigma, verdict
 
 
 def test_smollm_beta_zero_equals_unbiased_grammar(smollm, user_titles):
-    schema = EvidenceFirst(user_titles, max_evidence=3)
+    schema = EvidenceFirst(user_titles, max_evidence=2)
     prompts = [
         _prompt(smollm, user_titles, c)
         for c in ("Toy Story (1995)", "Friday the 13th (1980)", "Casablanca (1942)")

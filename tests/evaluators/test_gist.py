@@ -727,6 +727,7 @@ def test_the_full_taxonomy_scores_whole_names_where_the_engine_allows(smollm):
         taxonomy_rule(SimpleNamespace())
 
 
+@pytest.mark.e2e
 def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
     smollm, ml100k, tmp_path, monkeypatch
 ):
