@@ -293,12 +293,24 @@ def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypa
 
 def test_the_prefix_lru_holds_one_calls_prefixes_and_no_more():
     lru = PrefixLRU(slots=2)
-    lru.reserve(4)  # a call of four users
-    for i in range(4):
-        lru.get("fast", [i], lambda: object())
+    four = [[i] for i in range(4)]
+    lru.reserve("fast", four)  # a call of four users
+    for p in four:
+        lru.get("fast", p, lambda: object())
     assert len(lru._items) == 4
-    lru.reserve(1)  # the next call needs one: back to the base size, oldest dropped
-    assert len(lru._items) == 2 and ("fast", (3,)) in lru._items
+    lru.reserve("fast", [[9]])  # the next call needs one: back to the base size, oldest dropped
+    assert list(lru._items) == [("fast", (2,)), ("fast", (3,))]
+    # A call on the first user of a large call finds its prefix: the others make room.
+    lru.reserve("fast", four)
+    for p in four:
+        lru.get("fast", p, lambda: object())
+    lru.reserve("fast", [[0]])
+    assert ("fast", (0,)) in lru._items and len(lru._items) == 2
+    built = []
+    lru.get("fast", [0], lambda: built.append(1))
+    assert not built  # read, not encoded again
+    lru.reserve("invariant", [[0]])  # another engine's entry of the same ids is not this one
+    assert len(lru._items) == 2
 
 
 def test_sampled_rows_draw_the_same_tokens_with_drafts(llm32):

@@ -128,14 +128,19 @@ class PrefixLRU:
         self.base = self.slots = slots
         self._items: OrderedDict[tuple[str, tuple[int, ...]], Any] = OrderedDict()
 
-    def reserve(self, n: int) -> None:
-        """Room for the ``n`` prefixes of the call at hand (several users' rows decoded
-        together must not evict their own prefixes: a next call on the same users reuses
-        them), and no more than that call or the base size needs: a call of 64 one-candidate
-        users must not leave 64 prefix caches behind for the rest of the run."""
-        self.slots = max(self.base, n)
-        while len(self._items) > self.slots:
-            self._items.popitem(last=False)
+    def reserve(self, engine: str, prefixes: Sequence[Sequence[int]]) -> None:
+        """Room for the prefixes of the call at hand (several users' rows decoded together
+        must not evict their own prefixes: a next call on the same users reuses them), and no
+        more than that call or the base size needs: a call of 64 one-candidate users must not
+        leave 64 prefix caches behind for the rest of the run. The entries dropped are the
+        least recently used of those this call does not need: a call on one of the last
+        call's users finds that user's prefix, however many users the last call had."""
+        need = {(engine, tuple(p)) for p in prefixes}
+        self.slots = max(self.base, len(need))
+        for key in [k for k in self._items if k not in need]:  # oldest first
+            if len(self._items) <= self.slots:
+                break
+            del self._items[key]
 
     def get(
         self,
@@ -209,8 +214,9 @@ def decode_shared(
     sampling = sampling or SamplingConfig()
     seeds = list(seeds) if seeds is not None else [sampling.seed + r for r in range(n)]
     lru = prefixes_of(backend)
-    lru.reserve(len(prefixes))
-    if deterministic or not supports_fast(backend.model):
+    invariant = deterministic or not supports_fast(backend.model)
+    lru.reserve("invariant" if invariant else "fast", prefixes)
+    if invariant:
         out: list[list[int]] = [[] for _ in range(n)]
         for g, prefix_ids in enumerate(prefixes):  # one prefix cache at a time
             idx = [i for i in range(n) if prefix_of[i] == g]
