@@ -13,14 +13,12 @@ import json
 import pandas as pd
 import pytest
 
-from cli_in_process import run_cli
+from cli_in_process import run_checked
 
 
 def rj(*args, cwd):
     """``recjudge ARGS`` in folder ``cwd``, in this process; it must succeed."""
-    r = run_cli(*args, cwd=cwd)
-    assert r.code == 0, f"recjudge {' '.join(args)}:\n{r.stderr[-3000:]}"
-    return r
+    return run_checked(*args, cwd=cwd)
 
 
 @pytest.mark.e2e

@@ -5,13 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from cli_in_process import run_cli
-
-
-def run(*args, env=None):
-    """The command through the CLI's entry point in this process (exit code, stdout, stderr
-    as a user sees them; no interpreter start-up per case)."""
-    return run_cli(*args, env=env)
+# The command through the CLI's entry point in this process (exit code, stdout, stderr as a
+# user sees them; no interpreter start-up per case).
+from cli_in_process import run_cli as run
 
 
 def _clear_failure(r, *words):
