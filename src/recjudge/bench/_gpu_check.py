@@ -206,7 +206,7 @@ def _batched_generate(judge: Any, max_new_tokens: int) -> Any:
                             device=llm.model.device)  # fmt: skip
         grammar, proc = make_processors(llm, schemas, [r.sigma for r in reqs], c.branch_bias())
         with torch.inference_mode():
-            gen = llm.model.generate(
+            gen = llm.transformers_model().generate(
                 input_ids=ids,
                 attention_mask=mask,
                 generation_config=cfg,

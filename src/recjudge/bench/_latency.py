@@ -33,6 +33,7 @@ def lap(name):
     now = time.perf_counter()
     parts[name] = now - t
     t = now
+model, impl = sys.argv[1], sys.argv[2]
 import recjudge.cli
 lap("import_s")
 import torch
@@ -40,34 +41,43 @@ lap("torch_import_s")
 from recjudge.data import load_dataset
 load_dataset("ml-1m")
 lap("data_load_s")
-from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
-from recjudge.llm import resolve_model_path
-config = AutoConfig.from_pretrained(resolve_model_path(sys.argv[1]))
-MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the model's modelling code
+from recjudge.llm import LLMConfig, load_llm, resolve_model_path
+from recjudge.llm._native import native_support
+native = impl != "transformers" and native_support(resolve_model_path(model)) is None
+if native:  # the tokenizer's modules only
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+else:
+    from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
+    config = AutoConfig.from_pretrained(resolve_model_path(model))
+    MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the model's modelling code
 lap("transformers_import_s")
-from recjudge.llm import LLMConfig, load_llm
-load_llm(LLMConfig(model=sys.argv[1], backend="transformers"))
+load_llm(LLMConfig(model=model, backend="transformers", implementation=impl))
 lap("model_load_s")
+parts["native"] = native
 print(json.dumps(parts))
 """
 
 
-def _cold(model: str, user: str, candidate: str, repeats: int) -> dict[str, Any]:
+def _cold(model: str, user: str, candidate: str, repeats: int, impl: str) -> dict[str, Any]:
     """Wall seconds of fresh processes: the whole CLI judgment, and the parts of its start
-    (``_PARTS``), each the median of ``repeats`` processes."""
+    (``_PARTS``), each the median of ``repeats`` processes, with the model on
+    ``impl`` (``LLMConfig.implementation``)."""
     cli = str(Path(sys.executable).with_name("recjudge"))
-    judge = [cli, "judge", "--data", "ml-1m", "--user", user, "--candidate", candidate]
-    judge += ["--model", model, "--mode", "no-behavior"]
+    judge = [cli, "--implementation", impl, "judge", "--data", "ml-1m", "--user", user]
+    judge += ["--candidate", candidate, "--model", model, "--mode", "no-behavior"]
     walls = [_wall(judge) for _ in range(repeats)]
     runs = []
     for _ in range(repeats):
-        proc = subprocess.run([sys.executable, "-c", _PARTS, model], capture_output=True,
+        proc = subprocess.run([sys.executable, "-c", _PARTS, model, impl], capture_output=True,
                               text=True, check=True)  # fmt: skip
         runs.append(json.loads(proc.stdout.splitlines()[-1]))
-    parts = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    native = runs[0].pop("native")
+    for r in runs[1:]:
+        r.pop("native")
+    parts: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     wall = statistics.median(walls)
     # The rest: options, the prompt, the grammar, the prefill and the answer's tokens.
-    return {"cli_judgment_s": wall, "cli_judgment_runs_s": walls, **parts,
+    return {"cli_judgment_s": wall, "cli_judgment_runs_s": walls, **parts, "native": native,
             "judgment_s": max(wall - sum(parts.values()), 0.0)}  # fmt: skip
 
 
@@ -121,26 +131,44 @@ def bench_latency(
     chosen = [u for u in sample_users(ds.user_ids(), 200, seed) if len(ds.history(u)) >= history]
     chosen = chosen[: users + 1]
     results: dict[str, Any] = {"model": model, "history": history, "seed": seed}
-    results["cold"] = _cold(model, "1", "Toy Story (1995)", repeats)
+    # the default (auto: the native forward where the checkpoint fits) and transformers'
+    # model, in the same run (after one another; each a median of `repeats` processes)
+    results["cold"] = _cold(model, "1", "Toy Story (1995)", repeats, "auto")
+    results["cold_transformers"] = _cold(model, "1", "Toy Story (1995)", repeats, "transformers")
     results["warm"] = _warm(model, chosen, history, seed)
-    c, w = results["cold"], results["warm"]
+    c, t, w = results["cold"], results["cold_transformers"], results["warm"]
+
+    def row(label: str, key: str) -> str:
+        return f"| {label} | {c[key]:.2f} | {t[key]:.2f} |"
+
+    auto = "native forward" if c["native"] else "transformers (checkpoint not native)"
     lines = [
         f"# One-shot latency ({model})",
         "",
-        "| what | seconds |",
+        f"| what (seconds) | default: {auto} | `--implementation transformers` |",
+        "|---|---|---|",
+        row(
+            f"cold CLI judgment (`recjudge judge --user 1 --candidate 'Toy Story (1995)' "
+            f"--mode no-behavior`, wall, median of {repeats})",
+            "cli_judgment_s",
+        ),
+        row("of which: import recjudge.cli", "import_s"),
+        row("of which: import torch", "torch_import_s"),
+        row("of which: load ML-1M (parsed cache)", "data_load_s"),
+        row(
+            "of which: import transformers (native: the tokenizer's modules; transformers: "
+            "also the model's config and modelling code)",
+            "transformers_import_s",
+        ),
+        row("of which: tokenizer and weights", "model_load_s"),
+        row("of which: the judgment (prompt, grammar, prefill, answer; the rest)", "judgment_s"),
+        "",
+        f"Cold CLI judgment, default / transformers: "
+        f"**{c['cli_judgment_s'] / t['cli_judgment_s']:.2f}x** the time.",
+        "",
+        "| warm, in one process (default implementation) | seconds |",
         "|---|---|",
-        f"| cold CLI judgment (`recjudge judge --user 1 --candidate 'Toy Story (1995)' "
-        f"--mode no-behavior`, wall, median of {repeats}) | {c['cli_judgment_s']:.2f} |",
-        f"| of which: import recjudge.cli | {c['import_s']:.2f} |",
-        f"| of which: import torch | {c['torch_import_s']:.2f} |",
-        f"| of which: load ML-1M (parsed cache) | {c['data_load_s']:.2f} |",
-        f"| of which: import transformers and the model's config and modelling code | "
-        f"{c['transformers_import_s']:.2f} |",
-        f"| of which: tokenizer and weights | {c['model_load_s']:.2f} |",
-        f"| of which: the judgment (prompt, grammar, prefill, answer; the rest) | "
-        f"{c['judgment_s']:.2f} |",
-        f"| model load in the warm process (transformers' import included) | "
-        f"{w['model_load_s']:.2f} |",
+        f"| model load | {w['model_load_s']:.2f} |",
         f"| warm judgment with evidence, new user ({history}-item history, BRIEF, ALS sigma, "
         f"median of {len(w['new_user_runs_s'])}) | {w['new_user_judgment_s']:.2f} |",
         f"| warm judgment with evidence, same user (prefix reused) | "

@@ -94,7 +94,7 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
             prompt, schema, grammar, proc = processors_for(judge, r)
             ids = torch.tensor([prompt], device=llm.model.device)
             with torch.inference_mode():
-                gen = llm.model.generate(
+                gen = llm.transformers_model().generate(
                     input_ids=ids,
                     attention_mask=torch.ones_like(ids),
                     generation_config=cfg,

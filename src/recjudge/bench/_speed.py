@@ -137,8 +137,13 @@ def latency_text(r: dict[str, Any]) -> str:
              "transformers_import_s": "transformers", "model_load_s": "tokenizer + weights",
              "judgment_s": "judgment"}  # fmt: skip
     parts = ", ".join(f"{n} {c[k]:.2f} s" for k, n in names.items() if k in c)
+    t = r.get("cold_transformers")  # results before the native forward have no such run
+    versus = "" if t is None else (
+        f"; on transformers' model {t['cli_judgment_s']:.2f} s "
+        f"({c['cli_judgment_s'] / t['cli_judgment_s']:.2f}x)"
+    )  # fmt: skip
     return (
-        f"cold CLI judgment {c['cli_judgment_s']:.2f} s ({parts}); warm new user "
+        f"cold CLI judgment {c['cli_judgment_s']:.2f} s ({parts}){versus}; warm new user "
         f"{w['new_user_judgment_s']:.2f} s, same user {w['same_user_judgment_s']:.2f} s"
     )
 

@@ -316,7 +316,8 @@ ALL_MODULES = ("_arena", "_bench", "_cf", "_demo", "_gist", "_jobs", "_judge", "
 
 
 #: the root options (``recjudge --backend vllm <command> ...``) that take a value
-ROOT_VALUE_OPTIONS = ("--backend", "--server", "--device", "--dtype", "--vllm-args")
+ROOT_VALUE_OPTIONS = ("--backend", "--server", "--device", "--dtype", "--vllm-args",
+                      "--implementation")  # fmt: skip
 
 
 @app.callback()
@@ -341,6 +342,12 @@ def root(
     vllm_args: str = typer.Option(
         None, "--vllm-args", help="vLLM engine arguments as JSON, e.g. '{\"max_model_len\": 4096}'."
     ),
+    implementation: str = typer.Option(
+        None,
+        "--implementation",
+        help="Backend transformers: auto (native forward for Llama/Qwen/Mistral folders, "
+        "else transformers) | native | transformers.",
+    ),
 ) -> None:
     """LLM reward models and judges for recommender systems.
 
@@ -362,7 +369,7 @@ def root(
 
     try:
         token = set_llm_defaults(backend=backend, base_url=server, device=device, dtype=dtype,
-                                 vllm_args=args)  # fmt: skip
+                                 vllm_args=args, implementation=implementation)  # fmt: skip
     except ValueError as e:
         msg = option_errors(e) if hasattr(e, "errors") else str(e)
         fail(msg.replace("--base-url", "--server"))

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from recjudge._util import UserFacingError
 from recjudge.llm._config import (
     Capabilities,
     DeviceError,
@@ -96,7 +97,8 @@ class TransformersBackend:
 
     def __init__(self, config: LLMConfig | None = None) -> None:
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        from recjudge.llm._native import load_native, load_tokenizer, native_support
 
         self.config = config or LLMConfig()
         if self.config.num_threads:
@@ -109,10 +111,46 @@ class TransformersBackend:
             source = source.parent
         self.dtype = self.config.resolved_dtype()
         dtype = getattr(torch, self.dtype)
-        tokenizer = AutoTokenizer.from_pretrained(source, **kwargs)
-        with _quiet_loading():  # a per-tensor bar would break into the caller's progress bar
-            model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+        self._source, self._load_kwargs, self._twin = source, kwargs, None
+        impl = self.config.implementation
+        why = "a GGUF file" if kwargs else native_support(source)
+        if impl == "native" and why is not None:
+            raise UserFacingError(
+                f"model {self.config.model!r} cannot run on the native forward ({why}); use "
+                "implementation 'auto' or 'transformers'"
+            )
+        if impl != "transformers" and why is None:
+            tokenizer = load_tokenizer(source)
+            model = load_native(Path(source), dtype)
+        else:
+            from transformers import AutoModelForCausalLM
+
+            tokenizer = load_tokenizer(source, **kwargs)
+            with _quiet_loading():  # a per-tensor bar would break into the caller's progress
+                model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
         self._adopt(model, tokenizer, t0)
+
+    def transformers_model(self) -> Any:
+        """The model as a transformers module, for what only transformers does
+        (``generate()`` with logits processors, the naive baselines of the benchmarks). A
+        native model's transformers twin is loaded on first use and shares its weights."""
+        from recjudge.llm._native import NativeCausalLM
+
+        if not isinstance(self.model, NativeCausalLM):
+            return self.model
+        if self._twin is None:
+            import torch
+            from transformers import AutoModelForCausalLM
+
+            with _quiet_loading():
+                twin = AutoModelForCausalLM.from_pretrained(
+                    self._source, dtype=getattr(torch, self.dtype), **self._load_kwargs
+                )
+            # the same tensors, not a second copy (their values are the same file's)
+            twin.load_state_dict(self.model.state_dict(), strict=False, assign=True)
+            twin.tie_weights()
+            self._twin = twin.to(self.device).eval()
+        return self._twin
 
     @classmethod
     def from_model(cls, model: Any, tokenizer: Any, config: LLMConfig) -> TransformersBackend:
@@ -123,6 +161,7 @@ class TransformersBackend:
         t0 = time.perf_counter()
         self = cls.__new__(cls)
         self.config = config
+        self._source, self._load_kwargs, self._twin = None, {}, None
         self.dtype = str(model.dtype).removeprefix("torch.")
         self._adopt(model, tokenizer, t0)
         return self
@@ -209,7 +248,7 @@ class TransformersBackend:
             gen_kwargs.update(temperature=None, top_p=None, top_k=None)
         config = GenerationConfig(**gen_kwargs)
         with torch.inference_mode():
-            out = self.model.generate(
+            out = self.transformers_model().generate(
                 **enc,
                 generation_config=config,
                 logits_processor=LogitsProcessorList(list(processors)),

@@ -111,6 +111,13 @@ class LLMConfig(BaseModel):
         probe_bias: ``openai-compatible``: before the first judged request, check that the
             server applies the bias (two forced requests; a server without recjudge's
             processor is refused).
+        implementation: backend ``transformers``: ``auto`` (the default) runs Llama, Qwen2/3
+            and Mistral checkpoints in a local folder (presets included) on recjudge's
+            native forward (``recjudge.llm._native``: transformers' operations, without
+            importing its modelling code, ~6 s of a cold start on a small CPU) and anything
+            else on transformers; ``native`` insists (an error names what does not fit);
+            ``transformers`` always loads transformers' model. Not part of result keys: the
+            native forward is transformers' forward op for op (tested against it).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -127,6 +134,7 @@ class LLMConfig(BaseModel):
     concurrency: int = Field(16, ge=1)
     timeout: float = Field(600.0, gt=0)
     probe_bias: bool = True
+    implementation: Literal["auto", "native", "transformers"] = "auto"
 
     @field_validator("device")
     @classmethod
@@ -158,7 +166,8 @@ class LLMConfig(BaseModel):
 
 #: fields of ``LLMConfig`` a command line may set for every model a command loads
 #: (``recjudge --backend vllm <command>``; ``set_llm_defaults``)
-DEFAULT_FIELDS = ("backend", "base_url", "device", "dtype", "vllm_args", "served_model")
+DEFAULT_FIELDS = ("backend", "base_url", "device", "dtype", "vllm_args", "served_model",
+                  "implementation")  # fmt: skip
 _DEFAULTS: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
     "recjudge_llm_defaults", default=None
 )

@@ -33,6 +33,7 @@ import torch
 
 from recjudge._util import UserFacingError
 from recjudge.llm._config import SamplingConfig
+from recjudge.llm._native import new_cache
 
 
 @dataclass
@@ -123,8 +124,6 @@ def prefill(
 
     All rows must fall in one bucket (see ``bucket_width``).
     """
-    from transformers import DynamicCache
-
     model = backend.model
     dev = model.device
     lens = torch.tensor([len(p) for p in prompt_ids], device=dev)
@@ -140,13 +139,13 @@ def prefill(
         for p in prompt_ids:  # one row at a time: see the module docstring
             ids = torch.full((1, width), pad, dtype=torch.long, device=dev)
             ids[0, : len(p)] = torch.tensor(list(p), dtype=torch.long, device=dev)
-            own = DynamicCache(config=model.config)
+            own = new_cache(model)
             hidden = model.base_model(
                 input_ids=ids, past_key_values=own, use_cache=True
             ).last_hidden_state
             rows_logits.append(model.get_output_embeddings()(hidden[:, len(p) - 1]).float())
             rows_kv.append([(layer.keys, layer.values) for layer in own.layers])
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     for i in range(len(rows_kv[0])):
         cache.update(
             torch.cat([kv[i][0] for kv in rows_kv]), torch.cat([kv[i][1] for kv in rows_kv]), i
@@ -344,11 +343,9 @@ SUFFIX_BUCKET = 16
 
 def prefix_cache(backend: Any, prefix_ids: Sequence[int]) -> Any:
     """KV cache of one shared prefix, computed once at its exact length (no padding)."""
-    from transformers import DynamicCache
-
     if not prefix_ids:
         raise ValueError("empty prefix")
-    cache = DynamicCache(config=backend.model.config)
+    cache = new_cache(backend.model)
     ids = torch.tensor([list(prefix_ids)], dtype=torch.long, device=backend.model.device)
     with torch.inference_mode(), _attention(backend.model, "sdpa"):
         backend.model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)

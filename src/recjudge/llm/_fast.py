@@ -57,6 +57,7 @@ from recjudge.llm._engine import (
     remap_hooks,
     sample_next,
 )
+from recjudge.llm._native import NativeCausalLM, new_cache, register_attention
 
 ATTN_NAME = "recjudge_prefix"
 _FAST_TYPES = {"llama", "qwen2", "qwen3", "mistral", "granite", "olmo2", "smollm3"}
@@ -103,12 +104,10 @@ class PrefixKV:
 
 def encode_prefix(backend: Any, prefix_ids: Sequence[int]) -> PrefixKV:
     """Prefill ``prefix_ids`` once (exact length, sdpa) and keep its keys and values."""
-    from transformers import DynamicCache
-
     if not prefix_ids:
         raise ValueError("empty prefix")
     model = backend.model
-    cache = DynamicCache(config=model.config)
+    cache = new_cache(model)
     ids = torch.tensor([list(prefix_ids)], dtype=torch.long, device=model.device)
     with torch.inference_mode(), _attention(model, "sdpa"):
         model.base_model(input_ids=ids, past_key_values=cache, use_cache=True)
@@ -679,7 +678,13 @@ def _greedy(scores: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
     return columns[scores[:, columns].argmax(-1)]
 
 
-def _register() -> None:
+def _register(model: Any) -> None:
+    """The engine's attention known to ``model``'s kind: native models read recjudge's
+    registry, transformers models transformers' ``AttentionInterface`` (imported only for
+    them)."""
+    if isinstance(model, NativeCausalLM):
+        register_attention(ATTN_NAME, _prefix_attention)
+        return
     from transformers import AttentionInterface
 
     if ATTN_NAME not in AttentionInterface._global_mapping:
@@ -689,7 +694,7 @@ def _register() -> None:
 @contextlib.contextmanager
 def fast_attention(model: Any):
     """``model`` runs this engine's attention inside the block (registered on first use)."""
-    _register()
+    _register(model)
     with _attention(model, ATTN_NAME):
         yield
 

@@ -1,0 +1,508 @@
+"""A native forward for Llama-family checkpoints, loaded without transformers' modelling code.
+
+A cold judgment spent most of its start-up importing transformers' modelling stack
+(``modeling_utils`` pulls in ``torch.distributed``, ``torch._dynamo``, FSDP, sympy, the loss
+and kernel-hub modules: ~6 s of a 15 s CLI judgment on a 2-core CPU) to run a model whose
+forward is a few dozen lines. ``NativeCausalLM`` is that forward in plain torch, with the
+attribute names, weights and operations of transformers' ``LlamaForCausalLM`` /
+``Qwen2ForCausalLM`` / ``Qwen3ForCausalLM`` / ``MistralForCausalLM``, op for op:
+
+    h_0      = embed(ids)
+    a_l      = attn(rms_norm(h_l)) ;  h_l' = h_l + o_proj(a_l)
+    h_{l+1}  = h_l' + down(silu(gate(rms_norm(h_l'))) * up(rms_norm(h_l')))
+    rms_norm(x) = w * (x / sqrt(mean(x^2) + eps))      (in fp32, cast back, as transformers)
+    rope(x)  = x cos(p theta) + rotate_half(x) sin(p theta),  theta_i = base^(-2i/d)
+
+so the engines (``recjudge.llm._fast``) run on it unchanged: the same attention hook
+(``config._attn_implementation``: ``sdpa``, ``eager`` or a function registered with
+``register_attention``), ``base_model(...).last_hidden_state``, ``get_output_embeddings()``.
+
+What needs transformers itself (``generate()`` with logits processors, the batch-invariant
+engine's ``DynamicCache``) asks the backend for ``transformers_model()``, which loads the
+transformers twin on first use and makes it share this model's weights.
+
+Supported (``native_support``): a local folder with ``config.json`` and safetensors weights, of
+model type llama, qwen2, qwen3 or mistral, default RoPE, SiLU MLP, full attention, not
+quantized. Anything else loads through transformers as before.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+from torch import nn
+
+NATIVE_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
+#: attention functions by name, as transformers' ``AttentionInterface`` holds them for its models
+_ATTENTION: dict[str, Callable[..., tuple[torch.Tensor, Any]]] = {}
+
+
+def register_attention(name: str, fn: Callable[..., tuple[torch.Tensor, Any]]) -> None:
+    """Make ``fn`` the attention of native models whose ``config._attn_implementation`` is
+    ``name`` (the signature of transformers' attention functions:
+    ``fn(module, query, key, value, attention_mask, scaling=..., dropout=...)`` with
+    ``query`` ``[B, H, L, D]``, returning ``([B, L, H, D], weights or None)``)."""
+    _ATTENTION[name] = fn
+
+
+class NativeConfig(SimpleNamespace):
+    """A checkpoint's ``config.json`` as attributes (what the engines read: ``model_type``,
+    ``num_hidden_layers``, ``num_key_value_heads``, ``head_dim``, ...)."""
+
+    _attn_implementation: str = "sdpa"
+
+    @property
+    def head_dim_(self) -> int:
+        return int(getattr(self, "head_dim", None) or self.hidden_size // self.num_attention_heads)
+
+    @property
+    def rope(self) -> dict[str, Any]:
+        """RoPE settings: transformers 5's ``rope_parameters``, or 4.x's ``rope_theta`` and
+        ``rope_scaling``."""
+        params = getattr(self, "rope_parameters", None)
+        if params:
+            return dict(params)
+        scaling = getattr(self, "rope_scaling", None) or {}
+        return {
+            "rope_theta": getattr(self, "rope_theta", 10000.0),
+            "rope_type": scaling.get("rope_type", scaling.get("type", "default")),
+        }
+
+
+def read_config(folder: Path) -> NativeConfig:
+    return NativeConfig(**json.loads((folder / "config.json").read_text(encoding="utf-8")))
+
+
+def _weight_files(folder: Path) -> list[Path]:
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        return [folder / s for s in shards]
+    single = folder / "model.safetensors"
+    return [single] if single.is_file() else []
+
+
+def native_support(source: Any) -> str | None:
+    """``None`` when ``source`` loads natively, else why not (it then loads through
+    transformers)."""
+    folder = Path(str(source))
+    if not folder.is_dir() or not (folder / "config.json").is_file():
+        return "not a local folder with config.json"
+    try:
+        cfg = read_config(folder)
+    except (OSError, ValueError, TypeError) as e:
+        return f"config.json unreadable: {e}"
+    if getattr(cfg, "model_type", None) not in NATIVE_TYPES:
+        return f"model type {getattr(cfg, 'model_type', None)!r} is not native"
+    if getattr(cfg, "quantization_config", None):
+        return "quantized checkpoint"
+    if cfg.rope.get("rope_type", "default") != "default":
+        return f"RoPE type {cfg.rope.get('rope_type')!r}"
+    if getattr(cfg, "hidden_act", "silu") != "silu":
+        return f"activation {cfg.hidden_act!r}"
+    if getattr(cfg, "use_sliding_window", False) or (
+        cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None)
+    ):
+        return "sliding-window attention"
+    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or []):
+        return "mixed attention layers"
+    if getattr(cfg, "mlp_bias", False):
+        return "MLP biases"
+    if not _weight_files(folder):
+        return "no safetensors weights"
+    return None
+
+
+class Linear(nn.Linear):
+    """``nn.Linear`` without a random initialisation: every weight comes from the
+    checkpoint (``load_native``), and initialising them all costs seconds for a 1.5B."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class Embedding(nn.Embedding):
+    """``nn.Embedding`` without a random initialisation (see ``Linear``)."""
+
+    def reset_parameters(self) -> None:
+        pass
+
+
+class RMSNorm(nn.Module):
+    """``w * x / sqrt(mean(x^2) + eps)``, computed in fp32 and cast back before the weight
+    (as transformers' ``LlamaRMSNorm``)."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.variance_epsilon = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dtype = x.dtype
+        h = x.to(torch.float32)
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return self.weight * h.to(dtype)
+
+
+class Rotary(nn.Module):
+    """Default RoPE: ``theta_i = base^(-2i/d)``; cos/sin of ``p * theta`` in fp32, cast to
+    the activations' dtype."""
+
+    def __init__(self, cfg: NativeConfig) -> None:
+        super().__init__()
+        base, dim = float(cfg.rope["rope_theta"]), cfg.head_dim_
+        inv_freq = 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.float) / dim))
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        freqs = pos[..., None].float() * self.inv_freq.to(device=x.device, dtype=torch.float)
+        emb = torch.cat((freqs, freqs), dim=-1)
+        return emb.cos().to(x.dtype), emb.sin().to(x.dtype)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _repeat_kv(x: torch.Tensor, groups: int) -> torch.Tensor:
+    if groups == 1:
+        return x
+    b, nkv, n, d = x.shape
+    return x[:, :, None].expand(b, nkv, groups, n, d).reshape(b, nkv * groups, n, d)
+
+
+def sdpa_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **_):
+    """torch's ``scaled_dot_product_attention`` (causal flag when no mask is given and the
+    queries are the keys' last ones, as transformers' ``sdpa``)."""
+    q_len, kv_len = query.shape[2], key.shape[2]
+    is_causal = q_len > 1 and attention_mask is None
+    if is_causal and kv_len > q_len:  # a cache before the queries: an explicit offset mask
+        attention_mask = _causal_mask(1, q_len, kv_len, query.dtype, query.device)
+        is_causal = False
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, _repeat_kv(key, module.num_key_value_groups),
+        _repeat_kv(value, module.num_key_value_groups),
+        attn_mask=attention_mask, scale=scaling, is_causal=is_causal,
+    )  # fmt: skip
+    return out.transpose(1, 2).contiguous(), None
+
+
+def eager_attention(module, query, key, value, attention_mask, scaling, dropout=0.0, **_):
+    """``softmax(q k^T * scale + mask) v`` with the softmax in fp32 (transformers' ``eager``)."""
+    k = _repeat_kv(key, module.num_key_value_groups)
+    v = _repeat_kv(value, module.num_key_value_groups)
+    w = torch.matmul(query, k.transpose(2, 3)) * scaling
+    if attention_mask is None and query.shape[2] > 1:
+        attention_mask = _causal_mask(1, query.shape[2], k.shape[2], query.dtype, query.device)
+    if attention_mask is not None:
+        w = w + attention_mask
+    w = torch.softmax(w, dim=-1, dtype=torch.float32).to(query.dtype)
+    return torch.matmul(w, v).transpose(1, 2).contiguous(), w
+
+
+register_attention("sdpa", sdpa_attention)
+register_attention("eager", eager_attention)
+
+
+def _causal_mask(
+    batch: int, q_len: int, kv_len: int, dtype: torch.dtype, device: Any,
+    keys: torch.Tensor | None = None,
+) -> torch.Tensor:  # fmt: skip
+    """Additive mask ``[B, 1, q, kv]``: query ``i`` (at key index ``kv - q + i``) sees keys at
+    or before it that ``keys`` (``[B, kv]``, 1 = real) marks real. Masked entries hold the
+    dtype's lowest finite value, not -inf, so a row with nothing to see (a left pad) gives
+    finite numbers that no real row reads."""
+    qi = torch.arange(kv_len - q_len, kv_len, device=device)[:, None]
+    ki = torch.arange(kv_len, device=device)[None]
+    seen = (ki <= qi)[None, None].expand(batch, 1, q_len, kv_len)
+    if keys is not None:
+        seen = seen & keys[:, None, None, -kv_len:].bool()
+    low = torch.finfo(dtype).min
+    return torch.zeros(seen.shape, dtype=dtype, device=device).masked_fill(~seen, low)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: NativeConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.config, self.layer_idx = cfg, layer_idx
+        self.head_dim = cfg.head_dim_
+        heads, kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.num_key_value_groups = heads // kv
+        self.scaling = self.head_dim**-0.5
+        self.is_causal = True
+        bias = True if cfg.model_type == "qwen2" else bool(getattr(cfg, "attention_bias", False))
+        self.q_proj = Linear(cfg.hidden_size, heads * self.head_dim, bias=bias)
+        self.k_proj = Linear(cfg.hidden_size, kv * self.head_dim, bias=bias)
+        self.v_proj = Linear(cfg.hidden_size, kv * self.head_dim, bias=bias)
+        o_bias = bool(getattr(cfg, "attention_bias", False)) and cfg.model_type != "qwen2"
+        self.o_proj = Linear(heads * self.head_dim, cfg.hidden_size, bias=o_bias)
+        if cfg.model_type == "qwen3":  # per-head norms of queries and keys, before RoPE
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+
+    def forward(self, h, rope, mask, cache):
+        shape = (*h.shape[:-1], -1, self.head_dim)
+        q, k = self.q_proj(h).view(shape), self.k_proj(h).view(shape)
+        if self.config.model_type == "qwen3":
+            q, k = self.q_norm(q), self.k_norm(k)
+        q, k = q.transpose(1, 2), k.transpose(1, 2)
+        v = self.v_proj(h).view(shape).transpose(1, 2)
+        cos, sin = rope[0].unsqueeze(1), rope[1].unsqueeze(1)
+        q = (q * cos) + (_rotate_half(q) * sin)
+        k = (k * cos) + (_rotate_half(k) * sin)
+        if cache is not None:
+            k, v = cache.update(k, v, self.layer_idx)
+        impl = self.config._attn_implementation
+        fn = _ATTENTION.get(impl)
+        if fn is None:
+            raise ValueError(f"no attention {impl!r} registered for native models")
+        out, _ = fn(self, q, k, v, mask, scaling=self.scaling, dropout=0.0)
+        return self.o_proj(out.reshape(*h.shape[:-1], -1).contiguous())
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: NativeConfig) -> None:
+        super().__init__()
+        self.gate_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(torch.nn.functional.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: NativeConfig, layer_idx: int) -> None:
+        super().__init__()
+        self.self_attn = Attention(cfg, layer_idx)
+        self.mlp = MLP(cfg)
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+    def forward(self, h, rope, mask, cache):
+        h = h + self.self_attn(self.input_layernorm(h), rope, mask, cache)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+@dataclass
+class _CacheLayer:
+    keys: torch.Tensor
+    values: torch.Tensor
+
+
+class NativeCache:
+    """Keys and values per layer, ``[B, kv_heads, length, head_dim]``, grown by
+    concatenation (the layout of transformers' ``DynamicCache``: ``layers[i].keys``)."""
+
+    def __init__(self) -> None:
+        self.layers: list[_CacheLayer] = []
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, layer_idx: int):
+        if layer_idx == len(self.layers):
+            self.layers.append(_CacheLayer(k, v))
+        else:
+            entry = self.layers[layer_idx]
+            entry.keys = torch.cat([entry.keys, k], dim=-2)
+            entry.values = torch.cat([entry.values, v], dim=-2)
+        return self.layers[layer_idx].keys, self.layers[layer_idx].values
+
+    def get_seq_length(self) -> int:
+        return int(self.layers[0].keys.shape[-2]) if self.layers else 0
+
+    def batch_select_indices(self, idx: torch.Tensor) -> None:
+        """Keep rows ``idx`` (in that order) of every layer."""
+        for entry in self.layers:
+            entry.keys, entry.values = entry.keys[idx], entry.values[idx]
+
+    def batch_repeat_interleave(self, repeats: int) -> None:
+        """Each row ``repeats`` times in a row (``DynamicCache``'s method of that name)."""
+        for entry in self.layers:
+            entry.keys = entry.keys.repeat_interleave(repeats, dim=0)
+            entry.values = entry.values.repeat_interleave(repeats, dim=0)
+
+
+def new_cache(model: Any) -> Any:
+    """An empty KV cache for ``model``: ``NativeCache`` for a native model, transformers'
+    ``DynamicCache`` for a transformers one."""
+    if isinstance(model, NativeCausalLM):
+        return NativeCache()
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
+
+
+class NativeModel(nn.Module):
+    """The decoder stack (transformers' ``model.model``)."""
+
+    def __init__(self, cfg: NativeConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.embed_tokens = Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i) for i in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.rotary_emb = Rotary(cfg)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: NativeCache | None = None,
+        use_cache: bool = False,
+        **_: Any,
+    ) -> SimpleNamespace:
+        """``attention_mask``: ``[B, kv]`` (1 = a real token: padding masked, causal added),
+        a 4-D mask (given to the attention as it is), or ``None`` (causal)."""
+        h = self.embed_tokens(input_ids)
+        if use_cache and past_key_values is None:
+            past_key_values = NativeCache()
+        past = past_key_values.get_seq_length() if past_key_values is not None else 0
+        if position_ids is None:
+            position_ids = (torch.arange(h.shape[1], device=h.device) + past)[None]
+        mask = attention_mask
+        if mask is not None and mask.dim() == 2:
+            # no padding: causal only (sdpa's causal kernel, as transformers picks it)
+            mask = None if bool(mask.all()) else _causal_mask(
+                h.shape[0], h.shape[1], past + h.shape[1], h.dtype, h.device, keys=mask
+            )  # fmt: skip
+        rope = self.rotary_emb(h, position_ids)
+        for layer in self.layers:
+            h = layer(h, rope, mask, past_key_values)
+        return SimpleNamespace(last_hidden_state=self.norm(h), past_key_values=past_key_values)
+
+
+class NativeCausalLM(nn.Module):
+    """A Llama-family causal LM (transformers' ``*ForCausalLM`` layout and forward)."""
+
+    def __init__(self, cfg: NativeConfig) -> None:
+        super().__init__()
+        self.config = cfg
+        self.model = NativeModel(cfg)
+        self.lm_head = Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if getattr(cfg, "tie_word_embeddings", False):
+            self.lm_head.weight = self.model.embed_tokens.weight
+        self.generation_config = SimpleNamespace(
+            eos_token_id=getattr(cfg, "eos_token_id", None),
+            pad_token_id=getattr(cfg, "pad_token_id", None),
+        )
+
+    @property
+    def base_model(self) -> NativeModel:
+        return self.model
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_attn_implementation(self, name: str) -> None:
+        if name not in _ATTENTION:
+            raise ValueError(f"no attention {name!r} registered for native models")
+        self.config._attn_implementation = name
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        past_key_values: NativeCache | None = None,
+        use_cache: bool = False,
+        logits_to_keep: int = 0,
+        **_: Any,
+    ) -> SimpleNamespace:
+        out = self.model(input_ids, attention_mask, position_ids, past_key_values, use_cache)
+        h = out.last_hidden_state
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:]
+        return SimpleNamespace(logits=self.lm_head(h), past_key_values=out.past_key_values)
+
+
+def load_native(folder: Path, dtype: torch.dtype) -> NativeCausalLM:
+    """The checkpoint in ``folder`` (see ``native_support``) in ``dtype`` on the CPU.
+
+    Raises:
+        ValueError: the weights do not match the architecture (a missing or unexpected
+            tensor, a wrong shape), naming the tensor.
+    """
+    from safetensors.torch import load_file
+
+    cfg = read_config(folder)
+    # built with uninitialised tensors (``Linear.reset_parameters`` does nothing: no random
+    # init to pay for), then every parameter is replaced by the checkpoint's
+    model = NativeCausalLM(cfg)
+    state: dict[str, torch.Tensor] = {}
+    for path in _weight_files(folder):
+        state.update(load_file(str(path)))
+    expected = {name: p for name, p in model.named_parameters()}
+    if getattr(cfg, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+        expected.pop("lm_head.weight", None)
+    missing = sorted(set(expected) - set(state))
+    extra = sorted(k for k in set(state) - set(expected) if not k.endswith("rotary_emb.inv_freq"))
+    if missing or extra:
+        raise ValueError(
+            f"{folder}: weights do not match a {cfg.model_type} model: missing "
+            f"{missing[:3]}, unexpected {extra[:3]}"
+        )
+    for name, p in expected.items():
+        if tuple(state[name].shape) != tuple(p.shape):
+            raise ValueError(
+                f"{folder}: tensor {name} has shape {tuple(state[name].shape)}, the config "
+                f"says {tuple(p.shape)}"
+            )
+    tensors = {k: state[k].to(dtype) for k in expected}
+    model.load_state_dict(tensors, strict=False, assign=True)
+    if getattr(cfg, "tie_word_embeddings", False):
+        model.lm_head.weight = model.model.embed_tokens.weight
+    return model.eval()
+
+
+def load_tokenizer(source: Any, **kwargs: Any) -> Any:
+    """The tokenizer transformers' ``AutoTokenizer`` would load, without loading the model's
+    config (which imports its modelling code): a local folder whose
+    ``tokenizer_config.json`` names its tokenizer class loads that class directly;
+    anything else goes through ``AutoTokenizer``."""
+    folder = Path(str(source))
+    tk = folder / "tokenizer_config.json"
+    if not kwargs and folder.is_dir() and tk.is_file():
+        try:
+            name = json.loads(tk.read_text(encoding="utf-8")).get("tokenizer_class")
+        except (OSError, ValueError):
+            name = None
+        if isinstance(name, str) and name:
+            from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+            cls = tokenizer_class_from_name(name)
+            if cls is None and not name.endswith("Fast"):
+                cls = tokenizer_class_from_name(name + "Fast")
+            if cls is not None:
+                return cls.from_pretrained(folder)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(source, **kwargs)
+
+
+__all__ = [
+    "NATIVE_TYPES",
+    "NativeCache",
+    "NativeCausalLM",
+    "NativeConfig",
+    "load_native",
+    "load_tokenizer",
+    "native_support",
+    "new_cache",
+    "register_attention",
+]

@@ -1,0 +1,162 @@
+"""The native Llama-family forward: transformers' numbers without its modelling import."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from recjudge._util import UserFacingError
+from recjudge.llm import LLMConfig, load_llm
+from recjudge.llm._models import resolve_model_path
+from recjudge.llm._native import (
+    NativeCausalLM,
+    load_native,
+    load_tokenizer,
+    native_support,
+)
+
+TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
+
+
+def _tiny(tmp_path, model_type: str, **extra):
+    """A random transformers model of ``model_type`` saved as safetensors: its folder and
+    the model."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(
+        model_type, vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+        num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
+        **extra,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32).eval()
+    with torch.no_grad():  # norms away from 1 so a misplaced norm weight shows
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.uniform_(0.5, 1.5)
+    folder = tmp_path / model_type
+    model.save_pretrained(folder)
+    return folder, model
+
+
+@pytest.mark.parametrize(
+    ("model_type", "extra"),
+    [
+        ("llama", {"tie_word_embeddings": True}),
+        ("qwen2", {"tie_word_embeddings": False}),  # q/k/v biases
+        ("qwen3", {"tie_word_embeddings": True}),  # per-head q/k norms
+        ("mistral", {"sliding_window": None}),
+    ],
+)
+def test_native_forward_is_transformers_forward(tmp_path, model_type, extra):
+    folder, ref = _tiny(tmp_path, model_type, **extra)
+    assert native_support(folder) is None
+    model = load_native(folder, torch.float32)
+    ids = torch.tensor([[5, 9, 17, 33, 2, 71, 8], [0, 0, 4, 60, 12, 90, 3]])
+    mask = torch.tensor([[1] * 7, [0, 0, 1, 1, 1, 1, 1]])  # left padding
+    with torch.inference_mode():
+        got = model(input_ids=ids, attention_mask=mask).logits
+        want = ref(input_ids=ids, attention_mask=mask).logits
+        real = mask.bool()
+        torch.testing.assert_close(got[real], want[real], atol=1e-4, rtol=1e-4)
+        # a cache, then one more token at the next position
+        cache_out = model(input_ids=ids[:1, :5], use_cache=True)
+        step = model(input_ids=ids[:1, 5:6], past_key_values=cache_out.past_key_values)
+        full = ref(input_ids=ids[:1, :6]).logits[:, -1]
+        torch.testing.assert_close(step.logits[:, -1], full, atol=1e-4, rtol=1e-4)
+
+
+def test_smollm_native_matches_its_transformers_twin(smollm):
+    """The preset loads natively; the transformers twin (for ``generate()`` with processors)
+    shares its weights and gives the same logits in the auto dtype."""
+    assert isinstance(smollm.model, NativeCausalLM)
+    twin = smollm.transformers_model()
+    assert not isinstance(twin, NativeCausalLM)
+    assert twin.lm_head.weight.data_ptr() == smollm.model.lm_head.weight.data_ptr()
+    enc = smollm.tokenizer(["A movie about toys", "Hi"], return_tensors="pt", padding=True)
+    with torch.inference_mode():
+        got = smollm.model(**enc).logits.float()
+        want = twin(**enc).logits.float()
+    real = enc["attention_mask"].bool()
+    tol = TOL[smollm.model.dtype]
+    torch.testing.assert_close(got[real], want[real], atol=tol, rtol=tol)
+
+
+def test_tokenizer_is_the_one_autotokenizer_loads():
+    from transformers import AutoTokenizer
+
+    for preset in ("smollm2-135m",):
+        folder = resolve_model_path(preset)
+        mine, auto = load_tokenizer(folder), AutoTokenizer.from_pretrained(folder)
+        assert type(mine) is type(auto)
+        assert mine.all_special_ids == auto.all_special_ids
+        for text in ["Toy Story (1995)", "<|im_end|> x\n\u00e9\u4e2d", "  spaces\t"]:
+            assert mine(text)["input_ids"] == auto(text)["input_ids"]
+        msgs = [{"role": "user", "content": "hello"}]
+        assert mine.apply_chat_template(msgs, tokenize=False) == auto.apply_chat_template(
+            msgs, tokenize=False
+        )
+
+
+def test_what_does_not_fit_loads_through_transformers(tmp_path):
+    folder, _ = _tiny(tmp_path, "llama")
+    cfg = json.loads((folder / "config.json").read_text())
+    cases = {
+        "gpt2-like": {"model_type": "gpt2"},
+        "llama3 rope": {
+            "rope_parameters": {"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}
+        },  # fmt: skip
+        "quantized": {"quantization_config": {"quant_method": "gptq"}},
+    }
+    for name, change in cases.items():
+        (folder / "config.json").write_text(json.dumps({**cfg, **change}))
+        assert native_support(folder), name
+    assert native_support(tmp_path / "nowhere")
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / "model.safetensors").rename(folder / "weights.bin")
+    assert "safetensors" in native_support(folder)
+
+
+def test_native_insisted_on_where_it_does_not_fit_says_why(tmp_path):
+    folder, _ = _tiny(tmp_path, "llama")
+    cfg = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**cfg, "model_type": "gpt2"}))
+    with pytest.raises(UserFacingError, match="gpt2.*implementation"):
+        load_llm(LLMConfig(model=str(folder), implementation="native"), reuse=False)
+
+
+def test_weights_that_do_not_fit_the_config_are_named(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder, _ = _tiny(tmp_path, "llama")
+    state = load_file(str(folder / "model.safetensors"))
+    gone = state.pop("model.layers.1.mlp.up_proj.weight")
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match="model.layers.1.mlp.up_proj.weight"):
+        load_native(folder, torch.float32)
+    state["model.layers.1.mlp.up_proj.weight"] = gone[:, :10].contiguous()
+    save_file(state, str(folder / "model.safetensors"))
+    with pytest.raises(ValueError, match="up_proj.weight has shape"):
+        load_native(folder, torch.float32)
+
+
+def test_a_cold_judgment_never_imports_transformers_modelling():
+    """The point of the native forward: loading a preset and decoding on the fast engine
+    leave transformers' modelling stack (and torch's compiler) unimported."""
+    code = (
+        "import sys\n"
+        "from recjudge.llm import LLMConfig, load_llm\n"
+        "from recjudge.llm._config import SamplingConfig\n"
+        "llm = load_llm(LLMConfig(model='smollm2-135m', dtype='float32'))\n"
+        "llm.generate(['Name a film:'], sampling=SamplingConfig(max_new_tokens=3))\n"
+        "print([m for m in ('transformers.modeling_utils', 'torch._dynamo',"
+        " 'transformers.models.llama.modeling_llama') if m in sys.modules])\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
+    )
+    assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
