@@ -89,7 +89,9 @@ def _quiet_loading() -> Iterator[None]:
 
 
 class TransformersBackend:
-    """A causal LM from transformers on CPU (or wherever torch puts it).
+    """A causal LM in process on CPU (or wherever torch puts it): recjudge's native forward
+    for the Llama-family checkpoints it covers (``recjudge.llm._native``), transformers'
+    model otherwise (``LLMConfig.implementation``).
 
     Args:
         config: what to load. Presets are converted to a bf16 safetensors cache on first use.

@@ -6,7 +6,8 @@ values are kept once per layer (``PrefixKV``). Each row (a candidate's suffix an
 generated tokens) has a small buffer of its own, with room for the first ``FIRST_ROOM``
 tokens, doubled when an answer runs longer, so nothing is copied per row and nothing grows
 by concatenation per step. A custom attention function
-(registered with transformers' ``AttentionInterface``) computes every layer's attention in
+(registered with transformers' ``AttentionInterface``, or the native forward's registry,
+``recjudge.llm._native``) computes every layer's attention in
 two blocks merged by one softmax:
 
     s_prefix = q K_prefix^T * scale                    (one matmul for all rows of a KV head)
@@ -33,8 +34,8 @@ up to floating-point rounding (matrix kernels choose their blocking by row count
 batch-invariant engine (``recjudge.llm._engine``, ``deterministic=True`` on the judge) is
 bit-exact whatever the batch, at several times the cost.
 
-Supported: decoder-only models whose attention follows transformers' functional
-``AttentionInterface`` with full causal attention (Llama, Qwen2/2.5/3, Mistral without a
+Supported: native models, and decoder-only transformers models whose attention follows its
+functional ``AttentionInterface`` with full causal attention (Llama, Qwen2/2.5/3, Mistral without a
 sliding window, ...). ``supports_fast`` says whether a loaded model qualifies.
 """
 

@@ -17,9 +17,11 @@ so the engines (``recjudge.llm._fast``) run on it unchanged: the same attention 
 (``config._attn_implementation``: ``sdpa``, ``eager`` or a function registered with
 ``register_attention``), ``base_model(...).last_hidden_state``, ``get_output_embeddings()``.
 
-What needs transformers itself (``generate()`` with logits processors, the batch-invariant
-engine's ``DynamicCache``) asks the backend for ``transformers_model()``, which loads the
-transformers twin on first use and makes it share this model's weights.
+The batch-invariant engine (``recjudge.llm._engine``) runs on it too, with ``NativeCache`` in
+place of ``DynamicCache`` (``new_cache``). What needs transformers itself (``generate()`` with
+logits processors, the benchmarks' naive baselines) asks the backend for
+``transformers_model()``, which loads the transformers twin on first use and makes it share
+this model's weights.
 
 Supported (``native_support``): a local folder with ``config.json`` and safetensors weights, of
 model type llama, qwen2, qwen3 or mistral, default RoPE, SiLU MLP, full attention, not
