@@ -71,10 +71,8 @@ def _cold(model: str, user: str, candidate: str, repeats: int, impl: str) -> dic
         proc = subprocess.run([sys.executable, "-c", _PARTS, model, impl], capture_output=True,
                               text=True, check=True)  # fmt: skip
         runs.append(json.loads(proc.stdout.splitlines()[-1]))
-    native = runs[0].pop("native")
-    for r in runs[1:]:
-        r.pop("native")
-    parts: dict[str, Any] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
+    native = runs[0]["native"]  # the same checkpoint and setting in every run
+    parts = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "native"}
     wall = statistics.median(walls)
     # The rest: options, the prompt, the grammar, the prefill and the answer's tokens.
     return {"cli_judgment_s": wall, "cli_judgment_runs_s": walls, **parts, "native": native,

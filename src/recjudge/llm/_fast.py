@@ -679,12 +679,14 @@ def _greedy(scores: torch.Tensor, columns: torch.Tensor | None) -> torch.Tensor:
     return columns[scores[:, columns].argmax(-1)]
 
 
+register_attention(ATTN_NAME, _prefix_attention)  # native models read it from here on
+
+
 def _register(model: Any) -> None:
-    """The engine's attention known to ``model``'s kind: native models read recjudge's
-    registry, transformers models transformers' ``AttentionInterface`` (imported only for
-    them)."""
+    """The engine's attention known to a transformers ``model`` too: transformers'
+    ``AttentionInterface``, imported only for such models (native ones have it since this
+    module's import)."""
     if isinstance(model, NativeCausalLM):
-        register_attention(ATTN_NAME, _prefix_attention)
         return
     from transformers import AttentionInterface
 

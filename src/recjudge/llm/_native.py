@@ -213,6 +213,14 @@ register_attention("sdpa", sdpa_attention)
 register_attention("eager", eager_attention)
 
 
+def _attention_fn(name: str) -> Callable[..., tuple[torch.Tensor, Any]]:
+    """The registered attention ``name``; ``ValueError`` when there is none."""
+    fn = _ATTENTION.get(name)
+    if fn is None:
+        raise ValueError(f"no attention {name!r} registered for native models")
+    return fn
+
+
 def _causal_mask(
     batch: int, q_len: int, kv_len: int, dtype: torch.dtype, device: Any,
     keys: torch.Tensor | None = None,
@@ -261,10 +269,7 @@ class Attention(nn.Module):
         k = (k * cos) + (_rotate_half(k) * sin)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        impl = self.config._attn_implementation
-        fn = _ATTENTION.get(impl)
-        if fn is None:
-            raise ValueError(f"no attention {impl!r} registered for native models")
+        fn = _attention_fn(self.config._attn_implementation)
         out, _ = fn(self, q, k, v, mask, scaling=self.scaling, dropout=0.0)
         return self.o_proj(out.reshape(*h.shape[:-1], -1).contiguous())
 
@@ -411,8 +416,7 @@ class NativeCausalLM(nn.Module):
         return self.lm_head
 
     def set_attn_implementation(self, name: str) -> None:
-        if name not in _ATTENTION:
-            raise ValueError(f"no attention {name!r} registered for native models")
+        _attention_fn(name)  # an unknown name fails here, not at the next forward
         self.config._attn_implementation = name
 
     def forward(
@@ -448,7 +452,7 @@ def load_native(folder: Path, dtype: torch.dtype) -> NativeCausalLM:
     state: dict[str, torch.Tensor] = {}
     for path in _weight_files(folder):
         state.update(load_file(str(path)))
-    expected = {name: p for name, p in model.named_parameters()}
+    expected = dict(model.named_parameters())
     if getattr(cfg, "tie_word_embeddings", False):
         state.pop("lm_head.weight", None)
         expected.pop("lm_head.weight", None)
