@@ -44,9 +44,9 @@ lap("data_load_s")
 from recjudge.llm import LLMConfig, load_llm, resolve_model_path
 from recjudge.llm._native import native_support
 native = impl != "transformers" and native_support(resolve_model_path(model)) is None
-if native:  # the tokenizer's modules only
+import xgrammar  # the grammar engine; it imports transformers' package (not its models)
+if not native:  # transformers' tokenizer, config and modelling modules
     from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
-else:
     from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
     config = AutoConfig.from_pretrained(resolve_model_path(model))
     MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the model's modelling code
@@ -65,6 +65,7 @@ def _cold(model: str, user: str, candidate: str, repeats: int, impl: str) -> dic
     cli = str(Path(sys.executable).with_name("recjudge"))
     judge = [cli, "--implementation", impl, "judge", "--data", "ml-1m", "--user", user]
     judge += ["--candidate", candidate, "--model", model, "--mode", "no-behavior"]
+    _wall(judge)  # untimed: fills what a machine keeps (tokenizer, token table, CF model)
     walls = [_wall(judge) for _ in range(repeats)]
     runs = []
     for _ in range(repeats):
@@ -154,8 +155,8 @@ def bench_latency(
         row("of which: import torch", "torch_import_s"),
         row("of which: load ML-1M (parsed cache)", "data_load_s"),
         row(
-            "of which: import transformers (native: the tokenizer's modules; transformers: "
-            "also the model's config and modelling code)",
+            "of which: import xgrammar (and with it transformers' package; transformers: "
+            "also its tokenizer, config and modelling modules)",
             "transformers_import_s",
         ),
         row("of which: tokenizer and weights", "model_load_s"),

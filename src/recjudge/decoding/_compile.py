@@ -127,7 +127,12 @@ class GrammarCache:
         if got is not None and len(got[1]) == width:
             info, token_bytes = got
         else:
-            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=width,
+            from recjudge.llm._tokenizer import transformers_tokenizer_of
+
+            # xgrammar reads transformers' tokenizer internals: a native tokenizer's twin
+            # (built once per tokenizer and machine: the table is cached below)
+            info = xgr.TokenizerInfo.from_huggingface(transformers_tokenizer_of(tokenizer),
+                                                      vocab_size=width,
                                                       stop_token_ids=stop)  # fmt: skip
             decoded = list(info.decoded_vocab)
             # Special and stop tokens carry no output text (xgrammar decodes them to their

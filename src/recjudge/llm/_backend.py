@@ -100,7 +100,8 @@ class TransformersBackend:
     def __init__(self, config: LLMConfig | None = None) -> None:
         import torch
 
-        from recjudge.llm._native import load_native, load_tokenizer, native_support
+        from recjudge.llm._native import load_native, native_support
+        from recjudge.llm._tokenizer import load_tokenizer
 
         self.config = config or LLMConfig()
         if self.config.num_threads:
@@ -121,13 +122,14 @@ class TransformersBackend:
                 f"model {self.config.model!r} cannot run on the native forward ({why}); use "
                 "implementation 'auto' or 'transformers'"
             )
+        # the tokenizer runs without transformers wherever it can (``_tokenizer``), unless
+        # transformers was asked for
+        tokenizer = load_tokenizer(source, native=impl != "transformers", **kwargs)
         if impl != "transformers" and why is None:
-            tokenizer = load_tokenizer(source)
             model = load_native(Path(source), dtype)
         else:
             from transformers import AutoModelForCausalLM
 
-            tokenizer = load_tokenizer(source, **kwargs)
             with _quiet_loading():  # a per-tensor bar would break into the caller's progress
                 model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
         self._adopt(model, tokenizer, t0)

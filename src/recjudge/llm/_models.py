@@ -260,6 +260,9 @@ def build_cache(preset: ModelPreset) -> Path:
         )
     if gguf.parent == cache_dir() / "gguf":
         gguf.unlink(missing_ok=True)  # the bf16 folder replaces the assembled copy
+    from recjudge.llm._tokenizer import load_tokenizer
+
+    load_tokenizer(final)  # caches the tokenizer: a first judgment need not import transformers
     return final
 
 

@@ -476,38 +476,12 @@ def load_native(folder: Path, dtype: torch.dtype) -> NativeCausalLM:
     return model.eval()
 
 
-def load_tokenizer(source: Any, **kwargs: Any) -> Any:
-    """The tokenizer transformers' ``AutoTokenizer`` would load, without loading the model's
-    config (which imports its modelling code): a local folder whose
-    ``tokenizer_config.json`` names its tokenizer class loads that class directly;
-    anything else goes through ``AutoTokenizer``."""
-    folder = Path(str(source))
-    tk = folder / "tokenizer_config.json"
-    if not kwargs and folder.is_dir() and tk.is_file():
-        try:
-            name = json.loads(tk.read_text(encoding="utf-8")).get("tokenizer_class")
-        except (OSError, ValueError):
-            name = None
-        if isinstance(name, str) and name:
-            from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
-
-            cls = tokenizer_class_from_name(name)
-            if cls is None and not name.endswith("Fast"):
-                cls = tokenizer_class_from_name(name + "Fast")
-            if cls is not None:
-                return cls.from_pretrained(folder)
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(source, **kwargs)
-
-
 __all__ = [
     "NATIVE_TYPES",
     "NativeCache",
     "NativeCausalLM",
     "NativeConfig",
     "load_native",
-    "load_tokenizer",
     "native_support",
     "new_cache",
     "register_attention",

@@ -30,7 +30,6 @@ def build_judge(
     ``cf`` (wrapped as the calibrated item-item signal for ``mode="item-item"``), and the
     simulators' population from ``dataset``. Raises ValueError for a mode that needs a CF
     model without one, pydantic's ValidationError for a bad device."""
-    from recjudge.cf_models import load_model
     from recjudge.llm import LLMConfig, SamplingConfig, load_llm
     from recjudge.reward._judge import JUDGES, SIMULATOR_MODES, Judge, JudgeConfig
     from recjudge.reward._simulators import Population
@@ -57,7 +56,11 @@ def build_judge(
     # ("auto" is left unset, so the command line's root --device, if any, applies)
     placed = {"device": device} if device != "auto" else {}
     llm_config = None if llm is not None else LLMConfig(model=model, **placed)
-    cf_model = load_model(cf) if cf else None
+    cf_model = None
+    if cf:  # (a judge without a CF model never imports the CF models' modules)
+        from recjudge.cf_models import load_model
+
+        cf_model = load_model(cf)
     if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
         from recjudge.cf_models import item_item_for, trained_on
         from recjudge.data import load_dataset
