@@ -98,6 +98,9 @@ def _assert_same(mine, hf) -> None:
                 == hf(text, add_special_tokens=special)["input_ids"]
             ), (text, special)
         assert mine.encode(text) == hf.encode(text)
+        assert mine.encode(text, add_special_tokens=False) == hf.encode(
+            text, add_special_tokens=False
+        )
     assert mine(TEXTS[:3])["input_ids"] == hf(TEXTS[:3])["input_ids"]
     for side in ("left", "right"):
         mine.padding_side = hf.padding_side = side
@@ -203,6 +206,10 @@ def test_setting_a_special_token_reaches_both(tmp_path, smol):
     assert mine.transformers_tokenizer().pad_token == hf.unk_token
     with pytest.raises(ValueError, match="not in this tokenizer's vocabulary"):
         mine.pad_token = "<no such token anywhere>"
+    mine.pad_token_id = hf.pad_token_id = hf.eos_token_id  # by id, as transformers allows
+    assert (mine.pad_token, mine.pad_token_id) == (hf.pad_token, hf.pad_token_id)
+    enc = mine(TEXTS[:2], return_tensors="pt", padding=True)
+    assert enc.to("cpu") is enc and enc.input_ids is enc["input_ids"]
 
 
 def test_chat_templates_run_in_the_sandbox(tmp_path, smol):

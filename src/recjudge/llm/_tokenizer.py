@@ -71,7 +71,11 @@ class Encoded(dict):
             raise AttributeError(name) from None
 
     def to(self, device: Any) -> Encoded:
-        return Encoded({k: v.to(device) if hasattr(v, "to") else v for k, v in self.items()})
+        """Tensors moved to ``device`` in place (as ``BatchEncoding.to``); returns itself."""
+        for k, v in self.items():
+            if hasattr(v, "to"):
+                self[k] = v.to(device)
+        return self
 
 
 def _clean(value: Any) -> Any:
@@ -190,6 +194,12 @@ class NativeTokenizer:
 
     # -- special tokens -----------------------------------------------------------------
     def __setattr__(self, name: str, value: Any) -> None:
+        if name.endswith("_token_id") and name[:-3] in self._attributes:
+            # by id, as transformers allows: the token of that id
+            token = None if value is None else self._tk.id_to_token(int(value))
+            if value is not None and token is None:
+                raise ValueError(f"{name} {value!r} is not an id of this tokenizer")
+            name, value = name[:-3], token
         if name.endswith("_token") and name in self._attributes:
             token = None if value is None else str(value)
             if token is not None and self._tk.token_to_id(token) is None:
@@ -329,9 +339,15 @@ class NativeTokenizer:
             return Encoded({k: v[0] for k, v in out.items()})
         return out
 
-    def encode(self, text: str, add_special_tokens: bool = True, **kwargs: Any) -> list[int]:
-        if kwargs:
-            return self.transformers_tokenizer().encode(text, add_special_tokens, **kwargs)
+    def encode(
+        self, text: str, text_pair: Any = None, add_special_tokens: bool = True, **kwargs: Any
+    ) -> list[int]:
+        """Token ids of ``text`` (transformers' signature; a pair or other options go to
+        ``transformers_tokenizer()``)."""
+        if kwargs or text_pair is not None:
+            return self.transformers_tokenizer().encode(
+                text, text_pair=text_pair, add_special_tokens=add_special_tokens, **kwargs
+            )
         return self(text, add_special_tokens=add_special_tokens)["input_ids"]
 
     def decode(
