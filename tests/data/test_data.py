@@ -317,6 +317,25 @@ def test_dataset_save_load_round_trip(tmp_path, ml100k):
     assert list(back.interactions.event_type.cat.categories) == list(EVENT_TYPES)
 
 
+def test_event_types_read_back_by_value_whatever_the_stored_categories():
+    """A stored column's categories may come in any order, hold values outside
+    EVENT_TYPES or be missing: each row keeps its own value, in EVENT_TYPES' categories."""
+    from recjudge.data._schema import _event_types
+
+    values = ["explicit_negative", None, "implicit_positive", "bogus", "explicit_negative"]
+    for stored in (
+        pd.Series(values, dtype="string"),
+        pd.Series(
+            pd.Categorical(values, categories=["implicit_positive", "bogus", "explicit_negative"])
+        ),  # fmt: skip
+        pd.Series(values, dtype=object),
+    ):
+        got = _event_types(stored)
+        assert list(got.categories) == list(EVENT_TYPES)
+        want = [v if v in EVENT_TYPES else None for v in values]
+        assert [None if pd.isna(x) else x for x in got] == want
+
+
 def test_bookcrossing_from_wheel():
     from recjudge.data import load_dataset
 

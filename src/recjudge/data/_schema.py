@@ -329,9 +329,7 @@ class Dataset:
             meta = json.loads(current.read_text())
             current = path / "interactions.parquet"
             inter = pd.read_parquet(current)
-            inter["event_type"] = pd.Categorical(
-                inter["event_type"].astype(str), categories=list(EVENT_TYPES)
-            )
+            inter["event_type"] = _event_types(inter["event_type"])
             current = path / "items.parquet"
             items = pd.read_parquet(current)
             current = users
@@ -345,6 +343,16 @@ class Dataset:
                 fix="write the folder again (Dataset.save, or the command that made it); for "
                 "a built-in dataset's cache, delete it and it is rebuilt.",
             ) from None
+
+
+def _event_types(col: pd.Series) -> pd.Categorical:
+    """``col`` as the event-type categorical (``EVENT_TYPES`` order; anything else, missing
+    values included, is missing), mapped by its distinct values: converting ML-1M's million
+    rows to strings one by one took ~0.6 s of its ~0.9 s load."""
+    names = list(EVENT_TYPES)
+    codes, uniques = pd.factorize(col)  # missing values get code -1
+    lookup = [names.index(str(u)) if str(u) in names else -1 for u in uniques]
+    return pd.Categorical.from_codes(np.asarray(lookup + [-1], dtype=np.int64)[codes], names)
 
 
 def _id_key(s: str) -> tuple[int, int | str]:
