@@ -212,6 +212,16 @@ def test_setting_a_special_token_reaches_both(tmp_path, smol):
     assert enc.to("cpu") is enc and enc.input_ids is enc["input_ids"]
 
 
+def test_a_chat_template_set_later_is_the_one_rendered(tmp_path, smol):
+    folder = _tokenizer_folder(tmp_path, smol)
+    mine, hf = load_tokenizer(folder), load_transformers_tokenizer(folder)
+    mine.apply_chat_template(MESSAGES, tokenize=False)  # compiles the folder's template
+    mine.chat_template = hf.chat_template = "{% for m in messages %}<{{ m.role }}>{% endfor %}"
+    assert mine.apply_chat_template(MESSAGES, tokenize=False) == hf.apply_chat_template(
+        MESSAGES, tokenize=False
+    )
+
+
 def test_chat_templates_run_in_the_sandbox(tmp_path, smol):
     folder = _tokenizer_folder(tmp_path, smol)
     (folder / "chat_template.jinja").write_text("{{ messages.__class__.__mro__ }}")

@@ -212,8 +212,10 @@ class NativeTokenizer:
                 setattr(self._twin, name, value)
             return
         self.__dict__[name] = value
-        if name == "padding_side" and self._twin is not None:
-            self._twin.padding_side = value
+        if name == "chat_template":  # compiled again on next use
+            self.__dict__["_template"] = None
+        if name in ("padding_side", "chat_template") and self._twin is not None:
+            setattr(self._twin, name, value)
 
     def __getattr__(self, name: str) -> Any:
         """Named special tokens (``eos_token``) and their ids (``eos_token_id``); any other
