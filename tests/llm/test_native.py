@@ -122,6 +122,21 @@ def test_what_does_not_fit_loads_through_transformers(tmp_path):
     assert "safetensors" in native_support(folder)
 
 
+def test_the_tokenizer_follows_the_implementation(tmp_path, monkeypatch):
+    """The native tokenizer by default; transformers' with ``implementation="transformers"``
+    (a like-for-like path that is transformers' throughout)."""
+    from recjudge.llm._tokenizer import NativeTokenizer
+
+    folder, _ = _tiny(tmp_path, "llama")
+    smol = resolve_model_path("smollm2-135m")
+    for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        (folder / name).write_bytes((smol / name).read_bytes())
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path / "cache"))  # its tokenizer's entry
+    for impl, native in (("auto", True), ("transformers", False)):
+        llm = load_llm(LLMConfig(model=str(folder), implementation=impl), reuse=False)
+        assert isinstance(llm.tokenizer, NativeTokenizer) is native, impl
+
+
 def test_native_insisted_on_where_it_does_not_fit_says_why(tmp_path):
     folder, _ = _tiny(tmp_path, "llama")
     cfg = json.loads((folder / "config.json").read_text())

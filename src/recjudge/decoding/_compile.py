@@ -188,21 +188,16 @@ def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None
     tokenizer. The key covers the folder's tokenizer files (size and modification time),
     the tokenizer's length and special ids (tokens added in memory change it), the logits
     width, the stop ids and the xgrammar version."""
-    import os
     from pathlib import Path
 
     import xgrammar as xgr
 
+    from recjudge.llm._tokenizer import file_stamps
+
     folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
     if not str(folder) or not folder.is_dir():
         return None
-    files = []
-    for name in _TOKENIZER_FILES:
-        try:
-            st = os.stat(folder / name)
-        except OSError:
-            continue
-        files.append((name, st.st_size, st.st_mtime_ns))
+    files = file_stamps(folder, _TOKENIZER_FILES)
     if not files:
         return None
     from recjudge._util import stable_hash

@@ -503,19 +503,26 @@ def describe_tokenizer(tok: Any) -> TokenizerSpec | None:
     return TokenizerSpec(tok.backend_tokenizer.to_str(), meta)
 
 
+def file_stamps(folder: Path, names: Iterable[str]) -> list[tuple[str, int, int]]:
+    """``(name, size, mtime_ns)`` of each of ``names`` that exists in ``folder``: what the
+    tokenizer caches key on (an edited or replaced file changes it)."""
+    stamps = []
+    for name in names:
+        try:
+            st = os.stat(folder / name)
+        except OSError:
+            continue
+        stamps.append((name, st.st_size, st.st_mtime_ns))
+    return stamps
+
+
 def tokenizer_key(folder: Path) -> str | None:
     """The cache key of ``folder``'s tokenizer, or None (no tokenizer files)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from recjudge._util import stable_hash
 
-    files = []
-    for name in TOKENIZER_FILES:
-        try:
-            st = os.stat(folder / name)
-        except OSError:
-            continue
-        files.append((name, st.st_size, st.st_mtime_ns))
+    files = file_stamps(folder, TOKENIZER_FILES)
     if not any(name == "tokenizer.json" for name, *_ in files):
         return None
     try:
@@ -601,6 +608,7 @@ __all__ = [
     "NativeTokenizer",
     "TokenizerSpec",
     "describe_tokenizer",
+    "file_stamps",
     "load_tokenizer",
     "load_transformers_tokenizer",
     "tokenizer_key",
