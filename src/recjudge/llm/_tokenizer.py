@@ -400,7 +400,7 @@ class NativeTokenizer:
             if any(m is None or any(f in m for f in _REASONING_FIELDS) for m in messages):
                 messages = None
         template = self._compiled() if messages else None
-        if template is None or not isinstance(self.chat_template, str):
+        if template is None:  # (None too for a template that is not one string)
             return self.transformers_tokenizer().apply_chat_template(
                 conversation, tokenize=tokenize, add_generation_prompt=add_generation_prompt,
                 **kwargs,
