@@ -90,7 +90,7 @@ def test_fm_score_is_rendles_formula_over_the_explicit_feature_vector():
 
     for target in (0, 5, 12, 19):
         fs = feats(target)
-        y = float(net.bias) + sum(w * x for _, w, x in fs)
+        y = float(net.bias.detach()) + sum(w * x for _, w, x in fs)
         y += sum(float(a @ b) * xa * xb for (a, _, xa), (b, _, xb) in itertools.combinations(fs, 2))
         assert scores[target] == pytest.approx(y, rel=1e-4, abs=1e-5)
 

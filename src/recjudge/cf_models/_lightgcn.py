@@ -16,6 +16,7 @@ the items' trained layers and degrees. No score ever uses a training row the req
 from __future__ import annotations
 
 import functools
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -54,7 +55,11 @@ def _csr(edges: np.ndarray, values: np.ndarray, shape: tuple[int, int]):
         shape,
         check_invariants=True,
     )
-    return coo.coalesce().to_sparse_csr()
+    with warnings.catch_warnings():
+        # torch flags every CSR tensor "beta"; LightGCN only multiplies it by dense
+        # matrices (a stable path), so the warning would only alarm users training it
+        warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
+        return coo.coalesce().to_sparse_csr()
 
 
 @functools.cache
