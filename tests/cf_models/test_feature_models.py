@@ -170,6 +170,22 @@ def test_lightgcn_ranks_the_users_block_first():
         assert all(int(i[1:]) in block for i in m.recommend(hist, k=3))
 
 
+def test_lightgcn_builds_its_graph_without_warnings():
+    """torch warns once per process that CSR tensors are beta; LightGCN's graph must not pass
+    that on to its users (a fresh interpreter, so the warning is not already spent; ``-W
+    error`` turns any warning into a failure)."""
+    import subprocess
+    import sys
+
+    code = ("import numpy as np\n"
+            "from recjudge.cf_models._lightgcn import _csr\n"
+            "a = _csr(np.array([[0, 1, 1], [1, 0, 2]]), np.ones(3), (2, 3))\n"
+            "assert a.layout.__repr__() == 'torch.sparse_csr'\n")  # fmt: skip
+    done = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
 # -- NRMS ----------------------------------------------------------------------------------
 def title_world(seed: int = 0):
     """Titles carry the taste: users read only 'alpha' titles or only 'omega' titles."""
