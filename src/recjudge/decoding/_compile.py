@@ -175,9 +175,6 @@ GRAMMARS = GrammarCache()
 
 #: bump when what a cached token table holds changes
 TABLE_VERSION = 1
-#: the files a local tokenizer folder may read its vocabulary and special tokens from
-_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                    "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")  # fmt: skip
 
 
 def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None:
@@ -192,12 +189,12 @@ def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None
 
     import xgrammar as xgr
 
-    from recjudge.llm._tokenizer import file_stamps
+    from recjudge.llm._tokenizer import VOCAB_FILES, file_stamps
 
     folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
     if not str(folder) or not folder.is_dir():
         return None
-    files = file_stamps(folder, _TOKENIZER_FILES)
+    files = file_stamps(folder, VOCAB_FILES)
     if not files:
         return None
     from recjudge._util import stable_hash

@@ -37,10 +37,12 @@ from typing import Any
 
 #: bump when what a cached tokenizer holds changes
 TOKENIZER_CACHE_VERSION = 1
+#: the files a tokenizer folder reads its vocabulary and special tokens from (what xgrammar's
+#: token table is keyed on: a chat template does not change it)
+VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+               "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model")  # fmt: skip
 #: the files a tokenizer folder may read its tokenizer from (the cache key covers them)
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                   "added_tokens.json", "vocab.json", "merges.txt", "tokenizer.model",
-                   "chat_template.jinja", "chat_template.json")  # fmt: skip
+TOKENIZER_FILES = (*VOCAB_FILES, "chat_template.jinja", "chat_template.json")
 #: ``TokenizersBackend`` methods ``NativeTokenizer`` reproduces: a class that overrides one of
 #: them does something of its own in Python, and is left to transformers
 _MIRRORED = ("__call__", "_encode_plus", "encode", "decode", "_decode", "batch_decode",
@@ -607,6 +609,7 @@ __all__ = [
     "Encoded",
     "NativeTokenizer",
     "TokenizerSpec",
+    "VOCAB_FILES",
     "describe_tokenizer",
     "file_stamps",
     "load_tokenizer",
