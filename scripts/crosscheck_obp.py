@@ -66,7 +66,7 @@ def main() -> None:
     for _ in range(12):
         prob = problem(g)
         lists = as_lists(prob)
-        for metric in (f"precision@{prob['k']}", f"ndcg@{prob['k']}", f"dcg@{prob['k']}"):
+        for metric in (f"precision@{prob['k']}", f"ndcg_fixed@{prob['k']}", f"dcg@{prob['k']}"):
             arrays = to_obp(lists, metric)
             theirs = {}
             for name, est in OBP.items():

@@ -61,7 +61,13 @@ class UserFacingError(Exception):
     line (exit 2), never as a traceback. Mixed into the specific error classes."""
 
 
-class CacheDirError(UserFacingError, ValueError):
+class RunFault(UserFacingError):
+    """A fault of the whole run, not of one item (missing model packages, a model that does
+    not load, a device that is not there, an unreachable server, damaged weights): a batch
+    job ends with it, one line and a non-zero exit, instead of recording it per item."""
+
+
+class CacheDirError(RunFault, ValueError):
     """``$RECJUDGE_CACHE`` (or ``~/.cache/recjudge``) cannot be used as a folder."""
 
 

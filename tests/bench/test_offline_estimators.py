@@ -19,7 +19,7 @@ from recjudge.bench._offline_estimators import (
 )
 from recjudge.evaluators._estimators import ListLabels, estimate
 
-METRICS = ("precision@5", "ndcg@5", "dcg@3")
+METRICS = ("precision@5", "ndcg_fixed@5", "dcg@3")
 
 
 def _world(seed: int = 0, users: int = 40):
@@ -82,8 +82,9 @@ def test_a_perfect_judge_makes_ppi_beat_the_gold_sample_alone():
     # so on the same gold draws its error and width are below the gold sample's alone.
     w, _ = _world()
     w.imputers["perfect"] = (w.relevant.copy(), w.relevant.copy())
-    res = gold_experiment(w, "perfect", ["precision@5", "ndcg@5"], [30], draws=5, seed=0)["30"]
-    for m in ("precision@5", "ndcg@5"):
+    metrics = ["precision@5", "ndcg_fixed@5"]
+    res = gold_experiment(w, "perfect", metrics, [30], draws=5, seed=0)["30"]
+    for m in ("precision@5", "ndcg_fixed@5"):
         ppi, alone = res["ppi++"][m], res["gold only"][m]
         assert ppi["abs_error"] < alone["abs_error"]
         assert ppi["ci_width"] < alone["ci_width"]

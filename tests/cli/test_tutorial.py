@@ -40,8 +40,31 @@ def test_tutorial(tmp_path, ml100k):
     for m in ("als", "pop"):
         rj("cf", "train", m, "--data", "data/split/past", "--out", f"runs/{m}", cwd=t)
         rj("cf", "recommend", f"runs/{m}", "--k", "10", "--out", f"runs/{m}.jsonl", cwd=t)
-    judge = ["--model", "smollm2-135m", "--cf", "runs/als", "--max-history", "5"]
     runs = "als=runs/als.jsonl,pop=runs/pop.jsonl"
+    # the judge's sigma from runs/als, one of the compared systems: refused before any store
+    refused = run_checked(
+        "impute",
+        "--data",
+        "data/split/past",
+        "--feedback",
+        "data/split/future",
+        "--runs",
+        runs,
+        "--k",
+        "2",
+        "--users",
+        "2",
+        "--cf",
+        "runs/als",
+        "--out",
+        "imputed",
+        cwd=t,
+        check=False,
+    )
+    assert refused.code != 0 and "CF signal is the evaluated system 'als'" in refused.stderr
+    assert "--allow-circular" in refused.stderr and not (t / "imputed").exists()
+    rj("cf", "train", "itemknn", "--data", "data/split/past", "--out", "runs/judge-cf", cwd=t)
+    judge = ["--model", "smollm2-135m", "--cf", "runs/judge-cf", "--max-history", "5"]
     r = rj("impute", "--data", "data/split/past", "--feedback", "data/split/future",
            "--runs", runs, "--k", "2", "--users", "2", "--min-rating", "4", *judge,
            "--judge-logged", "--out", "imputed", "--json", cwd=t)  # fmt: skip
@@ -68,14 +91,16 @@ def test_tutorial(tmp_path, ml100k):
     # The obp export: obp's DM on it is the mean of the reward model's action-0 column.
     index = json.loads((t / "obp/index.json").read_text())
     assert {(x["run"], x["metric"]) for x in index} == {
-        (s, m) for s in ("als", "pop") for m in ("precision@2", "ndcg@2")}  # fmt: skip
+        (s, m) for s in ("als", "pop") for m in ("precision@2", "ndcg_fixed@2")}  # fmt: skip
     import numpy as np
 
     for x in index:
         with np.load(t / "obp" / x["file"], allow_pickle=False) as z:
             dm = z["estimated_rewards_by_reg_model"][:, 0, 0].mean()
         assert dm == pytest.approx(est["systems"][x["run"]][x["metric"]]["dm"]["value"])
+    assert {x["metric"] for x in index} >= {"ndcg_fixed@2"}  # not ranx's ndcg@2
     assert "power law" in est["propensity"] and est["calibration"] and est["gold"] == "none"
+    assert est["propensity_fit"]["exponent"] >= 0 and est["lead"]["estimator"] != "imputed"
     for system in ("als", "pop"):
         e = est["systems"][system]["precision@2"]
         for kind in ("logged", "imputed"):

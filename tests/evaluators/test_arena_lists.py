@@ -58,7 +58,7 @@ def test_records_give_the_arena_q_per_scorer():
 
 
 def test_config_refuses_a_sigma_source_that_is_a_contestant():
-    with pytest.raises(ValueError, match="sigma_from 'itemknn' is one of the compared"):
+    with pytest.raises(ValueError, match=r"CF signal is the evaluated system 'itemknn' \(sigma_"):
         ArenaListConfig(systems=("pop", "itemknn"))
     with pytest.raises(ValueError, match="did you mean"):
         ArenaListConfig(systems=("pop", "als"), reference="alss")

@@ -39,7 +39,7 @@ def test_dm_ips_snips_dr_equal_obps_on_the_same_inputs(n):
 
 def test_the_reference_holds_short_lists_and_every_linear_metric():
     cases = REFERENCE["cases"]
-    assert {c["metric"].partition("@")[0] for c in cases} == {"precision", "ndcg", "dcg"}
+    assert {c["metric"].partition("@")[0] for c in cases} == {"precision", "ndcg_fixed", "dcg"}
     assert any(len(x["observed"]) < c["k"] for c in cases for x in c["lists"].values())
 
 
@@ -59,7 +59,7 @@ def test_unjudged_slots_and_nonlinear_metrics_are_refused():
     x = ListLabels(*(np.array(v, dtype=float) for v in ([1, 0], [1, 0], [0.5, np.nan],
                                                          [1, 0], [0.5, 0.5])))  # fmt: skip
     with pytest.raises(ValueError, match="judge-logged"):
-        to_obp({"u": x}, "ndcg@2")
+        to_obp({"u": x}, "ndcg_fixed@2")
     with pytest.raises(ValueError, match="sums of labels"):
         to_obp({"u": x}, "mrr@2")
 
@@ -72,9 +72,9 @@ def test_export_writes_pickle_free_archives_named_safely(tmp_path):
     props = Propensities("uniform", "0.5 everywhere", {}, default=0.5)
     judged = {(u, i): (0.4, False) for u in ("u1", "u2") for i in "abc"}
     files = export_obp([Run()], {"u1": {"a": 1}}, judged, props, ["u1", "u2"],
-                       ["ndcg@2", "mrr@2"], tmp_path / "obp")  # fmt: skip
+                       ["ndcg_fixed@2", "mrr@2"], tmp_path / "obp")  # fmt: skip
     assert [f.parent for f in files] == [tmp_path / "obp"]  # the name cannot climb out
     with np.load(files[0], allow_pickle=False) as z:
         assert z["action"].tolist() == [0, 1, 1, 1]
     index = json.loads((tmp_path / "obp" / "index.json").read_text())
-    assert index[0]["run"] == "../we ird/run" and index[0]["metric"] == "ndcg@2"
+    assert index[0]["run"] == "../we ird/run" and index[0]["metric"] == "ndcg_fixed@2"

@@ -126,8 +126,10 @@ def test_logged_qrels_and_pairs_to_impute():
     assert logged_qrels(fb, min_rating=5)["u1"]["b"] == 0
     runs = [_run("r1", {"u1": ["a", "x", "y"], "u3": ["x"]}),
             _run("r2", {"u1": ["y", "c", "z"], "u2": ["q"]})]  # fmt: skip
-    users = evaluation_users(runs, q)
-    assert sorted(users) == ["u1", "u2"]  # u3: no logged positive
+    # every listed user (chosen without looking at labels), or the old rule's: u3 has no
+    # logged positive
+    assert sorted(evaluation_users(runs, q)) == ["u1", "u2", "u3"]
+    assert sorted(evaluation_users(runs, q, rule="logged-positive")) == ["u1", "u2"]
     pairs = pairs_to_impute(runs, q, ["u1", "u2"], k=3)
     # each unlabelled pair once (y is in both runs), logged a and c are not judged again
     assert pairs == [("u1", "x"), ("u1", "y"), ("u1", "z"), ("u2", "q")]

@@ -58,7 +58,7 @@ class EstimatorCheckConfig(OfflineConfig):
 
     Attributes:
         simulated_logs: logs drawn (each its own observation draw over every listed pair).
-        metrics: linear metrics (``precision``, ``dcg``, ``ndcg`` @k, k <= 20).
+        metrics: linear metrics (``precision``, ``dcg``, ``ndcg_fixed`` @k, k <= 20).
         propensity_exponent: ``gamma`` of the estimated power-law propensities.
         clip: propensity floor (true and estimated).
         gold_sizes: gold-sample sizes of the PPI experiment.
@@ -71,7 +71,7 @@ class EstimatorCheckConfig(OfflineConfig):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     simulated_logs: int = Field(200, ge=2)
-    metrics: tuple[str, ...] = ("precision@10", "ndcg@10", "precision@20", "ndcg@20")
+    metrics: tuple[str, ...] = ("precision@10", "ndcg_fixed@10", "precision@20", "ndcg_fixed@20")
     propensity_exponent: float = Field(0.5, ge=0)
     clip: float = Field(0.01, gt=0, le=1)
     gold_sizes: tuple[int, ...] = (100, 300, 1000)

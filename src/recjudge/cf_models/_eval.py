@@ -316,6 +316,43 @@ def eval_saved(
             "test_history": "train+valid" if include_valid else "train", **res}  # fmt: skip
 
 
+def top_k_lists(
+    model: Any, dataset: Dataset, k: int, users: Sequence[str] | None = None
+) -> dict[str, list[str]]:
+    """Each user's top-k items under ``model`` from their history in ``dataset``, seen items
+    excluded (best first; ties keep the model's item order)."""
+    hist = _histories(dataset.interactions)
+    users = list(users) if users is not None else list(hist)
+    out: dict[str, list[str]] = {}
+    for b in range(0, len(users), 256):
+        bu = users[b : b + 256]
+        scores = model.score_many([hist.get(u, []) for u in bu], bu).astype(np.float64)
+        for row, u in enumerate(bu):
+            s = scores[row]
+            s[model.encode(hist.get(u, []))] = -np.inf
+            out[u] = [model.items[i] for i in np.argsort(-s, kind="stable")[:k]]
+    return out
+
+
+def model_fingerprint(path: str | Path) -> str:
+    """A saved CF model's identity: sha256 over its ``model.json`` and ``model.safetensors``
+    (the same bytes give the same fingerprint, wherever the folder is)."""
+    import hashlib
+
+    from recjudge._util import sha256_file
+
+    path = Path(path)
+    h = hashlib.sha256()
+    for name in ("model.json", "model.safetensors"):
+        h.update(sha256_file(path / name).encode())
+    return h.hexdigest()
+
+
+def provenance_path(run: str | Path) -> Path:
+    """Where a run file's provenance record lives: ``RUN.provenance.json`` beside it."""
+    return Path(f"{run}.provenance.json")
+
+
 def recommend_saved(
     path: str | Path,
     dataset: Dataset,
@@ -323,26 +360,24 @@ def recommend_saved(
     out: str | Path = "",
     users: Sequence[str] | None = None,
 ) -> Path:
-    """Top-k lists (``user_id, rank, item_id`` JSONL) for each user, excluding seen items."""
+    """Top-k lists (``user_id, rank, item_id`` JSONL) for each user, excluding seen items, and
+    ``OUT.provenance.json`` saying which model wrote them (its folder, name and
+    ``model_fingerprint``), so that a judge whose sigma comes from the same model is caught
+    when the run is evaluated (``evaluators.circular_systems``)."""
     model = load_model(path)
-    hist = _histories(dataset.interactions)
-    users = list(users) if users is not None else list(hist)
-    rows = []
-    for b in range(0, len(users), 256):
-        bu = users[b : b + 256]
-        scores = model.score_many([hist.get(u, []) for u in bu], bu).astype(np.float64)
-        for row, u in enumerate(bu):
-            s = scores[row]
-            s[model.encode(hist.get(u, []))] = -np.inf
-            top = np.argsort(-s, kind="stable")[:k]
-            rows.extend(
-                {"user_id": u, "rank": r + 1, "item_id": model.items[i]} for r, i in enumerate(top)
-            )
+    lists = top_k_lists(model, dataset, k, users)
+    rows = [{"user_id": u, "rank": r + 1, "item_id": i}
+            for u, top in lists.items() for r, i in enumerate(top)]  # fmt: skip
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp")
     tmp.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows))
     tmp.replace(out)
+    atomic_write_json(provenance_path(out), {
+        "written_by": "recjudge cf recommend", "model": model.name,
+        "model_folder": str(Path(path).resolve()), "model_fingerprint": model_fingerprint(path),
+        "dataset": dataset.name, "k": k,
+    })  # fmt: skip
     return out
 
 

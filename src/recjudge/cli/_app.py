@@ -306,7 +306,7 @@ def data_split(
 #: an unknown name import them all
 COMMANDS: dict[str, tuple[str, ...]] = {
     "models": (), "data": (), "judge": ("_judge",), "demo": ("_demo",), "serve": ("_serve",),
-    "impute": ("_jobs",), "evaluate": ("_jobs",), "augment": ("_jobs",),
+    "impute": ("_jobs",), "evaluate": ("_jobs",), "augment": ("_jobs",), "gold": ("_jobs",),
     "calibrate": ("_offline",), "audit": ("_offline",), "cf": ("_cf",), "store": ("_store",),
     "arena": ("_arena",), "gist": ("_gist",), "usersum": ("_usersum",),
     "run": ("_run",), "evaluators": ("_run",), "jobs": ("_run",), "bench": ("_bench", "_run"),

@@ -38,13 +38,24 @@ def run_job(name: str, job: BaseModel, as_json: bool) -> None:
 def _register() -> None:
     from recjudge.evaluators import JOBS
 
+    groups: dict[str, typer.Typer] = {}
     for name, spec in JOBS.items():
 
         def body(job: Any, as_json: bool, name: str = name) -> None:
             run_job(name, job, as_json)
 
         json_flag = flag("as_json", "--json", "Print the results as JSON.")
-        app.command(name)(command_from_config(spec.config, body, spec.summary, name, [json_flag]))
+        words = spec.command or (name,)
+        command = command_from_config(spec.config, body, spec.summary, name, [json_flag])
+        if len(words) == 1:
+            app.command(words[0])(command)
+            continue
+        group = groups.get(words[0])
+        if group is None:
+            group = groups[words[0]] = typer.Typer(help=f"recjudge {words[0]} ...",
+                                                    no_args_is_help=True)  # fmt: skip
+            app.add_typer(group, name=words[0])
+        group.command(words[1])(command)
 
 
 _register()

@@ -97,9 +97,14 @@ class ArenaListConfig(BaseModel):
         check_systems(names, self.reference)
         if self.sigma_from in names:
             others = [m for m in ("itemknn", "als", "bpr", "sasrec") if m not in names]
+            from recjudge.evaluators._circular import circular_message
+
             raise ValueError(
-                f"sigma_from {self.sigma_from!r} is one of the compared systems: BRIEF's CF "
-                f"signal would be a contestant; pick another CF model ({', '.join(others)})"
+                circular_message(
+                    self.sigma_from,
+                    "sigma_from names a compared system",
+                    f"another CF model as sigma_from ({', '.join(others)})",
+                )
             )
         MODELS.get(self.sigma_from)  # a "did you mean" KeyError for an unknown model
         return self

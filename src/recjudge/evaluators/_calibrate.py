@@ -126,12 +126,24 @@ def read_labels(path: str | Path) -> dict[tuple[str, str], int]:
             raise DataError(f"no {col} column; found {list(df.columns)}.", source=str(path),
                             field=col, fix=fix)  # fmt: skip
     for r, v in enumerate(df["label"].tolist(), 1):
-        if str(v).strip() not in ("0", "1", "0.0", "1.0", "True", "False", "true", "false"):
+        text = str(v).strip()
+        if text in ("", "nan", "None", "<NA>"):
+            raise DataError("this row has no label yet.", source=str(path), row=r,
+                            field="label", fix="label every row 0 or 1 (a row left out "
+                            "changes what the sample represents)")  # fmt: skip
+        if text not in ("0", "1", "0.0", "1.0", "True", "False", "true", "false"):
             raise DataError(f"label {v!r} is not 0 or 1.", source=str(path), row=r,
                             field="label", fix=fix)  # fmt: skip
+    keys = list(zip(df["user_id"].astype(str), df["item_id"].astype(str), strict=True))
+    seen: dict[tuple[str, str], int] = {}
+    for r, key in enumerate(keys, 1):
+        if key in seen:
+            raise DataError(f"pair {key} is labelled twice (rows {seen[key]} and {r}); which "
+                            "label holds is ambiguous.", source=str(path), row=r,
+                            fix="keep one row per (user_id, item_id)")  # fmt: skip
+        seen[key] = r
     labels = df["label"].map(lambda v: int(str(v).strip() in ("1", "1.0", "True", "true")))
-    return dict(zip(zip(df["user_id"].astype(str), df["item_id"].astype(str), strict=True),
-                    labels.astype(int), strict=True))  # fmt: skip
+    return dict(zip(keys, labels.astype(int), strict=True))
 
 
 def judge_settings(summary: Mapping[str, Any]) -> dict[str, Any]:

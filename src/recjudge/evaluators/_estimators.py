@@ -12,9 +12,12 @@ Position-weighted metrics are linear in the labels, ``M_u = sum_r w_r Y_r``:
 
 - ``precision@k``: ``w_r = 1 / k``;
 - ``dcg@k``: ``w_r = 1 / log2(r + 1)``;
-- ``ndcg@k``: the DCG weights over the DCG of k relevant items,
+- ``ndcg_fixed@k``: the DCG weights over the DCG of k relevant items,
   ``w_r = (1 / log2(r + 1)) / sum_{s <= k} 1 / log2(s + 1)`` (a fixed normaliser: the usual
   ideal DCG depends on the unknown number of relevant items, which no estimator here sees).
+  It is not ranx's ``ndcg@k`` (ideal DCG of the user's own relevant items), so it has its own
+  name everywhere: ``evaluate --metrics ndcg@10`` reports ranx's ``ndcg@10`` and the
+  estimators' ``ndcg_fixed@10``.
 
 Estimators of ``M_u`` (``sum_r`` over the list):
 
@@ -51,7 +54,7 @@ import numpy as np
 from recjudge._stats import bootstrap_ci
 
 ESTIMATORS = ("logged", "imputed", "dm", "ips", "snips", "dr")
-LINEAR = ("precision", "dcg", "ndcg")
+LINEAR = ("precision", "dcg", "ndcg_fixed")
 NONLINEAR = ("hit", "mrr")
 
 
@@ -64,7 +67,7 @@ def metric_weights(metric: str, k: int) -> np.ndarray:
     gain = discount(k)
     if metric == "dcg":
         return gain
-    if metric == "ndcg":
+    if metric == "ndcg_fixed":
         return gain / gain.sum()
     raise ValueError(f"{metric!r} is not a linear metric; use one of {', '.join(LINEAR)}")
 
@@ -79,7 +82,7 @@ def parse_metric(name: str) -> tuple[str, int]:
     if base not in LINEAR + NONLINEAR or not cut.isdigit() or int(cut) < 1:
         raise ValueError(
             f"unknown estimator metric {name!r}; use NAME@K with NAME one of "
-            f"{', '.join(LINEAR + NONLINEAR)} (e.g. ndcg@10)"
+            f"{', '.join(LINEAR + NONLINEAR)} (e.g. ndcg_fixed@10)"
         )
     return base, int(cut)
 
@@ -301,12 +304,13 @@ class Propensities:
     """Observation propensities and how they were obtained (for the report header).
 
     Attributes:
-        model: ``file``, ``powerlaw`` or ``uniform``.
+        model: ``file``, ``powerlaw``, ``fit`` or ``empirical``.
         describe: one line for the report header.
         per_item / per_pair: theta by item, and by (user, item) (a pair wins over its item).
         default: theta of an item neither table holds (None: such an item is an error).
         clip: the floor theta is clipped to.
         source: the file they came from (named in errors).
+        fit: for ``fit``, the fitted parameters and the fit per popularity quintile.
     """
 
     model: str
@@ -316,6 +320,7 @@ class Propensities:
     default: float | None = None
     clip: float = 0.01
     source: str = ""
+    fit: Mapping[str, Any] | None = None
 
     def of(self, user: str, item: str) -> tuple[float, bool]:
         """(theta clipped to ``[clip, 1]``, whether clipping raised it).
@@ -404,6 +409,16 @@ def read_propensities(path: str | Path, clip: float = 0.01) -> Propensities:
             fix=fix,
         )
     items = df["item_id"].astype(str)
+    keys = (df["user_id"].astype(str) + "\t" + items) if "user_id" in df.columns else items
+    dup = keys.duplicated(keep="first")
+    if dup.any():
+        r = int(np.flatnonzero(dup.to_numpy())[0])
+        raise DataError(
+            f"{'pair' if 'user_id' in df.columns else 'item'} {keys.iloc[r]!r} is given "
+            f"twice ({int(dup.sum())} repeated row(s)); which propensity holds is ambiguous.",
+            source=str(path), row=r + 1, field="item_id",
+            fix="keep one row per item (or per user_id,item_id)",
+        )  # fmt: skip
     if "user_id" in df.columns:
         pairs = dict(zip(zip(df["user_id"].astype(str), items, strict=True),
                          theta.astype(float), strict=True))  # fmt: skip
@@ -740,27 +755,119 @@ def ppi_metric(
     return ppi_mean(y, yhat, yu, lam=lam)
 
 
-# ranx's metric names (``evaluate --metrics``) -> the estimators' (whose ndcg has a fixed
-# normaliser: see the module docstring).
-RANX_NAMES = {"precision": "precision", "ndcg": "ndcg", "mrr": "mrr", "hit_rate": "hit"}
+# ranx's metric names (``evaluate --metrics``) -> the estimators' (whose nDCG has a fixed
+# normaliser, hence its own name: see the module docstring). Others (recall, map, ...) have no
+# estimator: ``evaluate`` refuses them with --estimators instead of computing another metric.
+RANX_NAMES = {"precision": "precision", "ndcg": "ndcg_fixed", "mrr": "mrr", "hit_rate": "hit"}
 
 
 def propensities_from(
-    spec: str, logged: Mapping[str, Mapping[str, int]], clip: float
+    spec: str,
+    logged: Mapping[str, Mapping[str, int]],
+    clip: float,
+    popularity: Mapping[str, int] | None = None,
 ) -> Propensities:
-    """``powerlaw:EXP`` (estimated from ``logged``) or a propensity file's path.
+    """``fit`` (``fit_propensities``: a power law of ``popularity`` fitted to ``logged``),
+    ``powerlaw:EXP`` (a fixed exponent of the logged counts) or a propensity file's path.
 
     Raises:
-        ValueError / DataError: a malformed ``powerlaw:`` spec, or a bad file.
+        ValueError / DataError: a malformed ``powerlaw:`` spec (an exponent that is not a
+            finite number in [0, 10]), or a bad file.
     """
     kind, _, arg = spec.partition(":")
+    if kind == "fit" and not arg:
+        return fit_propensities(logged, popularity, clip)
     if kind != "powerlaw":
         return read_propensities(spec, clip)
+    fix = "write powerlaw:EXP with 0 <= EXP <= 10 (e.g. powerlaw:0.5), or --propensities fit"
     try:
         exponent = float(arg or 0.5)
     except ValueError:
-        raise ValueError(f"--propensities {spec}: write powerlaw:EXP, e.g. powerlaw:0.5") from None
+        raise ValueError(f"--propensities {spec}: {fix}") from None
+    if not (math.isfinite(exponent) and 0.0 <= exponent <= 10.0):
+        raise ValueError(f"--propensities {spec}: the exponent {exponent:g} is not a finite "
+                         f"number in [0, 10]; {fix}")  # fmt: skip
     return logged_propensities(logged, exponent, clip)
+
+
+def fit_propensities(
+    logged: Mapping[str, Mapping[str, int]],
+    popularity: Mapping[str, int] | None,
+    clip: float = 0.01,
+) -> Propensities:
+    """Item propensities fitted to the log by maximum likelihood.
+
+    The log says, for each of the ``U`` evaluation users and each item ``i``, whether the
+    pair was observed (``n_i`` users hold a logged label for ``i``). Model: ``O_ui ~
+    Bernoulli(theta_i)``, ``theta_i = min(1, c * (m_i + 1)^a)`` with ``m_i`` the item's count
+    in the training data (``popularity``, which ``impute`` records; it does not look at the
+    held-out labels), after Yang et al. (RecSys 2018), whose exposure is a power law of
+    popularity; ``(c, a)`` maximise ``sum_i n_i log theta_i + (U - n_i) log(1 - theta_i)``
+    over every item of the training data and the log (L-BFGS-B, ``a`` in [0, 5]). The fit is
+    reported per popularity quintile (observed vs predicted observation rate), beside the
+    fixed exponent 0.5's likelihood.
+
+    Without ``popularity`` the covariate is the logged count itself, for which the maximum is
+    the empirical rate ``theta_i = n_i / U`` (exponent 1), used as it is.
+    """
+    from scipy.optimize import minimize
+
+    users = max(len(logged), 1)
+    counts: dict[str, int] = {}
+    for labels in logged.values():
+        for i in labels:
+            counts[i] = counts.get(i, 0) + 1
+    if not counts:
+        raise ValueError("fitted propensities need a log with at least one observation")
+    if not popularity:
+        per_item = {i: n / users for i, n in counts.items()}
+        return Propensities(
+            "empirical",
+            f"empirical observation rate per item, theta_i = n_i / U (U = {users}; no "
+            f"training popularity recorded: rerun impute to fit a power law); clipped at "
+            f"{clip:g}",
+            per_item, default=1.0 / users, clip=clip,
+        )  # fmt: skip
+    items = sorted(set(popularity) | set(counts))
+    x = np.log1p(np.array([max(int(popularity.get(i, 0)), 0) for i in items], dtype=float))
+    n = np.array([counts.get(i, 0) for i in items], dtype=float)
+    eps = 1e-12
+
+    def nll(params: np.ndarray) -> float:
+        th = np.clip(np.exp(params[0] + params[1] * x), eps, 1 - 1e-9)
+        return float(-(n * np.log(th) + (users - n) * np.log1p(-th)).sum())
+
+    def at(a: float) -> float:  # log c matching the observed total at exponent a
+        return float(np.log(n.sum() / users) - np.log(np.exp(a * x).sum()))
+
+    best = minimize(nll, np.array([at(0.5), 0.5]), method="L-BFGS-B",
+                    bounds=[(None, 0.0), (0.0, 5.0)])  # fmt: skip
+    log_c, a = (float(v) for v in best.x)
+    theta = np.minimum(1.0, np.exp(log_c + a * x))
+    order = np.argsort(x, kind="stable")
+    quintiles = []
+    for part in np.array_split(order, 5):
+        if len(part):
+            quintiles.append({
+                "items": int(len(part)),
+                "popularity": [int(np.expm1(x[part]).min().round()),
+                               int(np.expm1(x[part]).max().round())],
+                "observed_rate": float(n[part].sum() / (users * len(part))),
+                "predicted_rate": float(theta[part].mean()),
+            })  # fmt: skip
+    fit = {"exponent": a, "c": math.exp(log_c), "users": users, "items": len(items),
+           "log_likelihood": -nll(best.x),
+           "log_likelihood_exponent_0.5": -nll(np.array([at(0.5), 0.5])),
+           "quintiles": quintiles}  # fmt: skip
+    unseen = float(min(1.0, math.exp(log_c)))  # an item with no training count
+    return Propensities(
+        "fit",
+        f"power law of training popularity fitted to the log (Bernoulli ML, Yang et al. "
+        f"2018): theta_i = c (m_i + 1)^a, a = {a:.3f}, c = {math.exp(log_c):.3g} "
+        f"({users} users, {len(items)} items; log-likelihood {fit['log_likelihood']:.1f} vs "
+        f"{fit['log_likelihood_exponent_0.5']:.1f} at a = 0.5); clipped at {clip:g}",
+        dict(zip(items, theta.tolist(), strict=True)), default=unseen, clip=clip, fit=fit,
+    )  # fmt: skip
 
 
 def estimate_evaluation(
@@ -773,13 +880,32 @@ def estimate_evaluation(
     estimators: Sequence[str],
     *,
     calibrated: bool = False,
-    gold: Mapping[tuple[str, str], int] | None = None,
+    gold: Any = None,
     gold_name: str = "",
+    ppi_intervals: str = "auto",
 ) -> dict[str, Any]:
-    """``estimate_runs`` with what the report header names (calibration, gold sample) and,
-    given a gold sample, a ``ppi`` estimate of each linear metric per run (an undefined one
-    says why in its note)."""
+    """``estimate_runs`` with what the report header names (calibration, gold sample, the
+    propensity fit, the share of inverse-propensity weight on clipped pairs) and, given a gold
+    sample (a ``GoldSample``, or ``{(user, item): label}`` taken as uniform), a ``ppi``
+    estimate of each linear metric per run (``ppi_run``; an undefined one says why in its
+    note). An estimate outside the metric's range is flagged in its note."""
+    from recjudge.evaluators._gold import GoldSample, listed_pairs
+
     got = estimate_runs(runs, logged, judged, propensities, users, metrics, estimators)
+    got["propensity_fit"] = dict(propensities.fit) if propensities.fit else None
+    got["clipped_weight_share"] = clipped_weight_share(
+        runs, logged, propensities, users, max(parse_metric(m)[1] for m in metrics)
+    )
+    for by_metric in got["systems"].values():
+        for m, by_est in by_metric.items():
+            top = metric_range(m)
+            for e in by_est.values():
+                v = e["value"]
+                if v is not None and not -1e-12 <= v <= top + 1e-12:
+                    e["note"] = (e["note"] + "; " if e["note"] else "") + (
+                        f"outside the metric's range [0, {top:g}]: inverse-propensity weights "
+                        "(small or clipped propensities) or a judge far from the labels; "
+                        "treat it as unreliable")  # fmt: skip
     got["calibration"] = (
         "isotonic map from recjudge calibrate (p_calibrated)"
         if calibrated
@@ -788,16 +914,146 @@ def estimate_evaluation(
     got["gold"] = "none"
     if gold is None:
         return got
-    got["gold"] = f"{gold_name}: {len(gold)} pairs, PPI++ (power-tuned lambda)"
+    if not isinstance(gold, GoldSample):
+        gold = GoldSample(dict(gold), design="unknown", source=gold_name)
+    k = max(parse_metric(m)[1] for m in metrics)
+    frame = len(listed_pairs(runs, users, k))
+    classes = set(gold.labels.values())
+    warn = (f"; every gold label is {classes.pop()}: the PPI interval is not informative"
+            if len(classes) == 1 else "")  # fmt: skip
+    got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}, PPI++ "
+                   f"(power-tuned lambda){warn}")  # fmt: skip
     for run in runs:
         for m in metrics:
             if parse_metric(m)[0] not in LINEAR:
                 continue
             try:
-                p = ppi_metric(run, users, judged, gold, m)
-                e = Estimate("ppi", m, p["value"], (p["lo"], p["hi"]), judge_share=1.0,
-                             note=f"{p['n']} gold pairs, lambda {p['lam']:.2f}")  # fmt: skip
+                e = ppi_run(run, users, judged, gold, m, frame, ppi_intervals)
             except ValueError as err:
                 e = Estimate("ppi", m, None, None, note=str(err))
             got["systems"][run.name][m]["ppi"] = e.to_dict()
     return got
+
+
+def metric_range(metric: str) -> float:
+    """The largest value ``metric@k`` can take (its smallest is 0)."""
+    base, k = parse_metric(metric)
+    return float(metric_weights(base, k).sum()) if base in LINEAR else 1.0
+
+
+def clipped_weight_share(
+    runs: Sequence[Any],
+    logged: Mapping[str, Mapping[str, int]],
+    propensities: Propensities,
+    users: Sequence[str],
+    k: int,
+) -> dict[str, float]:
+    """Per run, the share of the inverse-propensity weight ``sum 1 / theta`` over its logged
+    top-k pairs that sits on pairs whose propensity was clipped: how much of IPS/SNIPS/DR
+    rests on the clip rather than the propensity model."""
+    out = {}
+    for run in runs:
+        total = clipped = 0.0
+        for u in users:
+            labels = logged.get(u, {})
+            for i in run.rankings.get(u, [])[:k]:
+                if i in labels:
+                    t, c = propensities.of(u, i)
+                    total += 1.0 / t
+                    clipped += (1.0 / t) if c else 0.0
+        out[run.name] = clipped / total if total else 0.0
+    return out
+
+
+def ppi_run(
+    run: Any,
+    users: Sequence[str],
+    judged: Mapping[tuple[str, str], tuple[float, bool]],
+    gold: Any,
+    metric: str,
+    frame: int,
+    intervals: str = "auto",
+) -> Estimate:
+    """The PPI estimate of a linear ``metric@k`` for one run, by the gold sample's design:
+    ``users`` -> ``clustered_ppi_mean`` on the users' metric values; a pair design in which
+    some user holds 2+ gold pairs of this run's lists -> ``ppi_user_totals`` (users as
+    clusters, each pair weighted by ``1 / pi``); otherwise (or ``intervals="iid"``) the iid
+    ``ppi_metric``.
+
+    Raises:
+        ValueError: as the estimator chosen does (too few gold pairs, one label class, ...).
+    """
+    from recjudge.evaluators._ppi import clustered_ppi_mean, ppi_user_totals
+
+    base, k = parse_metric(metric)
+    w = metric_weights(base, k)
+    labels = gold.labels
+    per_user_gold: dict[str, int] = {}
+    for u in users:
+        for i in run.rankings.get(u, [])[:k]:
+            if (u, i) in labels:
+                per_user_gold[u] = per_user_gold.get(u, 0) + 1
+    clustered = intervals != "iid" and (gold.design == "users" or
+                                        max(per_user_gold.values(), default=0) > 1)  # fmt: skip
+    if not clustered:
+        p = ppi_metric(run, users, judged, labels, metric)
+        return Estimate(
+            "ppi",
+            metric,
+            p["value"],
+            (p["lo"], p["hi"]),
+            judge_share=1.0,
+            note=f"{p['n']} gold pairs, iid interval, lambda {p['lam']:.2f}",
+        )
+    missing = [(u, i) for u in users for i in run.rankings.get(u, [])[:k] if (u, i) not in judged]
+    if missing:
+        raise ValueError(f"{len(missing)} listed pairs have no judge probability (e.g. "
+                         f"{missing[0]}): run impute with --judge-logged")  # fmt: skip
+    if gold.design == "users":
+        sampled = {u for u, _ in labels}
+        y, yp, cl = [], [], []
+        for u in users:
+            top = run.rankings.get(u, [])[:k]
+            if not top:  # no list: the metric is 0, known for a sampled user
+                y.append(0.0 if u in sampled else np.nan)
+                yp.append(0.0)
+                cl.append(u)
+            for r, i in enumerate(top):
+                scale = len(top) * w[r]  # the cluster mean is then the user's metric
+                y.append(scale * labels[(u, i)] if (u, i) in labels else np.nan)
+                yp.append(scale * judged[(u, i)][0])
+                cl.append(u)
+        c = clustered_ppi_mean(y, yp, cl)
+        return Estimate(
+            "ppi",
+            metric,
+            c["value"],
+            (c["lo"], c["hi"]),
+            judge_share=1.0,
+            note=f"{c['n']} gold pairs of {c['clusters_labelled']} users, clustered "
+            f"by user (GLIDE's clustered PPI++), lambda {c['lam']:.2f}",
+        )
+    n_gold = len(labels)
+    p_tot, g_tot, h_tot = [], [], []
+    for u in users:
+        pt = gt = ht = 0.0
+        for r, i in enumerate(run.rankings.get(u, [])[:k]):
+            p = judged[(u, i)][0]
+            pt += w[r] * p
+            if (u, i) in labels:
+                pi = gold.inclusion.get((u, i), n_gold / frame)
+                gt += w[r] * labels[(u, i)] / pi
+                ht += w[r] * p / pi
+        p_tot.append(pt)
+        g_tot.append(gt)
+        h_tot.append(ht)
+    c = ppi_user_totals(p_tot, g_tot, h_tot)
+    return Estimate(
+        "ppi",
+        metric,
+        c["value"],
+        (c["lo"], c["hi"]),
+        judge_share=1.0,
+        note=f"{sum(per_user_gold.values())} gold pairs in its lists, clustered by "
+        f"user (design-based, 1/pi weights), lambda {c['lam']:.2f}",
+    )

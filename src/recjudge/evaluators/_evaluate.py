@@ -135,11 +135,22 @@ def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
     return None if tau != tau else float(tau)
 
 
+def _difference(d: Any, idx: Any) -> dict[str, Any]:
+    """A paired difference over users: its mean and 95 % user bootstrap interval."""
+    from recjudge._stats import bootstrap_ci
+
+    ci = list(bootstrap_ci(d[idx].mean(axis=1))) if idx is not None else None
+    return {"value": float(d.mean()), "ci": ci}
+
+
 def evaluate_runs(
     qrels: Mapping[str, Qrels],
     runs: Sequence[RecRun],
     users: Sequence[str],
     config: EvaluateConfig,
+    *,
+    draws: int = 1000,
+    seed: int = 0,
 ) -> dict[str, Any]:
     """Metrics per qrels kind and system, paired tests, and ordering agreement.
 
@@ -150,18 +161,45 @@ def evaluate_runs(
 
     Returns:
         ``{"users", "metrics", "scores": {kind: {system: {metric: value}}},
-        "tests": {kind: {metric: {"a vs b": p}}}, "kendall_tau": {metric: tau},
-        "winners": {kind: {metric: system}}}``.
+        "intervals": {kind: {system: {metric: [lo, hi]}}}, "differences": {kind: {metric:
+        {"a - b": {"value", "ci"}}}}, "tests": {kind: {metric: {"a vs b": p}}},
+        "kendall_tau": {metric: tau}, "winners": {kind: {metric: system}}}``. Intervals are
+        95 % percentile intervals over ``draws`` user resamples (``_stats.user_draws``, the
+        same resamples for every system, metric and qrels kind, so differences are paired).
     """
+    import numpy as np
     from ranx import compare
+    from ranx import evaluate as ranx_evaluate
+
+    from recjudge._stats import bootstrap_ci, user_draws
 
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
         raise ValueError(f"two runs share a name ({names}); rename a file or pass NAME=PATH")
     out: dict[str, Any] = {"users": len(users), "metrics": list(config.metrics), "scores": {},
-                           "tests": {}, "winners": {}}  # fmt: skip
+                           "intervals": {}, "differences": {}, "tests": {},
+                           "winners": {}}  # fmt: skip
+    idx = user_draws(len(users), draws, seed) if draws and len(users) > 1 else None
     for kind, q in qrels.items():
         rq, rs = _ranx(q, runs, users, config.k)
+        per_user = {}
+        for r in rs:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                got = ranx_evaluate(rq, r, list(config.metrics), return_mean=False,
+                                    make_comparable=True)  # fmt: skip
+            got = got if isinstance(got, dict) else {config.metrics[0]: got}
+            per_user[r.name] = {m: np.asarray(got[m], dtype=float) for m in config.metrics}
+        out["intervals"][kind] = {
+            n: {m: (list(bootstrap_ci(per_user[n][m][idx].mean(axis=1)))
+                    if idx is not None else None) for m in config.metrics}
+            for n in names
+        }  # fmt: skip
+        out["differences"][kind] = {
+            m: {f"{a} - {b}": _difference(per_user[a][m] - per_user[b][m], idx)
+                for a, b in itertools.combinations(names, 2)}
+            for m in config.metrics
+        }  # fmt: skip
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             rep = compare(rq, rs, list(config.metrics), stat_test=config.stat_test,
@@ -185,27 +223,41 @@ def evaluate_runs(
 
 
 def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
-    """Markdown: one table with the logged-only and imputed columns side by side."""
+    """Markdown: the ranx metrics of each qrels kind with their 95 % user intervals side by
+    side (``imputed`` is the BRIEF paper's protocol: biased, see the estimators), the paired
+    differences between systems with intervals and p-values, and Kendall's tau."""
+    from recjudge.reporting import interval
+
     kinds = list(res["scores"])
     systems = list(res["scores"][kinds[0]])
-    lines = [*header, "", f"Evaluation users: {res['users']}.", ""]
-    cols = [f"{m} ({k})" for m in res["metrics"] for k in kinds]
+    named = {"imputed": "imputed, BRIEF protocol, biased"}
+    lines = [*header, "", "## ranx metrics", "", f"Evaluation users: {res['users']}. Values "
+             "with 95 % intervals over resampled users.", ""]  # fmt: skip
+    cols = [f"{m} ({named.get(k, k)})" for m in res["metrics"] for k in kinds]
     lines += ["| system | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    ints = res.get("intervals", {})
     for n in systems:
-        vals = [f"{res['scores'][k][n][m]:.4f}" for m in res["metrics"] for k in kinds]
+        vals = [interval(res["scores"][k][n][m], *((ints.get(k, {}).get(n, {}).get(m))
+                                                  or (None, None)), nd=4)
+                for m in res["metrics"] for k in kinds]  # fmt: skip
         lines.append(f"| {n} | " + " | ".join(vals) + " |")
     if "kendall_tau" in res:
         lines += ["", "Kendall's tau between the system orderings (logged vs imputed):", ""]
         for m, t in res["kendall_tau"].items():
             lines.append(f"- {m}: {'n/a' if t is None else f'{t:.3f}'}")
-    lines += ["", "Paired tests (p-values):", ""]
+    lines += ["", "Paired differences between systems (95 % user interval; paired-test "
+              "p-value):", ""]  # fmt: skip
     for k in kinds:
         for m, tests in res["tests"][k].items():
-            shown = ", ".join(
-                f"{pair} p={'n/a (identical)' if p is None else f'{p:.3g}'}"
-                for pair, p in tests.items()
-            )
-            lines.append(f"- {k}, {m}: {shown}")
+            diffs = res.get("differences", {}).get(k, {}).get(m, {})
+            shown = []
+            for pair, p in tests.items():
+                a, _, b = pair.partition(" vs ")
+                d = diffs.get(f"{a} - {b}")
+                dtext = (interval(d["value"], *(d["ci"] or (None, None)), nd=4) + ", "
+                         if d else "")  # fmt: skip
+                shown.append(f"{a} - {b} {dtext}p={'n/a (identical)' if p is None else f'{p:.3g}'}")
+            lines.append(f"- {named.get(k, k)}, {m}: {'; '.join(shown)}")
     return lines
 
 

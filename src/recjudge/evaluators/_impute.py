@@ -6,9 +6,13 @@ policy produced the log. ``impute`` labels exactly those (user, item) pairs with
 each pair once even when several runs rank it, grouped by user so the history prefix is
 encoded once, in a crash-safe store. Qrels = logged labels + imputed labels.
 
-Evaluation users: users that appear in at least one run and have at least one logged
-positive (the usual offline rule), optionally a seeded sample of them; logged-only and imputed
-metrics are computed on this same set.
+Evaluation users (``user_rule``): by default every user some run lists (``listed``),
+optionally a seeded sample of them, chosen without looking at the logged labels. The common
+offline rule, users with a logged positive (``logged-positive``), selects users on the very
+observations the inverse-propensity weights correct for, so IPS, SNIPS and DR run high under it
+even with the true propensities (+36 % to +60 % on a sparse simulated log; a test holds it):
+it stays as an option for comparison with other tools. Logged-only and imputed metrics are
+computed on this same set.
 """
 
 from __future__ import annotations
@@ -17,11 +21,11 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge._util import atomic_write_json, atomic_write_text
+from recjudge._util import UserFacingError, atomic_write_json, atomic_write_text
 from recjudge.data import POSITIVE_EVENTS, Dataset, sample_users
 from recjudge.evaluators._runs import Qrels, RecRun, write_qrels
 
@@ -36,8 +40,11 @@ class ImputeConfig(BaseModel):
         min_rating: logged relevance is ``rating >= min_rating``; None: a positive event
             (``explicit_positive`` / ``implicit_positive``).
         judge_logged: also judge the top-k pairs the log labels (their logged label stays in
-            the qrels): the direct-method and doubly robust estimators of ``evaluate
-            --estimators`` need the judge's probability for every listed pair.
+            the qrels): the direct-method and doubly robust estimators of ``evaluate``
+            need the judge's probability for every listed pair (the default; it costs one
+            judgment per logged listed pair, ``summary.json``'s ``judged_logged``).
+        user_rule: ``listed`` (every user some run lists) or ``logged-positive`` (only users
+            with a logged positive: biases IPS/SNIPS/DR; see the module docstring).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -49,9 +56,15 @@ class ImputeConfig(BaseModel):
         None, description="Logged relevance: rating >= this (default: positive events)."
     )
     judge_logged: bool = Field(
-        False,
+        True,
         description="Also judge the logged top-k pairs (their logged labels stay in the qrels): "
-        "evaluate --estimators dm,dr need the judge's probability for every listed pair.",
+        "evaluate's dm and dr need the judge's probability for every listed pair "
+        "(--no-judge-logged: fewer judgments, IPS/SNIPS only).",
+    )
+    user_rule: Literal["listed", "logged-positive"] = Field(
+        "listed",
+        description="Evaluation users: listed (every user a run lists, chosen without looking "
+        "at labels) or logged-positive (users with a logged positive: biases IPS/SNIPS/DR).",
     )
 
 
@@ -72,17 +85,30 @@ def logged_qrels(feedback: Dataset, min_rating: float | None = None) -> Qrels:
 
 
 def evaluation_users(
-    runs: Sequence[RecRun], logged: Qrels, n: int | None = None, seed: int = 0
+    runs: Sequence[RecRun],
+    logged: Qrels,
+    n: int | None = None,
+    seed: int = 0,
+    rule: str = "listed",
 ) -> list[str]:
-    """Users in some run with a logged positive; a seeded sample of ``n`` of them if given."""
+    """The evaluation users under ``rule`` (the module docstring), a seeded sample of ``n``
+    of them if given. ``listed`` never reads the labels, so the sample is independent of
+    what the log observed."""
     in_runs = set().union(*(r.rankings for r in runs))
-    eligible = [u for u in in_runs if any(logged.get(u, {}).values())]
-    if not eligible:
+    if rule == "listed":
+        eligible = list(in_runs)
+    elif rule == "logged-positive":
+        eligible = [u for u in in_runs if any(logged.get(u, {}).values())]
+    else:
+        raise ValueError(f"unknown user rule {rule!r}; use listed or logged-positive")
+    # Whatever the rule, a log with no positive for any listed user measures nothing (every
+    # metric 0): that is a wrong input, not an evaluation.
+    if not any(any(logged.get(u, {}).values()) for u in eligible):
         raise ValueError(
             "no user of the runs has a logged positive in the feedback; check that --feedback "
             "is the held-out part of the same data (or lower --min-rating)"
         )
-    return sample_users(eligible, n or len(eligible), seed)
+    return sample_users(sorted(eligible), n or len(eligible), seed)
 
 
 def pairs_to_impute(
@@ -128,7 +154,7 @@ def imputation_plan(
     from recjudge.reward import requests_for
 
     logged = logged_qrels(feedback, config.min_rating)
-    users = evaluation_users(runs, logged, config.users, config.seed)
+    users = evaluation_users(runs, logged, config.users, config.seed, config.user_rule)
     pairs = pairs_to_impute(runs, logged, users, config.k, config.judge_logged)
     reqs, unbuildable = [], []
     for (u, i), r in zip(pairs, requests_for(data, pairs), strict=True):
@@ -151,6 +177,9 @@ def impute(
     progress: bool = False,
     plan: ImputationPlan | None = None,
     calibration: tuple[Sequence[float], Sequence[float]] | None = None,
+    sigma_source: Mapping[str, Any] | None = None,
+    allow_circular: bool = False,
+    circular: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Judge every unlabelled top-k pair and write qrels and a sidecar to ``out``.
 
@@ -164,6 +193,16 @@ def impute(
             already (several judges on the same runs); None builds it here.
         calibration: an isotonic map ``(x, y)`` from ``recjudge calibrate`` (``load_map``
             checks it was made for this judge): each pair also gets ``p_calibrated``.
+        sigma_source: the judge's CF source (``_circular.sigma_source``: its folder and
+            fingerprint), held against the runs' provenance; the judge's own CF model is
+            held against the runs' lists (``list_overlap``) in any case.
+        allow_circular: go on when a run is the judge's own CF signal (named in the summary).
+        circular: ``circular_check``'s result when the caller ran it already.
+
+    Raises:
+        CircularJudgeError: a run is the judge's CF signal (``_circular``), without
+            ``allow_circular``; nothing is judged.
+        JobFailedError: every pair failed (the most common error named); no qrels written.
 
     Writes:
         ``qrels_logged.{trec,json}``, ``qrels_imputed.{trec,json}`` (logged + imputed),
@@ -179,10 +218,19 @@ def impute(
     plan = plan or imputation_plan(data, feedback, runs, config)
     logged, users, pairs = plan.logged, plan.users, plan.pairs
     reqs, unbuildable = plan.requests, plan.unbuildable
+    if not circular:
+        circular = circular_check(judge, data, runs, users, config.k, sigma_source,
+                                  allow_circular)  # fmt: skip
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
     labels = {(j.user_id, j.candidate_id): j for j in judged if j.error is None}
+    if not labels and (judged or unbuildable):
+        raise JobFailedError(
+            all_failed_message(
+                [j.error for j in judged] + [u["error"] for u in unbuildable], "pair"
+            )
+        )
     base = {u: dict(logged.get(u, {})) for u in users}
     imputed = {u: dict(d) for u, d in base.items()}
     for (u, i), j in labels.items():
@@ -190,6 +238,10 @@ def impute(
             imputed[u][i] = int(j.is_relevant)
     write_qrels(base, out / "qrels_logged")
     write_qrels(imputed, out / "qrels_imputed")
+    # the training log's item counts: `evaluate --propensities fit` regresses the held-out
+    # observations on them (the held-out labels themselves are not looked at)
+    pop = data.interactions["item_id"].astype(str).value_counts()
+    atomic_write_json(out / "item_popularity.json", {str(i): int(n) for i, n in pop.items()})
     _write_sidecar(out / "imputed.jsonl", judged, unbuildable, calibration)
     run = judge.last_run
     summary = {
@@ -214,10 +266,65 @@ def impute(
         "config": config.model_dump(),
         "judge": judge.config.model_dump(mode="json"),
         "calibrated": calibration is not None,
+        "sigma_source": dict(sigma_source) if sigma_source else None,
+        **circular,
         "runs": {r.name: {"path": r.path, **r.check.to_dict()} for r in runs},
     }
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+class JobFailedError(UserFacingError, RuntimeError):
+    """A run in which every item failed: nothing to report, so the job ends non-zero."""
+
+
+def all_failed_message(errors: Sequence[str | None], what: str) -> str:
+    """One line for a run in which all ``len(errors)`` items failed: the most common error
+    once, with its count."""
+    from collections import Counter
+
+    counts = Counter(str(e) for e in errors if e)
+    top, n = counts.most_common(1)[0] if counts else ("unknown error", len(errors))
+    return (
+        f"every one of the {len(errors)} {what}s failed, nothing was judged (no output "
+        f"written); the most common error ({n} of {len(errors)}): {top}"
+    )
+
+
+def circular_check(
+    judge: Any,
+    data: Dataset,
+    runs: Sequence[RecRun],
+    users: Sequence[str],
+    k: int,
+    source: Mapping[str, Any] | None,
+    allow: bool,
+) -> dict[str, Any]:
+    """``_circular``'s rule for this judge and these runs: the summary's fields
+    (``circular``, ``allow_circular``, ``overlap_with_judge_cf``), or the refusal
+    (``CircularJudgeError``)."""
+    from recjudge.cf_models import CFModel, top_k_lists
+    from recjudge.evaluators._circular import (
+        CircularJudgeError,
+        circular_message,
+        circular_systems,
+        list_overlap,
+    )
+
+    cf = getattr(judge, "cf", None) if judge.config.uses_cf() else None
+    overlap = None
+    if isinstance(cf, CFModel):
+        own = top_k_lists(cf, data, k, [u for u in users if any(u in r.rankings for r in runs)])
+        overlap = list_overlap(runs, own, users, k)
+    found = circular_systems(source, runs, overlap)
+    if found and not allow:
+        name, why = next(iter(found.items()))
+        raise CircularJudgeError(circular_message(name, why))
+    return {
+        "circular": found,
+        "allow_circular": bool(allow and found),
+        "overlap_with_judge_cf": overlap,
+    }
 
 
 def _write_sidecar(

@@ -22,7 +22,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -35,7 +35,14 @@ from recjudge.evaluators._evaluate import (
     plot_scores,
     report_lines,
 )
-from recjudge.evaluators._impute import ImputeConfig, evaluation_users, impute, logged_qrels
+from recjudge.evaluators._impute import (
+    ImputeConfig,
+    circular_check,
+    evaluation_users,
+    imputation_plan,
+    impute,
+    logged_qrels,
+)
 from recjudge.evaluators._runs import RecRun, read_qrels, read_run, restrict_to
 from recjudge.reporting import interval
 
@@ -43,6 +50,7 @@ __all__ = [
     "JOBS",
     "AugmentJob",
     "EvaluateJob",
+    "GoldSampleJob",
     "ImputeJob",
     "JobSpec",
     "JudgeOptions",
@@ -50,6 +58,7 @@ __all__ = [
     "parse_runs",
     "run_augment",
     "run_evaluate",
+    "run_gold_sample",
     "run_impute",
     "write_evaluation",
 ]
@@ -70,7 +79,10 @@ class JudgeOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    model: str = Field("qwen2.5-coder-0.5b", description="Judge LLM (preset, path or id).")
+    model: str = Field(
+        "smollm2-135m", description="Judge LLM (preset, path or id); the default is the "
+        "embedded model set-up installs."
+    )  # fmt: skip
     cf: str | None = Field(None, description="A saved CF model folder (sigma source).")
     mode: str = Field(
         "brief", description="brief, non-adaptive, no-behavior, zero-shot, pub, agent4rec..."
@@ -103,6 +115,10 @@ class ImputeJob(JudgeOptions, ImputeConfig):
         None, description="A map from `recjudge calibrate` (made for this judge): adds "
         "p_calibrated."
     )  # fmt: skip
+    allow_circular: bool = Field(
+        False, description="Go on when the judge's CF signal is one of the runs (its imputed "
+        "metric is then inflated; the report names it)."
+    )  # fmt: skip
 
 
 class EvaluateJob(EvaluateConfig):
@@ -121,22 +137,32 @@ class EvaluateJob(EvaluateConfig):
     out: str | None = Field(None, description="Report folder (report.md, results.json, PNG).")
     estimators: str | None = Field(
         None,
-        description="Also estimate with logged,imputed,dm,ips,snips,dr (needs --qrels; dm/dr "
-        "need impute --judge-logged). Metrics precision/dcg/ndcg@K (all), hit/mrr@K (logged, "
-        "imputed, dm).",
+        description="Estimators, comma-separated, of logged,imputed,dm,ips,snips,dr (default "
+        "with --qrels: all six, the validated one first: dr, or snips without the judge's "
+        "probability for logged pairs). Metrics precision/ndcg@K (all; the estimators' nDCG is "
+        "ndcg_fixed), hit_rate/mrr@K (logged, imputed, dm).",
     )
     propensities: str = Field(
-        "powerlaw:0.5",
-        description="Observation propensities: a file (item_id,propensity or user_id,item_id,"
-        "propensity) or powerlaw:EXP (Yang et al. 2018, from the logged labels' item counts).",
+        "fit",
+        description="Observation propensities: fit (a power law of training popularity fitted "
+        "to the log by maximum likelihood), powerlaw:EXP (fixed exponent of the logged counts, "
+        "Yang et al. 2018) or a file (item_id,propensity or user_id,item_id,propensity).",
     )
     clip: float = Field(0.01, ge=1e-6, le=1.0, description="Propensity floor.")
     gold: str | None = Field(
         None,
-        description="Gold pairs (user_id,item_id,label) drawn uniformly from the listed pairs: "
-        "adds a prediction-powered (PPI++) estimate with an interval valid whatever the "
-        "judge's bias.",
+        description="Gold pairs (`recjudge gold sample`'s file, labelled; or user_id,item_id,"
+        "label drawn uniformly from the listed pairs): adds a prediction-powered (PPI++) "
+        "estimate with an interval valid whatever the judge's bias, clustered by user.",
     )
+    ppi_intervals: Literal["auto", "iid"] = Field(
+        "auto", description="auto: users as clusters whenever a user holds 2+ gold pairs (or "
+        "the users design); iid: every gold pair independent (for comparison)."
+    )  # fmt: skip
+    allow_circular: bool = Field(
+        False, description="Go on when the judge's CF signal is one of the runs (its imputed "
+        "metric is then inflated; the report header names it)."
+    )  # fmt: skip
     obp_out: str | None = Field(
         None,
         description="With --estimators: also write each run's lists as Open Bandit Pipeline "
@@ -144,6 +170,77 @@ class EvaluateJob(EvaluateConfig):
     )
     note: str | None = Field(
         None, description="A paragraph for the report's header (protocol, deviations)."
+    )
+
+
+class GoldSampleJob(BaseModel):
+    """``recjudge gold sample``: pairs for a person to label from the evaluated lists."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    runs: str = Field(description=RUNS_HELP)
+    qrels: str = Field(description="The `recjudge impute` --out folder (its evaluation users; "
+                       "the judge's p_yes for the stratified design).")  # fmt: skip
+    out: str = Field(description="The CSV to label (label column empty) + OUT.design.json.")
+    n: int = Field(200, ge=2, description="Pairs to label (users design: at least this many).")
+    k: int = Field(10, ge=1, description="The top-k that evaluate scores.")
+    design: Literal["users", "uniform", "stratified"] = Field(
+        "users", description="users (every listed pair of sampled users: clustered PPI), "
+        "uniform (pairs), stratified (by system and judge-score quartile, 1/pi weighted)."
+    )  # fmt: skip
+    seed: int = Field(0, description="The sample's seed.")
+    data: str | None = Field(
+        None, description="The dataset the judge read (adds titles and recent history for "
+        "the labeller)."
+    )  # fmt: skip
+    run_format: str = Field("auto", description="auto, trec, ranx, jsonl, parquet.")
+
+
+def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None = None) -> dict:
+    """Draw ``job.n`` pairs under ``job.design`` (``_gold.sample_gold``) and write the
+    labeller's CSV and its design record."""
+    from recjudge.evaluators._estimators import read_judged
+    from recjudge.evaluators._gold import sample_gold, write_gold
+
+    out = Path(job.out)
+    if out.is_dir():
+        raise ValueError(f"--out {out} is a folder; give the CSV file to write, e.g. "
+                         f"{out / 'gold.csv'}")  # fmt: skip
+    recs = parse_runs(job.runs, job.run_format)
+    qrels = Path(job.qrels) / "qrels_imputed.json"
+    if not qrels.is_file():
+        raise ValueError(f"{job.qrels} holds no qrels_imputed.json; --qrels takes the --out "
+                         "folder of `recjudge impute`")  # fmt: skip
+    users = sorted(read_qrels(qrels))
+    judged = None
+    if job.design == "stratified":
+        judged = read_judged(Path(job.qrels) / "imputed.jsonl")
+    rows = sample_gold(recs, users, job.k, job.n, design=job.design, seed=job.seed,
+                       judged=judged)  # fmt: skip
+    data = None
+    if job.data:
+        from recjudge.data import load_dataset
+
+        data = load_dataset(job.data)
+    design = {
+        "design": job.design,
+        "seed": job.seed,
+        "k": job.k,
+        "n": job.n,
+        "runs": {r.name: r.path for r in recs},
+        "evaluation_users": len(users),
+    }
+    write_gold(rows, out, design, data)
+    return {"pairs": len(rows), "users": len({r["user_id"] for r in rows}), "design": job.design,
+            "out": str(out), "design_record": f"{out}.design.json"}  # fmt: skip
+
+
+def gold_text(job: GoldSampleJob, s: dict[str, Any]) -> str:
+    """``gold sample``'s one-line summary."""
+    return (
+        f"{s['pairs']} pairs of {s['users']} users ({s['design']} design) -> {s['out']}: "
+        "fill its label column with 0/1, then `recjudge evaluate ... --gold "
+        f"{s['out']}`"
     )
 
 
@@ -179,8 +276,11 @@ def _warn_checks(runs: Sequence[RecRun], warn: Warn) -> None:
             warn(f"{r.path}: {problems} (rules: recjudge.evaluators._runs)")
 
 
-def _judge_and_store(data: Any, opts: JudgeOptions, out: Path) -> tuple[Any, Any]:
-    """The judge ``opts`` describe (checked against ``data``) and its store in ``out``."""
+def _judge_and_store(
+    data: Any, opts: JudgeOptions, out: Path, before_store: Callable[[Any], None] | None = None
+) -> tuple[Any, Any]:
+    """The judge ``opts`` describe (checked against ``data``) and its store in ``out``;
+    ``before_store(judge)`` runs first (a refusal there leaves no store behind)."""
     from recjudge.cf_models import check_fits
     from recjudge.reward import ResultsStore, build_judge
 
@@ -191,6 +291,8 @@ def _judge_and_store(data: Any, opts: JudgeOptions, out: Path) -> tuple[Any, Any
     )  # fmt: skip
     if judge.cf is not None:
         check_fits(judge.cf, data, allow_mismatch=opts.allow_cf_mismatch)
+    if before_store is not None:
+        before_store(judge)
     store_path = out / "store.sqlite"
     if store_path.exists() and not opts.resume:
         raise ValueError(
@@ -210,7 +312,18 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
     data, fb = load_dataset(job.data), load_dataset(job.feedback)
     recs = [restrict_to(r, data, job.k) for r in parse_runs(job.runs, job.run_format)]
     _warn_checks(recs, warn)
-    judge, store = _judge_and_store(data, job, Path(job.out))
+    from recjudge.evaluators._circular import sigma_source
+    from recjudge.reward import JudgeConfig
+
+    source = sigma_source(job.cf, JudgeConfig(mode=job.mode).uses_cf())
+    plan = imputation_plan(data, fb, recs, config)
+    found: dict[str, Any] = {}
+
+    def circular(judge: Any) -> None:  # refused before a store exists
+        found.update(circular_check(judge, data, recs, plan.users, config.k, source,
+                                    job.allow_circular))  # fmt: skip
+
+    judge, store = _judge_and_store(data, job, Path(job.out), circular)
     cmap = None
     if job.calibration:
         from recjudge.evaluators._calibrate import load_map
@@ -218,25 +331,41 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
         cmap = load_map(job.calibration, judge.config.model_dump(mode="json"))
     with store:
         return impute(judge, data, fb, recs, config, job.out, store=store, progress=progress,
-                      calibration=cmap)  # fmt: skip
+                      calibration=cmap, sigma_source=source, plan=plan, circular=found,
+                      allow_circular=job.allow_circular)  # fmt: skip
 
 
 def impute_text(job: ImputeJob, s: dict[str, Any]) -> str:
     """``impute``'s one-line console summary."""
     per, imp = s["seconds_per_judged_pair"], s["reused_from_checkpoint"]
+    circ = (f"; CIRCULAR JUDGE allowed for {', '.join(s['circular'])}"
+            if s.get("circular") else "")  # fmt: skip
     return (
-        f"{s['users']} users, {s['pairs']} unlabelled pairs: {s['imputed_yes']} YES, "
+        f"{s['users']} users, {s['pairs']} pairs ({s['judged_logged']} logged, judged for "
+        f"dm/dr): {s['imputed_yes']} YES, "
         f"{s['imputed_no']} NO, {s['failed']} failed, {s['reused']} from the store"
         f"{f' ({imp} of them from an imported checkpoint)' if imp else ''}"
-        f"{f', {per} s per judged pair' if per else ''} -> {job.out}/qrels_imputed.trec"
+        f"{f', {per} s per judged pair' if per else ''} -> {job.out}/qrels_imputed.trec{circ}"
     )
 
 
+#: fewer evaluation users than this: a warning line (intervals over few users are rough)
+FEW_USERS = 30
+
+
 def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = None) -> dict:
-    """Metrics per system on logged-only and on imputed feedback, paired tests, the systems'
-    order under each, and the estimators when asked; the report goes to ``job.out``."""
+    """Metrics per system on logged-only and on imputed feedback, each with a 95 % user
+    bootstrap interval and paired differences between systems, and (with ``--qrels``) the
+    estimators, the validated one first; the report goes to ``job.out``.
+
+    Raises:
+        CircularJudgeError: the judge's CF signal (``impute``'s summary) is one of the runs,
+            without ``allow_circular``.
+    """
+    warn = warn or warnings.warn
     config = _sub(job, EvaluateConfig)  # what enters results.json's config
     recs = parse_runs(job.runs, job.run_format)
+    summary: dict[str, Any] = {}
     if job.qrels:
         if not (Path(job.qrels) / "qrels_imputed.json").exists():
             raise ValueError(
@@ -245,6 +374,7 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
             )
         q = {kind: read_qrels(Path(job.qrels) / f"qrels_{kind}.json") for kind in QRELS_KINDS}
         users = sorted(q["imputed"])
+        summary = _impute_summary(Path(job.qrels))
     elif job.feedback:
         from recjudge.data import load_dataset
 
@@ -252,28 +382,128 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
         users = evaluation_users(recs, q["logged"])
     else:
         raise ValueError("give --qrels DIR (from `recjudge impute`) or --feedback DATA")
+    circular = _circular_runs(summary, recs, job.allow_circular)
     res = evaluate_runs(q, recs, users, config)
-    if job.estimators:
-        res["estimators"] = _estimate(job, q, recs, users, config)
-    elif job.gold or job.obp_out:
-        flag = "--gold" if job.gold else "--obp-out"
-        raise ValueError(f"{flag} goes with --estimators (e.g. --estimators dm,dr)")
+    res["circular"] = circular
+    if len(users) < FEW_USERS:
+        res["few_users"] = (f"only {len(users)} evaluation users (< {FEW_USERS}): every "
+                            "interval is rough; impute more users (--users)")  # fmt: skip
+        warn(res["few_users"])
+    if job.qrels:
+        res["estimators"] = _estimate(job, q, recs, users, config, summary)
+        res["judge_by_system"] = _judge_by_system(job, q, recs, users, config)
+    elif job.estimators or job.gold or job.obp_out:
+        flag = "--estimators" if job.estimators else "--gold" if job.gold else "--obp-out"
+        raise ValueError(f"{flag} needs --qrels DIR (an impute --out folder: its imputed.jsonl "
+                         "holds the judge's probabilities)")  # fmt: skip
     if job.out:
         write_evaluation(res, recs, job, job.out)
     return res
 
 
+def _impute_summary(folder: Path) -> dict[str, Any]:
+    path = folder / "summary.json"
+    if not path.is_file():
+        return {}
+    try:
+        got = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+        from recjudge.data import DataError
+
+        raise DataError(
+            "not impute's summary (JSON).",
+            source=str(path),
+            fix="run `recjudge impute` into this folder again",
+        ) from None
+    return got if isinstance(got, dict) else {}
+
+
+def _circular_runs(summary: dict[str, Any], recs: Sequence[RecRun], allow: bool) -> dict:
+    """``_circular``'s rule on the runs evaluated now, from what ``impute`` recorded (its
+    judge's sigma source and its CF model's overlap with each run, by run path or name)."""
+    from recjudge.evaluators._circular import (
+        CircularJudgeError,
+        circular_message,
+        circular_systems,
+    )
+
+    source = summary.get("sigma_source")
+    recorded = summary.get("overlap_with_judge_cf") or {}
+    paths = {name: (r or {}).get("path") for name, r in (summary.get("runs") or {}).items()}
+    overlap = {}
+    for run in recs:
+        for name, v in recorded.items():
+            if name == run.name or paths.get(name) == run.path:
+                overlap[run.name] = float(v)
+    found = circular_systems(source, recs, overlap or None)
+    if found and not allow:
+        name, why = next(iter(found.items()))
+        raise CircularJudgeError(circular_message(name, why))
+    return found
+
+
+def _sidecar_records(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            rec = json.loads(line) if line.strip() else None
+        except (json.JSONDecodeError, RecursionError):
+            continue  # read_judged has refused a bad line already, by number
+        if isinstance(rec, dict):
+            out[(str(rec.get("user_id")), str(rec.get("item_id")))] = rec
+    return out
+
+
+def _judge_by_system(job: EvaluateJob, q: dict, recs, users, config) -> dict[str, Any]:
+    from recjudge.evaluators._circular import judge_by_system
+
+    side = Path(job.qrels or "") / "imputed.jsonl"
+    if not side.is_file():
+        return {}
+    return judge_by_system(recs, q["logged"], _sidecar_records(side), users, config.k)
+
+
 def evaluate_text(job: EvaluateJob, res: dict[str, Any]) -> str:
-    """``evaluate``'s console report: the metric tables, then the estimators'."""
-    lines = report_lines(res, [])
+    """``evaluate``'s console report: the estimators first (when there), then the metric
+    tables."""
+    return "\n".join(evaluation_lines(res, []))
+
+
+def evaluation_lines(res: dict[str, Any], header: list[str]) -> list[str]:
+    """The report's lines: warnings, the estimators (the validated one first), the judge per
+    system, then the ranx tables with intervals and paired differences."""
+    lines = list(header)
+    if res.get("circular"):
+        lines += ["", "**CIRCULAR JUDGE (--allow-circular)**: the judge's CF signal is "
+                  + "; ".join(f"{n} ({why})" for n, why in res["circular"].items())
+                  + ". Its imputed metrics are inflated by construction."]  # fmt: skip
+    if res.get("few_users"):
+        lines += ["", f"**Warning**: {res['few_users']}."]
     if "estimators" in res:
         lines += estimator_lines(res["estimators"])
-    return "\n".join(lines)
+    if res.get("judge_by_system"):
+        lines += judge_lines(res["judge_by_system"])
+    return report_lines(res, lines)
 
 
-def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], config: Any):
-    """``evaluate --estimators``: the options checked, then ``estimate_evaluation`` (and the
-    obp export)."""
+def judge_lines(by_system: dict[str, Any]) -> list[str]:
+    """Per system: the logged hit rate beside the judge's YES rate and mean sigma on the
+    unlabelled pairs (a lenient judge shows as YES rates that follow sigma, not the log)."""
+    f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    lines = ["", "## The judge on each system's lists", "",
+             "| system | listed | logged | logged hit rate | judged unlabelled | judge YES rate "
+             "| mean sigma |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, d in by_system.items():
+        lines.append(f"| {name} | {d['listed']} | {d['logged']} | {f(d['logged_hit_rate'])} | "
+                     f"{d['unlabelled_judged']} | {f(d['judge_yes_rate'])} | "
+                     f"{f(d['mean_sigma'])} |")  # fmt: skip
+    return lines
+
+
+def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], config: Any,
+              summary: dict[str, Any]):  # fmt: skip
+    """The estimators: the options checked, ``estimate_evaluation``, the lead estimator and
+    its validation, the next step (gold pairs to label), and the obp export."""
     from recjudge._registry import suggest
     from recjudge.evaluators._estimators import (
         ESTIMATORS,
@@ -281,60 +511,157 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         estimate_evaluation,
         export_obp,
         propensities_from,
-        read_gold,
         read_judged,
     )
+    from recjudge.evaluators._gold import listed_pairs, read_gold
 
-    wanted = [e.strip() for e in (job.estimators or "").split(",") if e.strip()]
+    explicit = bool(job.estimators)
+    wanted = [e.strip() for e in (job.estimators or ",".join(ESTIMATORS)).split(",") if e.strip()]
     bad = [e for e in wanted if e not in ESTIMATORS]
     if bad:
         close = suggest(bad[0], list(ESTIMATORS))
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ValueError(f"--estimators: unknown {bad[0]!r}{hint}; use {', '.join(ESTIMATORS)}")
-    if not job.qrels:
-        raise ValueError("--estimators needs --qrels DIR (an impute --out folder: its "
-                         "imputed.jsonl holds the judge's probabilities)")  # fmt: skip
-    props = propensities_from(job.propensities, q["logged"], job.clip)
-    judged = read_judged(Path(job.qrels) / "imputed.jsonl")
-    metrics = [
-        f"{RANX_NAMES[base]}@{cut or config.k}"
-        for base, _, cut in (m.partition("@") for m in config.metrics)
-        if base in RANX_NAMES
-    ] or [f"ndcg@{config.k}"]
-    summary = Path(job.qrels) / "summary.json"
-    calibrated = bool(summary.exists() and json.loads(summary.read_text()).get("calibrated"))
-    pairs = None
+    metrics, skipped = [], []
+    for m in config.metrics:
+        base, _, cut = m.partition("@")
+        if base in RANX_NAMES:
+            metrics.append(f"{RANX_NAMES[base]}@{cut or config.k}")
+        else:
+            skipped.append(m)
+    if skipped and explicit:
+        raise ValueError(f"--metrics {skipped[0]} has no estimator (they estimate "
+                         f"{', '.join(sorted(RANX_NAMES))} @K); drop it from --metrics or drop "
+                         "--estimators to get it from ranx alone")  # fmt: skip
+    if not metrics:
+        metrics = [f"ndcg_fixed@{config.k}"]
+    pop_path = Path(job.qrels or "") / "item_popularity.json"
+    popularity = json.loads(pop_path.read_text()) if pop_path.is_file() else None
+    props = propensities_from(job.propensities, q["logged"], job.clip, popularity)
+    judged = read_judged(Path(job.qrels or "") / "imputed.jsonl")
+    calibrated = bool(summary.get("calibrated"))
+    gold = None
     if job.gold:
         k = max(int(m.partition("@")[2]) for m in metrics)
-        listed = {(u, i) for r in recs for u in users for i in r.rankings.get(u, [])[:k]}
-        pairs = read_gold(job.gold, users, listed)
+        gold = read_gold(job.gold, users, set(listed_pairs(recs, users, k)))
     got = estimate_evaluation(
         recs, q["logged"], judged, props, users, metrics, wanted,
-        calibrated=calibrated, gold=pairs, gold_name=Path(job.gold or "").name,
+        calibrated=calibrated, gold=gold, gold_name=Path(job.gold or "").name,
+        ppi_intervals=job.ppi_intervals,
     )  # fmt: skip
+    got["skipped_metrics"] = skipped
+    got["lead"] = _lead(got, wanted, metrics[0], calibrated)
+    got["next_step"] = _next_step(recs, users, judged, metrics[0], got, job)
     if job.obp_out:
         files = export_obp(recs, q["logged"], judged, props, users, metrics, job.obp_out)
         got["obp_export"] = {"folder": str(job.obp_out), "files": len(files)}
     return got
 
 
+def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: bool) -> dict:
+    """The estimator the report leads with: of dr, snips and ips (those defined here), the
+    one ``bench brief-offline-estimators`` measured closest to a known truth as ``evaluate``
+    runs it (estimated propensities; the judge calibrated or not: uncalibrated, DR inherits
+    the judge's bias), quoting its measured error and coverage; without the bench's results,
+    dr for a calibrated judge, else snips. The BRIEF paper's ``imputed`` is never the lead."""
+    from recjudge.evaluators._validation import validation_of
+
+    defined = [e for e in (("dr", "snips", "ips") if calibrated else ("snips", "ips", "dr"))
+               if e in wanted and all((by.get(metric, {}).get(e) or {}).get("value") is not None
+                                      for by in got["systems"].values())]  # fmt: skip
+    if not defined:
+        defined = [e for e in wanted if e != "imputed"] or list(wanted)
+    checked = {e: validation_of(e, metric, calibrated) for e in defined}
+    measured = [e for e in defined if checked[e]["found"]]
+    name = min(measured, key=lambda e: checked[e]["rel_error_pct"]) if measured else defined[0]
+    return {"estimator": name, "metric": metric, "validation": checked[name]}
+
+
+def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
+    """How many gold pairs to label for a +-10 % interval on the lead estimate: the users'
+    metric spread under the judge's probabilities (per user, the spread of the judge's
+    values plus the Bernoulli variance of its labels), ``gold_units_needed`` users, times the
+    mean listed pairs per user (the ``users`` design labels all of them)."""
+    import numpy as np
+
+    from recjudge.evaluators._estimators import metric_weights, parse_metric
+    from recjudge.evaluators._gold import listed_pairs
+    from recjudge.evaluators._ppi import gold_units_needed
+
+    base, k = parse_metric(metric)
+    if base not in ("precision", "dcg", "ndcg_fixed") or len(users) < 2:
+        return None
+    w = metric_weights(base, k)
+    need = 0
+    for run in recs:
+        vals, within = [], []
+        for u in users:
+            p = np.array([judged.get((u, i), (0.5, False))[0]
+                          for i in run.rankings.get(u, [])[:k]])  # fmt: skip
+            vals.append(float(p @ w[: len(p)]))
+            within.append(float((p * (1 - p)) @ (w[: len(p)] ** 2)))
+        sd = float(np.sqrt(np.var(vals, ddof=1) + np.mean(within)))
+        lead = got["systems"][run.name][metric].get(got["lead"]["estimator"]) or {}
+        target = 0.1 * abs(lead.get("value") or np.mean(vals))
+        need = max(need, gold_units_needed(sd, max(target, 1e-3)) or 0)
+    if not need:
+        return None
+    per_user = len(listed_pairs(recs, users, k)) / len(users)
+    pairs = int(np.ceil(need * per_user))
+    have = got.get("gold", "none") != "none"
+    return {"users": need, "pairs": pairs, "have_gold": have,
+            "command": f"recjudge gold sample --runs {job.runs} --qrels {job.qrels} --k {k} "
+                       f"--n {pairs} --out gold.csv"}  # fmt: skip
+
+
 def estimator_lines(est: dict) -> list[str]:
-    """The estimator table: per system and metric, each estimator with its 95 % user
-    bootstrap interval and the share of the metric the judge decides."""
-    lines = ["", "## Estimators", "", f"- propensities: {est['propensity']} "
-             f"({est['clipped']} lookups clipped)", f"- calibration: {est['calibration']}",
-             f"- gold sample: {est['gold']}", "",
-             "| system | metric | estimator | value [95 % CI] | judge share |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    """The estimator tables: the lead estimator first (with its validation), then per
+    system and metric each estimator with its 95 % user bootstrap interval and the share of
+    the metric the judge decides; ``imputed`` labelled as the BRIEF paper's biased protocol."""
+    lead = est.get("lead") or {}
+    val = lead.get("validation") or {}
+    lines = ["", "## Estimators", ""]
+    if lead:
+        lines += [f"**Lead estimator: {lead['estimator']}** ({lead['metric']}). "
+                  f"{val.get('text', 'No known-truth validation found.')}", ""]  # fmt: skip
+    fit = est.get("propensity_fit")
+    lines += [f"- propensities: {est['propensity']} ({est['clipped']} lookups clipped; share "
+              "of inverse-propensity weight on clipped pairs: " + ", ".join(
+                  f"{n} {v:.1%}" for n, v in (est.get("clipped_weight_share") or {}).items())
+              + ")"]  # fmt: skip
+    if fit:
+        lines.append("- propensity fit per training-popularity quintile (observed vs predicted "
+                     "observation rate): " + "; ".join(
+                         f"{q['popularity'][0]}-{q['popularity'][1]}: {q['observed_rate']:.4f} "
+                         f"vs {q['predicted_rate']:.4f}" for q in fit["quintiles"]))  # fmt: skip
+    lines += [f"- calibration: {est['calibration']}", f"- gold sample: {est['gold']}"]
+    if est.get("skipped_metrics"):
+        lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "
+                     "below)")  # fmt: skip
+    step = est.get("next_step")
+    if step:
+        lines.append(
+            f"- next step: for a +-10 % interval label about {step['pairs']} pairs "
+            f"({step['users']} users' lists, the gold alone; PPI needs fewer the better the "
+            f"judge agrees): `{step['command']}`, then evaluate with --gold gold.csv"
+        )
+    order = [lead.get("estimator")] if lead else []
+    lines += ["", "| system | metric | estimator | value [95 % CI] | judge share | note |",
+              "|---|---|---|---|---|---|"]  # fmt: skip
     for system, by_metric in est["systems"].items():
         for metric, by_est in by_metric.items():
-            for name, e in by_est.items():
+            names = [n for n in order if n in by_est] + [n for n in by_est if n not in order]
+            for name in names:
+                e = by_est[name]
                 if e["value"] is None:
-                    shown = f"undefined ({e['note']})"
+                    shown = "undefined"
                 else:
                     shown = interval(e["value"], *(e["ci"] or (None, None)), nd=4)
-                lines.append(f"| {system} | {metric} | {name} | {shown} | "
-                             f"{e['judge_share']:.2f} |")  # fmt: skip
+                label = "imputed (BRIEF protocol, biased)" if name == "imputed" else name
+                if name == lead.get("estimator"):
+                    label = f"**{name}** (lead)"
+                lines.append(f"| {system} | {metric} | {label} | {shown} | "
+                             f"{e['judge_share']:.2f} | {e['note']} |")  # fmt: skip
     return lines
 
 
@@ -345,14 +672,12 @@ def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJ
 
     source, note = job.qrels or job.feedback or "", job.note
     header = [
-        "# Offline evaluation: logged-only vs imputed feedback",
+        "# Offline evaluation: estimators, logged-only and imputed feedback",
         "",
         f"Systems: {', '.join(f'{r.name} ({r.path})' for r in recs)}. Qrels: {source}.",
         *(["", note] if note else []),
     ]
-    lines = report_lines(res, header)
-    if "estimators" in res:
-        lines += estimator_lines(res["estimators"])
+    lines = evaluation_lines(res, header)
     runs = {r.name: r.path for r in recs}
     write_report(out, {**res, "runs": runs, "job": job.model_dump(mode="json")}, lines)
     plot_scores(res, Path(out) / "evaluate.png")
@@ -398,6 +723,8 @@ class JobSpec:
     run: Callable[..., dict[str, Any]]
     text: Callable[[Any, dict[str, Any]], str]
     summary: str
+    #: the command's words (``("gold", "sample")`` is ``recjudge gold sample``); () = (name,)
+    command: tuple[str, ...] = ()
 
 
 JOBS: Registry[JobSpec] = Registry("job")
@@ -417,6 +744,16 @@ JOBS.register(
         run_evaluate,
         evaluate_text,
         "Metrics per system on logged-only and imputed feedback, with estimators and intervals.",
+    ),
+)
+JOBS.register(
+    "gold-sample",
+    JobSpec(
+        GoldSampleJob,
+        run_gold_sample,
+        gold_text,
+        "Draw pairs for a person to label from the evaluated lists (the design is recorded).",
+        ("gold", "sample"),
     ),
 )
 JOBS.register(

@@ -127,6 +127,8 @@ class RecRun:
     rankings: dict[str, list[str]]
     scores: dict[str, list[float]]
     check: RunCheck
+    #: ``RUN.provenance.json`` as ``recjudge cf recommend`` wrote it (None: not recorded)
+    provenance: dict[str, Any] | None = None
 
     def top(self, k: int) -> dict[str, list[str]]:
         return {u: items[:k] for u, items in self.rankings.items()}
@@ -269,7 +271,23 @@ def read_run(path: str | Path, fmt: str = "auto", name: str | None = None) -> Re
             check.note("ties", f"user {user!r}")
         rankings[user], scores[user] = items, vals
     check.users = len(rankings)
-    return RecRun(name or path.stem, str(path), rankings, scores, check)
+    return RecRun(name or path.stem, str(path), rankings, scores, check, _provenance(path))
+
+
+def _provenance(path: Path) -> dict[str, Any] | None:
+    """The run's provenance record, if one was written beside it (``cf recommend``)."""
+    import json
+
+    side = Path(f"{path}.provenance.json")
+    if not side.is_file():
+        return None
+    try:
+        rec = json.loads(side.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError, OSError):
+        raise DataError("not a provenance record (JSON written by `recjudge cf recommend`).",
+                        source=str(side), fix="delete it, or write the run again with "
+                        "`recjudge cf recommend`") from None  # fmt: skip
+    return rec if isinstance(rec, dict) else None
 
 
 def restrict_to(run: RecRun, dataset: Any, k: int | None = None) -> RecRun:
@@ -301,7 +319,7 @@ def restrict_to(run: RecRun, dataset: Any, k: int | None = None) -> RecRun:
             fix="pass the --data the recommender was trained on (the ids must match)",
         )
     return RecRun(run.name, run.path, out, {u: run.scores[u][: len(v)] for u, v in out.items()},
-                  check)  # fmt: skip
+                  check, run.provenance)  # fmt: skip
 
 
 # -- qrels --------------------------------------------------------------------------------

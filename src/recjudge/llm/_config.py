@@ -15,18 +15,18 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from recjudge._util import UserFacingError, native_bf16
+from recjudge._util import RunFault, native_bf16
 from recjudge.llm._models import DEFAULT_MODEL
 
 DTYPE_ENV = "RECJUDGE_DTYPE"
 DTYPES = ("bfloat16", "float32", "float16")
 
 
-class DeviceError(UserFacingError, RuntimeError):
+class DeviceError(RunFault, RuntimeError):
     """A device was asked for that this machine does not have."""
 
 
-class DtypeEnvError(UserFacingError, ValueError):
+class DtypeEnvError(RunFault, ValueError):
     """``$RECJUDGE_DTYPE`` names no dtype recjudge computes in."""
 
 
@@ -255,7 +255,7 @@ ENGINE_CAPABILITIES = Capabilities(
 )
 
 
-class BackendError(UserFacingError, TypeError):
+class BackendError(RunFault, TypeError):
     """An object used as an LLM backend does not declare what it can do."""
 
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from recjudge._util import UserFacingError
+from recjudge._util import RunFault
 from recjudge.llm._config import SamplingConfig
 from recjudge.llm._native import new_cache
 
@@ -65,7 +65,7 @@ def _attention(model: Any, impl: str):
         model.set_attn_implementation(old)
 
 
-class NonFiniteLogitsError(UserFacingError, RuntimeError):
+class NonFiniteLogitsError(RunFault, RuntimeError):
     """The model produced NaN or infinite logits: its weights (or the cache they were loaded
     from) are damaged, or the computation overflowed. No verdict can be read from them."""
 

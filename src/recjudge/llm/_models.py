@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recjudge._registry import Registry
-from recjudge._util import UserFacingError, atomic_dir, cache_dir, sha256_file
+from recjudge._util import RunFault, atomic_dir, cache_dir, sha256_file
 
 CACHE_MARKER = "recjudge-cache.json"
 CACHE_FORMAT = 1
@@ -112,11 +112,11 @@ for _p in (
 DEFAULT_MODEL = "smollm2-135m"
 
 
-class ModelNotInstalledError(UserFacingError, RuntimeError):
+class ModelNotInstalledError(RunFault, RuntimeError):
     """A preset's weight packages are not installed (the message says how to install them)."""
 
 
-class ModelIntegrityError(UserFacingError, RuntimeError):
+class ModelIntegrityError(RunFault, RuntimeError):
     """Assembled GGUF bytes do not match the preset's sha256."""
 
 

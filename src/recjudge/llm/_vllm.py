@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError
+from recjudge._util import RunFault
 from recjudge.llm._backend import render_chat
 from recjudge.llm._config import ENGINE_CAPABILITIES, Generation, LLMConfig, SamplingConfig
 from recjudge.llm._models import resolve_model_path
@@ -275,7 +275,7 @@ def use_v2_runner() -> bool:
     return bool(HAS_TRITON)
 
 
-class ServerError(UserFacingError, ConnectionError):
+class ServerError(RunFault, ConnectionError):
     """The server answered, but not with a result (refused key, redirect, error status)."""
 
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge._registry import Registry, suggest
-from recjudge._util import stable_hash
+from recjudge._registry import Registry, UnknownNameError, suggest
+from recjudge._util import RunFault, stable_hash
 from recjudge.decoding import BranchBias, Choice, DecodeJob, EvidenceFirst, decode
 from recjudge.llm import (
     LLMConfig,
@@ -197,9 +197,14 @@ class JudgeRequest:
             )
 
 
+class ModelLoadError(RunFault, ValueError):
+    """The judge's model cannot be loaded (an unknown name): a fault of the whole run."""
+
+
 # Errors that belong to one request (its text, ids, grammar or sigma), recorded per request
 # by ``judge_many(errors="record")``. Anything else (a broken model, an unreachable server,
-# missing packages, interruption) ends the run.
+# missing packages, interruption) ends the run; so does a ``RunFault`` (``_util``), whatever
+# built-in class it also is (ModelNotInstalledError is a RuntimeError).
 RECORDED_ERRORS: tuple[type[Exception], ...] = (
     ValueError,
     KeyError,
@@ -416,7 +421,10 @@ class Judge:
         if self._llm is None:
             from recjudge.llm import load_llm
 
-            self._llm = load_llm(self._llm_config or self.config.model)
+            try:
+                self._llm = load_llm(self._llm_config or self.config.model)
+            except UnknownNameError as e:  # a misspelt model: every request would fail alike
+                raise ModelLoadError(str(e).strip("'\"")) from None
         return self._llm
 
     def warm_up(self) -> None:
@@ -679,8 +687,8 @@ class Judge:
         each request that still fails comes back as its exception."""
         try:
             return list(self._judge_batch(reqs))
-        except NonFiniteLogitsError:
-            raise  # the model is broken: every request would fail the same way
+        except (NonFiniteLogitsError, RunFault):
+            raise  # the model, device or server is broken: every request would fail the same way
         except RECORDED_ERRORS as e:
             if not record:
                 raise
@@ -715,6 +723,8 @@ class Judge:
         for i in todo:
             try:
                 prefix = tuple(self._prompt(reqs[i])[1])
+            except RunFault:
+                raise
             except RECORDED_ERRORS as e:
                 if failed is None:
                     raise

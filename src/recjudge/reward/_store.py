@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError
+from recjudge._util import RunFault
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -41,7 +41,7 @@ def personas_path(store: Path) -> Path:
     return store.with_name(store.name + ".personas")
 
 
-class StoreError(UserFacingError, ValueError):
+class StoreError(RunFault, ValueError):
     """A results store that cannot be read (not SQLite, truncated, another schema)."""
 
 

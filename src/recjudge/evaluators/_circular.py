@@ -1,0 +1,160 @@
+"""Circular judges: a judge whose behavioural signal is one of the systems it evaluates.
+
+BRIEF adds ``Delta = beta (1 + E_n) sigma`` to the judge's YES branch, with ``sigma`` from a
+CF model. When that CF model is one of the compared recommenders, the judge says YES to what
+that system ranks high, and its imputed metric is inflated by construction (on ML-100K with
+SmolLM2, ALS's unlabelled listed pairs got mean sigma 0.89 and 100 % YES, Pop's -0.09 and
+40 %). One rule decides it, for ``impute``, ``evaluate`` and ``arena lists``:
+
+- **identity**: the run's provenance (``RUN.provenance.json``, written by ``cf recommend``)
+  names the judge's CF model: the same ``model_fingerprint`` or the same folder; or, in the
+  arena, the sigma model's name is a compared system's;
+- **behaviour**: the judge's CF model's own top-k lists hold at least ``OVERLAP_LIMIT`` of the
+  run's top-k pairs (the run is that model in all but name: a copy, a retrained twin, a run
+  written by other tooling).
+
+Either refuses the job (``CircularJudgeError``) unless ``allow_circular``, which the report
+header then names. A merely similar source (another model of the same family or data) is not
+refused; ``judge_by_system`` puts the judge's YES rate and mean sigma on each system's lists
+beside the logged hit rate so a lenient judge is visible.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import UserFacingError
+
+__all__ = [
+    "OVERLAP_LIMIT",
+    "CircularJudgeError",
+    "circular_message",
+    "circular_systems",
+    "judge_by_system",
+    "list_overlap",
+    "sigma_source",
+]
+
+#: a run whose top-k pairs are at least this share of the CF model's own top-k is that model
+OVERLAP_LIMIT = 0.9
+
+FIXES = ("a sigma source independent of the compared systems (--cf of a model trained for the "
+         "judge that is none of them, e.g. `recjudge cf train itemknn --data DATA --out "
+         "runs/judge-cf`), --mode no-behavior (no CF), or --allow-circular to go on knowing the "
+         "named system's metric is inflated")  # fmt: skip
+
+
+class CircularJudgeError(UserFacingError, ValueError):
+    """The judge's sigma source is one of the evaluated systems."""
+
+
+def circular_message(system: str, why: str, fixes: str = FIXES) -> str:
+    """The one-line refusal: which system, why it is the judge's own signal, what to do."""
+    return (
+        f"the judge's CF signal is the evaluated system {system!r} ({why}): the judge "
+        f"would say YES to what {system!r} ranks high and inflate its imputed metric by "
+        f"construction. Use {fixes}"
+    )
+
+
+def sigma_source(cf: str | None, uses_cf: bool) -> dict[str, Any] | None:
+    """The judge's sigma source as a record (folder, model name, fingerprint), or None when
+    the judge uses no CF model."""
+    if not cf or not uses_cf:
+        return None
+    import json
+
+    from recjudge.cf_models import model_fingerprint
+
+    path = Path(cf)
+    try:
+        meta = json.loads((path / "model.json").read_text(encoding="utf-8"))
+        name = str(meta.get("model")) if isinstance(meta, dict) else None
+        fingerprint = model_fingerprint(path)
+    except (OSError, ValueError, RecursionError):
+        return {"folder": str(path.resolve()), "model": None, "fingerprint": None}
+    return {"folder": str(path.resolve()), "model": name, "fingerprint": fingerprint}
+
+
+def circular_systems(
+    source: Mapping[str, Any] | None,
+    runs: Sequence[Any],
+    overlap: Mapping[str, float] | None = None,
+) -> dict[str, str]:
+    """``{system: why}`` for each run the rule (module docstring) finds to be the judge's own
+    signal; empty when the judge has no CF source (no ``source``, no ``overlap``)."""
+    if not source and not overlap:
+        return {}
+    source = source or {}
+    out: dict[str, str] = {}
+    for run in runs:
+        prov = run.provenance or {}
+        fp, folder = prov.get("model_fingerprint"), prov.get("model_folder")
+        if fp and fp == source.get("fingerprint"):
+            out[run.name] = f"{run.path} was written by the same CF model, {source['folder']}"
+        elif folder and folder == source.get("folder"):
+            out[run.name] = f"{run.path} was written from the judge's CF folder {folder}"
+        elif overlap and overlap.get(run.name, 0.0) >= OVERLAP_LIMIT:
+            out[run.name] = (f"{overlap[run.name]:.0%} of its top-k pairs are the judge's CF "
+                             f"model's own top-k")  # fmt: skip
+    return out
+
+
+def list_overlap(
+    runs: Sequence[Any], own: Mapping[str, Sequence[str]], users: Sequence[str], k: int
+) -> dict[str, float]:
+    """Per run, the share of its top-k pairs (over ``users``) that the CF model's own top-k
+    lists (``own``, ``cf_models.top_k_lists``) also hold."""
+    out = {}
+    for run in runs:
+        hit = total = 0
+        for u in users:
+            top = run.rankings.get(u, [])[:k]
+            mine = set(own.get(u, [])[:k])
+            hit += sum(i in mine for i in top)
+            total += len(top)
+        out[run.name] = hit / total if total else 0.0
+    return out
+
+
+def judge_by_system(
+    runs: Sequence[Any],
+    logged: Mapping[str, Mapping[str, int]],
+    sidecar: Mapping[tuple[str, str], Mapping[str, Any]],
+    users: Sequence[str],
+    k: int,
+) -> dict[str, dict[str, Any]]:
+    """Per system, over its top-k pairs of ``users``: the logged hit rate (positives among
+    the pairs the log labels), and the judge's YES rate and mean sigma on the pairs the log
+    does not label (``sidecar``: ``imputed.jsonl`` records by pair). A judge whose YES rate
+    follows one system's sigma while the logged hit rates do not is lenient to it."""
+    out = {}
+    for run in runs:
+        listed = labelled = pos = 0
+        yes, sig, judged = 0, 0.0, 0
+        for u in users:
+            labels = logged.get(u, {})
+            for i in run.rankings.get(u, [])[:k]:
+                listed += 1
+                if i in labels:
+                    labelled += 1
+                    pos += labels[i] > 0
+                    continue
+                rec = sidecar.get((u, i))
+                if rec is None or rec.get("error"):
+                    continue
+                judged += 1
+                yes += int(rec.get("label", 0))
+                s = rec.get("sigma")
+                sig += float(s) if isinstance(s, int | float) else 0.0
+        out[run.name] = {
+            "listed": listed,
+            "logged": labelled,
+            "logged_hit_rate": pos / labelled if labelled else None,
+            "unlabelled_judged": judged,
+            "judge_yes_rate": yes / judged if judged else None,
+            "mean_sigma": sig / judged if judged else None,
+        }
+    return out

@@ -1,0 +1,245 @@
+"""Gold labels a person can make: ``recjudge gold sample`` and ``evaluate --gold``.
+
+``sample_gold`` draws (user, item) pairs for a person to label from the evaluated top-k
+lists, under one of three designs, and records each pair's inclusion probability ``pi`` so
+the estimators weight it correctly (``_ppi``):
+
+- ``users`` (the default): a seeded sample of evaluation users, drawn without looking at any
+  label, added until the sample holds at least ``n`` pairs; every pair any system lists for
+  them is labelled (a labeller reads one history for several candidates). ``pi = m / U``
+  for the ``m`` sampled of ``U`` users. Estimated with clustered PPI (``clustered_ppi_mean``).
+- ``uniform``: ``n`` of the ``S`` distinct listed pairs, uniformly without replacement;
+  ``pi = n / S``.
+- ``stratified``: the listed pairs partitioned by the first system (in ``--runs`` order)
+  that lists them and by the judge's ``p_yes`` quartile within it; ``n`` spread equally over
+  the strata (capped by their sizes); ``pi_h = n_h / N_h``. Rare strata (a weak system's
+  lists, the judge's confident YES) get more labels than uniform sampling would give them.
+
+Pair designs are estimated with the design-based user-total PPI (``ppi_user_totals``).
+
+The file is CSV: ``user_id, item_id, label`` (empty, for the labeller), ``inclusion_prob``,
+``design``, and context for the labeller (``title``, ``history``: the user's most recent
+titles). ``GOLD.design.json`` beside it records the design, seed, frame and lists. ``read_gold``
+reads the labelled file back: unlabelled, repeated or unlisted pairs are refused by row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+__all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_gold",
+           "write_gold"]  # fmt: skip
+
+GOLD_DESIGNS = ("users", "uniform", "stratified")
+
+
+@dataclass(frozen=True)
+class GoldSample:
+    """Labelled pairs and the design they were drawn under.
+
+    Attributes:
+        labels: ``{(user, item): 0/1}``.
+        inclusion: ``{(user, item): pi}`` (empty: not recorded; uniform over the listed
+            pairs is assumed, ``pi = n / S``).
+        design: ``users``, ``uniform``, ``stratified``, or ``unknown`` (a hand-made file).
+        source: the file.
+    """
+
+    labels: Mapping[tuple[str, str], int]
+    inclusion: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    design: str = "unknown"
+    source: str = ""
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+
+def listed_pairs(runs: Sequence[Any], users: Sequence[str], k: int) -> list[tuple[str, str]]:
+    """Every distinct (user, item) some run lists in its top-k for ``users`` (user order,
+    then first appearance): the sampling frame."""
+    out: list[tuple[str, str]] = []
+    for u in users:
+        seen: set[str] = set()
+        for run in runs:
+            for i in run.rankings.get(u, [])[:k]:
+                if i not in seen:
+                    seen.add(i)
+                    out.append((u, i))
+    return out
+
+
+def sample_gold(
+    runs: Sequence[Any],
+    users: Sequence[str],
+    k: int,
+    n: int,
+    *,
+    design: str = "users",
+    seed: int = 0,
+    judged: Mapping[tuple[str, str], tuple[float, bool]] | None = None,
+) -> list[dict[str, Any]]:
+    """Rows ``{user_id, item_id, inclusion_prob, stratum}`` under ``design`` (module
+    docstring); ``judged`` (``read_judged``) is needed by ``stratified``.
+
+    Raises:
+        ValueError: an unknown design, ``n`` < 2, or no listed pair.
+    """
+    from recjudge._util import rng
+
+    if design not in GOLD_DESIGNS:
+        raise ValueError(f"unknown gold design {design!r}; use one of {', '.join(GOLD_DESIGNS)}")
+    if n < 2:
+        raise ValueError("a gold sample needs at least 2 pairs (--n)")
+    frame = listed_pairs(runs, users, k)
+    if not frame:
+        raise ValueError("the runs list no pair for the evaluation users")
+    g = rng("gold", design, seed)
+    if design == "users":
+        by_user: dict[str, list[str]] = {}
+        for u, i in frame:
+            by_user.setdefault(u, []).append(i)
+        order = [users[j] for j in g.permutation(len(users)) if users[j] in by_user]
+        chosen, total = [], 0
+        for u in order:
+            if total >= n:
+                break
+            chosen.append(u)
+            total += len(by_user[u])
+        pi = len(chosen) / len(by_user)
+        return [{"user_id": u, "item_id": i, "inclusion_prob": pi, "stratum": "users"}
+                for u in sorted(chosen, key=users.index) for i in by_user[u]]  # fmt: skip
+    if design == "uniform":
+        take = min(n, len(frame))
+        pick = sorted(g.choice(len(frame), take, replace=False).tolist())
+        return [{"user_id": frame[j][0], "item_id": frame[j][1],
+                 "inclusion_prob": take / len(frame), "stratum": "all"} for j in pick]  # fmt: skip
+    if judged is None:
+        raise ValueError("the stratified design needs the judge's probabilities (--qrels DIR)")
+    owner = {}
+    for run in runs:
+        for u in users:
+            for i in run.rankings.get(u, [])[:k]:
+                owner.setdefault((u, i), run.name)
+    strata: dict[str, list[int]] = {}
+    for run in runs:
+        mine = [j for j, pair in enumerate(frame) if owner[pair] == run.name]
+        if not mine:
+            continue
+        p = np.array([judged.get(frame[j], (0.5, False))[0] for j in mine])
+        cuts = np.quantile(p, [0.25, 0.5, 0.75]) if len(p) > 3 else np.array([])
+        for j, q in zip(mine, np.searchsorted(cuts, p, side="right"), strict=True):
+            strata.setdefault(f"{run.name}/q{int(q) + 1}", []).append(j)
+    per = max(1, n // len(strata))
+    rows = []
+    for name, members in sorted(strata.items()):
+        take = min(per, len(members))
+        for j in sorted(g.choice(len(members), take, replace=False).tolist()):
+            u, i = frame[members[j]]
+            rows.append({"user_id": u, "item_id": i, "inclusion_prob": take / len(members),
+                         "stratum": name})  # fmt: skip
+    return rows
+
+
+def write_gold(
+    rows: Sequence[Mapping[str, Any]],
+    path: str | Path,
+    design: Mapping[str, Any],
+    data: Any = None,
+    history: int = 10,
+) -> Path:
+    """The labeller's CSV (module docstring) and ``PATH.design.json``, each written then
+    renamed. ``data`` (a ``Dataset``) adds the item's title and the user's recent titles."""
+    import pandas as pd
+
+    from recjudge._util import atomic_write_json, atomic_write_text
+
+    path = Path(path)
+    titles: dict[str, str] = {}
+    hist: dict[str, list[str]] = {}
+    if data is not None:
+        titles = dict(zip(data.items["item_id"].astype(str), data.items["title"].astype(str),
+                          strict=True))  # fmt: skip
+        wanted = {r["user_id"] for r in rows}
+        df = data.interactions[data.interactions["user_id"].astype(str).isin(wanted)]
+        for u, part in df.sort_values("timestamp", kind="stable").groupby("user_id"):
+            hist[str(u)] = part["item_id"].astype(str).tolist()[-history:]
+    table = pd.DataFrame([{
+        "user_id": r["user_id"], "item_id": r["item_id"], "label": "",
+        "inclusion_prob": repr(float(r["inclusion_prob"])), "design": design["design"],
+        "stratum": r.get("stratum", ""),
+        "title": titles.get(r["item_id"], ""),
+        "history": " | ".join(titles.get(i, i) for i in reversed(hist.get(r["user_id"], []))),
+    } for r in rows])  # fmt: skip
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # csv quoting keeps titles with commas, quotes or newlines in one field
+    atomic_write_text(path, table.to_csv(index=False))
+    atomic_write_json(Path(f"{path}.design.json"), {**design, "pairs": len(rows)})
+    return path
+
+
+def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str]]) -> GoldSample:
+    """A labelled gold file (``gold sample``'s, or any ``user_id,item_id,label`` file) with
+    its design.
+
+    Raises:
+        DataError: a missing label, a label that is not 0/1, a repeated pair, a pair the
+            evaluated runs do not list together, or a bad inclusion probability (file and
+            row named).
+    """
+    from recjudge.data import DataError, read_table
+    from recjudge.evaluators._calibrate import read_labels
+
+    labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
+    if not labels:
+        raise DataError("the gold file holds no labelled pair.", source=str(path),
+                        fix="label the rows of `recjudge gold sample`'s file")  # fmt: skip
+    known = set(users)
+    for r, (u, i) in enumerate(labels, 1):
+        if (u, i) not in listed:
+            what = (f"user {u!r} is not an evaluation user" if u not in known
+                    else f"no evaluated run lists item {i!r} in user {u!r}'s top-k")  # fmt: skip
+            raise DataError(
+                f"gold pair ({u!r}, {i!r}): {what}.",
+                source=str(path),
+                row=r,
+                fix="draw gold pairs from the evaluated lists (`recjudge gold sample --runs "
+                "... --k K`, the same runs and k as evaluate); a pair outside them cannot be "
+                "weighed",
+            )
+    df = read_table(Path(path))
+    inclusion: dict[tuple[str, str], float] = {}
+    design = "unknown"
+    if "inclusion_prob" in df.columns:
+        for r, (u, i, v) in enumerate(zip(df["user_id"].astype(str), df["item_id"].astype(str),
+                                          df["inclusion_prob"], strict=True), 1):  # fmt: skip
+            try:
+                pi = float(v)
+            except (TypeError, ValueError):
+                pi = float("nan")
+            if not 0.0 < pi <= 1.0:
+                raise DataError(f"inclusion_prob {v!r} is not in (0, 1].", source=str(path),
+                                row=r, field="inclusion_prob",
+                                fix="keep the column as `gold sample` wrote it")  # fmt: skip
+            inclusion[(u, i)] = pi
+        if "design" in df.columns and len(df):
+            values = set(df["design"].astype(str))
+            design = values.pop() if len(values) == 1 else "unknown"
+    sidecar = Path(f"{path}.design.json")
+    if sidecar.is_file():
+        try:
+            design = str(json.loads(sidecar.read_text(encoding="utf-8")).get("design", design))
+        except (json.JSONDecodeError, RecursionError, AttributeError, UnicodeDecodeError):
+            raise DataError(
+                "not a gold design record (JSON).",
+                source=str(sidecar),
+                fix="delete it; the CSV's design column is used then",
+            ) from None
+    if design not in GOLD_DESIGNS:
+        design = "unknown"
+    return GoldSample(labels, inclusion, design, str(path))

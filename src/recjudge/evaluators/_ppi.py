@@ -1,0 +1,157 @@
+"""Prediction-powered intervals when gold pairs cluster by user.
+
+A gold sample drawn from top-k lists holds several pairs per user, and one user's labels are
+correlated (the same taste), while the metric is a mean over users. Intervals that treat the
+pairs as independent (``_estimators.ppi_mean``, ppi-python's ``ppi_mean_ci``) then understate
+the spread. Two estimators treat each user as one cluster:
+
+- ``clustered_ppi_mean``: cluster sampling (the gold design ``users``: every listed pair of a
+  sample of users is labelled). The users' cluster means are the sampling units of PPI++
+  (Angelopoulos, Duchi and Zrnic 2023), as GLIDE's ``ClusteredPPIMeanEstimator`` computes
+  them (glide-py; after Broska's cluster-robust PPI reference implementation):
+  ``theta = lam * mean(v) + mean(u - lam * s)`` and
+  ``Var = var(u - lam * s, ddof=1) / M_L + lam^2 var(v, ddof=1) / M_U``, with ``u, s`` the
+  labelled clusters' true and proxy means, ``v`` the unlabelled clusters' proxy means,
+  ``lam = cov(u, s) / ((1 + M_L / M_U) var(s and v pooled))`` (power tuning, not clipped).
+  ``scripts/crosscheck_glide.py`` holds it against glide-py; the suite checks its stored output.
+- ``ppi_user_totals``: any pair design with known inclusion probabilities ``pi`` (uniform
+  over listed pairs, stratified by system or by judge score), users as the units of the
+  variance. Per user, ``Z_u(lam) = lam * P_u + sum_{r in gold_u} (w_r / pi_r) (Y_r - lam p_r)``
+  with ``P_u = sum_r w_r p_r`` over the user's whole list (a Horvitz-Thompson rectifier);
+  ``theta = mean_u Z_u``, ``se = sd(Z, ddof=1) / sqrt(U)``, ``lam`` minimising ``var(Z)``
+  (clipped to [0, 1]). Its point estimate equals the iid PPI's under a uniform design (same
+  rectifier, ``pi = n / S``); only the interval differs.
+
+Both are normal intervals (``z_{1 - alpha/2}``), valid when the users are a sample drawn
+without looking at the labels and the gold design is the one recorded.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["clustered_ppi_mean", "gold_units_needed", "ppi_user_totals"]
+
+
+def _z(alpha: float) -> float:
+    from scipy.stats import norm
+
+    return float(norm.ppf(1 - alpha / 2))
+
+
+def clustered_ppi_mean(
+    y_true: Sequence[float],
+    y_proxy: Sequence[float],
+    clusters: Sequence[Any],
+    *,
+    lam: float | None = None,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Clustered PPI++ mean (cluster sampling), GLIDE's ``ClusteredPPIMeanEstimator``.
+
+    Args:
+        y_true: per observation, the label, or NaN where unlabelled; a cluster is labelled
+            when all its observations are, unlabelled when none is.
+        y_proxy: the prediction of every observation (no NaN).
+        clusters: the cluster id of every observation (the user).
+        lam: a fixed lambda (1: classic PPI, 0: the gold clusters alone); None: power-tuned.
+        alpha: 1 - the interval's coverage.
+
+    Returns:
+        ``{"value", "lo", "hi", "se", "lam", "clusters_labelled", "clusters_unlabelled",
+        "n", "N"}``.
+
+    Raises:
+        ValueError: partly labelled clusters, fewer than two labelled or unlabelled
+            clusters, or labels that are all equal (the interval would have no width).
+    """
+    y = np.asarray(y_true, dtype=float)
+    yp = np.asarray(y_proxy, dtype=float)
+    c = np.asarray([str(x) for x in clusters])
+    if not len(y) == len(yp) == len(c):
+        raise ValueError("y_true, y_proxy and clusters differ in length")
+    if np.isnan(yp).any():
+        raise ValueError("a proxy prediction is NaN")
+    lab = ~np.isnan(y)
+    ids, inv = np.unique(c, return_inverse=True)
+    labelled = np.bincount(inv, weights=lab.astype(float), minlength=len(ids))
+    sizes = np.bincount(inv, minlength=len(ids)).astype(float)
+    if ((labelled > 0) & (labelled < sizes)).any():
+        raise ValueError("a cluster is partly labelled: label every pair of a sampled user")
+    is_lab = labelled > 0
+    m_l, m_u = int(is_lab.sum()), int((~is_lab).sum())
+    if m_l < 2 or m_u < 2:
+        raise ValueError(f"clustered PPI needs 2+ labelled and 2+ unlabelled users "
+                         f"(got {m_l} and {m_u})")  # fmt: skip
+    true_sum = np.bincount(inv, weights=np.where(lab, y, 0.0), minlength=len(ids))
+    proxy_sum = np.bincount(inv, weights=yp, minlength=len(ids))
+    u = true_sum[is_lab] / sizes[is_lab]
+    s = proxy_sum[is_lab] / sizes[is_lab]
+    v = proxy_sum[~is_lab] / sizes[~is_lab]
+    if np.ptp(y[lab]) == 0:
+        raise ValueError(f"every gold label is {y[lab][0]:g}: the interval is not informative")
+    if lam is None:
+        pooled = np.concatenate([s, v])
+        var = float(np.var(pooled, ddof=1))
+        if var <= 0:
+            raise ValueError("the predictions are constant: lambda cannot be tuned")
+        lam = float(np.cov(u, s, ddof=1)[0, 1]) / ((1 + m_l / m_u) * var)
+    value = float(lam * v.mean() + (u - lam * s).mean())
+    se = math.sqrt(np.var(u - lam * s, ddof=1) / m_l + np.var(lam * v, ddof=1) / m_u)
+    z = _z(alpha)
+    return {"value": value, "lo": value - z * se, "hi": value + z * se, "se": se,
+            "lam": float(lam), "clusters_labelled": m_l, "clusters_unlabelled": m_u,
+            "n": int(lab.sum()), "N": int(len(yp))}  # fmt: skip
+
+
+def ppi_user_totals(
+    proxy_total: Sequence[float],
+    gold_true: Sequence[float],
+    gold_proxy: Sequence[float],
+    *,
+    lam: float | None = None,
+    alpha: float = 0.05,
+) -> dict[str, Any]:
+    """Design-based PPI of a mean over users, users as clusters (module docstring).
+
+    Args:
+        proxy_total: per user, ``P_u = sum_r w_r p_r`` over the whole list.
+        gold_true: per user, ``G_u = sum_{gold} (w_r / pi_r) Y_r`` (0 without gold pairs).
+        gold_proxy: per user, ``H_u = sum_{gold} (w_r / pi_r) p_r`` (0 without gold pairs).
+        lam: fixed lambda; None: the variance-minimising one, clipped to [0, 1].
+
+    Returns:
+        ``{"value", "lo", "hi", "se", "lam", "users"}``.
+
+    Raises:
+        ValueError: fewer than two users.
+    """
+    p, g, h = (np.asarray(a, dtype=float) for a in (proxy_total, gold_true, gold_proxy))
+    n = len(p)
+    if n < 2:
+        raise ValueError(f"PPI over users needs 2+ users (got {n})")
+    d = p - h  # Z_u = g + lam * d
+    if lam is None:
+        var_d = float(np.var(d, ddof=1))
+        lam = float(np.clip(-np.cov(g, d, ddof=1)[0, 1] / var_d, 0, 1)) if var_d > 0 else 1.0
+    z_u = g + lam * d
+    value = float(z_u.mean())
+    se = float(np.std(z_u, ddof=1) / math.sqrt(n))
+    z = _z(alpha)
+    return {"value": value, "lo": value - z * se, "hi": value + z * se, "se": se,
+            "lam": float(lam), "users": n}  # fmt: skip
+
+
+def gold_units_needed(sd: float, half_width: float, alpha: float = 0.05) -> int | None:
+    """Sampling units for a normal interval of ``+- half_width`` when one unit's standard
+    deviation is ``sd``: ``ceil((z sd / half_width)^2)`` (None when either is not positive).
+    With the judge's probabilities as the estimate of ``sd`` this plans a gold sample: the
+    gold labels alone need this many; PPI needs fewer by ``1 - rho^2`` (rho: the judge's
+    correlation with the labels)."""
+    if not (sd > 0 and half_width > 0):
+        return None
+    return int(math.ceil((_z(alpha) * sd / half_width) ** 2))
