@@ -34,6 +34,7 @@ __all__ = [
     "circular_systems",
     "judge_by_system",
     "list_overlap",
+    "refuse_circular",
     "sigma_source",
 ]
 
@@ -57,6 +58,14 @@ def circular_message(system: str, why: str, fixes: str = FIXES) -> str:
         f"would say YES to what {system!r} ranks high and inflate its imputed metric by "
         f"construction. Use {fixes}"
     )
+
+
+def refuse_circular(found: Mapping[str, str], allow: bool) -> None:
+    """Raise ``CircularJudgeError`` for the first system ``circular_systems`` found, unless
+    ``allow``."""
+    if found and not allow:
+        name, why = next(iter(found.items()))
+        raise CircularJudgeError(circular_message(name, why))
 
 
 def sigma_source(cf: str | None, uses_cf: bool) -> dict[str, Any] | None:

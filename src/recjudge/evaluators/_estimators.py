@@ -492,14 +492,21 @@ def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tu
     return out
 
 
-def logged_propensities(logged: Mapping[str, Mapping[str, int]], exponent: float,
-                        clip: float) -> Propensities:  # fmt: skip
-    """``powerlaw_propensities`` estimated from the logged labels themselves: an item's count
-    is the number of users with a logged label for it."""
+def logged_counts(logged: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """Per item, the number of users with a logged label for it (observed, whatever the
+    label)."""
     counts: dict[str, int] = {}
     for labels in logged.values():
         for i in labels:
             counts[i] = counts.get(i, 0) + 1
+    return counts
+
+
+def logged_propensities(logged: Mapping[str, Mapping[str, int]], exponent: float,
+                        clip: float) -> Propensities:  # fmt: skip
+    """``powerlaw_propensities`` estimated from the logged labels themselves: an item's count
+    is the number of users with a logged label for it."""
+    counts = logged_counts(logged)
     n_obs = sum(counts.values())
     return powerlaw_propensities(counts, max(len(logged), 1), max(n_obs, 1), exponent, clip)
 
@@ -716,6 +723,15 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
     return gold
 
 
+def require_judged(pairs: Sequence[tuple[str, str]], judged: Mapping[tuple[str, str], Any]):
+    """Raise ValueError naming how many of ``pairs`` the judge did not answer (PPI and DR
+    need its probability on every listed pair)."""
+    missing = [pair for pair in pairs if pair not in judged]
+    if missing:
+        raise ValueError(f"{len(missing)} listed pairs have no judge probability (e.g. "
+                         f"{missing[0]}): run impute with --judge-logged")  # fmt: skip
+
+
 def ppi_metric(
     run: Any,
     users: Sequence[str],
@@ -742,10 +758,7 @@ def ppi_metric(
     w = metric_weights(base, k)
     slots = [(u, i, w[r]) for u in users for r, i in enumerate(run.rankings.get(u, [])[:k])]
     c = len(slots) / max(len(users), 1)
-    missing = [(u, i) for u, i, _ in slots if (u, i) not in judged]
-    if missing:
-        raise ValueError(f"{len(missing)} listed pairs have no judge probability (e.g. "
-                         f"{missing[0]}): run impute with --judge-logged")  # fmt: skip
+    require_judged([(u, i) for u, i, _ in slots], judged)
     yu = np.array([c * wr * judged[(u, i)][0] for u, i, wr in slots])
     mine = [(u, i, wr) for u, i, wr in slots if (u, i) in gold]
     if len(mine) < 2:
@@ -813,10 +826,7 @@ def fit_propensities(
     from scipy.optimize import minimize
 
     users = max(len(logged), 1)
-    counts: dict[str, int] = {}
-    for labels in logged.values():
-        for i in labels:
-            counts[i] = counts.get(i, 0) + 1
+    counts = logged_counts(logged)
     if not counts:
         raise ValueError("fitted propensities need a log with at least one observation")
     if not popularity:
@@ -997,18 +1007,8 @@ def ppi_run(
                                         max(per_user_gold.values(), default=0) > 1)  # fmt: skip
     if not clustered:
         p = ppi_metric(run, users, judged, labels, metric)
-        return Estimate(
-            "ppi",
-            metric,
-            p["value"],
-            (p["lo"], p["hi"]),
-            judge_share=1.0,
-            note=f"{p['n']} gold pairs, iid interval, lambda {p['lam']:.2f}",
-        )
-    missing = [(u, i) for u in users for i in run.rankings.get(u, [])[:k] if (u, i) not in judged]
-    if missing:
-        raise ValueError(f"{len(missing)} listed pairs have no judge probability (e.g. "
-                         f"{missing[0]}): run impute with --judge-logged")  # fmt: skip
+        return _ppi_estimate(metric, p, f"{p['n']} gold pairs, iid interval")
+    require_judged([(u, i) for u in users for i in run.rankings.get(u, [])[:k]], judged)
     if gold.design == "users":
         sampled = {u for u, _ in labels}
         y, yp, cl = [], [], []
@@ -1024,14 +1024,11 @@ def ppi_run(
                 yp.append(scale * judged[(u, i)][0])
                 cl.append(u)
         c = clustered_ppi_mean(y, yp, cl)
-        return Estimate(
-            "ppi",
+        return _ppi_estimate(
             metric,
-            c["value"],
-            (c["lo"], c["hi"]),
-            judge_share=1.0,
-            note=f"{c['n']} gold pairs of {c['clusters_labelled']} users, clustered "
-            f"by user (GLIDE's clustered PPI++), lambda {c['lam']:.2f}",
+            c,
+            f"{c['n']} gold pairs of {c['clusters_labelled']} "
+            "users, clustered by user (GLIDE's clustered PPI++)",
         )
     n_gold = len(labels)
     p_tot, g_tot, h_tot = [], [], []
@@ -1048,12 +1045,15 @@ def ppi_run(
         g_tot.append(gt)
         h_tot.append(ht)
     c = ppi_user_totals(p_tot, g_tot, h_tot)
-    return Estimate(
-        "ppi",
+    return _ppi_estimate(
         metric,
-        c["value"],
-        (c["lo"], c["hi"]),
-        judge_share=1.0,
-        note=f"{sum(per_user_gold.values())} gold pairs in its lists, clustered by "
-        f"user (design-based, 1/pi weights), lambda {c['lam']:.2f}",
+        c,
+        f"{sum(per_user_gold.values())} gold pairs in its lists, "
+        "clustered by user (design-based, 1/pi weights)",
     )
+
+
+def _ppi_estimate(metric: str, got: Mapping[str, Any], note: str) -> Estimate:
+    """A PPI estimator's result as the report's ``Estimate`` (its lambda in the note)."""
+    return Estimate("ppi", metric, got["value"], (got["lo"], got["hi"]), judge_share=1.0,
+                    note=f"{note}, lambda {got['lam']:.2f}")  # fmt: skip

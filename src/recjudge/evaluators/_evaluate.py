@@ -105,8 +105,9 @@ def _ranx(qrels: Qrels, runs: Sequence[RecRun], users: Sequence[str], k: int):
             c = codes[item] = f"{len(codes):0{ID_WIDTH}d}"
         return c
 
-    # Only positives: ranx ignores 0 labels. Every evaluation user has one (the user rule);
-    # make_comparable scores a user a run lacks as 0 rather than dropping it.
+    # Only positives: ranx ignores 0 labels. A user with none (evaluation users are chosen
+    # without looking at labels) keeps an empty entry and scores 0; make_comparable scores a
+    # user a run lacks as 0 rather than dropping it.
     q = RQrels({u: {code(i): r for i, r in qrels.get(u, {}).items() if r > 0} for u in users})
     rs = [
         RRun({u: {code(i): s for i, s in ranked.items()} for u, ranked in

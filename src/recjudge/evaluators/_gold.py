@@ -112,8 +112,9 @@ def sample_gold(
             chosen.append(u)
             total += len(by_user[u])
         pi = len(chosen) / len(by_user)
+        keep = set(chosen)
         return [{"user_id": u, "item_id": i, "inclusion_prob": pi, "stratum": "users"}
-                for u in sorted(chosen, key=users.index) for i in by_user[u]]  # fmt: skip
+                for u in by_user if u in keep for i in by_user[u]]  # fmt: skip
     if design == "uniform":
         take = min(n, len(frame))
         pick = sorted(g.choice(len(frame), take, replace=False).tolist())

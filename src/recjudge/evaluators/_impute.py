@@ -108,7 +108,7 @@ def evaluation_users(
             "no user of the runs has a logged positive in the feedback; check that --feedback "
             "is the held-out part of the same data (or lower --min-rating)"
         )
-    return sample_users(sorted(eligible), n or len(eligible), seed)
+    return sample_users(eligible, n or len(eligible), seed)
 
 
 def pairs_to_impute(
@@ -218,7 +218,7 @@ def impute(
     plan = plan or imputation_plan(data, feedback, runs, config)
     logged, users, pairs = plan.logged, plan.users, plan.pairs
     reqs, unbuildable = plan.requests, plan.unbuildable
-    if not circular:
+    if circular is None:
         circular = circular_check(judge, data, runs, users, config.k, sigma_source,
                                   allow_circular)  # fmt: skip
     t0 = time.perf_counter()
@@ -304,22 +304,14 @@ def circular_check(
     (``circular``, ``allow_circular``, ``overlap_with_judge_cf``), or the refusal
     (``CircularJudgeError``)."""
     from recjudge.cf_models import CFModel, top_k_lists
-    from recjudge.evaluators._circular import (
-        CircularJudgeError,
-        circular_message,
-        circular_systems,
-        list_overlap,
-    )
+    from recjudge.evaluators._circular import circular_systems, list_overlap, refuse_circular
 
-    cf = getattr(judge, "cf", None) if judge.config.uses_cf() else None
     overlap = None
-    if isinstance(cf, CFModel):
-        own = top_k_lists(cf, data, k, [u for u in users if any(u in r.rankings for r in runs)])
-        overlap = list_overlap(runs, own, users, k)
+    if judge.config.uses_cf() and isinstance(judge.cf, CFModel):
+        # the evaluation users are users the runs list, so these are the lists compared
+        overlap = list_overlap(runs, top_k_lists(judge.cf, data, k, users), users, k)
     found = circular_systems(source, runs, overlap)
-    if found and not allow:
-        name, why = next(iter(found.items()))
-        raise CircularJudgeError(circular_message(name, why))
+    refuse_circular(found, allow)
     return {
         "circular": found,
         "allow_circular": bool(allow and found),

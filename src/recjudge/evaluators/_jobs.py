@@ -306,15 +306,14 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
     """Label every unlabelled (user, item) in the runs' top-k with the judge; write qrels
     (``impute``'s files in ``job.out``). Returns its summary."""
     from recjudge.data import load_dataset
+    from recjudge.evaluators._circular import sigma_source
+    from recjudge.reward import JudgeConfig
 
     warn = warn or warnings.warn
     config = _sub(job, ImputeConfig)
     data, fb = load_dataset(job.data), load_dataset(job.feedback)
     recs = [restrict_to(r, data, job.k) for r in parse_runs(job.runs, job.run_format)]
     _warn_checks(recs, warn)
-    from recjudge.evaluators._circular import sigma_source
-    from recjudge.reward import JudgeConfig
-
     source = sigma_source(job.cf, JudgeConfig(mode=job.mode).uses_cf())
     plan = imputation_plan(data, fb, recs, config)
     found: dict[str, Any] = {}
@@ -421,11 +420,7 @@ def _impute_summary(folder: Path) -> dict[str, Any]:
 def _circular_runs(summary: dict[str, Any], recs: Sequence[RecRun], allow: bool) -> dict:
     """``_circular``'s rule on the runs evaluated now, from what ``impute`` recorded (its
     judge's sigma source and its CF model's overlap with each run, by run path or name)."""
-    from recjudge.evaluators._circular import (
-        CircularJudgeError,
-        circular_message,
-        circular_systems,
-    )
+    from recjudge.evaluators._circular import circular_systems, refuse_circular
 
     source = summary.get("sigma_source")
     recorded = summary.get("overlap_with_judge_cf") or {}
@@ -436,9 +431,7 @@ def _circular_runs(summary: dict[str, Any], recs: Sequence[RecRun], allow: bool)
             if name == run.name or paths.get(name) == run.path:
                 overlap[run.name] = float(v)
     found = circular_systems(source, recs, overlap or None)
-    if found and not allow:
-        name, why = next(iter(found.items()))
-        raise CircularJudgeError(circular_message(name, why))
+    refuse_circular(found, allow)
     return found
 
 

@@ -43,6 +43,12 @@ def _z(alpha: float) -> float:
     return float(norm.ppf(1 - alpha / 2))
 
 
+def _normal(value: float, se: float, alpha: float) -> dict[str, float]:
+    """``value`` with its normal ``1 - alpha`` interval ``value +- z se``."""
+    z = _z(alpha)
+    return {"value": value, "lo": value - z * se, "hi": value + z * se, "se": se}
+
+
 def clustered_ppi_mean(
     y_true: Sequence[float],
     y_proxy: Sequence[float],
@@ -102,10 +108,8 @@ def clustered_ppi_mean(
         lam = float(np.cov(u, s, ddof=1)[0, 1]) / ((1 + m_l / m_u) * var)
     value = float(lam * v.mean() + (u - lam * s).mean())
     se = math.sqrt(np.var(u - lam * s, ddof=1) / m_l + np.var(lam * v, ddof=1) / m_u)
-    z = _z(alpha)
-    return {"value": value, "lo": value - z * se, "hi": value + z * se, "se": se,
-            "lam": float(lam), "clusters_labelled": m_l, "clusters_unlabelled": m_u,
-            "n": int(lab.sum()), "N": int(len(yp))}  # fmt: skip
+    return {**_normal(value, se, alpha), "lam": float(lam), "clusters_labelled": m_l,
+            "clusters_unlabelled": m_u, "n": int(lab.sum()), "N": int(len(yp))}  # fmt: skip
 
 
 def ppi_user_totals(
@@ -141,9 +145,7 @@ def ppi_user_totals(
     z_u = g + lam * d
     value = float(z_u.mean())
     se = float(np.std(z_u, ddof=1) / math.sqrt(n))
-    z = _z(alpha)
-    return {"value": value, "lo": value - z * se, "hi": value + z * se, "se": se,
-            "lam": float(lam), "users": n}  # fmt: skip
+    return {**_normal(value, se, alpha), "lam": float(lam), "users": n}
 
 
 def gold_units_needed(sd: float, half_width: float, alpha: float = 0.05) -> int | None:

@@ -16,7 +16,6 @@ from recjudge._util import RunFault, stable_hash
 from recjudge.decoding import BranchBias, Choice, DecodeJob, EvidenceFirst, decode
 from recjudge.llm import (
     LLMConfig,
-    NonFiniteLogitsError,
     SamplingConfig,
     capabilities_of,
     escape_special,
@@ -687,7 +686,7 @@ class Judge:
         each request that still fails comes back as its exception."""
         try:
             return list(self._judge_batch(reqs))
-        except (NonFiniteLogitsError, RunFault):
+        except RunFault:  # NonFiniteLogitsError among them
             raise  # the model, device or server is broken: every request would fail the same way
         except RECORDED_ERRORS as e:
             if not record:
