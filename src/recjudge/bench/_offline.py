@@ -309,7 +309,12 @@ def _impute_all(
         }
     )
     feedback = Dataset(ds.name + "-logged", fb, ds.items, ds.users, domain=ds.domain)
-    icfg = ImputeConfig(k=max(KS), min_rating=None)
+    # The BRIEF paper's protocol (Tables 2-3): only unlogged pairs are judged, on the usual
+    # offline users (a logged positive each). ImputeConfig's defaults moved to what the
+    # estimators need (judge logged pairs too, users chosen without looking at labels), so
+    # the paper's settings are stated here.
+    icfg = ImputeConfig(k=max(KS), min_rating=None, judge_logged=False,
+                        user_rule="logged-positive")  # fmt: skip
     plan = imputation_plan(past_ds, feedback, runs, icfg)
     imputed = {
         # The reference an imputer must beat to show it discriminates: every unlogged pair
