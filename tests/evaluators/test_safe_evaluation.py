@@ -341,3 +341,14 @@ def test_ranx_intervals_cover_the_truth_on_a_synthetic_log():
         lo, hi = res["intervals"]["logged"]["s"]["precision@5"]
         hits += lo <= truth <= hi
     assert hits / reps >= 0.85
+
+
+@pytest.mark.parametrize("text", ["{", "[1, 2]", '{"a": -3}', '{"a": 1.5}', '{"a": "x"}',
+                                  "[" * 100000])  # fmt: skip
+def test_a_damaged_item_popularity_record_is_refused_naming_the_file(tmp_path, text):
+    runs = _impute_folder(tmp_path / "imp", fingerprint="x")
+    (tmp_path / "imp" / "item_popularity.json").write_text(text)
+    with pytest.raises(DataError, match="item_popularity.json"):
+        run_evaluate(EvaluateJob(runs=runs, qrels=str(tmp_path / "imp"), k=2,
+                                 metrics="precision@2", allow_circular=True),
+                     warn=lambda m: None)  # fmt: skip

@@ -528,8 +528,7 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
                          "--estimators to get it from ranx alone")  # fmt: skip
     if not metrics:
         metrics = [f"ndcg_fixed@{config.k}"]
-    pop_path = Path(job.qrels or "") / "item_popularity.json"
-    popularity = json.loads(pop_path.read_text()) if pop_path.is_file() else None
+    popularity = _item_popularity(Path(job.qrels or "") / "item_popularity.json")
     props = propensities_from(job.propensities, q["logged"], job.clip, popularity)
     judged = read_judged(Path(job.qrels or "") / "imputed.jsonl")
     calibrated = bool(summary.get("calibrated"))
@@ -548,6 +547,31 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
     if job.obp_out:
         files = export_obp(recs, q["logged"], judged, props, users, metrics, job.obp_out)
         got["obp_export"] = {"folder": str(job.obp_out), "files": len(files)}
+    return got
+
+
+def _item_popularity(path: Path) -> dict[str, int] | None:
+    """``impute``'s record of the training data's item counts (None: an older impute folder
+    without it).
+
+    Raises:
+        DataError: a file that is not ``{item_id: count}`` with non-negative integer counts.
+    """
+    from recjudge.data import DataError
+
+    if not path.is_file():
+        return None
+    fix = "delete it and rerun `recjudge impute --resume` into this folder (it writes it again)"
+    try:
+        got = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+        raise DataError("not impute's item counts (JSON).", source=str(path), fix=fix) from None
+    if not isinstance(got, dict):
+        raise DataError("not an {item_id: count} object.", source=str(path), fix=fix)
+    for item, n in got.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise DataError(f"item {item!r} has count {n!r}, not a non-negative integer.",
+                            source=str(path), field=str(item), fix=fix)  # fmt: skip
     return got
 
 
