@@ -71,6 +71,62 @@ class CacheDirError(RunFault, ValueError):
     """``$RECJUDGE_CACHE`` (or ``~/.cache/recjudge``) cannot be used as a folder."""
 
 
+def json_loads(text: str | bytes | bytearray) -> Any:
+    """``json.loads`` for text recjudge did not write in this process (user files, stores,
+    checkpoints, caches, server replies).
+
+    Nesting deeper than Python's parser can follow (``[[[[...`` 10^5 deep) raises
+    ``RecursionError`` there, which no reader's handler expects; here it is a
+    ``json.JSONDecodeError`` like any other malformed JSON, so the reader's one-line error
+    names the file and row as it does for a missing bracket.
+    """
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError(
+            "JSON nested too deeply to read (more levels of brackets than Python's "
+            "recursion limit)",
+            "",
+            0,
+        ) from None
+
+
+def redact(text: str, secret: str | None) -> str:
+    """``text`` with ``secret`` (an API key) replaced by ``[redacted]`` wherever it occurs,
+    so an error line that quotes a server's reply never prints the key. Secrets shorter
+    than 4 characters are left alone: replacing them would garble ordinary words."""
+    if not secret or len(secret) < 4:
+        return text
+    return text.replace(secret, "[redacted]")
+
+
+def os_error_line(e: OSError) -> str:
+    """One line for a file-system error: the path, what is wrong and what to do (never a
+    traceback). The fix follows the errno: a file where a folder is needed, a folder where a
+    file is, a symlink loop, a missing parent, permissions, a full disk."""
+    import errno
+
+    where = e.filename if e.filename is not None else "a path"
+    if e.filename2 is not None:
+        where = f"{where} -> {e.filename2}"
+    fixes = {
+        errno.EEXIST: "it exists and is not a folder: give another path, or remove it",
+        errno.ENOTDIR: "a part of the path is a file, not a folder: give a path under a folder",
+        errno.EISDIR: "it is a folder where a file is needed: name a file",
+        errno.ELOOP: "it is a loop of symbolic links: point it at a real file or folder",
+        errno.ENOENT: "no such file or folder: check the path",
+        errno.EACCES: "permission denied: choose a path you can read and write, or fix its "
+        "permissions",
+        errno.EPERM: "operation not permitted: choose another path",
+        errno.EROFS: "the file system is read-only: choose a writable path",
+        errno.ENOSPC: "the disk is full: free space, then rerun (finished work is kept; "
+        "--resume where the command has it)",
+        errno.ENAMETOOLONG: "the name is too long: choose a shorter path",
+    }
+    fix = fixes.get(e.errno or -1, e.strerror or str(e))
+    return f"{where}: {fix}"
+
+
 def stable_hash(*parts: Any, length: int = 16) -> str:
     """A process-independent hex digest of JSON-serialisable parts (never Python's ``hash``)."""
     payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)

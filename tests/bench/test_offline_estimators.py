@@ -1,57 +1,69 @@
 """``bench brief-offline-estimators``' machinery on a synthetic world: the vectorised rows
-equal the reference estimators on the same lists, the estimated propensities match the
-observed count, a perfect judge puts PPI ahead of the gold sample alone, and over many logs
-IPS and DR (true propensities) centre on the truth while ``logged`` does not."""
+equal the reference estimators on the same lists, a redrawn world is the population on the
+drawn users, a simulated log is what ``evaluate`` reads, the propensities are ``evaluate``'s
+own fit, and over many redrawn evaluations IPS (true propensities) covers the population
+truth on the ``listed`` users while the ``logged-positive`` rule biases it upward."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
+from recjudge._stats import user_draws
 from recjudge.bench._offline_estimators import (
-    estimated_theta,
+    EstimatorCheckConfig,
     estimator_rows,
-    gold_experiment,
+    gold_on_log,
+    gold_summary,
     one_log,
+    propensity_sets,
+    resample,
+    selections,
+    simulate_log,
     summarise,
     truth_of,
     world_from,
 )
-from recjudge.evaluators._estimators import ListLabels, estimate
+from recjudge.evaluators import ListLabels, estimate, propensities_from
 
 METRICS = ("precision@5", "ndcg_fixed@5", "dcg@3")
 
 
-def _world(seed: int = 0, users: int = 40):
+def _world(seed=0, users=40, items=60, relevant=12, alpha=0.7, pop=(1, 200), short=True):
     g = np.random.default_rng(seed)
-    items = [f"i{n}" for n in range(60)]
-    popularity = {i: int(g.integers(1, 200)) for i in items}
+    names = [f"i{n}" for n in range(items)]
+    popularity = {i: int(g.integers(*pop)) for i in names}
     rankings = {
         name: {
-            f"u{u}": list(g.choice(items, 5 if u % 7 else 3, replace=False)) for u in range(users)
+            f"u{u}": list(g.choice(names, 3 if short and u % 7 == 0 else 5, replace=False))
+            for u in range(users)
         }  # fmt: skip
         for name in ("a", "b", "c")
     }
-    online = {f"u{u}": list(g.choice(items, 12, replace=False)) for u in range(users)}
-    w = world_from([f"u{u}" for u in range(users)], rankings, online, popularity, 0.7, 5)
+    online = {f"u{u}": list(g.choice(names, relevant, replace=False)) for u in range(users)}
+    w = world_from([f"u{u}" for u in range(users)], rankings, online, popularity, alpha, 5)
     n = len(w.pairs)
     p = np.clip(0.6 * w.relevant + g.uniform(0, 0.4, n), 0, 1)
     w.imputers["judge"] = (p, (p > 0.5).astype(float))
+    w.imputers["judge+cal"] = (p, (p > 0.5).astype(float))
     w.imputers["all-yes"] = (np.ones(n), np.ones(n))
     return w, rankings
 
 
+def _all(w, draws=50, seed=0):
+    rows = np.arange(len(w.users))
+    idx = user_draws(len(rows), draws, seed)
+    return {"listed": (rows, idx), "logged-positive": (rows, idx)}
+
+
 def test_rows_equal_the_reference_estimators_on_the_same_lists():
     w, rankings = _world()
-    observed = np.random.default_rng(1).random(len(w.pairs)) < w.theta
-    idx = np.arange(len(w.users))[None]
-    got = one_log(w, observed, METRICS, 0.05, 0.5, idx)
+    observed, logged = simulate_log(w, np.random.default_rng(1))
+    thetas, _ = propensity_sets(w, logged, 0.05, 0.5)
+    got = one_log(w, observed, METRICS, thetas, _all(w))
     index = {pair: n for n, pair in enumerate(w.pairs)}
-    theta = {"true": np.maximum(w.theta, 0.05),
-             "est": np.maximum(estimated_theta(w, observed, 0.5), 0.05)}  # fmt: skip
-    for row, est, arg in estimator_rows(["judge", "all-yes"]):
-        imputer, _, prop = arg.partition("|")
-        th = theta.get(prop or arg, theta["true"])
+    for row, est, imputer, prop, _rule in estimator_rows(list(w.imputers)):
+        th = thetas[prop]
         for system, lists in rankings.items():
             labels = {}
             for u in w.users:
@@ -65,48 +77,113 @@ def test_rows_equal_the_reference_estimators_on_the_same_lists():
                 assert got[row][m][system][0] == pytest.approx(ref[m][est].value), (row, m)
 
 
-def test_estimated_propensities_expect_the_observed_count():
+def test_a_redrawn_world_is_the_population_on_the_drawn_users():
+    w, rankings = _world()
+    rows = np.array([3, 3, 0, 17, 39, 3])
+    r = resample(w, rows)
+    assert len(r.users) == len(rows) and len(set(r.users)) == len(rows)  # a repeat is new
+    for j, s in enumerate(rows):
+        u = w.users[s]
+        for name, lists in rankings.items():
+            got = [r.pairs[p][1] for p in r.slots[name][j] if p >= 0]
+            assert got == list(lists[u])
+            assert all(r.pairs[p][0] == r.users[j] for p in r.slots[name][j] if p >= 0)
+    # every per-pair array follows its pair; the truth is the mean over the drawn rows
+    src = {(u, i): n for n, (u, i) in enumerate(w.pairs)}
+    for n, (u, i) in enumerate(r.pairs):
+        o = src[(u.rsplit("#", 1)[0], i)]
+        assert r.relevant[n] == w.relevant[o] and r.theta[n] == w.theta[o]
+        assert r.imputers["judge"][0][n] == w.imputers["judge"][0][o]
+    per_user = {s: truth_of(resample(w, [s]), ["precision@5"])["precision@5"] for s in set(rows)}
+    t = truth_of(r, ["precision@5"])["precision@5"]
+    for name in rankings:
+        assert t[name] == pytest.approx(np.mean([per_user[s][name] for s in rows]))
+    same, full = truth_of(resample(w, np.arange(len(w.users))), METRICS), truth_of(w, METRICS)
+    for m in METRICS:
+        assert same[m] == pytest.approx(full[m])
+
+
+def test_a_simulated_log_is_what_evaluate_reads():
     w, _ = _world()
-    observed = np.random.default_rng(2).random(len(w.pairs)) < w.theta
-    est = estimated_theta(w, observed, 0.5)
-    assert est.max() <= 1.0
-    if est.max() < 1.0:  # no cap bound: the expectation matches exactly
-        assert est.sum() == pytest.approx(observed.sum())
-    # the popularity order is kept
-    order = np.argsort(w.popularity)
-    assert (np.diff(est[order]) >= -1e-12).all()
+    r = resample(w, np.arange(len(w.users)).repeat(2))
+    observed, logged = simulate_log(r, np.random.default_rng(3))
+    assert list(logged) == r.users  # every user, one with no observation holding {}
+    for n, (u, i) in enumerate(r.pairs):
+        assert bool(observed[n]) == (i in logged[u])
+        if observed[n]:
+            assert logged[u][i] == int(r.relevant[n])
+    # unlisted items are observed too (the fit needs the whole log), labelled by the truth
+    listed = set(r.pairs)
+    extra = [(u, i, y) for u, d in logged.items() for i, y in d.items() if (u, i) not in listed]
+    assert extra
+    row = {u: k for k, u in enumerate(r.users)}
+    assert all(y == int(i in r.online[row[u]]) for u, i, y in extra)
 
 
-def test_a_perfect_judge_makes_ppi_beat_the_gold_sample_alone():
-    # PPI++ with perfect predictions is lam * truth + (1 - lam) * gold mean (lam in (0, 1]),
-    # so on the same gold draws its error and width are below the gold sample's alone.
-    w, _ = _world()
-    w.imputers["perfect"] = (w.relevant.copy(), w.relevant.copy())
-    metrics = ["precision@5", "ndcg_fixed@5"]
-    res = gold_experiment(w, "perfect", metrics, [30], draws=5, seed=0)["30"]
-    for m in ("precision@5", "ndcg_fixed@5"):
-        ppi, alone = res["ppi++"][m], res["gold only"][m]
-        assert ppi["abs_error"] < alone["abs_error"]
-        assert ppi["ci_width"] < alone["ci_width"]
-        assert ppi["intervals"] == alone["intervals"] > 0
+def test_propensities_are_evaluates_own_fit_and_recover_the_exponent():
+    w, _ = _world(users=300, items=200, alpha=1.0)
+    observed, logged = simulate_log(w, np.random.default_rng(4))
+    thetas, fit = propensity_sets(w, logged, 1e-4, 0.5)
+    ref = propensities_from("fit", logged, 1e-4, w.item_popularity)
+    assert thetas["fit"] == pytest.approx([ref.of(u, i)[0] for u, i in w.pairs])
+    assert fit["exponent"] == pytest.approx(ref.fit["exponent"])
+    # 300 users x 200 items: the ML fit of (pop + 1)^a lands near the true exponent 1
+    assert abs(fit["exponent"] - 1.0) < 0.2
+    assert thetas["true"] == pytest.approx(np.clip(w.theta, 1e-4, 1))
 
 
-def test_over_many_logs_ips_and_dr_centre_on_the_truth_and_logged_does_not():
+def _coverage_run(logs: int = 120, sparse: bool = False):
+    # sparse: 2 relevant items of 20, exposure (pop / max)^2 with pop 20-99: about a quarter
+    # of the users have no logged positive, and who keeps one depends on what was observed
+    w, _ = (_world(users=80, items=20, relevant=2, alpha=2.0, pop=(20, 100), short=False)
+            if sparse else _world(users=80, items=80))  # fmt: skip
+    truth = truth_of(w, ["precision@5"])
+    per = []
+    for t in range(logs):
+        g = np.random.default_rng(100 + t)
+        r = resample(w, g.integers(0, len(w.users), len(w.users)))
+        observed, logged = simulate_log(r, g)
+        thetas, _ = propensity_sets(r, logged, 1e-6, 0.5)
+        per.append(one_log(r, observed, ["precision@5"], thetas, selections(r, logged, 200, t)))
+    return summarise(per, truth)
+
+
+def test_redrawn_users_ips_covers_the_population_truth_and_logged_does_not():
+    s = _coverage_run()
+    assert s["ips (true theta)"]["precision@5"]["coverage"] >= 0.85
+    assert s["logged"]["precision@5"]["coverage"] <= 0.2
+    # signed error per system is reported, and logged runs low for every system
+    assert all(v < 0 for v in s["logged"]["precision@5"]["signed_error"].values())
+    assert set(s["ips (true theta)"]["precision@5"]["coverage_by_system"]) == {"a", "b", "c"}
+
+
+def test_the_logged_positive_rule_biases_ips_upward_on_a_sparse_log():
+    s = _coverage_run(sparse=True)
+    listed = s["ips (true theta)"]["precision@5"]["signed_error"]
+    chosen = s["ips (true theta), logged-positive users"]["precision@5"]["signed_error"]
+    # the truth is ~0.09 per system: the rule adds ~+0.03 (a third), the listed users ~0
+    for name in listed:
+        assert chosen[name] > listed[name] + 0.01
+    assert abs(np.mean(list(listed.values()))) < 0.3 * np.mean(list(chosen.values()))
+
+
+def test_gold_samples_run_through_evaluates_ppi_with_both_intervals():
     w, _ = _world(users=60)
-    truth = truth_of(w, ["precision@5"])["precision@5"]
-    g = np.random.default_rng(5)
-    idx = np.arange(len(w.users))[None]
-    sums: dict[str, list[float]] = {}
-    for _ in range(400):
-        observed = g.random(len(w.pairs)) < w.theta
-        got = one_log(w, observed, ["precision@5"], 1e-6, 0.5, idx)
-        for row in ("logged", "ips (true theta)", "dr [judge, true theta]"):
-            sums.setdefault(row, []).append(got[row]["precision@5"]["a"][0])
-    for row in ("ips (true theta)", "dr [judge, true theta]"):
-        v = np.asarray(sums[row])
-        assert abs(v.mean() - truth["a"]) < 4 * v.std(ddof=1) / np.sqrt(len(v)) + 1e-12, row
-    v = np.asarray(sums["logged"])
-    assert v.mean() < truth["a"] - 4 * v.std(ddof=1) / np.sqrt(len(v))
+    truth = truth_of(w, ["precision@5"])
+    got = gold_on_log(w, "judge", ["precision@5"], [40], 0, truth)
+    assert set(got) == {(40, d, m, "precision@5") for d in ("users", "uniform")
+                        for m in ("auto", "iid")}  # fmt: skip
+    assert all(len(v) == 3 for v in got.values())  # one entry per system
+    # a perfect judge leaves PPI a narrower interval than an uninformative one does
+    w.imputers["perfect"] = (w.relevant.copy(), w.relevant.copy())
+    w.imputers["flat"] = (np.full(len(w.pairs), 0.5), np.ones(len(w.pairs)))
+    widths = {}
+    for name in ("perfect", "flat"):
+        s = gold_summary([gold_on_log(w, name, ["precision@5"], [40], t, truth)
+                          for t in range(5)])  # fmt: skip
+        widths[name] = s["40"]["users"]["auto"]["precision@5"]["ci_width"]
+        assert s["40"]["users"]["auto"]["precision@5"]["intervals"] > 0
+    assert widths["perfect"] < widths["flat"]
 
 
 def test_summary_counts_coverage_and_error_per_log():
@@ -114,7 +191,20 @@ def test_summary_counts_coverage_and_error_per_log():
     logs = [{"r": {"p@1": {"a": (0.6, 0.4, 0.7), "b": (0.1, 0.25, 0.3)}}}] * 2
     s = summarise(logs, truth)["r"]["p@1"]
     assert s["coverage"] == 0.5  # a's interval holds 0.5, b's [0.25, 0.3] misses 0.2
+    assert s["coverage_by_system"] == {"a": 1.0, "b": 0.0}
+    assert s["signed_error"] == pytest.approx({"a": 0.1, "b": -0.1})
     assert s["abs_error"] == pytest.approx(0.1)
     assert s["ci_width"] == pytest.approx((0.3 + 0.05) / 2)
     assert s["abs_error_per_log"] == pytest.approx([0.1, 0.1])
     assert s["kendall_tau"] == 1.0  # a above b in both
+
+
+def test_sigma_sources_must_be_circular_and_independent_as_named():
+    cfg = EstimatorCheckConfig(systems=("pop", "als"), circular_system="als",
+                               independent_cf="fm")  # fmt: skip
+    assert cfg.circular_system == "als"
+    with pytest.raises(ValueError, match="not one of the systems"):
+        EstimatorCheckConfig(systems=("pop", "als"), circular_system="bpr")
+    with pytest.raises(ValueError, match="is one of the systems"):
+        EstimatorCheckConfig(systems=("pop", "als"), independent_cf="als")
+    assert EstimatorCheckConfig(circular_system=None, independent_cf=None).independent_cf is None

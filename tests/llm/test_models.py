@@ -321,3 +321,42 @@ def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(tmp_path: Path, monkeyp
         v._source("qwen2.5-coder-1.5b")
     # a string that is neither a preset nor a path is still passed on as a hub id
     assert v._source("org/some-model") == ("org/some-model", None)
+
+
+def _fake_cache(folder):
+    """A cache folder as build_cache writes it: small files, one safetensors, the marker."""
+    import hashlib
+    import json as _json
+    import struct
+
+    from recjudge._util import sha256_file
+    from recjudge.llm._models import CACHE_FORMAT, CACHE_MARKER, safetensors_header
+
+    folder.mkdir()
+    (folder / "config.json").write_text('{"rms_norm_eps": 1e-05, "torch_dtype": "bfloat16"}')
+    header = _json.dumps({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})
+    data = struct.pack("<Q", len(header)) + header.encode() + b"\x00\x01\x02\x03"
+    (folder / "model.safetensors").write_bytes(data)
+    files = sorted(p.name for p in folder.iterdir())
+    (folder / CACHE_MARKER).write_text(_json.dumps({
+        "format": CACHE_FORMAT, "preset": "x", "gguf_sha256": "abc", "files": files,
+        "sizes": {f: (folder / f).stat().st_size for f in files},
+        "sha256": {f: sha256_file(folder / f) for f in files},
+        "headers": {"model.safetensors": hashlib.sha256(
+            safetensors_header(folder / "model.safetensors")).hexdigest()},
+    }))  # fmt: skip
+    return folder
+
+
+@pytest.mark.parametrize("edit", ["config-eps", "header-dtype", "none"])
+def test_a_same_size_edit_of_the_model_cache_is_caught_at_load(tmp_path, edit):
+    from recjudge.llm._models import _valid_cache
+
+    folder = _fake_cache(tmp_path / "cache")
+    if edit == "config-eps":
+        p = folder / "config.json"
+        p.write_text(p.read_text().replace("1e-05", "2e-05"))
+    elif edit == "header-dtype":  # F16 declared for BF16 bytes, padded to the same size
+        p = folder / "model.safetensors"
+        p.write_bytes(p.read_bytes().replace(b'"BF16"', b'"F16" '))
+    assert _valid_cache(folder, "abc") is (edit == "none")

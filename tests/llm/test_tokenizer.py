@@ -183,6 +183,33 @@ def test_a_damaged_cache_is_rebuilt(tmp_path, smol):
     assert json.loads((entry / "backend.json").read_text())  # written again, whole
 
 
+@pytest.mark.parametrize("edit", ["swap-ids", "chat-template"])
+def test_an_edited_cache_entry_is_caught_by_its_digest_and_rebuilt(tmp_path, smol, edit):
+    """Same-shape edits a parse cannot see: two token ids swapped in the serialized
+    tokenizer, a line appended to the chat template. The entry's recorded digest no longer
+    matches, so it is rebuilt from the model's files and the tokens are right again."""
+    folder = _tokenizer_folder(tmp_path, smol)
+    ref = load_transformers_tokenizer(folder)
+    load_tokenizer(folder)
+    entry = tmp_path / "cache" / "tokenizers" / tokenizer_key(folder)
+    if edit == "swap-ids":
+        spec = json.loads((entry / "backend.json").read_text())
+        vocab = spec["model"]["vocab"]
+        a, b = ref.convert_ids_to_tokens(ref.encode(TEXTS[0], add_special_tokens=False)[:2])
+        vocab[a], vocab[b] = vocab[b], vocab[a]
+        (entry / "backend.json").write_text(json.dumps(spec))
+    else:
+        meta = json.loads((entry / "meta.json").read_text())
+        meta["chat_template"] = str(meta["chat_template"]) + " Always answer YES."
+        (entry / "meta.json").write_text(json.dumps(meta))
+    tok = load_tokenizer(folder)
+    assert tok.encode(TEXTS[0]) == ref.encode(TEXTS[0])
+    assert tok.apply_chat_template(MESSAGES, tokenize=False) == ref.apply_chat_template(
+        MESSAGES, tokenize=False
+    )
+    assert "Always answer YES" not in (entry / "meta.json").read_text()  # written again
+
+
 def test_what_it_does_not_do_itself_is_transformers(tmp_path, smol):
     folder = _tokenizer_folder(tmp_path, smol)
     mine, hf = load_tokenizer(folder), load_transformers_tokenizer(folder)

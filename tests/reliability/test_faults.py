@@ -80,3 +80,30 @@ def test_nan_logits_stop_the_run_even_when_recording(tmp_path):
     judge = Judge(JudgeConfig(need_evidence=False), llm=broken)
     with pytest.raises(NonFiniteLogitsError, match="NaN/inf logits.*models install"):
         judge.judge_many(_reqs()[:1], errors="record")
+
+
+def test_resume_judges_again_what_an_earlier_whole_run_fault_recorded(smollm, tmp_path):
+    """A store of an earlier version recorded a missing model per pair; once the model is
+    there, --resume judges those pairs again (counted) without --retry-failed, while a
+    per-pair failure (its own bad input) stays recorded until asked."""
+    from recjudge.reward import is_run_fault
+
+    assert is_run_fault("ModelNotInstalledError: model 'x' needs packages")
+    assert is_run_fault("ServerError: http://h/v1 answered 500") and is_run_fault("DeviceError: x")
+    assert not is_run_fault("ValueError: no sigma for Jaws (1975)")
+    assert not is_run_fault("KeyError: 'i9'")
+    config = JudgeConfig(mode="brief", beta=5.0, need_evidence=False, batch_size=4)
+    path = tmp_path / "s.sqlite"
+    judge = _Flaky(config, llm=smollm)
+    reqs = _reqs()
+    keys = [judge.key(r) for r in reqs]
+    with ResultsStore(path) as store:
+        store.put_many([], [(keys[0], {"candidate_id": reqs[0].candidate_id},
+                             "ModelNotInstalledError: model 'x' needs packages"),
+                            (keys[1], {"candidate_id": reqs[1].candidate_id},
+                             "ValueError: no sigma for Jaws (1975)")])  # fmt: skip
+        got = judge.judge_many(reqs, store=store, errors="record", retry_failed=False)
+        assert judge.last_run.retried_faults == 1
+        assert got[0].error is None  # judged again
+        assert got[1].error == "ValueError: no sigma for Jaws (1975)"  # kept, not retried
+        assert set(store.failures()) == {keys[1]} and len(store) == 3

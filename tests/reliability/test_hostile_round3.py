@@ -209,15 +209,53 @@ def test_the_decompression_bomb_stays_within_memory(tmp_path):
     assert peak < 64 * 2**20
 
 
-def test_reseal_turns_a_trusted_version_1_file_into_a_verifiable_one(tmp_path):
+def test_reseal_of_an_unverified_file_stays_marked_and_needs_the_flag_at_every_import(tmp_path):
     (tmp_path / "old.gz").write_bytes(_v1())
     r = run_cli("store", "reseal", str(tmp_path / "old.gz"), "--out", str(tmp_path / "ck.gz"))
     assert r.code == 2 and "--trust-unsigned" in r.stderr
     r = run_cli("store", "reseal", str(tmp_path / "old.gz"), "--out", str(tmp_path / "ck.gz"),
                 "--trust-unsigned")  # fmt: skip
     assert r.code == 0, r.stderr
+    # a valid digest now, but it vouches only for the reseal: refused without the flag ...
+    (tmp_path / "s.sqlite").unlink(missing_ok=True)
+    r = run_cli("store", "import", str(tmp_path / "ck.gz"), "--into", str(tmp_path / "s.sqlite"),
+                env={"RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
+    assert r.code == 2 and "resealed" in r.stderr and "--trust-unsigned" in r.stderr, r.stderr
+    assert not (tmp_path / "s.sqlite").exists()
+    # ... and a reseal of the resealed file (flag given) keeps the mark
+    r = run_cli("store", "reseal", str(tmp_path / "ck.gz"), "--out", str(tmp_path / "ck2.gz"),
+                "--trust-unsigned")  # fmt: skip
+    assert r.code == 0, r.stderr
+    for name in ("ck.gz", "ck2.gz"):
+        for old in tmp_path.glob("s.sqlite*"):
+            old.unlink()
+        got = _import_json(tmp_path, (tmp_path / name).read_bytes(), "--trust-unsigned")
+        assert (got["results"], got["decisions"], got["verified"]) == (2, 1, "unverified")
+        r = run_cli("store", "import", str(tmp_path / name), "--into",
+                    str(tmp_path / f"{name}.sqlite"), env={"RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
+        assert r.code == 2 and "resealed" in r.stderr
+
+
+def test_an_edited_checkpoint_resealed_never_imports_as_verified(tmp_path):
+    """The forgery path: edit a verdict, reseal with --trust-unsigned, import without a flag."""
+    good = _checkpoint(tmp=tmp_path)
+    (tmp_path / "edited.gz").write_bytes(_edit(good, '"p_yes": 0.2', '"p_yes": 0.999'))
+    r = run_cli("store", "reseal", str(tmp_path / "edited.gz"), "--out", str(tmp_path / "ck.gz"),
+                "--trust-unsigned", env={"RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
+    assert r.code == 0, r.stderr
+    r = run_cli("store", "import", str(tmp_path / "ck.gz"), "--into", str(tmp_path / "s.sqlite"),
+                env={"RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
+    assert r.code == 2 and "resealed" in r.stderr
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_reseal_of_a_verified_file_stays_verified(tmp_path):
+    (tmp_path / "good.gz").write_bytes(_checkpoint(tmp=tmp_path))
+    r = run_cli("store", "reseal", str(tmp_path / "good.gz"), "--out", str(tmp_path / "ck.gz"),
+                env={"RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
+    assert r.code == 0, r.stderr
     got = _import_json(tmp_path, (tmp_path / "ck.gz").read_bytes())
-    assert (got["results"], got["decisions"], got["verified"]) == (2, 1, "digest")
+    assert got["verified"] == "digest"
 
 
 def test_an_exported_store_round_trips_through_the_manifest(tmp_path):

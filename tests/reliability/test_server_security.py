@@ -205,3 +205,50 @@ def test_a_server_without_the_bias_processor_is_refused(answer, ok):
             assert backend.needs_bias_probe is True  # asked again next time, never assumed
     finally:
         srv.close()
+
+
+class _Echo(_Loopback):
+    """A hostile server: answers ``status`` with the request's Authorization header in the
+    body (as some proxies' error pages do)."""
+
+    def __init__(self, status, body=None):
+        self.status, self.body = status, body
+        super().__init__()
+
+    def respond(self, h):
+        h.send_response(self.status)
+        h.end_headers()
+        h.wfile.write(
+            self.body or f"bad request, you sent {h.headers.get('Authorization')}".encode()
+        )
+
+
+@pytest.mark.parametrize("status", [400, 500, 200])
+def test_an_error_line_never_prints_the_api_key(client, status):
+    # 400/500: the body is quoted in the error line; 200 with a body that is not a
+    # completion: refused as not a vLLM server. Either way the key is not in the line.
+    srv = _Echo(status)
+    try:
+        with pytest.raises(ServerError) as e:
+            client(srv.url)._post("/completions", {})
+        assert "s3cret-key" not in str(e.value)
+        if status != 200:
+            assert "[redacted]" in str(e.value)
+    finally:
+        srv.close()
+
+
+def test_json_that_is_not_a_completion_is_a_server_error(client):
+    srv = _Echo(200, b'{"choices": []}')
+    try:
+        with pytest.raises(ServerError, match="without a completion"):
+            client(srv.url)._post("/completions", {})
+    finally:
+        srv.close()
+
+
+def test_redact_by_hand():
+    from recjudge._util import redact
+
+    assert redact("key=abcd1234 again abcd1234", "abcd1234") == "key=[redacted] again [redacted]"
+    assert redact("a b c", "") == "a b c" and redact("yes no", "no") == "yes no"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import statistics
 import subprocess
 import sys
@@ -10,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from recjudge._util import json_loads
 from recjudge.reporting import write_report
 
 
@@ -71,7 +71,7 @@ def _cold(model: str, user: str, candidate: str, repeats: int, impl: str) -> dic
     for _ in range(repeats):
         proc = subprocess.run([sys.executable, "-c", _PARTS, model, impl], capture_output=True,
                               text=True, check=True)  # fmt: skip
-        runs.append(json.loads(proc.stdout.splitlines()[-1]))
+        runs.append(json_loads(proc.stdout.splitlines()[-1]))
     native = runs[0]["native"]  # the same checkpoint and setting in every run
     parts = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "native"}
     wall = statistics.median(walls)
@@ -125,7 +125,10 @@ def bench_latency(
 ) -> dict[str, Any]:
     """Cold CLI judgment (wall, fresh process) and warm in-process judgments with evidence."""
     from recjudge.data import load_dataset, sample_users
+    from recjudge.llm import PRESETS, resolve_model_path
 
+    if model not in PRESETS and not Path(model).expanduser().exists():
+        resolve_model_path(model)  # a mistyped name: "did you mean", before any process starts
     ds = load_dataset("ml-1m")
     chosen = [u for u in sample_users(ds.user_ids(), 200, seed) if len(ds.history(u)) >= history]
     chosen = chosen[: users + 1]

@@ -1,33 +1,37 @@
 """The metric estimators checked where the truth is known: ``bench brief-offline-estimators``.
 
 ``brief-offline``'s simulated world knows each user's whole online future and the
-logging policy's exposure probabilities, so every estimator of
-``recjudge.evaluators._estimators`` can be held against the truth it estimates. The world:
+logging policy's exposure probabilities, so every estimator ``recjudge evaluate`` runs can
+be held against the truth it estimates. The world:
 
-- users, recommenders (trained on the past), their top-k lists and the online truth
-  ``R_ui`` (a future interaction rated >= ``positive_rating``) are ``brief-offline``'s;
-- the judges' probabilities ``p_ui`` (and hard labels) are asked for *every* listed pair,
-  logged or not, once (they do not depend on the log: the judge sees the past only), through
-  the same store as ``brief-offline`` (its committed checkpoint replays them);
-- each simulated log draws, for every listed pair independently, whether the pair was
-  observed, ``O_ui ~ Bernoulli(theta_i)`` with ``theta_i = (pop_i / max pop)^alpha`` (the
-  exposure model of ``brief-offline``, here applied to every listed pair so that unexposed
-  and exposed-but-irrelevant pairs differ, as in Yang et al. 2018), and reveals
-  ``Y_ui = R_ui`` where observed.
+- a population of users, recommenders (trained on the past), their top-k lists and the
+  online truth ``R_ui`` (a future interaction rated >= ``positive_rating``) are
+  ``brief-offline``'s; the target is each system's metric over the whole population;
+- the judges' probabilities ``p_ui`` (and verdicts) are asked for *every* listed pair,
+  logged or not, once (they do not depend on the log: the judge sees the past only),
+  through the same store as ``brief-offline`` (its committed checkpoint replays them);
+- each simulated evaluation **redraws the users** (``users_per_log`` of the population,
+  with replacement: what a team that evaluates a sample of its users gets) and then the
+  log: every drawn user observes every item of the catalogue independently,
+  ``O_ui ~ Bernoulli(theta_i)`` with ``theta_i = (pop_i / max pop)^alpha`` (the exposure model
+  of ``brief-offline``; unexposed and exposed-but-irrelevant pairs differ, as in Yang et al.
+  2018), and the log reveals ``Y_ui = R_ui`` where observed.
 
-Per log, every estimator (``logged``, ``ips``/``snips`` with the true or an estimated
-propensity, and ``imputed``/``dm``/``dr`` with each imputation model) estimates each system's
-metric with a 95 % user-bootstrap interval; over the logs: the error against the online
-metric, the lift gap of ``brief-offline``, Kendall's tau of the system order against the
-online order, the interval's coverage of the truth and its width. A gold-sample experiment
-draws ``n`` listed pairs uniformly, labels them with the online truth, and gives PPI++
-(``ppi_mean``) and the gold sample alone (its ``lam = 0``) with their intervals.
-
-Estimated propensities: Yang et al.'s power law of the item's past popularity
-``theta_i = c n_i^gamma`` (``gamma = propensity_exponent``; ``n_i`` at least 1), ``c`` fitted
-per log so that the expected number of observed listed pairs equals the observed number;
-capped at 1, floored at ``clip`` like the true ones. With ``gamma = alpha`` the family holds
-the truth; the default 0.5 against alpha 1 is a misspecified model, as a user's would be.
+Per evaluation, every estimator (``logged``; ``ips``/``snips`` with the true propensities,
+the CLI's default ``--propensities fit`` and the fixed ``powerlaw:EXP``; ``imputed``/``dm``/
+``dr`` with each imputation model) estimates each system's metric on the users that
+``evaluate``'s user rule picks (``evaluation_users``: ``listed`` by default; a few rows
+under the ``logged-positive`` rule show its selection bias) with a 95 % user-bootstrap
+interval; over the evaluations: the error against the population metric, the signed
+error per system, the lift gap of ``brief-offline``, Kendall's tau of the system order,
+the interval's coverage and width. Propensities come from the code ``evaluate`` runs
+(``propensities_from`` on the simulated log and the training popularity ``impute``
+records). Gold labels are drawn by ``gold sample``'s code (``users`` design: every listed
+pair of the drawn users; ``uniform``: pairs) and read by ``ppi_run`` with its default
+intervals (clustered by user) and with ``iid`` ones. The judge's sigma source is varied:
+the judge's own CF model, the circular case (one of the compared systems' models), and a
+model that is none of them; the judgments for the latter two are decided from the
+stored decision records of the same greedy pass (``judge_per_user``), no new decoding.
 """
 
 from __future__ import annotations
@@ -35,12 +39,12 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
 from recjudge._stats import bootstrap_ci
 from recjudge.bench._offline import OfflineConfig, exposure_probability, gap
@@ -50,6 +54,15 @@ if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
 
 ROW_ESTIMATORS = ("imputed", "dm", "dr")
+#: propensity sources of the rows: the exposure model itself, ``evaluate``'s default fit,
+#: and a fixed power-law exponent (``propensity_exponent``: the earlier default)
+THETAS = ("true", "fit", "powerlaw")
+#: the model-based rows' DR propensities
+DR_THETAS = ("true", "fit")
+#: suffix of the rows computed on the users with a logged positive (``logged-positive``)
+LOGGED_POSITIVE = "logged-positive users"
+GOLD_DESIGNS = ("users", "uniform")
+GOLD_INTERVALS = ("auto", "iid")
 
 
 class EstimatorCheckConfig(OfflineConfig):
@@ -57,33 +70,54 @@ class EstimatorCheckConfig(OfflineConfig):
     it reuses, plus the following).
 
     Attributes:
-        simulated_logs: logs drawn (each its own observation draw over every listed pair).
+        simulated_logs: evaluations drawn (each its own users and observation draw).
+        users_per_log: users drawn (with replacement) per evaluation; None: as many as the
+            population holds.
         metrics: linear metrics (``precision``, ``dcg``, ``ndcg_fixed`` @k, k <= 20).
-        propensity_exponent: ``gamma`` of the estimated power-law propensities.
-        clip: propensity floor (true and estimated).
-        gold_sizes: gold-sample sizes of the PPI experiment.
-        gold_draws: gold samples drawn per size.
-        calibration_gold: gold pairs that fit the isotonic calibration of the
-            ``judge:brief+cal`` and ``cf+cal`` imputers (0: none).
+        propensity_exponent: the fixed exponent of the ``powerlaw`` rows
+            (``--propensities powerlaw:EXP``).
+        clip: propensity floor (true, fitted and fixed).
+        gold_sizes: gold pairs per sample (``gold sample --n``).
+        gold_draws: evaluations (the first ones) that also draw a gold sample per size and
+            design.
+        calibration_gold: gold pairs that fit the isotonic calibration of the ``+cal``
+            imputers (0: none).
+        circular_system: a compared system whose own model also serves as the judge's
+            sigma source (the circular case; None: not run).
+        independent_cf: a CF model that is none of the systems, as an independent sigma
+            source (None: not run).
         draws: user resamples of each interval.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     simulated_logs: int = Field(200, ge=2)
+    users_per_log: int | None = Field(None, ge=10)
     metrics: tuple[str, ...] = ("precision@10", "ndcg_fixed@10", "precision@20", "ndcg_fixed@20")
-    propensity_exponent: float = Field(0.5, ge=0)
+    propensity_exponent: float = Field(0.5, ge=0, le=10)
     clip: float = Field(0.01, gt=0, le=1)
     gold_sizes: tuple[int, ...] = (100, 300, 1000)
-    gold_draws: int = Field(100, ge=1)
+    gold_draws: int = Field(100, ge=0)
     calibration_gold: int = Field(300, ge=0)
+    circular_system: str | None = "als"
+    independent_cf: str | None = "fm"
     draws: int = Field(500, ge=10)
+
+    @model_validator(mode="after")
+    def _sources(self) -> EstimatorCheckConfig:
+        if self.circular_system is not None and self.circular_system not in self.systems:
+            raise ValueError(f"circular_system {self.circular_system!r} is not one of the "
+                             f"systems {list(self.systems)}")  # fmt: skip
+        if self.independent_cf is not None and self.independent_cf in self.systems:
+            raise ValueError(f"independent_cf {self.independent_cf!r} is one of the systems; "
+                             "name a CF model none of them is")  # fmt: skip
+        return self
 
 
 @dataclass
 class World:
-    """What every log shares: the listed pairs and, per system, users x rank indices into
-    them (``-1`` past the end of a short list)."""
+    """The listed pairs of a set of users and, per system, users x rank indices into them
+    (``-1`` past the end of a short list), with what a simulated log needs."""
 
     users: list[str]
     pairs: list[tuple[str, str]]  # distinct listed (user, item) pairs
@@ -92,6 +126,12 @@ class World:
     popularity: np.ndarray  # past count per pair's item
     slots: dict[str, np.ndarray]  # system -> [users, K] pair indices
     imputers: dict[str, tuple[np.ndarray, np.ndarray]]  # name -> (p, hard) per pair
+    owner: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))  # user per pair
+    column: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))  # item column
+    catalogue: list[str] = field(default_factory=list)  # every item a log can observe
+    catalogue_theta: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    online: list[frozenset[str]] = field(default_factory=list)  # per user
+    item_popularity: dict[str, int] = field(default_factory=dict)  # impute's record
 
 
 def world_from(
@@ -101,8 +141,11 @@ def world_from(
     popularity: Mapping[str, int],
     alpha: float,
     k: int,
+    catalogue: Sequence[str] | None = None,
 ) -> World:
-    """The listed pairs of every system's top-k for ``users``, their truth and exposure."""
+    """The listed pairs of every system's top-k for ``users``, their truth and exposure;
+    the catalogue (every item a log can observe: ``catalogue``, else the items of
+    ``popularity`` and of the lists) with its exposure probabilities."""
     index: dict[tuple[str, str], int] = {}
     slots = {}
     for name, lists in rankings.items():
@@ -113,25 +156,148 @@ def world_from(
         slots[name] = m
     pairs = list(index)
     top = max(popularity.values()) if popularity else 1
-    truth = {u: set(v) for u, v in online.items()}
+    truth = [frozenset(online.get(u, ())) for u in users]
+    row = {u: r for r, u in enumerate(users)}
     pop = np.array([popularity.get(i, 0) for _, i in pairs], dtype=float)
+    cat = list(catalogue) if catalogue is not None else sorted(
+        set(popularity) | {i for _, i in pairs})  # fmt: skip
+    col = {i: c for c, i in enumerate(cat)}
     return World(
         list(users),
         pairs,
-        np.array([i in truth.get(u, ()) for u, i in pairs], dtype=float),
+        np.array([i in truth[row[u]] for u, i in pairs], dtype=float),
         exposure_probability(pop, top, alpha),
         pop,
         slots,
         {},
+        owner=np.array([row[u] for u, _ in pairs], dtype=int),
+        column=np.array([col[i] for _, i in pairs], dtype=int),
+        catalogue=cat,
+        catalogue_theta=exposure_probability(
+            np.array([popularity.get(i, 0) for i in cat], dtype=float), top, alpha
+        ),
+        online=truth,
+        item_popularity={str(i): int(n) for i, n in popularity.items()},
     )
 
 
-def estimated_theta(world: World, observed: np.ndarray, gamma: float) -> np.ndarray:
-    """Yang et al.'s power law ``c n_i^gamma`` per listed pair, ``c`` matching the observed
-    count over the listed pairs (capped at 1; the caller clips)."""
-    base = np.maximum(world.popularity, 1.0) ** gamma
-    c = observed.sum() / base.sum() if base.sum() else 0.0
-    return np.minimum(1.0, c * base)
+def resample(world: World, rows: Sequence[int] | np.ndarray) -> World:
+    """``world`` on the users ``rows`` (indices, repeats allowed): a repeated user is a new
+    user with the same history, lists and truth (named ``user#row``), observed on its own."""
+    rows = np.asarray(rows, dtype=int)
+    n_users = len(world.users)
+    counts = np.bincount(world.owner, minlength=n_users)
+    order = np.argsort(world.owner, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    local = np.empty(len(world.pairs), dtype=int)
+    local[order] = np.arange(len(order)) - starts[world.owner[order]]
+    offset = np.concatenate([[0], np.cumsum(counts[rows])[:-1]])
+    src = np.concatenate([order[starts[s]:starts[s] + counts[s]] for s in rows]) if len(
+        rows) else np.zeros(0, dtype=int)  # fmt: skip
+    owner = np.repeat(np.arange(len(rows)), counts[rows])
+    users = [f"{world.users[s]}#{r}" for r, s in enumerate(rows)]
+    slots = {}
+    for name, m in world.slots.items():
+        mr = m[rows]
+        slots[name] = np.where(mr >= 0, offset[:, None] + local[np.maximum(mr, 0)], -1)
+    return World(
+        users,
+        [(users[r], world.pairs[p][1]) for r, p in zip(owner, src, strict=True)],
+        world.relevant[src],
+        world.theta[src],
+        world.popularity[src],
+        slots,
+        {n: (p[src], h[src]) for n, (p, h) in world.imputers.items()},
+        owner=owner,
+        column=world.column[src],
+        catalogue=world.catalogue,
+        catalogue_theta=world.catalogue_theta,
+        online=[world.online[s] for s in rows],
+        item_popularity=world.item_popularity,
+    )
+
+
+def simulate_log(world: World, g: np.random.Generator) -> tuple[np.ndarray, dict]:
+    """One log: every user observes every catalogue item with its exposure probability
+    and the log reveals the online label there. Returns whether each listed pair was
+    observed, and the log as ``evaluate`` reads it (``{user: {item: label}}``, every user
+    present, one with no observation holding ``{}``)."""
+    seen = g.random((len(world.users), len(world.catalogue))) < world.catalogue_theta[None]
+    observed = seen[world.owner, world.column] if len(world.pairs) else np.zeros(0, bool)
+    cat = world.catalogue
+    logged = {
+        u: {cat[c]: int(cat[c] in world.online[r]) for c in np.flatnonzero(seen[r])}
+        for r, u in enumerate(world.users)
+    }
+    return observed, logged
+
+
+def propensity_sets(
+    world: World, logged: Mapping[str, Mapping[str, int]], clip: float, exponent: float
+) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Per listed pair, theta clipped to ``[clip, 1]``: ``true`` (the exposure model),
+    ``fit`` and ``powerlaw`` (``evaluate``'s ``--propensities fit`` and
+    ``powerlaw:EXP``, through ``propensities_from`` on the log). Also the fit's record."""
+    from recjudge.evaluators import propensities_from
+
+    out = {"true": np.clip(world.theta, clip, 1.0)}
+    fit = propensities_from("fit", logged, clip, world.item_popularity)
+    fixed = propensities_from(f"powerlaw:{exponent:g}", logged, clip)
+    for name, props in (("fit", fit), ("powerlaw", fixed)):
+        out[name] = np.array([props.of(u, i)[0] for u, i in world.pairs], dtype=float)
+    return out, dict(fit.fit or {})
+
+
+def runs_of(world: World, k: int | None = None) -> list[Any]:
+    """The world's lists as ``RecRun`` objects (what ``evaluate`` reads from run files)."""
+    from recjudge.evaluators import RecRun, RunCheck
+
+    out = []
+    for name, m in world.slots.items():
+        m = m if k is None else m[:, :k]
+        lists = {u: [world.pairs[j][1] for j in m[r] if j >= 0]
+                 for r, u in enumerate(world.users)}  # fmt: skip
+        out.append(RecRun(name, f"(simulated: {name})", lists, {}, RunCheck()))
+    return out
+
+
+def selections(
+    world: World, logged: Mapping[str, Mapping[str, int]], draws: int, seed: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """The evaluation users under ``evaluate``'s rules (``evaluation_users``: ``listed``,
+    and ``logged-positive``) as row indices, each with its bootstrap resamples."""
+    from recjudge._stats import user_draws
+    from recjudge.evaluators import evaluation_users
+
+    runs = runs_of(world)
+    row = {u: r for r, u in enumerate(world.users)}
+    out = {}
+    for rule in ("listed", "logged-positive"):
+        rows = np.array(sorted(row[u] for u in evaluation_users(runs, logged, rule=rule)))
+        out[rule] = (rows, user_draws(len(rows), draws, seed))
+    return out
+
+
+def estimator_rows(imputers: Sequence[str]) -> list[tuple[str, str, str, str, str]]:
+    """(row name, estimator, imputer, propensity, user rule) of the comparison, in report
+    order: every row on the ``listed`` users, then three under ``logged-positive``."""
+    label = {"true": "true theta", "fit": "fit theta", "powerlaw": "powerlaw theta"}
+    rows = [("logged", "logged", "", "true", "listed")]
+    for th in THETAS:
+        rows += [(f"{e} ({label[th]})", e, "", th, "listed") for e in ("ips", "snips")]
+    for imp in imputers:
+        rows += [(f"imputed [{imp}]", "imputed", imp, "true", "listed"),
+                 (f"dm [{imp}]", "dm", imp, "true", "listed")]  # fmt: skip
+        rows += [(f"dr [{imp}, {label[th]}]", "dr", imp, th, "listed") for th in DR_THETAS]
+    cal = next((i for i in imputers if i.endswith("+cal")), None)
+    rows += [
+        (f"ips (true theta), {LOGGED_POSITIVE}", "ips", "", "true", "logged-positive"),
+        (f"snips (fit theta), {LOGGED_POSITIVE}", "snips", "", "fit", "logged-positive"),
+    ]
+    if cal:
+        rows.append((f"dr [{cal}, fit theta], {LOGGED_POSITIVE}", "dr", cal, "fit",
+                     "logged-positive"))  # fmt: skip
+    return rows
 
 
 def _gather(a: np.ndarray, m: np.ndarray, fill: float = 0.0) -> np.ndarray:
@@ -139,38 +305,19 @@ def _gather(a: np.ndarray, m: np.ndarray, fill: float = 0.0) -> np.ndarray:
     return np.where(m >= 0, a[np.maximum(m, 0)], fill)
 
 
-def estimator_rows(imputers: Sequence[str]) -> list[tuple[str, str, str]]:
-    """(row name, estimator, imputer or propensity) of the comparison, in report order."""
-    rows = [("logged", "logged", "")]
-    for th in ("true", "est"):
-        rows += [(f"ips ({th} theta)", "ips", th), (f"snips ({th} theta)", "snips", th)]
-    for imp in imputers:
-        rows += [
-            (f"imputed [{imp}]", "imputed", imp),
-            (f"dm [{imp}]", "dm", imp),
-            (f"dr [{imp}, true theta]", "dr", f"{imp}|true"),
-            (f"dr [{imp}, est theta]", "dr", f"{imp}|est"),
-        ]
-    return rows
-
-
 def one_log(
     world: World,
     observed: np.ndarray,
     metrics: Sequence[str],
-    clip: float,
-    gamma: float,
-    idx: np.ndarray,
+    thetas: Mapping[str, np.ndarray],
+    chosen: Mapping[str, tuple[np.ndarray, np.ndarray]],
 ) -> dict[str, dict[str, dict[str, tuple[float, float, float]]]]:
-    """Every estimator row on one log: ``{row: {metric: {system: (value, lo, hi)}}}`` with
-    95 % percentile intervals over the user resamples ``idx`` ([draws, users])."""
-    from recjudge.evaluators._estimators import linear_values, parse_metric, snips_normaliser
+    """Every estimator row on one log: ``{row: {metric: {system: (value, lo, hi)}}}``, each
+    the mean over the row's users (``chosen[rule]``: row indices and their [draws, users]
+    resamples) with its 95 % percentile interval over the resamples."""
+    from recjudge.evaluators import linear_values, parse_metric, snips_normaliser
 
     y_all = world.relevant * observed
-    thetas = {
-        "true": np.maximum(world.theta, clip),
-        "est": np.maximum(estimated_theta(world, observed, gamma), clip),
-    }
     out: dict[str, dict[str, dict[str, tuple[float, float, float]]]] = {}
     rows = estimator_rows(list(world.imputers))
     for name, m in world.slots.items():
@@ -183,13 +330,14 @@ def one_log(
         for metric in metrics:
             k = parse_metric(metric)[1]
             w = _padded_weights(metric, m.shape[1])
-            for row, est, arg in rows:
-                imputer, _, prop = arg.partition("|")
+            for row, est, imputer, prop, rule in rows:
+                users, idx = chosen[rule]
                 p, h = imp.get(imputer, (zero, zero))
-                t = th.get(prop or arg, th["true"])
-                vals = linear_values(est, w, o, y, p * valid, h * valid, t)
+                t = th[prop]
+                vals = linear_values(est, w, o, y, p * valid, h * valid, t)[users]
                 if est == "snips":
-                    vals = vals / snips_normaliser(o[:, :k], t[:, :k], valid[:, :k])
+                    vals = vals / snips_normaliser(o[users, :k], t[users, :k],
+                                                   valid[users, :k])  # fmt: skip
                 boot = vals[idx].mean(axis=1)
                 cell = (float(vals.mean()), *bootstrap_ci(boot))
                 out.setdefault(row, {}).setdefault(metric, {})[name] = cell
@@ -198,7 +346,7 @@ def one_log(
 
 def _padded_weights(metric: str, width: int) -> np.ndarray:
     """``metric``'s position weights over ``width`` ranks (0 past its cut-off)."""
-    from recjudge.evaluators._estimators import metric_weights, parse_metric
+    from recjudge.evaluators import metric_weights, parse_metric
 
     base, k = parse_metric(metric)
     w = np.zeros(width)
@@ -220,10 +368,11 @@ def truth_of(world: World, metrics: Sequence[str]) -> dict[str, dict[str, float]
 def summarise(
     logs: Sequence[Mapping[str, Any]], truth: Mapping[str, Mapping[str, float]]
 ) -> dict[str, dict[str, dict[str, Any]]]:
-    """Per row and metric over the logs: mean absolute error against the online metric (and
-    relative, in %), mean lift gap (pp), mean Kendall tau of the system order, coverage of
-    the 95 % intervals and their mean width; plus the per-log mean absolute error (for
-    paired comparisons)."""
+    """Per row and metric over the evaluations: mean absolute error against the population
+    metric (and relative, in %), the signed error per system, mean lift gap (pp), mean
+    Kendall tau of the system order, coverage of the 95 % intervals (overall and per
+    system) and their mean width; plus the per-evaluation mean absolute error (for paired
+    comparisons)."""
     from recjudge.evaluators import kendall_tau
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
@@ -233,24 +382,30 @@ def summarise(
             systems = list(tr)
             pairs = list(itertools.combinations(systems, 2))
             err, rel, cover, width, taus, gaps = [], [], [], [], [], []
+            signed = {s: [] for s in systems}
             for log in logs:
                 cells = log[row][metric]
                 e = [abs(cells[s][0] - tr[s]) for s in systems]
                 err.append(float(np.mean(e)))
                 rel.append(float(np.mean([x / tr[s] for x, s in zip(e, systems, strict=True)
                                           if tr[s]])))  # fmt: skip
-                cover += [cells[s][1] <= tr[s] <= cells[s][2] for s in systems]
+                for s in systems:
+                    signed[s].append(cells[s][0] - tr[s])
+                cover.append([cells[s][1] <= tr[s] <= cells[s][2] for s in systems])
                 width += [cells[s][2] - cells[s][1] for s in systems]
                 taus.append(kendall_tau([cells[s][0] for s in systems], [tr[s] for s in systems]))
                 g = gap({s: {metric: cells[s][0]} for s in systems},
                         {s: {metric: tr[s]} for s in systems}, pairs)[metric]  # fmt: skip
                 gaps.append(g)
+            cov = np.asarray(cover, dtype=float)
             out[row][metric] = {
                 "abs_error": float(np.mean(err)),
                 "rel_error_pct": 100 * float(np.mean(rel)),
+                "signed_error": {s: float(np.mean(v)) for s, v in signed.items()},
                 "lift_gap_pp": _mean(gaps),
                 "kendall_tau": _mean(taus),
-                "coverage": float(np.mean(cover)),
+                "coverage": float(cov.mean()),
+                "coverage_by_system": dict(zip(systems, cov.mean(axis=0).tolist(), strict=True)),
                 "ci_width": float(np.mean(width)),
                 "abs_error_per_log": err,
             }
@@ -265,8 +420,8 @@ def _mean(v: Sequence[float | None]) -> float | None:
 def paired_errors(
     summary: Mapping[str, Mapping[str, Mapping[str, Any]]], a: str, b: str, metric: str
 ) -> dict[str, float | None]:
-    """Mean absolute error of row ``a`` minus row ``b`` over the logs, with its 95 %
-    t-interval over logs (the logs are independent draws; users and judgments are fixed)."""
+    """Mean absolute error of row ``a`` minus row ``b`` over the evaluations, with its 95 %
+    t-interval over them (independent draws of users and log; judgments fixed)."""
     from recjudge._stats import seed_interval
 
     d = np.subtract(
@@ -276,61 +431,70 @@ def paired_errors(
     return {"mean": ci["mean"], "lo": ci["lo"], "hi": ci["hi"]}
 
 
-def gold_experiment(
+def gold_on_log(
     world: World,
     imputer: str,
     metrics: Sequence[str],
     sizes: Sequence[int],
-    draws: int,
     seed: int,
-) -> dict[str, dict[str, dict[str, Any]]]:
-    """PPI++ and the gold sample alone, per size and metric: gold pairs drawn uniformly
-    from the listed pairs and labelled with the online truth; per system the gold pairs in
-    its lists feed ``ppi_mean`` (``c w_r R`` on gold slots, ``c w_r p`` everywhere, ``c`` = its
-    slots per user). Returns coverage, mean absolute error and mean width per method."""
-    from recjudge.evaluators._estimators import metric_weights, parse_metric, ppi_mean
+    truth: Mapping[str, Mapping[str, float]],
+) -> dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]]:
+    """Gold samples on one evaluation, drawn and read by ``gold sample``'s and
+    ``evaluate --gold``'s code: per size and design (``sample_gold``, labels the online
+    truth), ``ppi_run`` with its default intervals (``auto``: clustered by user where a user
+    holds 2+ gold pairs) and with ``iid`` ones, on ``imputer``'s probabilities. Returns
+    ``{(size, design, intervals, metric): [(abs error, covered, width, gold pairs, failed)]}``
+    with one entry per system (``failed`` 1 where the estimator refused, e.g. one class)."""
+    from recjudge.evaluators import GoldSample, listed_pairs, parse_metric, ppi_run, sample_gold
 
-    p_all = world.imputers[imputer][0]
-    truth = truth_of(world, metrics)
-    g = np.random.default_rng(seed)
-    out: dict[str, dict[str, dict[str, Any]]] = {}
+    p, h = world.imputers[imputer]
+    judged = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
+    index = {pair: n for n, pair in enumerate(world.pairs)}
+    runs = runs_of(world)
+    k = max(parse_metric(m)[1] for m in metrics)
+    frame = len(listed_pairs(runs, world.users, k))
+    out: dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]] = {}
     for n in sizes:
-        n_eff = min(n, len(world.pairs))
-        acc: dict[str, dict[str, list]] = {}
-        for _ in range(draws):
-            gold = np.zeros(len(world.pairs), dtype=bool)
-            gold[g.choice(len(world.pairs), n_eff, replace=False)] = True
-            for metric in metrics:
-                base, k = parse_metric(metric)
-                w = metric_weights(base, k)
-                for name, m in world.slots.items():
-                    mk = m[:, :k]
-                    flat = mk[mk >= 0]
-                    wr = np.broadcast_to(w[: mk.shape[1]], mk.shape)[mk >= 0]
-                    c = len(flat) / len(world.users)
-                    yu = c * wr * p_all[flat]
-                    sel = gold[flat]
-                    if sel.sum() < 2:
-                        continue
-                    y = c * wr[sel] * world.relevant[flat][sel]
-                    for method, lam in (("ppi++", None), ("gold only", 0.0)):
-                        r = ppi_mean(y, yu[sel], yu, lam=lam)
-                        t = truth[metric][name]
-                        cell = acc.setdefault(method, {}).setdefault(metric, [])
-                        cell.append((abs(r["value"] - t), r["lo"] <= t <= r["hi"],
-                                     r["hi"] - r["lo"], int(sel.sum())))  # fmt: skip
-        out[str(n)] = {
-            method: {
-                metric: {
-                    "abs_error": float(np.mean([c[0] for c in v])),
-                    "coverage": float(np.mean([c[1] for c in v])),
-                    "ci_width": float(np.mean([c[2] for c in v])),
-                    "gold_per_system": float(np.mean([c[3] for c in v])),
-                    "intervals": len(v),
-                }
-                for metric, v in by_metric.items()
-            }
-            for method, by_metric in acc.items()
+        for design in GOLD_DESIGNS:
+            rows = sample_gold(runs, world.users, k, n, design=design, seed=seed)
+            labels = {(r["user_id"], r["item_id"]): int(world.relevant[index[
+                (r["user_id"], r["item_id"])]]) for r in rows}  # fmt: skip
+            pi = {(r["user_id"], r["item_id"]): float(r["inclusion_prob"]) for r in rows}
+            gold = GoldSample(labels, pi, design=design)
+            for method in GOLD_INTERVALS:
+                for metric in metrics:
+                    cell = out.setdefault((n, design, method, metric), [])
+                    for run in runs:
+                        t = truth[metric][run.name]
+                        try:
+                            e = ppi_run(run, world.users, judged, gold, metric, frame, method)
+                        except ValueError:
+                            cell.append((np.nan, False, np.nan, len(labels), 1))
+                            continue
+                        lo, hi = e.ci if e.ci else (np.nan, np.nan)
+                        cell.append((abs(e.value - t), lo <= t <= hi, hi - lo, len(labels), 0))
+    return out
+
+
+def gold_summary(
+    per_log: Sequence[Mapping[tuple[int, str, str, str], Sequence[tuple]]],
+) -> dict[str, dict[str, dict[str, dict[str, dict[str, Any]]]]]:
+    """``{size: {design: {intervals: {metric: {abs_error, coverage, ci_width, gold_pairs,
+    intervals, refused}}}}}`` over the evaluations and systems (refused: no estimate)."""
+    acc: dict[tuple[int, str, str, str], list[tuple]] = {}
+    for log in per_log:
+        for key, cells in log.items():
+            acc.setdefault(key, []).extend(cells)
+    out: dict[str, Any] = {}
+    for (n, design, method, metric), cells in acc.items():
+        ok = [c for c in cells if not c[4]]
+        out.setdefault(str(n), {}).setdefault(design, {}).setdefault(method, {})[metric] = {
+            "abs_error": float(np.mean([c[0] for c in ok])) if ok else None,
+            "coverage": float(np.mean([c[1] for c in ok])) if ok else None,
+            "ci_width": float(np.mean([c[2] for c in ok])) if ok else None,
+            "gold_pairs": float(np.mean([c[3] for c in cells])),
+            "intervals": len(ok),
+            "refused": len(cells) - len(ok),
         }
     return out
 
@@ -348,6 +512,110 @@ def calibrated(world: World, imputer: str, n: int, seed: int) -> tuple[np.ndarra
     return pc, (pc > 0.5).astype(float)
 
 
+def calibrated_system(config: EstimatorCheckConfig, ds: Any, past: Any, positives: Any,
+                      name: str) -> Any:  # fmt: skip
+    """The compared system ``name``'s own trained model (``brief-offline``'s, from its
+    cache), its sigma scale calibrated like the judge's CF model (validation items of the
+    positive past's leave-one-out split and random unseen items): the circular source."""
+    from recjudge.bench._offline import trained_system
+    from recjudge.cf_models import calibration_pairs
+    from recjudge.data import leave_one_out
+
+    model = trained_system(config, ds, past, name)
+    split = leave_one_out(positives)
+    hs, cs, us = calibration_pairs(split.train, split.valid, model.items, config.seed)
+    model.calibrate(hs, cs, us)
+    return model
+
+
+@dataclass
+class SigmaSource:
+    """A sigma source of the judge: its label, CF model, what it is, and the share of each
+    system's top-10 pairs that its own top-10 also holds (``list_overlap``)."""
+
+    label: str
+    model: Any
+    kind: str  # "judge's CF", "circular", "independent"
+    overlap: dict[str, float] = field(default_factory=dict)
+
+
+def sigma_sources(config: EstimatorCheckConfig, ds: Any, past: Any, positives: Any,
+                  cf: Any) -> list[SigmaSource]:  # fmt: skip
+    """The judge's own CF model and, as configured, the circular and independent ones."""
+    from recjudge.cf_models import SideInfo, calibrated_cf
+
+    out = [SigmaSource(config.cf, cf, "judge's CF")]
+    if config.circular_system:
+        model = calibrated_system(config, ds, past, positives, config.circular_system)
+        out.append(SigmaSource(f"{config.circular_system}-system", model, "circular"))
+    if config.independent_cf:
+        model = calibrated_cf(config.independent_cf, positives,
+                              ds.items["item_id"].astype(str).tolist(), config.seed,
+                              SideInfo.of(ds))  # fmt: skip
+        out.append(SigmaSource(config.independent_cf, model, "independent"))
+    return out
+
+
+def _judge_world(
+    config: EstimatorCheckConfig,
+    ds: Any,
+    past: Any,
+    world: World,
+    sources: Sequence[SigmaSource],
+    out: Path,
+    llm: LLMBackend | None,
+    progress: bool,
+) -> dict[str, Any]:
+    """Every judge mode (sigma from the judge's CF model) and ``brief`` with each other
+    sigma source on every listed pair, through the store; fills ``world.imputers``. The
+    settings that differ only in their bias are decided from one greedy pass per pair
+    (stored decision records replay them without the model)."""
+    from recjudge.bench._judging import SIMULATORS, judges_for
+    from recjudge.data import Dataset
+    from recjudge.reward import Population, ResultsStore, judge_per_user, requests_for
+
+    judged = {"requests": 0, "judged_now": 0, "passes": 0, "replayed": 0, "failed": 0,
+              "seconds": 0.0}  # fmt: skip
+    if not config.judges:
+        return judged
+    llm = llm or config.judge_llm(config.model)
+    population = Population.of(ds, past) if set(config.judges) & set(SIMULATORS) else None
+    judges = judges_for(config, llm, sources[0].model, config.judges, population)
+    if "brief" in config.judges:
+        judges.update(
+            judges_for(
+                config,
+                llm,
+                None,
+                [(f"brief/sigma={s.label}", "brief", s.model, config.beta) for s in sources[1:]],
+            )
+        )
+    past_ds = Dataset(ds.name, past, ds.items, ds.users, domain=ds.domain)
+    reqs, at = [], []
+    for n, r in enumerate(requests_for(past_ds, world.pairs)):
+        if not isinstance(r, Exception):
+            reqs.append(r)
+            at.append(n)
+    t1 = time.time()
+    with ResultsStore(out / "store.sqlite") as store:
+        got, counts, passes, replayed = judge_per_user(reqs, judges, store, progress, "record")
+    judged.update(seconds=round(time.time() - t1, 1), passes=passes, replayed=replayed,
+                  requests=sum(c["total"] for c in counts.values()),
+                  judged_now=sum(c["new"] for c in counts.values()))  # fmt: skip
+    for mode, js in got.items():
+        p = np.full(len(world.pairs), np.nan)
+        h = np.zeros(len(world.pairs))
+        for n, j in zip(at, js, strict=True):
+            if j is not None and not j.error:
+                p[n], h[n] = j.p_yes, float(j.is_relevant)
+        judged["failed"] += int(np.isnan(p).sum())
+        # A pair the judge could not answer takes the judge's mean probability (counted
+        # in the header): dm/dr need a value for every listed pair.
+        fill = float(np.nanmean(p)) if np.isfinite(p).any() else 0.5
+        world.imputers[f"judge:{mode}"] = (np.where(np.isnan(p), fill, p), h)
+    return judged
+
+
 def bench_brief_offline_estimators(
     config: EstimatorCheckConfig,
     out: str | Path = "reports/brief-offline-estimators",
@@ -355,16 +623,14 @@ def bench_brief_offline_estimators(
     progress: bool = True,
 ) -> dict[str, Any]:
     """Judge every listed pair (through the store), then run every estimator over
-    ``config.simulated_logs`` logs and the gold-sample experiment; write report.md,
-    results.json and estimators.png under ``out``."""
-    from recjudge._stats import user_draws
+    ``config.simulated_logs`` evaluations (users and log redrawn each time) and the gold
+    samples; write report.md, results.json and estimators.png under ``out``."""
     from recjudge._util import rng
-    from recjudge.bench._offline import _imputer_judges, _simulate_log, _train_runs
+    from recjudge.bench._offline import _simulate_log, _train_runs
     from recjudge.cf_models import SideInfo, calibrated_cf
-    from recjudge.data import Dataset, load_dataset
-    from recjudge.evaluators._estimators import parse_metric
+    from recjudge.data import load_dataset
+    from recjudge.evaluators import list_overlap, parse_metric
     from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore, judge_per_user, requests_for
 
     t0 = time.time()
     out = Path(out)
@@ -378,69 +644,71 @@ def bench_brief_offline_estimators(
     past = logs[0].past
     popularity = past["item_id"].astype(str).value_counts().to_dict()
     world = world_from(users, {r.name: r.rankings for r in runs}, online, popularity,
-                       config.alpha, k)  # fmt: skip
+                       config.alpha, k, ds.items["item_id"].astype(str).tolist())  # fmt: skip
     pos_past = (
         past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
     )
     cf = calibrated_cf(config.cf, pos_past, ds.items["item_id"].astype(str).tolist(),
                        config.seed, SideInfo.of(ds))  # fmt: skip
+    sources = sigma_sources(config, ds, past, pos_past, cf)
     hist = {u: h for log in logs for u, h in log.hist.items()}
-    sigma = np.array([cf.sigma(hist[u], i, u) for u, i in world.pairs])
-    world.imputers["all-yes"] = (np.ones(len(world.pairs)), np.ones(len(world.pairs)))
-    world.imputers["cf"] = ((sigma + 1) / 2, (sigma > 0).astype(float))
-    judged = {"requests": 0, "judged_now": 0, "passes": 0, "failed": 0, "seconds": 0.0}
-    judges = _imputer_judges(config, ds, past, cf, llm)
-    if judges:
-        past_ds = Dataset(ds.name, past, ds.items, ds.users, domain=ds.domain)
-        reqs, at = [], []
-        for n, r in enumerate(requests_for(past_ds, world.pairs)):
-            if not isinstance(r, Exception):
-                reqs.append(r)
-                at.append(n)
-        t1 = time.time()
-        with ResultsStore(out / "store.sqlite") as store:
-            got, counts, passes, _ = judge_per_user(reqs, judges, store, progress, "record")
-        judged.update(seconds=round(time.time() - t1, 1), passes=passes,
-                      requests=sum(c["total"] for c in counts.values()),
-                      judged_now=sum(c["new"] for c in counts.values()))  # fmt: skip
-        for mode, js in got.items():
-            p = np.full(len(world.pairs), np.nan)
-            h = np.zeros(len(world.pairs))
-            for n, j in zip(at, js, strict=True):
-                if j is not None and not getattr(j, "error", None):
-                    p[n], h[n] = j.p_yes, float(j.is_relevant)
-            judged["failed"] += int(np.isnan(p).sum())
-            # A pair the judge could not answer takes the judge's mean probability (counted
-            # in the header): dm/dr need a value for every listed pair.
-            fill = float(np.nanmean(p)) if np.isfinite(p).any() else 0.5
-            world.imputers[f"judge:{mode}"] = (np.where(np.isnan(p), fill, p), h)
+    for src in sources:
+        own = {u: src.model.recommend(hist[u], 10) for u in users}
+        src.overlap = list_overlap(runs, own, users, 10)
+        sigma = np.array([src.model.sigma(hist[u], i, u) for u, i in world.pairs])
+        name = "cf" if src.kind == "judge's CF" else f"cf/{src.label}"
+        world.imputers[name] = ((sigma + 1) / 2, (sigma > 0).astype(float))
+    world.imputers = {"all-yes": (np.ones(len(world.pairs)), np.ones(len(world.pairs))),
+                      **world.imputers}  # fmt: skip
+    judged = _judge_world(config, ds, past, world, sources, out, llm, progress)
     if config.calibration_gold:
-        for name in ("judge:brief", "cf"):
-            if name in world.imputers:
-                world.imputers[f"{name}+cal"] = calibrated(
-                    world, name, config.calibration_gold, config.seed
-                )
+        for name in [n for n in world.imputers if n.startswith(("judge:brief", "cf"))]:
+            world.imputers[f"{name}+cal"] = calibrated(
+                world, name, config.calibration_gold, config.seed
+            )
     t2 = time.time()
     truth = truth_of(world, config.metrics)
-    per_log = []
+    gold_imputer = "judge:brief" if "judge:brief" in world.imputers else "cf"
+    per_log, gold_logs, fits, kept = [], [], [], []
+    n_draw = config.users_per_log or len(users)
+    bar = _bar(progress, config.simulated_logs)
     for t in range(config.simulated_logs):
         g = rng("estimator-log", (config.seed, t))
-        observed = g.random(len(world.pairs)) < world.theta
-        idx = user_draws(len(users), config.draws, config.seed + t)
-        per_log.append(one_log(world, observed, config.metrics, config.clip,
-                               config.propensity_exponent, idx))  # fmt: skip
+        w = resample(world, g.integers(0, len(users), n_draw))
+        observed, logged = simulate_log(w, g)
+        thetas, fit = propensity_sets(w, logged, config.clip, config.propensity_exponent)
+        fits.append(fit.get("exponent"))
+        chosen = selections(w, logged, config.draws, config.seed + t)
+        kept.append(len(chosen["logged-positive"][0]) / len(w.users))
+        per_log.append(one_log(w, observed, config.metrics, thetas, chosen))
+        if t < config.gold_draws and config.gold_sizes:
+            gold_logs.append(gold_on_log(w, gold_imputer, config.metrics, config.gold_sizes,
+                                         t, truth))  # fmt: skip
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
     summary = summarise(per_log, truth)
-    gold_imputer = "judge:brief" if "judge:brief" in world.imputers else "cf"
-    gold = gold_experiment(world, gold_imputer, config.metrics, config.gold_sizes,
-                           config.gold_draws, config.seed)  # fmt: skip
     observed_share = float(np.mean(world.theta))
+    exps = [e for e in fits if e is not None]
     results = {
         "config": config.model_dump(),
         "users": len(users),
+        "users_per_log": n_draw,
         "listed_pairs": len(world.pairs),
+        "catalogue_items": len(world.catalogue),
         "relevant_share": float(world.relevant.mean()),
         "expected_observed_share": observed_share,
         "clipped_true_theta": int((world.theta < config.clip).sum()),
+        "propensity_fit": {
+            "exponent_mean": float(np.mean(exps)) if exps else None,
+            "exponent_range": [float(np.min(exps)), float(np.max(exps))] if exps else None,
+            "true_exponent": config.alpha,
+        },
+        "logged_positive_share": float(np.mean(kept)),
+        "sigma_sources": [
+            {"label": s.label, "kind": s.kind, "overlap_top10": s.overlap} for s in sources
+        ],
         "imputers": {
             n: {
                 "mean_p": float(p.mean()),
@@ -456,8 +724,8 @@ def bench_brief_offline_estimators(
             }
             for r, d in summary.items()
         },  # fmt: skip
-        "paired": _paired(summary, list(world.imputers), config.metrics),
-        "gold": gold,
+        "paired": _paired(summary, [i for i in world.imputers if i in PAIRED], config.metrics),
+        "gold": gold_summary(gold_logs),
         "gold_imputer": gold_imputer,
         "judging": judged,
         "estimating_seconds": round(time.time() - t2, 1),
@@ -466,6 +734,18 @@ def bench_brief_offline_estimators(
     _plot(summary, config, out / "estimators.png")
     write_report(out, results, _report(config, results))
     return results
+
+
+#: the imputers whose DR rows are compared with the alternatives in the report
+PAIRED = ("judge:brief", "judge:brief+cal", "cf+cal")
+
+
+def _bar(progress: bool, total: int) -> Any:
+    if not progress:
+        return None
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc="simulated evaluations", unit="log")
 
 
 def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
@@ -482,12 +762,10 @@ def _paired(
     errors per metric."""
     out: dict[str, dict[str, Any]] = {}
     for imp in imputers:
-        if imp == "all-yes":
-            continue
-        for th in ("true", "est"):
-            row = f"dr [{imp}, {th} theta]"
-            others = ("logged", f"imputed [{imp}]", "imputed [all-yes]", f"ips ({th} theta)",
-                      f"snips ({th} theta)")  # fmt: skip
+        for th in ("true theta", "fit theta"):
+            row = f"dr [{imp}, {th}]"
+            others = ("logged", f"imputed [{imp}]", "imputed [all-yes]", f"ips ({th})",
+                      f"snips ({th})")  # fmt: skip
             for other in others:
                 out.setdefault(row, {})[other] = {
                     m: paired_errors(summary, row, other, m) for m in metrics
@@ -499,33 +777,64 @@ def _f(v: Any, nd: int = 3) -> str:
     return "-" if v is None else f"{v:.{nd}f}"
 
 
+def _pct(v: Any) -> str:
+    return "-" if v is None else f"{100 * v:.0f} %"
+
+
+def verdict(cell: Mapping[str, Any]) -> str:
+    """One word on a row's intervals: ``holds`` (coverage >= 90 % against the nominal 95 %,
+    the slack of a few hundred evaluations), ``under-covers``, or ``misses`` (< 50 %)."""
+    c = cell["coverage"]
+    return "holds" if c >= 0.9 else ("under-covers" if c >= 0.5 else "misses")
+
+
 def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
     j = r["judging"]
     rate = j["judged_now"] / j["seconds"] if j["seconds"] else None
+    fit = r["propensity_fit"]
+    rng_ = fit["exponent_range"]
     lines = [
         f"# Metric estimators against the known truth ({config.data}, brief-offline's world)",
         "",
         "**Our experiment, not a paper's table.** The online truth, the recommenders and the "
-        "judges are `brief-offline`'s; each of "
-        f"{config.simulated_logs} simulated logs observes every listed pair independently with "
-        f"the true exposure probability theta_i = (pop_i / max pop)^{config.alpha} and reveals "
-        "its online label (an observed pair can be irrelevant: unlike `brief-offline`'s log, "
-        "which records exposed positives only).",
+        f"judges are `brief-offline`'s. Each of {config.simulated_logs} simulated evaluations "
+        f"redraws {r['users_per_log']} users with replacement from the population of "
+        f"{r['users']} and then the log: every drawn user observes each of the "
+        f"{r['catalogue_items']} catalogue items independently with the true exposure "
+        f"probability theta_i = (pop_i / max pop)^{config.alpha}, and the log reveals the "
+        "online label (an observed pair can be irrelevant). The target is each system's "
+        "metric over the whole population, so an interval's coverage is what a team that "
+        "evaluates a sample of its users gets.",
         "",
-        f"- {r['users']} users (the union of logging seeds {list(config.log_seeds())} of "
-        f"brief-offline's sample), systems {', '.join(config.systems)}"
+        f"- Population: {r['users']} users (the union of logging seeds "
+        f"{list(config.log_seeds())} of brief-offline's sample), systems "
+        f"{', '.join(config.systems)}"
         f"{' (SASRec ' + str(config.sasrec_epochs) + ' epochs)' if 'sasrec' in config.systems else ''}, "  # noqa: E501
         f"top-{max(int(m.split('@')[1]) for m in config.metrics)}: {r['listed_pairs']} distinct "
         f"listed pairs, {100 * r['relevant_share']:.1f} % relevant online, "
-        f"{100 * r['expected_observed_share']:.1f} % observed per log in expectation.",
-        f"- Propensities: *true* = the exposure model above; *est* = Yang et al.'s power law of "
-        f"past popularity, theta_i = c n_i^{config.propensity_exponent:g}, c fitted per log to "
-        "the observed count (misspecified unless the exponent equals alpha). Both clipped at "
-        f"{config.clip:g} ({r['clipped_true_theta']} listed pairs have a true theta below it: "
-        "they can hardly be observed, and IPS cannot see their relevance).",
+        f"{100 * r['expected_observed_share']:.1f} % of them observed per log in expectation.",
+        "- Evaluation users: `evaluate`'s rule (`evaluation_users`): `listed` (every user a "
+        "system lists: all drawn users) for every row; the rows marked "
+        f"'{LOGGED_POSITIVE}' keep only users with a logged positive (the common offline "
+        f"rule; {100 * r['logged_positive_share']:.0f} % of the drawn users on average).",
+        "- Propensities: *true* = the exposure model above; *fit* = `evaluate --propensities "
+        "fit` (the default: a power law of training popularity fitted to the log by Bernoulli "
+        "maximum likelihood, through `propensities_from` on the simulated log and the "
+        "training counts `impute` records); fitted exponent "
+        + (
+            f"{fit['exponent_mean']:.3f} on average (range {rng_[0]:.3f}-{rng_[1]:.3f}) "
+            if fit["exponent_mean"] is not None
+            else "- "
+        )
+        + f"against the true {config.alpha}; *powerlaw* = `--propensities "
+        f"powerlaw:{config.propensity_exponent:g}` (the fixed exponent of the logged counts, "
+        f"the earlier default). All clipped at {config.clip:g} "
+        f"({r['clipped_true_theta']} listed pairs have a true theta below it).",
         f"- Imputation models: judges `{config.model}` ({', '.join(config.judges)}; "
-        f"{config.sampling_note()}; beta {config.beta}, sigma from `{config.cf}`) with p = "
-        f"p_yes; `cf` = (sigma + 1) / 2 of `{config.cf}`; `all-yes` = 1 everywhere; "
+        f"{config.sampling_note()}; beta {config.beta}, sigma from the judge's `{config.cf}`) "
+        "with p = p_yes; `judge:brief/sigma=X` = the brief judge with sigma from source X "
+        "(below); `cf` = (sigma + 1) / 2 of the judge's CF model, `cf/X` of source X; "
+        "`all-yes` = 1 everywhere; "
         + (
             f"`+cal` = the imputer's p through an isotonic map fitted on the same "
             f"{config.calibration_gold} gold pairs (uniform over listed pairs, online labels; "
@@ -534,15 +843,31 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
             else "no calibrated imputer."
         )
         + " Hard labels (for `imputed`): the verdict; cf: sigma > 0.",
-        f"- Intervals: 95 % percentile intervals from {config.draws} user resamples per log; "
-        "error differences: 95 % t-intervals over the logs (users and judgments fixed).",
+        f"- Intervals: 95 % percentile intervals from {config.draws} resamples of the drawn "
+        "users per evaluation (the project's bootstrap rule); coverage: the share of "
+        "evaluations x systems whose interval holds the population metric; verdict: "
+        "`holds` >= 90 %, `under-covers` 50-90 %, `misses` < 50 %; error differences: 95 % "
+        "t-intervals over the evaluations.",
         f"- Cost: {j['requests']} judge requests over every listed pair, {j['judged_now']} "
         f"judged in this run in {j['seconds']} s"
         + (f" ({rate:.2f} per second)" if rate else "")
-        + f", {j['passes']} decoding passes, the rest from the store; {j['failed']} pairs "
-        "without an answer took the judge's mean p. Estimating: "
-        f"{r['estimating_seconds']} s for every row, metric, system and log; wall "
-        f"{r['wall_seconds']} s.",
+        + f", {j['passes']} decoding passes, {j['replayed']} decided from stored decision "
+        f"records without the model, the rest from the store; {j['failed']} pairs without "
+        "an answer took the judge's mean p. Estimating: "
+        f"{r['estimating_seconds']} s for every evaluation; wall {r['wall_seconds']} s.",
+        "",
+        "Sigma sources of the judge (share of each system's top-10 pairs that the source's own "
+        "top-10 also holds; the project's circular rule refuses >= 90 % or the system's own "
+        "model):",
+        "",
+        "| source | kind | " + " | ".join(config.systems) + " |",
+        "|---|---|" + "---|" * len(config.systems),
+    ]
+    for s in r["sigma_sources"]:
+        lines.append(f"| {s['label']} | {s['kind']} | "
+                     + " | ".join(_pct(s["overlap_top10"].get(n)) for n in config.systems)
+                     + " |")  # fmt: skip
+    lines += [
         "",
         "Imputation models against the online truth over every listed pair:",
         "",
@@ -557,25 +882,26 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
             "",
             f"## {metric}",
             "",
-            "Online truth: " + ", ".join(f"{s} {v:.4f}" for s, v in r["truth"][metric].items()),
+            "Population truth: " + ", ".join(f"{s} {v:.4f}" for s, v in r["truth"][metric].items()),
             "",
             "| estimator [imputer, propensity] | mean abs error | rel. error % | lift gap pp "
-            "| Kendall tau | 95 % CI coverage | CI width |",
-            "|---|---|---|---|---|---|---|",
+            "| Kendall tau | 95 % CI coverage | CI width | verdict |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         for row, d in r["summary"].items():
             c = d[metric]
             lines.append(
                 f"| {row} | {c['abs_error']:.4f} | {c['rel_error_pct']:.1f} | "
                 f"{_f(c['lift_gap_pp'], 1)} | {_f(c['kendall_tau'], 2)} | "
-                f"{100 * c['coverage']:.0f} % | {c['ci_width']:.4f} |"
+                f"{100 * c['coverage']:.0f} % | {c['ci_width']:.4f} | {verdict(c)} |"
             )
+    lines += _rule_section(config, r) + _source_section(config, r)
     lines += [
         "",
         "## Doubly robust against the alternatives",
         "",
         "Mean absolute error of the DR row minus the other's (below 0: DR is closer to the "
-        "truth), 95 % t-interval over the logs, per metric:",
+        "truth), 95 % t-interval over the evaluations, per metric:",
         "",
         "| DR row | minus | " + " | ".join(config.metrics) + " |",
         "|---|---|" + "---|" * len(config.metrics),
@@ -584,25 +910,97 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
         for other, by_m in others.items():
             cells = [interval(c["mean"], c["lo"], c["hi"], nd=4) for c in by_m.values()]
             lines.append(f"| {row} | {other} | " + " | ".join(cells) + " |")
-    lines += [
-        "",
-        f"## Gold samples: PPI++ with `{r['gold_imputer']}` against the gold sample alone",
-        "",
-        f"{config.gold_draws} gold samples per size, pairs uniform over the listed pairs, "
-        "labelled with the online truth (no log is used).",
-        "",
-        "| gold pairs | method | metric | gold pairs per system | mean abs error | coverage "
-        "| CI width |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for n, by_method in r["gold"].items():
-        for method, by_m in by_method.items():
-            for metric, c in by_m.items():
-                lines.append(
-                    f"| {n} | {method} | {metric} | {c['gold_per_system']:.0f} | "
-                    f"{c['abs_error']:.4f} | {100 * c['coverage']:.0f} % | {c['ci_width']:.4f} |"
-                )
+    lines += _gold_section(config, r)
     lines += ["", "![mean absolute error and coverage per estimator](estimators.png)"]
+    return lines
+
+
+def _rule_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """The same estimators on the ``listed`` users and on the ``logged-positive`` ones."""
+    pairs = [(row[: -len(LOGGED_POSITIVE) - 2], row) for row in r["summary"]
+             if row.endswith(LOGGED_POSITIVE)]  # fmt: skip
+    lines = [
+        "",
+        "## The evaluation-user rule",
+        "",
+        "Mean signed error over the systems (estimate minus truth) and coverage, on the users "
+        "`evaluate` keeps by default (`listed`) and on the users with a logged positive "
+        "(selected on the same observations the weights correct for):",
+        "",
+        "| estimator | metric | listed: signed error | listed: coverage | logged-positive: "
+        "signed error | logged-positive: coverage |",
+        "|---|---|---|---|---|---|",
+    ]
+    for base, sel in pairs:
+        for metric in config.metrics:
+            a, b = r["summary"][base][metric], r["summary"][sel][metric]
+            sa = float(np.mean(list(a["signed_error"].values())))
+            sb = float(np.mean(list(b["signed_error"].values())))
+            lines.append(f"| {base} | {metric} | {sa:+.4f} | {_pct(a['coverage'])} | "
+                         f"{sb:+.4f} | {_pct(b['coverage'])} |")  # fmt: skip
+    return lines
+
+
+def _source_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """Per sigma source, the judge-based rows' signed error per system and their tau."""
+    labels = [s["label"] for s in r["sigma_sources"]]
+    imputers = []
+    for s in r["sigma_sources"]:
+        base = "judge:brief" if s["kind"] == "judge's CF" else f"judge:brief/sigma={s['label']}"
+        imputers += [(s, base), (s, f"{base}+cal")]
+    lines = [
+        "",
+        "## Sigma source: the judge's CF signal against the compared systems",
+        "",
+        f"Sources: {', '.join(labels)}. Signed error per system (estimate minus the "
+        "population truth; a circular source should inflate its own system), Kendall tau "
+        "of the system order and coverage:",
+    ]
+    for metric in config.metrics[:2]:
+        lines += [
+            "",
+            f"### {metric}",
+            "",
+            "| row | source | " + " | ".join(config.systems) + " | Kendall tau | coverage |",
+            "|---|---|" + "---|" * (len(config.systems) + 2),
+        ]
+        for s, imp in imputers:
+            for row in (f"imputed [{imp}]", f"dm [{imp}]", f"dr [{imp}, fit theta]"):
+                c = r["summary"].get(row, {}).get(metric)
+                if c is None:
+                    continue
+                cells = " | ".join(f"{c['signed_error'][n]:+.4f}" for n in config.systems)
+                lines.append(f"| {row} | {s['kind']} | {cells} | {_f(c['kendall_tau'], 2)} | "
+                             f"{_pct(c['coverage'])} |")  # fmt: skip
+    return lines
+
+
+def _gold_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"## Gold samples: PPI++ with `{r['gold_imputer']}`, clustered against iid intervals",
+        "",
+        f"On each of the first {config.gold_draws} evaluations, `gold sample`'s code draws "
+        "each size under each design (`users`: every listed pair of whole users, up to the "
+        "size; `uniform`: pairs), labelled with the online truth, and `ppi_run` (what "
+        "`evaluate --gold` runs) estimates each system's metric with its default intervals "
+        "(`auto`: clustered by user when a user holds 2+ gold pairs) and with `iid` ones "
+        "(every pair independent). Coverage is over evaluations x systems; refused: the "
+        "estimator gave no interval (e.g. one label class in a system's gold pairs).",
+        "",
+        "| gold pairs | design | intervals | metric | labelled pairs | mean abs error | "
+        "coverage | CI width | refused |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, by_design in r["gold"].items():
+        for design, by_method in by_design.items():
+            for method, by_m in by_method.items():
+                for metric, c in by_m.items():
+                    lines.append(
+                        f"| {n} | {design} | {method} | {metric} | {c['gold_pairs']:.0f} | "
+                        f"{_f(c['abs_error'], 4)} | {_pct(c['coverage'])} | "
+                        f"{_f(c['ci_width'], 4)} | {c['refused']} |"
+                    )
     return lines
 
 
@@ -619,6 +1017,7 @@ def _plot(summary: Mapping[str, Any], config: EstimatorCheckConfig, path: Path) 
         ax.set_yticks(y)
         ax.set_yticklabels(rows, fontsize=7)
         ax.invert_yaxis()
-        ax.set_xlabel(f"mean absolute error of {metric} against the online truth "
-                      "(green: 95 % CI covers it in >= 90 % of logs)")  # fmt: skip
-        ax.set_title(f"Estimators over {config.simulated_logs} simulated logs ({config.data})")
+        ax.set_xlabel(f"mean absolute error of {metric} against the population truth "
+                      "(green: 95 % CI covers it in >= 90 % of evaluations)")  # fmt: skip
+        ax.set_title(f"Estimators over {config.simulated_logs} simulated evaluations "
+                     f"({config.data})")  # fmt: skip

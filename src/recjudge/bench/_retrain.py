@@ -12,7 +12,6 @@ run resumes with the jobs it had not finished.
 
 from __future__ import annotations
 
-import json
 import multiprocessing
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -22,6 +21,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from recjudge._util import json_loads
 
 AUG_KS = (5, 10, 15, 20)
 #: the retrained recommenders' metrics on the augmented users' future
@@ -118,7 +119,7 @@ def _kept(path: Path) -> np.ndarray | None:
     if not path.exists():
         return None
     try:
-        return np.asarray(json.loads(path.read_text())["per_user"], dtype=float)
+        return np.asarray(json_loads(path.read_text())["per_user"], dtype=float)
     except (ValueError, KeyError):
         return None
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from recjudge._util import comma_list
+from recjudge._util import comma_list, json_loads
 
 __all__ = [
     "CfBenchConfig",
@@ -34,14 +34,13 @@ class _Bench(BaseModel):
 def _recorded(c: BaseModel, out: str | Path, r: dict[str, Any]) -> dict[str, Any]:
     """``r`` with the config, also written into ``out/results.json`` (so ``bench run NAME
     --config OUT/results.json`` reruns the benchmark)."""
-    import json
 
     from recjudge._util import atomic_write_json
 
     r = {**r, "config": c.model_dump(mode="json")}
     path = Path(out) / "results.json"
     if path.exists():
-        saved = json.loads(path.read_text())
+        saved = json_loads(path.read_text())
         if isinstance(saved, dict):
             atomic_write_json(path, {**saved, "config": r["config"]})
     return r

@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from recjudge._util import json_loads
 from recjudge.bench._methods import Answer, method_runners
 from recjudge.reporting import write_report
 
@@ -362,7 +363,7 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str) -
             return {"failed": _signal_cause(-proc.returncode, proc.stderr)}
         if proc.returncode != 0 or not out_path.exists():
             return {"failed": _root_cause(proc.stderr)}
-        res = json.loads(out_path.read_text())
+        res = json_loads(out_path.read_text())
     res["worker_wall_seconds"] = time.perf_counter() - t0
     res["rows"] = {
         f"{prefix}_{kind}": (

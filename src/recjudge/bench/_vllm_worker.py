@@ -26,6 +26,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from recjudge._util import json_loads
+
 
 def request_to_dict(r: Any) -> dict[str, Any]:
     """A JudgeRequest as JSON (its sigma must already be set)."""
@@ -101,10 +103,9 @@ def plain_requests(judge: Any, reqs: list[Any], branches: list[str] | None = Non
 def plain_verdict(text: str) -> tuple[bool, list[str]]:
     """(YES?, evidence) from plain vLLM's text after the lead ``{"evidence``: a full answer
     is parsed; a read-out (a few tokens) is YES when the list opens with a title."""
-    import json
 
     try:
-        obj = json.loads('{"evidence' + text)
+        obj = json_loads('{"evidence' + text)
         return obj["is_relevant"] == "YES", list(obj["evidence"])
     except (ValueError, KeyError, TypeError):
         body = text.lstrip('": ')
@@ -207,7 +208,7 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
 
 def main(argv: list[str]) -> None:
     spec_path, out_path = Path(argv[0]), Path(argv[1])
-    result = run(json.loads(spec_path.read_text()))
+    result = run(json_loads(spec_path.read_text()))
     tmp = out_path.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
     tmp.replace(out_path)

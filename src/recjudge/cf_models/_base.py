@@ -15,7 +15,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry
-from recjudge._util import UserFacingError, atomic_dir, torch_seeded, torch_threads
+from recjudge._util import UserFacingError, atomic_dir, json_loads, torch_seeded, torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -347,7 +347,7 @@ def load_model(path: str | Path) -> CFModel:
         )
     current = meta_path
     try:
-        meta = json.loads(meta_path.read_text())
+        meta = json_loads(meta_path.read_text())
         cls = MODELS.get(meta["model"])
         model = cls(cls.Config(**meta["config"]))
         model.items = meta["items"]

@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._util import json_loads
 from recjudge.cf_models._base import MODELS, CFModel, TrainOptions
 
 
@@ -259,7 +260,7 @@ class SASRec(CFModel):
             return 0
         from safetensors.torch import load_file
 
-        meta = json.loads((d / "checkpoint.json").read_text())
+        meta = json_loads((d / "checkpoint.json").read_text())
         same = {k: v for k, v in meta["config"].items() if k != "epochs"}
         mine = {k: v for k, v in self.config.model_dump().items() if k != "epochs"}
         if json.loads(json.dumps(mine)) != same or meta["items"] != len(self.items):

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from recjudge._registry import UnknownNameError
+from recjudge._util import json_loads
 
 app = typer.Typer(
     name="recjudge",
@@ -310,14 +311,15 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "calibrate": ("_offline",), "audit": ("_offline",), "cf": ("_cf",), "store": ("_store",),
     "arena": ("_arena",), "gist": ("_gist",), "usersum": ("_usersum",),
     "run": ("_run",), "evaluators": ("_run",), "jobs": ("_run",), "bench": ("_bench", "_run"),
+    "report": ("_report",),
 }  # fmt: skip
 ALL_MODULES = ("_arena", "_bench", "_cf", "_demo", "_gist", "_jobs", "_judge", "_offline",
-               "_run", "_serve", "_store", "_usersum")  # fmt: skip
+               "_report", "_run", "_serve", "_store", "_usersum")  # fmt: skip
 
 
 #: the root options (``recjudge --backend vllm <command> ...``) that take a value
 ROOT_VALUE_OPTIONS = ("--backend", "--server", "--device", "--dtype", "--vllm-args",
-                      "--implementation")  # fmt: skip
+                      "--implementation", "--mlflow")  # fmt: skip
 
 
 @app.callback()
@@ -348,6 +350,12 @@ def root(
         help="Backend transformers: auto (native forward for Llama/Qwen/Mistral folders, "
         "else transformers) | native | transformers.",
     ),
+    mlflow: str = typer.Option(
+        None,
+        "--mlflow",
+        help="Log every report the command writes to this MLflow tracking URI (e.g. "
+        "file:///path/mlruns; also $RECJUDGE_MLFLOW_URI; needs recjudge[mlflow]).",
+    ),
 ) -> None:
     """LLM reward models and judges for recommender systems.
 
@@ -359,7 +367,7 @@ def root(
     args = None
     if vllm_args is not None:
         try:
-            args = json.loads(vllm_args)
+            args = json_loads(vllm_args)
         except json.JSONDecodeError as e:
             fail(f"--vllm-args: not JSON ({e.msg} at character {e.pos}); give an object "
                  'such as \'{"max_model_len": 4096}\'')  # fmt: skip
@@ -374,6 +382,21 @@ def root(
         msg = option_errors(e) if hasattr(e, "errors") else str(e)
         fail(msg.replace("--base-url", "--server"))
     ctx.call_on_close(lambda: reset_llm_defaults(token))  # an in-process caller's next run
+    if mlflow is not None:
+        import os
+
+        from recjudge.reporting import ENV_URI
+
+        before = os.environ.get(ENV_URI)
+        os.environ[ENV_URI] = mlflow
+
+        def restore() -> None:
+            if before is None:
+                os.environ.pop(ENV_URI, None)
+            else:
+                os.environ[ENV_URI] = before
+
+        ctx.call_on_close(restore)
 
 
 def _command_of(argv: list[str]) -> str | None:
@@ -424,4 +447,12 @@ def main() -> None:
     except (UnknownNameError, UserFacingError, FileNotFoundError) as e:
         # Errors that say what is wrong and how to fix it: one line, never a traceback.
         typer.secho(f"error: {str(e).strip(chr(39) + chr(34))}", err=True, fg=typer.colors.RED)
+        sys.exit(2)
+    except OSError as e:
+        # A path the file system refuses (a file where a folder goes, a symlink loop, no
+        # permission, a full disk), wherever a command met it: the path and the fix.
+        from recjudge._util import os_error_line
+
+        line = os_error_line(e) if e.filename is not None else str(e)
+        typer.secho(f"error: {line}", err=True, fg=typer.colors.RED)
         sys.exit(2)

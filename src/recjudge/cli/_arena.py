@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from recjudge._util import json_loads
 from recjudge.cli._app import app, emit, fail
 from recjudge.cli._evaluators import evaluator_command
 
@@ -52,11 +53,11 @@ def arena_summarize(
     for n, line in enumerate(Path(verdicts).read_text().splitlines(), 1):
         if line.strip():
             try:
-                records.append(json.loads(line))
+                records.append(json_loads(line))
             except json.JSONDecodeError as e:
                 fail(f"{verdicts}, line {n}: not JSON ({e})")
     try:
-        auc_map = json.loads(Path(auc).read_text()) if auc else None
+        auc_map = json_loads(Path(auc).read_text()) if auc else None
         s = summarize(records, auc_map, bootstrap, seed, reference=reference)
         s |= order_stats(records, reference, auc_map, bootstrap, seed)
     except ValueError as e:

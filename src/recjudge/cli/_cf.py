@@ -7,6 +7,7 @@ import json
 import typer
 
 from recjudge._registry import UnknownNameError
+from recjudge._util import json_loads
 from recjudge.cli._app import app, emit, emit_kv, fail
 
 cf_app = typer.Typer(
@@ -42,7 +43,7 @@ def cf_train(
     from recjudge.data import load_dataset
 
     try:
-        overrides = json.loads(config)
+        overrides = json_loads(config)
     except json.JSONDecodeError as e:
         fail(f"--config is not JSON ({e.msg}); write e.g. --config '{{\"epochs\": 50}}'")
     try:

@@ -10,6 +10,7 @@ from typing import Any
 import typer
 
 from recjudge._registry import UnknownNameError
+from recjudge._util import json_loads
 from recjudge.cli._app import app, emit, fail
 
 
@@ -143,7 +144,7 @@ def _read_pairs(ds: Any, pairs: str) -> list[Any]:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = json_loads(line)
             if not isinstance(rec, dict):
                 raise ValueError(f"a JSON {type(rec).__name__}, not an object")
             reqs.append(
@@ -243,6 +244,12 @@ def _summary(results, run, seconds: float, out: str, store_path: Path) -> None:
     yes = sum(r.is_relevant for r in ok)
     rate = f", {run.judged / seconds:.2f} pairs/s" if run and run.judged and seconds > 0 else ""
     reused = f", {run.reused} from the store" if run and run.reused else ""
+    if run and run.retried_faults:
+        typer.echo(
+            f"{run.retried_faults} pairs an earlier run recorded as failed by a fault of the "
+            "whole run (model, device, server) were judged again",
+            err=True,
+        )
     typer.echo(
         f"{len(results)} pairs: {len(ok)} judged ({yes} YES), {len(failed)} failed{reused}"
         f"{rate} -> {out} (store {store_path})"

@@ -20,7 +20,7 @@ from typing import Any, Union, get_args, get_origin
 import typer
 from pydantic import BaseModel, ValidationError
 
-from recjudge._util import comma_list
+from recjudge._util import comma_list, json_loads
 from recjudge.cli._app import fail, option_errors
 
 
@@ -126,7 +126,7 @@ def config_from_options(cls: type[BaseModel], options: dict[str, Any]) -> Any:
             values[name] = comma_list(v)
         elif isinstance(v, str) and _is_model(field.annotation):
             try:
-                values[name] = json.loads(v)
+                values[name] = json_loads(v)
             except json.JSONDecodeError as e:
                 keys = ", ".join(field.annotation.model_fields)
                 fail(f"--{name.replace('_', '-')}: not JSON ({e.msg}); give an object with "

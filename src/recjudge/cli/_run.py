@@ -9,6 +9,7 @@ from typing import Any
 
 import typer
 
+from recjudge._util import json_loads, os_error_line
 from recjudge.cli._app import app, emit, fail, option_errors
 from recjudge.cli._bench import bench_app
 
@@ -30,11 +31,16 @@ def _read_config(
     data = None
     if path:
         try:
-            raw = json.loads(Path(path).read_text())
+            raw = json_loads(Path(path).read_text())
         except FileNotFoundError:
             fail(f"{path}: no such file; pass --config a JSON file (e.g. a report's results.json)")
         except json.JSONDecodeError as e:
             fail(f"{path}: not JSON ({e.msg}, line {e.lineno}); fix the file or omit --config")
+        except UnicodeDecodeError:
+            fail(f"{path}: not UTF-8 text; --config takes a JSON file (e.g. a report's "
+                 "results.json)")  # fmt: skip
+        except OSError as e:
+            fail(f"--config {os_error_line(e)}")
         if not isinstance(raw, dict):
             fail(f"{path}: expected a JSON object with the config's fields")
         for key in ("job", "config"):  # a results.json

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recjudge._util import UserFacingError, atomic_dir
+from recjudge._util import UserFacingError, atomic_dir, json_loads
 
 EVENT_TYPES: tuple[str, ...] = (
     "explicit_positive",
@@ -326,7 +326,7 @@ class Dataset:
         users = path / "users.parquet"
         current = path / "card.json"
         try:
-            meta = json.loads(current.read_text())
+            meta = json_loads(current.read_text())
             current = path / "interactions.parquet"
             inter = pd.read_parquet(current)
             inter["event_type"] = _event_types(inter["event_type"])

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from recjudge._util import json_loads
 from recjudge.decoding._compile import CompiledSchema, TokenTable
 from recjudge.decoding._processors import (
     NEG_INF,
@@ -149,7 +150,7 @@ class BiasPayload(BaseModel):
         raw = extra_args[XARGS_KEY]
         _check_size(raw)
         try:
-            data = json.loads(raw) if isinstance(raw, str) else raw
+            data = json_loads(raw) if isinstance(raw, str) else raw
             payload = cls.model_validate(data)
         except (json.JSONDecodeError, ValidationError, TypeError) as e:
             msg = f"extra_args[{XARGS_KEY!r}] is not a recjudge bias payload: {e}"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from recjudge._util import stable_hash
+from recjudge._util import json_loads, stable_hash
 
 # Free text inside a JSON string: no quote, backslash or control character, and no UTF-16
 # surrogate (xgrammar would accept their 3-byte encodings, which are not valid UTF-8).
@@ -47,7 +47,7 @@ class SchemaError(ValueError):
 
 def _load_json(text: str) -> Any:
     try:
-        return json.loads(text)
+        return json_loads(text)
     except json.JSONDecodeError as e:
         raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
 

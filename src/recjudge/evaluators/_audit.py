@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._util import json_loads
+
 FACTORS = ("item_popularity", "history_length", "title_length")
 
 
@@ -158,10 +160,15 @@ def position_audit(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     recs = [dict(r) for r in records]
     for n, r in enumerate(recs, 1):
         if not {"system_a", "system_b", "aspect", "verdict"} <= set(r) or (
-            r["verdict"] not in OPTIONS
+            not isinstance(r["verdict"], str) or r["verdict"] not in OPTIONS
         ):
             raise ValueError(f"record {n}: an arena verdict record needs system_a, system_b, "
                              f"aspect and a verdict in {list(OPTIONS)}")  # fmt: skip
+        for name in ("system_a", "system_b", "aspect", "user_id"):
+            if name in r and not isinstance(r[name], str):
+                raise ValueError(f"record {n}: field {name!r} is a JSON "
+                                 f"{type(r[name]).__name__} ({str(r[name])[:40]}), not a string; "
+                                 "an arena run writes every name and id as a string")  # fmt: skip
     aspects = list(dict.fromkeys(r["aspect"] for r in recs))
     out: dict[str, Any] = {"aspects": {}, "systems": {}}
     for a in aspects:
@@ -256,8 +263,9 @@ def run_audit(
     told = f"labels: {labels}" if labels else "no labels (YES rates only)"
     header = ["# Judge bias audit", "",
               f"{len(pairs)} judged pairs from {judgments}; dataset {data}; {told}."]  # fmt: skip
+    Path(out).mkdir(parents=True, exist_ok=True)
+    plot_audit(res, Path(out) / "audit.png")  # first: report.html embeds it
     write_report(out, {"factors": res, "pairs": len(pairs)}, audit_lines(res, header))
-    plot_audit(res, Path(out) / "audit.png")
     return {"pairs": len(pairs), "factors": res}, audit_lines(res, header)
 
 
@@ -276,7 +284,7 @@ def read_verdicts(run: str | Path) -> list[dict[str, Any]]:
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if line.strip():
             try:
-                rec = json.loads(line)
+                rec = json_loads(line)
             except json.JSONDecodeError:
                 raise DataError("not a JSON line.", source=str(path), row=n, fix=fix) from None
             if not isinstance(rec, dict):
@@ -304,6 +312,7 @@ def run_position_audit(run: str | Path, out: str | Path) -> tuple[dict[str, Any]
               f"{len(records)} verdicts from {path}: per aspect, the share of verdicts for "
               "each position over every judged order and, for pairs judged in both orders, "
               "how often the verdict changes when the lists swap places."]  # fmt: skip
+    Path(out).mkdir(parents=True, exist_ok=True)
+    plot_positions(res, Path(out) / "audit.png")  # first: report.html embeds it
     write_report(out, res, position_lines(res, header))
-    plot_positions(res, Path(out) / "audit.png")
     return res, position_lines(res, header)

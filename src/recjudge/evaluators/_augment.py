@@ -137,12 +137,21 @@ def augment(
     Returns:
         The summary: users, candidates judged/failed, pseudo-positives added (total and
         the distribution per user), YES rate, seconds per judged pair.
+
+    Raises:
+        JobFailedError: every candidate failed (the most common error named); nothing saved.
     """
     plan = plan or augment_plan(data, candidates, config)
     users, reqs, unbuildable = plan.users, plan.requests, plan.unbuildable
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
+    if (judged or unbuildable) and all(j.error is not None for j in judged):
+        from recjudge.evaluators._impute import JobFailedError, all_failed_message
+
+        # Nothing judged: an augmented dataset equal to the input would look finished.
+        errors = [j.error for j in judged] + ["a request that could not be built"] * unbuildable
+        raise JobFailedError(all_failed_message(errors, "candidate"))
     chosen = select_positives(judged, config.top_m)
     inter = augmented_interactions(data, chosen)
     note = (f"augmented: {sum(map(len, chosen.values()))} judge pseudo-positives "

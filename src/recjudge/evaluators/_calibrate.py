@@ -29,6 +29,8 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._util import json_loads
+
 CALIBRATION_FORMAT = "recjudge-calibration"
 # The judge settings a calibration map is only valid for.
 JUDGE_FIELDS = ("model", "mode", "beta", "need_evidence", "max_evidence", "dtype")
@@ -214,7 +216,7 @@ def load_map(path: str | Path, judge: Mapping[str, Any]) -> tuple[list[float], l
     path = Path(path)
     fix = "make one for this judge: recjudge calibrate --judgments DIR --labels FILE --out FILE"
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json_loads(path.read_text(encoding="utf-8"))
         assert obj["format"] == CALIBRATION_FORMAT
         xs, ys = [float(v) for v in obj["map"]["x"]], [float(v) for v in obj["map"]["y"]]
     except FileNotFoundError:
@@ -297,7 +299,7 @@ def run_calibration(
     if not summary_path.exists():
         raise DataError("no summary.json here.", source=str(folder),
                         fix="pass the --out folder of `recjudge impute`")  # fmt: skip
-    judge = judge_settings(json.loads(summary_path.read_text()))
+    judge = judge_settings(json_loads(summary_path.read_text()))
     res = calibrate(read_judged(folder / "imputed.jsonl", raw=True), read_labels(labels),
                     judge, folds=folds, seed=seed)  # fmt: skip
     outp = Path(out)

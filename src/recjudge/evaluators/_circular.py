@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError
+from recjudge._util import UserFacingError, json_loads
 
 __all__ = [
     "OVERLAP_LIMIT",
@@ -73,13 +73,12 @@ def sigma_source(cf: str | None, uses_cf: bool) -> dict[str, Any] | None:
     the judge uses no CF model."""
     if not cf or not uses_cf:
         return None
-    import json
 
     from recjudge.cf_models import model_fingerprint
 
     path = Path(cf)
     try:
-        meta = json.loads((path / "model.json").read_text(encoding="utf-8"))
+        meta = json_loads((path / "model.json").read_text(encoding="utf-8"))
         name = str(meta.get("model")) if isinstance(meta, dict) else None
         fingerprint = model_fingerprint(path)
     except (OSError, ValueError, RecursionError):

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from recjudge._stats import bootstrap_ci
+from recjudge._util import json_loads
 
 ESTIMATORS = ("logged", "imputed", "dm", "ips", "snips", "dr")
 LINEAR = ("precision", "dcg", "ndcg_fixed")
@@ -475,7 +476,7 @@ def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tu
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = json_loads(line)
             if rec.get("error"):
                 continue
             # The calibrated probability when impute applied a calibration map.

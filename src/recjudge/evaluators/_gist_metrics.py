@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._util import json_loads
+
 if TYPE_CHECKING:
     pass
 
@@ -310,7 +312,7 @@ def read_interest_records(path: str | Path) -> list[dict[str, Any]]:
             if not line.strip():
                 continue
             try:
-                out.append(json.loads(line))
+                out.append(json_loads(line))
             except json.JSONDecodeError as e:
                 raise ValueError(f"{path}, line {i}: not JSON ({e}); one record per line") from None
     return out
@@ -319,7 +321,7 @@ def read_interest_records(path: str | Path) -> list[dict[str, Any]]:
 def read_oracle(path: str | Path) -> dict[str, list[Any]]:
     """``{"oracle": {user_id: [category_ids]}}`` from a JSON file."""
     try:
-        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+        obj = json_loads(Path(path).read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not JSON ({e})") from None
     if not isinstance(obj, dict) or not isinstance(obj.get("oracle"), dict):

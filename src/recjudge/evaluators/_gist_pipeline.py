@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from recjudge._util import rng, stable_hash
+from recjudge._util import json_loads, rng, stable_hash
 from recjudge.evaluators._cost import AskMeter
 from recjudge.evaluators._gist import (
     EVENT_SIGNAL,
@@ -861,7 +861,7 @@ def read_profiles(
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
+            rec = json_loads(line)
         except json.JSONDecodeError as e:
             raise DataError(
                 f"not JSON ({e.msg}).", source=str(path), row=n, fix=_PROFILE_FIX

@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._util import json_loads
+
 __all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_gold",
            "write_gold"]  # fmt: skip
 
@@ -234,7 +236,7 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
     sidecar = Path(f"{path}.design.json")
     if sidecar.is_file():
         try:
-            design = str(json.loads(sidecar.read_text(encoding="utf-8")).get("design", design))
+            design = str(json_loads(sidecar.read_text(encoding="utf-8")).get("design", design))
         except (json.JSONDecodeError, RecursionError, AttributeError, UnicodeDecodeError):
             raise DataError(
                 "not a gold design record (JSON).",

@@ -265,6 +265,7 @@ def impute(
         "seconds_per_judged_pair": round(seconds / run.judged, 3) if run and run.judged else None,
         "config": config.model_dump(),
         "judge": judge.config.model_dump(mode="json"),
+        "prompt_version": _prompt_version(),
         "calibrated": calibration is not None,
         "sigma_source": dict(sigma_source) if sigma_source else None,
         **circular,
@@ -350,3 +351,10 @@ def _write_sidecar(
         lines.append(json.dumps({"user_id": u["user_id"], "item_id": u["candidate_id"],
                                  "error": u["error"]}, ensure_ascii=False))  # fmt: skip
     atomic_write_text(path, "".join(line + "\n" for line in lines))
+
+
+def _prompt_version() -> str:
+    """The judge prompts' version, part of every result key (the report names it)."""
+    from recjudge.reward import PROMPT_VERSION
+
+    return PROMPT_VERSION

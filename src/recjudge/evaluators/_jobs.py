@@ -27,6 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry
+from recjudge._util import json_loads
 from recjudge.evaluators._augment import AugmentConfig, augment
 from recjudge.evaluators._evaluate import (
     QRELS_KINDS,
@@ -329,9 +330,43 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
 
         cmap = load_map(job.calibration, judge.config.model_dump(mode="json"))
     with store:
-        return impute(judge, data, fb, recs, config, job.out, store=store, progress=progress,
-                      calibration=cmap, sigma_source=source, plan=plan, circular=found,
-                      allow_circular=job.allow_circular)  # fmt: skip
+        summary = impute(judge, data, fb, recs, config, job.out, store=store,
+                         progress=progress, calibration=cmap, sigma_source=source, plan=plan,
+                         circular=found, allow_circular=job.allow_circular)  # fmt: skip
+    write_impute_report(job, summary)
+    return summary
+
+
+def write_impute_report(job: ImputeJob, s: dict[str, Any]) -> None:
+    """``impute``'s report.md / report.html / results.json (the summary with the job): what
+    was judged, by which judge, with what outcome, and the next command."""
+    from recjudge.reporting import write_report
+
+    j = s.get("judge") or {}
+    circ = f"CIRCULAR JUDGE allowed for {', '.join(s['circular'])}. " if s.get("circular") else ""
+    lines = [
+        "# Imputed feedback: the judge's labels for the unlabelled top-k pairs",
+        "",
+        f"Judge `{j.get('model')}` ({j.get('mode')}, beta {j.get('beta')}, prompt "
+        f"{s.get('prompt_version')}); sigma source: "
+        f"{(s.get('sigma_source') or {}).get('folder', 'none')}. "
+        f"{circ}"
+        "These labels are the BRIEF paper's protocol (biased as a metric by itself); "
+        "`recjudge evaluate --qrels` uses them with the estimators.",
+        "",
+        "| quantity | value |",
+        "|---|---|",
+        *(f"| {k} | {s.get(k)} |" for k in ("users", "pairs", "judged_now", "reused",
+          "reused_from_checkpoint", "failed", "imputed_yes", "imputed_no", "judged_logged",
+          "logged_labels_in_topk", "seconds_per_judged_pair")),
+        "",
+        "| run | path |",
+        "|---|---|",
+        *(f"| {name} | `{r.get('path')}` |" for name, r in (s.get("runs") or {}).items()),
+        "",
+        f"Next: `recjudge evaluate --runs {job.runs} --qrels {job.out} --k {job.k}`.",
+    ]  # fmt: skip
+    write_report(job.out, {**s, "job": job.model_dump(mode="json")}, lines)
 
 
 def impute_text(job: ImputeJob, s: dict[str, Any]) -> str:
@@ -384,6 +419,9 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
     circular = _circular_runs(summary, recs, job.allow_circular)
     res = evaluate_runs(q, recs, users, config)
     res["circular"] = circular
+    if summary.get("judge"):  # who imputed the labels (report header, MLflow tags)
+        res["judge"] = summary["judge"]
+        res["prompt_version"] = summary.get("prompt_version")
     if len(users) < FEW_USERS:
         res["few_users"] = (f"only {len(users)} evaluation users (< {FEW_USERS}): every "
                             "interval is rough; impute more users (--users)")  # fmt: skip
@@ -405,7 +443,7 @@ def _impute_summary(folder: Path) -> dict[str, Any]:
     if not path.is_file():
         return {}
     try:
-        got = json.loads(path.read_text(encoding="utf-8"))
+        got = json_loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
         from recjudge.data import DataError
 
@@ -439,7 +477,7 @@ def _sidecar_records(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     out = {}
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            rec = json.loads(line) if line.strip() else None
+            rec = json_loads(line) if line.strip() else None
         except (json.JSONDecodeError, RecursionError):
             continue  # read_judged has refused a bad line already, by number
         if isinstance(rec, dict):
@@ -563,7 +601,7 @@ def _item_popularity(path: Path) -> dict[str, int] | None:
         return None
     fix = "delete it and rerun `recjudge impute --resume` into this folder (it writes it again)"
     try:
-        got = json.loads(path.read_text(encoding="utf-8"))
+        got = json_loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
         raise DataError("not impute's item counts (JSON).", source=str(path), fix=fix) from None
     if not isinstance(got, dict):
@@ -696,8 +734,9 @@ def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJ
     ]
     lines = evaluation_lines(res, header)
     runs = {r.name: r.path for r in recs}
+    Path(out).mkdir(parents=True, exist_ok=True)
+    plot_scores(res, Path(out) / "evaluate.png")  # first: report.html embeds it
     write_report(out, {**res, "runs": runs, "job": job.model_dump(mode="json")}, lines)
-    plot_scores(res, Path(out) / "evaluate.png")
 
 
 def run_augment(job: AugmentJob, progress: bool = True, warn: Warn | None = None) -> dict:

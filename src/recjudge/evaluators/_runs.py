@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from recjudge._util import json_loads
 from recjudge.data import DataError
 
 RUN_FORMATS = ("auto", "trec", "ranx", "jsonl", "parquet")
@@ -201,7 +202,7 @@ def _raw_rows(path: Path, fmt: str) -> Iterable[tuple[int, str, str, float]]:
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if line.strip():
                 try:
-                    recs.append((n, json.loads(line)))
+                    recs.append((n, json_loads(line)))
                 except json.JSONDecodeError as e:
                     raise DataError(f"not JSON ({e.msg}).", source=str(path), row=n,
                                     fix=_FIX) from None  # fmt: skip
@@ -216,7 +217,7 @@ def _raw_rows(path: Path, fmt: str) -> Iterable[tuple[int, str, str, float]]:
                             fix=_FIX) from None  # fmt: skip
         return _rows_records(path, enumerate(df.to_dict("records"), 1))
     try:
-        obj = json.loads(path.read_text(encoding="utf-8"))
+        obj = json_loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise DataError(f"not JSON ({e.msg}, line {e.lineno}).", source=str(path),
                         fix=_FIX) from None  # fmt: skip
@@ -282,7 +283,7 @@ def _provenance(path: Path) -> dict[str, Any] | None:
     if not side.is_file():
         return None
     try:
-        rec = json.loads(side.read_text(encoding="utf-8"))
+        rec = json_loads(side.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, RecursionError, UnicodeDecodeError, OSError):
         raise DataError("not a provenance record (JSON written by `recjudge cf recommend`).",
                         source=str(side), fix="delete it, or write the run again with "
@@ -361,7 +362,7 @@ def read_qrels(path: str | Path) -> Qrels:
     out: Qrels = {}
     if path.suffix.lower() == ".json":
         try:
-            obj = json.loads(path.read_text(encoding="utf-8"))
+            obj = json_loads(path.read_text(encoding="utf-8"))
             return {str(u): {str(i): int(r) for i, r in d.items()} for u, d in obj.items()}
         except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
             raise DataError(f"not ranx qrels ({e}).", source=str(path), fix=fix) from None

@@ -12,10 +12,11 @@ under the source checkout recjudge runs from.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
+
+from recjudge._util import json_loads
 
 __all__ = ["validation_of"]
 
@@ -32,15 +33,18 @@ def _candidates() -> list[Path]:
 
 
 def _key(estimator: str, calibrated: bool) -> list[str]:
-    """The bench's summary rows for ``estimator`` as ``evaluate`` runs it (estimated
-    propensities; the judge calibrated or not), best match first."""
+    """The bench's summary rows for ``estimator`` as ``evaluate`` runs it (fitted
+    propensities, ``--propensities fit``; the judge calibrated or not), best match first;
+    the ``est theta`` rows of reports written before the bench ran evaluate's own fit
+    come last."""
+    cal = "+cal" if calibrated else ""
     if estimator == "dr":
-        return [f"dr [judge:brief{'+cal' if calibrated else ''}, est theta]",
-                "dr [judge:brief+cal, est theta]"]  # fmt: skip
+        return [f"dr [judge:brief{cal}, fit theta]", "dr [judge:brief+cal, fit theta]",
+                f"dr [judge:brief{cal}, est theta]", "dr [judge:brief+cal, est theta]"]  # fmt: skip
     if estimator in ("dm", "imputed"):
-        return [f"{estimator} [judge:brief{'+cal' if calibrated else ''}]"]
+        return [f"{estimator} [judge:brief{cal}]"]
     if estimator in ("ips", "snips"):
-        return [f"{estimator} (est theta)"]
+        return [f"{estimator} (fit theta)", f"{estimator} (est theta)"]
     return [estimator]
 
 
@@ -51,7 +55,7 @@ def validation_of(estimator: str, metric: str, calibrated: bool = False) -> dict
     names = [metric] + ([f"ndcg@{cut}"] if base == "ndcg_fixed" else [])  # older reports
     for path in _candidates():
         try:
-            res = json.loads(path.read_text(encoding="utf-8"))
+            res = json_loads(path.read_text(encoding="utf-8"))
             summary, config = res["summary"], res.get("config", {})
         except (OSError, ValueError, KeyError, TypeError, RecursionError):
             continue

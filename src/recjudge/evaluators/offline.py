@@ -9,6 +9,7 @@ from recjudge.evaluators._augment import (
     augmented_interactions,
     select_positives,
 )
+from recjudge.evaluators._circular import OVERLAP_LIMIT, list_overlap
 from recjudge.evaluators._estimators import (
     ESTIMATORS,
     Estimate,
@@ -17,9 +18,16 @@ from recjudge.evaluators._estimators import (
     estimate,
     estimate_evaluation,
     export_obp,
+    fit_propensities,
+    linear_values,
+    metric_weights,
+    parse_metric,
     powerlaw_propensities,
     ppi_mean,
+    ppi_run,
+    propensities_from,
     read_propensities,
+    snips_normaliser,
     to_obp,
 )
 from recjudge.evaluators._evaluate import (
@@ -28,6 +36,7 @@ from recjudge.evaluators._evaluate import (
     evaluate_runs,
     kendall_tau,
 )
+from recjudge.evaluators._gold import GoldSample, listed_pairs, sample_gold
 from recjudge.evaluators._impute import (
     ImputationPlan,
     ImputeConfig,
@@ -109,4 +118,16 @@ __all__ = [
     "ppi_mean",
     "read_propensities",
     "to_obp",
+    "fit_propensities",
+    "linear_values",
+    "metric_weights",
+    "parse_metric",
+    "ppi_run",
+    "propensities_from",
+    "snips_normaliser",
+    "OVERLAP_LIMIT",
+    "list_overlap",
+    "GoldSample",
+    "listed_pairs",
+    "sample_gold",
 ]

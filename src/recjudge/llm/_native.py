@@ -30,7 +30,6 @@ quantized. Anything else loads through transformers as before.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +38,8 @@ from typing import Any
 
 import torch
 from torch import nn
+
+from recjudge._util import json_loads
 
 NATIVE_TYPES = frozenset({"llama", "qwen2", "qwen3", "mistral"})
 #: attention functions by name, as transformers' ``AttentionInterface`` holds them for its models
@@ -78,13 +79,13 @@ class NativeConfig(SimpleNamespace):
 
 
 def read_config(folder: Path) -> NativeConfig:
-    return NativeConfig(**json.loads((folder / "config.json").read_text(encoding="utf-8")))
+    return NativeConfig(**json_loads((folder / "config.json").read_text(encoding="utf-8")))
 
 
 def _weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
-        shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        shards = sorted(set(json_loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
         return [folder / s for s in shards]
     single = folder / "model.safetensors"
     return [single] if single.is_file() else []

@@ -29,11 +29,16 @@ use (``transformers_tokenizer()``): the same answers, at the old cost.
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from recjudge._util import json_loads
+
+log = logging.getLogger(__name__)
 
 #: bump when what a cached tokenizer holds changes
 TOKENIZER_CACHE_VERSION = 1
@@ -452,7 +457,7 @@ def load_transformers_tokenizer(source: Any, **kwargs: Any) -> Any:
     tk = folder / "tokenizer_config.json"
     if not kwargs and folder.is_dir() and tk.is_file():
         try:
-            name = json.loads(tk.read_text(encoding="utf-8")).get("tokenizer_class")
+            name = json_loads(tk.read_text(encoding="utf-8")).get("tokenizer_class")
         except (OSError, ValueError):
             name = None
         if isinstance(name, str) and name:
@@ -547,7 +552,7 @@ def read_tokenizer_spec(key: str) -> TokenizerSpec | None:
 
     try:
         folder = _cache_folder(key)
-        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        meta = json_loads((folder / "meta.json").read_text(encoding="utf-8"))
         backend = (folder / "backend.json").read_text(encoding="utf-8")
     except (OSError, ValueError, CacheDirError):
         return None
@@ -558,7 +563,25 @@ def read_tokenizer_spec(key: str) -> TokenizerSpec | None:
         return None
     if meta["version"] != TOKENIZER_CACHE_VERSION:
         return None
+    if meta.get("content_sha256") != _spec_digest(backend, meta):
+        # Edited or damaged since it was written (two ids swapped, a chat template with a
+        # line added), or written before digests: rebuilt from the model's own files.
+        log.warning("tokenizer cache %s does not match its recorded digest; rebuilding it",
+                    folder)  # fmt: skip
+        return None
     return TokenizerSpec(backend, meta)
+
+
+def _spec_digest(backend: str, meta: dict[str, Any]) -> str:
+    """sha256 over the serialized tokenizer and its description (the digest itself aside):
+    recorded when the cache entry is written, checked at every read (~10 ms for Qwen2.5's
+    11 MB tokenizer)."""
+    import hashlib
+
+    body = {k: v for k, v in meta.items() if k != "content_sha256"}
+    h = hashlib.sha256(backend.encode("utf-8"))
+    h.update(b"\n" + json.dumps(body, sort_keys=True, default=str).encode("utf-8"))
+    return h.hexdigest()
 
 
 def write_tokenizer_spec(key: str, spec: TokenizerSpec) -> None:
@@ -569,6 +592,7 @@ def write_tokenizer_spec(key: str, spec: TokenizerSpec) -> None:
         with atomic_dir(_cache_folder(key)) as tmp:
             (tmp / "backend.json").write_text(spec.backend, encoding="utf-8")
             meta = {**spec.meta, "version": TOKENIZER_CACHE_VERSION}
+            meta["content_sha256"] = _spec_digest(spec.backend, meta)
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     except (OSError, CacheDirError):
         return

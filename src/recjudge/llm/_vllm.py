@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import RunFault
+from recjudge._util import RunFault, json_loads, redact
 from recjudge.llm._backend import render_chat
 from recjudge.llm._config import ENGINE_CAPABILITIES, Generation, LLMConfig, SamplingConfig
 from recjudge.llm._models import resolve_model_path
@@ -349,6 +349,14 @@ class OpenAICompatibleBackend(_EngineMixin):
         self.needs_bias_probe = config.probe_bias
 
     def _post(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """POST ``body`` and return the reply's JSON; every error line has the API key
+        redacted (a hostile or misconfigured server can echo the request's headers)."""
+        try:
+            return self._post_raw(path, body)
+        except (ServerError, ConnectionError) as e:
+            raise type(e)(redact(str(e), self.api_key)) from None
+
+    def _post_raw(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
         data = json.dumps(body).encode()
         req = urllib.request.Request(
             self.url + path, data=data, headers={"Content-Type": "application/json"}
@@ -357,7 +365,7 @@ class OpenAICompatibleBackend(_EngineMixin):
             req.add_header("Authorization", f"Bearer {self.api_key}")
         try:
             with self._opener.open(req, timeout=self.config.timeout) as resp:
-                return json.loads(resp.read())
+                got = json_loads(resp.read())
         except urllib.error.HTTPError as e:
             raise ServerError(_http_error_line(self.url + path, e)) from None
         except json.JSONDecodeError:
@@ -367,6 +375,14 @@ class OpenAICompatibleBackend(_EngineMixin):
             raise ConnectionError(
                 f"cannot reach {self.url}{path}: {e.reason}; is `recjudge serve` running?"
             ) from None
+        except (TimeoutError, OSError) as e:  # a reset or a read timeout mid-reply
+            raise ConnectionError(f"{self.url}{path}: the connection failed ({e}); is "
+                                  "`recjudge serve` running and reachable?") from None  # fmt: skip
+        if not (isinstance(got, dict) and isinstance(got.get("choices"), list) and got["choices"]
+                and isinstance(got["choices"][0], dict)):  # fmt: skip
+            raise ServerError(f"{self.url}{path} answered JSON without a completion "
+                              "('choices'); is it a vLLM server (`recjudge serve`)?")  # fmt: skip
+        return got
 
     def _one(self, r: EngineRequest) -> EngineResult:
         body: dict[str, Any] = {

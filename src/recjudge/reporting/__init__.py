@@ -2,6 +2,35 @@
 
 from recjudge.reporting._figure import figure
 from recjudge.reporting._format import interval
+from recjudge.reporting._html import interval_svg, markdown_to_html, render_html, write_html
+from recjudge.reporting._mlflow import ENV_URI, TrackingError, log_report, tracking_uri
+from recjudge.reporting._tables import (
+    PaperTable,
+    latex_escape,
+    paper_table,
+    read_results,
+    to_csv,
+    to_latex,
+)
 from recjudge.reporting._write import environment, write_report
 
-__all__ = ["environment", "figure", "interval", "write_report"]
+__all__ = [
+    "ENV_URI",
+    "TrackingError",
+    "log_report",
+    "tracking_uri",
+    "PaperTable",
+    "latex_escape",
+    "paper_table",
+    "read_results",
+    "to_csv",
+    "to_latex",
+    "environment",
+    "figure",
+    "interval",
+    "interval_svg",
+    "markdown_to_html",
+    "render_html",
+    "write_html",
+    "write_report",
+]

@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import atomic_write_json, atomic_write_text
+from recjudge.reporting._html import write_html
+from recjudge.reporting._mlflow import log_report, tracking_uri
 
 
 def environment() -> dict[str, Any]:
@@ -54,7 +56,9 @@ def _cpu_model() -> str:
 
 
 def write_report(out: str | Path, results: dict[str, Any], lines: list[str]) -> Path:
-    """Write ``results.json`` (with the environment) and ``report.md`` under ``out``."""
+    """Write ``results.json`` (with the environment), ``report.md`` and ``report.html`` (the
+    same report, self-contained, its PNGs inline: ``reporting._html``) under ``out``. Write
+    the figures first: the page embeds the PNG files the markdown names."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     results = {**results, "environment": environment()}
@@ -67,4 +71,8 @@ def write_report(out: str | Path, results: dict[str, Any], lines: list[str]) -> 
         f"{env['torch_threads']} threads, GPU: {env.get('gpu') or 'none'}, {env['date']}_",
     ]
     atomic_write_text(out / "report.md", "\n".join(lines + footer) + "\n")
+    write_html(out, results, lines + footer)
+    if tracking_uri():  # --mlflow / $RECJUDGE_MLFLOW_URI
+        title = next((ln.lstrip("# ").strip() for ln in lines if ln.startswith("#")), out.name)
+        log_report(out, results, title)
     return out

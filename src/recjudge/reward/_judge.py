@@ -214,6 +214,32 @@ RECORDED_ERRORS: tuple[type[Exception], ...] = (
 )
 
 
+#: whole-run faults by the class name a recorded failure starts with (``Type: message``),
+#: besides every ``RunFault`` subclass: what stores of earlier versions recorded per pair
+RUN_FAULT_NAMES = ("ModelNotInstalledError", "ModelIntegrityError", "ModelLoadError",
+                   "DeviceError", "DtypeEnvError", "BackendError", "NonFiniteLogitsError",
+                   "ServerError", "ConnectionError", "ConnectionRefusedError", "TimeoutError",
+                   "StoreError", "CacheDirError", "OutOfMemoryError")  # fmt: skip
+
+
+def is_run_fault(error: str) -> bool:
+    """Whether a recorded failure's text (``Type: message``) names a fault of the whole run
+    (``RUN_FAULT_NAMES`` or any loaded ``RunFault`` subclass), not of its one request."""
+    name = str(error).partition(":")[0].strip()
+    if name in RUN_FAULT_NAMES:
+        return True
+    todo, seen = [RunFault], set()
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == name:
+            return True
+        for sub in cls.__subclasses__():
+            if sub not in seen:
+                seen.add(sub)
+                todo.append(sub)
+    return False
+
+
 @dataclass(frozen=True)
 class RunSummary:
     """Counts of the last ``judge_many`` call: requests, reused from the store (including
@@ -224,6 +250,7 @@ class RunSummary:
     judged: int
     failed: int
     imported: int = 0  # of the reused, rows a checkpoint import brought (store import)
+    retried_faults: int = 0  # recorded failures of a whole-run fault, judged again
 
 
 @dataclass
@@ -600,7 +627,7 @@ class Judge:
         if self.simulator is not None:
             self.prepare_personas(reqs, store, progress)
         keys = [self.key(r) for r in reqs]
-        results = self._reuse(reqs, keys, store, retry_failed)
+        results, retried = self._reuse(reqs, keys, store, retry_failed)
         reused = len(results)
         imported = len(store.imported(list(results))) if store is not None and results else 0
         todo: list[int] = []  # first occurrence of each key not yet in the store
@@ -644,6 +671,7 @@ class Judge:
             imported=imported,
             judged=len(todo),
             failed=sum(j.error is not None for j in out),
+            retried_faults=retried,
         )
         return out
 
@@ -653,9 +681,13 @@ class Judge:
         keys: list[str],
         store: ResultsStore | None,
         retry_failed: bool,
-    ) -> dict[str, Judgment]:
+    ) -> tuple[dict[str, Judgment], int]:
         """The judgments ``store`` already holds for ``keys`` (and, without ``retry_failed``,
-        its recorded failures), with the request's ids filled in where a row has none."""
+        its recorded failures), with the request's ids filled in where a row has none; and
+        how many recorded failures are judged again although ``retry_failed`` is off: those
+        whose error was a fault of the whole run (``is_run_fault``: a model not installed
+        then, a server down), which an earlier version recorded per pair and the user has
+        presumably fixed since."""
         done = store.get_many(keys) if store is not None else {}
         results: dict[str, Judgment] = {k: _stored(store, k, v) for k, v in done.items()}
         for i, k in enumerate(keys):  # a row imported from a checkpoint has no ids
@@ -663,12 +695,15 @@ class Judge:
                 results[k] = replace(
                     results[k], user_id=reqs[i].user_id, candidate_id=reqs[i].candidate_id
                 )
+        retried = 0
         if store is not None and not retry_failed:
             old = store.failures([k for k in keys if k not in results])
+            faults = {k for k, e in old.items() if is_run_fault(e)}
+            retried = len(faults)
             for i, k in enumerate(keys):
-                if k in old and k not in results:
+                if k in old and k not in results and k not in faults:
                     results[k] = self._failure(reqs[i], old[k], k)
-        return results
+        return results, retried
 
     def _persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
         """One transaction: the verdicts as results, the failures (no verdict) as failures."""

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError
+from recjudge._util import UserFacingError, json_loads
 
 PORTABLE_FORMAT = "recjudge-portable-store"
 PORTABLE_VERSION = 2  # 2: a manifest with a digest (and an optional signature) in the header
@@ -59,6 +59,12 @@ TABLES = ("results", "decisions", "personas")
 _SKELETON = re.compile(r'(?:[\s{}\[\]":,]|evidence|is_relevant|YES|NO)*')
 _IDS = ("user_id", "candidate_id")
 _KEY = re.compile(r"[!-~]{1,128}")  # printable ASCII, no space (ours: 16-32 hex digits)
+
+
+#: the manifest field that marks a checkpoint resealed from a file that did not verify
+#: (``store reseal --trust-unsigned``): covered by its digest like every field, and kept by
+#: every later reseal, so such a file needs ``--trust-unsigned`` at every import
+RESEALED = "resealed_unverified"
 
 
 class PortableError(UserFacingError, ValueError):
@@ -167,9 +173,16 @@ def export_portable(store: str | Path, out: str | Path) -> PortableCount:
     return PortableCount(**counts)
 
 
-def _write(out: Path, lines: list[str], counts: dict[str, int], source: str) -> None:
+def _write(
+    out: Path,
+    lines: list[str],
+    counts: dict[str, int],
+    source: str,
+    resealed: dict[str, Any] | None = None,
+) -> None:
     """A checkpoint file: the manifest line (format, version, counts, producer, digest and,
-    with ``$RECJUDGE_CHECKPOINT_KEY`` set, an HMAC signature), then one row per line."""
+    with ``$RECJUDGE_CHECKPOINT_KEY`` set, an HMAC signature; ``resealed``: the mark of a file
+    resealed from one that did not verify), then one row per line."""
     from recjudge import __version__
     from recjudge._util import atomic_write_bytes
 
@@ -182,6 +195,7 @@ def _write(out: Path, lines: list[str], counts: dict[str, int], source: str) -> 
         **counts,
         "rows": len(lines),
         "producer": {"recjudge": __version__, "store": source},
+        **({RESEALED: resealed} if resealed else {}),
     }
     body_hash = hashlib.sha256(body.encode("utf-8"))
     header = {**manifest, "digest": "sha256:" + _combine(manifest, body_hash)}
@@ -198,12 +212,19 @@ def reseal_portable(
     """Write a checkpoint again in the current version, with a fresh manifest (and signature
     when ``$RECJUDGE_CHECKPOINT_KEY`` is set): e.g. a version-1 file, which has no digest.
     The rows are checked as on import; a file that fails its manifest needs
-    ``trust_unsigned`` (and then the new digest vouches for what was read)."""
+    ``trust_unsigned``. The new digest then vouches only that the file is not changed after
+    the reseal, not for who wrote the rows: the manifest says so (``RESEALED``), and every
+    import of it needs ``trust_unsigned`` again (a reseal of a file that verified keeps it
+    trusted; a reseal of a marked one keeps the mark)."""
     path = Path(path)
-    rows, verified = _read(path, trust_unsigned=trust_unsigned)
+    rows, verified, head = _read(path, trust_unsigned=trust_unsigned, with_head=True)
     lines = [json.dumps(r) for r in rows]
     counts = _table_counts(rows)
-    _write(Path(out), lines, {**counts, "left_out": 0}, path.name)
+    mark = head.get(RESEALED) if isinstance(head, dict) else None
+    if verified == "unverified" and not mark:
+        mark = {"from": path.name, "version": head.get("version") if isinstance(head, dict)
+                else None}  # fmt: skip
+    _write(Path(out), lines, {**counts, "left_out": 0}, path.name, resealed=mark or None)
     return PortableCount(
         counts["results"], counts["decisions"], verified=verified, personas=counts["personas"]
     )
@@ -367,9 +388,14 @@ def _said_verdict(text: str) -> bool | None:
 
 
 def _read(
-    path: Path, *, trust_unsigned: bool = False, max_inflated: int = MAX_INFLATED
-) -> tuple[list[dict[str, Any]], str]:
-    """A checkpoint's rows, after checking its manifest and every row; and how it was verified.
+    path: Path,
+    *,
+    trust_unsigned: bool = False,
+    max_inflated: int = MAX_INFLATED,
+    with_head: bool = False,
+) -> Any:
+    """A checkpoint's rows, after checking its manifest and every row; and how it was verified
+    (and, ``with_head``, the manifest).
 
     The file is read whole (its compressed size is bounded too) and inflated as a stream,
     within ``max_inflated`` bytes.
@@ -398,7 +424,7 @@ def _read(
     lines = _lines(data, path, max_inflated)
     first = next(lines, None)
     try:
-        head = json.loads(first[1]) if first else {}
+        head = json_loads(first[1]) if first else {}
     except (json.JSONDecodeError, UnicodeDecodeError):
         head = {}
     if not isinstance(head, dict) or head.get("format") != PORTABLE_FORMAT:
@@ -417,7 +443,7 @@ def _read(
     for n, line in lines:
         h.update(line)
         try:
-            row = json.loads(line)
+            row = json_loads(line)
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise PortableError(f"{path}, line {n}: not JSON ({e}); export it again") from None
         why = check_row(row)
@@ -428,7 +454,7 @@ def _read(
             )
         rows.append(row)
     verified = _verify(path, head, version, h, rows, trust_unsigned)
-    return rows, verified
+    return (rows, verified, head) if with_head else (rows, verified)
 
 
 def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
@@ -464,6 +490,12 @@ def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
                 problem = f"is not signed, and ${KEY_ENV} is set (signed checkpoints expected)"
             elif key and not hmac.compare_digest(str(sig), _sign(key, got)):
                 problem = f"carries a signature that ${KEY_ENV} does not verify"
+            elif head.get(RESEALED):
+                problem = (
+                    "was resealed (`store reseal --trust-unsigned`) from a file that did not "
+                    "verify: its digest only shows it is unchanged since the reseal, not who "
+                    "wrote its rows"
+                )
             else:
                 return "signed" if key else "digest"
     if trust_unsigned:

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import RunFault
+from recjudge._util import RunFault, json_loads
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS results (
@@ -82,7 +82,7 @@ def salvage(src: str | Path, dst: str | Path) -> tuple[int, int]:
                 ).fetchone()
                 if not _intact(k, req, res, dg):
                     raise ValueError("changed after it was written")
-                rows.append((k, json.loads(req), json.loads(res)))
+                rows.append((k, json_loads(req), json_loads(res)))
             except (sqlite3.DatabaseError, TypeError, ValueError):
                 lost += 1
     finally:
@@ -109,8 +109,15 @@ class ResultsStore:
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
+        if self.path.is_dir():
+            raise StoreError(f"results store {self.path} is a folder; name a store file "
+                             "(e.g. DIR/store.sqlite)")  # fmt: skip
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None)
+        try:
+            self._db = sqlite3.connect(str(self.path), timeout=60, isolation_level=None)
+        except sqlite3.OperationalError as e:
+            raise StoreError(f"results store {self.path} cannot be opened ({e}); check that "
+                             "its folder is writable") from None  # fmt: skip
         try:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
@@ -203,7 +210,7 @@ class ResultsStore:
                         "--resume --repair to keep only intact rows (that one is judged "
                         "again), or remove the store"
                     )
-                out[k] = json.loads(res)
+                out[k] = json_loads(res)
         return out
 
     def imported(self, keys: Sequence[str]) -> set[str]:
@@ -231,8 +238,8 @@ class ResultsStore:
         ):
             yield {
                 "key": k,
-                "request": json.loads(req),
-                "result": json.loads(res),
+                "request": json_loads(req),
+                "result": json_loads(res),
                 "created": created,
             }
 

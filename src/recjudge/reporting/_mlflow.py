@@ -1,0 +1,218 @@
+"""MLflow tracking of a report (``recjudge[mlflow]``; ``--mlflow URI`` or
+``$RECJUDGE_MLFLOW_URI``).
+
+Every report ``write_report`` writes (the jobs' and the benchmarks') is logged when a tracking
+URI is set: the config as params, every number with its interval bounds as metrics (an
+``evaluate`` report's metrics per qrels kind and system, and its estimators, as ``NAME``,
+``NAME.lo``, ``NAME.hi``; other reports: their numeric results, flattened), the report files
+as artefacts (report.md, report.html, results.json, the PNGs) and the judge's identity as
+tags (model, mode, beta, sigma source, dtype, prompt / result-key version, recjudge version).
+
+A report folder remembers its MLflow run (``mlflow_run.json``: tracking URI and run id), so
+a resumed job (the same ``--out``) logs to the same run: params already there are kept,
+metrics get a new step. Any local tracking store works (``file:///path/mlruns`` or a SQLite
+URI); nothing is sent anywhere unless the URI is a server. Secrets never leave: params and
+tags pass through ``redact`` with ``$RECJUDGE_API_KEY``, and no environment variable is
+logged.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import UserFacingError
+
+__all__ = ["ENV_URI", "TrackingError", "log_report", "tracking_uri"]
+
+ENV_URI = "RECJUDGE_MLFLOW_URI"
+ENV_EXPERIMENT = "RECJUDGE_MLFLOW_EXPERIMENT"
+RUN_FILE = "mlflow_run.json"
+#: MLflow limits (its FileStore and REST API refuse longer values)
+MAX_PARAM, MAX_METRICS = 6000, 2000
+_KEY = re.compile(r"[^A-Za-z0-9_\-. /]")
+TAG_FIELDS = ("model", "mode", "beta", "cf", "dtype", "device", "backend", "implementation")
+
+
+class TrackingError(UserFacingError, ValueError):
+    """MLflow is not installed, or the tracking URI does not work (named, with the fix)."""
+
+
+def tracking_uri() -> str | None:
+    """The tracking URI of this process (``$RECJUDGE_MLFLOW_URI``; ``--mlflow`` sets it)."""
+    return os.environ.get(ENV_URI) or None
+
+
+def _key(name: str) -> str:
+    """An MLflow-safe metric or param name (``@`` and other characters become ``_``)."""
+    return _KEY.sub("_", name)[:250]
+
+
+def _num(v: Any) -> float | None:
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return None
+    return float(v) if math.isfinite(v) else None
+
+
+def _flatten(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    if isinstance(d, Mapping):
+        for k, v in d.items():
+            yield from _flatten(v, f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, d
+
+
+def report_metrics(results: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers to log: an evaluate report's scores and estimators with their intervals
+    (``.lo`` / ``.hi``), else every finite number of the results (the environment aside),
+    at most ``MAX_METRICS``."""
+    from recjudge.reporting._html import estimates_grid, scores_grid
+
+    out: dict[str, float] = {}
+    for kind, system, m, v, lo, hi in scores_grid(results):
+        for suffix, x in (("", v), (".lo", lo), (".hi", hi)):
+            if x is not None:
+                out[_key(f"{kind}.{system}.{m}{suffix}")] = float(x)
+    for system, m, e, v, lo, hi in estimates_grid(results):
+        for suffix, x in (("", v), (".lo", lo), (".hi", hi)):
+            if x is not None:
+                out[_key(f"estimate.{e}.{system}.{m}{suffix}")] = float(x)
+    if not out:
+        for k, v in _flatten({k: v for k, v in results.items()
+                              if k not in ("environment", "config", "job")}):  # fmt: skip
+            if _num(v) is not None:
+                out[_key(k)] = float(v)
+            if len(out) >= MAX_METRICS:
+                break
+    return dict(list(out.items())[:MAX_METRICS])
+
+
+def _config(results: Mapping[str, Any]) -> dict[str, Any]:
+    for part in ("job", "config"):
+        if isinstance(results.get(part), Mapping):
+            return dict(results[part])
+    return {}
+
+
+def report_params(results: Mapping[str, Any]) -> dict[str, str]:
+    """The config (``job`` or ``config`` of the results) flattened, values as text."""
+    from recjudge._util import redact
+
+    secret = os.environ.get("RECJUDGE_API_KEY")
+    out = {}
+    for k, v in _flatten(_config(results)):
+        text = v if isinstance(v, str) else repr(v)
+        out[_key(k)] = redact(text, secret)[:MAX_PARAM]
+    return out
+
+
+def report_tags(results: Mapping[str, Any], title: str) -> dict[str, str]:
+    """The judge's identity and what produced the report."""
+    from recjudge import __version__
+    from recjudge._util import redact
+
+    tags = {"recjudge.version": __version__, "recjudge.report": title[:250]}
+    for part in ("judge", "job", "config"):
+        d = results.get(part)
+        if isinstance(d, Mapping):
+            for k in TAG_FIELDS:
+                if d.get(k) not in (None, "") and f"judge.{k}" not in tags:
+                    tags[f"judge.{k}"] = str(d[k])
+    if results.get("prompt_version"):
+        tags["judge.result_key_version"] = str(results["prompt_version"])
+    sigma = results.get("sigma_source") or (results.get("judge") or {}).get("cf")
+    if sigma:
+        tags["judge.sigma_source"] = str(sigma.get("folder", sigma) if isinstance(sigma, Mapping)
+                                         else sigma)  # fmt: skip
+    env = results.get("environment") or {}
+    if isinstance(env, Mapping) and env.get("cpu"):
+        tags["machine.cpu"] = str(env["cpu"])
+    secret = os.environ.get("RECJUDGE_API_KEY")
+    return {k: redact(v, secret)[:5000] for k, v in tags.items()}
+
+
+def _mlflow() -> Any:
+    try:
+        import mlflow
+    except ImportError:
+        raise TrackingError(
+            f"${ENV_URI} / --mlflow is set but MLflow is not installed here; install it "
+            "(pip install 'recjudge[mlflow]'), or unset it"
+        ) from None
+    return mlflow
+
+
+def log_report(out: str | Path, results: Mapping[str, Any], title: str,
+               uri: str | None = None) -> str | None:  # fmt: skip
+    """Log the report folder ``out`` to MLflow (module docstring); the run id, or None
+    without a tracking URI.
+
+    Raises:
+        TrackingError: MLflow missing, or the tracking store refused the run.
+    """
+    import json
+
+    from recjudge._util import atomic_write_json, json_loads
+
+    uri = uri or tracking_uri()
+    if not uri:
+        return None
+    if "://" not in uri or uri.startswith("file:"):
+        # A local folder store: MLflow 3 keeps it in maintenance mode behind an opt-in; a
+        # user who names a folder has opted in (a database URI needs mlflow's SQL extras).
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow = _mlflow()
+    from mlflow.tracking import MlflowClient
+
+    out = Path(out)
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # the store opens (or says why not)
+    except (mlflow.exceptions.MlflowException, ImportError, OSError) as e:
+        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise TrackingError(
+            f"MLflow cannot use the tracking URI {uri} ({why}); give a local folder "
+            "(file:///path/mlruns) or a server's http(s) URL"
+        ) from None
+    run_id = None
+    memo = out / RUN_FILE
+    try:
+        saved = json_loads(memo.read_text(encoding="utf-8")) if memo.is_file() else {}
+        if isinstance(saved, dict) and saved.get("tracking_uri") == uri:
+            run_id = client.get_run(str(saved.get("run_id"))).info.run_id
+    except (OSError, ValueError, json.JSONDecodeError, mlflow.exceptions.MlflowException):
+        run_id = None  # no run to resume there: start one
+    try:
+        if run_id is None:
+            name = os.environ.get(ENV_EXPERIMENT) or "recjudge"
+            exp = client.get_experiment_by_name(name)
+            exp_id = exp.experiment_id if exp else client.create_experiment(name)
+            run_id = client.create_run(exp_id, run_name=out.name or title[:60]).info.run_id
+            atomic_write_json(memo, {"tracking_uri": uri, "run_id": run_id})
+        have = client.get_run(run_id).data
+        step = 1 + max((m.step for k in list(have.metrics)[:1]
+                        for m in client.get_metric_history(run_id, k)), default=-1)  # fmt: skip
+        params = {k: v for k, v in report_params(results).items() if k not in have.params}
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        metrics = [Metric(k, v, now, step) for k, v in report_metrics(results).items()]
+        tags = [RunTag(k, v) for k, v in report_tags(results, title).items()]
+        plist = [Param(k, v) for k, v in params.items()]
+        for i in range(0, max(len(metrics), len(plist), 1), 100):  # the REST API's batch limit
+            client.log_batch(run_id, metrics=metrics[i:i + 100], params=plist[i:i + 100],
+                             tags=tags if i == 0 else [])  # fmt: skip
+        for name in ("report.md", "report.html", "results.json", *sorted(
+                p.name for p in out.glob("*.png"))):  # fmt: skip
+            if (out / name).is_file():
+                client.log_artifact(run_id, str(out / name))
+    except mlflow.exceptions.MlflowException as e:
+        raise TrackingError(f"MLflow at {uri} refused the run ({str(e).splitlines()[0][:200]})"
+                            "; check the URI (e.g. file:///path/mlruns or sqlite:///mlflow.db)"
+                            ) from None  # fmt: skip
+    return run_id

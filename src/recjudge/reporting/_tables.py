@@ -1,0 +1,172 @@
+"""Tables for a paper from a report's ``results.json``: ``recjudge report latex RUN``.
+
+An ``evaluate`` report holds, per system and metric, either the estimators' values with
+their intervals (``estimators.systems``; the lead estimator by default) or the ranx metrics
+of a qrels kind with user-bootstrap intervals (``scores`` + ``intervals``). ``paper_table``
+reads either into rows ``(system, metric, value, lo, hi)``; ``to_latex`` writes a booktabs
+table (systems x metrics, ``value [lo, hi]``, the best value of each metric in bold, the
+estimator named in the caption) and ``to_csv`` the same rows. System and metric names are
+untrusted text: LaTeX's special characters are escaped.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["PaperTable", "latex_escape", "paper_table", "read_results", "to_csv", "to_latex"]
+
+_LATEX = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
+          "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}",
+          "^": r"\textasciicircum{}", "<": r"\textless{}", ">": r"\textgreater{}"}  # fmt: skip
+
+
+def latex_escape(text: Any) -> str:
+    """``text`` with LaTeX's special characters escaped (and control characters dropped)."""
+    return "".join(_LATEX.get(c, c) for c in str(text) if c >= " " or c == "\t")
+
+
+@dataclass(frozen=True)
+class PaperTable:
+    """Rows ``(system, metric, value, lo, hi)`` and what they are (for the caption)."""
+
+    rows: list[tuple[str, str, float | None, float | None, float | None]]
+    source: str  # e.g. "estimator snips" or "ranx metrics on imputed feedback"
+    interval: str  # how the intervals were made
+
+
+def _f(v: Any) -> float | None:
+    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(
+        v) else None  # fmt: skip
+
+
+def paper_table(results: Mapping[str, Any], estimator: str | None = None,
+                kind: str | None = None) -> PaperTable:  # fmt: skip
+    """The systems x metrics rows of an ``evaluate`` results.json.
+
+    Args:
+        estimator: an estimator of ``estimators.systems`` (default: the report's lead);
+            ignored when the report has no estimators or ``kind`` is given.
+        kind: a qrels kind of ``scores`` (``logged``, ``imputed``) instead of an estimator.
+
+    Raises:
+        ValueError: the results hold no such table (not an ``evaluate`` report), or the
+            estimator / kind named is not in them (the ones there are listed).
+    """
+    est = results.get("estimators")
+    systems = est.get("systems") if isinstance(est, Mapping) else None
+    if kind is None and isinstance(systems, Mapping) and systems:
+        names = sorted({e for by_m in systems.values() for by_e in by_m.values() for e in by_e})
+        lead = est.get("lead") if isinstance(est.get("lead"), Mapping) else {}
+        name = estimator or lead.get("estimator") or (names[0] if names else None)
+        if name not in names:
+            raise ValueError(f"estimator {name!r} is not in this report; it has "
+                             f"{', '.join(names)}")  # fmt: skip
+        rows = []
+        for system, by_m in systems.items():
+            for metric, by_e in by_m.items():
+                e = by_e.get(name) or {}
+                ci = e.get("ci") or [None, None]
+                rows.append((str(system), str(metric), _f(e.get("value")), _f(ci[0]), _f(ci[1])))
+        note = " (the report's lead)" if name == lead.get("estimator") else ""
+        return PaperTable(rows, f"estimator {name}{note}", "95 % interval of the estimator")
+    if estimator is not None and kind is None:
+        raise ValueError(f"estimator {estimator!r}: this report has no estimators (`evaluate "
+                         "--qrels` runs them); omit --estimator for its ranx metrics")  # fmt: skip
+    scores, ints = results.get("scores"), results.get("intervals") or {}
+    if not isinstance(scores, Mapping) or not scores:
+        raise ValueError("these results hold no systems x metrics table (an `evaluate` "
+                         "report's results.json has one)")  # fmt: skip
+    kinds = list(scores)
+    kind = kind or ("imputed" if "imputed" in kinds else kinds[0])
+    if kind not in scores:
+        raise ValueError(f"qrels kind {kind!r} is not in this report; it has {', '.join(kinds)}")
+    rows = []
+    for system, by_m in scores[kind].items():
+        for metric, v in by_m.items():
+            ci = ((ints.get(kind) or {}).get(system) or {}).get(metric) or [None, None]
+            rows.append((str(system), str(metric), _f(v), _f(ci[0]), _f(ci[1])))
+    biased = " (the BRIEF protocol: biased)" if kind == "imputed" else ""
+    return PaperTable(rows, f"ranx metrics on {kind} feedback{biased}",
+                      "95 % user-bootstrap interval")  # fmt: skip
+
+
+def _grid(t: PaperTable) -> tuple[list[str], list[str], dict[tuple[str, str], tuple]]:
+    systems = list(dict.fromkeys(r[0] for r in t.rows))
+    metrics = list(dict.fromkeys(r[1] for r in t.rows))
+    return systems, metrics, {(r[0], r[1]): r[2:] for r in t.rows}
+
+
+def to_latex(t: PaperTable, caption: str | None = None, label: str = "tab:recjudge",
+             digits: int = 3) -> str:  # fmt: skip
+    """A booktabs ``table``: one row per system, one column per metric, ``value [lo, hi]``,
+    the best (largest) value of each metric in bold; the caption names the estimator."""
+    systems, metrics, cell = _grid(t)
+    best = {}
+    for m in metrics:
+        vals = [cell[(s, m)][0] for s in systems if (s, m) in cell and cell[(s, m)][0] is not None]
+        best[m] = max(vals) if vals else None
+    lines = [r"\begin{table}[t]", r"\centering",
+             r"\begin{tabular}{l" + "c" * len(metrics) + "}", r"\toprule",
+             "System & " + " & ".join(latex_escape(m) for m in metrics) + r" \\",
+             r"\midrule"]  # fmt: skip
+    for s in systems:
+        cells = []
+        for m in metrics:
+            v, lo, hi = cell.get((s, m), (None, None, None))
+            if v is None:
+                cells.append("--")
+                continue
+            text = f"{v:.{digits}f}"
+            if best[m] is not None and v == best[m]:
+                text = rf"\textbf{{{text}}}"
+            if lo is not None and hi is not None:
+                text += rf" {{\scriptsize [{lo:.{digits}f}, {hi:.{digits}f}]}}"
+            cells.append(text)
+        lines.append(latex_escape(s) + " & " + " & ".join(cells) + r" \\")
+    cap = caption or (f"Per system and metric: {t.source}, with its {t.interval} in brackets; "
+                      "the best value of each metric in bold.")  # fmt: skip
+    lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(cap)}}}",
+              rf"\label{{{latex_escape(label)}}}", r"\end{table}"]  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def to_csv(t: PaperTable) -> str:
+    """The rows as CSV: ``system,metric,value,lo,hi,source``."""
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["system", "metric", "value", "lo", "hi", "source"])
+    for s, m, v, lo, hi in t.rows:
+        w.writerow([s, m, "" if v is None else repr(v), "" if lo is None else repr(lo),
+                    "" if hi is None else repr(hi), t.source])  # fmt: skip
+    return buf.getvalue()
+
+
+def read_results(run: str) -> dict[str, Any]:
+    """A report's results.json: ``run`` is the file or the report folder holding it.
+
+    Raises:
+        ValueError: no results.json there, or one that is not a JSON object (named).
+    """
+    import json
+    from pathlib import Path
+
+    from recjudge._util import json_loads
+
+    path = Path(run)
+    if path.is_dir():
+        path = path / "results.json"
+    try:
+        got = json_loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ValueError(f"{path}: no such file; give a report folder (it holds "
+                         "results.json) or the file itself") from None  # fmt: skip
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{path}: not a JSON results file ({e})") from None
+    if not isinstance(got, dict):
+        raise ValueError(f"{path}: not a JSON object (a report's results.json is one)")
+    return got

@@ -1,0 +1,259 @@
+"""Hostile input, round 4: JSON nested deeper than Python's parser can follow (10^5
+brackets), in every file a command reads, is one line naming the file (a ``RecursionError``
+traceback before), and whole-run faults end the run."""
+
+# ruff: noqa: E501  (the case tables keep one case per line, for reading)
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from cli_in_process import run_cli
+from cli_in_process import write_files as _write
+
+LOG = "user_id,item_id,timestamp,rating\n" + "".join(
+    f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(3) for i in range(6)
+)
+ITEMS = "item_id,title\n" + "".join(f"i{i},Movie {i} (199{i})\n" for i in range(8))
+DEEP = "[" * 100_000 + "]" * 100_000
+RUN = "".join(json.dumps({"user_id": f"u{u}", "item_id": f"i{i}", "score": 8 - i}) + "\n"
+              for u in range(3) for i in (6, 7))  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    """A small dataset folder, a run, an impute-like folder and a trained CF model."""
+    from recjudge.data import load_from_files
+
+    t = tmp_path_factory.mktemp("world4")
+    (t / "log.csv").write_text(LOG)
+    (t / "items.csv").write_text(ITEMS)
+    load_from_files(t / "log.csv", t / "items.csv", name="toy").save(t / "ds")
+    (t / "run.jsonl").write_text(RUN)
+    r = run_cli("cf", "train", "pop", "--data", str(t / "ds"), "--out", str(t / "cf"))
+    assert r.code == 0, r.stderr
+    return t
+
+
+def _copy_tree(src, dst):
+    import shutil
+
+    shutil.copytree(src, dst)
+    return dst
+
+
+#: (case, files under {t}, argv, words the one-line error must hold)
+DEEP_CASES = [
+    ("run-json", {"r.json": DEEP}, ["evaluate", "--runs", "a={t}/r.json", "--feedback", "{w}/ds"], ["r.json"]),
+    ("run-jsonl-line", {"r.jsonl": DEEP + "\n"}, ["evaluate", "--runs", "a={t}/r.jsonl", "--feedback", "{w}/ds"], ["r.jsonl"]),
+    ("qrels-json", {"q/qrels_imputed.json": DEEP, "q/qrels_logged.json": "{}"}, ["evaluate", "--runs", "a={w}/run.jsonl", "--qrels", "{t}/q"], ["qrels_"]),
+    ("config-json", {"c.json": DEEP}, ["run", "evaluate", "--config", "{t}/c.json"], ["c.json"]),
+    ("pairs-jsonl", {"p.jsonl": DEEP + "\n"}, ["judge", "--data", "{w}/ds", "--pairs", "{t}/p.jsonl", "--out", "{t}/o.jsonl", "--mode", "zero-shot"], ["p.jsonl"]),
+    ("cf-model-json", {"cf/model.json": DEEP}, ["cf", "recommend", "{t}/cf", "--out", "{t}/o.jsonl"], ["model.json"]),
+    ("dataset-card", {"ds/card.json": DEEP}, ["evaluate", "--runs", "a={w}/run.jsonl", "--feedback", "{t}/ds"], ["card.json"]),
+    ("vllm-args", {}, ["--vllm-args", DEEP, "judge", "--data", "{w}/ds", "--user", "u0", "--candidate", "i1"], ["--vllm-args"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "files", "argv", "words"), DEEP_CASES,
+                         ids=[c[0] for c in DEEP_CASES])  # fmt: skip
+def test_deeply_nested_json_is_one_line_naming_the_file(world, tmp_path, case, files, argv, words):
+    if case == "cf-model-json":
+        _copy_tree(world / "cf", tmp_path / "cf")
+    if case == "dataset-card":
+        _copy_tree(world / "ds", tmp_path / "ds")
+    _write(tmp_path, files)
+    args = [a.replace("{t}", str(tmp_path)).replace("{w}", str(world)) for a in argv]
+    r = run_cli(*args)
+    assert r.code != 0, f"{case}: exit 0\n{r.stdout[-500:]}"
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr, r.stderr[-2000:]
+    text = " ".join(r.stderr.split())
+    for w in words:
+        assert w in text, f"{case}: {w!r} not in {r.stderr[-1500:]!r}"
+
+
+def _deep_checkpoint(tmp_path, where: str) -> bytes:
+    """A checkpoint whose manifest line or one row is DEEP, its digest right (written by
+    `store export`'s own writer), so the parse, not the digest, has to refuse it."""
+    import gzip
+
+    from recjudge.reward._portable import _write as write_checkpoint
+
+    row = {"table": "results", "key": "a" * 32, "result": {"is_relevant": True}}
+    out = tmp_path / "_ck.gz"
+    rows = [json.dumps(row), DEEP] if where == "row" else [json.dumps(row)]
+    write_checkpoint(out, rows, {"results": len(rows), "decisions": 0, "left_out": 0}, "s")
+    data = out.read_bytes()
+    out.unlink()
+    if where == "header":
+        lines = gzip.decompress(data).decode().splitlines()
+        data = gzip.compress(("\n".join([DEEP, *lines[1:]]) + "\n").encode(), mtime=0)
+    return data
+
+
+@pytest.mark.parametrize("where", ["row", "header"])
+def test_a_deeply_nested_checkpoint_is_refused_whole_by_name(tmp_path, where):
+    (tmp_path / "ck.gz").write_bytes(_deep_checkpoint(tmp_path, where))
+    r = run_cli("store", "import", str(tmp_path / "ck.gz"), "--into", str(tmp_path / "s.sqlite"),
+                env={"RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
+    assert r.code == 2, r.stderr[-2000:]
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr
+    assert "ck.gz" in r.stderr
+    assert not (tmp_path / "s.sqlite").exists()
+
+
+def test_a_deeply_nested_sidecar_line_is_named(world, tmp_path):
+    """`evaluate --qrels` reads impute's imputed.jsonl: a deep line names the file and row."""
+    q = tmp_path / "q"
+    _write(q, {"qrels_logged.json": json.dumps({"u0": {"i0": 1}}),
+               "qrels_imputed.json": json.dumps({"u0": {"i0": 1, "i6": 1}}),
+               "imputed.jsonl": DEEP + "\n", "summary.json": "{}"})  # fmt: skip
+    r = run_cli("evaluate", "--runs", f"a={world}/run.jsonl", "--qrels", str(q),
+                "--out", str(tmp_path / "o"))  # fmt: skip
+    assert r.code != 0
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr, r.stderr[-2000:]
+    assert "imputed.jsonl" in r.stderr
+
+
+def test_a_deeply_nested_arena_verdict_is_named(tmp_path):
+    _write(tmp_path, {"arena/verdicts.jsonl": DEEP + "\n"})
+    r = run_cli("audit", "--arena", str(tmp_path / "arena"), "--out", str(tmp_path / "o"))
+    assert r.code != 0
+    assert "Traceback" not in r.stderr and "RecursionError" not in r.stderr, r.stderr[-2000:]
+    assert "verdicts.jsonl" in r.stderr
+
+
+@pytest.fixture(scope="module")
+def split(world):
+    r = run_cli("data", "split", str(world / "ds"), "--fraction", "0.5", "--out",
+                str(world / "split"))  # fmt: skip
+    assert r.code == 0, r.stderr
+    (world / "pairs.jsonl").write_text('{"user_id": "u0", "item_id": "i6"}\n'
+                                       '{"user_id": "u1", "item_id": "i7"}\n')  # fmt: skip
+    return world
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+FAULTS = {
+    "misspelt-model": (["--model", "smollm2-135n"], ["smollm2-135n", "did you mean 'smollm2-135m'"]),
+    "no-such-model-folder": (["--model", "/nonexistent/model-folder"], ["/nonexistent/model-folder"]),
+    "cuda-without-gpu": (["--device", "cuda"], ["cuda", "device cpu"]),
+}  # fmt: skip
+JOBS = {
+    "impute": (["impute", "--data", "{w}/split/past", "--feedback", "{w}/split/future", "--runs",
+                "a={w}/run.jsonl", "--k", "2", "--mode", "zero-shot", "--out", "{t}/out"],
+               ["{t}/out/qrels_imputed.json", "{t}/out/summary.json"]),
+    "augment": (["augment", "--data", "{w}/split/past", "--candidates", "{w}/run.jsonl", "--k",
+                 "2", "--mode", "zero-shot", "--out", "{t}/out"], ["{t}/out/card.json"]),
+    "judge-pairs": (["judge", "--data", "{w}/split/past", "--pairs", "{w}/pairs.jsonl", "--out",
+                     "{t}/out.jsonl", "--mode", "zero-shot"], ["{t}/out.jsonl"]),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("job", list(JOBS))
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_a_whole_run_fault_ends_the_run_with_one_line_and_no_output(split, tmp_path, job, fault):
+    if fault == "cuda-without-gpu" and _cuda():
+        pytest.skip("this machine has a CUDA GPU")
+    argv, outputs = JOBS[job]
+    extra, words = FAULTS[fault]
+    fill = lambda a: a.replace("{t}", str(tmp_path)).replace("{w}", str(split))  # noqa: E731
+    r = run_cli(*[fill(a) for a in argv], *extra)
+    assert r.code == 2, f"exit {r.code}: {r.stdout[-800:]} {r.stderr[-800:]}"
+    assert "Traceback" not in r.stderr
+    errors = [line for line in r.stderr.splitlines() if "error:" in line]
+    assert len(errors) == 1, r.stderr  # once, not once per pair
+    text = " ".join(r.stderr.split())
+    for w in words:
+        assert w.lower() in text.lower(), text
+    from pathlib import Path
+
+    for o in outputs:
+        assert not Path(fill(o)).exists(), f"{o} written as if finished"
+    for store in tmp_path.rglob("*.sqlite"):  # nothing recorded as a per-pair failure
+        import sqlite3
+
+        with sqlite3.connect(store) as db:
+            assert db.execute("SELECT count(*) FROM failures").fetchone()[0] == 0
+
+
+def test_a_run_where_every_pair_fails_is_not_a_success(split, smollm, tmp_path):
+    """Per-pair errors on every pair (here: no sigma for any candidate): impute and augment
+    end with the most common error once and its count, and write no output that looks
+    finished."""
+    from recjudge.data import load_dataset
+    from recjudge.evaluators import AugmentConfig, ImputeConfig, augment, impute, read_run
+    from recjudge.evaluators._impute import JobFailedError
+    from recjudge.reward import Judge, JudgeConfig
+
+    class Broken(Judge):
+        def sigma_for(self, req):
+            raise ValueError(f"no sigma for {req.candidate_id}")
+
+    judge = Broken(JudgeConfig(mode="brief", need_evidence=False), llm=smollm)
+    past, future = load_dataset(split / "split" / "past"), load_dataset(split / "split" / "future")
+    run = read_run(split / "run.jsonl", name="a")
+    with pytest.raises(JobFailedError, match=r"every one of the \d+ pairs failed.*no sigma for"):
+        impute(judge, past, future, [run], ImputeConfig(k=2), tmp_path / "imp",
+               allow_circular=True)  # fmt: skip
+    assert not (tmp_path / "imp" / "qrels_imputed.json").exists()
+    with pytest.raises(JobFailedError, match=r"every one of the \d+ candidates failed"):
+        augment(judge, past, run, AugmentConfig(k=2), tmp_path / "aug")
+    assert not (tmp_path / "aug").exists()
+
+
+def _loop(t):
+    (t / "loop1").symlink_to(t / "loop2")
+    (t / "loop2").symlink_to(t / "loop1")
+
+
+ARENA_BAD = '{"system_a": 3, "system_b": "x", "aspect": "overall", "verdict": "A wins"}\n'
+#: (case, files, setup, argv, words): the surfaces added since round 3, each one line
+SURFACE_CASES = [
+    ("config-is-a-folder", {"c/x": ""}, None, ["run", "evaluate", "--config", "{t}/c"], ["{t}/c", "folder"]),
+    ("config-not-utf8", {"c.json": b"\xff\xfe{}"}, None, ["run", "evaluate", "--config", "{t}/c.json"], ["c.json", "UTF-8"]),
+    ("config-symlink-loop", {}, _loop, ["run", "evaluate", "--config", "{t}/loop1"], ["loop1", "symbolic links"]),
+    ("evaluate-out-is-a-file", {"o": "x"}, None, ["evaluate", "--runs", "a={w}/run.jsonl", "--feedback", "{w}/ds", "--out", "{t}/o"], ["{t}/o", "not a folder"]),
+    ("store-import-symlink-loop", {}, _loop, ["store", "import", "{t}/loop1", "--into", "{t}/s.sqlite"], ["loop1", "symbolic links"]),
+    ("store-import-into-a-folder", {"d/x": ""}, None, ["store", "import", "{ck}", "--into", "{t}/d"], ["{t}/d", "is a folder"]),
+    ("store-export-out-under-a-file", {"f": "x", "s.sqlite": b""}, None, ["store", "export", "{t}/s.sqlite", "--out", "{t}/f/x.gz"], ["{t}/f", "not a folder"]),
+    ("audit-arena-wrong-type", {"a/verdicts.jsonl": ARENA_BAD}, None, ["audit", "--arena", "{t}/a", "--out", "{t}/o"], ["record 1", "'system_a'", "int"]),
+    ("bench-latency-mistyped-model", {"l.json": '{"model": "smollm2-135n"}'}, None, ["bench", "run", "latency", "--config", "{t}/l.json", "--out", "{t}/o"], ["Did you mean 'smollm2-135m'"]),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "files", "setup", "argv", "words"), SURFACE_CASES,
+                         ids=[c[0] for c in SURFACE_CASES])  # fmt: skip
+def test_new_surfaces_refuse_bad_input_in_one_line(world, tmp_path, case, files, setup, argv,
+                                                   words):  # fmt: skip
+    from pathlib import Path
+
+    _write(tmp_path, files)
+    if setup:
+        setup(tmp_path)
+    ck = Path(__file__).parents[2] / "checkpoints" / "brief-ratings-bx-1.5b" / "store.ckpt.gz"
+    fill = lambda a: (a.replace("{t}", str(tmp_path)).replace("{w}", str(world))  # noqa: E731
+                      .replace("{ck}", str(ck)))  # fmt: skip
+    r = run_cli(*[fill(a) for a in argv])
+    assert r.code == 2, f"{case}: exit {r.code}\n{r.stdout[-500:]}\n{r.stderr[-1500:]}"
+    assert "Traceback" not in r.stderr, r.stderr[-2000:]
+    text = " ".join(r.stderr.split())
+    for w in words:
+        assert fill(w) in text, f"{case}: {fill(w)!r} not in {text!r}"
+
+
+def test_backend_vllm_where_it_is_not_installed_is_one_line(world):
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed in this environment")
+    r = run_cli("--backend", "vllm", "judge", "--data", str(world / "ds"), "--user", "u0",
+                "--candidate", "i6", "--mode", "zero-shot")  # fmt: skip
+    assert r.code == 2 and "Traceback" not in r.stderr
+    assert "needs vLLM" in r.stderr and "make setup-vllm" in r.stderr

@@ -1,0 +1,73 @@
+"""``recjudge report latex``: systems x metrics with intervals, best value bold, the
+estimator named, untrusted names escaped; CSV with the same rows."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import pytest
+
+from cli_in_process import run_cli
+from recjudge.reporting import latex_escape, paper_table, to_csv, to_latex
+
+ESTIMATED = {
+    "estimators": {
+        "lead": {"estimator": "snips"},
+        "systems": {
+            "als": {"ndcg_fixed@10": {"snips": {"value": 0.21, "ci": [0.18, 0.24]},
+                                      "dr": {"value": 0.25, "ci": [0.2, 0.3]}}},
+            "pop_&_50%": {"ndcg_fixed@10": {"snips": {"value": 0.30, "ci": [0.26, 0.35]},
+                                            "dr": {"value": 0.1, "ci": None}}},
+        },
+    }
+}  # fmt: skip
+
+
+def test_latex_names_the_lead_estimator_bolds_the_best_and_escapes_names():
+    t = paper_table(ESTIMATED)
+    assert t.source.startswith("estimator snips")
+    tex = to_latex(t)
+    assert r"pop\_\&\_50\%" in tex and "pop_&" not in tex
+    assert r"\textbf{0.300} {\scriptsize [0.260, 0.350]}" in tex
+    assert r"0.210 {\scriptsize [0.180, 0.240]}" in tex and r"\textbf{0.210}" not in tex
+    assert "estimator snips" in tex and r"\begin{tabular}{lc}" in tex
+    dr = to_latex(paper_table(ESTIMATED, estimator="dr"))
+    assert r"\textbf{0.250}" in dr and "0.100 \\\\" in dr  # no interval: the value alone
+
+
+def test_csv_has_the_same_rows():
+    t = paper_table(ESTIMATED, estimator="dr")
+    rows = list(csv.DictReader(io.StringIO(to_csv(t))))
+    assert [(r["system"], float(r["value"])) for r in rows] == [("als", 0.25), ("pop_&_50%", 0.1)]
+    assert rows[1]["lo"] == "" and rows[0]["source"] == "estimator dr"
+
+
+def test_wrong_requests_say_what_the_report_has():
+    with pytest.raises(ValueError, match="'ips' is not in this report; it has dr, snips"):
+        paper_table(ESTIMATED, estimator="ips")
+    with pytest.raises(ValueError, match="no systems x metrics table"):
+        paper_table({"summary": {}})
+    scores = {"scores": {"logged": {"a": {"p@1": 0.5}}}, "intervals": {}}
+    with pytest.raises(ValueError, match="has no estimators"):
+        paper_table(scores, estimator="dr")
+    assert paper_table(scores).rows == [("a", "p@1", 0.5, None, None)]
+    assert (
+        latex_escape("a\\b{c}~^\x07")
+        == r"a\textbackslash{}b\{c\}\textasciitilde{}\textasciicircum{}"
+    )
+
+
+def test_the_command_reads_a_report_folder(tmp_path):
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "results.json").write_text(json.dumps(ESTIMATED))
+    r = run_cli("report", "latex", str(tmp_path / "r"))
+    assert r.code == 0 and r"\begin{table}" in r.stdout and "estimator snips" in r.stdout
+    r = run_cli("report", "latex", str(tmp_path / "r"), "--format", "csv", "--out",
+                str(tmp_path / "t.csv"))  # fmt: skip
+    assert r.code == 0 and (tmp_path / "t.csv").read_text().startswith("system,metric")
+    r = run_cli("report", "latex", str(tmp_path / "nope"))
+    assert r.code == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
+    r = run_cli("report", "latex", str(tmp_path / "r"), "--format", "docx")
+    assert r.code == 2 and "latex or csv" in r.stderr
