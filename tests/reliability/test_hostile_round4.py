@@ -257,3 +257,69 @@ def test_backend_vllm_where_it_is_not_installed_is_one_line(world):
                 "--candidate", "i6", "--mode", "zero-shot")  # fmt: skip
     assert r.code == 2 and "Traceback" not in r.stderr
     assert "needs vLLM" in r.stderr and "make setup-vllm" in r.stderr
+
+
+_WRITER = """
+import sys
+from recjudge.reward import ResultsStore
+path, start, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+with ResultsStore(path) as s:
+    for b in range(start, start + n, 10):
+        s.put_many([(f"k{i:05d}", {"i": i}, {"by": start, "i": i}) for i in range(b, b + 10)])
+"""
+
+
+def test_two_processes_writing_one_store_lose_and_double_nothing(tmp_path):
+    """Two writers at once, with 200 keys in common: every key once, the first answer of a
+    shared key kept whole (a row is never a mix of both), no error in either process."""
+    import subprocess
+    import sys
+
+    from recjudge.reward import ResultsStore
+
+    path = tmp_path / "s.sqlite"
+    ResultsStore(path).close()  # the schema first (both would create it otherwise)
+    procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(start), "600"],
+                              stderr=subprocess.PIPE, text=True)
+             for start in (0, 400)]  # fmt: skip
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err[-2000:]
+    with ResultsStore(path) as s:
+        assert len(s) == 1000
+        got = s.get_many([f"k{i:05d}" for i in range(1000)])
+    assert len(got) == 1000
+    for i in range(1000):
+        row = got[f"k{i:05d}"]
+        assert row["i"] == i and row["by"] in (
+            (0,) if i < 400 else (400,) if i >= 600 else (0, 400)
+        )
+
+
+@pytest.mark.parametrize("after", [1.5, 3.0, 4.5])
+def test_sigkill_during_evaluate_leaves_no_half_written_report(world, tmp_path, after):
+    """Each file of the report is written to a temp name and renamed: killed at any moment,
+    what sits under a report's name is a whole file (or none)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    out = tmp_path / "ev"
+    cmd = [sys.executable, "-m", "recjudge.cli._main", "evaluate", "--runs",
+           f"a={world}/run.jsonl,b={world}/run.jsonl", "--feedback", str(world / "ds"),
+           "--k", "2", "--metrics", "ndcg@2,precision@2", "--out", str(out)]  # fmt: skip
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(after)
+    if p.poll() is None:
+        os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    if (out / "results.json").exists():
+        json.loads((out / "results.json").read_text())  # whole
+    if (out / "report.md").exists():
+        assert "_torch " in (out / "report.md").read_text()  # its last line was written
+    if (out / "report.html").exists():
+        assert (out / "report.html").read_text().rstrip().endswith("</html>")
+    if (out / "evaluate.png").exists():
+        assert (out / "evaluate.png").read_bytes()[-8:] == b"IEND\xaeB`\x82"

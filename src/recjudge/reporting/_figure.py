@@ -18,7 +18,7 @@ def figure(
 ) -> Iterator[Any]:
     """Yield one matplotlib Axes (or, with ``grid=(rows, cols)``, the 2-D array of Axes;
     ``subplots`` go to ``plt.subplots``, e.g. ``sharex=True``); on exit lay it out, write
-    ``path`` and free the figure (also when the body raises, so a failed plot leaks
+    ``path`` atomically and free the figure (also when the body raises, so a failed plot leaks
     nothing)."""
     import matplotlib
 
@@ -32,7 +32,12 @@ def figure(
     try:
         yield ax
         fig.tight_layout()
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=dpi)
+        import io
+
+        from recjudge._util import atomic_write_bytes
+
+        buf = io.BytesIO()  # rendered whole, then renamed in: a kill never leaves half a PNG
+        fig.savefig(buf, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")
+        atomic_write_bytes(path, buf.getvalue())
     finally:
         plt.close(fig)
