@@ -323,3 +323,29 @@ def test_sigkill_during_evaluate_leaves_no_half_written_report(world, tmp_path, 
         assert (out / "report.html").read_text().rstrip().endswith("</html>")
     if (out / "evaluate.png").exists():
         assert (out / "evaluate.png").read_bytes()[-8:] == b"IEND\xaeB`\x82"
+
+
+def test_audit_refuses_a_dataset_the_judgments_were_not_made_on(split, tmp_path):
+    """Ids that overlap (as ML-100K's and ML-1M's do) are not enough: the judged items'
+    counts must equal the training counts impute recorded."""
+    from recjudge.data import load_from_files
+
+    imp = tmp_path / "imp"
+    r = run_cli("impute", "--data", str(split / "split" / "past"), "--feedback",
+                str(split / "split" / "future"), "--runs", f"a={split}/run.jsonl", "--k", "2",
+                "--mode", "zero-shot", "--out", str(imp))  # fmt: skip
+    assert r.code == 0, r.stderr
+    ok = run_cli("audit", "--judgments", str(imp), "--data", str(split / "split" / "past"),
+                 "--out", str(tmp_path / "a1"))  # fmt: skip
+    assert ok.code == 0, ok.stderr
+    # the same ids, other counts: the judged items were watched in this other log
+    (tmp_path / "log.csv").write_text(LOG + "u0,i6,99,5\nu1,i7,98,4\n")
+    (tmp_path / "items.csv").write_text(ITEMS)
+    load_from_files(tmp_path / "log.csv", tmp_path / "items.csv", name="other").save(
+        tmp_path / "other")  # fmt: skip
+    bad = run_cli("audit", "--judgments", str(imp), "--data", str(tmp_path / "other"),
+                  "--out", str(tmp_path / "a2"))  # fmt: skip
+    assert bad.code == 2 and "Traceback" not in bad.stderr
+    assert "not the dataset these judgments were made on" in bad.stderr
+    assert "item_popularity.json" in bad.stderr and "imputed.jsonl" in bad.stderr
+    assert not (tmp_path / "a2" / "report.md").exists()

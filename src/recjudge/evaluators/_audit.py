@@ -252,11 +252,13 @@ def run_audit(
                         fix="pass the --out folder of a finished `recjudge impute`")  # fmt: skip
     pairs = sorted(judged)
     gold = read_labels(labels) if labels else None
+    ds = load_dataset(data)
+    check_audit_data(ds, pairs, str(data), str(Path(judgments) / "imputed.jsonl"))
     res = audit(
         pairs,
         [judged[k][0] for k in pairs],
         [judged[k][1] for k in pairs],
-        audit_factors(load_dataset(data), pairs),
+        audit_factors(ds, pairs),
         [gold.get(k) for k in pairs] if gold is not None else None,
         bins=bins,
     )
@@ -267,6 +269,58 @@ def run_audit(
     plot_audit(res, Path(out) / "audit.png")  # first: report.html embeds it
     write_report(out, {"factors": res, "pairs": len(pairs)}, audit_lines(res, header))
     return {"pairs": len(pairs), "factors": res}, audit_lines(res, header)
+
+
+_AUDIT_FIX = "pass the --data the impute run used (its results.json names it)"
+
+
+def _recorded_popularity(path: Path) -> dict[str, int] | None:
+    """impute's record of the training data's item counts, or None (absent or unreadable:
+    the id check alone applies)."""
+    from recjudge._util import json_loads
+
+    try:
+        got = json_loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return got if isinstance(got, dict) else None
+
+
+def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, source: str) -> None:
+    """Refuse a ``--data`` that is not the dataset the judgments were made on: every factor
+    (popularity, history and title length) is read from it, so another dataset gives a
+    complete-looking report of wrong numbers (all pairs in one popularity bin).
+
+    Raises:
+        DataError: a judged user without a history in ``ds``, or a judged item it lacks
+            (counted, with an example).
+    """
+    from recjudge.data import DataError
+
+    users = set(ds.interactions["user_id"].astype(str))
+    items = set(ds.items["item_id"].astype(str))
+    bad_u = [u for u, _ in pairs if u not in users]
+    bad_i = [i for _, i in pairs if i not in items]
+    counts = _recorded_popularity(Path(source).parent / "item_popularity.json")
+    if counts is not None and not (bad_u or bad_i):
+        have = ds.interactions["item_id"].astype(str).value_counts().to_dict()
+        differ = [i for _, i in pairs if int(have.get(i, 0)) != int(counts.get(i, 0))]
+        if differ:
+            raise DataError(
+                f"--data {data} is not the dataset these judgments were made on: the item "
+                f"counts of {len(set(differ))} judged items differ from the training data "
+                f"impute recorded (item_popularity.json; e.g. {differ[0]!r}: "
+                f"{have.get(differ[0], 0)} here, {counts.get(differ[0], 0)} there).",
+                source=source, fix=_AUDIT_FIX)  # fmt: skip
+    if bad_u or bad_i:
+        what = []
+        if bad_u:
+            what.append(f"{len(bad_u)} of {len(pairs)} judged pairs have a user it does not "
+                        f"hold (e.g. {bad_u[0]!r})")  # fmt: skip
+        if bad_i:
+            what.append(f"{len(bad_i)} an item it does not hold (e.g. {bad_i[0]!r})")
+        raise DataError(f"--data {data} is not the dataset these judgments were made on: "
+                        + "; ".join(what) + ".", source=source, fix=_AUDIT_FIX)  # fmt: skip
 
 
 def read_verdicts(run: str | Path) -> list[dict[str, Any]]:
