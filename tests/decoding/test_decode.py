@@ -65,9 +65,24 @@ def test_a_read_out_stops_at_the_decision_and_a_full_answer_completes(smollm):
 def test_a_non_backend_and_an_engine_sweep_are_refused(smollm):
     with pytest.raises(BackendError, match="declares no `capabilities`"):
         decode(object(), _job(smollm))
-    engine = SimpleNamespace(capabilities=ENGINE_CAPABILITIES)
+    engine = SimpleNamespace(capabilities=ENGINE_CAPABILITIES, name="vllm:m")
     with pytest.raises(ValueError, match="per-step scores"):
         decode(engine, _job(smollm, explore=lambda *a: None))
+
+
+def test_a_promise_the_backend_does_not_declare_is_refused_before_decoding(smollm):
+    """deterministic on an engine backend (its engine batches as it likes) would store
+    answers keyed as batch-invariant that are not: refused in one line, nothing decoded."""
+    from recjudge.decoding import CapabilityError
+
+    engine = SimpleNamespace(capabilities=ENGINE_CAPABILITIES, name="vllm:m")
+    with pytest.raises(CapabilityError, match="deterministic.*vllm:m.*transformers backend"):
+        decode(engine, _job(smollm, deterministic=True))
+    # speed settings are not promises: an engine ignores them (no refusal before submit)
+    from recjudge.decoding import require
+
+    require(ENGINE_CAPABILITIES, _job(smollm, rows=3, head="allowed", draft=False))
+    assert decode(smollm, _job(smollm, deterministic=True, stop_at_decision=True))
 
 
 def test_a_job_checks_its_rows():

@@ -14,7 +14,7 @@ from recjudge.decoding._compile import (
     TokenTable,
     compile_schema,
 )
-from recjudge.decoding._decode import DecodeJob, decode, lead_ids
+from recjudge.decoding._decode import CapabilityError, DecodeJob, decode, lead_ids, require
 from recjudge.decoding._processors import (
     BranchBiasProcessor,
     DecisionRecord,
@@ -40,7 +40,9 @@ from recjudge.decoding._schemas import (
 )
 
 __all__ = [
+    "CapabilityError",
     "DecodeJob",
+    "require",
     "decode",
     "lead_ids",
     "EVIDENCE_OPEN",

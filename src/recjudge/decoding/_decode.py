@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from recjudge._util import RunFault
 from recjudge.decoding._api import BranchBias, ConstrainedOutput, make_processors
 from recjudge.decoding._schemas import Schema
 
@@ -201,6 +202,39 @@ def _engine_readouts(
     return out
 
 
+class CapabilityError(RunFault, ValueError):
+    """A decode job asks for a promise its backend does not declare (``Capabilities``): a
+    fault of the whole run (every request would be refused alike), never recorded per pair."""
+
+
+def require(caps: Any, job: DecodeJob, backend: str = "this backend") -> None:
+    """Refuse a job whose promises ``caps`` cannot keep, in one line, before anything is
+    decoded (so nothing is stored under a key that claims them):
+
+    - ``deterministic`` (bit-identical whatever the batch) needs ``batch_invariant``; an
+      engine backend batches as it likes, so its answers would be stored keyed as
+      deterministic without being so;
+    - an ``explore`` hook (a sweep going on past a decision) needs ``step_scores``.
+
+    ``rows``, ``head`` and ``draft`` are speed settings of recjudge's own engines, not
+    promises about the answer: an engine backend has its own and ignores them.
+
+    Raises:
+        CapabilityError: naming the setting, the backend and what to do instead.
+    """
+    if job.deterministic and not caps.batch_invariant:
+        raise CapabilityError(
+            f"deterministic (batch-invariant) decoding was asked for, but {backend} does not "
+            "declare it (its engine batches requests itself); drop --deterministic / "
+            "deterministic=True, or use the transformers backend"
+        )
+    if job.explore is not None and not caps.step_scores:
+        raise CapabilityError(
+            f"a sweep's exploration needs per-step scores, which {backend} does not give (it "
+            "decodes in its engine); judge each setting on its own"
+        )
+
+
 def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[ConstrainedOutput]:
     """Decode ``job`` on ``llm`` by the path its capabilities call for; one output per row,
     in order (text, parsed value where the grammar completed, decision record, tokens).
@@ -211,14 +245,12 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
         stats: an ``EngineStats`` the engine adds its counts to.
 
     Raises:
-        ValueError: an ``explore`` hook on a backend without per-step scores.
+        CapabilityError: the job asks for what the backend does not declare (``require``).
     """
     from recjudge.llm import SamplingConfig, capabilities_of
 
     caps = capabilities_of(llm)
-    if caps.engine_constraints and job.explore is not None:
-        raise ValueError("a sweep's exploration needs per-step scores; this backend decodes "
-                         "in its engine (judge each setting on its own)")  # fmt: skip
+    require(caps, job, getattr(llm, "name", type(llm).__name__))
     n = len(job.suffixes)
     if n == 0:
         return []
