@@ -242,3 +242,15 @@ def test_engine_readouts_stop_at_the_decision_and_match_local(smollm32, requests
     config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
     _, _, engine = _local_and_engine(smollm32, requests_[1:3], config)  # two users
     assert {r.sampling.max_new_tokens for r in engine.sent} == {READOUT_STEPS}
+
+
+def test_the_payload_carries_every_field_of_branch_bias():
+    """BiasPayload derives from BranchBias: a knob added there reaches the engine."""
+    from recjudge.decoding import BranchBias, Choice
+    from recjudge.decoding._remote import BiasPayload
+
+    assert set(BranchBias.model_fields) <= set(BiasPayload.model_fields)
+    bias = BranchBias(beta=3.0, adaptive=False, block_one_sided=False)
+    p = BiasPayload.build(Choice(["YES", "NO"]), [1, 2], 0.5, bias)
+    back = BiasPayload.from_extra_args({"recjudge": p.encode()})
+    assert {k: getattr(back, k) for k in BranchBias.model_fields} == bias.model_dump()

@@ -24,9 +24,10 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from recjudge._util import json_loads
+from recjudge.decoding._api import BranchBias
 from recjudge.decoding._compile import CompiledSchema, TokenTable
 from recjudge.decoding._processors import (
     NEG_INF,
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
 
 if TYPE_CHECKING:
-    from recjudge.decoding._api import BranchBias, ConstrainedOutput
+    from recjudge.decoding._api import ConstrainedOutput
     from recjudge.llm import SamplingConfig
 
 log = logging.getLogger(__name__)
@@ -99,14 +100,17 @@ def _check_strings(spec: Any) -> None:
         )
 
 
-class BiasPayload(BaseModel):
-    """Per-request settings of the engine-side bias processor.
+class BiasPayload(BranchBias):
+    """Per-request settings of the engine-side bias processor: every field of ``BranchBias``
+    (inherited, so a knob added there travels to the engine too) plus what one request
+    needs on the engine.
 
     Attributes:
         schema_: the output schema in wire form (``schema_spec``).
         lead_ids: tokens of the answer's opening already placed at the end of the prompt.
         signal: sigma (binary decisions) or one signal per branch.
-        beta, adaptive, block_one_sided: as in ``BranchBias``.
+        beta, adaptive, block_one_sided (and any other): ``BranchBias``'s; ``beta`` defaults
+            to 0 on the wire (a payload without it biases nothing).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -116,8 +120,6 @@ class BiasPayload(BaseModel):
     lead_ids: list[int] = []
     signal: float | list[float] = 0.0
     beta: float = Field(0.0, ge=0)
-    adaptive: bool = True
-    block_one_sided: bool = True
 
     @classmethod
     def build(
@@ -125,18 +127,17 @@ class BiasPayload(BaseModel):
         schema: Schema,
         lead_ids: Sequence[int],
         signal: float | Sequence[float],
-        beta: float,
-        adaptive: bool = True,
-        block_one_sided: bool = True,
+        bias: BranchBias | float,
     ) -> BiasPayload:
+        """The payload of one request; ``bias`` a ``BranchBias`` (or its beta alone)."""
+        if not isinstance(bias, BranchBias):
+            bias = BranchBias(beta=float(bias))
         sig = float(signal) if isinstance(signal, int | float) else [float(s) for s in signal]
         return cls(
             schema=schema_spec(schema),
             lead_ids=[int(t) for t in lead_ids],
             signal=sig,
-            beta=float(beta),
-            adaptive=adaptive,
-            block_one_sided=block_one_sided,
+            **bias.model_dump(),
         )
 
     def encode(self) -> str:
@@ -401,7 +402,7 @@ def engine_constrained(
             prompt): one list for all prompts, or one list per prompt.
         seeds: per-prompt sampling seeds (sampled decoding only).
     """
-    from recjudge.decoding._api import BranchBias, ConstrainedOutput
+    from recjudge.decoding._api import ConstrainedOutput
     from recjudge.decoding._compile import compile_schema
     from recjudge.llm import SamplingConfig
     from recjudge.llm._vllm import EngineRequest
@@ -465,7 +466,7 @@ def _bias_and_watch(
     if spec is None and schema.distinct_list() is None:
         return None, None
     sig = signal if signal is not None else (zero_signal(spec) if spec else 0.0)
-    payload = BiasPayload.build(schema, lead, sig, bias.beta, bias.adaptive, bias.block_one_sided)
+    payload = BiasPayload.build(schema, lead, sig, bias)
     # One user's candidates share a schema and lead: walk the grammar once per call.
     walk_key = (id(compiled), tuple(lead))
     if walk_key not in walks:
