@@ -349,3 +349,40 @@ def test_audit_refuses_a_dataset_the_judgments_were_not_made_on(split, tmp_path)
     assert "not the dataset these judgments were made on" in bad.stderr
     assert "item_popularity.json" in bad.stderr and "imputed.jsonl" in bad.stderr
     assert not (tmp_path / "a2" / "report.md").exists()
+
+
+@pytest.mark.parametrize("after", [1.0, 2.5])
+def test_sigkill_during_store_import_loses_nothing_a_rerun_cannot_finish(tmp_path, after):
+    """Each table goes in one transaction: killed at any moment, the store opens, holds
+    whole rows only, and importing again completes it to exactly what one import gives."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from recjudge.reward import ResultsStore, import_portable
+
+    ck = Path(__file__).parents[2] / "checkpoints" / "brief-ratings-ml1m-1.5b" / "store.ckpt.gz"
+    ref = import_portable(ck, tmp_path / "ref.sqlite", trust_unsigned=False)
+    cmd = [sys.executable, "-m", "recjudge.cli._main", "store", "import", str(ck), "--into",
+           str(tmp_path / "s.sqlite")]  # fmt: skip
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                         env={**os.environ, "RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
+    time.sleep(after)
+    if p.poll() is None:
+        os.kill(p.pid, signal.SIGKILL)
+    p.wait(timeout=60)
+    if (tmp_path / "s.sqlite").exists():
+        with ResultsStore(tmp_path / "s.sqlite") as s:  # opens: no torn database
+            assert len(s) <= ref.results
+    again = import_portable(ck, tmp_path / "s.sqlite")
+    assert again.conflicts == 0  # what the killed import wrote is what the file says
+    with ResultsStore(tmp_path / "s.sqlite") as s, ResultsStore(tmp_path / "ref.sqlite") as r:
+        assert len(s) == len(r) == ref.results
+    for suffix in (".decisions",):
+        a, b = tmp_path / f"s.sqlite{suffix}", tmp_path / f"ref.sqlite{suffix}"
+        if b.exists():
+            with ResultsStore(a) as s, ResultsStore(b) as r:
+                assert len(s) == len(r)

@@ -636,8 +636,11 @@ def export_obp(
     archive: load it with ``np.load(path, allow_pickle=False)`` and pass its arrays to obp's
     ``estimate_policy_value``), listed in ``folder/index.json`` with the run name, metric and
     propensity model. File names percent-encode the run name (any id is safe)."""
+    import io
     import json
     from urllib.parse import quote
+
+    from recjudge._util import atomic_write_bytes, atomic_write_text
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -650,11 +653,13 @@ def export_obp(
                                strict=True):  # fmt: skip
         for m in linear:
             path = folder / f"{quote(run.name, safe='')}__{m.replace('@', '_at_')}.npz"
-            np.savez(path, **to_obp(lists, m))
+            buf = io.BytesIO()  # whole, then renamed in: a kill never leaves half an archive
+            np.savez(buf, **to_obp(lists, m))
+            atomic_write_bytes(path, buf.getvalue())
             index.append({"run": run.name, "metric": m, "file": path.name,
                           "propensity": propensities.describe})  # fmt: skip
             written.append(path)
-    (folder / "index.json").write_text(json.dumps(index, indent=1) + "\n", encoding="utf-8")
+    atomic_write_text(folder / "index.json", json.dumps(index, indent=1) + "\n")
     return written
 
 
