@@ -28,12 +28,13 @@ from recjudge.bench._judging import (
 )
 from recjudge.cf_models import calibrated_cf
 from recjudge.reporting import interval
+from recjudge.reward import LLM_MODES as _LLM_MODES
 from recjudge.reward import MODES, judge_per_user
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
 
-LLM_MODES = ("brief", "non-adaptive", "no-behavior", "zero-shot", "item-item", *SIMULATORS)
+LLM_MODES = _LLM_MODES  # every mode an LLM answers (from the mode records)
 ALL_MODES = MODES  # every judge mode, the simulators included
 
 

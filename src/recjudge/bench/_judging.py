@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge.reward import CF_MODES as _CF_MODES
 from recjudge.reward import SIMULATOR_MODES
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
 
 SIMULATORS = SIMULATOR_MODES  # the paper's user-simulator baselines
-CF_MODES = ("brief", "non-adaptive", "cf-only", "item-item")
+CF_MODES = _CF_MODES  # the modes whose verdict reads sigma (from the mode records)
 
 
 class JudgeSampling(BaseModel):

@@ -18,6 +18,7 @@ from recjudge.reward._judge import (
     request_for,
     requests_for,
 )
+from recjudge.reward._modes import CF_MODES, LLM_MODES, MODE_SPECS, ModeSpec, mode_spec
 from recjudge.reward._portable import (
     PortableCount,
     PortableError,
@@ -53,6 +54,11 @@ __all__ = [
     "Population",
     "diversity_count",
     "JUDGES",
+    "CF_MODES",
+    "LLM_MODES",
+    "MODE_SPECS",
+    "ModeSpec",
+    "mode_spec",
     "MODES",
     "PROMPT_VERSION",
     "RECORDED_ERRORS",

@@ -6,7 +6,7 @@ import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -21,6 +21,7 @@ from recjudge.llm import (
     escape_special,
     resolve_llm_config,
 )
+from recjudge.reward._modes import MODES, SIMULATOR_MODES, ModeSpec, mode_spec
 from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._store import ResultsStore, StoreError, personas_path
 
@@ -37,20 +38,8 @@ def clear_prefix_cache(llm: LLMBackend) -> None:
     prefixes_of(llm).clear()
 
 
-Mode = Literal[
-    "brief",
-    "non-adaptive",
-    "no-behavior",
-    "zero-shot",
-    "cf-only",
-    "item-item",
-    "pub",
-    "agent4rec",
-    "recagent",
-]
-MODES: tuple[str, ...] = get_args(Mode)
-#: the user-simulator baselines (``reward._simulators``): a persona, then a plain YES/NO
-SIMULATOR_MODES: tuple[str, ...] = ("pub", "agent4rec", "recagent")
+#: the judge modes, from their records (``reward._modes``: one place says what each is)
+Mode = Literal[MODES]  # type: ignore[valid-type]
 JUDGES: Registry[str] = Registry("judge mode")
 for _m in MODES:
     JUDGES.register(_m, _m)
@@ -150,23 +139,27 @@ class JudgeConfig(BaseModel):
             return self.decode_rows
         return self.INVARIANT_ROWS if self.deterministic else self.batch()
 
+    def spec(self) -> ModeSpec:
+        """This mode's record (``reward._modes``)."""
+        return mode_spec(self.mode)
+
     def effective_beta(self) -> float:
-        return 0.0 if self.mode in ("no-behavior", "zero-shot", *SIMULATOR_MODES) else self.beta
+        return 0.0 if self.spec().bias == "none" else self.beta
 
     def plain_verdict(self) -> bool:
         """A bare ``{"is_relevant": ...}`` answer (no evidence list)."""
-        return self.mode == "zero-shot" or self.mode in SIMULATOR_MODES
+        return self.spec().plain_verdict
 
     def uses_cf(self) -> bool:
-        return self.mode in ("brief", "non-adaptive", "cf-only", "item-item")
+        return self.spec().uses_cf
 
     def uses_llm(self) -> bool:
-        return self.mode != "cf-only"
+        return self.spec().uses_llm
 
     def branch_bias(self) -> BranchBias:
-        """The decision-step bias of this mode: Delta = beta (1 + E_n) sigma, or beta sigma
-        (non-adaptive), with beta 0 for no-behavior and zero-shot."""
-        return BranchBias(beta=self.effective_beta(), adaptive=self.mode != "non-adaptive")
+        """The decision-step bias of this mode (its record's ``bias``): Delta = beta (1 +
+        E_n) sigma (adaptive), beta sigma (fixed), or beta 0 (none)."""
+        return BranchBias(beta=self.effective_beta(), adaptive=self.spec().bias != "fixed")
 
     def schema_for(self, rendered: Any) -> Any:
         """The answer schema for a rendered prompt (its shown titles are citable)."""

@@ -19,8 +19,8 @@ from typing import Any, Literal
 from recjudge.decoding import DecisionRecord, DecisionStep, replay_greedy
 from recjudge.llm import capabilities_of
 from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parse_answer, parsed_evidence
+from recjudge.reward._modes import SWEEPABLE
 
-SWEEPABLE = ("brief", "non-adaptive", "no-behavior", "item-item")
 # Settings that may differ between the judges of one sweep (everything else shapes the
 # prompt or the decoding and must be equal).
 _FREE = {"mode", "beta", "need_evidence", "batch_size", "cf_threshold"}
