@@ -6,16 +6,14 @@ traceback before), and whole-run faults end the run."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
+from test_hostile_round3 import ITEMS, LOG  # round 3's small world, the same files
 
 from cli_in_process import run_cli
 from cli_in_process import write_files as _write
 
-LOG = "user_id,item_id,timestamp,rating\n" + "".join(
-    f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(3) for i in range(6)
-)
-ITEMS = "item_id,title\n" + "".join(f"i{i},Movie {i} (199{i})\n" for i in range(8))
 DEEP = "[" * 100_000 + "]" * 100_000
 RUN = "".join(json.dumps({"user_id": f"u{u}", "item_id": f"i{i}", "score": 8 - i}) + "\n"
               for u in range(3) for i in (6, 7))  # fmt: skip
@@ -36,13 +34,6 @@ def world(tmp_path_factory):
     return t
 
 
-def _copy_tree(src, dst):
-    import shutil
-
-    shutil.copytree(src, dst)
-    return dst
-
-
 #: (case, files under {t}, argv, words the one-line error must hold)
 DEEP_CASES = [
     ("run-json", {"r.json": DEEP}, ["evaluate", "--runs", "a={t}/r.json", "--feedback", "{w}/ds"], ["r.json"]),
@@ -60,9 +51,9 @@ DEEP_CASES = [
                          ids=[c[0] for c in DEEP_CASES])  # fmt: skip
 def test_deeply_nested_json_is_one_line_naming_the_file(world, tmp_path, case, files, argv, words):
     if case == "cf-model-json":
-        _copy_tree(world / "cf", tmp_path / "cf")
+        shutil.copytree(world / "cf", tmp_path / "cf")
     if case == "dataset-card":
-        _copy_tree(world / "ds", tmp_path / "ds")
+        shutil.copytree(world / "ds", tmp_path / "ds")
     _write(tmp_path, files)
     args = [a.replace("{t}", str(tmp_path)).replace("{w}", str(world)) for a in argv]
     r = run_cli(*args)

@@ -262,14 +262,19 @@ def runs_of(world: World, k: int | None = None) -> list[Any]:
 
 
 def selections(
-    world: World, logged: Mapping[str, Mapping[str, int]], draws: int, seed: int
+    world: World,
+    logged: Mapping[str, Mapping[str, int]],
+    draws: int,
+    seed: int,
+    runs: Sequence[Any] | None = None,
 ) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """The evaluation users under ``evaluate``'s rules (``evaluation_users``: ``listed``,
-    and ``logged-positive``) as row indices, each with its bootstrap resamples."""
+    and ``logged-positive``) as row indices, each with its bootstrap resamples (``runs``:
+    ``runs_of(world)`` when the caller has it)."""
     from recjudge._stats import user_draws
     from recjudge.evaluators import evaluation_users
 
-    runs = runs_of(world)
+    runs = runs if runs is not None else runs_of(world)
     row = {u: r for r, u in enumerate(world.users)}
     out = {}
     for rule in ("listed", "logged-positive"):
@@ -438,19 +443,21 @@ def gold_on_log(
     sizes: Sequence[int],
     seed: int,
     truth: Mapping[str, Mapping[str, float]],
+    runs: Sequence[Any] | None = None,
 ) -> dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]]:
     """Gold samples on one evaluation, drawn and read by ``gold sample``'s and
     ``evaluate --gold``'s code: per size and design (``sample_gold``, labels the online
     truth), ``ppi_run`` with its default intervals (``auto``: clustered by user where a user
     holds 2+ gold pairs) and with ``iid`` ones, on ``imputer``'s probabilities. Returns
     ``{(size, design, intervals, metric): [(abs error, covered, width, gold pairs, failed)]}``
-    with one entry per system (``failed`` 1 where the estimator refused, e.g. one class)."""
+    with one entry per system (``failed`` 1 where the estimator refused, e.g. one class);
+    ``runs``: ``runs_of(world)`` when the caller has it."""
     from recjudge.evaluators import GoldSample, listed_pairs, parse_metric, ppi_run, sample_gold
 
     p, h = world.imputers[imputer]
     judged = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
     index = {pair: n for n, pair in enumerate(world.pairs)}
-    runs = runs_of(world)
+    runs = runs if runs is not None else runs_of(world)
     k = max(parse_metric(m)[1] for m in metrics)
     frame = len(listed_pairs(runs, world.users, k))
     out: dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]] = {}
@@ -518,14 +525,11 @@ def calibrated_system(config: EstimatorCheckConfig, ds: Any, past: Any, positive
     cache), its sigma scale calibrated like the judge's CF model (validation items of the
     positive past's leave-one-out split and random unseen items): the circular source."""
     from recjudge.bench._offline import trained_system
-    from recjudge.cf_models import calibration_pairs
+    from recjudge.cf_models import calibrate_on
     from recjudge.data import leave_one_out
 
-    model = trained_system(config, ds, past, name)
-    split = leave_one_out(positives)
-    hs, cs, us = calibration_pairs(split.train, split.valid, model.items, config.seed)
-    model.calibrate(hs, cs, us)
-    return model
+    return calibrate_on(trained_system(config, ds, past, name), leave_one_out(positives),
+                        config.seed)  # fmt: skip
 
 
 @dataclass
@@ -678,12 +682,13 @@ def bench_brief_offline_estimators(
         observed, logged = simulate_log(w, g)
         thetas, fit = propensity_sets(w, logged, config.clip, config.propensity_exponent)
         fits.append(fit.get("exponent"))
-        chosen = selections(w, logged, config.draws, config.seed + t)
+        runs_w = runs_of(w)  # the drawn users' lists, for the user rule and the gold sample
+        chosen = selections(w, logged, config.draws, config.seed + t, runs_w)
         kept.append(len(chosen["logged-positive"][0]) / len(w.users))
         per_log.append(one_log(w, observed, config.metrics, thetas, chosen))
         if t < config.gold_draws and config.gold_sizes:
             gold_logs.append(gold_on_log(w, gold_imputer, config.metrics, config.gold_sizes,
-                                         t, truth))  # fmt: skip
+                                         t, truth, runs_w))  # fmt: skip
         if bar is not None:
             bar.update(1)
     if bar is not None:

@@ -26,6 +26,7 @@ from recjudge.cf_models._classic import (
 )
 from recjudge.cf_models._eval import (
     cached_cf,
+    calibrate_on,
     calibrated_cf,
     calibration_pairs,
     eval_saved,
@@ -85,6 +86,7 @@ __all__ = [
     "SignalConfig",
     "SignalScaler",
     "TrainOptions",
+    "calibrate_on",
     "calibration_pairs",
     "eval_saved",
     "evaluate_full",

@@ -255,8 +255,17 @@ def calibrated_cf(
     cls = MODELS.get(name)
     model = cls(cls.Config())
     model.train(split.train, TrainOptions(seed=seed, progress=False), items=list(items), side=side)
+    return calibrate_on(model, split, seed)
+
+
+def calibrate_on(
+    model: CFModel, split: Any, seed: int, signal: SignalConfig | None = None
+) -> CFModel:
+    """``model``'s sigma scale calibrated on a leave-one-out split's validation items (and
+    random unseen items), with ``signal`` (``CFModel.calibrate``'s default when None);
+    returns the model."""
     hs, cs, us = calibration_pairs(split.train, split.valid, model.items, seed)
-    model.calibrate(hs, cs, us)
+    model.calibrate(hs, cs, us, signal)
     return model
 
 
@@ -272,10 +281,7 @@ def item_item_for(
     from recjudge.cf_models._classic import ItemItemConfig, ItemItemSimilarity
 
     model = ItemItemSimilarity.from_model(base, ItemItemConfig(top_k=top_k))
-    split = leave_one_out(dataset.interactions)
-    hs, cs, us = calibration_pairs(split.train, split.valid, model.items, seed)
-    model.calibrate(hs, cs, us, signal)
-    return model
+    return calibrate_on(model, leave_one_out(dataset.interactions), seed, signal)
 
 
 def history_at_test(split: Any, include_valid: bool = True) -> tuple[pd.DataFrame, Any]:

@@ -274,18 +274,6 @@ def run_audit(
 _AUDIT_FIX = "pass the --data the impute run used (its results.json names it)"
 
 
-def _recorded_popularity(path: Path) -> dict[str, int] | None:
-    """impute's record of the training data's item counts, or None (absent or unreadable:
-    the id check alone applies)."""
-    from recjudge._util import json_loads
-
-    try:
-        got = json_loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return got if isinstance(got, dict) else None
-
-
 def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, source: str) -> None:
     """Refuse a ``--data`` that is not the dataset the judgments were made on: every factor
     (popularity, history and title length) is read from it, so another dataset gives a
@@ -301,7 +289,9 @@ def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, sourc
     items = set(ds.items["item_id"].astype(str))
     bad_u = [u for u, _ in pairs if u not in users]
     bad_i = [i for _, i in pairs if i not in items]
-    counts = _recorded_popularity(Path(source).parent / "item_popularity.json")
+    from recjudge.evaluators._impute import ITEM_POPULARITY, read_item_popularity
+
+    counts = read_item_popularity(Path(source).parent / ITEM_POPULARITY)
     if counts is not None and not (bad_u or bad_i):
         have = ds.interactions["item_id"].astype(str).value_counts().to_dict()
         differ = [i for _, i in pairs if int(have.get(i, 0)) != int(counts.get(i, 0))]
@@ -309,7 +299,7 @@ def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, sourc
             raise DataError(
                 f"--data {data} is not the dataset these judgments were made on: the item "
                 f"counts of {len(set(differ))} judged items differ from the training data "
-                f"impute recorded (item_popularity.json; e.g. {differ[0]!r}: "
+                f"impute recorded ({ITEM_POPULARITY}; e.g. {differ[0]!r}: "
                 f"{have.get(differ[0], 0)} here, {counts.get(differ[0], 0)} there).",
                 source=source, fix=_AUDIT_FIX)  # fmt: skip
     if bad_u or bad_i:

@@ -22,6 +22,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge.data import Dataset
+from recjudge.evaluators._impute import require_some_judged
 from recjudge.evaluators._runs import RecRun
 
 
@@ -146,12 +147,9 @@ def augment(
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
-    if (judged or unbuildable) and all(j.error is not None for j in judged):
-        from recjudge.evaluators._impute import JobFailedError, all_failed_message
-
-        # Nothing judged: an augmented dataset equal to the input would look finished.
-        errors = [j.error for j in judged] + ["a request that could not be built"] * unbuildable
-        raise JobFailedError(all_failed_message(errors, "candidate"))
+    # Nothing judged: an augmented dataset equal to the input would look finished.
+    require_some_judged(judged, ["a request that could not be built"] * unbuildable,
+                        "candidate")  # fmt: skip
     chosen = select_positives(judged, config.top_m)
     inter = augmented_interactions(data, chosen)
     note = (f"augmented: {sum(map(len, chosen.values()))} judge pseudo-positives "

@@ -81,7 +81,7 @@ def sigma_source(cf: str | None, uses_cf: bool) -> dict[str, Any] | None:
         meta = json_loads((path / "model.json").read_text(encoding="utf-8"))
         name = str(meta.get("model")) if isinstance(meta, dict) else None
         fingerprint = model_fingerprint(path)
-    except (OSError, ValueError, RecursionError):
+    except (OSError, ValueError):
         return {"folder": str(path.resolve()), "model": None, "fingerprint": None}
     return {"folder": str(path.resolve()), "model": name, "fingerprint": fingerprint}
 

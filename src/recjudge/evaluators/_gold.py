@@ -237,7 +237,7 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
     if sidecar.is_file():
         try:
             design = str(json_loads(sidecar.read_text(encoding="utf-8")).get("design", design))
-        except (json.JSONDecodeError, RecursionError, AttributeError, UnicodeDecodeError):
+        except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
             raise DataError(
                 "not a gold design record (JSON).",
                 source=str(sidecar),

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge._util import UserFacingError, atomic_write_json, atomic_write_text
+from recjudge._util import UserFacingError, atomic_write_json, atomic_write_text, json_loads
 from recjudge.data import POSITIVE_EVENTS, Dataset, sample_users
 from recjudge.evaluators._runs import Qrels, RecRun, write_qrels
 
@@ -224,13 +224,8 @@ def impute(
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
+    require_some_judged(judged, [u["error"] for u in unbuildable], "pair")
     labels = {(j.user_id, j.candidate_id): j for j in judged if j.error is None}
-    if not labels and (judged or unbuildable):
-        raise JobFailedError(
-            all_failed_message(
-                [j.error for j in judged] + [u["error"] for u in unbuildable], "pair"
-            )
-        )
     base = {u: dict(logged.get(u, {})) for u in users}
     imputed = {u: dict(d) for u, d in base.items()}
     for (u, i), j in labels.items():
@@ -241,7 +236,7 @@ def impute(
     # the training log's item counts: `evaluate --propensities fit` regresses the held-out
     # observations on them (the held-out labels themselves are not looked at)
     pop = data.interactions["item_id"].astype(str).value_counts()
-    atomic_write_json(out / "item_popularity.json", {str(i): int(n) for i, n in pop.items()})
+    atomic_write_json(out / ITEM_POPULARITY, {str(i): int(n) for i, n in pop.items()})
     _write_sidecar(out / "imputed.jsonl", judged, unbuildable, calibration)
     run = judge.last_run
     summary = {
@@ -275,18 +270,58 @@ def impute(
     return summary
 
 
+#: the file in an impute folder with the training data's item counts (``read_item_popularity``)
+ITEM_POPULARITY = "item_popularity.json"
+
+
+def read_item_popularity(path: str | Path) -> dict[str, int] | None:
+    """``impute``'s record of the training data's item counts (``ITEM_POPULARITY``; None: an
+    older impute folder without it), read by ``evaluate --propensities fit`` and ``audit``.
+
+    Raises:
+        DataError: a file that is not ``{item_id: count}`` with non-negative integer counts.
+    """
+    import json
+
+    from recjudge.data import DataError
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    fix = "delete it and rerun `recjudge impute --resume` into this folder (it writes it again)"
+    try:
+        got = json_loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise DataError("not impute's item counts (JSON).", source=str(path), fix=fix) from None
+    if not isinstance(got, dict):
+        raise DataError("not an {item_id: count} object.", source=str(path), fix=fix)
+    for item, n in got.items():
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise DataError(f"item {item!r} has count {n!r}, not a non-negative integer.",
+                            source=str(path), field=str(item), fix=fix)  # fmt: skip
+    return got
+
+
 class JobFailedError(UserFacingError, RuntimeError):
     """A run in which every item failed: nothing to report, so the job ends non-zero."""
 
 
-def all_failed_message(errors: Sequence[str | None], what: str) -> str:
-    """One line for a run in which all ``len(errors)`` items failed: the most common error
-    once, with its count."""
+def require_some_judged(judged: Sequence[Any], unbuilt: Sequence[str], what: str) -> None:
+    """End a run in which nothing was judged: every judgment of ``judged`` failed and every
+    request of ``unbuilt`` (their errors) could not be built, and there was at least one.
+    The line names the most common error once, with its count (``impute``, ``augment``).
+
+    Raises:
+        JobFailedError: nothing judged; an output from this run would look finished.
+    """
     from collections import Counter
 
+    errors = [j.error for j in judged] + list(unbuilt)
+    if not errors or any(j.error is None for j in judged):
+        return
     counts = Counter(str(e) for e in errors if e)
     top, n = counts.most_common(1)[0] if counts else ("unknown error", len(errors))
-    return (
+    raise JobFailedError(
         f"every one of the {len(errors)} {what}s failed, nothing was judged (no output "
         f"written); the most common error ({n} of {len(errors)}): {top}"
     )

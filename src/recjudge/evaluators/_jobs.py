@@ -37,12 +37,14 @@ from recjudge.evaluators._evaluate import (
     report_lines,
 )
 from recjudge.evaluators._impute import (
+    ITEM_POPULARITY,
     ImputeConfig,
     circular_check,
     evaluation_users,
     imputation_plan,
     impute,
     logged_qrels,
+    read_item_popularity,
 )
 from recjudge.evaluators._runs import RecRun, read_qrels, read_run, restrict_to
 from recjudge.reporting import interval
@@ -444,7 +446,7 @@ def _impute_summary(folder: Path) -> dict[str, Any]:
         return {}
     try:
         got = json_loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
+    except (json.JSONDecodeError, UnicodeDecodeError):
         from recjudge.data import DataError
 
         raise DataError(
@@ -478,7 +480,7 @@ def _sidecar_records(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             rec = json_loads(line) if line.strip() else None
-        except (json.JSONDecodeError, RecursionError):
+        except json.JSONDecodeError:
             continue  # read_judged has refused a bad line already, by number
         if isinstance(rec, dict):
             out[(str(rec.get("user_id")), str(rec.get("item_id")))] = rec
@@ -566,7 +568,7 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
                          "--estimators to get it from ranx alone")  # fmt: skip
     if not metrics:
         metrics = [f"ndcg_fixed@{config.k}"]
-    popularity = _item_popularity(Path(job.qrels or "") / "item_popularity.json")
+    popularity = read_item_popularity(Path(job.qrels or "") / ITEM_POPULARITY)
     props = propensities_from(job.propensities, q["logged"], job.clip, popularity)
     judged = read_judged(Path(job.qrels or "") / "imputed.jsonl")
     calibrated = bool(summary.get("calibrated"))
@@ -585,31 +587,6 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
     if job.obp_out:
         files = export_obp(recs, q["logged"], judged, props, users, metrics, job.obp_out)
         got["obp_export"] = {"folder": str(job.obp_out), "files": len(files)}
-    return got
-
-
-def _item_popularity(path: Path) -> dict[str, int] | None:
-    """``impute``'s record of the training data's item counts (None: an older impute folder
-    without it).
-
-    Raises:
-        DataError: a file that is not ``{item_id: count}`` with non-negative integer counts.
-    """
-    from recjudge.data import DataError
-
-    if not path.is_file():
-        return None
-    fix = "delete it and rerun `recjudge impute --resume` into this folder (it writes it again)"
-    try:
-        got = json_loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError):
-        raise DataError("not impute's item counts (JSON).", source=str(path), fix=fix) from None
-    if not isinstance(got, dict):
-        raise DataError("not an {item_id: count} object.", source=str(path), fix=fix)
-    for item, n in got.items():
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise DataError(f"item {item!r} has count {n!r}, not a non-negative integer.",
-                            source=str(path), field=str(item), fix=fix)  # fmt: skip
     return got
 
 

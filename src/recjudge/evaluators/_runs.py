@@ -284,7 +284,7 @@ def _provenance(path: Path) -> dict[str, Any] | None:
         return None
     try:
         rec = json_loads(side.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, RecursionError, UnicodeDecodeError, OSError):
+    except (json.JSONDecodeError, UnicodeDecodeError, OSError):
         raise DataError("not a provenance record (JSON written by `recjudge cf recommend`).",
                         source=str(side), fix="delete it, or write the run again with "
                         "`recjudge cf recommend`") from None  # fmt: skip

@@ -57,7 +57,7 @@ def validation_of(estimator: str, metric: str, calibrated: bool = False) -> dict
         try:
             res = json_loads(path.read_text(encoding="utf-8"))
             summary, config = res["summary"], res.get("config", {})
-        except (OSError, ValueError, KeyError, TypeError, RecursionError):
+        except (OSError, ValueError, KeyError, TypeError):
             continue
         for row in _key(estimator, calibrated):
             for m in names:

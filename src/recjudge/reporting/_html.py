@@ -23,11 +23,12 @@ from __future__ import annotations
 import base64
 import html
 import json
-import math
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from recjudge.reporting._results import estimates_grid, finite, scores_grid
 
 __all__ = ["interval_svg", "markdown_to_html", "render_html", "write_html"]
 
@@ -206,68 +207,14 @@ def markdown_to_html(lines: Sequence[str], folder: Path | None = None) -> str:
     return "\n".join(out)
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
-def scores_grid(results: Mapping[str, Any]) -> list[tuple[str, str, str, float, Any, Any]]:
-    """``(kind, system, metric, value, lo, hi)`` of an ``evaluate``-shaped results.json
-    (``scores[kind][system][metric]`` numbers, ``intervals`` alike as ``[lo, hi]``); entries
-    of another shape (other reports use ``scores`` for other things) are left out."""
-    out = []
-    scores, ints = results.get("scores"), results.get("intervals")
-    if not isinstance(scores, Mapping):
-        return out
-    ints = ints if isinstance(ints, Mapping) else {}
-    for kind, by_sys in scores.items():
-        if not isinstance(by_sys, Mapping):
-            continue
-        for system, by_m in by_sys.items():
-            if not isinstance(by_m, Mapping):
-                continue
-            for m, v in by_m.items():
-                if _num(v) is None:
-                    continue
-                ci: Any = ints.get(kind)
-                for part in (system, m):
-                    ci = ci.get(part) if isinstance(ci, Mapping) else None
-                lo, hi = (ci[0], ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else (
-                    None, None)  # fmt: skip
-                out.append((str(kind), str(system), str(m), float(v), _num(lo), _num(hi)))
-    return out
-
-
-def estimates_grid(results: Mapping[str, Any]) -> list[tuple[str, str, str, float, Any, Any]]:
-    """``(system, metric, estimator, value, lo, hi)`` of ``estimators.systems`` (evaluate
-    with ``--qrels``); entries of another shape are left out."""
-    out = []
-    est = results.get("estimators")
-    systems = est.get("systems") if isinstance(est, Mapping) else None
-    if not isinstance(systems, Mapping):
-        return out
-    for system, by_m in systems.items():
-        for m, by_e in by_m.items() if isinstance(by_m, Mapping) else ():
-            for name, e in by_e.items() if isinstance(by_e, Mapping) else ():
-                if not isinstance(e, Mapping) or _num(e.get("value")) is None:
-                    continue
-                ci = e.get("ci")
-                lo, hi = (ci[0], ci[1]) if isinstance(ci, list | tuple) and len(ci) == 2 else (
-                    None, None)  # fmt: skip
-                out.append((str(system), str(m), str(name), float(e["value"]), _num(lo),
-                            _num(hi)))  # fmt: skip
-    return out
-
-
 def interval_svg(rows: Sequence[tuple[str, float, float | None, float | None]], title: str,
                  width: int = 640) -> str:  # fmt: skip
     """A horizontal interval plot as inline SVG: one row per ``(label, value, lo, hi)``, a
     dot at the value and a bar from ``lo`` to ``hi`` (no bar where the interval is None)."""
-    rows = [(lab, v, lo, hi) for lab, v, lo, hi in rows if _num(v) is not None]
+    rows = [(lab, v, lo, hi) for lab, v, lo, hi in rows if finite(v) is not None]
     if not rows:
         return ""
-    vals = [x for _, v, lo, hi in rows for x in (v, lo, hi) if _num(x) is not None]
+    vals = [x for _, v, lo, hi in rows for x in (v, lo, hi) if finite(x) is not None]
     lo_all, hi_all = min(vals), max(vals)
     if hi_all == lo_all:
         lo_all, hi_all = lo_all - 0.5, hi_all + 0.5
@@ -288,7 +235,7 @@ def interval_svg(rows: Sequence[tuple[str, float, float | None, float | None]], 
         y = top + step * k + 10
         parts.append(f'<text x="{left - 8}" y="{y + 4}" font-size="11" text-anchor="end">'
                      f"{html.escape(str(lab))}</text>")  # fmt: skip
-        if _num(lo) is not None and _num(hi) is not None:
+        if finite(lo) is not None and finite(hi) is not None:
             parts.append(f'<line x1="{x(lo):.1f}" x2="{x(hi):.1f}" y1="{y}" y2="{y}" '
                          'stroke="#4c72b0" stroke-width="2"/>')  # fmt: skip
             for end in (lo, hi):
@@ -331,7 +278,7 @@ def _number_table(results: Mapping[str, Any]) -> str:
         return ""
 
     def cell(v: Any) -> str:
-        x = _num(v)
+        x = finite(v)
         shown = "-" if x is None else f"{x:.4f}"
         attr = "" if x is None else f' data-value="{x!r}"'
         return f"<td{attr}>{shown}</td>"
@@ -394,9 +341,10 @@ def render_html(results: Mapping[str, Any], lines: Sequence[str], folder: Path |
     plots = "".join(interval_svg(rows, t) for t, rows in _interval_rows(results))
     named = {m.group(2) for ln in lines for m in _IMAGE.finditer(ln)}
     extra = sorted(p.name for p in folder.glob("*.png") if p.name not in named) if folder else []
-    figures = "".join(f'<figure><img alt="{html.escape(n)}" src="{_data_uri(folder, n)}">'
+    inline = {n: _data_uri(folder, n) for n in extra}  # each file read and encoded once
+    figures = "".join(f'<figure><img alt="{html.escape(n)}" src="{uri}">'
                       f"<figcaption>{html.escape(n)}</figcaption></figure>"
-                      for n in extra if _data_uri(folder, n))  # fmt: skip
+                      for n, uri in inline.items() if uri)  # fmt: skip
     blob = json.dumps(results, default=str, allow_nan=True).replace("<", "\\u003c")
     blob = blob.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
     return (

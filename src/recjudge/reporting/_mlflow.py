@@ -18,7 +18,6 @@ logged.
 
 from __future__ import annotations
 
-import math
 import os
 import re
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import UserFacingError
+from recjudge.reporting._results import estimates_grid, finite, scores_grid
 
 __all__ = ["ENV_URI", "TrackingError", "log_report", "tracking_uri"]
 
@@ -53,12 +53,6 @@ def _key(name: str) -> str:
     return _KEY.sub("_", name)[:250]
 
 
-def _num(v: Any) -> float | None:
-    if isinstance(v, bool) or not isinstance(v, int | float):
-        return None
-    return float(v) if math.isfinite(v) else None
-
-
 def _flatten(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
     if isinstance(d, Mapping):
         for k, v in d.items():
@@ -71,8 +65,6 @@ def report_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     """The numbers to log: an evaluate report's scores and estimators with their intervals
     (``.lo`` / ``.hi``), else every finite number of the results (the environment aside),
     at most ``MAX_METRICS``."""
-    from recjudge.reporting._html import estimates_grid, scores_grid
-
     out: dict[str, float] = {}
     for kind, system, m, v, lo, hi in scores_grid(results):
         for suffix, x in (("", v), (".lo", lo), (".hi", hi)):
@@ -85,7 +77,7 @@ def report_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     if not out:
         for k, v in _flatten({k: v for k, v in results.items()
                               if k not in ("environment", "config", "job")}):  # fmt: skip
-            if _num(v) is not None:
+            if finite(v) is not None:
                 out[_key(k)] = float(v)
             if len(out) >= MAX_METRICS:
                 break

@@ -13,10 +13,11 @@ from __future__ import annotations
 
 import csv
 import io
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
+
+from recjudge.reporting._results import estimates_grid, scores_grid
 
 __all__ = ["PaperTable", "latex_escape", "paper_table", "read_results", "to_csv", "to_latex"]
 
@@ -39,14 +40,9 @@ class PaperTable:
     interval: str  # how the intervals were made
 
 
-def _f(v: Any) -> float | None:
-    return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(
-        v) else None  # fmt: skip
-
-
 def paper_table(results: Mapping[str, Any], estimator: str | None = None,
                 kind: str | None = None) -> PaperTable:  # fmt: skip
-    """The systems x metrics rows of an ``evaluate`` results.json.
+    """The systems x metrics rows of an ``evaluate`` results.json (``reporting._results``).
 
     Args:
         estimator: an estimator of ``estimators.systems`` (default: the report's lead);
@@ -57,39 +53,32 @@ def paper_table(results: Mapping[str, Any], estimator: str | None = None,
         ValueError: the results hold no such table (not an ``evaluate`` report), or the
             estimator / kind named is not in them (the ones there are listed).
     """
-    est = results.get("estimators")
-    systems = est.get("systems") if isinstance(est, Mapping) else None
-    if kind is None and isinstance(systems, Mapping) and systems:
-        names = sorted({e for by_m in systems.values() for by_e in by_m.values() for e in by_e})
+    estimates = estimates_grid(results)
+    if kind is None and estimates:
+        names = sorted({e for _, _, e, *_ in estimates})
+        est = results.get("estimators")
         lead = est.get("lead") if isinstance(est.get("lead"), Mapping) else {}
-        name = estimator or lead.get("estimator") or (names[0] if names else None)
+        name = estimator or lead.get("estimator") or names[0]
         if name not in names:
             raise ValueError(f"estimator {name!r} is not in this report; it has "
                              f"{', '.join(names)}")  # fmt: skip
-        rows = []
-        for system, by_m in systems.items():
-            for metric, by_e in by_m.items():
-                e = by_e.get(name) or {}
-                ci = e.get("ci") or [None, None]
-                rows.append((str(system), str(metric), _f(e.get("value")), _f(ci[0]), _f(ci[1])))
+        cells = {(s, m): (v, lo, hi) for s, m, e, v, lo, hi in estimates if e == name}
+        rows = [(s, m, *cells.get((s, m), (None, None, None)))
+                for s, m in dict.fromkeys((s, m) for s, m, *_ in estimates)]  # fmt: skip
         note = " (the report's lead)" if name == lead.get("estimator") else ""
         return PaperTable(rows, f"estimator {name}{note}", "95 % interval of the estimator")
     if estimator is not None and kind is None:
         raise ValueError(f"estimator {estimator!r}: this report has no estimators (`evaluate "
                          "--qrels` runs them); omit --estimator for its ranx metrics")  # fmt: skip
-    scores, ints = results.get("scores"), results.get("intervals") or {}
-    if not isinstance(scores, Mapping) or not scores:
+    scores = scores_grid(results)
+    if not scores:
         raise ValueError("these results hold no systems x metrics table (an `evaluate` "
                          "report's results.json has one)")  # fmt: skip
-    kinds = list(scores)
+    kinds = list(dict.fromkeys(k for k, *_ in scores))
     kind = kind or ("imputed" if "imputed" in kinds else kinds[0])
-    if kind not in scores:
+    if kind not in kinds:
         raise ValueError(f"qrels kind {kind!r} is not in this report; it has {', '.join(kinds)}")
-    rows = []
-    for system, by_m in scores[kind].items():
-        for metric, v in by_m.items():
-            ci = ((ints.get(kind) or {}).get(system) or {}).get(metric) or [None, None]
-            rows.append((str(system), str(metric), _f(v), _f(ci[0]), _f(ci[1])))
+    rows = [(s, m, v, lo, hi) for k, s, m, v, lo, hi in scores if k == kind]
     biased = " (the BRIEF protocol: biased)" if kind == "imputed" else ""
     return PaperTable(rows, f"ranx metrics on {kind} feedback{biased}",
                       "95 % user-bootstrap interval")  # fmt: skip
