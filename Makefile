@@ -22,7 +22,7 @@ FETCH_FAILED = { echo "setup: could not install $(1). A package registry did not
 not serve a pinned version; check that pip can reach PyPI (pip config list) and run make \
 again. Finished steps are kept." >&2; exit 1; }
 
-.PHONY: setup demo test test-e2e test-other-dtype check-install lint lock clean-cache setup-vllm test-vllm \
+.PHONY: setup demo test test-e2e test-other-dtype test-ray check-install lint lock clean-cache setup-vllm test-vllm \
 	setup-llamacpp
 
 setup: $(STAMP)
@@ -70,7 +70,14 @@ OTHER_DTYPE = $(shell $(BIN)/python -c "from recjudge._util import native_bf16; 
 	print('float32' if native_bf16() else 'bfloat16')" 2>/dev/null)
 OTHER_SKIP = $(if $(filter bfloat16,$(OTHER_DTYPE)),and not e2e,)
 test-other-dtype: setup
-	RECJUDGE_DTYPE=$(OTHER_DTYPE) $(BIN)/python -m pytest -q -m "model and not slow and not vllm $(OTHER_SKIP)"
+	RECJUDGE_DTYPE=$(OTHER_DTYPE) $(BIN)/python -m pytest -q -m "model and not slow and not vllm and not ray $(OTHER_SKIP)"
+
+# Distributed judging on a local single-node Ray cluster (127.0.0.1, free ports, started and
+# stopped by the tests by its PID): same answers as one process, a worker SIGKILLed mid-run,
+# the README's "More than one machine" commands. One pytest process: the cluster's workers
+# take the cores.
+test-ray: setup
+	$(BIN)/python -m pytest -q -n 0 -m "ray and not slow"
 
 # pip install without make: the wheel into a fresh environment from the lock file.
 check-install: setup

@@ -76,6 +76,7 @@ def _register() -> None:
         EstimatorCheckConfig,
         bench_brief_offline_estimators,
     )
+    from recjudge.bench._ray_scaling import RayScalingConfig, bench_ray_scaling
     from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
     from recjudge.bench._speed import SPEED
     from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
@@ -105,6 +106,10 @@ def _register() -> None:
             DecodeRowsConfig, bench_decode_rows,
             "rows per decode step on GISTBench's long extraction answers",
             default_out=lambda c: "reports/decode-rows"),
+        "ray-scaling": BenchSpec(
+            RayScalingConfig, bench_ray_scaling,
+            "one process vs Ray workers at the same threads; the driver's cost per judgment",
+            default_out=lambda c: f"reports/ray-scaling/{c.data}-{c.model}"),
         "retrain-workers": BenchSpec(
             RetrainWorkersConfig, bench_retrain_workers,
             "brief-augment's retrainings run one or several at once",

@@ -93,6 +93,16 @@ def judge_cmd(
     device: str = typer.Option(
         "auto", "--device", help="In process: auto (CUDA when available), cpu, cuda or cuda:N."
     ),
+    ray: str = typer.Option(
+        None, "--ray", help="With --pairs: judge on a Ray cluster (auto, local, HOST:PORT)."
+    ),
+    ray_actors: int = typer.Option(2, "--ray-actors", min=1, help="With --ray: workers."),
+    ray_threads: int = typer.Option(
+        1, "--ray-threads", min=1, help="With --ray: CPU cores per worker."
+    ),
+    ray_gpus: float = typer.Option(
+        0.0, "--ray-gpus", min=0.0, help="With --ray: GPUs per worker (0: CPU workers)."
+    ),
 ) -> None:
     """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
     from recjudge.data import load_dataset
@@ -114,6 +124,7 @@ def judge_cmd(
             max_history=max_history,
             dataset=ds,
             device=device,
+            ray=_ray_config(ray, ray_actors, ray_threads, ray_gpus),
         )
         if judge.cf is not None:
             from recjudge.cf_models import check_fits
@@ -133,6 +144,19 @@ def judge_cmd(
         # DataError, StoreError, CFMismatchError and ServerError are among these.
         fail(str(e).strip("'\""))
     # NonFiniteLogitsError, like every UserFacingError, is printed as one line by cli.main.
+
+
+def _ray_config(address: str | None, actors: int, threads: int, gpus: float) -> Any:
+    if address is None:
+        return None
+    from pydantic import ValidationError
+
+    from recjudge.reward import RayConfig
+
+    try:
+        return RayConfig(address=address, actors=actors, threads=threads, gpus=gpus)
+    except ValidationError as e:
+        fail(f"--ray: {e.errors()[0]['msg']}")
 
 
 def _read_pairs(ds: Any, pairs: str) -> list[Any]:

@@ -104,6 +104,24 @@ class JudgeOptions(BaseModel):
     device: str = Field(
         "auto", description="In process: auto (CUDA when available), cpu, cuda or cuda:N."
     )
+    ray: str | None = Field(
+        None, description="Judge on a Ray cluster: auto (the one `ray start` joined here), "
+        "local (one machine), or the head's HOST:PORT. The CF model and the store stay here."
+    )  # fmt: skip
+    ray_actors: int = Field(2, ge=1, le=4096, description="With --ray: workers (model copies).")
+    ray_threads: int = Field(1, ge=1, le=512, description="With --ray: CPU cores per worker.")
+    ray_gpus: float = Field(
+        0.0, ge=0.0, le=64.0, description="With --ray: GPUs per worker (0: CPU workers)."
+    )
+
+    def ray_config(self) -> Any:
+        """The ``reward.RayConfig`` of ``--ray`` (None without it)."""
+        if self.ray is None:
+            return None
+        from recjudge.reward import RayConfig
+
+        return RayConfig(address=self.ray, actors=self.ray_actors, threads=self.ray_threads,
+                         gpus=self.ray_gpus)  # fmt: skip
 
 
 class ImputeJob(JudgeOptions, ImputeConfig):
@@ -290,7 +308,7 @@ def _judge_and_store(
     judge = build_judge(
         opts.model, opts.mode, opts.cf, opts.beta, not opts.no_evidence,
         batch_size=opts.batch_size, max_history=opts.max_history, dataset=data,
-        device=opts.device,
+        device=opts.device, ray=opts.ray_config(),
     )  # fmt: skip
     if judge.cf is not None:
         check_fits(judge.cf, data, allow_mismatch=opts.allow_cf_mismatch)

@@ -10,6 +10,7 @@ from recjudge.reward._judge import (
     SIMULATOR_MODES,
     Judge,
     JudgeConfig,
+    JudgeExecutor,
     JudgeRequest,
     Judgment,
     RunSummary,
@@ -27,6 +28,14 @@ from recjudge.reward._portable import (
     reseal_portable,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
+from recjudge.reward._ray import (
+    LocalCluster,
+    RayClusterError,
+    RayConfig,
+    RayExecutor,
+    RayNotInstalledError,
+    WorkerFault,
+)
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
 from recjudge.reward._store import ResultsStore, StoreError, salvage
 from recjudge.reward._stored import (
@@ -68,6 +77,13 @@ __all__ = [
     "SWEEPABLE",
     "HistoryItem",
     "Judge",
+    "JudgeExecutor",
+    "LocalCluster",
+    "RayClusterError",
+    "RayConfig",
+    "RayExecutor",
+    "RayNotInstalledError",
+    "WorkerFault",
     "JudgeConfig",
     "JudgeRequest",
     "Judgment",

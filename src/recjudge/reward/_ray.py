@@ -1,0 +1,508 @@
+"""Judging on a Ray cluster: ``Judge.judge_many`` with a ``RayExecutor``.
+
+What runs where:
+
+- **the driver** (the process that runs ``impute``, ``judge --pairs`` or ``augment``): it
+  reads the files, builds the requests, computes every key and reuses what the store
+  holds, computes sigma with the CF model (loaded once, here; never shipped to workers),
+  plans the engine calls (``Judge.plan``: one user's candidates together, so a history is
+  encoded once), and writes each finished call to the run's one results store in one
+  transaction as it arrives;
+- **the workers**: a pool of Ray actors (``ActorPoolStrategy``), each holding one backend
+  (recjudge's engine on ``threads`` CPU cores, or on one GPU), render and tokenise the
+  prompts (so titles are escaped by the same code as in one process) and decode them with
+  the grammar and the branch bias (``Judge.judge_prepared``).
+
+The requests travel as a Ray Dataset of engine calls, one block each, as JSON strings (Ray
+turns nested lists into numpy arrays; a string arrives as it left). Ray Data restarts an
+actor that dies and runs its block again; the driver keeps the first answer per request,
+so the store holds each pair once, and a rerun (``--resume``) skips every pair a finished
+block wrote. A fault of the whole run on a worker (the model is not installed on that
+node, NaN weights) comes back as data and ends the run with its line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from recjudge._util import RunFault
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMConfig
+    from recjudge.reward._judge import Judge, JudgeRequest, Judgment
+
+log = logging.getLogger(__name__)
+
+#: ``--ray`` values besides a cluster address
+ADDRESS_WORDS = ("auto", "local")
+#: most Ray Data blocks one run makes (one engine call each below it; above, several calls
+#: share a block, and a worker lost mid-block redoes that block's calls)
+MAX_BLOCKS = 10_000
+
+
+class RayClusterError(RunFault, ConnectionError):
+    """The Ray cluster cannot be reached or used (a fault of the whole run)."""
+
+
+class RayNotInstalledError(RunFault, RuntimeError):
+    """``ray[data]`` is not installed in this environment."""
+
+
+class WorkerFault(RunFault, RuntimeError):
+    """A fault of the whole run raised on a Ray worker (its text names the original)."""
+
+
+class RayConfig(BaseModel):
+    """Where and how wide a distributed judgment runs. Not part of any result key: the
+    workers compute what one process computes (same dtype and device, resolved once on the
+    driver), and a pair's key names the device when it is a GPU.
+
+    Attributes:
+        address: ``auto`` (the cluster this machine belongs to: ``$RAY_ADDRESS`` or the one
+            ``ray start`` started here), ``local`` (start a Ray instance in this process,
+            bound to 127.0.0.1, for one machine), or a head's ``HOST:PORT`` / ``ray://``
+            address.
+        actors: how many workers judge at once (each holds one copy of the model).
+        threads: CPU cores per worker (its torch threads).
+        gpus: GPUs per worker (0: CPU workers; 1: one GPU each, the model on ``cuda``).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    address: str = "auto"
+    actors: int = Field(2, ge=1, le=4096)
+    threads: int = Field(1, ge=1, le=512)
+    gpus: float = Field(0.0, ge=0.0, le=64.0)
+
+    @field_validator("address")
+    @classmethod
+    def _address(cls, v: str) -> str:
+        v = v.strip()
+        if not v or any(c.isspace() for c in v) or len(v) > 512:
+            raise ValueError(
+                "a Ray address is auto, local, HOST:PORT or ray://HOST:PORT (no spaces)"
+            )
+        return v
+
+
+def _ray() -> Any:
+    try:
+        import ray
+        import ray.data  # noqa: F401
+    except ImportError:
+        raise RayNotInstalledError(
+            "--ray needs Ray Data: pip install 'recjudge[ray]' (or make setup, which installs "
+            "the lock's ray)"
+        ) from None
+    return ray
+
+
+def connect(address: str) -> Any:
+    """Join (or for ``local`` start) the Ray cluster at ``address``; returns the ``ray``
+    module. Quiet: Ray Data's progress lines are replaced by the judge's own bar."""
+    ray = _ray()
+    if not ray.is_initialized():
+        kwargs: dict[str, Any] = {"logging_level": logging.WARNING, "log_to_driver": True}
+        if address == "local":
+            kwargs.update(include_dashboard=False, _node_ip_address="127.0.0.1")
+        else:
+            kwargs["address"] = address
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        _probe(address)
+        # this process's Ray core logs only what stops it (it warns on every run that an
+        # actor's constructor arguments live in the object store, which is how Ray Data
+        # starts any actor pool)
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+        try:
+            ray.init(**kwargs)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RayClusterError(
+                f"Ray cluster {address!r} cannot be reached ({first}); start one with "
+                "`ray start --head --node-ip-address 127.0.0.1` (then --ray auto), give its "
+                "HOST:PORT, or use --ray local on one machine"
+            ) from None
+    ctx = ray.data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    ctx.print_on_execution_start = False
+    for name in ("ray.data", "ray.data._internal"):
+        logging.getLogger(name).setLevel(logging.ERROR)
+    return ray
+
+
+def _probe(address: str) -> None:
+    """Fail in seconds where nothing listens at a ``HOST:PORT`` (``ray.init`` retries for
+    minutes)."""
+    if address in ADDRESS_WORDS or "://" in address:
+        return
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit():
+        raise RayClusterError(
+            f"--ray {address!r}: a cluster address is HOST:PORT (the head's `ray start "
+            "--head --port`), auto or local"
+        )
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+            pass
+    except OSError as e:
+        raise RayClusterError(
+            f"--ray {address}: nothing answers there ({e.strerror or e}); start the head with "
+            f"`ray start --head --port {port}` or check the address"
+        ) from None
+
+
+def request_record(req: JudgeRequest) -> dict[str, Any]:
+    """What a worker needs of a request to render and decode it (its sigma travels beside
+    it; ``meta`` stays on the driver)."""
+    return {
+        "user_id": req.user_id,
+        "history": [[h.item_id, h.title, h.text, h.rating] for h in req.history],
+        "candidate_id": req.candidate_id,
+        "candidate_text": req.candidate_text,
+        "candidate_title": req.candidate_title,
+        "domain": req.domain,
+    }
+
+
+def request_from_record(d: dict[str, Any]) -> JudgeRequest:
+    from recjudge.reward._judge import JudgeRequest
+    from recjudge.reward._prompt import HistoryItem
+
+    return JudgeRequest(
+        user_id=d["user_id"],
+        history=[HistoryItem(str(a), str(b), str(c), r) for a, b, c, r in d["history"]],
+        candidate_id=d["candidate_id"],
+        candidate_text=d["candidate_text"],
+        candidate_title=d["candidate_title"],
+        domain=d["domain"],
+    )
+
+
+class JudgeWorker:
+    """A Ray Data actor holding one judge (one backend); each row is one engine call.
+
+    The model loads on the first call, not in ``__init__``: a load that fails (not
+    installed on this node) then comes back as a fault row the driver ends the run with,
+    instead of an actor Ray Data would restart forever.
+    """
+
+    def __init__(self, config: str, llm_config: str, record: bool) -> None:
+        self._config, self._llm_config, self._record = config, llm_config, record
+        self._judge: Any = None
+
+    def _load(self) -> Any:
+        if self._judge is None:
+            from recjudge.llm import LLMConfig
+            from recjudge.reward._judge import Judge, JudgeConfig
+
+            llm_config = LLMConfig.model_validate_json(self._llm_config)
+            judge = Judge(JudgeConfig.model_validate_json(self._config), llm_config=llm_config)
+            judge.warm_up()
+            self._judge = judge
+        return self._judge
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        out = [self.unit(str(text)) for text in batch["unit"]]
+        return {"result": np.array(out, dtype=object)}
+
+    def unit(self, text: str) -> str:
+        """One block's engine calls (JSON) -> their results (JSON)."""
+        from recjudge.reward._judge import Judgment
+
+        results: list[dict[str, Any]] = []
+        try:
+            judge = self._load()
+            for call in json.loads(text):
+                reqs = [request_from_record(x["req"]) for x in call]
+                got = judge.judge_prepared(
+                    reqs, [x["key"] for x in call], [x["sigma"] for x in call], self._record
+                )
+                for x, j in zip(call, got, strict=True):
+                    if isinstance(j, Judgment):
+                        results.append({"i": x["i"], "judgment": j.to_dict()})
+                    else:
+                        results.append({"i": x["i"], "error": f"{type(j).__name__}: {j}"})
+        except RunFault as e:
+            return json.dumps({"fault": f"{type(e).__name__}: {e}"})
+        except Exception as e:  # noqa: BLE001 - raise mode: the driver raises it
+            return json.dumps({"fault": f"{type(e).__name__}: {e}", "run_fault": False})
+        return json.dumps({"results": results})
+
+
+@dataclass(frozen=True)
+class RayExecutor:
+    """``Judge(executor=RayExecutor(RayConfig(...)))``: ``judge_many`` decodes on a Ray
+    cluster's actors (see the module's docstring for what runs where)."""
+
+    config: RayConfig = RayConfig()
+
+    def placed(self, llm_config: LLMConfig) -> LLMConfig:
+        """The ``LLMConfig`` every worker loads: dtype and device resolved here, once, so a
+        worker on another CPU computes (and keys) what the driver says."""
+        device = "cuda" if self.config.gpus > 0 else "cpu"
+        placed = llm_config.model_copy(update={"device": device})
+        return placed.model_copy(
+            update={"dtype": placed.resolved_dtype(), "num_threads": self.config.threads}
+        )
+
+    def ready(self) -> Any:
+        """Join the cluster and check it can place one worker (``ray`` module); a job calls
+        this before it writes anything, so a cluster fault leaves no output behind."""
+        ray = connect(self.config.address)
+        self._check_fits(ray.cluster_resources())
+        return ray
+
+    def _check_fits(self, resources: dict[str, float]) -> None:
+        """Refuse a worker the cluster cannot place (Ray would wait for it forever)."""
+        cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+        if self.config.threads > cpus:
+            raise RayClusterError(
+                f"--ray-threads {self.config.threads}: the cluster has {cpus:g} CPUs in all; "
+                f"use --ray-threads {max(int(cpus), 1)} or fewer, or add nodes"
+            )
+        if self.config.gpus > gpus:
+            raise RayClusterError(
+                f"--ray-gpus {self.config.gpus:g}: the cluster has {gpus:g} GPUs; use "
+                "--ray-gpus 0 (CPU workers) or start GPU nodes (`ray start --address HEAD`)"
+            )
+
+    def run(
+        self,
+        judge: Judge,
+        reqs: Sequence[JudgeRequest],
+        keys: Sequence[str],
+        todo: list[int],
+        record: bool,
+    ) -> Iterator[tuple[list[int], list[Judgment]]]:
+        from recjudge.llm import resolve_llm_config
+        from recjudge.reward._judge import RECORDED_ERRORS
+
+        if judge.llm_loaded_here():
+            raise ValueError(
+                "--ray judges with recjudge's engine on the workers; a vLLM or server backend "
+                "given to the judge cannot be shipped there (drop --backend/--server, or run "
+                "without --ray)"
+            )
+        calls: list[list[dict[str, Any]]] = []
+        failed_at: list[int] = []
+        failed: list[Judgment] = []
+        for unit in judge.plan(reqs, todo):
+            call = []
+            for i in unit:
+                try:
+                    sigma = judge.sigma_for(reqs[i])
+                except RunFault:
+                    raise
+                except RECORDED_ERRORS as e:
+                    if not record:
+                        raise
+                    failed_at.append(i)
+                    failed.append(judge.failure(reqs[i], f"{type(e).__name__}: {e}", keys[i]))
+                    continue
+                call.append({"i": i, "key": keys[i], "sigma": sigma,
+                             "req": request_record(reqs[i])})  # fmt: skip
+            if call:
+                calls.append(call)
+        if failed:  # sigma failed for these: nothing to decode
+            yield failed_at, failed
+        if not calls:
+            return
+        llm_config = self.placed(resolve_llm_config(judge.llm_config_or_model()))
+        yield from self._stream(judge, reqs, keys, calls, llm_config, record)
+
+    def _stream(
+        self,
+        judge: Judge,
+        reqs: Sequence[JudgeRequest],
+        keys: Sequence[str],
+        calls: list[list[dict[str, Any]]],
+        llm_config: LLMConfig,
+        record: bool,
+    ) -> Iterator[tuple[list[int], list[Judgment]]]:
+        from recjudge.reward._judge import Judgment
+
+        ray = self.ready()
+        per_block = -(-len(calls) // MAX_BLOCKS)
+        blocks = [json.dumps(calls[b : b + per_block]) for b in range(0, len(calls), per_block)]
+        expected = {x["i"] for call in calls for x in call}
+        ds = ray.data.from_items([{"unit": b} for b in blocks], override_num_blocks=len(blocks))
+        remote: dict[str, Any] = {"num_cpus": self.config.threads}
+        if self.config.gpus > 0:
+            remote["num_gpus"] = self.config.gpus
+        ds = ds.map_batches(
+            JudgeWorker,
+            batch_size=1,
+            compute=ray.data.ActorPoolStrategy(size=min(self.config.actors, len(blocks))),
+            fn_constructor_kwargs={
+                "config": judge.config.model_dump_json(),
+                "llm_config": llm_config.model_dump_json(),
+                "record": record,
+            },
+            batch_format="numpy",
+            **remote,
+        )
+        seen: set[int] = set()
+        try:
+            for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
+                for text in batch["result"]:
+                    got = json.loads(str(text))
+                    if "fault" in got:
+                        if got.get("run_fault", True):
+                            raise WorkerFault(f"on a Ray worker: {got['fault']}")
+                        raise ValueError(f"on a Ray worker: {got['fault']}")
+                    idx, out = [], []
+                    for r in got["results"]:
+                        i = int(r["i"])
+                        if i in seen or i not in expected:  # a retried block's second answer
+                            continue
+                        seen.add(i)
+                        idx.append(i)
+                        if "error" in r:
+                            out.append(judge.failure(reqs[i], r["error"], keys[i]))
+                        else:
+                            out.append(Judgment.from_dict(r["judgment"]))
+                    if idx:
+                        yield idx, out
+        except ray.exceptions.RayError as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise RayClusterError(
+                f"the Ray run failed ({type(e).__name__}: {first}); finished pairs are in the "
+                "store: run again with --resume to judge the rest"
+            ) from None
+        missing = expected - seen
+        if missing:
+            raise RayClusterError(
+                f"the Ray run ended with {len(missing)} pairs not returned; finished pairs are "
+                "in the store: run again with --resume"
+            )
+
+
+# -- a local cluster (tests, the bench, the README's one-machine example) -----------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class LocalCluster:
+    """A single-node Ray cluster on 127.0.0.1 started with ``ray start --head --block`` and
+    stopped by its process: ``with LocalCluster(cpus=2) as c: ... c.address``.
+
+    Its ports are chosen free; its files go under ``temp_dir`` (a short path: Ray's socket
+    names must fit 107 bytes).
+    """
+
+    cpus: int = 2
+    temp_dir: str | None = None
+    timeout_s: float = 120.0
+    address: str = ""
+    process: subprocess.Popen | None = None
+
+    def start(self) -> LocalCluster:
+        ray = _ray()
+        bin_dir = Path(sys.executable).parent
+        exe = bin_dir / "ray"
+        port = free_port()
+        cmd = [str(exe) if exe.exists() else "ray", "start", "--head", "--block",
+               f"--port={port}", "--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}",
+               "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
+               # every fixed default port chosen free, so two clusters (two test
+               # processes) on one machine do not collide
+               *(f"--{name}={free_port()}" for name in (
+                   "node-manager-port", "object-manager-port",
+                   "dashboard-agent-grpc-port", "dashboard-agent-listen-port",
+                   "metrics-export-port", "runtime-env-agent-port"))]  # fmt: skip
+        if self.temp_dir:
+            cmd.append(f"--temp-dir={self.temp_dir}")
+        # no dashboard, so no metrics agent: do not have every process retry reaching it
+        env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_enable_metrics_collection="0")
+        logs = Path(self.temp_dir or "/tmp")
+        logs.mkdir(parents=True, exist_ok=True)
+        self.log_path = logs / f"recjudge-ray-{port}.log"
+        self.process = subprocess.Popen(
+            cmd, stdout=open(self.log_path, "w"), stderr=subprocess.STDOUT,  # noqa: SIM115
+            start_new_session=True, env=env,
+        )  # fmt: skip
+        self.address = f"127.0.0.1:{port}"
+        deadline = time.monotonic() + self.timeout_s
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RayClusterError(
+                    f"ray start exited ({self.process.returncode}); see {self.log_path}"
+                )
+            probe = subprocess.run(
+                [cmd[0], "status", f"--address={self.address}"],
+                capture_output=True, text=True, env=env,
+            )  # fmt: skip
+            if probe.returncode == 0:
+                del ray
+                return self
+            time.sleep(1.0)
+        self.stop()
+        raise RayClusterError(f"the Ray head did not start in {self.timeout_s:.0f} s")
+
+    def pids(self) -> list[int]:
+        """The head's process and every process it started (workers included)."""
+        import psutil
+
+        if self.process is None:
+            return []
+        try:
+            root = psutil.Process(self.process.pid)
+            return [root.pid] + [p.pid for p in root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def stop(self) -> None:
+        """SIGTERM the head's process group, then SIGKILL whatever of it is left."""
+        import psutil
+
+        if self.process is None:
+            return
+        tree = self.pids()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGTERM)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(10)
+        for pid in tree:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(10)
+        psutil.wait_procs([p for p in map(_proc, tree) if p is not None], timeout=10)
+        self.process = None
+
+    def __enter__(self) -> LocalCluster:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+
+def _proc(pid: int) -> Any:
+    import psutil
+
+    try:
+        return psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return None
