@@ -13,8 +13,8 @@ from recjudge.reward import JudgeConfig
 
 def test_driver_cost_counts_every_step(ml100k):
     c = RayScalingConfig(driver_users=5, driver_candidates=4)
-    d = _driver_cost(c, ml100k, JudgeConfig(need_evidence=False))
-    assert d["judgments"] == 20 and d["calls"] >= 5  # one user's candidates per call at most
+    d = _driver_cost(c, ml100k, JudgeConfig(need_evidence=False, batch_size=4))
+    assert d["judgments"] == 20 and d["calls"] == 5  # 4 per call: each user its own call
     steps = d["seconds_per_judgment"]
     assert set(steps) == {
         "requests built",
