@@ -215,6 +215,11 @@ RUN_FAULT_NAMES = ("ModelNotInstalledError", "ModelIntegrityError", "ModelLoadEr
                    "StoreError", "CacheDirError", "OutOfMemoryError")  # fmt: skip
 
 
+def error_text(error: BaseException) -> str:
+    """A per-request failure as recorded (``Type: message``: what ``is_run_fault`` reads)."""
+    return f"{type(error).__name__}: {error}"
+
+
 def is_run_fault(error: str) -> bool:
     """Whether a recorded failure's text (``Type: message``) names a fault of the whole run
     (``RUN_FAULT_NAMES`` or any loaded ``RunFault`` subclass), not of its one request."""
@@ -446,7 +451,7 @@ class Judge:
             from recjudge.llm import load_llm
 
             try:
-                self._llm = load_llm(self._llm_config or self.config.model)
+                self._llm = load_llm(self.llm_config_or_model())
             except UnknownNameError as e:  # a misspelt model: every request would fail alike
                 raise ModelLoadError(str(e).strip("'\"")) from None
         return self._llm
@@ -662,7 +667,7 @@ class Judge:
         for batch, judged in stream:
             for i, j in zip(batch, judged, strict=True):
                 if isinstance(j, Exception):
-                    j = self.failure(reqs[i], f"{type(j).__name__}: {j}", keys[i])
+                    j = self.failure(reqs[i], error_text(j), keys[i])
                 j.key = keys[i]
                 results[keys[i]] = j
             if store is not None:
@@ -815,8 +820,8 @@ class Judge:
         encoded once). With ``failed``, a request whose prompt cannot be built goes there
         instead."""
         size = self.config.batch()
-        if not self.config.uses_llm():
-            return [todo[b : b + size] for b in range(0, len(todo), size)]
+        if not self.config.uses_llm():  # no prompt: nothing to group by
+            return self.plan(reqs, todo)
         groups: dict[tuple[int, ...], list[int]] = {}
         for i in todo:
             try:

@@ -223,7 +223,7 @@ class JudgeWorker:
 
     def unit(self, text: str) -> str:
         """One block's engine calls (JSON) -> their results (JSON)."""
-        from recjudge.reward._judge import Judgment
+        from recjudge.reward._judge import Judgment, error_text
 
         results: list[dict[str, Any]] = []
         try:
@@ -237,11 +237,11 @@ class JudgeWorker:
                     if isinstance(j, Judgment):
                         results.append({"i": x["i"], "judgment": j.to_dict()})
                     else:
-                        results.append({"i": x["i"], "error": f"{type(j).__name__}: {j}"})
+                        results.append({"i": x["i"], "error": error_text(j)})
         except RunFault as e:
-            return json.dumps({"fault": f"{type(e).__name__}: {e}"})
+            return json.dumps({"fault": error_text(e)})
         except Exception as e:  # noqa: BLE001 - raise mode: the driver raises it
-            return json.dumps({"fault": f"{type(e).__name__}: {e}", "run_fault": False})
+            return json.dumps({"fault": error_text(e), "run_fault": False})
         return json.dumps({"results": results})
 
 
@@ -291,7 +291,7 @@ class RayExecutor:
         record: bool,
     ) -> Iterator[tuple[list[int], list[Judgment]]]:
         from recjudge.llm import resolve_llm_config
-        from recjudge.reward._judge import RECORDED_ERRORS
+        from recjudge.reward._judge import RECORDED_ERRORS, error_text
 
         if judge.llm_loaded_here():
             raise ValueError(
@@ -313,7 +313,7 @@ class RayExecutor:
                     if not record:
                         raise
                     failed_at.append(i)
-                    failed.append(judge.failure(reqs[i], f"{type(e).__name__}: {e}", keys[i]))
+                    failed.append(judge.failure(reqs[i], error_text(e), keys[i]))
                     continue
                 call.append({"i": i, "key": keys[i], "sigma": sigma,
                              "req": request_record(reqs[i])})  # fmt: skip
@@ -418,7 +418,7 @@ class LocalCluster:
     process: subprocess.Popen | None = None
 
     def start(self) -> LocalCluster:
-        ray = _ray()
+        _ray()  # installed, or one line saying how
         bin_dir = Path(sys.executable).parent
         exe = bin_dir / "ray"
         port = free_port()
@@ -454,7 +454,6 @@ class LocalCluster:
                 capture_output=True, text=True, env=env,
             )  # fmt: skip
             if probe.returncode == 0:
-                del ray
                 return self
             time.sleep(1.0)
         self.stop()
