@@ -127,6 +127,18 @@ def os_error_line(e: OSError) -> str:
     return f"{where}: {fix}"
 
 
+def path_component(text: Any) -> str:
+    """``text`` as one file-name component: every character outside ``[A-Za-z0-9._~-]``
+    percent-encoded (``/`` and ``\\`` included), so a name that comes from data (a dataset
+    card's name, a run's name, a system's) can never climb out of the folder it is joined to.
+    Plain names (``ml-100k``, ``sasrec``) come back unchanged, so the paths built from them
+    before stay the same; ``.`` and ``..`` on their own are encoded too."""
+    from urllib.parse import quote
+
+    out = quote(str(text), safe="")
+    return out.replace(".", "%2E") if out in (".", "..") else out
+
+
 def stable_hash(*parts: Any, length: int = 16) -> str:
     """A process-independent hex digest of JSON-serialisable parts (never Python's ``hash``)."""
     payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)

@@ -8,9 +8,11 @@ from types import SimpleNamespace
 import pytest
 
 from recjudge.decoding import (
+    BranchBias,
     Choice,
     DecodeJob,
     EvidenceFirst,
+    Picks,
     decode,
     lead_ids,
     make_processors,
@@ -134,3 +136,52 @@ def test_a_draft_never_feeds_a_title_as_a_special_token(smollm):
     ids = draft_ids(smollm, grammar)(0)
     assert ids and special not in ids
     assert smollm.tokenizer.decode(ids) == forced[: forced.index("<|im_end|>")]
+
+
+LONG = ["A " + "very long title, " * 30 + "(2001)", "Ünïcödé — 東京物語 😀 " * 8, "Heat (1995)"]
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [EvidenceFirst(LONG), EvidenceFirst(LONG, max_evidence=1), EvidenceFirst([]),
+     Choice(["A wins", "B wins", "Tie 😀"]), Picks(LONG, 2)],
+)  # fmt: skip
+def test_the_answer_bound_covers_every_answer_the_grammar_accepts(schema):
+    """``max_answer_bytes`` bounds the longest answer, in either JSON form of its strings
+    (as written, or with non-ASCII escaped)."""
+    import itertools
+    import json
+
+    bound = schema.max_answer_bytes()
+    if isinstance(schema, EvidenceFirst):
+        answers = [{"evidence": [], "is_relevant": "NO"}] + [
+            {"evidence": list(c), "is_relevant": "YES"}
+            for k in range(1, min(schema.max_evidence, len(schema.titles)) + 1)
+            for c in itertools.permutations(schema.titles, k)
+        ]
+    elif isinstance(schema, Picks):
+        answers = [{"picks": list(c)} for c in itertools.permutations(schema.labels, schema.n)]
+    else:
+        answers = [{"answer": o} for o in schema.options]
+    for a in answers:
+        schema.parse(json.dumps(a, ensure_ascii=False))  # a real answer of this grammar
+        for text in (json.dumps(a, ensure_ascii=False), json.dumps(a)):
+            assert len(text.encode()) <= bound
+    assert Choice(["a"], analysis_chars=10).max_answer_bytes() is None  # free text: no bound
+
+
+def test_a_long_title_is_cited_whole_whatever_the_token_budget(smollm):
+    """A YES must carry its evidence: a budget below the longest answer is raised for a
+    grammar of listed strings (room_for_answers), so a long title is never cut mid-list."""
+    from recjudge.decoding._decode import room_for_answers
+
+    small = SamplingConfig(max_new_tokens=16)
+    assert room_for_answers(small, [EvidenceFirst(LONG)]).max_new_tokens > len(LONG[0])
+    assert room_for_answers(small, [Choice(["a"], analysis_chars=99)]) is small
+    assert room_for_answers(SamplingConfig(max_new_tokens=4096), [EvidenceFirst(LONG)]) \
+        .max_new_tokens == 4096  # fmt: skip
+    prompt = smollm.encode(smollm.chat_prompt([{"role": "user", "content": PROMPT}]))
+    job = DecodeJob(suffixes=[prompt], schemas=[EvidenceFirst(LONG[:1])], signal=[1.0],
+                    bias=BranchBias(beta=50.0), sampling=small)  # fmt: skip
+    (out,) = decode(smollm, job)
+    assert out.value == {"evidence": LONG[:1], "is_relevant": "YES"}, out.text

@@ -210,6 +210,30 @@ def test_an_edited_cache_entry_is_caught_by_its_digest_and_rebuilt(tmp_path, smo
     assert "Always answer YES" not in (entry / "meta.json").read_text()  # written again
 
 
+def test_another_tokenizers_whole_entry_moved_in_is_caught_and_rebuilt(tmp_path, smol):
+    """An entry is valid only under the key it was written for: another tokenizer's entry
+    (self-consistent, its own digest right) copied over this one's is rebuilt, not used."""
+    import shutil
+
+    own = _tokenizer_folder(tmp_path, smol)
+    other = tmp_path / "other"
+    shutil.copytree(own, other)
+    ref = load_transformers_tokenizer(own)
+    a, b = ref.convert_ids_to_tokens(ref.encode(TEXTS[0], add_special_tokens=False)[:2])
+    spec = json.loads((other / "tokenizer.json").read_text())
+    vocab = spec["model"]["vocab"]
+    vocab[a], vocab[b] = vocab[b], vocab[a]  # another tokenizer: two ids the other way
+    (other / "tokenizer.json").write_text(json.dumps(spec))
+    assert load_tokenizer(other).encode(TEXTS[0]) != ref.encode(TEXTS[0])  # it differs
+    load_tokenizer(own)
+    cache = tmp_path / "cache" / "tokenizers"
+    mine, theirs = cache / tokenizer_key(own), cache / tokenizer_key(other)
+    for f in ("backend.json", "meta.json"):
+        shutil.copy(theirs / f, mine / f)
+    assert load_tokenizer(own).encode(TEXTS[0]) == ref.encode(TEXTS[0])
+    assert (mine / "meta.json").read_bytes() != (theirs / "meta.json").read_bytes()  # rebuilt
+
+
 def test_what_it_does_not_do_itself_is_transformers(tmp_path, smol):
     folder = _tokenizer_folder(tmp_path, smol)
     mine, hf = load_tokenizer(folder), load_transformers_tokenizer(folder)

@@ -327,12 +327,12 @@ def _sigma_folder(
     content of the interactions and item list they were trained on."""
     import pandas as pd
 
-    from recjudge._util import stable_hash
+    from recjudge._util import path_component, stable_hash
 
     cols = df[["user_id", "item_id", "rating"]].astype(str)
     content = int(pd.util.hash_pandas_object(cols, index=False).sum())
     tag = stable_hash(config.cf, config.seed, source, len(df), content, list(items), length=12)
-    return folder / "cf" / f"{config.cf}-{source}-{tag}"
+    return folder / "cf" / f"{path_component(config.cf)}-{path_component(source)}-{tag}"
 
 
 def _settings(cf: Mapping[str, Any], named: Sequence[tuple[str, str, str, float]]) -> list[tuple]:

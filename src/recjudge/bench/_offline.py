@@ -233,7 +233,7 @@ def trained_system(config: OfflineConfig, ds: Any, past: Any, name: str) -> Any:
     minutes). A folder that does not load (an interrupted save) is trained again."""
     import shutil
 
-    from recjudge._util import cache_dir, stable_hash
+    from recjudge._util import cache_dir, path_component, stable_hash
     from recjudge.cf_models import SideInfo, TrainOptions, load_model
 
     model = untrained_system(config, name)
@@ -241,7 +241,7 @@ def trained_system(config: OfflineConfig, ds: Any, past: Any, name: str) -> Any:
         name, model.config.model_dump(), config.data, len(past), config.future_fraction,
         config.seed, length=10,
     )  # fmt: skip
-    path = cache_dir() / "cf" / f"{name}-{config.data}-past-{tag}"
+    path = cache_dir() / "cf" / f"{path_component(name)}-{path_component(config.data)}-past-{tag}"
     if (path / "model.json").exists():
         try:
             return load_model(path)

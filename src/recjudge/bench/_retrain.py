@@ -97,7 +97,7 @@ def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> 
     """Where ``job``'s result is kept: named by everything it depends on (the recommender's
     settings, the data split, the users, the seed and the added pairs), so two methods that
     add the same items share one retraining."""
-    from recjudge._util import stable_hash
+    from recjudge._util import path_component, stable_hash
     from recjudge.bench._offline import untrained_system
 
     model = untrained_system(config, job.rec)
@@ -111,7 +111,7 @@ def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> 
         config.min_future, config.positive_rating, len(data.past), data.users, job.seed, added,
         METRICS, *scoring,
     )  # fmt: skip
-    return cache / f"{job.rec}-{key}.json"
+    return cache / f"{path_component(job.rec)}-{key}.json"
 
 
 def _kept(path: Path) -> np.ndarray | None:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recjudge._util import atomic_write_json, cache_dir, rng, stable_hash
+from recjudge._util import atomic_write_json, cache_dir, path_component, rng, stable_hash
 from recjudge.cf_models._base import (
     MODELS,
     CFModel,
@@ -233,7 +233,7 @@ def cached_cf(
     """
     config = dict(config or {})
     tag = stable_hash(name, dataset.name, len(dataset.interactions), config, seed, length=10)
-    path = cache_dir() / "cf" / f"{name}-{dataset.name}-{tag}"
+    path = cache_dir() / "cf" / f"{path_component(name)}-{path_component(dataset.name)}-{tag}"
     if (path / "model.json").exists():
         try:
             return load_model(path), path, False

@@ -235,6 +235,29 @@ def require(caps: Any, job: DecodeJob, backend: str = "this backend") -> None:
         )
 
 
+#: steps beyond the longest answer's bytes: the end-of-sequence token and a jump-forward lead
+ANSWER_MARGIN = 8
+
+
+def room_for_answers(sampling: Any, schemas: Sequence[Any]) -> Any:
+    """``sampling`` with ``max_new_tokens`` raised, where it is below, to what the longest
+    answer of ``schemas`` can take (``Schema.max_answer_bytes`` + ``ANSWER_MARGIN``), when
+    every schema is made of listed strings only.
+
+    Why: such a grammar is finite, so the budget can only cut an answer short, and a cut
+    evidence list left a YES with no evidence (long titles: Book-Crossing's, or a catalogue
+    that stuffs instructions into one). Answers that fit are the same token for token (the
+    budget is never reached), so no stored key changes meaning.
+    """
+    bounds = [s.max_answer_bytes() for s in schemas]
+    if not bounds or any(b is None for b in bounds):
+        return sampling
+    need = max(bounds) + ANSWER_MARGIN
+    if need <= sampling.max_new_tokens:
+        return sampling
+    return sampling.model_copy(update={"max_new_tokens": need})
+
+
 def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[ConstrainedOutput]:
     """Decode ``job`` on ``llm`` by the path its capabilities call for; one output per row,
     in order (text, parsed value where the grammar completed, decision record, tokens).
@@ -254,7 +277,7 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
     n = len(job.suffixes)
     if n == 0:
         return []
-    sampling = job.sampling or SamplingConfig()
+    sampling = room_for_answers(job.sampling or SamplingConfig(), job.schemas)
     grammar, proc = make_processors(llm, job.schemas, job.signal, job.bias)
     step, accept = _hooks(grammar, proc)
     leads = [lead_ids(llm, grammar, row) if job.jump_forward else [] for row in range(n)]

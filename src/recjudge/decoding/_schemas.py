@@ -37,6 +37,12 @@ def _alternatives(strings: Sequence[str], encode: Encoder = json_literal) -> str
     return " | ".join(ebnf_literal(encode(s)) for s in strings)
 
 
+def _literal_bytes(s: str) -> int:
+    """The longest a string's JSON literal can be in bytes: as UTF-8, or with every
+    non-ASCII character escaped (the compiler escapes characters a tokenizer cannot spell)."""
+    return max(len(json_literal(s).encode()), len(json.dumps(s)))
+
+
 def _unique(strings: Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(str(s) for s in strings))
 
@@ -99,6 +105,14 @@ class Schema:
         """A stable id for compile caches and result keys."""
         return f"{self.kind}:{stable_hash(self.ebnf())}"
 
+    def max_answer_bytes(self) -> int | None:
+        """An upper bound on the UTF-8 length of any text the grammar accepts, for schemas
+        made only of listed strings (every string in its longest JSON form, ``\\uXXXX``
+        escapes included); None where the answer holds free text. ``decode`` gives such an
+        answer at least this many steps: a token spells at least one byte, so the answer
+        then always completes instead of being cut mid-list."""
+        return None
+
 
 # -- evidence first -----------------------------------------------------------------------
 EVIDENCE_OPEN = '{"evidence": ['
@@ -159,6 +173,14 @@ class EvidenceFirst(Schema):
 
     def key(self) -> str:
         return f"{self.kind}:{self.max_evidence}:{stable_hash(list(self.titles))}"
+
+    def max_answer_bytes(self) -> int:
+        no = len(NO_MARKER.encode()) + len(', "is_relevant": "NO"}')
+        if not self.titles:
+            return no
+        k = min(self.max_evidence, len(self.titles))
+        titles = sum(sorted(map(_literal_bytes, self.titles), reverse=True)[:k])
+        return max(no, len(EVIDENCE_OPEN) + titles + 2 * (k - 1) + len('], "is_relevant": "YES"}'))
 
 
 # -- choice -------------------------------------------------------------------------------
@@ -221,6 +243,11 @@ class Choice(Schema):
         # in a quote: whatever the text so far, the token that opens the region has a quote.
         return DecisionSpec(self.options, markers, region_start, lambda text: True)
 
+    def max_answer_bytes(self) -> int | None:
+        if self.analysis_chars:
+            return None  # free text first
+        return len(self._answer_prefix().encode()) + max(map(_literal_bytes, self.options)) + 1
+
     def parse(self, text: str) -> dict[str, Any]:
         obj = _load_json(text)
         if obj.get(self.answer_key) not in self.options:
@@ -276,6 +303,10 @@ class Picks(Schema):
 
     def key(self) -> str:
         return f"{self.kind}:{self.n}:{stable_hash([self.key_name, list(self.labels)])}"
+
+    def max_answer_bytes(self) -> int:
+        labels = sum(sorted(map(_literal_bytes, self.labels), reverse=True)[: self.n])
+        return len(self._open().encode()) + labels + 2 * (self.n - 1) + len("]}")
 
 
 # -- question-answer pairs ------------------------------------------------------------------

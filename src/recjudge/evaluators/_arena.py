@@ -23,12 +23,11 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from recjudge._util import stable_hash
 from recjudge.evaluators._arena_metrics import (
     ASPECTS,
     OPTIONS,
@@ -125,6 +124,21 @@ class ArenaConfig(BaseModel):
     absolute: bool = False
     seed: int = 0
     batch_size: int = Field(8, ge=1)
+
+    # Every field is classified (tests/evaluators/test_store_keys.py). KEYED: in a comparison's key,
+    # as a part (the judge model, the sampling budget from analysis_chars) or through the
+    # messages and schema hashed into it (the lists: systems, k, seed; the history shown;
+    # the analysis form). UNKEYED: which comparisons are asked (design, reference, its
+    # position, both orders, users, absolute ratings), how verdicts are scored (swap rule,
+    # similarity, bootstrap), speed.
+    KEYED: ClassVar[frozenset[str]] = frozenset(
+        {"model", "systems", "k", "history_items", "history_min_rating", "analysis",
+         "analysis_chars", "seed"}
+    )  # fmt: skip
+    UNKEYED: ClassVar[frozenset[str]] = frozenset(
+        {"design", "reference", "reference_position", "both_orders", "users", "swap_rule",
+         "bootstrap", "similarity", "absolute", "batch_size"}
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _check(self) -> ArenaConfig:
@@ -282,10 +296,11 @@ def _verdicts_only(result: dict[str, Any]) -> dict[str, Any]:
     return {"value": value, "branches": result["branches"], "p": result["p"]}
 
 
-def _asks(arena: _Arena, sampling: Any) -> list[Any]:
-    """Every stored question: one per (user, order), and the absolute ratings."""
+def _asks(arena: _Arena, sampling: Any, llm_settings: dict[str, Any]) -> list[Any]:
+    """Every stored question: one per (user, order), and the absolute ratings, keyed with
+    the answering LLM's settings (``llm_key``)."""
     from recjudge.decoding import Choice, Verdicts
-    from recjudge.reward import StoredAsk, default_result
+    from recjudge.reward import StoredAsk, ask_key, default_result
 
     c = arena.config
     per_aspect = c.analysis == "per-aspect"
@@ -306,9 +321,8 @@ def _asks(arena: _Arena, sampling: Any) -> list[Any]:
             arena.word,
             per_aspect,
         )
-        key = stable_hash(
-            ARENA_PROMPT_VERSION, c.model, msgs, sampling.key(), schema.key(), length=32
-        )
+        key = ask_key(ARENA_PROMPT_VERSION, c.model, msgs, sampling.key(), schema.key(),
+                      llm=llm_settings, length=32)  # fmt: skip
         req = {"user_id": u, "system_a": a, "system_b": b}
         asks.append(StoredAsk(key, req, msgs, schema, default_result, _verdicts_only))
     if c.absolute:
@@ -317,7 +331,8 @@ def _asks(arena: _Arena, sampling: Any) -> list[Any]:
             msgs = absolute_messages(
                 arena.profiles[u], arena.history[u], arena.lists[s][u], arena.word
             )
-            key = stable_hash(ARENA_PROMPT_VERSION, "absolute", c.model, msgs, length=32)
+            key = ask_key(ARENA_PROMPT_VERSION, "absolute", c.model, msgs, llm=llm_settings,
+                          length=32)  # fmt: skip
             req = {"user_id": u, "system": s, "absolute": True}
             asks.append(StoredAsk(key, req, msgs, rating, default_result, _verdicts_only))
     return asks
@@ -383,7 +398,7 @@ def run_arena(
     ``winrates.png`` under ``out``. Judgments are stored in ``out/store.sqlite``; a rerun
     resumes."""
     from recjudge.evaluators._arena_report import arena_report, plot_winrates
-    from recjudge.llm import SamplingConfig, load_llm
+    from recjudge.llm import SamplingConfig, llm_settings_of, load_llm
     from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore, ask_stored
 
@@ -393,7 +408,7 @@ def run_arena(
     llm = llm or load_llm(config.model)
     n_texts = len(ASPECTS) if config.analysis == "per-aspect" else 1
     sampling = SamplingConfig(max_new_tokens=n_texts * config.analysis_chars + 120)
-    asks = _asks(arena, sampling)
+    asks = _asks(arena, sampling, llm_settings_of(llm, config.model))
     t0 = time.perf_counter()
     with ResultsStore(out / "store.sqlite") as store:
         keys = list({a.key for a in asks})

@@ -638,9 +638,8 @@ def export_obp(
     propensity model. File names percent-encode the run name (any id is safe)."""
     import io
     import json
-    from urllib.parse import quote
 
-    from recjudge._util import atomic_write_bytes, atomic_write_text
+    from recjudge._util import atomic_write_bytes, atomic_write_text, path_component
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
@@ -652,7 +651,7 @@ def export_obp(
     for run, (lists, _) in zip(runs, run_lists(runs, logged, judged, propensities, users, k),
                                strict=True):  # fmt: skip
         for m in linear:
-            path = folder / f"{quote(run.name, safe='')}__{m.replace('@', '_at_')}.npz"
+            path = folder / f"{path_component(run.name)}__{m.replace('@', '_at_')}.npz"
             buf = io.BytesIO()  # whole, then renamed in: a kill never leaves half an archive
             np.savez(buf, **to_obp(lists, m))
             atomic_write_bytes(path, buf.getvalue())

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -242,6 +242,23 @@ class GistConfig(BaseModel):
     deterministic: bool = False
     seed: int = 0
     bootstrap: int = Field(1000, ge=0)
+
+    # Every field is classified (tests/evaluators/test_store_keys.py fails on one that is not).
+    # KEYED: in a stored question's key, as a part or setting (models, judge, budget, engine)
+    # or through the messages and schema hashed into it (history, chunks, caps, example,
+    # options and distractors, the seed that draws them). UNKEYED: which questions are asked
+    # (users, the agreement sample), what is computed from the answers (predicate, citation
+    # rule, bootstrap), or speed (batch_size: documented above).
+    KEYED: ClassVar[frozenset[str]] = frozenset(
+        {"models", "judge", "max_history", "chunk_size", "max_interests", "max_ids",
+         "extraction_tokens", "words", "interest_example", "max_citations",
+         "evidence_for_specificity", "options", "pool_size", "taxonomy", "shortlist",
+         "deterministic", "seed"}
+    )  # fmt: skip
+    UNKEYED: ClassVar[frozenset[str]] = frozenset(
+        {"users", "min_history", "enforce_citations", "predicate", "agreement_sample",
+         "batch_size", "bootstrap"}
+    )  # fmt: skip
 
     def deviations(self) -> list[str]:
         """How this configuration departs from the paper's protocol."""

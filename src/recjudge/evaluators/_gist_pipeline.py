@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from recjudge._util import json_loads, rng, stable_hash
+from recjudge._util import json_loads, rng
 from recjudge.evaluators._cost import AskMeter
 from recjudge.evaluators._gist import (
     EVENT_SIGNAL,
@@ -49,7 +49,7 @@ from recjudge.evaluators._gist import (
 )
 from recjudge.evaluators._runs import Tally
 from recjudge.llm import LLMPool
-from recjudge.reward import StoredAsk, ask_stored, closed_form, run_stored
+from recjudge.reward import StoredAsk, ask_key, ask_stored, closed_form, run_stored
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -114,6 +114,19 @@ class _Run:
         from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc)
+
+
+#: GISTBench's settings at the values every key was made under before they were keyed
+LEGACY_SETTINGS = {"deterministic": False, "extraction_tokens": 1024}
+
+
+def _key(run: _Run, model: str, *parts: Any, **settings: Any) -> str:
+    """A GISTBench question's key: ``parts`` after the prompt version, the LLM settings of
+    ``model`` (the one that answers), the batch-invariant engine, and ``settings`` (the
+    extraction budget: a cut answer is another answer)."""
+    return ask_key(GIST_PROMPT_VERSION, *parts, llm=run.llms.key(model),
+                   settings={"deterministic": run.config.deterministic, **settings},
+                   legacy=LEGACY_SETTINGS)  # fmt: skip
 
 
 def _ask_stored(
@@ -209,7 +222,7 @@ def gist_extraction_asks(config: GistConfig, data: str = "ml-1m") -> list[Stored
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
     histories, text, word, titles = _texts(ds, users, config.max_history)
-    run = _Run(config, ds, users, histories, text, word, titles, None, False, None)
+    run = _Run(config, ds, users, histories, text, word, titles, None, False, LLMPool())
     return _extraction_asks(run)
 
 
@@ -266,7 +279,9 @@ def _extraction_asks(run: _Run) -> list[StoredAsk]:
                     max_items=c.max_interests,
                     max_ids=c.max_ids,
                 )
-                key = stable_hash(GIST_PROMPT_VERSION, "extract", m, msgs, schema.key())
+                key = _key(
+                    run, m, "extract", m, msgs, schema.key(), extraction_tokens=c.extraction_tokens
+                )
                 req = {"kind": "extract", "model": m, "user_id": u, "chunk_start": start}
                 asks.append(StoredAsk(key, req, msgs, schema, _extracted, screens[u]))
     return asks
@@ -343,7 +358,7 @@ def _relevant(
     asks = sorted(
         (
             StoredAsk(
-                stable_hash(GIST_PROMPT_VERSION, "relevant", c.judge, p[0], run.text[p[1]]),
+                _key(run, c.judge, "relevant", c.judge, p[0], run.text[p[1]]),
                 {"kind": "relevant", "interest": p[0], "item_id": p[1]},
                 relevance_messages(p[0], run.word),
                 portable=closed_form,
@@ -484,7 +499,7 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
     kind = "taxonomy-likelihood" if rule == "likelihood" else "taxonomy-full"
     asks = [
         StoredAsk(
-            stable_hash(GIST_PROMPT_VERSION, kind, c.judge, msgs, s),
+            _key(run, c.judge, kind, c.judge, msgs, s),
             {"kind": kind, "interest": s},
             msgs,
             portable=closed_form,
@@ -540,7 +555,7 @@ def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[in
     cat_ids, cat_names = list(categories), list(categories.values())
     rule = taxonomy_rule(run.judge)
     kind = "taxonomy" if rule == "greedy" else "taxonomy-likelihood-shortlist"
-    keys = {s: stable_hash(GIST_PROMPT_VERSION, kind, c.judge, s, c.shortlist) for s in interests}
+    keys = {s: _key(run, c.judge, kind, c.judge, s, c.shortlist) for s in interests}
     have = run.store.get_many(list(keys.values()))
     todo = [s for s in interests if keys[s] not in have]
     if todo:
@@ -700,7 +715,7 @@ def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
             r["interest"], [run.text[o] for o in opts], len(job.evidence), run.word
         )
         schema = Picks([str(i + 1) for i in range(len(opts))], len(job.evidence))
-        key = stable_hash(GIST_PROMPT_VERSION, "specificity", c.judge, msgs, schema.key())
+        key = _key(run, c.judge, "specificity", c.judge, msgs, schema.key())
         ask = StoredAsk(
             key,
             {"kind": "specificity", "interest": r["interest"]},

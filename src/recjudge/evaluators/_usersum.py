@@ -20,12 +20,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge._util import rng, stable_hash
+from recjudge._util import rng
 from recjudge.evaluators._cost import AskMeter
 from recjudge.evaluators._usersum_metrics import (
     LETTERS,
@@ -107,6 +107,20 @@ class UserSumConfig(BaseModel):
     batch_size: int = Field(4, ge=1)
     bootstrap: int = Field(1000, ge=100)
 
+    # Every field is classified (tests/evaluators/test_store_keys.py). KEYED: in a stored
+    # question's key, as a part (the two models, the summary budget from word_limit) or
+    # through the messages and schemas hashed into it (timeline cut, query, segments,
+    # critique rounds, QA pairs, recent items, option samples per run and seed). UNKEYED:
+    # which summaries and users are run, how answers are scored (m), speed, intervals.
+    KEYED: ClassVar[frozenset[str]] = frozenset(
+        {"model", "predictor", "max_activities", "future", "word_limit", "query",
+         "segmentation", "min_segment", "max_segments", "critique_rounds", "qa_pairs",
+         "recent", "runs", "seed"}
+    )  # fmt: skip
+    UNKEYED: ClassVar[frozenset[str]] = frozenset(
+        {"summarizers", "users", "min_activities", "m", "batch_size", "bootstrap"}
+    )
+
     def deviations(self) -> list[str]:
         """How this configuration departs from the paper's protocol."""
         out = []
@@ -183,14 +197,18 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
 def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> list[str]:
     """Free-text generation by the summariser, stored per prompt."""
     from recjudge.llm import SamplingConfig
-    from recjudge.reward import StoredAsk, generate_stored
+    from recjudge.reward import StoredAsk, ask_key, generate_stored
 
     c = run.config
     budget = SamplingConfig(max_new_tokens=int(c.word_limit * 1.6) + 32)
     asks = [
         StoredAsk(
-            stable_hash(USERSUM_PROMPT_VERSION, "gen", c.model, m, budget.key()), {"kind": "gen"}, m
-        )
+            ask_key(
+                USERSUM_PROMPT_VERSION, "gen", c.model, m, budget.key(), llm=run.llms.key(c.model)
+            ),
+            {"kind": "gen"},
+            m,
+        )  # fmt: skip
         for m in prompts
     ]
     got = run.cost.measure(
@@ -215,11 +233,12 @@ def _closed(
 ) -> list[Any]:
     """Grammar-constrained questions to ``model``, stored; the parsed values in order."""
     from recjudge.llm import SamplingConfig
-    from recjudge.reward import StoredAsk, ask_stored
+    from recjudge.reward import StoredAsk, ask_key, ask_stored
 
     asks = [
         StoredAsk(
-            stable_hash(USERSUM_PROMPT_VERSION, "ask", model, m, s.key()),
+            # the budget is no part: one constant per kind of question, with its schema
+            ask_key(USERSUM_PROMPT_VERSION, "ask", model, m, s.key(), llm=run.llms.key(model)),
             {"kind": kind},
             m,
             s,

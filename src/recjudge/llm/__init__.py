@@ -8,11 +8,12 @@ torch's ~2 s import for nothing.
 
 from typing import TYPE_CHECKING, Any
 
-from recjudge.llm._backend import TransformersBackend, escape_special, load_llm, special_strings
+from recjudge.llm._backend import TransformersBackend, escape_special, special_strings
 from recjudge.llm._config import (
     DEFAULT_FIELDS,
     DTYPE_ENV,
     ENGINE_CAPABILITIES,
+    VLLM_UNKEYED_ARGS,
     BackendError,
     Capabilities,
     DeviceError,
@@ -23,19 +24,24 @@ from recjudge.llm._config import (
     SamplingConfig,
     auto_dtype,
     capabilities_of,
+    llm_key,
+    llm_settings_of,
     reset_llm_defaults,
     resolve_llm_config,
     set_llm_defaults,
 )
+from recjudge.llm._load import BACKENDS, BackendSpec, load_llm
 from recjudge.llm._models import (
     DEFAULT_MODEL,
     PRESETS,
     ModelIntegrityError,
+    ModelLoadError,
     ModelNotInstalledError,
     ModelPreset,
     assemble_gguf,
     build_cache,
     check_models,
+    check_weights_format,
     install_preset,
     preset_info,
     resolve_model_path,
@@ -92,6 +98,7 @@ __all__ = [
     "LLMBackend",
     "LLMConfig",
     "ModelIntegrityError",
+    "ModelLoadError",
     "ModelNotInstalledError",
     "ModelPreset",
     "NonFiniteLogitsError",
@@ -100,11 +107,17 @@ __all__ = [
     "assemble_gguf",
     "build_cache",
     "check_models",
+    "check_weights_format",
     "escape_special",
     "install_preset",
     "load_llm",
+    "BACKENDS",
+    "BackendSpec",
     "reset_llm_defaults",
     "resolve_llm_config",
+    "llm_key",
+    "llm_settings_of",
+    "VLLM_UNKEYED_ARGS",
     "set_llm_defaults",
     "preset_info",
     "resolve_model_path",

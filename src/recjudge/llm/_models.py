@@ -124,6 +124,42 @@ class ModelIntegrityError(RunFault, RuntimeError):
     """Assembled GGUF bytes do not match the preset's sha256."""
 
 
+class ModelLoadError(RunFault, ValueError):
+    """The model cannot be loaded (an unknown name, a folder whose tokenizer or weights do not
+    load, weights only in a pickled format): a fault of the whole run."""
+
+
+#: weight files in a pickle-based format: loading one can run code, so recjudge never does
+PICKLED_WEIGHTS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+
+
+def check_weights_format(folder: Path) -> None:
+    """Refuse a model folder whose weights exist only in a pickle-based format.
+
+    transformers falls back to ``torch.load`` on ``pytorch_model.bin`` when no safetensors file
+    is there; even with ``weights_only`` that parses an untrusted pickle, which this project
+    never does. A folder with safetensors or GGUF weights (or none at all, for the loader to
+    name) passes.
+
+    Raises:
+        ModelLoadError: naming the folder and the conversion that fixes it.
+    """
+    if not folder.is_dir():
+        return
+    names = [f.name for f in folder.iterdir() if f.is_file()]
+    if any(n.endswith((".safetensors", ".gguf", ".safetensors.index.json")) for n in names):
+        return
+    pickled = sorted(n for n in names if n.endswith(PICKLED_WEIGHTS))
+    if pickled:
+        raise ModelLoadError(
+            f"model folder {str(folder)!r} holds its weights only as {', '.join(pickled[:3])} "
+            "(a pickle, which recjudge never loads: it can run code); convert them once, in "
+            "an environment you trust, with transformers' `AutoModelForCausalLM."
+            "from_pretrained(folder).save_pretrained(new_folder)` (writes model.safetensors) "
+            "and pass the new folder"
+        )
+
+
 def _payload_file(dist_name: str) -> Path:
     """The weight file inside an installed distribution: its largest non-Python file."""
     dist = md.distribution(dist_name)
@@ -382,6 +418,7 @@ def _local_or_hub(name_or_path: str) -> Path | str:
     """
     p = Path(name_or_path).expanduser()
     if p.exists():
+        check_weights_format(p)
         return p
     if name_or_path.startswith(("/", "./", "../", "~")) or name_or_path.endswith(".gguf"):
         raise FileNotFoundError(

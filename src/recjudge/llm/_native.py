@@ -86,6 +86,9 @@ def _weight_files(folder: Path) -> list[Path]:
     index = folder / "model.safetensors.index.json"
     if index.is_file():
         shards = sorted(set(json_loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
+        for s in shards:  # a shard is a file of this folder, never a path out of it
+            if not isinstance(s, str) or Path(s).name != s or s in (".", ".."):
+                raise ValueError(f"{index}: shard {s!r} is not a file name in {folder}")
         return [folder / s for s in shards]
     single = folder / "model.safetensors"
     return [single] if single.is_file() else []

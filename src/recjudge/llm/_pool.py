@@ -29,6 +29,13 @@ class LLMPool:
             self._llms[name] = load_llm(name)
         return self._llms[name]
 
+    def key(self, name: str) -> dict[str, Any]:
+        """``llm_key`` of model ``name``: of the backend it is (or was given as), else of the
+        config ``load_llm`` will load it with. Stored answers key what ran them."""
+        from recjudge.llm._config import llm_settings_of
+
+        return llm_settings_of(self._llms.get(name), name)
+
     def release(self, name: str) -> None:
         """Forget ``name`` (its memory is freed once nothing else holds it)."""
         self._llms.pop(name, None)

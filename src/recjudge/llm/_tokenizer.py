@@ -40,8 +40,8 @@ from recjudge._util import json_loads
 
 log = logging.getLogger(__name__)
 
-#: bump when what a cached tokenizer holds changes
-TOKENIZER_CACHE_VERSION = 1
+#: bump when what a cached tokenizer holds changes (2: the digest covers the entry's key)
+TOKENIZER_CACHE_VERSION = 2
 #: the files a tokenizer folder reads its vocabulary and special tokens from (what xgrammar's
 #: token table is keyed on: a chat template does not change it)
 VOCAB_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
@@ -563,23 +563,27 @@ def read_tokenizer_spec(key: str) -> TokenizerSpec | None:
         return None
     if meta["version"] != TOKENIZER_CACHE_VERSION:
         return None
-    if meta.get("content_sha256") != _spec_digest(backend, meta):
+    if meta.get("content_sha256") != _spec_digest(backend, meta, key):
         # Edited or damaged since it was written (two ids swapped, a chat template with a
-        # line added), or written before digests: rebuilt from the model's own files.
+        # line added), another tokenizer's entry copied in (its digest is of its own key),
+        # or written before digests: rebuilt from the model's own files.
         log.warning("tokenizer cache %s does not match its recorded digest; rebuilding it",
                     folder)  # fmt: skip
         return None
     return TokenizerSpec(backend, meta)
 
 
-def _spec_digest(backend: str, meta: dict[str, Any]) -> str:
-    """sha256 over the serialized tokenizer and its description (the digest itself aside):
-    recorded when the cache entry is written, checked at every read (~10 ms for Qwen2.5's
-    11 MB tokenizer)."""
+def _spec_digest(backend: str, meta: dict[str, Any], key: str) -> str:
+    """sha256 over the entry's key (the model files it was built from, ``tokenizer_key``),
+    the serialized tokenizer and its description (the digest itself aside): recorded when
+    the cache entry is written, checked at every read (~10 ms for Qwen2.5's 11 MB
+    tokenizer). The key makes an entry valid only where it was written: a whole entry of
+    another tokenizer moved into this one's folder is self-consistent but fails here."""
     import hashlib
 
     body = {k: v for k, v in meta.items() if k != "content_sha256"}
-    h = hashlib.sha256(backend.encode("utf-8"))
+    h = hashlib.sha256(key.encode("utf-8") + b"\n")
+    h.update(backend.encode("utf-8"))
     h.update(b"\n" + json.dumps(body, sort_keys=True, default=str).encode("utf-8"))
     return h.hexdigest()
 
@@ -592,7 +596,7 @@ def write_tokenizer_spec(key: str, spec: TokenizerSpec) -> None:
         with atomic_dir(_cache_folder(key)) as tmp:
             (tmp / "backend.json").write_text(spec.backend, encoding="utf-8")
             meta = {**spec.meta, "version": TOKENIZER_CACHE_VERSION}
-            meta["content_sha256"] = _spec_digest(spec.backend, meta)
+            meta["content_sha256"] = _spec_digest(spec.backend, meta, key)
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     except (OSError, CacheDirError):
         return

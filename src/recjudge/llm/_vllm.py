@@ -190,6 +190,8 @@ class VLLMBackend(_EngineMixin):
             "logits_processors": [PROCESSORS[v2]],
             "enable_prefix_caching": True,
         }
+        if gguf is None:  # vLLM's "auto" falls back to torch.load of *.bin/*.pt: a pickle
+            args["load_format"] = "safetensors"
         args.update(config.vllm_args)
         if args.get("speculative_config"):
             raise ValueError(SPEC_DECODE_ERROR)

@@ -39,7 +39,9 @@ from recjudge.reward._ray import (
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
 from recjudge.reward._store import ResultsStore, StoreError, salvage
 from recjudge.reward._stored import (
+    LEGACY_LLM,
     StoredAsk,
+    ask_key,
     ask_stored,
     by_prompt_length,
     closed_form,
@@ -93,6 +95,8 @@ __all__ = [
     "RunSummary",
     "StoreError",
     "StoredAsk",
+    "LEGACY_LLM",
+    "ask_key",
     "SweepFill",
     "ask",
     "ask_shared",

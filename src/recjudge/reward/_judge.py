@@ -16,9 +16,11 @@ from recjudge._util import RunFault, stable_hash
 from recjudge.decoding import BranchBias, Choice, DecodeJob, EvidenceFirst, decode
 from recjudge.llm import (
     LLMConfig,
+    ModelLoadError,
     SamplingConfig,
     capabilities_of,
     escape_special,
+    llm_key,
     resolve_llm_config,
 )
 from recjudge.reward._modes import MODES, SIMULATOR_MODES, ModeSpec, mode_spec
@@ -187,10 +189,6 @@ class JudgeRequest:
                 f"user {self.user_id!r} has an empty history; the judge needs at "
                 "least one past item"
             )
-
-
-class ModelLoadError(RunFault, ValueError):
-    """The judge's model cannot be loaded (an unknown name): a fault of the whole run."""
 
 
 # Errors that belong to one request (its text, ids, grammar or sigma), recorded per request
@@ -478,23 +476,14 @@ class Judge:
 
     # -- keys -----------------------------------------------------------------------------
     def _llm_settings(self) -> dict[str, Any]:
-        """What of the LLM changes an answer: its dtype, and its backend and endpoint when
-        not transformers."""
+        """What of the LLM changes an answer (``llm_key``), for the LLM this judge runs (or
+        will load, or its workers will load)."""
         llm_config = getattr(self._llm, "config", None)
         if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
             llm_config = resolve_llm_config(self.llm_config_or_model())
         if self.executor is not None and self._llm is None:  # what its workers will load
             llm_config = self.executor.placed(llm_config)
-        # bf16 and fp32 round differently ("auto" picks by CPU), so they get their own keys.
-        out: dict[str, Any] = {"dtype": llm_config.resolved_dtype()}
-        if llm_config.backend == "transformers" and llm_config.device != "cpu":
-            device = llm_config.resolved_device()
-            if device != "cpu":  # a GPU's kernels round differently; CPU keys stay as they were
-                out["device"] = device.split(":")[0]
-        if llm_config.backend != "transformers":  # other engines round differently
-            # another server may serve another model or build under the same name
-            out.update(backend=llm_config.backend, endpoint=llm_config.base_url)
-        return out
+        return llm_key(llm_config)
 
     def key(self, req: JudgeRequest) -> str:
         return self._key(req, bias=True)

@@ -54,6 +54,11 @@ KEY_ENV = "RECJUDGE_CHECKPOINT_KEY"
 MAX_INFLATED = 512 * 2**20  # bytes a checkpoint may inflate to (the largest committed: 37 MB)
 MAX_LINE = 4 * 2**20  # bytes of one row
 MAX_PERSONA = 20_000  # characters of one imported persona (ours: at most persona_tokens tokens)
+#: chat-template markup (ChatML/Llama 3/Phi ``<|...|>``, Llama 2/Mistral ``[INST]``,
+#: ``<<SYS>>``, ``<s>``): a persona is a description of a user, never a turn of a chat. It
+#: would be escaped where it is used (``escape_special``), but a persona holding it is neither
+#: exported nor imported: it is what a forged checkpoint looks like.
+CHAT_MARKUP = re.compile(r"<\|[^<>|\s]{1,48}\|>|\[/?INST\]|<</?SYS>>|</?s>")
 TABLES = ("results", "decisions", "personas")
 # An answer of JSON punctuation and the schema's own words names no item.
 _SKELETON = re.compile(r'(?:[\s{}\[\]":,]|evidence|is_relevant|YES|NO)*')
@@ -132,6 +137,8 @@ def portable_persona(result: dict[str, Any]) -> dict[str, Any] | None:
 
     form = result.get(PORTABLE_FORM)
     if not isinstance(form, dict) or set(form) != {"text"} or form["text"] != result.get("text"):
+        return None
+    if isinstance(form["text"], str) and CHAT_MARKUP.search(form["text"]):
         return None
     return {**form, PORTABLE_FORM: form}
 
@@ -358,6 +365,8 @@ def check_row(row: Any) -> str | None:
     if table == "personas":
         form = result.get(PORTABLE_FORM)
         text = form.get("text") if isinstance(form, dict) else None
+        if isinstance(text, str) and CHAT_MARKUP.search(text):
+            return f"a persona holds chat markup ({CHAT_MARKUP.search(text).group()!r})"
         if not isinstance(text, str) or portable_persona(result) != result:
             return "a persona is exactly {text, portable_form: {text}}"
         if len(text) > MAX_PERSONA:

@@ -8,7 +8,7 @@ loop, once.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +42,38 @@ class StoredAsk:
     schema: Schema | None = None
     result: Callable[[ConstrainedOutput], dict[str, Any]] | None = None
     portable: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+
+#: The LLM settings every stored question of the evaluators (GISTBench, UserSumBench, RecSys
+#: Arena) was answered under before their keys named them (2026-12-02): bf16, transformers on
+#: the CPU (``llm_key`` omits transformers and the CPU), as the committed checkpoints were.
+LEGACY_LLM: dict[str, Any] = {"dtype": "bfloat16"}
+
+
+def ask_key(
+    *parts: Any,
+    llm: Mapping[str, Any],
+    settings: Mapping[str, Any] | None = None,
+    legacy: Mapping[str, Any] | None = None,
+    length: int = 16,
+) -> str:
+    """A stored question's key: ``stable_hash`` of what it asks (``parts``: prompt version,
+    kind, model, messages, schema key, ...), the LLM's settings (``llm_key``) and the
+    evaluator's own settings that change the answer but are in no part (``settings``: a
+    token budget, the batch-invariant engine).
+
+    Every setting equal to the value keys were made under before it was keyed
+    (``LEGACY_LLM``, and ``legacy`` for ``settings``) adds nothing: keys written then, the
+    committed checkpoints' among them, stay the keys of the same questions asked the same
+    way, and any other value (fp32, a GPU, a server, another budget) is a key of its own.
+    """
+    from recjudge._util import stable_hash
+
+    missing = object()
+    before = {**LEGACY_LLM, **(legacy or {})}
+    extra = {k: v for k, v in {**llm, **(settings or {})}.items()
+             if before.get(k, missing) != v}  # fmt: skip
+    return stable_hash(*parts, *([extra] if extra else []), length=length)
 
 
 #: The key of a stored result's title-free form (``StoredAsk.portable``).

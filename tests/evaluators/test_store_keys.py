@@ -1,0 +1,110 @@
+"""Stored answers are keyed by declared fields: every config that feeds a store classifies
+each field as keyed or not; one ``llm_key`` says what of an LLM changes an answer, for the
+judge and every evaluator's stored questions; and keys made before those settings were keyed
+(the committed checkpoints') are still the keys of the same questions asked the same way."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from recjudge.evaluators._arena import ArenaConfig
+from recjudge.evaluators._gist import GistConfig
+from recjudge.evaluators._usersum import UserSumConfig
+from recjudge.llm import LLMConfig, llm_key
+from recjudge.reward import JudgeConfig, ask_key
+
+CHECKPOINTS = Path(__file__).parents[2] / "checkpoints"
+
+
+@pytest.mark.parametrize("config", [LLMConfig, GistConfig, UserSumConfig, ArenaConfig,
+                                    JudgeConfig], ids=lambda c: c.__name__)  # fmt: skip
+def test_every_field_of_a_config_that_feeds_a_store_is_classified(config):
+    groups = [config.KEYED, config.UNKEYED, frozenset(getattr(config, "KEYED_WHEN", {}))]
+    assert set(config.model_fields) == set().union(*groups), (
+        f"classify the new {config.__name__} field in KEYED or UNKEYED: does it change a "
+        "stored answer? (a keyed field re-keys every stored answer it enters)"
+    )
+    assert sum(len(g) for g in groups) == len(config.model_fields)  # each in one group only
+
+
+def test_llm_key_follows_the_classification(monkeypatch):
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    base = LLMConfig(model="m")
+    assert llm_key(base) == {"dtype": "float32"}  # transformers on the CPU: the dtype only
+    same = {"num_threads": 3, "api_key_env": "X", "concurrency": 2, "timeout": 5.0,
+            "probe_bias": False, "implementation": "transformers"}  # fmt: skip
+    assert set(same) == LLMConfig.UNKEYED
+    for field, value in same.items():
+        assert llm_key(base.model_copy(update={field: value})) == llm_key(base), field
+    assert llm_key(base.model_copy(update={"dtype": "bfloat16"}))["dtype"] == "bfloat16"
+    assert llm_key(base.model_copy(update={"device": "cuda:1"}))["device"] == "cuda"
+    server = LLMConfig(model="m", backend="openai-compatible", base_url="http://h:1/v1")
+    assert llm_key(server)["endpoint"] == "http://h:1/v1"
+    assert llm_key(server.model_copy(update={"served_model": "other"}))["served_model"] == "other"
+    vllm = LLMConfig(model="m", backend="vllm")
+    assert "vllm_args" not in llm_key(vllm.model_copy(
+        update={"vllm_args": {"gpu_memory_utilization": 0.5}}))  # memory only  # fmt: skip
+    assert llm_key(vllm.model_copy(update={"vllm_args": {"quantization": "fp8"}}))[
+        "vllm_args"] == {"quantization": "fp8"}  # fmt: skip
+
+
+def test_legacy_settings_add_nothing_to_a_key_and_any_other_value_is_its_own_key():
+    from recjudge._util import stable_hash
+
+    parts = ("v1", "extract", "m", [{"role": "user", "content": "hi"}])
+    legacy = {"deterministic": False, "extraction_tokens": 1024}
+    old = stable_hash(*parts)
+    assert ask_key(*parts, llm={"dtype": "bfloat16"}, settings=legacy, legacy=legacy) == old
+    others = [({"dtype": "float32"}, legacy), ({"dtype": "bfloat16", "device": "cuda"}, legacy),
+              ({"dtype": "bfloat16"}, {**legacy, "extraction_tokens": 512}),
+              ({"dtype": "bfloat16"}, {**legacy, "deterministic": True})]  # fmt: skip
+    keys = {ask_key(*parts, llm=llm, settings=s, legacy=legacy) for llm, s in others}
+    assert old not in keys and len(keys) == len(others)
+
+
+@pytest.fixture(scope="module")
+def gist_ml1m():
+    """GISTBench's extraction questions as the committed ML-1M run asked them (its command
+    in checkpoints/README.md), and the keys its checkpoint holds."""
+    config = GistConfig(models=("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", "smollm2-135m"),
+                        judge="qwen2.5-coder-1.5b", users=30)  # fmt: skip
+    ck = CHECKPOINTS / "gist-ml1m-1.5b" / "store.ckpt.gz"
+    with gzip.open(ck, "rt") as f:
+        next(f)
+        stored = {json.loads(line)["key"] for line in f}
+    return config, stored
+
+
+def _extraction_keys(config, monkeypatch, dtype="bfloat16"):
+    from recjudge.evaluators._gist_pipeline import gist_extraction_asks
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", dtype)
+    return {a.key for a in gist_extraction_asks(config, "ml-1m")}
+
+
+def test_the_committed_gist_checkpoint_answers_todays_questions(gist_ml1m, monkeypatch):
+    """The run was bf16 on the CPU, default budget, not deterministic: today's keys for its
+    189 extraction questions are the stored ones (182 exported; the 7 that name a title stay
+    behind, checkpoints/README.md), so nothing it holds is asked again."""
+    config, stored = gist_ml1m
+    keys = _extraction_keys(config, monkeypatch)
+    assert len(keys) == 189 and len(keys & stored) == 182
+
+
+@pytest.mark.parametrize(
+    ("update", "dtype", "reused"),
+    [({"extraction_tokens": 512}, "bfloat16", False),  # a cut answer is another answer
+     ({"deterministic": True}, "bfloat16", False),  # the batch-invariant engine's answer
+     ({}, "float32", False),  # fp32 rounds differently
+     ({"batch_size": 3, "bootstrap": 10, "agreement_sample": 5}, "bfloat16", True)],
+)  # fmt: skip
+def test_a_changed_setting_is_asked_again_and_an_unkeyed_one_is_not(
+    gist_ml1m, monkeypatch, update, dtype, reused
+):
+    config, stored = gist_ml1m
+    keys = _extraction_keys(config.model_copy(update=update), monkeypatch, dtype)
+    assert len(keys & stored) == (182 if reused else 0)
