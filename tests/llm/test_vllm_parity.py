@@ -427,7 +427,7 @@ def test_every_evaluator_runs_on_vllm_from_the_command_lines_defaults(name, tmp_
     in-process transformers model is loaded)."""
     from recjudge.evaluators import EVALUATORS
     from recjudge.llm import reset_llm_defaults, set_llm_defaults
-    from recjudge.llm._backend import _BACKENDS
+    from recjudge.llm._load import _LOADED as _BACKENDS
 
     assert set(EVALUATORS.names()) == set(TINY)  # a new evaluator gets a row here
     spec = EVALUATORS.get(name)
@@ -442,4 +442,35 @@ def test_every_evaluator_runs_on_vllm_from_the_command_lines_defaults(name, tmp_
     # every backend this evaluator loaded (none: it reused an earlier test's vLLM engine)
     assert "TransformersBackend" not in loaded and (loaded or before), loaded
     RESULTS[f"evaluators-on-vllm/{name}"] = {"ran": True, "backends_loaded": sorted(loaded)}
+    _save()
+
+
+def test_ray_workers_holding_vllm_give_the_one_process_vllm_judgments(reqs, tmp_path):
+    """``--ray --backend vllm``: a local Ray head, one worker actor that loads vLLM itself
+    (the driver never does): the same keys, verdicts, evidence and p_yes as vLLM in this
+    process, bias on (beta 25, mixed verdicts)."""
+    from recjudge.reward import RayConfig, RayExecutor
+    from recjudge.reward._ray import LocalCluster
+
+    cfg = JudgeConfig(model="smollm2-135m", beta=25.0, batch_size=10)
+    llm_config = LLMConfig(model="smollm2-135m", dtype="float32", backend="vllm",
+                           vllm_args=VLLM_ARGS)  # fmt: skip
+    part = reqs[:20]
+    here = Judge(cfg, llm=load_llm(llm_config))
+    ref = here.judge_many(part)
+    with LocalCluster(cpus=2, temp_dir=f"/tmp/rj-vray-{os.getpid()}") as c:
+        ex = RayExecutor(RayConfig(address=c.address, actors=1, threads=2))
+        judge = Judge(cfg, llm_config=llm_config, executor=ex)
+        t = time.perf_counter()
+        got = judge.judge_many(part)
+        seconds = time.perf_counter() - t
+        assert not judge.llm_loaded_here()
+    assert [judge.key(r) for r in part] == [here.key(r) for r in part]
+    assert {a.is_relevant for a in ref} == {True, False}  # mixed verdicts
+    assert [a.is_relevant for a in ref] == [b.is_relevant for b in got]
+    assert [a.evidence for a in ref] == [b.evidence for b in got]
+    diff = max(abs(a.p_yes - b.p_yes) for a, b in zip(ref, got, strict=True))
+    assert diff <= 1e-6
+    RESULTS["ray-vllm-worker/beta=25"] = {"judgments": len(got), "max_abs_p_yes_diff": diff,
+                                          "seconds_with_pool_start": round(seconds, 2)}  # fmt: skip
     _save()

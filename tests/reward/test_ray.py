@@ -146,6 +146,24 @@ def test_placed_resolves_dtype_and_device_once():
     assert (gpu.device, gpu.dtype) == ("cuda", "bfloat16")
 
 
+def test_vllm_workers_are_placed_and_keyed_as_vllm_and_a_server_is_refused(ml100k):
+    """--ray --backend vllm: the workers load vLLM (the backend travels in the placed
+    config, dtype resolved on the driver) and its results are keyed as vLLM's, apart from
+    the engine's; a server backend spreads its own work and is refused with one line."""
+    vllm = LLMConfig(model="smollm2-135m", backend="vllm", dtype="float32")
+    placed = RayExecutor(RayConfig(gpus=1)).placed(vllm)
+    assert (placed.backend, placed.dtype) == ("vllm", "float32")
+    req = _requests(ml100k, 2, 2)[0]
+    on_vllm = Judge(_config(), executor=RayExecutor(RayConfig()), llm_config=vllm)
+    assert on_vllm.key(req) != Judge(_config(), executor=RayExecutor(RayConfig()),
+                                     llm_config=FP32).key(req)  # fmt: skip
+    assert not on_vllm.llm_loaded_here()
+    server = LLMConfig(model="smollm2-135m", backend="openai-compatible",
+                       base_url="http://127.0.0.1:1/v1")  # fmt: skip
+    with pytest.raises(ValueError, match="is a server, which spreads its own work"):
+        RayExecutor(RayConfig()).placed(server)
+
+
 def test_gpu_workers_key_their_device(ml100k):
     """Results decoded on GPU workers are keyed as GPU results (other kernels round
     differently), without a GPU on the driver."""

@@ -53,23 +53,26 @@ def build_judge(
     if ray is not None:
         from recjudge.reward._ray import RayExecutor
 
-        if backend != "transformers" or server:
+        if backend not in ("transformers", "vllm") or server:
             raise ValueError(
-                "--ray runs recjudge's engine on the cluster's workers: drop --backend/--server "
-                "(a server already spreads its own work), or run without --ray"
+                "--ray runs the model on the cluster's workers (recjudge's engine, or vLLM "
+                "with --backend vllm): drop --server (a server already spreads its own work), "
+                "or run without --ray"
             )
         if device not in ("auto", "cpu", "cuda"):
             raise ValueError("with --ray, --ray-gpus places the model (leave --device unset)")
         executor = RayExecutor(ray)
         executor.ready()  # a cluster fault ends the job before it writes anything
-    if backend != "transformers" or server:
+    on_workers = {"backend": backend} if ray is not None and backend == "vllm" else {}
+    if (backend != "transformers" or server) and not on_workers:
         if server and backend == "transformers":
             backend = "openai-compatible"
         llm = load_llm(LLMConfig(model=model, backend=backend, base_url=server))
     # In process: loaded when first needed, on this device (auto: CUDA when there is one).
-    # ("auto" is left unset, so the command line's root --device, if any, applies)
+    # ("auto" is left unset, so the command line's root --device, if any, applies). With
+    # --ray --backend vllm, each worker loads vLLM from this config (the driver never does).
     placed = {"device": device} if device != "auto" else {}
-    llm_config = None if llm is not None else LLMConfig(model=model, **placed)
+    llm_config = None if llm is not None else LLMConfig(model=model, **placed, **on_workers)
     cf_model = None
     if cf:  # (a judge without a CF model never imports the CF models' modules)
         from recjudge.cf_models import load_model

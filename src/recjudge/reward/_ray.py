@@ -9,9 +9,16 @@ What runs where:
   encoded once), and writes each finished call to the run's one results store in one
   transaction as it arrives;
 - **the workers**: a pool of Ray actors (``ActorPoolStrategy``), each holding one backend
-  (recjudge's engine on ``threads`` CPU cores, or on one GPU), render and tokenise the
-  prompts (so titles are escaped by the same code as in one process) and decode them with
-  the grammar and the branch bias (``Judge.judge_prepared``).
+  (recjudge's engine on ``threads`` CPU cores or one GPU; or, with ``backend="vllm"``, vLLM
+  in the actor with recjudge's bias processor, grammar and decision log-probabilities, as
+  ``--backend vllm`` in one process), render and tokenise the prompts (so titles are
+  escaped by the same code as in one process) and decode them (``Judge.judge_prepared``).
+
+vLLM runs in these actors rather than through ``ray.data.llm``'s processor: that stage
+takes rows of prompts and sampling parameters, but recjudge's engine calls carry what its
+decoding derives per call (remainder grammars after the prefilled lead, the bias payload, the
+watched tokens, the replay of the decision record), which is built where the tokenizer and
+compiled grammar are, on the worker; one worker code path then serves both engines.
 
 The requests travel as a Ray Dataset of engine calls, one block each, as JSON strings (Ray
 turns nested lists into numpy arrays; a string arrives as it left). Ray Data restarts an
@@ -255,6 +262,11 @@ class RayExecutor:
     def placed(self, llm_config: LLMConfig) -> LLMConfig:
         """The ``LLMConfig`` every worker loads: dtype and device resolved here, once, so a
         worker on another CPU computes (and keys) what the driver says."""
+        if llm_config.backend not in ("transformers", "vllm"):
+            raise ValueError(
+                f"--ray: backend {llm_config.backend!r} is a server, which spreads its own "
+                "work; drop --ray, or run recjudge's engine or vLLM on the workers"
+            )
         device = "cuda" if self.config.gpus > 0 else "cpu"
         placed = llm_config.model_copy(update={"device": device})
         return placed.model_copy(
@@ -295,9 +307,9 @@ class RayExecutor:
 
         if judge.llm_loaded_here():
             raise ValueError(
-                "--ray judges with recjudge's engine on the workers; a vLLM or server backend "
-                "given to the judge cannot be shipped there (drop --backend/--server, or run "
-                "without --ray)"
+                "--ray loads the model on the workers; a backend loaded here cannot be shipped "
+                "there (give the judge an llm_config, e.g. LLMConfig(backend='vllm'), not a "
+                "loaded llm; or run without --ray)"
             )
         calls: list[list[dict[str, Any]]] = []
         failed_at: list[int] = []
