@@ -288,8 +288,13 @@ def _train_sigma_models(
     With ``folder`` (the run's), both are saved under ``folder/cf`` keyed by what they were
     trained on and loaded by a resumed run instead of trained again (Book-Crossing's took
     ~24 CPU minutes of each restart of a 450-user run)."""
-    from recjudge.cf_models import CFModelError, ItemItemSimilarity, SideInfo, load_model
-    from recjudge.cf_models._eval import calibration_pairs
+    from recjudge.cf_models import (
+        CFModelError,
+        ItemItemSimilarity,
+        SideInfo,
+        calibration_pairs,
+        load_model,
+    )
     from recjudge.data import leave_one_out
 
     scale_max = float(ds.interactions["rating"].max())

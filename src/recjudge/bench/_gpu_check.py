@@ -131,8 +131,7 @@ def random_backend(
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from recjudge.llm import LLMConfig
-    from recjudge.llm._backend import TransformersBackend, require_device
+    from recjudge.llm import LLMConfig, TransformersBackend, require_device
 
     cfg = LLMConfig(model=f"random:{Path(tokenizer).name}", device=device, dtype=dtype)
     where = require_device(cfg.resolved_device())

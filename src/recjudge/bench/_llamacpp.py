@@ -20,7 +20,7 @@ from recjudge.bench._methods import Answer, Runner, _answer, processors_for
 def _load(model: str, threads: int) -> Any:
     from llama_cpp import Llama
 
-    from recjudge.llm._models import PRESETS, assemble_gguf
+    from recjudge.llm import PRESETS, assemble_gguf
 
     gguf = assemble_gguf(PRESETS.get(model))
     return Llama(
@@ -75,7 +75,7 @@ def llamacpp_runners(
 ) -> dict[str, Runner]:
     """llama.cpp full-answer and read-out methods, or none when it is not installed or the
     model is not a preset with a GGUF file."""
-    from recjudge.llm._models import PRESETS
+    from recjudge.llm import PRESETS
 
     if importlib.util.find_spec("llama_cpp") is None or model not in PRESETS:
         return {}

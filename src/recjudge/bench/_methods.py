@@ -124,7 +124,7 @@ def _answer(schema: Any, text: str, readout: bool) -> Answer:
 
 
 def _engine(judge: Any, full: bool) -> Callable[[list[Any]], list[Answer]]:
-    from recjudge.reward._judge import clear_prefix_cache
+    from recjudge.reward import clear_prefix_cache
 
     def run(reqs: list[Any]) -> list[Answer]:
         clear_prefix_cache(judge.llm)  # every method encodes the user's prefix itself
@@ -135,8 +135,7 @@ def _engine(judge: Any, full: bool) -> Callable[[list[Any]], list[Answer]]:
 
 
 def _sweep(judges: dict[str, Any], label: str, full: bool) -> Callable[[list[Any]], list[Answer]]:
-    from recjudge.reward import judge_sweep
-    from recjudge.reward._judge import clear_prefix_cache
+    from recjudge.reward import clear_prefix_cache, judge_sweep
 
     def run(reqs: list[Any]) -> list[Answer]:
         clear_prefix_cache(judges[label].llm)

@@ -509,7 +509,7 @@ def gold_summary(
 def calibrated(world: World, imputer: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``imputer``'s probabilities through an isotonic map fitted on ``n`` gold pairs drawn
     uniformly from the listed pairs (labels: the online truth); hard label p > 0.5."""
-    from recjudge.evaluators._calibrate import apply_map, fit_isotonic
+    from recjudge.evaluators import apply_map, fit_isotonic
 
     g = np.random.default_rng(seed)
     gold = g.choice(len(world.pairs), min(n, len(world.pairs)), replace=False)

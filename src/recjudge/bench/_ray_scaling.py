@@ -114,9 +114,14 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
     """Seconds per judgment of what the driver does, timed without a model."""
     from recjudge.cf_models import calibrated_cf
     from recjudge.llm import LLMConfig
-    from recjudge.reward import Judge, RayConfig, RayExecutor, ResultsStore
-    from recjudge.reward._judge import _request_record
-    from recjudge.reward._ray import request_record
+    from recjudge.reward import (
+        Judge,
+        RayConfig,
+        RayExecutor,
+        ResultsStore,
+        request_record,
+        stored_request,
+    )
 
     items = ds.items.item_id.astype(str).tolist()
     cf = calibrated_cf(c.cf, ds.interactions, items, c.seed)
@@ -160,7 +165,7 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
         for text in results:
             got = json.loads(text)["results"]
             done = [(int(r["i"]), Judgment.from_dict(r["judgment"])) for r in got]
-            st.put_many([(j.key, _request_record(reqs[i], config), j.to_dict())
+            st.put_many([(j.key, stored_request(reqs[i], config), j.to_dict())
                          for i, j in done], [])  # fmt: skip
         t["results parsed and merged (store)"] = time.perf_counter() - t0
     del blocks

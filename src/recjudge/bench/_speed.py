@@ -183,8 +183,7 @@ class GpuCheckConfig(_Bench):
 
 def run_gpu_check(c: GpuCheckConfig, out: str | Path) -> dict[str, Any]:
     from recjudge.bench._gpu_check import gpu_check, qwen_tokenizer
-    from recjudge.llm import LLMConfig
-    from recjudge.llm._backend import require_device
+    from recjudge.llm import LLMConfig, require_device
 
     # a device torch cannot use is said before the Qwen tokenizer's preset is fetched and
     # built (a machine without it would otherwise first be told to install that model)

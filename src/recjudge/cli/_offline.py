@@ -24,7 +24,7 @@ def calibrate_cmd(
     """The judge against labels you trust: AUC, Brier, ECE, kappa, a reliability diagram,
     and an isotonic map (p_yes -> P(relevant)) that impute --calibration applies."""
     from recjudge.data import DataError
-    from recjudge.evaluators._calibrate import calibration_lines, run_calibration
+    from recjudge.evaluators import calibration_lines, run_calibration
 
     try:
         res = run_calibration(judgments, labels, out, folds=folds, seed=seed)
@@ -59,7 +59,7 @@ def audit_cmd(
     history length and title length (table + PNG); or of an arena run: verdicts by list
     position."""
     from recjudge.data import DataError
-    from recjudge.evaluators._audit import run_audit, run_position_audit
+    from recjudge.evaluators import run_audit, run_position_audit
 
     if arena:
         if judgments or labels:

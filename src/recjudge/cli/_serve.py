@@ -8,7 +8,7 @@ import typer
 
 from recjudge._util import is_loopback
 from recjudge.cli._app import app, fail
-from recjudge.llm._vllm import serve_command
+from recjudge.llm import serve_command
 
 
 def _shown(name: str, value: str) -> str:

@@ -14,7 +14,15 @@ from recjudge.decoding._compile import (
     TokenTable,
     compile_schema,
 )
-from recjudge.decoding._decode import CapabilityError, DecodeJob, decode, lead_ids, require
+from recjudge.decoding._decode import (
+    READOUT_STEPS,
+    CapabilityError,
+    DecodeJob,
+    decode,
+    lead_ids,
+    require,
+    room_for_answers,
+)
 from recjudge.decoding._processors import (
     BranchBiasProcessor,
     DecisionRecord,
@@ -36,10 +44,14 @@ from recjudge.decoding._schemas import (
     Schema,
     SchemaError,
     Verdicts,
+    ebnf_literal,
     json_literal,
 )
 
 __all__ = [
+    "READOUT_STEPS",
+    "ebnf_literal",
+    "room_for_answers",
     "CapabilityError",
     "DecodeJob",
     "require",

@@ -127,7 +127,7 @@ class GrammarCache:
         if got is not None and len(got[1]) == width:
             info, token_bytes = got
         else:
-            from recjudge.llm._tokenizer import transformers_tokenizer_of
+            from recjudge.llm import transformers_tokenizer_of
 
             # xgrammar reads transformers' tokenizer internals: a native tokenizer's twin
             # (built once per tokenizer and machine: the table is cached below)
@@ -189,7 +189,7 @@ def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None
 
     import xgrammar as xgr
 
-    from recjudge.llm._tokenizer import VOCAB_FILES, file_stamps
+    from recjudge.llm import VOCAB_FILES, file_stamps
 
     folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
     if not str(folder) or not folder.is_dir():

@@ -309,7 +309,7 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
         chosen = proc.records[row].chosen
         return chosen is not None and chosen != job.keep_branch
 
-    from recjudge.llm._fast import decode_prompts, decode_shared
+    from recjudge.llm import decode_prompts, decode_shared
 
     common = {"sampling": sampling, "seeds": job.seeds, "stats": stats,
               "deterministic": job.deterministic, "rows": job.rows}  # fmt: skip

@@ -349,7 +349,7 @@ def probe_bias(llm: LLMBackend) -> None:
     """
     from recjudge.decoding._api import BranchBias
     from recjudge.decoding._schemas import EvidenceFirst
-    from recjudge.llm._vllm import ServerError
+    from recjudge.llm import ServerError
 
     llm.needs_bias_probe = False  # the probe's own requests must not probe again
     try:
@@ -404,8 +404,7 @@ def engine_constrained(
     """
     from recjudge.decoding._api import ConstrainedOutput
     from recjudge.decoding._compile import compile_schema
-    from recjudge.llm import SamplingConfig
-    from recjudge.llm._vllm import EngineRequest
+    from recjudge.llm import EngineRequest, SamplingConfig
 
     if llm.needs_bias_probe:
         probe_bias(llm)

@@ -26,7 +26,7 @@ from vllm.v1.worker.gpu.sample.logits_processor.interface import (
 )
 
 from recjudge.decoding._remote import BiasPayload, RequestBias
-from recjudge.llm._vllm import PROCESSORS, SPEC_DECODE_ERROR
+from recjudge.llm import PROCESSORS, SPEC_DECODE_ERROR
 
 __all__ = ["SPEC_DECODE_ERROR", "BranchBiasV1", "BranchBiasV2", "processor_fqcn"]
 

@@ -1,6 +1,7 @@
 """Offline evaluation of a team's recommender: runs, impute, evaluate, augment, the metric
 estimators: the public names of this family (also importable flat from ``recjudge.evaluators``)."""
 
+from recjudge.evaluators._audit import run_audit, run_position_audit
 from recjudge.evaluators._augment import (
     AugmentConfig,
     AugmentPlan,
@@ -8,6 +9,12 @@ from recjudge.evaluators._augment import (
     augment_plan,
     augmented_interactions,
     select_positives,
+)
+from recjudge.evaluators._calibrate import (
+    apply_map,
+    calibration_lines,
+    fit_isotonic,
+    run_calibration,
 )
 from recjudge.evaluators._circular import OVERLAP_LIMIT, list_overlap
 from recjudge.evaluators._estimators import (
@@ -71,6 +78,12 @@ from recjudge.evaluators._runs import (
 )
 
 __all__ = [
+    "apply_map",
+    "calibration_lines",
+    "fit_isotonic",
+    "run_audit",
+    "run_calibration",
+    "run_position_audit",
     "AugmentJob",
     "EvaluateJob",
     "ImputeJob",

@@ -8,7 +8,12 @@ torch's ~2 s import for nothing.
 
 from typing import TYPE_CHECKING, Any
 
-from recjudge.llm._backend import TransformersBackend, escape_special, special_strings
+from recjudge.llm._backend import (
+    TransformersBackend,
+    escape_special,
+    require_device,
+    special_strings,
+)
 from recjudge.llm._config import (
     DEFAULT_FIELDS,
     DTYPE_ENV,
@@ -51,7 +56,18 @@ from recjudge.llm._pool import LLMPool
 
 if TYPE_CHECKING:
     from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
-    from recjudge.llm._engine import NonFiniteLogitsError
+    from recjudge.llm._engine import EngineStats, NonFiniteLogitsError
+    from recjudge.llm._fast import decode_prompts, decode_shared, prefixes_of
+    from recjudge.llm._tokenizer import VOCAB_FILES, file_stamps, transformers_tokenizer_of
+    from recjudge.llm._vllm import (
+        PROCESSORS,
+        SPEC_DECODE_ERROR,
+        EngineRequest,
+        EngineResult,
+        ServerError,
+        model_source,
+        serve_command,
+    )
 
 #: public name -> the private module that defines it, imported when the name is first read
 _LAZY = {
@@ -60,6 +76,21 @@ _LAZY = {
     "best_options": "_choice",
     "option_tokens": "_choice",
     "NonFiniteLogitsError": "_engine",
+    # what decoding, the judge and the benches use from the engines (torch; vLLM clients)
+    "EngineStats": "_engine",
+    "decode_prompts": "_fast",
+    "decode_shared": "_fast",
+    "prefixes_of": "_fast",
+    "EngineRequest": "_vllm",
+    "EngineResult": "_vllm",
+    "ServerError": "_vllm",
+    "PROCESSORS": "_vllm",
+    "SPEC_DECODE_ERROR": "_vllm",
+    "model_source": "_vllm",
+    "serve_command": "_vllm",
+    "VOCAB_FILES": "_tokenizer",
+    "file_stamps": "_tokenizer",
+    "transformers_tokenizer_of": "_tokenizer",
 }
 
 
@@ -78,6 +109,21 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "EngineStats",
+    "decode_prompts",
+    "decode_shared",
+    "prefixes_of",
+    "EngineRequest",
+    "EngineResult",
+    "ServerError",
+    "PROCESSORS",
+    "SPEC_DECODE_ERROR",
+    "model_source",
+    "serve_command",
+    "VOCAB_FILES",
+    "file_stamps",
+    "transformers_tokenizer_of",
+    "require_device",
     "DTYPE_ENV",
     "DEFAULT_FIELDS",
     "ENGINE_CAPABILITIES",

@@ -60,7 +60,7 @@ class EngineResult:
     step_logprobs: list[dict[int, float]]
 
 
-def _source(model: str) -> tuple[str, str | None]:
+def model_source(model: str) -> tuple[str, str | None]:
     """(folder or hub id, gguf file name) for a preset, a path or a Hugging Face id."""
     # A preset that is missing or damaged raises here (never becomes a hub id); a string
     # that is neither a preset nor a path comes back unchanged as a Hugging Face id.
@@ -178,7 +178,7 @@ class VLLMBackend(_EngineMixin):
         from vllm import LLM
 
         self.config = config
-        source, gguf = _source(config.model)
+        source, gguf = model_source(config.model)
         v2 = use_v2_runner()
         # Pin the runner so vLLM cannot pick the one the registered class does not fit.
         os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if v2 else "0"
@@ -335,7 +335,7 @@ class OpenAICompatibleBackend(_EngineMixin):
                 "(start a server with `recjudge serve --model ...`)"
             )
         self.config = config
-        source, gguf = _source(config.model)
+        source, gguf = model_source(config.model)
         self.tokenizer = AutoTokenizer.from_pretrained(source, **_gguf_kwargs(gguf))
         self.vocab_size = int(AutoConfig.from_pretrained(source, **_gguf_kwargs(gguf)).vocab_size)
         self.name = config.model
@@ -485,7 +485,7 @@ def serve_command(
             "recjudge's branch bias does not support speculative decoding; drop "
             "--speculative-config"
         )
-    source, gguf = _source(model)
+    source, gguf = model_source(model)
     target = source if gguf is None else str(Path(source) / gguf)
     cmd = _vllm_serve_head(target) + [
         "--served-model-name",

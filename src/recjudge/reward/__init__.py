@@ -15,9 +15,11 @@ from recjudge.reward._judge import (
     Judgment,
     RunSummary,
     cf_identity,
+    clear_prefix_cache,
     is_run_fault,
     request_for,
     requests_for,
+    stored_request,
 )
 from recjudge.reward._modes import CF_MODES, LLM_MODES, MODE_SPECS, ModeSpec, mode_spec
 from recjudge.reward._portable import (
@@ -35,6 +37,7 @@ from recjudge.reward._ray import (
     RayExecutor,
     RayNotInstalledError,
     WorkerFault,
+    request_record,
 )
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
 from recjudge.reward._store import ResultsStore, StoreError, salvage
@@ -60,6 +63,9 @@ from recjudge.reward._sweep import (
 )
 
 __all__ = [
+    "clear_prefix_cache",
+    "stored_request",
+    "request_record",
     "SIMULATORS",
     "SIMULATOR_MODES",
     "Population",

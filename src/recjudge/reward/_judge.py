@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 def clear_prefix_cache(llm: LLMBackend) -> None:
     """Forget ``llm``'s shared prefix caches (benchmarks time each method from a cold start)."""
-    from recjudge.llm._fast import prefixes_of
+    from recjudge.llm import prefixes_of
 
     prefixes_of(llm).clear()
 
@@ -438,7 +438,7 @@ class Judge:
         self.cf = cf
         self._llm = llm
         self._cf_id = cf_identity(cf)
-        from recjudge.llm._engine import EngineStats
+        from recjudge.llm import EngineStats
 
         self.stats = EngineStats()
         self.last_run: RunSummary | None = None
@@ -765,9 +765,9 @@ class Judge:
     def _persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
         """One transaction: the verdicts as results, the failures (no verdict) as failures."""
         store.put_many(
-            [(j.key, _request_record(r, self.config), j.to_dict()) for r, j in done
+            [(j.key, stored_request(r, self.config), j.to_dict()) for r, j in done
              if j.error is None],
-            [(j.key, _request_record(r, self.config), j.error) for r, j in done
+            [(j.key, stored_request(r, self.config), j.error) for r, j in done
              if j.error is not None],
         )  # fmt: skip
 
@@ -1023,7 +1023,9 @@ class JudgeExecutor(Protocol):
         ...
 
 
-def _request_record(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:
+def stored_request(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:
+    """What the store keeps beside a judgment, for people and ``salvage`` (ids, the
+    candidate's text, the history's length, the model), never in its key."""
     return {
         "user_id": req.user_id,
         "candidate_id": req.candidate_id,
