@@ -86,26 +86,12 @@ def test_a_map_made_for_another_judge_is_refused(tmp_path):
 
 
 def test_calibrate_command_writes_the_map_that_impute_applies(tmp_path):
-    from types import SimpleNamespace
-
+    from judged_folders import write_judged_folder
     from recjudge.evaluators._estimators import read_judged
     from recjudge.evaluators._impute import _write_sidecar
 
-    g = np.random.default_rng(1)
     folder = tmp_path / "imputed"
-    folder.mkdir()
-    judged = []
-    labels = ["user_id,item_id,label"]
-    for i in range(200):
-        truth = float(g.random())
-        p = truth**2
-        judged.append(SimpleNamespace(error=None, user_id=f"u{i % 7}", candidate_id=f"i{i}",
-                                      is_relevant=p > 0.5, p_yes=p, p_yes_semantic=p, sigma=0.0,
-                                      delta=0.0, evidence=[], evidence_ids=[]))  # fmt: skip
-        labels.append(f"u{i % 7},i{i},{int(g.random() < truth)}")
-    _write_sidecar(folder / "imputed.jsonl", judged, [])
-    (folder / "summary.json").write_text(json.dumps({"judge": {"model": "m", "mode": "brief"}}))
-    (tmp_path / "labels.csv").write_text("\n".join(labels) + "\n")
+    judged = write_judged_folder(folder, tmp_path / "labels.csv", 200, seed=1, power=2.0)
     r = run_cli("calibrate", "--judgments", str(folder), "--labels", str(tmp_path / "labels.csv"),
                 "--out", str(tmp_path / "cal"), "--json")  # fmt: skip
     assert r.code == 0, r.stderr

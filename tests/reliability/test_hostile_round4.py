@@ -320,22 +320,28 @@ def test_two_processes_writing_one_store_lose_and_double_nothing(tmp_path):
 def test_sigkill_during_evaluate_leaves_no_half_written_report(world, tmp_path, after):
     """Each file of the report is written to a temp name and renamed: killed at any moment,
     what sits under a report's name is a whole file (or none)."""
-    import os
-    import signal
-    import subprocess
     import sys
-    import time
 
     out = tmp_path / "ev"
     cmd = [sys.executable, "-m", "recjudge.cli._main", "evaluate", "--runs",
            f"a={world}/run.jsonl,b={world}/run.jsonl", "--feedback", str(world / "ds"),
            "--k", "2", "--metrics", "ndcg@2,precision@2", "--out", str(out)]  # fmt: skip
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    _killed_after(cmd, after)
+    _only_whole_files(out)
+
+
+def _killed_after(cmd: list[str], after: float, env=None) -> None:
+    """Run ``cmd``; SIGKILL it ``after`` seconds in if it is still running."""
+    import os
+    import signal
+    import subprocess
+    import time
+
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     time.sleep(after)
     if p.poll() is None:
         os.kill(p.pid, signal.SIGKILL)
     p.wait(timeout=60)
-    _only_whole_files(out)
 
 
 def _only_whole_files(out) -> int:
@@ -360,38 +366,17 @@ def test_sigkill_during_calibrate_leaves_no_half_written_output(tmp_path, after)
     """calibrate writes calibration.json (what impute --calibration reads), the report and
     the PNG each to a temp name, then renames: killed at any moment, each is whole or absent,
     and a calibration.json that is there loads as a map."""
-    import os
-    import signal
-    import subprocess
     import sys
-    import time
-    from types import SimpleNamespace
 
-    import numpy as np
-
+    from judged_folders import write_judged_folder
     from recjudge.evaluators._calibrate import load_map
-    from recjudge.evaluators._impute import _write_sidecar
 
-    g = np.random.default_rng(0)
-    folder, judged, labels = tmp_path / "imputed", [], ["user_id,item_id,label"]
-    folder.mkdir()
-    for i in range(20_000):  # enough work that a kill can land inside it
-        p = float(g.random())
-        judged.append(SimpleNamespace(error=None, user_id=f"u{i % 50}", candidate_id=f"i{i}",
-                                      is_relevant=p > 0.5, p_yes=p, p_yes_semantic=p, sigma=0.0,
-                                      delta=0.0, evidence=[], evidence_ids=[]))  # fmt: skip
-        labels.append(f"u{i % 50},i{i},{int(g.random() < p)}")
-    _write_sidecar(folder / "imputed.jsonl", judged, [])
-    (folder / "summary.json").write_text(json.dumps({"judge": {"model": "m", "mode": "brief"}}))
-    (tmp_path / "labels.csv").write_text("\n".join(labels) + "\n")
+    folder = tmp_path / "imputed"
+    write_judged_folder(folder, tmp_path / "labels.csv", 20_000)  # a kill can land inside it
     out = tmp_path / "cal"
     cmd = [sys.executable, "-m", "recjudge.cli._main", "calibrate", "--judgments", str(folder),
            "--labels", str(tmp_path / "labels.csv"), "--out", str(out)]  # fmt: skip
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    time.sleep(after)
-    if p.poll() is None:
-        os.kill(p.pid, signal.SIGKILL)
-    p.wait(timeout=60)
+    _killed_after(cmd, after)
     _only_whole_files(out)
     if (out / "calibration.json").exists():
         xs, ys = load_map(out / "calibration.json", {"model": "m", "mode": "brief"})
@@ -429,10 +414,7 @@ def test_sigkill_during_store_import_loses_nothing_a_rerun_cannot_finish(tmp_pat
     """Each table goes in one transaction: killed at any moment, the store opens, holds
     whole rows only, and importing again completes it to exactly what one import gives."""
     import os
-    import signal
-    import subprocess
     import sys
-    import time
     from pathlib import Path
 
     from recjudge.reward import ResultsStore, import_portable
@@ -441,12 +423,7 @@ def test_sigkill_during_store_import_loses_nothing_a_rerun_cannot_finish(tmp_pat
     ref = import_portable(ck, tmp_path / "ref.sqlite", trust_unsigned=False)
     cmd = [sys.executable, "-m", "recjudge.cli._main", "store", "import", str(ck), "--into",
            str(tmp_path / "s.sqlite")]  # fmt: skip
-    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                         env={**os.environ, "RECJUDGE_CHECKPOINT_KEY": ""})  # fmt: skip
-    time.sleep(after)
-    if p.poll() is None:
-        os.kill(p.pid, signal.SIGKILL)
-    p.wait(timeout=60)
+    _killed_after(cmd, after, env={**os.environ, "RECJUDGE_CHECKPOINT_KEY": ""})
     if (tmp_path / "s.sqlite").exists():
         with ResultsStore(tmp_path / "s.sqlite") as s:  # opens: no torn database
             assert len(s) <= ref.results
