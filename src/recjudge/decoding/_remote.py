@@ -46,7 +46,7 @@ from recjudge.decoding._schemas import (
 )
 
 if TYPE_CHECKING:
-    from recjudge.llm import LLMBackend
+    from recjudge.llm import EngineBackend
 
 if TYPE_CHECKING:
     from recjudge.decoding._api import ConstrainedOutput
@@ -336,7 +336,7 @@ def replay_decision(
 PROBE_BETA = 1000.0  # large enough that the bias decides whatever the model prefers
 
 
-def probe_bias(llm: LLMBackend) -> None:
+def probe_bias(llm: EngineBackend) -> None:
     """Check once per backend object that the server applies recjudge's bias processor.
 
     The same evidence-first question is sent twice, with sigma +1 and -1 at a bias no model
@@ -376,7 +376,7 @@ def probe_bias(llm: LLMBackend) -> None:
 
 
 def engine_constrained(
-    llm: LLMBackend,
+    llm: EngineBackend,
     prompt_ids: Sequence[Sequence[int]],
     schemas: Sequence[Schema],
     signals: Sequence[Any] | None,

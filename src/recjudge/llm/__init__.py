@@ -23,9 +23,11 @@ from recjudge.llm._config import (
     Capabilities,
     DeviceError,
     DtypeEnvError,
+    EngineBackend,
     Generation,
     LLMBackend,
     LLMConfig,
+    LocalModel,
     SamplingConfig,
     auto_dtype,
     capabilities_of,
@@ -109,6 +111,8 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "EngineBackend",
+    "LocalModel",
     "EngineStats",
     "decode_prompts",
     "decode_shared",

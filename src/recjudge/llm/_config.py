@@ -353,3 +353,32 @@ class LLMBackend(Protocol):
         processors: Sequence[Any] = (),
         sampling: SamplingConfig | None = None,
     ) -> list[Generation]: ...
+
+
+@runtime_checkable
+class LocalModel(LLMBackend, Protocol):
+    """A backend whose model computes in this process (``TransformersBackend``): what the
+    fast engine, whole-option scoring and the benches read besides ``LLMBackend``.
+
+    ``prefixes``, the engine's shared-prefix cache, is created on first use
+    (``recjudge.llm.prefixes_of``), so it is no member here."""
+
+    config: LLMConfig
+    model: Any  # a torch module (recjudge's native forward or transformers')
+    dtype: str
+    device: str
+
+
+@runtime_checkable
+class EngineBackend(LLMBackend, Protocol):
+    """A backend whose engine applies the grammar and the branch bias itself (vLLM in
+    process or a server; ``capabilities.engine_constraints``): what decoding sends it."""
+
+    config: LLMConfig
+    needs_bias_probe: bool  # check the server applies the bias before the first request
+
+    def submit(self, requests: list[Any]) -> list[Any]: ...
+
+    def next_logprobs(
+        self, prompts: Sequence[Sequence[int]], watch: Sequence[Sequence[int]]
+    ) -> list[dict[int, float]]: ...

@@ -11,10 +11,9 @@ import importlib
 import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from recjudge._registry import Registry
-from recjudge.llm._config import LLMConfig, resolve_llm_config
+from recjudge.llm._config import LLMBackend, LLMConfig, resolve_llm_config
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
 
 
@@ -34,7 +33,7 @@ class BackendSpec:
     label: str = ""
     install: str = ""
 
-    def load(self, config: LLMConfig) -> Any:
+    def load(self, config: LLMConfig) -> LLMBackend:
         from recjudge.llm._backend import BackendNotInstalledError
 
         if self.needs and importlib.util.find_spec(self.needs) is None:
@@ -61,10 +60,10 @@ BACKENDS.register(
 )
 BACKENDS.register("openai-compatible", BackendSpec("recjudge.llm._vllm:OpenAICompatibleBackend"))
 
-_LOADED: dict[str, Any] = {}
+_LOADED: dict[str, LLMBackend] = {}
 
 
-def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> Any:
+def load_llm(model: str | LLMConfig = DEFAULT_MODEL, *, reuse: bool = True) -> LLMBackend:
     """Load (or reuse within this process) a backend for ``model``.
 
     Args:
