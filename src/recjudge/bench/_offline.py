@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import ConfigDict, Field
 
+from recjudge._metrics import ranking_metrics  # one function per formula, shared
 from recjudge._stats import seed_interval
 from recjudge._util import rng
 from recjudge.bench._judging import JudgeSampling
@@ -31,39 +32,6 @@ if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
 
 KS = (10, 20)
-
-
-# -- ranking metrics (pure) ---------------------------------------------------------------
-def ranking_metrics(
-    rel: Sequence[int], n_relevant: int, ks: Sequence[int] = KS
-) -> dict[str, float]:
-    """Binary-relevance metrics of one ranked list (cross-checked against ranx in tests).
-
-    ``rel[i]`` is 1 if the item at rank i+1 is relevant; ``n_relevant`` is the number of
-    relevant items overall (for MAP's normaliser).
-    P@k = hits@k / k; Recall@k = hits@k / n_relevant; HitRate@k = 1[hits@k > 0];
-    nDCG@k = DCG@k / IDCG@k with
-    DCG = sum rel_i / log2(i + 1) (Jarvelin & Kekalainen, 2002); MAP@k = sum_{i<=k} P@i rel_i /
-    n_relevant (the trec_eval / ranx convention); MRR = 1 / rank of the first relevant item
-    in the list (0 if none).
-    """
-    from recjudge._metrics import ndcg
-
-    r = np.asarray(rel, dtype=float)
-    out = {}
-    for k in ks:
-        top = r[:k]
-        hits = top.sum()
-        prec_at = np.cumsum(top) / np.arange(1, len(top) + 1)
-        out[f"p@{k}"] = float(hits / k)
-        out[f"recall@{k}"] = float(hits / n_relevant) if n_relevant else 0.0
-        out[f"hit_rate@{k}"] = float(hits > 0)
-        # the ideal list is as long as this one (a list shorter than k cannot hold more)
-        out[f"ndcg@{k}"] = ndcg(top, min(n_relevant, len(top)), k)
-        out[f"map@{k}"] = float((prec_at * top).sum() / n_relevant) if n_relevant else 0.0
-    first = np.flatnonzero(r)
-    out["mrr"] = float(1.0 / (first[0] + 1)) if len(first) else 0.0
-    return out
 
 
 def lift(a: float, b: float) -> float | None:

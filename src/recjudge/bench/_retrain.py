@@ -167,7 +167,7 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
 def _scored(model: Any, data: RetrainData, job: RetrainJob) -> np.ndarray:
     """A trained model's metrics ``[users, METRICS]`` on the augmented users' future, each
     user scored from ``job.history``."""
-    from recjudge.bench._offline import ranking_metrics
+    from recjudge._metrics import ranking_metrics
 
     rows = []
     for u in data.users:

@@ -104,6 +104,9 @@ def evaluate_full(
 
     With one held-out item per user, Recall@k equals HR@k.
     """
+    from recjudge._metrics import ndcg as ndcg_at
+    from recjudge._metrics import rel_from_ranks
+
     hist = _histories(train)
     seen_extra = _histories(extra_seen) if extra_seen is not None else {}
     tests = test.groupby(test["user_id"].astype(str))["item_id"].apply(
@@ -127,11 +130,8 @@ def evaluate_full(
             # 0-based position of each target in the ranked list; ties go against it
             ranks = np.array([int(np.sum(s >= s[t])) - 1 for t in targets])
             for k in ks:
-                hits = ranks < k
-                recall[k].append(hits.sum() / len(targets))
-                dcg = np.sum(1.0 / np.log2(ranks[hits] + 2))
-                idcg = np.sum(1.0 / np.log2(np.arange(min(len(targets), k)) + 2))
-                ndcg[k].append(dcg / idcg)
+                recall[k].append(np.sum(ranks < k) / len(targets))
+                ndcg[k].append(ndcg_at(rel_from_ranks(ranks, k), len(targets), k))
     out: dict[str, float] = {"users": float(len(users))}
     for k in ks:
         out[f"recall@{k}"] = float(np.mean(recall[k]))
