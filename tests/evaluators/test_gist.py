@@ -194,7 +194,7 @@ def test_signal_names_are_counted_per_model_and_reported():
     s = gist_scores(recs)
     assert (s["m"]["signal_names"], s["m"]["signal_names_verified"]) == (2, 1)
     assert (s["n"]["signal_names"], s["n"]["signal_names_verified"]) == (0, 0)
-    from recjudge.evaluators._gist import _report_notes
+    from recjudge.evaluators._gist_report import _report_notes
 
     base = {"incomplete_extractions": 0, "filled_distractors": 0, "prompt_example": "x y"}
     lines = "\n".join(_report_notes(GistConfig(), {**base, "scores": s}))
@@ -213,7 +213,7 @@ def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgb
 
-    from recjudge.evaluators._gist import _pr_draw
+    from recjudge.evaluators._gist_report import _pr_draw
 
     users = {"u": {"ig_p": 0.5, "ig_r": 0.5}, "v": {"ig_p": 1.0, "ig_r": 0.0}}
     scores = {m: {"ig_p": 0.5, "ig_r": 0.5, "users": users} for m in ("a", "b", "c")}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from recjudge.evaluators._arena import ArenaConfig
-from recjudge.evaluators._gist import GistConfig
+from recjudge.evaluators._gist_config import GistConfig
 from recjudge.evaluators._usersum import UserSumConfig
 from recjudge.llm import LLMConfig, llm_key
 from recjudge.reward import JudgeConfig, ask_key

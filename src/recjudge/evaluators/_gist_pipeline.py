@@ -26,8 +26,6 @@ from recjudge.evaluators._gist import (
     GIST_PROMPT_VERSION,
     SIGNALS,
     GistConfig,
-    _gist_report,
-    _plot_pr,
     build_oracle,
     echoes_example,
     embed_texts,
@@ -47,6 +45,7 @@ from recjudge.evaluators._gist import (
     taxonomy_full_messages,
     taxonomy_messages,
 )
+from recjudge.evaluators._gist_report import gist_report, plot_pr
 from recjudge.evaluators._runs import Tally
 from recjudge.llm import LLMPool
 from recjudge.reward import StoredAsk, ask_key, ask_stored, closed_form, run_stored
@@ -774,8 +773,8 @@ def _finish(
         "intervals": gist_intervals(scores, run.config.bootstrap, run.config.seed),
         "differences": gist_differences(scores, run.config.bootstrap, run.config.seed),
     }
-    _plot_pr(scores, out / "pr.png", data)
-    write_report(out, results, _gist_report(run.config, data, results))
+    plot_pr(scores, out / "pr.png", data)
+    write_report(out, results, gist_report(run.config, data, results))
     return results
 
 

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from recjudge.evaluators._gist import GistConfig
+    from recjudge.evaluators._gist_config import GistConfig
 
 GIST_PROMPT_VERSION = "gist-v1"
 GIST_PROMPT_FINGERPRINT = "gist-v1:39fa69db097acbd3"  # tests/test_prompt_versions.py

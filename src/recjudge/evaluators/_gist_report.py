@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from recjudge.evaluators._gist_metrics import GIST_METRICS
 
 if TYPE_CHECKING:
-    from recjudge.evaluators._gist import GistConfig
+    from recjudge.evaluators._gist_config import GistConfig
 
 
 def _pr_draw(ax: Any, scores: Mapping[str, Any], data: str) -> None:
@@ -39,7 +39,7 @@ def _pr_draw(ax: Any, scores: Mapping[str, Any], data: str) -> None:
     ax.legend(loc="lower right", fontsize=8)
 
 
-def _plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
+def plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
     from recjudge.reporting import figure
 
     with figure(path, size=(6, 5), dpi=120) as ax:
@@ -75,7 +75,7 @@ _RULE_TEXT = {
 }
 
 
-def _gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
+def gist_report(config: GistConfig, data: str, results: Mapping[str, Any]) -> list[str]:
     """The markdown report's lines, in the order a reader checks them: protocol, scores,
     failure modes and counts."""
     return (

@@ -48,7 +48,7 @@ EVALUATORS: Registry[EvaluatorSpec] = Registry("evaluator")
 def _register() -> None:
     from recjudge.evaluators._arena import ArenaConfig, run_arena
     from recjudge.evaluators._arena_lists import ArenaListConfig, run_arena_lists
-    from recjudge.evaluators._gist import GistConfig
+    from recjudge.evaluators._gist_config import GistConfig
     from recjudge.evaluators._gist_pipeline import run_gist
     from recjudge.evaluators._usersum import UserSumConfig, run_usersum
 
