@@ -287,42 +287,11 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
     grouped = job.grouped()
     suffixes = [list(s) + lead for s, lead in zip(job.suffixes, leads, strict=True)]
     if caps.engine_constraints:
-        from recjudge.decoding._remote import engine_constrained
-
-        prompts = [
-            (grouped[0][grouped[1][i]] if grouped else []) + s for i, s in enumerate(suffixes)
-        ]
-        if stats is not None:
-            stats.prefill_tokens += sum(len(p) for p in prompts)
-        if job.stop_at_decision and job.keep_branch is None and proc is not None:
-            return _engine_readouts(llm, prompts, job, sampling, leads)
-        return engine_constrained(llm, prompts, job.schemas, job.signal, job.bias, sampling,
-                                  leads, job.seeds)  # fmt: skip
+        return _on_engine(llm, job, grouped, suffixes, leads, sampling, proc, stats)
     if proc is not None:
         proc.explore = job.explore
-
-    def finished(row: int) -> bool:
-        if grammar.finish_forced(row):  # the rest is forced: no more model steps
-            return True
-        if not job.stop_at_decision or proc is None:
-            return False
-        chosen = proc.records[row].chosen
-        return chosen is not None and chosen != job.keep_branch
-
-    from recjudge.llm import decode_prompts, decode_shared
-
-    common = {"sampling": sampling, "seeds": job.seeds, "stats": stats,
-              "deterministic": job.deterministic, "rows": job.rows}  # fmt: skip
-    if job.head == "allowed" and grouped is not None:  # the shared-prefix engine's option
-        common["allowed"] = grammar.allowed
-    if job.draft:
-        common["draft"] = draft_ids(llm, grammar)
-    if grouped is None:
-        tokens = decode_prompts(llm, suffixes, step, accept, finished, **common)
-    else:
-        prefixes, prefix_of = grouped
-        tokens = decode_shared(llm, prefixes, prefix_of, suffixes, step, accept, finished,
-                               **common)  # fmt: skip
+    tokens = _on_local_engine(llm, job, grouped, suffixes, grammar, proc, step, accept,
+                              sampling, stats)  # fmt: skip
     out = []
     for row, schema in enumerate(job.schemas):
         done = grammar.done(row)
@@ -334,3 +303,42 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
             token_ids=list(tokens[row]) if tokens is not None else [],
         ))  # fmt: skip
     return out
+
+
+def _on_engine(llm, job, grouped, suffixes, leads, sampling, proc, stats):
+    """``decode`` on a backend whose engine applies the grammar and the bias: whole
+    prompts (the shared prefix put back in front) as requests."""
+    from recjudge.decoding._remote import engine_constrained
+
+    prompts = [(grouped[0][grouped[1][i]] if grouped else []) + s for i, s in enumerate(suffixes)]
+    if stats is not None:
+        stats.prefill_tokens += sum(len(p) for p in prompts)
+    if job.stop_at_decision and job.keep_branch is None and proc is not None:
+        return _engine_readouts(llm, prompts, job, sampling, leads)
+    return engine_constrained(llm, prompts, job.schemas, job.signal, job.bias, sampling,
+                              leads, job.seeds)  # fmt: skip
+
+
+def _on_local_engine(llm, job, grouped, suffixes, grammar, proc, step, accept, sampling, stats):
+    """``decode`` on recjudge's own engines (shared-prefix or per prompt): the tokens of
+    each row, stopped at the decision when asked or when the rest is forced."""
+    from recjudge.llm import decode_prompts, decode_shared
+
+    def finished(row: int) -> bool:
+        if grammar.finish_forced(row):  # the rest is forced: no more model steps
+            return True
+        if not job.stop_at_decision or proc is None:
+            return False
+        chosen = proc.records[row].chosen
+        return chosen is not None and chosen != job.keep_branch
+
+    common = {"sampling": sampling, "seeds": job.seeds, "stats": stats,
+              "deterministic": job.deterministic, "rows": job.rows}  # fmt: skip
+    if job.head == "allowed" and grouped is not None:  # the shared-prefix engine's option
+        common["allowed"] = grammar.allowed
+    if job.draft:
+        common["draft"] = draft_ids(llm, grammar)
+    if grouped is None:
+        return decode_prompts(llm, suffixes, step, accept, finished, **common)
+    prefixes, prefix_of = grouped
+    return decode_shared(llm, prefixes, prefix_of, suffixes, step, accept, finished, **common)

@@ -94,6 +94,24 @@ def _weight_files(folder: Path) -> list[Path]:
     return [single] if single.is_file() else []
 
 
+#: (what the native forward does not implement, how to say so), checked in order
+_NOT_NATIVE: tuple[tuple[Callable[[Any], Any], Callable[[Any], str]], ...] = (
+    (lambda c: getattr(c, "model_type", None) not in NATIVE_TYPES,
+     lambda c: f"model type {getattr(c, 'model_type', None)!r} is not native"),
+    (lambda c: getattr(c, "quantization_config", None), lambda c: "quantized checkpoint"),
+    (lambda c: c.rope.get("rope_type", "default") != "default",
+     lambda c: f"RoPE type {c.rope.get('rope_type')!r}"),
+    (lambda c: getattr(c, "hidden_act", "silu") != "silu",
+     lambda c: f"activation {c.hidden_act!r}"),
+    (lambda c: getattr(c, "use_sliding_window", False)
+     or (c.model_type == "mistral" and getattr(c, "sliding_window", None)),
+     lambda c: "sliding-window attention"),
+    (lambda c: any(t != "full_attention" for t in getattr(c, "layer_types", None) or []),
+     lambda c: "mixed attention layers"),
+    (lambda c: getattr(c, "mlp_bias", False), lambda c: "MLP biases"),
+)  # fmt: skip
+
+
 def native_support(source: Any) -> str | None:
     """``None`` when ``source`` loads natively, else why not (it then loads through
     transformers)."""
@@ -104,22 +122,9 @@ def native_support(source: Any) -> str | None:
         cfg = read_config(folder)
     except (OSError, ValueError, TypeError) as e:
         return f"config.json unreadable: {e}"
-    if getattr(cfg, "model_type", None) not in NATIVE_TYPES:
-        return f"model type {getattr(cfg, 'model_type', None)!r} is not native"
-    if getattr(cfg, "quantization_config", None):
-        return "quantized checkpoint"
-    if cfg.rope.get("rope_type", "default") != "default":
-        return f"RoPE type {cfg.rope.get('rope_type')!r}"
-    if getattr(cfg, "hidden_act", "silu") != "silu":
-        return f"activation {cfg.hidden_act!r}"
-    if getattr(cfg, "use_sliding_window", False) or (
-        cfg.model_type == "mistral" and getattr(cfg, "sliding_window", None)
-    ):
-        return "sliding-window attention"
-    if any(t != "full_attention" for t in getattr(cfg, "layer_types", None) or []):
-        return "mixed attention layers"
-    if getattr(cfg, "mlp_bias", False):
-        return "MLP biases"
+    for unsupported, why in _NOT_NATIVE:
+        if unsupported(cfg):
+            return why(cfg)
     if not _weight_files(folder):
         return "no safetensors weights"
     return None

@@ -344,8 +344,6 @@ def check_row(row: Any) -> str | None:
     text of at most ``MAX_PERSONA`` characters in its declared form (it reaches prompts only
     through the chat rendering, which escapes special-token strings).
     """
-    from recjudge.reward._stored import PORTABLE_FORM
-
     if not isinstance(row, dict) or set(row) != {"table", "key", "result"}:
         return "a row is an object with exactly table, key and result"
     table, key, result = row["table"], row["key"], row["result"]
@@ -355,23 +353,37 @@ def check_row(row: Any) -> str | None:
         return f"key {str(key)[:40]!r} is not a result key (1-128 printable characters)"
     if not isinstance(result, dict):
         return "result is not an object"
-    if table == "decisions":
-        bad = _bad_field(result, _DECISION, ("branches", "steps"))
-        if bad:
-            return f"decision field {bad[0]!r} {bad[1]}"
-        if result.get("chosen") is not None and result["chosen"] not in result["branches"]:
-            return f"decision chosen {result['chosen']!r} is none of its branches"
-        return None
-    if table == "personas":
-        form = result.get(PORTABLE_FORM)
-        text = form.get("text") if isinstance(form, dict) else None
-        if isinstance(text, str) and CHAT_MARKUP.search(text):
-            return f"a persona holds chat markup ({CHAT_MARKUP.search(text).group()!r})"
-        if not isinstance(text, str) or portable_persona(result) != result:
-            return "a persona is exactly {text, portable_form: {text}}"
-        if len(text) > MAX_PERSONA:
-            return f"a persona of {len(text)} characters is longer than {MAX_PERSONA}"
-        return None
+    return _ROW_CHECKS[table](result)
+
+
+def _check_decision(result: dict[str, Any]) -> str | None:
+    bad = _bad_field(result, _DECISION, ("branches", "steps"))
+    if bad:
+        return f"decision field {bad[0]!r} {bad[1]}"
+    if result.get("chosen") is not None and result["chosen"] not in result["branches"]:
+        return f"decision chosen {result['chosen']!r} is none of its branches"
+    return None
+
+
+def _check_persona(result: dict[str, Any]) -> str | None:
+    from recjudge.reward._stored import PORTABLE_FORM
+
+    form = result.get(PORTABLE_FORM)
+    text = form.get("text") if isinstance(form, dict) else None
+    markup = CHAT_MARKUP.search(text) if isinstance(text, str) else None
+    if markup:
+        return f"a persona holds chat markup ({markup.group()!r})"
+    if not isinstance(text, str) or portable_persona(result) != result:
+        return "a persona is exactly {text, portable_form: {text}}"
+    if len(text) > MAX_PERSONA:
+        return f"a persona of {len(text)} characters is longer than {MAX_PERSONA}"
+    return None
+
+
+def _check_result(result: dict[str, Any]) -> str | None:
+    """A judgment, or an evaluator's answer (its declared portable form and nothing else)."""
+    from recjudge.reward._stored import PORTABLE_FORM
+
     if PORTABLE_FORM in result:
         form = result[PORTABLE_FORM]
         if not isinstance(form, dict) or {**form, PORTABLE_FORM: form} != result:
@@ -384,6 +396,11 @@ def check_row(row: Any) -> str | None:
     if said is not None and said != result["is_relevant"]:
         return f"judgment is_relevant {result['is_relevant']} contradicts its own answer text"
     return None
+
+
+#: each table's row check (``check_row``)
+_ROW_CHECKS = {"results": _check_result, "decisions": _check_decision,
+               "personas": _check_persona}  # fmt: skip
 
 
 def _said_verdict(text: str) -> bool | None:
