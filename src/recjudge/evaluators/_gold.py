@@ -103,20 +103,7 @@ def sample_gold(
         raise ValueError("the runs list no pair for the evaluation users")
     g = rng("gold", design, seed)
     if design == "users":
-        by_user: dict[str, list[str]] = {}
-        for u, i in frame:
-            by_user.setdefault(u, []).append(i)
-        order = [users[j] for j in g.permutation(len(users)) if users[j] in by_user]
-        chosen, total = [], 0
-        for u in order:
-            if total >= n:
-                break
-            chosen.append(u)
-            total += len(by_user[u])
-        pi = len(chosen) / len(by_user)
-        keep = set(chosen)
-        return [{"user_id": u, "item_id": i, "inclusion_prob": pi, "stratum": "users"}
-                for u in by_user if u in keep for i in by_user[u]]  # fmt: skip
+        return _by_users(frame, users, n, g)
     if design == "uniform":
         take = min(n, len(frame))
         pick = sorted(g.choice(len(frame), take, replace=False).tolist())
@@ -124,6 +111,30 @@ def sample_gold(
                  "inclusion_prob": take / len(frame), "stratum": "all"} for j in pick]  # fmt: skip
     if judged is None:
         raise ValueError("the stratified design needs the judge's probabilities (--qrels DIR)")
+    return _stratified(frame, runs, users, k, n, g, judged)
+
+
+def _by_users(frame: list[tuple[str, str]], users: Sequence[str], n: int, g: Any) -> list:
+    """Whole users in a random order until ``n`` pairs are reached (the ``users`` design)."""
+    by_user: dict[str, list[str]] = {}
+    for u, i in frame:
+        by_user.setdefault(u, []).append(i)
+    order = [users[j] for j in g.permutation(len(users)) if users[j] in by_user]
+    chosen, total = [], 0
+    for u in order:
+        if total >= n:
+            break
+        chosen.append(u)
+        total += len(by_user[u])
+    pi = len(chosen) / len(by_user)
+    keep = set(chosen)
+    return [{"user_id": u, "item_id": i, "inclusion_prob": pi, "stratum": "users"}
+            for u in by_user if u in keep for i in by_user[u]]  # fmt: skip
+
+
+def _stratified(frame, runs, users, k, n, g, judged) -> list[dict[str, Any]]:
+    """Strata of (first system that lists the pair, quartile of the judge's p_yes), the
+    same number of pairs drawn from each (the ``stratified`` design)."""
     owner = {}
     for run in runs:
         for u in users:
