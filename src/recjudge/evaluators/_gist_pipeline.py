@@ -850,6 +850,46 @@ class ProfileCheck(Tally):
     )
 
 
+def _profile_line(path: Path, n: int, line: str) -> tuple[str, list[Any]]:
+    """Line ``n`` of a profile file as (user id, its interests), or a DataError naming it."""
+    from recjudge.data import DataError
+
+    try:
+        rec = json_loads(line)
+    except json.JSONDecodeError as e:
+        raise DataError(f"not JSON ({e.msg}).", source=str(path), row=n, fix=_PROFILE_FIX) from None
+    if not isinstance(rec, dict) or rec.get("user_id") is None:
+        raise DataError("not an object with a user_id.", source=str(path), row=n,
+                        field="user_id", fix=_PROFILE_FIX)  # fmt: skip
+    interests = rec.get("interests")
+    if not isinstance(interests, list):
+        raise DataError("interests must be a list.", source=str(path), row=n,
+                        field="interests", fix=_PROFILE_FIX)  # fmt: skip
+    return str(rec["user_id"]), interests
+
+
+def _merge_interest(path, n, k, entry, user, model, history, merged, check) -> None:
+    """Interest ``k`` of line ``n`` merged into ``merged`` (same user, same normalised name:
+    one interest), its objects kept where they are in the user's history (counted if not)."""
+    from recjudge.data import DataError
+
+    name = " ".join(str(entry.get("name", "")).split()) if isinstance(entry, dict) else ""
+    ids = entry.get("object_ids", []) if isinstance(entry, dict) else None
+    if not name or not isinstance(ids, list):
+        raise DataError(f"interest {k} needs a name and an object_ids list.", source=str(path),
+                        row=n, field="interests", fix=_PROFILE_FIX)  # fmt: skip
+    check.interests += 1
+    key = (user, normalize_interest(name))
+    if key in merged:
+        check.note("merged", f"user {user!r}: {name!r}")
+    it = merged.setdefault(key, _Interest(user, model, name, []))
+    for o in map(str, ids):
+        if o not in history:
+            check.note("outside_history", f"user {user!r} object {o!r}")
+        elif o not in it.ids:
+            it.ids.append(o)
+
+
 def read_profiles(
     path: str | Path, ds: Any, model: str | None = None
 ) -> tuple[list[_Interest], ProfileCheck]:
@@ -874,30 +914,7 @@ def read_profiles(
     for n, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            rec = json_loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(
-                f"not JSON ({e.msg}).", source=str(path), row=n, fix=_PROFILE_FIX
-            ) from None
-        if not isinstance(rec, dict) or rec.get("user_id") is None:
-            raise DataError(
-                "not an object with a user_id.",
-                source=str(path),
-                row=n,
-                field="user_id",
-                fix=_PROFILE_FIX,
-            )
-        interests = rec.get("interests")
-        if not isinstance(interests, list):
-            raise DataError(
-                "interests must be a list.",
-                source=str(path),
-                row=n,
-                field="interests",
-                fix=_PROFILE_FIX,
-            )
-        user = str(rec["user_id"])
+        user, interests = _profile_line(path, n, line)
         check.profiles += 1
         if user not in known:
             check.note("unknown_users", repr(user))
@@ -913,26 +930,7 @@ def read_profiles(
             interests = interests[:PROFILE_INTEREST_CAP]
         history = set(ds.history(user)["item_id"].astype(str))
         for k, entry in enumerate(interests):
-            name = " ".join(str(entry.get("name", "")).split()) if isinstance(entry, dict) else ""
-            ids = entry.get("object_ids", []) if isinstance(entry, dict) else None
-            if not name or not isinstance(ids, list):
-                raise DataError(
-                    f"interest {k} needs a name and an object_ids list.",
-                    source=str(path),
-                    row=n,
-                    field="interests",
-                    fix=_PROFILE_FIX,
-                )
-            check.interests += 1
-            key = (user, normalize_interest(name))
-            if key in merged:
-                check.note("merged", f"user {user!r}: {name!r}")
-            it = merged.setdefault(key, _Interest(user, model, name, []))
-            for o in map(str, ids):
-                if o not in history:
-                    check.note("outside_history", f"user {user!r} object {o!r}")
-                elif o not in it.ids:
-                    it.ids.append(o)
+            _merge_interest(path, n, k, entry, user, model, history, merged, check)
     if not check.profiles:
         raise DataError("no profile in the file.", source=str(path), fix=_PROFILE_FIX)
     check.questions = sum(len(it.ids) for it in merged.values())
