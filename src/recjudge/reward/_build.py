@@ -49,20 +49,7 @@ def build_judge(
         max_history=max_history,
     )
     llm = None
-    executor = None
-    if ray is not None:
-        from recjudge.reward._ray import RayExecutor
-
-        if backend not in ("transformers", "vllm") or server:
-            raise ValueError(
-                "--ray runs the model on the cluster's workers (recjudge's engine, or vLLM "
-                "with --backend vllm): drop --server (a server already spreads its own work), "
-                "or run without --ray"
-            )
-        if device not in ("auto", "cpu", "cuda"):
-            raise ValueError("with --ray, --ray-gpus places the model (leave --device unset)")
-        executor = RayExecutor(ray)
-        executor.ready()  # a cluster fault ends the job before it writes anything
+    executor = _ray_executor(ray, backend, server, device)
     on_workers = {"backend": backend} if ray is not None and backend == "vllm" else {}
     if (backend != "transformers" or server) and not on_workers:
         if server and backend == "transformers":
@@ -73,17 +60,7 @@ def build_judge(
     # --ray --backend vllm, each worker loads vLLM from this config (the driver never does).
     placed = {"device": device} if device != "auto" else {}
     llm_config = None if llm is not None else LLMConfig(model=model, **placed, **on_workers)
-    cf_model = None
-    if cf:  # (a judge without a CF model never imports the CF models' modules)
-        from recjudge.cf_models import load_model
-
-        cf_model = load_model(cf)
-    if mode == "item-item" and cf_model is not None and cf_model.name != "item-item":
-        from recjudge.cf_models import item_item_for, trained_on
-        from recjudge.data import load_dataset
-
-        dataset = trained_on(cf_model)
-        cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
+    cf_model = _cf_model(cf, mode, seed)
     if config.uses_cf() and cf_model is None:
         raise ValueError(
             f"mode {mode!r} needs --cf DIR (a model from `recjudge cf train`), or "
@@ -94,3 +71,41 @@ def build_judge(
         population = Population.of(dataset)  # the user simulators' traits and attributes
     return Judge(config, llm=llm, cf=cf_model, population=population, llm_config=llm_config,
                  executor=executor)  # fmt: skip
+
+
+def _ray_executor(ray: Any, backend: str, server: str | None, device: str) -> Any:
+    """The Ray executor of ``--ray`` (None without it), checked against the backend
+    options and the cluster before anything is written."""
+    if ray is None:
+        return None
+    from recjudge.reward._ray import RayExecutor
+
+    if backend not in ("transformers", "vllm") or server:
+        raise ValueError(
+            "--ray runs the model on the cluster's workers (recjudge's engine, or vLLM "
+            "with --backend vllm): drop --server (a server already spreads its own work), "
+            "or run without --ray"
+        )
+    if device not in ("auto", "cpu", "cuda"):
+        raise ValueError("with --ray, --ray-gpus places the model (leave --device unset)")
+    executor = RayExecutor(ray)
+    executor.ready()  # a cluster fault ends the job before it writes anything
+    return executor
+
+
+def _cf_model(cf: str | None, mode: str, seed: int) -> Any:
+    """The CF model saved at ``cf`` (None without one); for ``item-item``, a SASRec or MF
+    model becomes the calibrated item-item signal of the dataset it was trained on. (A
+    judge without a CF model never imports the CF models' modules.)"""
+    if not cf:
+        return None
+    from recjudge.cf_models import load_model
+
+    cf_model = load_model(cf)
+    if mode == "item-item" and cf_model.name != "item-item":
+        from recjudge.cf_models import item_item_for, trained_on
+        from recjudge.data import load_dataset
+
+        dataset = trained_on(cf_model)
+        cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
+    return cf_model
