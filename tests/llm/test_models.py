@@ -318,9 +318,9 @@ def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(tmp_path: Path, monkeyp
     monkeypatch.setattr(_models, "build_cache", broken)
     monkeypatch.setattr(_models, "_valid_cache", lambda path, sha: False)
     with pytest.raises(FileNotFoundError, match="not installed"):
-        v._source("qwen2.5-coder-1.5b")
+        v.model_source("qwen2.5-coder-1.5b")
     # a string that is neither a preset nor a path is still passed on as a hub id
-    assert v._source("org/some-model") == ("org/some-model", None)
+    assert v.model_source("org/some-model") == ("org/some-model", None)
 
 
 def _fake_cache(folder):
