@@ -43,7 +43,7 @@ def test_plain_requests_are_the_judges_engine_requests(smollm, ml1m):
     for (ids, grammar), branch in zip(got, ("YES", "NO"), strict=True):
         assert ids[-len(lead) :] == lead  # the prompt ends with the jump-forward lead
         assert f'\\"{branch}\\"' in grammar.partition("\n")[0]
-    rp, prefix, suffix = judge._prompt(reqs[0])
+    rp, prefix, suffix = judge.prompt_ids(reqs[0])
     assert got[0][0][: len(prefix)] == prefix
 
 

@@ -742,6 +742,7 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
     the model's own answers, and the filter always has a question to ask."""
     import sqlite3
 
+    import recjudge.llm as llm_api
     from recjudge.llm import _fast
 
     one_cited_interest(monkeypatch)
@@ -754,7 +755,8 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
             seen.append((_name, kw.get("deterministic")))
             return _real(*a, **kw)
 
-        monkeypatch.setattr(_fast, name, spy)
+        # decoding reaches the engines through llm's public facade
+        monkeypatch.setattr(llm_api, name, spy)
 
     # Two chunks of 5 decoded two rows a step (the invariant engine's fixed row count), one
     # interest citing at most 3 items, short answers: the work stays small whatever the

@@ -83,7 +83,7 @@ def test_an_injected_persona_adds_no_special_token_and_keeps_the_verdict_plain(s
 
     def count(persona: str) -> list[int]:
         judge._personas[judge._persona_key(req)] = persona  # as prepare_personas stores it
-        _, prefix, suffix = judge._prompt(req)
+        _, prefix, suffix = judge.prompt_ids(req)
         return sorted(t for t in prefix + suffix if t in specials)
 
     assert count(hostile) == count("A calm viewer who likes thrillers.")

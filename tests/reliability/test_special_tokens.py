@@ -42,7 +42,7 @@ def test_judge_prompt_has_only_the_templates_special_tokens(smollm):
     specials = set(tok.all_special_ids)
 
     def count(req):
-        _, prefix, suffix = judge._prompt(req)
+        _, prefix, suffix = judge.prompt_ids(req)
         return sorted(t for t in prefix + suffix if t in specials)
 
     assert count(hostile) == count(clean)  # exactly the template's own markers

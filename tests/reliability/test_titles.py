@@ -98,7 +98,7 @@ def test_items_sharing_a_title_are_citable_apart_and_evidence_resolves_to_ids(sm
     ]
     judge = Judge(JudgeConfig(beta=50.0, max_evidence=3), llm=smollm)
     req = JudgeRequest("u", history, "c", "Ronin (1998)", "Ronin (1998)", sigma=1.0)
-    rendered, _, _ = judge._prompt(req)
+    rendered, _, _ = judge.prompt_ids(req)
     titles = [h.title for h in rendered.shown]
     assert len(set(titles)) == 3 and "Heat (1995) [id m1]" in titles
     assert "Alien (1979)" in titles  # a unique title is left as it is

@@ -121,7 +121,7 @@ def test_calls_pack_several_users_whole_and_never_split_one_below_the_batch(smol
 
     def calls(batch_size):
         judge = Judge(JudgeConfig(mode="no-behavior", batch_size=batch_size), llm=smollm)
-        return judge._batches(requests, list(range(len(requests))))
+        return judge.batches(requests, list(range(len(requests))))
 
     assert calls(4) == [[0, 1, 2, 3]]  # two users, two candidates each
     assert calls(3) == [[0, 1], [2, 3]]  # the second user does not fit beside the first

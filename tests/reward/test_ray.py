@@ -77,7 +77,7 @@ def test_plan_keeps_a_user_together_and_matches_the_local_batches(ml100k, smollm
     plan = judge.plan(reqs, todo)
     assert sorted(i for call in plan for i in call) == todo
     assert all(len(call) <= 3 for call in plan)
-    assert plan == judge._batches(reqs, todo)  # same calls as tokenised prefixes give
+    assert plan == judge.batches(reqs, todo)  # same calls as tokenised prefixes give
     # a user's candidates are consecutive calls: no call mixes two users while one's are left
     users = [reqs[call[0]].user_id for call in plan]
     assert users == sorted(users, key=users.index)
@@ -242,7 +242,7 @@ def test_ray_equals_one_process_with_a_worker_killed(cluster, ml100k, smollm32, 
     special = set(smollm32.tokenizer.all_special_ids)
     local = Judge(_config(), llm=smollm32)
     for r in (reqs[1], reqs[6]):
-        _, prefix, suffix = local._prompt(r)
+        _, prefix, suffix = local.prompt_ids(r)
         assert HOSTILE.split(">")[0] in local.prompt_text(r)
         body = prefix[-40:] + suffix[:-8]  # candidate and last history lines, not the template
         assert not special & set(body)

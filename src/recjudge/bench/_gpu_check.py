@@ -195,7 +195,7 @@ def _batched_generate(judge: Any, max_new_tokens: int) -> Any:
     def run(reqs: list[Any]) -> list[Answer]:
         prompts, schemas = [], []
         for r in reqs:
-            rp, prefix, suffix = judge._prompt(r)
+            rp, prefix, suffix = judge.prompt_ids(r)
             prompts.append(prefix + suffix)
             schemas.append(c.schema_for(rp))
         width = max(map(len, prompts))
@@ -268,7 +268,7 @@ def gpu_check(
     full = Judge(base, llm=llm)
     readout = Judge(base.model_copy(update={"need_evidence": False}), llm=llm)
     groups = synthetic_requests(users, candidates, history, seed)
-    _, prefix, suffix = full._prompt(groups[0][0])
+    _, prefix, suffix = full.prompt_ids(groups[0][0])
     prompt_tokens = len(prefix) + len(suffix)
     # parity first (its own requests; also warms kernels and the grammar compiler)
     probe = [groups[0][: max(1, parity_requests)]]

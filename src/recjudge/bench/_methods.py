@@ -42,7 +42,7 @@ def processors_for(judge: Any, r: Any) -> tuple[list[int], Any, Any, Any]:
     from recjudge.decoding import make_processors
 
     c = judge.config
-    rp, prefix, suffix = judge._prompt(r)
+    rp, prefix, suffix = judge.prompt_ids(r)
     schema = c.schema_for(rp)
     grammar, proc = make_processors(
         judge.llm, [schema], [judge.sigma_for(r) or 0.0], c.branch_bias()
@@ -192,7 +192,7 @@ def method_runners(
 
     def warm(reqs: list[Any]) -> None:
         for r in reqs:
-            full._prompt(r)
+            full.prompt_ids(r)
 
     fast = "recjudge fast engine (shared prefix KV read in place, fp32 attention)"
     runners = {

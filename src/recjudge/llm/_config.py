@@ -216,8 +216,14 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
 
 def llm_settings_of(llm: Any, model: str | LLMConfig) -> dict[str, Any]:
     """``llm_key`` of a loaded backend (its ``config``), or, for ``None`` or an object
-    without one (a test double), of what ``load_llm(model)`` would load."""
-    config = getattr(llm, "config", None)
+    without one (a test double), of what ``load_llm(model)`` would load. The attribute is
+    read without running the object's own ``__getattr__`` (a stand-in may refuse any use)."""
+    import inspect
+
+    try:
+        config = inspect.getattr_static(llm, "config") if llm is not None else None
+    except AttributeError:
+        config = None
     return llm_key(config if isinstance(config, LLMConfig) else resolve_llm_config(model))
 
 

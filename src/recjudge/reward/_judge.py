@@ -356,7 +356,7 @@ def cf_identity(cf: Any) -> str | None:
 
 
 @dataclass
-class _Decoded:
+class DecodedCall:
     """One decoded batch: per request its rendered prompt, schema and sigma; per decoded row
     (``rows[k]`` = its request) the decision record and answer text."""
 
@@ -612,7 +612,7 @@ class Judge:
 
         A result is the same alone or in a batch up to floating-point rounding (bf16 kernels
         block by row count; ``deterministic``: bit-identical). Several users' requests share
-        a call (``_batches``). With ``store``, finished keys are read back instead of
+        a call (``batches``). With ``store``, finished keys are read back instead of
         recomputed, and each batch is written in one transaction.
 
         Args:
@@ -660,7 +660,7 @@ class Judge:
                 j.key = keys[i]
                 results[keys[i]] = j
             if store is not None:
-                self._persist(store, [(reqs[i], results[keys[i]]) for i in batch])
+                self.persist(store, [(reqs[i], results[keys[i]]) for i in batch])
             if bar is not None:
                 bar.update(len(batch))
             if on_batch is not None:
@@ -683,7 +683,7 @@ class Judge:
     ) -> Iterator[tuple[list[int], list[Judgment | Exception]]]:
         """Judge ``todo`` in this process, one engine call at a time: (indices, results)."""
         unprompted: dict[int, Exception] = {}
-        batches = self._batches(reqs, todo, unprompted if record else None)
+        batches = self.batches(reqs, todo, unprompted if record else None)
         if unprompted:
             batches.insert(0, sorted(unprompted))
         for batch in batches:
@@ -711,7 +711,7 @@ class Judge:
         """The engine calls ``judge_many`` would make for ``todo``, planned without the
         model: up to ``batch()`` requests each, one prompt group (``prompt_group``) kept
         together, groups packed into a call while they fit, in order of first appearance.
-        ``_batches`` makes the same calls from the tokenised prefixes (so a distributed run
+        ``batches`` makes the same calls from the tokenised prefixes (so a distributed run
         decodes the same batches as one process) except where two different histories
         render to one prefix."""
         size = self.config.batch()
@@ -762,7 +762,7 @@ class Judge:
                     results[k] = self.failure(reqs[i], old[k], k)
         return results, retried
 
-    def _persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
+    def persist(self, store: ResultsStore, done: list[tuple[JudgeRequest, Judgment]]) -> None:
         """One transaction: the verdicts as results, the failures (no verdict) as failures."""
         store.put_many(
             [(j.key, stored_request(r, self.config), j.to_dict()) for r, j in done
@@ -797,7 +797,7 @@ class Judge:
             None, 0.0, 0.0, "", key=key, error=error,
         )  # fmt: skip
 
-    def _batches(
+    def batches(
         self,
         reqs: Sequence[JudgeRequest],
         todo: list[int],
@@ -814,7 +814,7 @@ class Judge:
         groups: dict[tuple[int, ...], list[int]] = {}
         for i in todo:
             try:
-                prefix = tuple(self._prompt(reqs[i])[1])
+                prefix = tuple(self.prompt_ids(reqs[i])[1])
             except RunFault:
                 raise
             except RECORDED_ERRORS as e:
@@ -825,7 +825,7 @@ class Judge:
             groups.setdefault(prefix, []).append(i)
         return _pack(groups.values(), size)
 
-    def _prompt(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:
+    def prompt_ids(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:
         """(rendered prompt, prefix ids, suffix ids); the prefix is shared by every candidate
         judged against the same history, the suffix holds the candidate."""
         cache = getattr(self, "_prompt_cache", None)
@@ -866,7 +866,7 @@ class Judge:
 
     def prompt_text(self, req: JudgeRequest) -> str:
         """The full prompt as the model sees it (prefix + suffix tokens decoded)."""
-        _, prefix, suffix = self._prompt(req)
+        _, prefix, suffix = self.prompt_ids(req)
         return self.llm.tokenizer.decode(prefix + suffix)
 
     def _judge_batch(
@@ -898,16 +898,16 @@ class Judge:
                 )
             return out
         keys = [given[id(r)][0] for r in reqs] if given is not None else None
-        d = self._decode_batch(reqs, sigmas, keys=keys)
+        d = self.decode_batch(reqs, sigmas, keys=keys)
         return [self._judgment(r, d, i) for i, r in enumerate(reqs)]
 
-    def _decode_batch(
+    def decode_batch(
         self,
         reqs: list[JudgeRequest],
         sigmas: list[float | None],
         explore: Any = None,
         keys: list[str] | None = None,
-    ) -> _Decoded:
+    ) -> DecodedCall:
         """Grammar- and bias-constrained decoding of one call's requests, one or several
         prompt prefixes (``explore``: see ``BranchBiasProcessor.explore``; local engines
         only)."""
@@ -915,7 +915,7 @@ class Judge:
         rendered, suffixes, schemas, which = [], [], [], []
         prefixes: dict[tuple[int, ...], int] = {}
         for r in reqs:
-            rp, prefix, suffix = self._prompt(r)
+            rp, prefix, suffix = self.prompt_ids(r)
             rendered.append(rp)
             suffixes.append(suffix)
             schemas.append(c.schema_for(rp))
@@ -952,9 +952,9 @@ class Judge:
         outs = decode(self.llm, job, stats=self.stats)
         records = [o.record for o in outs]
         texts = [o.text for o in outs]
-        return _Decoded(rendered, schemas, sigmas, rows, records, texts)
+        return DecodedCall(rendered, schemas, sigmas, rows, records, texts)
 
-    def _judgment(self, r: JudgeRequest, d: _Decoded, i: int) -> Judgment:
+    def _judgment(self, r: JudgeRequest, d: DecodedCall, i: int) -> Judgment:
         """Request ``i`` of a decoded batch as a Judgment (majority over its samples)."""
         my_rows = [k for k, ri in enumerate(d.rows) if ri == i]
         n = len(my_rows)

@@ -140,10 +140,10 @@ def _record(
     # log-probabilities, and a setting that would have stayed undecided there replays to
     # None and is decoded on its own (``_fill_evidence``).
     steps = capabilities_of(first.llm).step_scores
-    for batch in base._batches(reqs, list(range(len(reqs)))):
+    for batch in base.batches(reqs, list(range(len(reqs)))):
         sub = [reqs[i] for i in batch]
         explore = _explorer(judges, sigmas, batch) if steps else None
-        d = base._decode_batch(sub, [None] * len(sub), explore=explore)
+        d = base.decode_batch(sub, [None] * len(sub), explore=explore)
         for k, i in enumerate(batch):
             recorded[i] = Recorded(d.records[k], d.texts[k], len(d.rendered[k].shown),
                                    d.rendered[k].dropped, (d, k))  # fmt: skip
@@ -367,7 +367,7 @@ def sweep_into_store(
     for label, j in lacking.items():
         new = [(r, res) for k, r, res in zip(missing, sub, swept[label], strict=True)
                if keys[label][k] not in have[label]]  # fmt: skip
-        j._persist(store, new)
+        j.persist(store, new)
         written[label] = len(new)
     return SweepFill(written, decoded, replayed)
 
