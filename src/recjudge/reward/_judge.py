@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
@@ -632,28 +632,13 @@ class Judge:
         results, retried = self._reuse(reqs, keys, store, retry_failed)
         reused = len(results)
         imported = len(store.imported(list(results))) if store is not None and results else 0
-        todo: list[int] = []  # first occurrence of each key not yet in the store
-        pending: set[str] = set()
-        for i, k in enumerate(keys):
-            if k not in results and k not in pending:
-                pending.add(k)
-                todo.append(i)
+        todo = _first_of_each_missing(keys, results)
         bar = None
         if progress:
             from tqdm.auto import tqdm
 
             bar = tqdm(total=len(reqs), initial=len(reqs) - len(todo), desc="judge", unit="pair")
-        record = errors == "record"
-        if self.executor is not None and todo and self.config.uses_llm():
-            if self.simulator is not None:
-                raise ValueError(
-                    f"mode {self.config.mode!r} writes a persona per user first; judge it "
-                    "in one process (without --ray)"
-                )
-            stream = self.executor.run(self, reqs, keys, todo, record)
-        else:
-            stream = self._judge_here(reqs, todo, record)
-        for batch, judged in stream:
+        for batch, judged in self._stream(reqs, keys, todo, errors == "record"):
             for i, j in zip(batch, judged, strict=True):
                 if isinstance(j, Exception):
                     j = self.failure(reqs[i], error_text(j), keys[i])
@@ -677,6 +662,20 @@ class Judge:
             retried_faults=retried,
         )
         return out
+
+    def _stream(
+        self, reqs: Sequence[JudgeRequest], keys: list[str], todo: list[int], record: bool
+    ) -> Iterator[tuple[list[int], list[Judgment | Exception]]]:
+        """Where ``todo`` is decoded: the executor (a Ray cluster) when there is one and the
+        mode uses the LLM, else this process; (indices, results) per engine call."""
+        if self.executor is None or not todo or not self.config.uses_llm():
+            return self._judge_here(reqs, todo, record)
+        if self.simulator is not None:
+            raise ValueError(
+                f"mode {self.config.mode!r} writes a persona per user first; judge it "
+                "in one process (without --ray)"
+            )
+        return self.executor.run(self, reqs, keys, todo, record)
 
     def _judge_here(
         self, reqs: Sequence[JudgeRequest], todo: list[int], record: bool
@@ -983,6 +982,18 @@ class Judge:
             history_dropped=d.rendered[i].dropped,
             samples_yes=sum(v == "YES" for v in verdicts) if n > 1 else None,
         )
+
+
+def _first_of_each_missing(keys: Sequence[str], have: Mapping[str, Any]) -> list[int]:
+    """The index of each key's first request, for keys ``have`` does not hold (a key asked
+    twice in one run is judged once)."""
+    todo: list[int] = []
+    pending: set[str] = set()
+    for i, k in enumerate(keys):
+        if k not in have and k not in pending:
+            pending.add(k)
+            todo.append(i)
+    return todo
 
 
 def _pack(groups: Any, size: int) -> list[list[int]]:

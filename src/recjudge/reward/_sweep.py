@@ -421,8 +421,6 @@ def judge_per_user(
         (one per swept request, one per other LLM judgment); and the swept requests decided
         from stored decision records without the model.
     """
-    from recjudge.reward._judge import RECORDED_ERRORS
-
     users: dict[str, list[int]] = {}
     for i, r in enumerate(reqs):
         users.setdefault(r.user_id, []).append(i)
@@ -441,16 +439,9 @@ def judge_per_user(
     for idx in users.values():
         sub = [reqs[i] for i in idx]
         if swept:
-            try:
-                fill = sweep_into_store(swept, sub, store)
-            except RECORDED_ERRORS:
-                if errors == "raise":
-                    raise
-            else:
-                passes += fill.decoded
-                replayed += fill.replayed
-                for name, n in fill.written.items():
-                    counts[name]["new"] += n
+            decoded, from_records = _sweep_user(swept, sub, store, counts, errors)
+            passes += decoded
+            replayed += from_records
         for name, judge in judges.items():
             for i, j in zip(idx, judge.judge_many(sub, store, errors=errors), strict=True):
                 out[name][i] = j
@@ -464,6 +455,29 @@ def judge_per_user(
     if bar is not None:
         bar.close()
     return out, counts, passes, replayed
+
+
+def _sweep_user(
+    swept: Mapping[str, Any],
+    sub: list[Any],
+    store: Any,
+    counts: dict[str, dict[str, int]],
+    errors: str,
+) -> tuple[int, int]:
+    """One user's swept settings from one decoding pass per request (``sweep_into_store``),
+    their new judgments added to ``counts``; (passes decoded, requests replayed). A pass that
+    fails with ``errors="record"`` leaves them to ``judge_many``, setting by setting."""
+    from recjudge.reward._judge import RECORDED_ERRORS
+
+    try:
+        fill = sweep_into_store(swept, sub, store)
+    except RECORDED_ERRORS:
+        if errors == "raise":
+            raise
+        return 0, 0
+    for name, n in fill.written.items():
+        counts[name]["new"] += n
+    return fill.decoded, fill.replayed
 
 
 def llm_made(judges: Mapping[str, Any], counts: Mapping[str, Mapping[str, int]]) -> dict:
