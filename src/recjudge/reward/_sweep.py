@@ -431,11 +431,10 @@ def judge_per_user(
     swept = {name: judges[name] for name in can_sweep(judges)}
     counts = {name: {"new": 0, "total": 0} for name in judges}
     passes = replayed = 0
-    bar = None
-    if progress:
-        from tqdm.auto import tqdm
+    from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(users), desc=f"judge ({len(judges)} settings)", unit="user")
+    bar = tqdm(total=len(users), desc=f"judge ({len(judges)} settings)", unit="user",
+               disable=not progress)  # fmt: skip
     for idx in users.values():
         sub = [reqs[i] for i in idx]
         if swept:
@@ -450,10 +449,8 @@ def judge_per_user(
             counts[name]["total"] += judge.last_run.requests
             if judge.config.uses_llm():
                 passes += judge.last_run.judged
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+        bar.update(1)
+    bar.close()
     return out, counts, passes, replayed
 
 
