@@ -347,8 +347,6 @@ class RayExecutor:
         llm_config: LLMConfig,
         record: bool,
     ) -> Iterator[tuple[list[int], list[Judgment]]]:
-        from recjudge.reward._judge import Judgment
-
         ray = self.ready()
         per_block = -(-len(calls) // MAX_BLOCKS)
         blocks = [json.dumps(calls[b : b + per_block]) for b in range(0, len(calls), per_block)]
@@ -373,22 +371,8 @@ class RayExecutor:
         try:
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for text in batch["result"]:
-                    got = json.loads(str(text))
-                    if "fault" in got:
-                        if got.get("run_fault", True):
-                            raise WorkerFault(f"on a Ray worker: {got['fault']}")
-                        raise ValueError(f"on a Ray worker: {got['fault']}")
-                    idx, out = [], []
-                    for r in got["results"]:
-                        i = int(r["i"])
-                        if i in seen or i not in expected:  # a retried block's second answer
-                            continue
-                        seen.add(i)
-                        idx.append(i)
-                        if "error" in r:
-                            out.append(judge.failure(reqs[i], r["error"], keys[i]))
-                        else:
-                            out.append(Judgment.from_dict(r["judgment"]))
+                    idx, out = _merge_block(json.loads(str(text)), judge, reqs, keys, seen,
+                                            expected)  # fmt: skip
                     if idx:
                         yield idx, out
         except ray.exceptions.RayError as e:
@@ -403,6 +387,36 @@ class RayExecutor:
                 f"the Ray run ended with {len(missing)} pairs not returned; finished pairs are "
                 "in the store: run again with --resume"
             )
+
+
+def _merge_block(
+    got: dict[str, Any],
+    judge: Judge,
+    reqs: Sequence[JudgeRequest],
+    keys: Sequence[str],
+    seen: set[int],
+    expected: set[int],
+) -> tuple[list, list]:
+    """One worker block's answers as (indices, judgments), each request kept once (a
+    retried block's second answer is dropped); a fault there ends the run."""
+    from recjudge.reward._judge import Judgment
+
+    if "fault" in got:
+        if got.get("run_fault", True):
+            raise WorkerFault(f"on a Ray worker: {got['fault']}")
+        raise ValueError(f"on a Ray worker: {got['fault']}")
+    idx, out = [], []
+    for r in got["results"]:
+        i = int(r["i"])
+        if i in seen or i not in expected:
+            continue
+        seen.add(i)
+        idx.append(i)
+        if "error" in r:
+            out.append(judge.failure(reqs[i], r["error"], keys[i]))
+        else:
+            out.append(Judgment.from_dict(r["judgment"]))
+    return idx, out
 
 
 # -- a local cluster (tests, the bench, the README's one-machine example) -----------------
