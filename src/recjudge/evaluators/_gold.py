@@ -206,7 +206,7 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
             evaluated runs do not list together, or a bad inclusion probability (file and
             row named).
     """
-    from recjudge.data import DataError, read_table
+    from recjudge.data import DataError
     from recjudge.evaluators._calibrate import read_labels
 
     labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
@@ -226,7 +226,17 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
                 "... --k K`, the same runs and k as evaluate); a pair outside them cannot be "
                 "weighed",
             )
-    df = read_table(Path(path))
+    inclusion, design = _inclusion_and_design(Path(path))
+    return GoldSample(labels, inclusion, design, str(path))
+
+
+def _inclusion_and_design(path: Path) -> tuple[dict[tuple[str, str], float], str]:
+    """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1])
+    and its design (the ``.design.json`` beside it, else the file's ``design`` column, else
+    ``unknown``)."""
+    from recjudge.data import DataError, read_table
+
+    df = read_table(path)
     inclusion: dict[tuple[str, str], float] = {}
     design = "unknown"
     if "inclusion_prob" in df.columns:
@@ -256,4 +266,4 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
             ) from None
     if design not in GOLD_DESIGNS:
         design = "unknown"
-    return GoldSample(labels, inclusion, design, str(path))
+    return inclusion, design
