@@ -61,19 +61,22 @@ def _flatten(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
         yield prefix, d
 
 
+def _with_interval(out: dict[str, float], name: str, v: Any, lo: Any, hi: Any) -> None:
+    """``name`` and its interval's bounds (``.lo``, ``.hi``), each where it is a number."""
+    for suffix, x in (("", v), (".lo", lo), (".hi", hi)):
+        if x is not None:
+            out[_key(f"{name}{suffix}")] = float(x)
+
+
 def report_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     """The numbers to log: an evaluate report's scores and estimators with their intervals
     (``.lo`` / ``.hi``), else every finite number of the results (the environment aside),
     at most ``MAX_METRICS``."""
     out: dict[str, float] = {}
     for kind, system, m, v, lo, hi in scores_grid(results):
-        for suffix, x in (("", v), (".lo", lo), (".hi", hi)):
-            if x is not None:
-                out[_key(f"{kind}.{system}.{m}{suffix}")] = float(x)
+        _with_interval(out, f"{kind}.{system}.{m}", v, lo, hi)
     for system, m, e, v, lo, hi in estimates_grid(results):
-        for suffix, x in (("", v), (".lo", lo), (".hi", hi)):
-            if x is not None:
-                out[_key(f"estimate.{e}.{system}.{m}{suffix}")] = float(x)
+        _with_interval(out, f"estimate.{e}.{system}.{m}", v, lo, hi)
     if not out:
         for k, v in _flatten({k: v for k, v in results.items()
                               if k not in ("environment", "config", "job")}):  # fmt: skip
@@ -139,6 +142,22 @@ def _mlflow() -> Any:
     return mlflow
 
 
+def _resumed_run(client: Any, memo: Path, uri: str, mlflow: Any) -> str | None:
+    """The run a report folder logged to before (``mlflow_run.json``), if it is in this
+    tracking store still; None: start one."""
+    import json
+
+    from recjudge._util import json_loads
+
+    try:
+        saved = json_loads(memo.read_text(encoding="utf-8")) if memo.is_file() else {}
+        if isinstance(saved, dict) and saved.get("tracking_uri") == uri:
+            return client.get_run(str(saved.get("run_id"))).info.run_id
+    except (OSError, ValueError, json.JSONDecodeError, mlflow.exceptions.MlflowException):
+        pass  # no run to resume there
+    return None
+
+
 def log_report(out: str | Path, results: Mapping[str, Any], title: str,
                uri: str | None = None) -> str | None:  # fmt: skip
     """Log the report folder ``out`` to MLflow (module docstring); the run id, or None
@@ -147,9 +166,8 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
     Raises:
         TrackingError: MLflow missing, or the tracking store refused the run.
     """
-    import json
 
-    from recjudge._util import atomic_write_json, json_loads
+    from recjudge._util import atomic_write_json
 
     uri = uri or tracking_uri()
     if not uri:
@@ -171,14 +189,8 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
             f"MLflow cannot use the tracking URI {uri} ({why}); give a local folder "
             "(file:///path/mlruns) or a server's http(s) URL"
         ) from None
-    run_id = None
     memo = out / RUN_FILE
-    try:
-        saved = json_loads(memo.read_text(encoding="utf-8")) if memo.is_file() else {}
-        if isinstance(saved, dict) and saved.get("tracking_uri") == uri:
-            run_id = client.get_run(str(saved.get("run_id"))).info.run_id
-    except (OSError, ValueError, json.JSONDecodeError, mlflow.exceptions.MlflowException):
-        run_id = None  # no run to resume there: start one
+    run_id = _resumed_run(client, memo, uri, mlflow)
     try:
         if run_id is None:
             name = os.environ.get(ENV_EXPERIMENT) or "recjudge"
