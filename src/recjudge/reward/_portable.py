@@ -413,19 +413,9 @@ def _said_verdict(text: str) -> bool | None:
     return None
 
 
-def _read(
-    path: Path,
-    *,
-    trust_unsigned: bool = False,
-    max_inflated: int = MAX_INFLATED,
-    with_head: bool = False,
-) -> Any:
-    """A checkpoint's rows, after checking its manifest and every row; and how it was verified
-    (and, ``with_head``, the manifest).
-
-    The file is read whole (its compressed size is bounded too) and inflated as a stream,
-    within ``max_inflated`` bytes.
-    """
+def _checkpoint_bytes(path: Path, max_inflated: int) -> bytes:
+    """The file's bytes, refused in one line when it is missing, a folder, over the size
+    bound or a results store (not a checkpoint)."""
     try:
         size = path.stat().st_size
         if size > max_inflated:
@@ -447,8 +437,11 @@ def _read(
             f"{path}: a results store, not a checkpoint; write one from it with `recjudge "
             f"store export {path} --out FILE.ckpt.gz`"
         )
-    lines = _lines(data, path, max_inflated)
-    first = next(lines, None)
+    return data
+
+
+def _manifest(path: Path, first: tuple[int, bytes] | None) -> dict[str, Any]:
+    """The first line as a recjudge checkpoint's manifest, or one line refusing the file."""
     try:
         head = json_loads(first[1]) if first else {}
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -458,6 +451,24 @@ def _read(
             f"{path}: not a recjudge checkpoint (first line {str(head)[:60]!r}); write it with "
             "`recjudge store export`"
         )
+    return head
+
+
+def _read(
+    path: Path,
+    *,
+    trust_unsigned: bool = False,
+    max_inflated: int = MAX_INFLATED,
+    with_head: bool = False,
+) -> Any:
+    """A checkpoint's rows, after checking its manifest and every row; and how it was verified
+    (and, ``with_head``, the manifest).
+
+    The file is read whole (its compressed size is bounded too) and inflated as a stream,
+    within ``max_inflated`` bytes.
+    """
+    lines = _lines(_checkpoint_bytes(path, max_inflated), path, max_inflated)
+    head = _manifest(path, next(lines, None))
     version = head.get("version")
     if version not in (1, PORTABLE_VERSION):
         raise PortableError(
