@@ -1015,26 +1015,48 @@ def ppi_run(
         return _ppi_estimate(metric, p, f"{p['n']} gold pairs, iid interval")
     require_judged([(u, i) for u in users for i in run.rankings.get(u, [])[:k]], judged)
     if gold.design == "users":
-        sampled = {u for u, _ in labels}
-        y, yp, cl = [], [], []
-        for u in users:
-            top = run.rankings.get(u, [])[:k]
-            if not top:  # no list: the metric is 0, known for a sampled user
-                y.append(0.0 if u in sampled else np.nan)
-                yp.append(0.0)
-                cl.append(u)
-            for r, i in enumerate(top):
-                scale = len(top) * w[r]  # the cluster mean is then the user's metric
-                y.append(scale * labels[(u, i)] if (u, i) in labels else np.nan)
-                yp.append(scale * judged[(u, i)][0])
-                cl.append(u)
-        c = clustered_ppi_mean(y, yp, cl)
+        c = clustered_ppi_mean(*_user_design_rows(run, users, judged, labels, k, w))
         return _ppi_estimate(
             metric,
             c,
             f"{c['n']} gold pairs of {c['clusters_labelled']} "
             "users, clustered by user (GLIDE's clustered PPI++)",
         )
+    c = ppi_user_totals(*_weighted_user_totals(run, users, judged, gold, k, w, frame))
+    return _ppi_estimate(
+        metric,
+        c,
+        f"{sum(per_user_gold.values())} gold pairs in its lists, "
+        "clustered by user (design-based, 1/pi weights)",
+    )
+
+
+def _user_design_rows(run, users, judged, labels, k, w) -> tuple[list, list, list]:
+    """(gold value or NaN, judge's value, user) per listed pair, scaled so that a user's
+    mean is the user's metric: the rows ``clustered_ppi_mean`` takes (the ``users``
+    design: a sampled user's pairs are all labelled; a sampled user without a list has a
+    known 0)."""
+    sampled = {u for u, _ in labels}
+    y, yp, cl = [], [], []
+    for u in users:
+        top = run.rankings.get(u, [])[:k]
+        if not top:  # no list: the metric is 0, known for a sampled user
+            y.append(0.0 if u in sampled else np.nan)
+            yp.append(0.0)
+            cl.append(u)
+        for r, i in enumerate(top):
+            scale = len(top) * w[r]  # the cluster mean is then the user's metric
+            y.append(scale * labels[(u, i)] if (u, i) in labels else np.nan)
+            yp.append(scale * judged[(u, i)][0])
+            cl.append(u)
+    return y, yp, cl
+
+
+def _weighted_user_totals(run, users, judged, gold, k, w, frame) -> tuple[list, list, list]:
+    """Per user: the judge's metric, and the gold and judge's totals over the user's gold
+    pairs weighted by 1 / inclusion probability (``ppi_user_totals``' inputs; a pair
+    without one is taken as drawn uniformly, n_gold / frame)."""
+    labels = gold.labels
     n_gold = len(labels)
     p_tot, g_tot, h_tot = [], [], []
     for u in users:
@@ -1049,13 +1071,7 @@ def ppi_run(
         p_tot.append(pt)
         g_tot.append(gt)
         h_tot.append(ht)
-    c = ppi_user_totals(p_tot, g_tot, h_tot)
-    return _ppi_estimate(
-        metric,
-        c,
-        f"{sum(per_user_gold.values())} gold pairs in its lists, "
-        "clustered by user (design-based, 1/pi weights)",
-    )
+    return p_tot, g_tot, h_tot
 
 
 def _ppi_estimate(metric: str, got: Mapping[str, Any], note: str) -> Estimate:
