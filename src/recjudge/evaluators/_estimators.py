@@ -911,16 +911,7 @@ def estimate_evaluation(
     got["clipped_weight_share"] = clipped_weight_share(
         runs, logged, propensities, users, max(parse_metric(m)[1] for m in metrics)
     )
-    for by_metric in got["systems"].values():
-        for m, by_est in by_metric.items():
-            top = metric_range(m)
-            for e in by_est.values():
-                v = e["value"]
-                if v is not None and not -1e-12 <= v <= top + 1e-12:
-                    e["note"] = (e["note"] + "; " if e["note"] else "") + (
-                        f"outside the metric's range [0, {top:g}]: inverse-propensity weights "
-                        "(small or clipped propensities) or a judge far from the labels; "
-                        "treat it as unreliable")  # fmt: skip
+    _flag_out_of_range(got["systems"])
     got["calibration"] = (
         "isotonic map from recjudge calibrate (p_calibrated)"
         if calibrated
@@ -939,15 +930,28 @@ def estimate_evaluation(
     got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}, PPI++ "
                    f"(power-tuned lambda){warn}")  # fmt: skip
     for run in runs:
-        for m in metrics:
-            if parse_metric(m)[0] not in LINEAR:
-                continue
+        for m in (m for m in metrics if parse_metric(m)[0] in LINEAR):
             try:
                 e = ppi_run(run, users, judged, gold, m, frame, ppi_intervals)
             except ValueError as err:
                 e = Estimate("ppi", m, None, None, note=str(err))
             got["systems"][run.name][m]["ppi"] = e.to_dict()
     return got
+
+
+def _flag_out_of_range(systems: Mapping[str, Mapping[str, Mapping[str, dict]]]) -> None:
+    """Add to the note of every estimate outside its metric's range why that happens and
+    that it is not to be trusted."""
+    for by_metric in systems.values():
+        for m, by_est in by_metric.items():
+            top = metric_range(m)
+            for e in by_est.values():
+                v = e["value"]
+                if v is not None and not -1e-12 <= v <= top + 1e-12:
+                    e["note"] = (e["note"] + "; " if e["note"] else "") + (
+                        f"outside the metric's range [0, {top:g}]: inverse-propensity weights "
+                        "(small or clipped propensities) or a judge far from the labels; "
+                        "treat it as unreliable")  # fmt: skip
 
 
 def metric_range(metric: str) -> float:
