@@ -238,6 +238,20 @@ def _p(branches: tuple[str, ...], probs: tuple[float, ...], chosen: str) -> floa
     return float(probs[branches.index("YES")])
 
 
+def _evidence_from_pass(res: Any, recorded: Any) -> bool:
+    """Take ``res``'s evidence from the recorded pass when that pass committed the same way
+    and its answer is whole (a NO is forced to the end; a read-out YES stops after the
+    decision); False: it must be decoded."""
+    got = recorded.decoded  # None: read from a store, decode the evidence
+    d, k = got if got is not None else (None, 0)
+    if not res.raw_text or d is None or parse_answer(d.schemas[k], d.texts[k]) is None:
+        return False
+    res.evidence = parsed_evidence(d.schemas[k], d.texts[k])
+    ids = {h.title: h.item_id for h in d.rendered[k].shown}
+    res.evidence_ids = [ids[t] for t in res.evidence]
+    return True
+
+
 def _fill_evidence(
     judges: Mapping[str, Judge],
     reqs: Sequence[JudgeRequest],
@@ -252,19 +266,24 @@ def _fill_evidence(
         for i, res in enumerate(out[label]):
             if res is None:
                 alone.append((label, i))
-            elif j.config.need_evidence:
-                got = recorded[i].decoded  # None: read from a store, decode the evidence
-                d, k = got if got is not None else (None, 0)
-                whole = d is not None and parse_answer(d.schemas[k], d.texts[k]) is not None
-                if res.raw_text and whole:
-                    # The recorded pass committed the same way and its answer is whole (a
-                    # NO is forced to the end; a read-out YES stops after the decision).
-                    res.evidence = parsed_evidence(d.schemas[k], d.texts[k])
-                    ids = {h.title: h.item_id for h in d.rendered[k].shown}
-                    res.evidence_ids = [ids[t] for t in res.evidence]
-                    continue
+            elif j.config.need_evidence and not _evidence_from_pass(res, recorded[i]):
                 verdict = "YES" if res.is_relevant else "NO"
                 groups.setdefault((i, verdict, res.decision_steps), []).append(label)
+    alone += _decode_evidence(judges, reqs, groups, out)
+    for label, i in alone:
+        out[label][i] = judges[label].judge(reqs[i])
+
+
+def _decode_evidence(
+    judges: Mapping[str, Judge],
+    reqs: Sequence[JudgeRequest],
+    groups: Mapping[tuple[int, str, int], list[str]],
+    out: dict[str, list[Any]],
+) -> list[tuple[str, int]]:
+    """Decode each group's evidence once (the labels that committed the same way on a
+    request share it) into ``out``; the (label, request) pairs whose decision moved (rounding)
+    and must be decoded alone."""
+    alone: list[tuple[str, int]] = []
     by_rep: dict[str, list[tuple[int, list[str]]]] = {}
     for (i, _, _), labels in groups.items():
         by_rep.setdefault(labels[0], []).append((i, labels))
@@ -280,8 +299,7 @@ def _fill_evidence(
                     res, evidence=full.evidence, evidence_ids=full.evidence_ids,
                     raw_text=full.raw_text,
                 )  # fmt: skip
-    for label, i in alone:
-        out[label][i] = judges[label].judge(reqs[i])
+    return alone
 
 
 @dataclass(frozen=True)
