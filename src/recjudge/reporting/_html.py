@@ -139,6 +139,40 @@ def _is_rule(line: str) -> bool:
     return bool(re.fullmatch(r"\|?\s*:?-{3,}:?\s*(\|\s*:?-{3,}:?\s*)*\|?", line.strip()))
 
 
+def _table(lines: Sequence[str], i: int, folder: Path | None) -> tuple[str, int]:
+    """The pipe table starting at line ``i`` (its header, the rule, its rows) as a sortable
+    HTML table, and the line after it."""
+    head = _cells(lines[i].strip())
+    rows = []
+    j = i + 2
+    while j < len(lines) and lines[j].strip().startswith("|"):
+        rows.append(_cells(lines[j]))
+        j += 1
+    block = ('<table class="rj-sortable"><thead><tr>'
+             + "".join(f"<th>{_inline(c, folder)}</th>" for c in head)
+             + "</tr></thead><tbody>"
+             + "".join("<tr>" + "".join(f"<td>{_inline(c, folder)}</td>" for c in r)
+                       + "</tr>" for r in rows)
+             + "</tbody></table>")  # fmt: skip
+    return block, j
+
+
+def _bullets(lines: Sequence[str], i: int, folder: Path | None) -> tuple[str, int]:
+    """The bullet list starting at line ``i`` (an item continues on lines indented by two
+    spaces) as HTML, and the line after it."""
+    n = len(lines)
+    items = []
+    while i < n and re.match(r"[-*]\s+", lines[i].strip()):
+        item = [re.sub(r"^[-*]\s+", "", lines[i].strip())]
+        i += 1
+        while i < n and lines[i].startswith("  ") and lines[i].strip() and not re.match(
+                r"[-*]\s+", lines[i].strip()):  # fmt: skip
+            item.append(lines[i].strip())
+            i += 1
+        items.append("<li>" + " ".join(_inline(x, folder) for x in item) + "</li>")
+    return "<ul>" + "".join(items) + "</ul>", i
+
+
 def markdown_to_html(lines: Sequence[str], folder: Path | None = None) -> str:
     """The subset of markdown recjudge's reports write (headings, paragraphs, bullet lists,
     pipe tables, fenced code, images, code, bold, italics) as HTML; tables are sortable."""
@@ -171,32 +205,13 @@ def markdown_to_html(lines: Sequence[str], folder: Path | None = None) -> str:
             continue
         if s.startswith("|") and i + 1 < n and _is_rule(lines[i + 1]):
             flush()
-            head = _cells(s)
-            rows = []
-            j = i + 2
-            while j < n and lines[j].strip().startswith("|"):
-                rows.append(_cells(lines[j]))
-                j += 1
-            out.append('<table class="rj-sortable"><thead><tr>'
-                       + "".join(f"<th>{_inline(c, folder)}</th>" for c in head)
-                       + "</tr></thead><tbody>"
-                       + "".join("<tr>" + "".join(f"<td>{_inline(c, folder)}</td>" for c in r)
-                                 + "</tr>" for r in rows)
-                       + "</tbody></table>")  # fmt: skip
-            i = j
+            block, i = _table(lines, i, folder)
+            out.append(block)
             continue
         if re.match(r"[-*]\s+", s):
             flush()
-            items = []
-            while i < n and re.match(r"[-*]\s+", lines[i].strip()):
-                item = [re.sub(r"^[-*]\s+", "", lines[i].strip())]
-                i += 1
-                while i < n and lines[i].startswith("  ") and lines[i].strip() and not re.match(
-                        r"[-*]\s+", lines[i].strip()):  # fmt: skip
-                    item.append(lines[i].strip())
-                    i += 1
-                items.append("<li>" + " ".join(_inline(x, folder) for x in item) + "</li>")
-            out.append("<ul>" + "".join(items) + "</ul>")
+            block, i = _bullets(lines, i, folder)
+            out.append(block)
             continue
         if not s:
             flush()
@@ -308,16 +323,7 @@ def _header(results: Mapping[str, Any]) -> str:
             for k in HEADER_FIELDS:
                 if k in d and d[k] not in (None, "", [], {}) and k not in found:
                     found[k] = d[k]
-    est = results.get("estimators")
-    if isinstance(est, Mapping):
-        lead = est.get("lead")
-        if isinstance(lead, Mapping) and lead.get("estimator"):
-            found["lead estimator"] = lead["estimator"]
-        for k, label in (("propensities", "propensities"), ("calibration", "calibration"),
-                         ("gold", "gold sample")):  # fmt: skip
-            v = est.get(k)
-            if isinstance(v, str | int | float) and v != "":
-                found[label] = v
+    found.update(_estimator_fields(results.get("estimators")))
     env = results.get("environment") or {}
     found["recjudge"] = __version__
     for k in ("torch", "cpu", "native_bf16", "gpu", "date"):
@@ -326,6 +332,23 @@ def _header(results: Mapping[str, Any]) -> str:
     items = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{html.escape(_short(v))}</dd>"
                     for k, v in found.items())  # fmt: skip
     return f'<dl class="rj-header">{items}</dl>'
+
+
+def _estimator_fields(est: Any) -> dict[str, Any]:
+    """What an evaluate report's header says about its estimators: the lead one, the
+    propensities, the calibration and the gold sample."""
+    found: dict[str, Any] = {}
+    if not isinstance(est, Mapping):
+        return found
+    lead = est.get("lead")
+    if isinstance(lead, Mapping) and lead.get("estimator"):
+        found["lead estimator"] = lead["estimator"]
+    for k, label in (("propensities", "propensities"), ("calibration", "calibration"),
+                     ("gold", "gold sample")):  # fmt: skip
+        v = est.get(k)
+        if isinstance(v, str | int | float) and v != "":
+            found[label] = v
+    return found
 
 
 def _short(v: Any) -> str:
