@@ -82,6 +82,35 @@ class DeepFMNoUserConfig(DeepFMConfig):
     user_fields: tuple[str, ...] = ()
 
 
+def _field_bags(embs: Any, lins: Any, idx: list[Any]) -> tuple[Any, Any, Any]:
+    """(S, constant, first-layer input) of one side from per-field index tensors.
+
+    Index tensors may be ``[B, w]`` or ``[B, n, w]``; each field is a weighted bag
+    (``embedding_bag``, whose backward is far cheaper than a gather's)."""
+    import torch
+    from torch.nn import functional as F
+
+    total, const, fields = None, 0.0, []
+    for emb, lin, ix in zip(embs, lins, idx, strict=True):
+        lead, w = ix.shape[:-1], ix.shape[-1]
+        flat = ix.reshape(-1, w)
+        mask = (flat > 0).float()
+        count = mask.sum(-1, keepdim=True).clamp(min=1.0)
+        # x_j = 1/n on a bag of n, so sum x_j^2 |v_j|^2 = (1/n) sum x_j |v_j|^2: one
+        # bag over [v | w | |v|^2] gives the embedding, linear and square terms.
+        table = torch.cat([emb.weight, lin.weight, emb.weight.pow(2).sum(-1, True)], 1)
+        bag = F.embedding_bag(flat, table, per_sample_weights=mask / count, mode="sum")
+        e, lw, q = bag[:, :-2], bag[:, -2], bag[:, -1] / count.squeeze(-1)
+        e = e.reshape(*lead, -1)
+        const = const + (lw - 0.5 * q).reshape(lead)
+        total = e if total is None else total + e
+        fields.append(e)
+    if total is None:
+        return None, 0.0, None
+    const = const + 0.5 * (total * total).sum(-1)
+    return total, const, torch.cat(fields, -1)
+
+
 def _build_net(sizes_user: list[int], sizes_item: list[int], c: FMConfig, deep: bool):
     import torch
     from torch import nn
@@ -110,33 +139,7 @@ def _build_net(sizes_user: list[int], sizes_item: list[int], c: FMConfig, deep: 
                 self.mlp = nn.Sequential(*layers)
             self.deep = deep
 
-        @staticmethod
-        def side(embs, lins, idx: list[Any]):
-            """(S, constant, first-layer input) of one side from per-field index tensors.
-
-            Index tensors may be ``[B, w]`` or ``[B, n, w]``; each field is a weighted bag
-            (``embedding_bag``, whose backward is far cheaper than a gather's)."""
-            from torch.nn import functional as F
-
-            total, const, fields = None, 0.0, []
-            for emb, lin, ix in zip(embs, lins, idx, strict=True):
-                lead, w = ix.shape[:-1], ix.shape[-1]
-                flat = ix.reshape(-1, w)
-                mask = (flat > 0).float()
-                count = mask.sum(-1, keepdim=True).clamp(min=1.0)
-                # x_j = 1/n on a bag of n, so sum x_j^2 |v_j|^2 = (1/n) sum x_j |v_j|^2: one
-                # bag over [v | w | |v|^2] gives the embedding, linear and square terms.
-                table = torch.cat([emb.weight, lin.weight, emb.weight.pow(2).sum(-1, True)], 1)
-                bag = F.embedding_bag(flat, table, per_sample_weights=mask / count, mode="sum")
-                e, lw, q = bag[:, :-2], bag[:, -2], bag[:, -1] / count.squeeze(-1)
-                e = e.reshape(*lead, -1)
-                const = const + (lw - 0.5 * q).reshape(lead)
-                total = e if total is None else total + e
-                fields.append(e)
-            if total is None:
-                return None, 0.0, None
-            const = const + 0.5 * (total * total).sum(-1)
-            return total, const, torch.cat(fields, -1)
+        side = staticmethod(_field_bags)
 
         def users(self, idx):
             return self.side(self.user_emb, self.user_lin, idx)
