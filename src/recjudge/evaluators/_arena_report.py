@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -275,7 +276,6 @@ def arena_lists_report(config: Any, data: str, results: dict[str, Any]) -> list[
     """The list-level arena's report: header (our extension, sigma source, scorers, margin,
     cost), then per scorer the systems' scores, Q against the reference and the rank
     correlations with AUC."""
-    from recjudge.reporting import interval
 
     ref, offline, cost = results["reference"], results["offline"], results["cost"]
     n_users = len(results["users"])
@@ -308,51 +308,64 @@ def arena_lists_report(config: Any, data: str, results: dict[str, Any]) -> list[
         "",
     ]
     for scorer, sm in results["summary"].items():
-        lines += [
-            f"## {scorer}",
-            "",
-            f"{sm['users_scored']} users with every list scored.",
-            "",
-            f"| system | AUC | mean list score | minus {ref} | win / tie / lose | Q [95 % CI] |",
-            "|---|---|---|---|---|---|",
-        ]
-        order = sorted(sm["mean_score"], key=lambda s: -(offline[s]["auc"] or 0.0))
-        for s in order:
-            m = sm["mean_score"][s]
-            d = sm["minus_reference"].get(s)
-            q = sm["q"].get(s)
-            lo_hi = (sm["q_ci"] or {}).get(s)
-            lines.append(
-                f"| {s} | {_fmt(offline[s]['auc'])} | "
-                f"{interval(m['estimate'], m['users']['lo'], m['users']['hi'])} | "
-                + (
-                    interval(d["estimate"], d["users"]["lo"], d["users"]["hi"], signed=True)
-                    if d
-                    else "(reference)"
-                )
-                + " | "
-                + (f"{q['win']} / {q['tie']} / {q['lose']}" if q else "-")
-                + " | "
-                + (
-                    f"{_fmt(q['q'])}" + (f" [{_fmt(lo_hi[0])}, {_fmt(lo_hi[1])}]" if lo_hi else "")
-                    if q
-                    else "-"
-                )
-                + " |"
-            )
-        # Q is of the systems against the reference (an infinite Q is left out); the mean list
-        # score is every system's, the reference's too.
-        for what, key in (("Q", "corr_q_auc"), ("mean list score", "corr_score_auc")):
-            c = sm[key]
-            if c["pearson"] is None:
-                lines.append(f"\n{what} vs AUC: undefined ({c['n']} systems with a finite "
-                             f"{what}; it needs 3 and a {what} that varies)")  # fmt: skip
-            else:
-                lines.append(
-                    f"\n{what} vs AUC over {c['n']} systems: Pearson {c['pearson']:.2f} "
-                    f"(p {c['pearson_p']:.2f}), Spearman {c['spearman']:.2f} "
-                    f"(p {c['spearman_p']:.2f})"
-                )
-        lines.append("")
+        lines += _scorer_section(scorer, sm, ref, offline)
     lines += ["![mean list score against AUC](scores.png)", ""]
+    return lines
+
+
+def _scorer_section(
+    scorer: str, sm: Mapping[str, Any], ref: str, offline: Mapping[str, Any]
+) -> list[str]:
+    """One scorer's section: the systems by AUC with their list scores, differences to the
+    reference, win/tie/lose and Q with intervals, then Q's and the score's correlation with
+    AUC."""
+    from recjudge.reporting import interval
+
+    lines: list[str] = []
+    lines += [
+        f"## {scorer}",
+        "",
+        f"{sm['users_scored']} users with every list scored.",
+        "",
+        f"| system | AUC | mean list score | minus {ref} | win / tie / lose | Q [95 % CI] |",
+        "|---|---|---|---|---|---|",
+    ]
+    order = sorted(sm["mean_score"], key=lambda s: -(offline[s]["auc"] or 0.0))
+    for s in order:
+        m = sm["mean_score"][s]
+        d = sm["minus_reference"].get(s)
+        q = sm["q"].get(s)
+        lo_hi = (sm["q_ci"] or {}).get(s)
+        lines.append(
+            f"| {s} | {_fmt(offline[s]['auc'])} | "
+            f"{interval(m['estimate'], m['users']['lo'], m['users']['hi'])} | "
+            + (
+                interval(d["estimate"], d["users"]["lo"], d["users"]["hi"], signed=True)
+                if d
+                else "(reference)"
+            )
+            + " | "
+            + (f"{q['win']} / {q['tie']} / {q['lose']}" if q else "-")
+            + " | "
+            + (
+                f"{_fmt(q['q'])}" + (f" [{_fmt(lo_hi[0])}, {_fmt(lo_hi[1])}]" if lo_hi else "")
+                if q
+                else "-"
+            )
+            + " |"
+        )
+    # Q is of the systems against the reference (an infinite Q is left out); the mean list
+    # score is every system's, the reference's too.
+    for what, key in (("Q", "corr_q_auc"), ("mean list score", "corr_score_auc")):
+        c = sm[key]
+        if c["pearson"] is None:
+            lines.append(f"\n{what} vs AUC: undefined ({c['n']} systems with a finite "
+                         f"{what}; it needs 3 and a {what} that varies)")  # fmt: skip
+        else:
+            lines.append(
+                f"\n{what} vs AUC over {c['n']} systems: Pearson {c['pearson']:.2f} "
+                f"(p {c['pearson_p']:.2f}), Spearman {c['spearman']:.2f} "
+                f"(p {c['spearman_p']:.2f})"
+            )
+    lines.append("")
     return lines
