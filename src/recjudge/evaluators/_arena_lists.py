@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -210,6 +211,33 @@ def _summarize_scorer(
     }
 
 
+def _p_yes_by_scorer(got: Mapping[str, list[Any]], reqs: list[Any]) -> tuple[dict, dict]:
+    """Per scorer, P(YES) by (user, item) (None for a failed judgment), and the failures'
+    count per scorer."""
+    p: dict[str, dict[tuple[str, str], float | None]] = {}
+    failed = dict.fromkeys(got, 0)
+    for name, js in got.items():
+        p[name] = {}
+        for r, j in zip(reqs, js, strict=True):
+            ok = j is not None and j.error is None
+            failed[name] += not ok
+            p[name][(r.user_id, r.candidate_id)] = j.p_yes if ok else None
+    return p, failed
+
+
+def _write_scores(path: Path, scores: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
+    """``scores.jsonl``: one line per (user, system, scorer) list score, ids only; written
+    to a temp name and renamed (a killed run leaves no half file under the name)."""
+    from recjudge._util import atomic_write_text
+
+    atomic_write_text(path, "".join(
+        json.dumps({"user_id": u, "system": s, "scorer": scorer, "score": v}) + "\n"
+        for scorer, per_system in scores.items()
+        for s, per_user in per_system.items()
+        for u, v in per_user.items()
+    ))  # fmt: skip
+
+
 def run_arena_lists(
     config: ArenaListConfig,
     data: str = "ml-1m",
@@ -254,22 +282,10 @@ def run_arena_lists(
             reqs, judges, store, progress, errors="record"
         )
     judging = time.perf_counter() - t1
-    p: dict[str, dict[tuple[str, str], float | None]] = {}
-    failed = dict.fromkeys(judges, 0)
-    for name, js in got.items():
-        p[name] = {}
-        for r, j in zip(reqs, js, strict=True):
-            ok = j is not None and j.error is None
-            failed[name] += not ok
-            p[name][(r.user_id, r.candidate_id)] = j.p_yes if ok else None
+    p, failed = _p_yes_by_scorer(got, reqs)
     scores = list_scores(lists, p, users, config.discount)
     records = list_records(scores, config.reference_name, config.tie_margin)
-    with open(out / "scores.jsonl", "w", encoding="utf-8") as f:
-        for scorer, per_system in scores.items():
-            for s, per_user in per_system.items():
-                for u, v in per_user.items():
-                    f.write(json.dumps({"user_id": u, "system": s, "scorer": scorer,
-                                        "score": v}) + "\n")  # fmt: skip
+    _write_scores(out / "scores.jsonl", scores)
     auc = {s: m["auc"] for s, m in world.offline.items() if m["auc"] is not None}
     summary = {
         scorer: _summarize_scorer(scores[scorer], records, scorer, config, auc)
