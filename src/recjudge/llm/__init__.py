@@ -34,6 +34,7 @@ from recjudge.llm._config import (
     llm_key,
     llm_settings_of,
     reset_llm_defaults,
+    resolution_state,
     resolve_llm_config,
     set_llm_defaults,
 )
@@ -167,6 +168,7 @@ __all__ = [
     "resolve_llm_config",
     "llm_key",
     "llm_settings_of",
+    "resolution_state",
     "VLLM_UNKEYED_ARGS",
     "set_llm_defaults",
     "preset_info",

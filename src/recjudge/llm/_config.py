@@ -214,6 +214,16 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
     return out
 
 
+def resolution_state() -> tuple[str | None, bool | None]:
+    """What resolving an ``LLMConfig`` (``auto`` dtype and device) reads from the process:
+    ``$RECJUDGE_DTYPE`` and whether torch sees a GPU (None before torch is imported): a
+    cache of ``llm_key`` is valid while this is unchanged."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return os.environ.get(DTYPE_ENV), torch.cuda.is_available() if torch is not None else None
+
+
 def llm_settings_of(llm: Any, model: str | LLMConfig) -> dict[str, Any]:
     """``llm_key`` of a loaded backend (its ``config``), or, for ``None`` or an object
     without one (a test double), of what ``load_llm(model)`` would load. The attribute is

@@ -20,6 +20,7 @@ class LLMPool:
         from recjudge.llm._models import check_models
 
         self._llms: dict[str, Any] = dict(loaded or {})
+        self._keys: dict[tuple[Any, ...], dict[str, Any]] = {}
         check_models(n for n in needed if n not in self._llms)
 
     def get(self, name: str) -> Any:
@@ -32,9 +33,13 @@ class LLMPool:
     def key(self, name: str) -> dict[str, Any]:
         """``llm_key`` of model ``name``: of the backend it is (or was given as), else of the
         config ``load_llm`` will load it with. Stored answers key what ran them."""
-        from recjudge.llm._config import llm_settings_of
+        from recjudge.llm._config import llm_settings_of, resolution_state
 
-        return llm_settings_of(self._llms.get(name), name)
+        # once per model (and resolution state), not per stored question: a run keys 10^4
+        state = (name, name in self._llms, *resolution_state())
+        if state not in self._keys:
+            self._keys[state] = llm_settings_of(self._llms.get(name), name)
+        return self._keys[state]
 
     def release(self, name: str) -> None:
         """Forget ``name`` (its memory is freed once nothing else holds it)."""

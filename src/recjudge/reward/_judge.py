@@ -21,6 +21,7 @@ from recjudge.llm import (
     capabilities_of,
     escape_special,
     llm_key,
+    resolution_state,
     resolve_llm_config,
 )
 from recjudge.reward._modes import MODES, SIMULATOR_MODES, ModeSpec, mode_spec
@@ -477,13 +478,20 @@ class Judge:
     # -- keys -----------------------------------------------------------------------------
     def _llm_settings(self) -> dict[str, Any]:
         """What of the LLM changes an answer (``llm_key``), for the LLM this judge runs (or
-        will load, or its workers will load)."""
+        will load, or its workers will load). Computed once per state (LLM loaded or not,
+        ``resolution_state``), not per key: resolving it was over half of a key's cost."""
+        state = (self._llm is None, *resolution_state())
+        cached = self.__dict__.get("_llm_settings_cache")
+        if cached is not None and cached[0] == state:
+            return cached[1]
         llm_config = getattr(self._llm, "config", None)
         if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
             llm_config = resolve_llm_config(self.llm_config_or_model())
         if self.executor is not None and self._llm is None:  # what its workers will load
             llm_config = self.executor.placed(llm_config)
-        return llm_key(llm_config)
+        out = llm_key(llm_config)
+        self._llm_settings_cache = (state, out)
+        return out
 
     def key(self, req: JudgeRequest) -> str:
         return self._key(req, bias=True)
@@ -807,7 +815,6 @@ class Judge:
         call while they fit (the fast engine decodes them in the same steps, each prefix
         encoded once). With ``failed``, a request whose prompt cannot be built goes there
         instead."""
-        size = self.config.batch()
         if not self.config.uses_llm():  # no prompt: nothing to group by
             return self.plan(reqs, todo)
         groups: dict[tuple[int, ...], list[int]] = {}
@@ -822,7 +829,7 @@ class Judge:
                 failed[i] = e
                 continue
             groups.setdefault(prefix, []).append(i)
-        return _pack(groups.values(), size)
+        return _pack(groups.values(), self.config.batch())
 
     def prompt_ids(self, req: JudgeRequest) -> tuple[Any, list[int], list[int]]:
         """(rendered prompt, prefix ids, suffix ids); the prefix is shared by every candidate
