@@ -100,6 +100,15 @@ def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]")
 
 
+def first_line(error: BaseException, limit: int | None = None, empty: str | None = None) -> str:
+    """The first line of ``error``'s message, at most ``limit`` characters, for an error
+    line of our own that quotes it; ``empty`` (default: the error's class name) when the
+    message is empty."""
+    lines = str(error).strip().splitlines()
+    text = lines[0] if lines else (type(error).__name__ if empty is None else empty)
+    return text[:limit] if limit is not None else text
+
+
 def os_error_line(e: OSError) -> str:
     """One line for a file-system error: the path, what is wrong and what to do (never a
     traceback). The fix follows the errno: a file where a folder is needed, a folder where a

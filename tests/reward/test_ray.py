@@ -164,6 +164,23 @@ def test_vllm_workers_are_placed_and_keyed_as_vllm_and_a_server_is_refused(ml100
         RayExecutor(RayConfig()).placed(server)
 
 
+def test_ray_with_the_root_server_option_is_refused_before_ray_starts(tmp_path):
+    """A server given before the command (``recjudge --server URL judge ... --ray local``)
+    is refused in one line before any Ray instance is started or output written."""
+    from cli_in_process import run_cli
+
+    (tmp_path / "p.jsonl").write_text('{"user_id": "1", "item_id": "50"}\n')
+    r = run_cli("--server", "http://127.0.0.1:1/v1", "judge", "--data", "ml-100k", "--pairs",
+                str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "o.jsonl"), "--mode",
+                "zero-shot", "--ray", "local")  # fmt: skip
+    assert r.code == 2 and "Traceback" not in r.stderr
+    assert "'openai-compatible' is a server" in r.stderr
+    assert not (tmp_path / "o.jsonl").exists()
+    import ray
+
+    assert not ray.is_initialized()  # (the CLI ran in this process)
+
+
 def test_gpu_workers_key_their_device(ml100k):
     """Results decoded on GPU workers are keyed as GPU results (other kernels round
     differently), without a GPU on the driver."""

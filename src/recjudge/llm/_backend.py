@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import RunFault, UserFacingError
+from recjudge._util import RunFault, UserFacingError, first_line
 from recjudge.llm._config import (
     Capabilities,
     DeviceError,
@@ -37,7 +37,7 @@ def _load_errors(model: str, part: str) -> Iterator[None]:
     except (RunFault, KeyboardInterrupt, MemoryError):
         raise
     except Exception as e:  # noqa: BLE001 - whatever a loader raises on bad files
-        first = (str(e).strip().splitlines() or [""])[0][:300]
+        first = first_line(e, 300, empty="")
         raise ModelLoadError(
             f"model {model!r}: its {part} cannot be loaded ({type(e).__name__}: {first}); a "
             "model folder needs what transformers' save_pretrained writes (config.json, "

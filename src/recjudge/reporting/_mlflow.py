@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError
+from recjudge._util import UserFacingError, first_line
 from recjudge.reporting._results import estimates_grid, finite, scores_grid
 
 __all__ = ["ENV_URI", "TrackingError", "log_report", "tracking_uri"]
@@ -184,7 +184,7 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)  # the store opens (or says why not)
     except (mlflow.exceptions.MlflowException, ImportError, OSError) as e:
-        why = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        why = first_line(e, 200)
         raise TrackingError(
             f"MLflow cannot use the tracking URI {uri} ({why}); give a local folder "
             "(file:///path/mlruns) or a server's http(s) URL"
@@ -216,7 +216,7 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
             if (out / name).is_file():
                 client.log_artifact(run_id, str(out / name))
     except mlflow.exceptions.MlflowException as e:
-        raise TrackingError(f"MLflow at {uri} refused the run ({str(e).splitlines()[0][:200]})"
+        raise TrackingError(f"MLflow at {uri} refused the run ({first_line(e, 200)})"
                             "; check the URI (e.g. file:///path/mlruns or sqlite:///mlflow.db)"
                             ) from None  # fmt: skip
     return run_id

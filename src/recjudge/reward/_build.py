@@ -49,7 +49,7 @@ def build_judge(
         max_history=max_history,
     )
     llm = None
-    executor = _ray_executor(ray, backend, server, device)
+    executor = _ray_executor(ray, model, backend, server, device)
     on_workers = {"backend": backend} if ray is not None and backend == "vllm" else {}
     if (backend != "transformers" or server) and not on_workers:
         if server and backend == "transformers":
@@ -73,19 +73,19 @@ def build_judge(
                  executor=executor)  # fmt: skip
 
 
-def _ray_executor(ray: Any, backend: str, server: str | None, device: str) -> Any:
-    """The Ray executor of ``--ray`` (None without it), checked against the backend
-    options and the cluster before anything is written."""
+def _ray_executor(ray: Any, model: str, backend: str, server: str | None, device: str) -> Any:
+    """The Ray executor of ``--ray`` (None without it), checked against the backend the
+    model would run on (these options, else the command line's root ``--backend/--server``)
+    and the cluster, before anything is written or started."""
     if ray is None:
         return None
+    from recjudge.llm import LLMConfig, resolve_llm_config
     from recjudge.reward._ray import RayExecutor
 
-    if backend not in ("transformers", "vllm") or server:
-        raise ValueError(
-            "--ray runs the model on the cluster's workers (recjudge's engine, or vLLM "
-            "with --backend vllm): drop --server (a server already spreads its own work), "
-            "or run without --ray"
-        )
+    given = {"backend": backend} if backend != "transformers" else {}
+    if server:
+        given = {"backend": "openai-compatible", "base_url": server}
+    RayExecutor.check_backend(resolve_llm_config(LLMConfig(model=model, **given)).backend)
     if device not in ("auto", "cpu", "cuda"):
         raise ValueError("with --ray, --ray-gpus places the model (leave --device unset)")
     executor = RayExecutor(ray)

@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from recjudge._util import RunFault
+from recjudge._util import RunFault, first_line
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMConfig
@@ -137,7 +137,7 @@ def connect(address: str) -> Any:
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             raise RayClusterError(
                 f"Ray cluster {address!r} cannot be reached ({first}); start one with "
                 "`ray start --head --node-ip-address 127.0.0.1` (then --ray auto), give its "
@@ -262,16 +262,21 @@ class RayExecutor:
     def placed(self, llm_config: LLMConfig) -> LLMConfig:
         """The ``LLMConfig`` every worker loads: dtype and device resolved here, once, so a
         worker on another CPU computes (and keys) what the driver says."""
-        if llm_config.backend not in ("transformers", "vllm"):
-            raise ValueError(
-                f"--ray: backend {llm_config.backend!r} is a server, which spreads its own "
-                "work; drop --ray, or run recjudge's engine or vLLM on the workers"
-            )
+        self.check_backend(llm_config.backend)
         device = "cuda" if self.config.gpus > 0 else "cpu"
         placed = llm_config.model_copy(update={"device": device})
         return placed.model_copy(
             update={"dtype": placed.resolved_dtype(), "num_threads": self.config.threads}
         )
+
+    @staticmethod
+    def check_backend(backend: str) -> None:
+        """Refuse a backend the workers cannot hold: a server spreads its own work."""
+        if backend not in ("transformers", "vllm"):
+            raise ValueError(
+                f"--ray: backend {backend!r} is a server, which spreads its own work; drop "
+                "--ray (or --server), or run recjudge's engine or vLLM on the workers"
+            )
 
     def ready(self) -> Any:
         """Join the cluster and check it can place one worker (``ray`` module); a job calls
@@ -376,7 +381,7 @@ class RayExecutor:
                     if idx:
                         yield idx, out
         except ray.exceptions.RayError as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            first = first_line(e)
             raise RayClusterError(
                 f"the Ray run failed ({type(e).__name__}: {first}); finished pairs are in the "
                 "store: run again with --resume to judge the rest"
