@@ -31,7 +31,13 @@ from recjudge.reward import (
     ResultsStore,
     requests_for,
 )
-from recjudge.reward._ray import JudgeWorker, request_from_record, request_record
+from recjudge.reward._ray import (
+    LOOPBACK_ENV,
+    JudgeWorker,
+    is_loopback,
+    request_from_record,
+    request_record,
+)
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 FP32 = LLMConfig(model="smollm2-135m", dtype="float32")
@@ -130,6 +136,16 @@ def test_bad_addresses_are_one_line(fields, words):
         pytest.fail("accepted")
 
 
+@pytest.mark.parametrize(
+    ("address", "loopback"),
+    [("127.0.0.1:6379", True), ("127.1.2.3:1", True), ("localhost:6379", True),
+     ("[::1]:6379", True), ("192.0.2.2:6379", False), ("head.example:6379", False),
+     ("auto", False)],
+)  # fmt: skip
+def test_loopback_addresses(address, loopback):
+    assert is_loopback(address) is loopback
+
+
 def test_cluster_too_small_is_refused():
     ex = RayExecutor(RayConfig(threads=8, gpus=1))
     with pytest.raises(RayClusterError, match="--ray-threads 8: the cluster has 2 CPUs"):
@@ -198,19 +214,31 @@ def test_gpu_workers_key_their_device(ml100k):
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory):
-    c = LocalCluster(cpus=2, temp_dir=f"/tmp/rj-ray-{os.getpid()}").start()
-    try:
-        yield c
-    finally:
-        import ray
+    """A local cluster started where an earlier Ray run left a token of its own in
+    ~/.ray/auth_token (what any `ray.init()` leaves: before, the head then required it and
+    every driver was refused, so the cluster never came up)."""
+    home = tmp_path_factory.mktemp("home")
+    (home / ".ray").mkdir()
+    (home / ".ray/auth_token").write_text("f" * 64)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HOME", str(home))
+        names = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN")
+        before = {k: os.environ.get(k) for k in names}
+        c = LocalCluster(cpus=2, temp_dir=f"/tmp/rj-ray-{os.getpid()}").start()
+        assert all(os.environ[k] == v for k, v in c.env.items())
+        try:
+            yield c
+        finally:
+            pids, token = c.pids(), Path(c.env["RAY_AUTH_TOKEN_PATH"])
+            c.stop()
+            import psutil
+            import ray
 
-        ray.shutdown()
-        pids = c.pids()
-        c.stop()
-        import psutil
-
-        assert not [p for p in pids if psutil.pid_exists(p) and
-                    psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+            assert not ray.is_initialized()
+            assert not [p for p in pids if psutil.pid_exists(p) and
+                        psutil.Process(p).status() != psutil.STATUS_ZOMBIE]  # fmt: skip
+            # this process drove it; its environment is as before, the token gone
+            assert {k: os.environ.get(k) for k in names} == before and not token.exists()
 
 
 def _workers(c: LocalCluster) -> list[int]:
@@ -224,6 +252,31 @@ def _workers(c: LocalCluster) -> list[int]:
         except psutil.NoSuchProcess:
             pass
     return out
+
+
+@pytest.mark.ray
+def test_a_local_cluster_listens_on_loopback_only(cluster):
+    """No port of a one-machine cluster is open to the network (Ray binds every interface,
+    without authentication, unless told otherwise; reward._ray.loopback_only)."""
+    import psutil
+
+    ports = []
+    for pid in cluster.pids():
+        try:
+            conns = psutil.Process(pid).net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        ports += [c.laddr for c in conns if c.status == psutil.CONN_LISTEN]
+    gcs = int(cluster.address.rpartition(":")[2])
+    assert gcs in {a.port for a in ports}
+    assert [a for a in ports if not is_loopback(f"{a.ip.removeprefix('::ffff:')}:0")] == []
+
+
+def test_the_readme_head_stays_on_loopback():
+    section = README.read_text().split("## More than one machine", 1)[1].split("\n## ", 1)[0]
+    head = re.sub(r"\\\n\s*", " ", section)
+    line = next(x for x in head.splitlines() if "ray start --head" in x)
+    assert line.startswith(f"{LOOPBACK_ENV}=0 ") and "--node-ip-address 127.0.0.1" in line
 
 
 @pytest.mark.ray
