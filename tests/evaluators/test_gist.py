@@ -752,7 +752,7 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
         real = getattr(_fast, name)
 
         def spy(*a, _real=real, _name=name, **kw):
-            seen.append((_name, kw.get("deterministic")))
+            seen.append((_name, a[-1].deterministic))
             return _real(*a, **kw)
 
         # decoding reaches the engines through llm's public facade

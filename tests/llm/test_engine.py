@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recjudge.llm import LLMConfig, SamplingConfig, load_llm
+from recjudge.llm import EngineJob, LLMConfig, SamplingConfig, load_llm
 from recjudge.llm._engine import SUFFIX_BUCKET, constrained_decode, prefill, shared_prefix_decode
 
 
@@ -49,9 +49,9 @@ def test_decoded_scores_are_bit_identical_alone_or_batched(llm):
     a, b = _prompts(llm)
     sampling = SamplingConfig(max_new_tokens=4)
     s1, t1, step, accept, fin = _recorder(1)
-    constrained_decode(llm, [b], step, accept, fin, sampling=sampling, decode_rows=4)
+    constrained_decode(llm, [b], EngineJob(step, accept, fin, sampling=sampling, rows=4))
     s3, t3, step, accept, fin = _recorder(3)
-    constrained_decode(llm, [a, b, a], step, accept, fin, sampling=sampling, decode_rows=4)
+    constrained_decode(llm, [a, b, a], EngineJob(step, accept, fin, sampling=sampling, rows=4))
     assert t1[0] == t3[1]
     assert all(torch.equal(x, y) for x, y in zip(s1[0], s3[1], strict=True))
 
@@ -64,8 +64,10 @@ def test_a_suffix_decodes_the_same_beside_a_longer_one(llm):
     assert len(short) <= SUFFIX_BUCKET < len(long)
     sampling = SamplingConfig(max_new_tokens=3)
     s1, t1, step, accept, fin = _recorder(1)
-    shared_prefix_decode(llm, prefix, [short], step, accept, fin, sampling=sampling)
+    shared_prefix_decode(llm, prefix, [short], EngineJob(step, accept, fin, sampling=sampling))
     s2, t2, step, accept, fin = _recorder(2)
-    shared_prefix_decode(llm, prefix, [long, short], step, accept, fin, sampling=sampling)
+    shared_prefix_decode(
+        llm, prefix, [long, short], EngineJob(step, accept, fin, sampling=sampling)
+    )
     assert t1[0] == t2[1]
     assert all(torch.equal(x, y) for x, y in zip(s1[0], s2[1], strict=True))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recjudge.llm import SamplingConfig
+from recjudge.llm import EngineJob, SamplingConfig
 from recjudge.llm._fast import (
     PrefixLRU,
     decode_prompts,
@@ -48,11 +48,11 @@ def _record(n_rows: int, stop_after: dict[int, int]):
 
 def _use_kernel(monkeypatch, kernel: str) -> None:
     """The CPU flash kernels ("flash") or the sdpa/matmul path other devices take."""
-    import recjudge.llm._fast as fast
+    import recjudge.llm._fast_attention as attn
 
     if kernel == "sdpa":
-        monkeypatch.setattr(fast, "_FLASH_CPU", None)
-    elif fast._FLASH_CPU is None:
+        monkeypatch.setattr(attn, "_FLASH_CPU", None)
+    elif attn._FLASH_CPU is None:
         pytest.skip("this torch has no CPU flash-attention kernel")
 
 
@@ -63,9 +63,9 @@ def test_smollm2_is_supported(llm32):
 @pytest.mark.parametrize("room", [64, 2])
 def test_every_step_matches_a_full_forward_with_rows_leaving(llm32, monkeypatch, room):
     """(``room`` 2: the rows' buffers grow twice while the rows decode.)"""
-    import recjudge.llm._fast as fast
+    import recjudge.llm._fast_loop as fast_loop
 
-    monkeypatch.setattr(fast, "FIRST_ROOM", room)
+    monkeypatch.setattr(fast_loop, "FIRST_ROOM", room)
     prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 6)
     suffixes = [
         llm32.encode(" Would they watch " + t + "? Answer:")
@@ -77,10 +77,7 @@ def test_every_step_matches_a_full_forward_with_rows_leaving(llm32, monkeypatch,
         llm32,
         encode_prefix(llm32, prefix),
         suffixes,
-        step,
-        accept,
-        finished,
-        sampling=SamplingConfig(max_new_tokens=20),
+        EngineJob(step, accept, finished, sampling=SamplingConfig(max_new_tokens=20)),
     )
     for r, suffix in enumerate(suffixes):
         assert out[r] == tokens[r] and len(out[r]) == stop[r]
@@ -113,8 +110,13 @@ def test_rows_of_several_prefixes_decode_together_as_full_forwards(llm32, monkey
     kvs = [encode_prefix(llm32, p) for p in prefixes]
     from recjudge.llm._fast import fast_decode
 
-    out = fast_decode(llm32, kvs, prefix_of, suffixes, step, accept, finished,
-                      sampling=SamplingConfig(max_new_tokens=20))  # fmt: skip
+    out = fast_decode(
+        llm32,
+        kvs,
+        prefix_of,
+        suffixes,
+        EngineJob(step, accept, finished, sampling=SamplingConfig(max_new_tokens=20)),
+    )
     for r, suffix in enumerate(suffixes):
         assert out[r] == tokens[r] and len(out[r]) == stop[r]
         prompt = prefixes[prefix_of[r]] + suffix
@@ -146,7 +148,9 @@ def test_drafts_give_the_steps_of_one_token_at_a_time(llm32, monkeypatch, kernel
     sampling = SamplingConfig(max_new_tokens=20)
     # the tokens each row takes without drafts: the drafts below are built from them
     _, plain, step, accept, finished = _record(4, stop)
-    fast.fast_decode(llm32, kvs, prefix_of, suffixes, step, accept, finished, sampling=sampling)
+    fast.fast_decode(
+        llm32, kvs, prefix_of, suffixes, EngineJob(step, accept, finished, sampling=sampling)
+    )
     scores, tokens, step, accept, finished = _record(4, stop)
 
     def draft(r):
@@ -160,8 +164,13 @@ def test_drafts_give_the_steps_of_one_token_at_a_time(llm32, monkeypatch, kernel
         return list(ahead[:3]) if have % 2 else []  # right, every other step
 
     stats = EngineStats()
-    out = fast.fast_decode(llm32, kvs, prefix_of, suffixes, step, accept, finished,
-                           sampling=sampling, stats=stats, draft=draft)  # fmt: skip
+    out = fast.fast_decode(
+        llm32,
+        kvs,
+        prefix_of,
+        suffixes,
+        EngineJob(step, accept, finished, sampling=sampling, stats=stats, draft=draft),
+    )
     for r, suffix in enumerate(suffixes):
         assert out[r] == tokens[r] and len(out[r]) == stop[r] == len(scores[r])
         prompt = prefixes[prefix_of[r]] + suffix
@@ -183,16 +192,26 @@ def test_several_prefixes_on_the_invariant_engine_equal_one_prefix_at_a_time(llm
     suffixes = [llm32.encode(f" Candidate {c}. Verdict:") for c in ("Rocky", "Heat", "Fargo")]
     prefix_of = [1, 0, 1]
     both, _, step, accept, finished = _record(3, {r: 3 for r in range(3)})
-    decode_shared(llm32, prefixes, prefix_of, suffixes, step, accept, finished,
-                  deterministic=True, rows=2)  # fmt: skip
+    decode_shared(
+        llm32,
+        prefixes,
+        prefix_of,
+        suffixes,
+        EngineJob(step, accept, finished, deterministic=True, rows=2),
+    )
     for r in range(3):
         alone, _, step_a, acc_a, fin_a = _record(1, {0: 3})
-        decode_shared(llm32, [prefixes[prefix_of[r]]], [0], [suffixes[r]], step_a, acc_a,
-                      fin_a, deterministic=True, rows=2)  # fmt: skip
+        decode_shared(
+            llm32,
+            [prefixes[prefix_of[r]]],
+            [0],
+            [suffixes[r]],
+            EngineJob(step_a, acc_a, fin_a, deterministic=True, rows=2),
+        )
         for a, b in zip(alone[0], both[r], strict=True):
             assert torch.equal(a, b)  # batch-invariant: bit-identical
     with pytest.raises(ValueError, match="prefix_of"):
-        decode_shared(llm32, prefixes, [0, 2, 1], suffixes, step, accept, finished)
+        decode_shared(llm32, prefixes, [0, 2, 1], suffixes, EngineJob(step, accept, finished))
 
 
 def test_a_row_alone_and_in_a_batch_agree(llm32):
@@ -201,10 +220,10 @@ def test_a_row_alone_and_in_a_batch_agree(llm32):
     steps = {r: 4 for r in range(4)}
     kv = encode_prefix(llm32, prefix)
     batch, _, step_b, acc_b, fin_b = _record(4, steps)
-    fast_shared_prefix_decode(llm32, kv, suffixes, step_b, acc_b, fin_b)
+    fast_shared_prefix_decode(llm32, kv, suffixes, EngineJob(step_b, acc_b, fin_b))
     for r in range(4):
         alone, _, step_a, acc_a, fin_a = _record(1, {0: 4})
-        fast_shared_prefix_decode(llm32, kv, [suffixes[r]], step_a, acc_a, fin_a)
+        fast_shared_prefix_decode(llm32, kv, [suffixes[r]], EngineJob(step_a, acc_a, fin_a))
         for a, b in zip(alone[0], batch[r], strict=True):
             torch.testing.assert_close(a, b, atol=ATOL, rtol=0)
 
@@ -218,7 +237,9 @@ def test_prompts_without_a_shared_prefix_and_the_invariant_engine_agree(llm32):
     runs = {}
     for deterministic in (False, True):
         scores, tokens, step, accept, finished = _record(3, {0: 4, 1: 4, 2: 4})
-        decode_prompts(llm32, prompts, step, accept, finished, deterministic=deterministic, rows=2)
+        decode_prompts(
+            llm32, prompts, EngineJob(step, accept, finished, deterministic=deterministic, rows=2)
+        )
         runs[deterministic] = scores
     for r in range(3):
         for a, b in zip(runs[False][r], runs[True][r], strict=True):
@@ -232,10 +253,13 @@ def test_shared_decode_caches_the_prefix_once_per_backend(llm32):
         prefix = llm32.encode("Shared prompt prefix for caching.")
         for _ in range(2):
             _, _, step, accept, finished = _record(1, {0: 1})
-            decode_shared(llm32, [prefix], [0], [llm32.encode(" x")], step, accept, finished)
+            decode_shared(
+                llm32, [prefix], [0], [llm32.encode(" x")], EngineJob(step, accept, finished)
+            )
         assert len(lru._items) == 1
-        decode_shared(llm32, [prefix[:-1]], [0], [llm32.encode(" y")], step, accept,
-                      lambda r: True)  # fmt: skip
+        decode_shared(
+            llm32, [prefix[:-1]], [0], [llm32.encode(" y")], EngineJob(step, accept, lambda r: True)
+        )
         assert len(lru._items) == 1 and ("fast", tuple(prefix[:-1])) in lru._items
     finally:
         llm32.prefixes = old
@@ -262,14 +286,14 @@ def test_free_text_generate_is_greedy_under_a_full_forward(llm32):
 def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypatch):
     """The LM head restricted to the grammar's allowed tokens gives the judge's answers and
     probabilities of the full head (the masked scores are -inf either way)."""
-    from recjudge.llm import _fast
+    from recjudge.llm import _fast, _fast_loop
     from recjudge.reward import Judge, JudgeConfig, request_for
 
     reqs = [request_for(ml1m, "10", c, sigma=s) for c, s in
             (("Heat (1995)", 0.4), ("Fargo (1996)", -0.3), ("Big (1988)", 0.9))]  # fmt: skip
     cfg = JudgeConfig(beta=5.0, max_evidence=2, max_history=15)
     calls = {"restricted": 0}
-    real = _fast._Head.__call__
+    real = _fast_loop._Head.__call__
 
     def spy(self, hidden, rows):
         out, columns = real(self, hidden, rows)
@@ -279,10 +303,10 @@ def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypa
         )
         return out, columns
 
-    monkeypatch.setattr(_fast._Head, "__call__", spy)
+    monkeypatch.setattr(_fast_loop._Head, "__call__", spy)
     restricted = Judge(cfg, llm=llm32).judge_many(reqs)
     assert calls["restricted"] > 0
-    monkeypatch.setattr(_fast._Head, "MAX_SHARE", 0.0)  # never restrict
+    monkeypatch.setattr(_fast_loop._Head, "MAX_SHARE", 0.0)  # never restrict
     _fast.prefixes_of(llm32).clear()
     full = Judge(cfg, llm=llm32).judge_many(reqs)
     for a, b in zip(restricted, full, strict=True):
@@ -324,14 +348,29 @@ def test_sampled_rows_draw_the_same_tokens_with_drafts(llm32):
     kv = encode_prefix(llm32, prefix)
     sampling = SamplingConfig(do_sample=True, temperature=0.8, top_p=0.95, max_new_tokens=12)
     _, plain, step, accept, finished = _record(3, {})
-    fast.fast_decode(llm32, [kv], [0, 0, 0], suffixes, step, accept, finished,
-                     sampling=sampling, seeds=[5, 6, 7])  # fmt: skip
+    fast.fast_decode(
+        llm32,
+        [kv],
+        [0, 0, 0],
+        suffixes,
+        EngineJob(step, accept, finished, sampling=sampling, seeds=[5, 6, 7]),
+    )
     _, tokens, step, accept, finished = _record(3, {})
     stats = EngineStats()
     out = fast.fast_decode(
-        llm32, [kv], [0, 0, 0], suffixes, step, accept, finished, sampling=sampling,
-        seeds=[5, 6, 7], stats=stats,
-        draft=lambda r: plain[r][len(tokens[r]) : len(tokens[r]) + 4],
-    )  # fmt: skip
+        llm32,
+        [kv],
+        [0, 0, 0],
+        suffixes,
+        EngineJob(
+            step,
+            accept,
+            finished,
+            sampling=sampling,
+            seeds=[5, 6, 7],
+            stats=stats,
+            draft=lambda r: plain[r][len(tokens[r]) : len(tokens[r]) + 4],
+        ),
+    )
     assert out == [plain[r] for r in range(3)] and all(len(o) == 12 for o in out)
     assert stats.draft_accepted > 0

@@ -322,7 +322,7 @@ def _on_engine(llm, job, grouped, suffixes, leads, sampling, proc, stats):
 def _on_local_engine(llm, job, grouped, suffixes, grammar, proc, step, accept, sampling, stats):
     """``decode`` on recjudge's own engines (shared-prefix or per prompt): the tokens of
     each row, stopped at the decision when asked or when the rest is forced."""
-    from recjudge.llm import decode_prompts, decode_shared
+    from recjudge.llm import EngineJob, decode_prompts, decode_shared
 
     def finished(row: int) -> bool:
         if grammar.finish_forced(row):  # the rest is forced: no more model steps
@@ -332,13 +332,14 @@ def _on_local_engine(llm, job, grouped, suffixes, grammar, proc, step, accept, s
         chosen = proc.records[row].chosen
         return chosen is not None and chosen != job.keep_branch
 
-    common = {"sampling": sampling, "seeds": job.seeds, "stats": stats,
-              "deterministic": job.deterministic, "rows": job.rows}  # fmt: skip
-    if job.head == "allowed" and grouped is not None:  # the shared-prefix engine's option
-        common["allowed"] = grammar.allowed
-    if job.draft:
-        common["draft"] = draft_ids(llm, grammar)
+    engine_job = EngineJob(
+        step, accept, finished, sampling=sampling, seeds=job.seeds, stats=stats,
+        rows=job.rows, deterministic=job.deterministic,
+        # the LM head for the allowed columns only: the shared-prefix engine's option
+        allowed=grammar.allowed if job.head == "allowed" and grouped is not None else None,
+        draft=draft_ids(llm, grammar) if job.draft else None,
+    )  # fmt: skip
     if grouped is None:
-        return decode_prompts(llm, suffixes, step, accept, finished, **common)
+        return decode_prompts(llm, suffixes, engine_job)
     prefixes, prefix_of = grouped
-    return decode_shared(llm, prefixes, prefix_of, suffixes, step, accept, finished, **common)
+    return decode_shared(llm, prefixes, prefix_of, suffixes, engine_job)

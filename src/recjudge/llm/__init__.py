@@ -61,6 +61,7 @@ if TYPE_CHECKING:
     from recjudge.llm._choice import BestOption, OptionTrie, best_options, option_tokens
     from recjudge.llm._engine import EngineStats, NonFiniteLogitsError
     from recjudge.llm._fast import decode_prompts, decode_shared, prefixes_of
+    from recjudge.llm._job import EngineJob
     from recjudge.llm._tokenizer import VOCAB_FILES, file_stamps, transformers_tokenizer_of
     from recjudge.llm._vllm import (
         PROCESSORS,
@@ -81,6 +82,7 @@ _LAZY = {
     "NonFiniteLogitsError": "_engine",
     # what decoding, the judge and the benches use from the engines (torch; vLLM clients)
     "EngineStats": "_engine",
+    "EngineJob": "_job",
     "decode_prompts": "_fast",
     "decode_shared": "_fast",
     "prefixes_of": "_fast",
@@ -115,6 +117,7 @@ __all__ = [
     "EngineBackend",
     "LocalModel",
     "EngineStats",
+    "EngineJob",
     "decode_prompts",
     "decode_shared",
     "prefixes_of",

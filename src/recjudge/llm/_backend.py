@@ -303,6 +303,7 @@ class TransformersBackend:
     def _generate_fast(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Generation]:
         """Free text on the fast engine, until an end-of-sequence token or the budget."""
         from recjudge.llm._fast import decode_prompts
+        from recjudge.llm._job import EngineJob
 
         ids = [self.encode(p) for p in prompts]
         eos = self.model.generation_config.eos_token_id
@@ -313,10 +314,9 @@ class TransformersBackend:
         def accept(row: int, token: int) -> None:
             last[row] = token
 
-        tokens = decode_prompts(
-            self, ids, lambda scores, rows: None, accept, lambda row: last.get(row) in stops,
-            sampling=sampling,
-        )  # fmt: skip
+        job = EngineJob(lambda scores, rows: None, accept, lambda row: last.get(row) in stops,
+                        sampling=sampling)  # fmt: skip
+        tokens = decode_prompts(self, ids, job)
         special = set(self.tokenizer.all_special_ids)
         results = []
         for prompt, new in zip(ids, tokens, strict=True):

@@ -194,7 +194,7 @@ def _local_options(backend, prefix_ids, contexts, trie, width, stats) -> list[Be
 def _logprobs(backend: Any, hidden: torch.Tensor) -> torch.Tensor:
     """Next-token log-probabilities over the whole vocabulary (not renormalised to the
     trie's tokens: an option is scored by what the model would write unconstrained)."""
-    from recjudge.llm._fast import _Head
+    from recjudge.llm._fast_loop import _Head
 
     with torch.inference_mode():  # the engine's LM head, full width, NaN/inf checked
         logits, _ = _Head(backend.model, None, backend.name)(hidden, [])

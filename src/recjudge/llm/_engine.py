@@ -24,7 +24,7 @@ independent of batching.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +33,7 @@ import torch
 
 from recjudge._util import RunFault
 from recjudge.llm._config import SamplingConfig
+from recjudge.llm._job import EngineJob, by_rows
 from recjudge.llm._native import new_cache
 
 
@@ -154,144 +155,60 @@ def prefill(
 
 
 def constrained_decode(
-    backend: Any,
-    prompt_ids: Sequence[Sequence[int]],
-    step: Callable[[torch.Tensor, list[int]], None],
-    accept: Callable[[int, int], None],
-    finished: Callable[[int], bool],
-    *,
-    sampling: SamplingConfig | None = None,
-    seeds: Sequence[int] | None = None,
-    stats: EngineStats | None = None,
-    decode_rows: int = DECODE_ROWS,
+    backend: Any, prompt_ids: Sequence[Sequence[int]], job: EngineJob
 ) -> list[list[int]]:
-    """Generate for each prompt until ``finished(row)`` or ``sampling.max_new_tokens``.
+    """Generate for each prompt until ``job.finished(row)`` or ``sampling.max_new_tokens``,
+    ``job.rows`` rows per decode step (fixed, so results do not depend on batching).
 
     Args:
         backend: a ``TransformersBackend``.
         prompt_ids: token ids per row.
-        step: called as ``step(scores, rows)`` to modify ``scores[i]`` (row ``rows[i]``) in
-            place, e.g. grammar mask then branch bias.
-        accept: called as ``accept(row, token)`` after each chosen token.
-        finished: whether a row is done (checked after each accepted token).
-        sampling: decoding settings (greedy by default).
-        seeds: one seed per row for sampling (default: ``sampling.seed + row``).
-        decode_rows: rows per decode step (fixed, so results do not depend on batching).
+        job: the hooks and options (``EngineJob``).
 
     Returns:
         The generated token ids per row.
     """
-    sampling = sampling or SamplingConfig()
-    n = len(prompt_ids)
-    lens = [len(p) for p in prompt_ids]
-    if seeds is None:
-        seeds = [sampling.seed + r for r in range(n)]
     groups: dict[int, list[int]] = {}
-    for r, length in enumerate(lens):
-        groups.setdefault(bucket_width(length), []).append(r)
-    if len(groups) > 1:  # one decode loop per bucket keeps every row's arithmetic fixed
-        out: list[list[int]] = [[] for _ in range(n)]
-        for rows in groups.values():
-            sub = _decode_group(
-                backend,
-                [prompt_ids[r] for r in rows],
-                *remap_hooks(rows, step, accept, finished),
-                sampling,
-                [seeds[r] for r in rows],
-                stats,
-                decode_rows,
-            )
-            for i, r in enumerate(rows):
-                out[r] = sub[i]
-        return out
-    return _decode_group(
-        backend, prompt_ids, step, accept, finished, sampling, list(seeds), stats, decode_rows
-    )
+    for r, p in enumerate(prompt_ids):
+        groups.setdefault(bucket_width(len(p)), []).append(r)
+    # one decode loop per bucket (and per ``job.rows`` rows) keeps every row's arithmetic
+    # fixed
+    parts = [rows[b : b + job.rows] for rows in groups.values()
+             for b in range(0, len(rows), job.rows)]  # fmt: skip
+    return by_rows(len(prompt_ids), parts, lambda rows: _decode_group(
+        backend, [prompt_ids[r] for r in rows], job.subset(rows)))  # fmt: skip
 
 
-def remap_hooks(rows, step, accept, finished):
-    """``(step, accept, finished)`` for a sub-batch whose row ``i`` is the caller's
-    ``rows[i]`` (the hooks speak the caller's row indices)."""
-
-    def sub_step(scores, active, *columns):
-        step(scores, [rows[i] for i in active], *columns)
-
-    return sub_step, lambda i, t: accept(rows[i], t), lambda i: finished(rows[i])
-
-
-def _decode_group(
-    backend, prompt_ids, step, accept, finished, sampling, seeds, stats, decode_rows=DECODE_ROWS
-):
+def _decode_group(backend: Any, prompt_ids: Sequence[Sequence[int]], job: EngineJob):
+    """Up to ``job.rows`` prompts of one bucket, in ``job.rows`` cache slots."""
     n = len(prompt_ids)
-    if n > decode_rows:  # keep each decode batch at exactly decode_rows rows
-        out: list[list[int]] = []
-        for b in range(0, n, decode_rows):
-            rows = list(range(b, min(n, b + decode_rows)))
-            out.extend(
-                _decode_group(
-                    backend,
-                    prompt_ids[b : b + decode_rows],
-                    *remap_hooks(rows, step, accept, finished),
-                    sampling,
-                    seeds[b : b + decode_rows],
-                    stats,
-                    decode_rows,
-                )
-            )
-        return out
     lens = [len(p) for p in prompt_ids]
     width = bucket_width(max(lens))
     logits, cache = prefill(backend, prompt_ids)
-    if stats is not None:
-        stats.prefill_tokens += sum(lens)
-        stats.rows += n
+    if job.stats is not None:
+        job.stats.prefill_tokens += sum(lens)
+        job.stats.rows += n
     dev = backend.model.device
     key_mask = torch.zeros(n, width, dtype=torch.long, device=dev)
     for r, length in enumerate(lens):
         key_mask[r, :length] = 1
-    slots = torch.tensor(list(range(n)) + [0] * (decode_rows - n), device=dev)
+    slots = torch.tensor(list(range(n)) + [0] * (job.rows - n), device=dev)
     cache.batch_select_indices(slots)
-    return _loop(
-        backend,
-        logits[slots],
-        cache,
-        key_mask[slots],
-        lens,
-        step,
-        accept,
-        finished,
-        sampling,
-        seeds,
-        stats,
-        decode_rows,
-    )
+    return _loop(backend, logits[slots], cache, key_mask[slots], lens, job)
 
 
-def _loop(
-    backend,
-    logits,
-    cache,
-    key_mask,
-    base_pos,
-    step,
-    accept,
-    finished,
-    sampling,
-    seeds,
-    stats,
-    decode_rows=DECODE_ROWS,
-):
-    """Decode rows ``0..n-1`` held in ``decode_rows`` cache slots (extra slots are copies).
+def _loop(backend, logits, cache, key_mask, base_pos, job: EngineJob):
+    """Decode rows ``0..n-1`` held in ``job.rows`` cache slots (extra slots are copies).
 
     ``logits`` are the slots' next-token logits, ``key_mask`` marks real cache entries and
     ``base_pos[r]`` is the position of row r's first generated token.
     """
     model = backend.model
     dev = model.device
-    n = len(base_pos)
+    n, slots, sampling = len(base_pos), job.rows, job.sampling
     gens = None
     if sampling.do_sample:
-        gens = [torch.Generator(device=dev).manual_seed(int(s) % (2**63)) for s in seeds]
+        gens = [torch.Generator(device=dev).manual_seed(job.seed(r) % (2**63)) for r in range(n)]
     out: list[list[int]] = [[] for _ in range(n)]
     active = list(range(n))
     produced = 0
@@ -299,28 +216,26 @@ def _loop(
         while active:
             real = logits[: len(active)]
             check_finite(real, getattr(backend, "name", "the model"))
-            step(real, active)
+            job.step(real, active)
             nxt = sample_next(real, sampling, [gens[r] for r in active] if gens else None)
             keep = []
             for i, row in enumerate(active):
                 tok = int(nxt[i])
                 out[row].append(tok)
-                accept(row, tok)
-                if not finished(row) and len(out[row]) < sampling.max_new_tokens:
+                job.accept(row, tok)
+                if not job.finished(row) and len(out[row]) < sampling.max_new_tokens:
                     keep.append(i)
             if not keep:
                 break
-            order = keep + [keep[0]] * (decode_rows - len(keep))
+            order = keep + [keep[0]] * (slots - len(keep))
             if len(keep) < len(active):
                 sel = torch.tensor(order, device=dev)
                 cache.batch_select_indices(sel)
                 key_mask = key_mask[sel]
                 active = [active[i] for i in keep]
             tokens = nxt[torch.tensor(order, device=dev)]
-            key_mask = torch.cat(
-                [key_mask, torch.ones(decode_rows, 1, dtype=torch.long, device=dev)], 1
-            )
-            source = active + [active[0]] * (decode_rows - len(active))
+            key_mask = torch.cat([key_mask, torch.ones(slots, 1, dtype=torch.long, device=dev)], 1)
+            source = active + [active[0]] * (slots - len(active))
             pos = torch.tensor([[base_pos[r] + produced] for r in source], device=dev)
             fwd = model(
                 input_ids=tokens[:, None],
@@ -332,9 +247,9 @@ def _loop(
             )
             logits = fwd.logits[:, -1, :].float()
             produced += 1
-            if stats is not None:
-                stats.decode_steps += 1
-                stats.decode_tokens += len(active)
+            if job.stats is not None:
+                job.stats.decode_steps += 1
+                job.stats.decode_tokens += len(active)
     return out
 
 
@@ -364,95 +279,60 @@ def shared_prefix_decode(
     backend: Any,
     prefix_ids: Sequence[int],
     suffix_ids: Sequence[Sequence[int]],
-    step: Callable[[torch.Tensor, list[int]], None],
-    accept: Callable[[int, int], None],
-    finished: Callable[[int], bool],
-    *,
-    sampling: SamplingConfig | None = None,
-    seeds: Sequence[int] | None = None,
-    stats: EngineStats | None = None,
+    job: EngineJob,
     cache: Any = None,
-    decode_rows: int = DECODE_ROWS,
 ) -> list[list[int]]:
-    """Decode many suffixes after one shared prefix whose KV cache is computed once.
+    """Decode many suffixes after one shared prefix whose KV cache is computed once (or
+    given as ``cache``).
 
     Suffixes are grouped by their padded width (their length rounded up to ``SUFFIX_BUCKET``);
-    each chunk of ``decode_rows`` suffixes of one width copies the prefix cache, prefills the
-    suffixes (always ``decode_rows`` rows) and decodes. Every row sees exactly the same shapes
+    each chunk of ``job.rows`` suffixes of one width copies the prefix cache, prefills the
+    suffixes (always ``job.rows`` rows) and decodes. Every row sees exactly the same shapes
     whether it is alone or in a full chunk, so a suffix's result does not depend on the others.
     """
-    sampling = sampling or SamplingConfig()
-    n = len(suffix_ids)
-    seeds = list(seeds) if seeds is not None else [sampling.seed + r for r in range(n)]
-    plen = len(prefix_ids)
     if cache is None:
         cache = prefix_cache(backend, prefix_ids)
-        if stats is not None:
-            stats.prefill_tokens += plen
+        if job.stats is not None:
+            job.stats.prefill_tokens += len(prefix_ids)
     if min((len(s) for s in suffix_ids), default=1) < 1:
         raise ValueError("empty suffix")
     groups: dict[int, list[int]] = {}
     for r, s in enumerate(suffix_ids):
         groups.setdefault(bucket_width(len(s), SUFFIX_BUCKET), []).append(r)
-    if len(groups) > 1:  # a chunk's width is its rows' own width, never a neighbour's
-        merged: list[list[int]] = [[] for _ in range(n)]
-        for rows in groups.values():
-            sub = shared_prefix_decode(
-                backend,
-                prefix_ids,
-                [suffix_ids[r] for r in rows],
-                *remap_hooks(rows, step, accept, finished),
-                sampling=sampling,
-                seeds=[seeds[r] for r in rows],
-                stats=stats,
-                cache=cache,
-                decode_rows=decode_rows,
-            )
-            for i, r in enumerate(rows):
-                merged[r] = sub[i]
-        return merged
-    out: list[list[int]] = []
+    # a chunk's width is its rows' own width, never a neighbour's
+    parts = [rows[b : b + job.rows] for rows in groups.values()
+             for b in range(0, len(rows), job.rows)]  # fmt: skip
+    return by_rows(len(suffix_ids), parts, lambda rows: _suffix_chunk(
+        backend, len(prefix_ids), [list(suffix_ids[r]) for r in rows], job.subset(rows),
+        cache))  # fmt: skip
+
+
+def _suffix_chunk(backend: Any, plen: int, chunk: list[list[int]], job: EngineJob, cache: Any):
+    """Up to ``job.rows`` suffixes of one width after the prefix ``cache`` (``plen`` tokens),
+    prefilled and decoded in ``job.rows`` slots."""
     model = backend.model
     dev = model.device
-    pad = backend.tokenizer.pad_token_id
-    for b in range(0, n, decode_rows):
-        chunk = [list(s) for s in suffix_ids[b : b + decode_rows]]
-        rows = list(range(b, b + len(chunk)))
-        lens = [len(c) for c in chunk]
-        width = bucket_width(max(lens), SUFFIX_BUCKET)
-        ids = torch.full((decode_rows, width), pad, dtype=torch.long, device=dev)
-        for r in range(decode_rows):
-            src = chunk[r] if r < len(chunk) else chunk[0]
-            ids[r, : len(src)] = torch.tensor(src, dtype=torch.long, device=dev)
-        slot_lens = lens + [lens[0]] * (decode_rows - len(chunk))
-        c = _copy_cache(cache, decode_rows)
-        pos = torch.arange(plen, plen + width, device=dev)[None].expand(decode_rows, -1)
-        with torch.inference_mode(), _attention(model, "sdpa"):
-            hidden = model.base_model(
-                input_ids=ids, position_ids=pos, past_key_values=c, use_cache=True
-            ).last_hidden_state
-            rows_idx = torch.arange(decode_rows, device=dev)
-            last = hidden[rows_idx, torch.tensor(slot_lens, device=dev) - 1]
-            logits = model.get_output_embeddings()(last).float()
-        key_mask = torch.zeros(decode_rows, plen + width, dtype=torch.long, device=dev)
-        key_mask[:, :plen] = 1
-        for r, length in enumerate(slot_lens):
-            key_mask[r, plen : plen + length] = 1
-        if stats is not None:
-            stats.prefill_tokens += sum(lens)
-            stats.rows += len(chunk)
-        out.extend(
-            _loop(
-                backend,
-                logits,
-                c,
-                key_mask,
-                [plen + x for x in lens],
-                *remap_hooks(rows, step, accept, finished),
-                sampling,
-                seeds[b : b + len(chunk)],
-                stats,
-                decode_rows,
-            )
-        )
-    return out
+    slots = job.rows
+    lens = [len(c) for c in chunk]
+    width = bucket_width(max(lens), SUFFIX_BUCKET)
+    ids = torch.full((slots, width), backend.tokenizer.pad_token_id, dtype=torch.long, device=dev)
+    for r in range(slots):
+        src = chunk[r] if r < len(chunk) else chunk[0]
+        ids[r, : len(src)] = torch.tensor(src, dtype=torch.long, device=dev)
+    slot_lens = lens + [lens[0]] * (slots - len(chunk))
+    c = _copy_cache(cache, slots)
+    pos = torch.arange(plen, plen + width, device=dev)[None].expand(slots, -1)
+    with torch.inference_mode(), _attention(model, "sdpa"):
+        hidden = model.base_model(
+            input_ids=ids, position_ids=pos, past_key_values=c, use_cache=True
+        ).last_hidden_state
+        last = hidden[torch.arange(slots, device=dev), torch.tensor(slot_lens, device=dev) - 1]
+        logits = model.get_output_embeddings()(last).float()
+    key_mask = torch.zeros(slots, plen + width, dtype=torch.long, device=dev)
+    key_mask[:, :plen] = 1
+    for r, length in enumerate(slot_lens):
+        key_mask[r, plen : plen + length] = 1
+    if job.stats is not None:
+        job.stats.prefill_tokens += sum(lens)
+        job.stats.rows += len(chunk)
+    return _loop(backend, logits, c, key_mask, [plen + x for x in lens], job)
