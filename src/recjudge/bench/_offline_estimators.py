@@ -629,41 +629,12 @@ def bench_brief_offline_estimators(
     """Judge every listed pair (through the store), then run every estimator over
     ``config.simulated_logs`` evaluations (users and log redrawn each time) and the gold
     samples; write report.md, results.json and estimators.png under ``out``."""
-    from recjudge._util import rng
-    from recjudge.bench._offline import _simulate_log, _train_runs
-    from recjudge.cf_models import SideInfo, calibrated_cf
-    from recjudge.data import load_dataset
-    from recjudge.evaluators import list_overlap, parse_metric
     from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    k = max(parse_metric(m)[1] for m in config.metrics)
-    ds = load_dataset(config.data)
-    logs = [_simulate_log(config, ds, s) for s in config.log_seeds()]
-    runs = _train_runs(config, ds, logs)
-    users = list(dict.fromkeys(u for log in logs for u in log.users))
-    online = {u: v for log in logs for u, v in log.online.items()}
-    past = logs[0].past
-    popularity = past["item_id"].astype(str).value_counts().to_dict()
-    world = world_from(users, {r.name: r.rankings for r in runs}, online, popularity,
-                       config.alpha, k, ds.items["item_id"].astype(str).tolist())  # fmt: skip
-    pos_past = (
-        past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
-    )
-    cf = calibrated_cf(config.cf, pos_past, ds.items["item_id"].astype(str).tolist(),
-                       config.seed, SideInfo.of(ds))  # fmt: skip
-    sources = sigma_sources(config, ds, past, pos_past, cf)
-    hist = {u: h for log in logs for u, h in log.hist.items()}
-    for src in sources:
-        own = {u: src.model.recommend(hist[u], 10) for u in users}
-        src.overlap = list_overlap(runs, own, users, 10)
-        sigma = np.array([src.model.sigma(hist[u], i, u) for u, i in world.pairs])
-        name = "cf" if src.kind == "judge's CF" else f"cf/{src.label}"
-        world.imputers[name] = ((sigma + 1) / 2, (sigma > 0).astype(float))
-    world.imputers = {"all-yes": (np.ones(len(world.pairs)), np.ones(len(world.pairs))),
-                      **world.imputers}  # fmt: skip
+    ds, past, users, world, sources = _world_of(config)
     judged = _judge_world(config, ds, past, world, sources, out, llm, progress)
     if config.calibration_gold:
         for name in [n for n in world.imputers if n.startswith(("judge:brief", "cf"))]:
@@ -673,28 +644,10 @@ def bench_brief_offline_estimators(
     t2 = time.time()
     truth = truth_of(world, config.metrics)
     gold_imputer = "judge:brief" if "judge:brief" in world.imputers else "cf"
-    per_log, gold_logs, fits, kept = [], [], [], []
     n_draw = config.users_per_log or len(users)
-    bar = _bar(progress, config.simulated_logs)
-    for t in range(config.simulated_logs):
-        g = rng("estimator-log", (config.seed, t))
-        w = resample(world, g.integers(0, len(users), n_draw))
-        observed, logged = simulate_log(w, g)
-        thetas, fit = propensity_sets(w, logged, config.clip, config.propensity_exponent)
-        fits.append(fit.get("exponent"))
-        runs_w = runs_of(w)  # the drawn users' lists, for the user rule and the gold sample
-        chosen = selections(w, logged, config.draws, config.seed + t, runs_w)
-        kept.append(len(chosen["logged-positive"][0]) / len(w.users))
-        per_log.append(one_log(w, observed, config.metrics, thetas, chosen))
-        if t < config.gold_draws and config.gold_sizes:
-            gold_logs.append(gold_on_log(w, gold_imputer, config.metrics, config.gold_sizes,
-                                         t, truth, runs_w))  # fmt: skip
-        if bar is not None:
-            bar.update(1)
-    if bar is not None:
-        bar.close()
+    per_log, gold_logs, fits, kept = _evaluations(config, world, n_draw, truth, gold_imputer,
+                                                  progress)  # fmt: skip
     summary = summarise(per_log, truth)
-    observed_share = float(np.mean(world.theta))
     exps = [e for e in fits if e is not None]
     results = {
         "config": config.model_dump(),
@@ -703,7 +656,7 @@ def bench_brief_offline_estimators(
         "listed_pairs": len(world.pairs),
         "catalogue_items": len(world.catalogue),
         "relevant_share": float(world.relevant.mean()),
-        "expected_observed_share": observed_share,
+        "expected_observed_share": float(np.mean(world.theta)),
         "clipped_true_theta": int((world.theta < config.clip).sum()),
         "propensity_fit": {
             "exponent_mean": float(np.mean(exps)) if exps else None,
@@ -739,6 +692,71 @@ def bench_brief_offline_estimators(
     _plot(summary, config, out / "estimators.png")
     write_report(out, results, _report(config, results))
     return results
+
+
+def _world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World, list]:
+    """The simulated world: the data, the logs' shared past, the users, every listed pair
+    with its truth and propensity, the CF imputers (one per sigma source) and all-yes."""
+    from recjudge.bench._offline import _simulate_log, _train_runs
+    from recjudge.cf_models import SideInfo, calibrated_cf
+    from recjudge.data import load_dataset
+    from recjudge.evaluators import list_overlap, parse_metric
+
+    k = max(parse_metric(m)[1] for m in config.metrics)
+    ds = load_dataset(config.data)
+    logs = [_simulate_log(config, ds, s) for s in config.log_seeds()]
+    runs = _train_runs(config, ds, logs)
+    users = list(dict.fromkeys(u for log in logs for u in log.users))
+    online = {u: v for log in logs for u, v in log.online.items()}
+    past = logs[0].past
+    popularity = past["item_id"].astype(str).value_counts().to_dict()
+    world = world_from(users, {r.name: r.rankings for r in runs}, online, popularity,
+                       config.alpha, k, ds.items["item_id"].astype(str).tolist())  # fmt: skip
+    pos_past = (
+        past if config.positive_rating is None else past[past["rating"] >= config.positive_rating]
+    )
+    cf = calibrated_cf(config.cf, pos_past, ds.items["item_id"].astype(str).tolist(),
+                       config.seed, SideInfo.of(ds))  # fmt: skip
+    sources = sigma_sources(config, ds, past, pos_past, cf)
+    hist = {u: h for log in logs for u, h in log.hist.items()}
+    for src in sources:
+        own = {u: src.model.recommend(hist[u], 10) for u in users}
+        src.overlap = list_overlap(runs, own, users, 10)
+        sigma = np.array([src.model.sigma(hist[u], i, u) for u, i in world.pairs])
+        name = "cf" if src.kind == "judge's CF" else f"cf/{src.label}"
+        world.imputers[name] = ((sigma + 1) / 2, (sigma > 0).astype(float))
+    world.imputers = {"all-yes": (np.ones(len(world.pairs)), np.ones(len(world.pairs))),
+                      **world.imputers}  # fmt: skip
+    return ds, past, users, world, sources
+
+
+def _evaluations(config, world, n_draw, truth, gold_imputer, progress):
+    """``config.simulated_logs`` evaluations, each on ``n_draw`` users drawn again with a
+    log simulated again: every estimator's values (and the gold samples' for the first
+    ``gold_draws``), the fitted propensity exponents, and the share of users kept by the
+    logged-positive rule."""
+    from recjudge._util import rng
+
+    per_log, gold_logs, fits, kept = [], [], [], []
+    bar = _bar(progress, config.simulated_logs)
+    for t in range(config.simulated_logs):
+        g = rng("estimator-log", (config.seed, t))
+        w = resample(world, g.integers(0, len(world.users), n_draw))
+        observed, logged = simulate_log(w, g)
+        thetas, fit = propensity_sets(w, logged, config.clip, config.propensity_exponent)
+        fits.append(fit.get("exponent"))
+        runs_w = runs_of(w)  # the drawn users' lists, for the user rule and the gold sample
+        chosen = selections(w, logged, config.draws, config.seed + t, runs_w)
+        kept.append(len(chosen["logged-positive"][0]) / len(w.users))
+        per_log.append(one_log(w, observed, config.metrics, thetas, chosen))
+        if t < config.gold_draws and config.gold_sizes:
+            gold_logs.append(gold_on_log(w, gold_imputer, config.metrics, config.gold_sizes,
+                                         t, truth, runs_w))  # fmt: skip
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    return per_log, gold_logs, fits, kept
 
 
 #: the imputers whose DR rows are compared with the alternatives in the report
@@ -794,11 +812,18 @@ def verdict(cell: Mapping[str, Any]) -> str:
 
 
 def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
-    j = r["judging"]
-    rate = j["judged_now"] / j["seconds"] if j["seconds"] else None
+    sections = (_report_setup, _report_method, _report_tables, _rule_section,
+                _source_section, _dr_section, _gold_section)  # fmt: skip
+    lines = [line for section in sections for line in section(config, r)]
+    return [*lines, "", "![mean absolute error and coverage per estimator](estimators.png)"]
+
+
+def _report_setup(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """The report's title and how the world, the evaluation users and the propensities are
+    made."""
     fit = r["propensity_fit"]
     rng_ = fit["exponent_range"]
-    lines = [
+    return [
         f"# Metric estimators against the known truth ({config.data}, brief-offline's world)",
         "",
         "**Our experiment, not a paper's table.** The online truth, the recommenders and the "
@@ -835,6 +860,14 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
         f"powerlaw:{config.propensity_exponent:g}` (the fixed exponent of the logged counts, "
         f"the earlier default). All clipped at {config.clip:g} "
         f"({r['clipped_true_theta']} listed pairs have a true theta below it).",
+    ]
+
+
+def _report_method(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """The imputers, the intervals and what the run cost."""
+    j = r["judging"]
+    rate = j["judged_now"] / j["seconds"] if j["seconds"] else None
+    return [
         f"- Imputation models: judges `{config.model}` ({', '.join(config.judges)}; "
         f"{config.sampling_note()}; beta {config.beta}, sigma from the judge's `{config.cf}`) "
         "with p = p_yes; `judge:brief/sigma=X` = the brief judge with sigma from source X "
@@ -861,6 +894,13 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
         "an answer took the judge's mean p. Estimating: "
         f"{r['estimating_seconds']} s for every evaluation; wall {r['wall_seconds']} s.",
         "",
+    ]
+
+
+def _report_tables(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """The sigma sources' overlaps, the imputers against the truth, and per metric every
+    estimator's error, coverage and verdict."""
+    lines = [
         "Sigma sources of the judge (share of each system's top-10 pairs that the source's own "
         "top-10 also holds; the project's circular rule refuses >= 90 % or the system's own "
         "model):",
@@ -900,8 +940,12 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
                 f"{_f(c['lift_gap_pp'], 1)} | {_f(c['kendall_tau'], 2)} | "
                 f"{100 * c['coverage']:.0f} % | {c['ci_width']:.4f} | {verdict(c)} |"
             )
-    lines += _rule_section(config, r) + _source_section(config, r)
-    lines += [
+    return lines
+
+
+def _dr_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """The doubly robust rows' errors minus the alternatives', with t-intervals."""
+    lines = [
         "",
         "## Doubly robust against the alternatives",
         "",
@@ -915,8 +959,6 @@ def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
         for other, by_m in others.items():
             cells = [interval(c["mean"], c["lo"], c["hi"], nd=4) for c in by_m.values()]
             lines.append(f"| {row} | {other} | " + " | ".join(cells) + " |")
-    lines += _gold_section(config, r)
-    lines += ["", "![mean absolute error and coverage per estimator](estimators.png)"]
     return lines
 
 

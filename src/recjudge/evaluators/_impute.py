@@ -216,7 +216,7 @@ def impute(
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     plan = plan or imputation_plan(data, feedback, runs, config)
-    logged, users, pairs = plan.logged, plan.users, plan.pairs
+    logged, users = plan.logged, plan.users
     reqs, unbuildable = plan.requests, plan.unbuildable
     if circular is None:
         circular = circular_check(judge, data, runs, users, config.k, sigma_source,
@@ -227,6 +227,27 @@ def impute(
     require_some_judged(judged, [u["error"] for u in unbuildable], "pair")
     labels = {(j.user_id, j.candidate_id): j for j in judged if j.error is None}
     base = {u: dict(logged.get(u, {})) for u in users}
+    _write_labels(out, data, base, labels)
+    _write_sidecar(out / "imputed.jsonl", judged, unbuildable, calibration)
+    summary = {
+        **_counts(judge, plan, runs, config, judged, labels, base),
+        "seconds": round(seconds, 2),
+        "seconds_per_judged_pair": (round(seconds / judge.last_run.judged, 3)
+                                    if judge.last_run and judge.last_run.judged else None),
+        "config": config.model_dump(),
+        "judge": judge.config.model_dump(mode="json"),
+        "prompt_version": _prompt_version(),
+        "calibrated": calibration is not None,
+        "sigma_source": dict(sigma_source) if sigma_source else None,
+        **circular,
+        "runs": {r.name: {"path": r.path, **r.check.to_dict()} for r in runs},
+    }  # fmt: skip
+    atomic_write_json(out / "summary.json", summary)
+    return summary
+
+
+def _write_labels(out: Path, data: Dataset, base: dict, labels: dict) -> None:
+    """The logged qrels, the logged + imputed qrels, and the training data's item counts."""
     imputed = {u: dict(d) for u, d in base.items()}
     for (u, i), j in labels.items():
         if i not in base[u]:  # a logged label is never replaced by the judge's
@@ -237,37 +258,31 @@ def impute(
     # observations on them (the held-out labels themselves are not looked at)
     pop = data.interactions["item_id"].astype(str).value_counts()
     atomic_write_json(out / ITEM_POPULARITY, {str(i): int(n) for i, n in pop.items()})
-    _write_sidecar(out / "imputed.jsonl", judged, unbuildable, calibration)
+
+
+def _counts(judge, plan, runs, config, judged, labels, base) -> dict[str, Any]:
+    """``impute``'s summary counts: users, pairs, what was judged now, reused or failed, and
+    the imputed labels by verdict (a logged label is never replaced)."""
     run = judge.last_run
-    summary = {
-        "users": len(users),
-        "pairs": len(pairs),
+    new = [j for (u, i), j in labels.items() if i not in base[u]]
+    return {
+        "users": len(plan.users),
+        "pairs": len(plan.pairs),
         "judged_now": run.judged if run else len(judged),
         "reused": run.reused if run else 0,
         "reused_from_checkpoint": run.imported if run else 0,
-        "failed": len(judged) - len(labels) + len(unbuildable),
-        "imputed_yes": sum(j.is_relevant for (u, i), j in labels.items() if i not in base[u]),
-        "imputed_no": sum(not j.is_relevant for (u, i), j in labels.items() if i not in base[u]),
+        "failed": len(judged) - len(labels) + len(plan.unbuildable),
+        "imputed_yes": sum(j.is_relevant for j in new),
+        "imputed_no": sum(not j.is_relevant for j in new),
         "judged_logged": sum(1 for (u, i) in labels if i in base[u]),
         "logged_labels_in_topk": sum(
             1
-            for u in users
+            for u in plan.users
             for r in runs
             for i in r.rankings.get(u, [])[: config.k]
-            if i in logged.get(u, {})
-        ),  # fmt: skip
-        "seconds": round(seconds, 2),
-        "seconds_per_judged_pair": round(seconds / run.judged, 3) if run and run.judged else None,
-        "config": config.model_dump(),
-        "judge": judge.config.model_dump(mode="json"),
-        "prompt_version": _prompt_version(),
-        "calibrated": calibration is not None,
-        "sigma_source": dict(sigma_source) if sigma_source else None,
-        **circular,
-        "runs": {r.name: {"path": r.path, **r.check.to_dict()} for r in runs},
+            if i in plan.logged.get(u, {})
+        ),
     }
-    atomic_write_json(out / "summary.json", summary)
-    return summary
 
 
 #: the file in an impute folder with the training data's item counts (``read_item_popularity``)
