@@ -227,6 +227,81 @@ def _time(run: Any, groups: list[list[Any]], sync: Any) -> _Timed:
     return _Timed(time.perf_counter() - t0, answers)
 
 
+def _parity(full, readout, probe, max_new_tokens: int, sync) -> dict[str, int]:
+    """Naive ``generate()`` against the engine on the ``probe`` requests (identical answers,
+    equal verdicts); also warms every method's kernels, shapes and grammars."""
+    from recjudge.bench._methods import _engine, _naive
+
+    naive = _time(_naive(full, False, max_new_tokens), probe, sync)
+    engine = _time(_engine(full, True), probe, sync)
+    pairs = list(zip(naive.answers, engine.answers, strict=True))
+    _time(_batched_generate(full, max_new_tokens), probe, sync)  # warm its shapes
+    _time(_engine(readout, False), probe, sync)
+    return {"requests": len(pairs), "identical": sum(a == b for a, b in pairs),
+            "verdicts_equal": sum(a.yes == b.yes for a, b in pairs)}  # fmt: skip
+
+
+#: the engine counters a method's row reports (its forwards and grammar drafts)
+COUNTED = ("decode_steps", "decode_tokens", "draft_tokens", "draft_accepted")
+
+
+def _timed_row(run, groups, judge, sync, cuda: bool) -> dict[str, Any]:
+    """One method timed on ``groups``: judgments/s, YES rate, evidence, peak GPU memory and,
+    for the engine, its forwards and its grammar drafts (fed, and taken by the model)."""
+    import torch
+
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    before = {k: getattr(judge.stats, k) for k in COUNTED} if judge is not None else {}
+    t = _time(run, groups, sync)
+    n = len(t.answers)
+    return {
+        "judgments": n,
+        "seconds": round(t.seconds, 3),
+        "judgments_per_s": round(n / t.seconds, 3),
+        "yes_rate": round(sum(a.yes for a in t.answers) / n, 3),
+        "mean_evidence": round(sum(len(a.evidence) for a in t.answers) / n, 2),
+        "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
+        **{k: getattr(judge.stats, k) - v for k, v in before.items()},
+    }
+
+
+def _methods(base, llm, full, readout, groups, naive_users: int, max_new_tokens: int):
+    """``gpu_check``'s methods, each with the requests it runs on, and the engine judges
+    (whose counters are reported): naive ``generate()`` on ``naive_users`` users, batched
+    ``generate()``, the engine per user and with every user's candidates in one call,
+    decoded in the same steps (users x candidates rows)."""
+    from recjudge.bench._methods import _engine, _naive
+    from recjudge.reward import Judge
+
+    rows_all = sum(len(g) for g in groups)
+    together = {"batch_size": rows_all, "decode_rows": rows_all}
+    full_all = Judge(base.model_copy(update=together), llm=llm)
+    read_all = Judge(base.model_copy(update={**together, "need_evidence": False}), llm=llm)
+    everyone = [[r for g in groups for r in g]]
+    runs = {
+        "naive_full": (_naive(full, False, max_new_tokens), groups[:naive_users]),
+        "batched_generate_full": (_batched_generate(full, max_new_tokens), groups),
+        "engine_full": (_engine(full, True), groups),
+        "engine_readout": (_engine(readout, False), groups),
+        "engine_full_together": (_engine(full_all, True), everyone),
+        "engine_readout_together": (_engine(read_all, False), everyone),
+    }
+    judges = {"engine_full": full, "engine_readout": readout,
+              "engine_full_together": full_all, "engine_readout_together": read_all}  # fmt: skip
+    return runs, judges
+
+
+#: the ratios gpu_check reports: (method, against)
+RATIOS = (
+    ("engine_full", "batched_generate_full"),
+    ("engine_full", "naive_full"),
+    ("engine_readout", "batched_generate_full"),
+    ("engine_full_together", "batched_generate_full"),
+    ("engine_readout_together", "batched_generate_full"),
+)
+
+
 def gpu_check(
     tokenizer: str | Path,
     device: str = "auto",
@@ -248,7 +323,6 @@ def gpu_check(
     ``naive_users`` users only (it is the slowest by far); every rate is per judgment."""
     import torch
 
-    from recjudge.bench._methods import _engine, _naive
     from recjudge.llm import SamplingConfig
     from recjudge.reward import Judge, JudgeConfig
 
@@ -271,56 +345,12 @@ def gpu_check(
     _, prefix, suffix = full.prompt_ids(groups[0][0])
     prompt_tokens = len(prefix) + len(suffix)
     # parity first (its own requests; also warms kernels and the grammar compiler)
-    probe = [groups[0][: max(1, parity_requests)]]
-    naive = _time(_naive(full, False, max_new_tokens), probe, sync)
-    engine = _time(_engine(full, True), probe, sync)
-    agree = sum(a == b for a, b in zip(naive.answers, engine.answers, strict=True))
-    parity = {"requests": len(naive.answers), "identical": agree,
-              "verdicts_equal": sum(a.yes == b.yes for a, b in
-                                    zip(naive.answers, engine.answers, strict=True))}  # fmt: skip
-    _time(_batched_generate(full, max_new_tokens), probe, sync)  # warm its shapes
-    _time(_engine(readout, False), probe, sync)
+    parity = _parity(full, readout, [groups[0][: max(1, parity_requests)]], max_new_tokens, sync)
     if cuda:
         torch.cuda.reset_peak_memory_stats()
-    # every user's candidates in one call, decoded in the same steps (users x candidates rows)
-    rows_all = users * candidates
-    together = {"batch_size": rows_all, "decode_rows": rows_all}
-    full_all = Judge(base.model_copy(update=together), llm=llm)
-    read_all = Judge(base.model_copy(update={**together, "need_evidence": False}), llm=llm)
-    everyone = [[r for g in groups for r in g]]
-    runs = {
-        "naive_full": (_naive(full, False, max_new_tokens), groups[:naive_users]),
-        "batched_generate_full": (_batched_generate(full, max_new_tokens), groups),
-        "engine_full": (_engine(full, True), groups),
-        "engine_readout": (_engine(readout, False), groups),
-        "engine_full_together": (_engine(full_all, True), everyone),
-        "engine_readout_together": (_engine(read_all, False), everyone),
-    }
-    judges = {"engine_full": full, "engine_readout": readout,
-              "engine_full_together": full_all, "engine_readout_together": read_all}  # fmt: skip
-    counted = ("decode_steps", "decode_tokens", "draft_tokens", "draft_accepted")
-    rows = {}
-    for name, (run, gs) in runs.items():
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
-        judge = judges.get(name)
-        before = {k: getattr(judge.stats, k) for k in counted} if judge is not None else {}
-        t = _time(run, gs, sync)
-        n = len(t.answers)
-        # the engine's forwards and its grammar drafts (fed, and taken by the model)
-        engine = {k: getattr(judge.stats, k) - v for k, v in before.items()}
-        rows[name] = {
-            "judgments": n,
-            "seconds": round(t.seconds, 3),
-            "judgments_per_s": round(n / t.seconds, 3),
-            "yes_rate": round(sum(a.yes for a in t.answers) / n, 3),
-            "mean_evidence": round(sum(len(a.evidence) for a in t.answers) / n, 2),
-            "peak_gpu_mb": round(torch.cuda.max_memory_allocated() / 2**20) if cuda else None,
-            **engine,
-        }
-
-    def ratio(a: str, b: str) -> float:
-        return round(rows[a]["judgments_per_s"] / rows[b]["judgments_per_s"], 2)
+    runs, judges = _methods(base, llm, full, readout, groups, naive_users, max_new_tokens)
+    rows = {name: _timed_row(run, gs, judges.get(name), sync, cuda)
+            for name, (run, gs) in runs.items()}  # fmt: skip
 
     result = {
         "device": dev,
@@ -336,15 +366,10 @@ def gpu_check(
         "parity": parity,
         "methods": rows,
         "ratios": {
-            "engine_full_vs_batched_generate": ratio("engine_full", "batched_generate_full"),
-            "engine_full_vs_naive": ratio("engine_full", "naive_full"),
-            "engine_readout_vs_batched_generate": ratio("engine_readout", "batched_generate_full"),
-            "engine_full_together_vs_batched_generate": ratio(
-                "engine_full_together", "batched_generate_full"
-            ),
-            "engine_readout_together_vs_batched_generate": ratio(
-                "engine_readout_together", "batched_generate_full"
-            ),
+            f"{a}_vs_{b.removesuffix('_full')}": round(
+                rows[a]["judgments_per_s"] / rows[b]["judgments_per_s"], 2
+            )
+            for a, b in RATIOS
         },
         "wall_seconds": round(time.perf_counter() - t0, 1),
     }

@@ -95,7 +95,7 @@ def _throughput_out(c: ThroughputConfig) -> str:
 def run_throughput(c: ThroughputConfig, out: str | Path) -> dict[str, Any]:
     from recjudge.bench._throughput import bench_throughput
 
-    return _recorded(c, out, bench_throughput(**c.model_dump(), out=out))
+    return _recorded(c, out, bench_throughput(c, out))
 
 
 def throughput_text(r: dict[str, Any]) -> str:

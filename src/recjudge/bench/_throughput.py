@@ -17,11 +17,14 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from recjudge._util import json_loads
 from recjudge.bench._methods import Answer, method_runners
 from recjudge.reporting import write_report
+
+if TYPE_CHECKING:
+    from recjudge.bench._speed import ThroughputConfig
 
 
 class PeakRSS:
@@ -149,38 +152,24 @@ EVIDENCE_METHODS = ("engine_full", "engine_readout")
 
 
 def bench_throughput(
-    model: str = "qwen2.5-coder-0.5b",
-    users: int = 3,
-    candidates: int = 20,
-    history: int = 50,
-    threads: int = 2,
-    seed: int = 0,
-    beta: float = 25.0,
-    max_new_tokens: int = 256,
-    out: str | Path = "reports/throughput",
-    dtype: str = "auto",
-    methods: tuple[str, ...] | None = None,
-    vllm_python: str | Path | None = ".venv-vllm/bin/python",
-    workloads: tuple[str, ...] = tuple(WORKLOADS),
-    plain_vllm: bool = True,
-    together: bool = True,
+    config: ThroughputConfig, out: str | Path = "reports/throughput"
 ) -> dict[str, Any]:
     """Judgments per second of every method on two workloads, in one run.
 
     Workloads (``WORKLOADS``): the same requests judged at beta 0 (evidence-heavy: most
-    answers cite evidence) and under BRIEF at ``beta`` (decision-heavy: most answers are a
+    answers cite evidence) and under BRIEF at ``config.beta`` (decision-heavy: most answers are a
     short NO); each reports its YES rate and mean evidence length (naive full answers).
 
     Methods (``recjudge.bench._methods``): naive ``generate()`` with the same grammar and
     bias processors (full answer, and stopped at the decision), the fast engine (full,
     read-out), the batch-invariant engine (full), a one-pass sweep over 28 bias settings
     (read-out and full), llama.cpp on the preset's GGUF (when ``llama_cpp`` imports), and,
-    through ``vllm_python`` when that interpreter exists (``make setup-vllm``), in its own
+    through ``config.vllm_python`` when that interpreter exists (``make setup-vllm``), in its own
     process after the others: recjudge's vLLM backend (its bias processor) and **plain
     vLLM** (prefix caching and xgrammar structured outputs, no recjudge processor, the same
     prompt ids and grammars; on a biased workload each grammar allows only the branch the
     naive reference took, so plain vLLM writes answers of the same shape). Every engine gets
-    the whole workload in one call per output kind (``together``: our engines decode several
+    the whole workload in one call per output kind (``config.together``: our engines decode several
     users' candidates in the same steps, each user's prefix encoded once; vLLM batches
     continuously with prefix caching); without ``together`` ours get it per user, the
     methods alternating their order between users. The naive references judge one pair at
@@ -192,64 +181,71 @@ def bench_throughput(
     from recjudge.data import load_dataset
     from recjudge.llm import LLMConfig, load_llm
 
-    unknown = [w for w in workloads if w not in WORKLOADS]
+    c = config
+    unknown = [w for w in c.workloads if w not in WORKLOADS]
     if unknown:
         raise ValueError(f"unknown workload {unknown[0]!r}; use {', '.join(WORKLOADS)}")
-    torch.set_num_threads(threads)
+    torch.set_num_threads(c.threads)
     ds = load_dataset("ml-1m")
-    cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=seed)
-    item_item = item_item_for(cf, ds, seed=seed)
+    cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=c.seed)
+    item_item = item_item_for(cf, ds, seed=c.seed)
     # our engines in process, whatever the command line's --backend (vLLM has rows of its own)
-    llm_config = LLMConfig(model=model, dtype=dtype, backend="transformers")
+    llm_config = LLMConfig(model=c.model, dtype=c.dtype, backend="transformers")
     llm = load_llm(llm_config)
     dtype = llm_config.resolved_dtype()
     params = sum(p.numel() for p in llm.model.parameters())
-    groups = _requests(ds, users, candidates, history, seed)
-    results = _summary(model, dtype, params, groups, candidates, history, threads, seed, beta)
-    results["together"] = together
-    results["workloads"] = {}
-    for w in workloads:
-        b = 0.0 if w == "evidence-heavy" else beta
-        only = methods if w == "decision-heavy" else (methods or EVIDENCE_METHODS)
-        runners = method_runners(model, llm, cf, item_item, history, b, max_new_tokens, only=only)
-        timing, answers, mem = _time_runners(
-            runners, [[r for g in groups for r in g]] if together else groups
-        )
-        n = sum(len(g) for g in groups)
-        vllm = _vllm_rows(vllm_python, model, dtype, groups, cf, b, history, max_new_tokens)
-        plain = (
-            _plain_rows(
-                vllm_python, model, dtype, groups, runners["naive_full"], answers, b, max_new_tokens
-            )  # fmt: skip
-            if plain_vllm
-            else {"skipped": "plain_vllm=False"}
-        )
-        rows_in = [
-            (name, r.kind, r.settings, timing[name], answers[name],
-             mem.peaks.get(name, 0) / 2**20, r.engine)
-            for name, r in runners.items()
-        ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()] + [
-            (name, kind, 1, *rest) for name, (kind, *rest) in plain.get("rows", {}).items()
-        ]  # fmt: skip
-        rows = {m[0]: _row(*m, n=n, answers=answers) for m in rows_in}
-        if b != 0:  # plain vLLM has no bias: its full answers were told their branch (they
-            # agree by design) and its read-outs are unbiased (they answer another question)
-            for name in ("plain_vllm_full", "plain_vllm_readout"):
-                if name in rows:
-                    rows[name]["agreement_with_naive"] = None
-        full = answers["naive_full"]
-        results["workloads"][w] = {
-            "what": WORKLOADS[w],
-            "beta": b,
-            "yes_rate": sum(a.yes for a in full) / n,
-            "mean_evidence": sum(len(a.evidence) for a in full) / n,
-            "methods": rows,
-            "vllm": {k: v for k, v in vllm.items() if k != "rows"},
-            "plain_vllm": {k: v for k, v in plain.items() if k != "rows"},
-            "ratios": _ratios(rows),
-        }
+    groups = _requests(ds, c.users, c.candidates, c.history, c.seed)
+    results = _summary(c.model, dtype, params, groups, c.candidates, c.history, c.threads,
+                       c.seed, c.beta)  # fmt: skip
+    results["together"] = c.together
+    results["workloads"] = {
+        w: _workload(c, w, dtype, llm, cf, item_item, groups) for w in c.workloads
+    }
     write_report(out, results, _report_lines(results))
     return results
+
+
+def _workload(c: ThroughputConfig, w: str, dtype: str, llm, cf, item_item, groups) -> dict:
+    """Every method on workload ``w`` (``WORKLOADS``): rows, ratios, YES rate and evidence."""
+    b = 0.0 if w == "evidence-heavy" else c.beta
+    only = c.methods if w == "decision-heavy" else (c.methods or EVIDENCE_METHODS)
+    runners = method_runners(c.model, llm, cf, item_item, c.history, b, c.max_new_tokens,
+                             only=only)  # fmt: skip
+    timing, answers, mem = _time_runners(
+        runners, [[r for g in groups for r in g]] if c.together else groups
+    )
+    n = sum(len(g) for g in groups)
+    vllm = _vllm_rows(c.vllm_python, c.model, dtype, groups, cf, b, c.history, c.max_new_tokens)
+    plain = (
+        _plain_rows(c.vllm_python, c.model, dtype, groups, runners["naive_full"], answers, b,
+                    c.max_new_tokens)
+        if c.plain_vllm
+        else {"skipped": "plain_vllm=False"}
+    )  # fmt: skip
+    rows_in = [
+        (name, r.kind, r.settings, timing[name], answers[name],
+         mem.peaks.get(name, 0) / 2**20, r.engine)
+        for name, r in runners.items()
+    ] + [(name, kind, 1, *rest) for name, (kind, *rest) in vllm.get("rows", {}).items()] + [
+        (name, kind, 1, *rest) for name, (kind, *rest) in plain.get("rows", {}).items()
+    ]  # fmt: skip
+    rows = {m[0]: _row(*m, n=n, answers=answers) for m in rows_in}
+    if b != 0:  # plain vLLM has no bias: its full answers were told their branch (they
+        # agree by design) and its read-outs are unbiased (they answer another question)
+        for name in ("plain_vllm_full", "plain_vllm_readout"):
+            if name in rows:
+                rows[name]["agreement_with_naive"] = None
+    full = answers["naive_full"]
+    return {
+        "what": WORKLOADS[w],
+        "beta": b,
+        "yes_rate": sum(a.yes for a in full) / n,
+        "mean_evidence": sum(len(a.evidence) for a in full) / n,
+        "methods": rows,
+        "vllm": {k: v for k, v in vllm.items() if k != "rows"},
+        "plain_vllm": {k: v for k, v in plain.items() if k != "rows"},
+        "ratios": _ratios(rows),
+    }
 
 
 def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new_tokens):
