@@ -113,6 +113,24 @@ def test_a_backend_without_option_scoring_is_refused(smollm32, monkeypatch):
     monkeypatch.setattr(smollm32, "capabilities", off)
     with pytest.raises(ValueError, match="does not score whole options"):
         best_options(smollm32, [1, 2], [[3]], OptionTrie([[4]]))
+    # through decoding's one entry point: a fault of the whole run, in one line
+    from recjudge.decoding import CapabilityError, OptionJob, decode
+
+    with pytest.raises(CapabilityError, match="whole-option scoring.*does not declare"):
+        decode(smollm32, OptionJob([1, 2], [[3]], OptionTrie([[4]])))
+
+
+def test_an_option_job_is_best_options_behind_decode(smollm32):
+    from recjudge.decoding import OptionJob, decode
+
+    prefix = smollm32.encode("Pick a colour: red, green or blue. Answer:")
+    trie = OptionTrie([smollm32.encode(w) for w in (" red", " green", " blue")])
+    ctxs = [smollm32.encode(" I pick"), smollm32.encode(" The sky is")]
+    assert decode(smollm32, OptionJob(prefix, ctxs, trie, width=2)) == best_options(
+        smollm32, prefix, ctxs, trie, width=2
+    )
+    with pytest.raises(ValueError, match="empty context"):
+        OptionJob(prefix, [[]], trie)
 
 
 class _ForwardEngine:

@@ -22,6 +22,12 @@ text without model steps); with ``stop_at_decision`` also as soon as its decisio
 unless it chose ``keep_branch`` (a judgment that must write its evidence keeps decoding after
 YES). An answer that stopped early ends with the grammar's forced continuation.
 
+The second job kind, ``OptionJob``: the most likely of a closed set of whole answers
+(summed token log-probabilities of each option, found exactly over the options' token trie,
+``recjudge.llm.best_options``), on the model's own forwards or, on engine backends, over the
+engine's next-token log-probabilities; refused where the backend does not declare
+``option_scoring``.
+
 Adding a backend means declaring its ``Capabilities`` (and, for an engine, ``submit``): no
 caller changes.
 """
@@ -30,14 +36,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from recjudge._util import RunFault
 from recjudge.decoding._api import BranchBias, ConstrainedOutput, make_processors
 from recjudge.decoding._schemas import Schema
 
 if TYPE_CHECKING:
-    from recjudge.llm import LLMBackend
+    from recjudge.llm import BestOption, LLMBackend
 
 
 @dataclass(frozen=True)
@@ -202,6 +208,30 @@ def _engine_readouts(
     return out
 
 
+@dataclass(frozen=True)
+class OptionJob:
+    """Whole-option scoring: for each context (the tokens after the shared ``prefix``), the
+    option of ``trie`` whose whole answer is most likely; ties go to the lower option index.
+
+    Attributes:
+        prefix: token ids every context follows (encoded once).
+        contexts: per question, its token ids after ``prefix`` (never empty).
+        trie: the options' token trie (``recjudge.llm.OptionTrie``).
+        width: open paths expanded per batched forward.
+    """
+
+    prefix: Sequence[int]
+    contexts: Sequence[Sequence[int]]
+    trie: Any
+    width: int = 16
+
+    def __post_init__(self) -> None:
+        if self.width < 1:
+            raise ValueError("width must be >= 1")
+        if any(not ctx for ctx in self.contexts):
+            raise ValueError("empty context")
+
+
 class CapabilityError(RunFault, ValueError):
     """A decode job asks for a promise its backend does not declare (``Capabilities``): a
     fault of the whole run (every request would be refused alike), never recorded per pair."""
@@ -258,9 +288,15 @@ def room_for_answers(sampling: Any, schemas: Sequence[Any]) -> Any:
     return sampling.model_copy(update={"max_new_tokens": need})
 
 
-def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[ConstrainedOutput]:
+@overload
+def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[ConstrainedOutput]: ...
+@overload
+def decode(llm: LLMBackend, job: OptionJob, *, stats: Any = None) -> list[BestOption]: ...
+def decode(llm, job, *, stats=None):  # type: ignore[no-untyped-def]
     """Decode ``job`` on ``llm`` by the path its capabilities call for; one output per row,
-    in order (text, parsed value where the grammar completed, decision record, tokens).
+    in order: for a ``DecodeJob`` the text, parsed value where the grammar completed,
+    decision record and tokens (``ConstrainedOutput``); for an ``OptionJob`` each context's
+    best option (``recjudge.llm.BestOption``).
 
     Args:
         llm: a backend (``recjudge.llm.LLMBackend``).
@@ -270,10 +306,20 @@ def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[Constr
     Raises:
         CapabilityError: the job asks for what the backend does not declare (``require``).
     """
-    from recjudge.llm import SamplingConfig, capabilities_of
+    from recjudge.llm import SamplingConfig, best_options, capabilities_of
 
     caps = capabilities_of(llm)
-    require(caps, job, getattr(llm, "name", type(llm).__name__))
+    name = getattr(llm, "name", type(llm).__name__)
+    if isinstance(job, OptionJob):
+        if not caps.option_scoring:
+            raise CapabilityError(
+                f"whole-option scoring was asked for, but {name} does not declare it (it needs "
+                "a model the fast engine supports, or an engine with next-token "
+                "log-probabilities); ask the question as constrained decoding instead"
+            )
+        return best_options(llm, job.prefix, job.contexts, job.trie, width=job.width,
+                            stats=stats)  # fmt: skip
+    require(caps, job, name)
     n = len(job.suffixes)
     if n == 0:
         return []

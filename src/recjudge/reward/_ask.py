@@ -94,7 +94,7 @@ def choose_shared(
     The answer is the JSON ``{"<answer_key>": "<option>"}`` that ``Choice`` would decode,
     but the option is the one whose whole answer text is most likely (summed token
     log-probabilities, lm-eval's multiple-choice rule), found exactly by
-    ``recjudge.llm.best_options``; token-by-token constrained decoding instead falls into
+    ``recjudge.decoding.OptionJob``; token-by-token constrained decoding instead falls into
     whichever option shares the first letters of the word the model starts (see
     ``recjudge.llm._choice``). The chat up to the slot is encoded once, as in
     ``ask_shared``; each fill's context once; the options' shared tokens once per fill.
@@ -107,13 +107,13 @@ def choose_shared(
         answer_key: the JSON key of the answer.
         width: open paths expanded per batched forward.
     """
-    from recjudge.llm import best_options
+    from recjudge.decoding import OptionJob, decode
 
     if not fills:
         return []
     lead, trie = _answer_trie(llm, options, answer_key)
     prefix, contexts = _slot_split(llm, messages, fills, after=lead)
-    return best_options(llm, prefix, contexts, trie, width=width)
+    return decode(llm, OptionJob(prefix, contexts, trie, width))
 
 
 def choose(
@@ -126,7 +126,7 @@ def choose(
 ) -> list[BestOption]:
     """``choose_shared`` for independent questions, each with its own options (e.g. a
     per-question shortlist): each chat is encoded once, then searched as there."""
-    from recjudge.llm import best_options
+    from recjudge.decoding import OptionJob, decode
 
     if len(options) != len(messages):
         raise ValueError(f"{len(options)} option lists for {len(messages)} questions")
@@ -135,7 +135,7 @@ def choose(
         lead, trie = _answer_trie(llm, opts, answer_key)
         ids = llm.encode(llm.chat_prompt(list(chat))) + llm.encode(lead)
         # The last token is the context whose next-token scores start the search.
-        out.extend(best_options(llm, ids[:-1], [ids[-1:]], trie, width=width))
+        out.extend(decode(llm, OptionJob(ids[:-1], [ids[-1:]], trie, width)))
     return out
 
 
