@@ -14,7 +14,7 @@ from recjudge._util import stable_hash
 
 
 def _brief():
-    from recjudge.reward._judge import HistoryItem
+    from recjudge.reward import HistoryItem
     from recjudge.reward._prompt import build_messages
 
     h = [HistoryItem("i1", "Up (2009)", "Up (2009) | Animation", 4.0),

@@ -100,8 +100,7 @@ def test_device_settings():
 def test_a_gpu_judgment_is_keyed_apart_and_computes_in_bf16(monkeypatch):
     """Without a GPU at hand: what auto resolves to on one (bf16), and that its results get
     their own keys, while the CPU keys stay as they were."""
-    from recjudge.reward import Judge, JudgeConfig
-    from recjudge.reward._judge import HistoryItem, JudgeRequest
+    from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
     monkeypatch.delenv("RECJUDGE_DTYPE", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -449,8 +449,14 @@ def test_profiles_empty_and_oversized_are_counted(ml100k, tmp_path):
 
 def test_a_judgment_reused_from_an_imported_checkpoint_is_counted_as_such(tmp_path):
     """A verified checkpoint's rows are reused, and the run says how many came from it."""
-    from recjudge.reward import Judge, JudgeConfig, ResultsStore, import_portable
-    from recjudge.reward._judge import HistoryItem, JudgeRequest
+    from recjudge.reward import (
+        HistoryItem,
+        Judge,
+        JudgeConfig,
+        JudgeRequest,
+        ResultsStore,
+        import_portable,
+    )
 
     h = [HistoryItem("i1", "Up (2009)", "Up (2009)", None)]
     req = JudgeRequest("7", h, "i9", "Heat (1995)", sigma=0.3)

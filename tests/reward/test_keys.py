@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from recjudge.reward import Judge, JudgeConfig
-from recjudge.reward._judge import HistoryItem, JudgeRequest
+from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
 
 def test_every_judge_setting_is_classified_as_keyed_or_not():

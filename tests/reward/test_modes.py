@@ -16,7 +16,7 @@ from recjudge.reward import (
     SWEEPABLE,
     JudgeConfig,
 )
-from recjudge.reward._judge import Mode
+from recjudge.reward._judge_config import Mode
 
 
 def test_every_list_of_modes_is_derived_from_the_records():

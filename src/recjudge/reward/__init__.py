@@ -2,26 +2,25 @@
 
 from recjudge.reward._ask import SLOT, ask, ask_shared, choose, choose_shared
 from recjudge.reward._build import build_judge
-from recjudge.reward._judge import (
-    JUDGES,
-    MODES,
+from recjudge.reward._judge import Judge, JudgeExecutor, cf_identity, clear_prefix_cache
+from recjudge.reward._judge_config import JUDGES, JudgeConfig
+from recjudge.reward._judgment import (
     RECORDED_ERRORS,
     RUN_FAULT_NAMES,
-    SIMULATOR_MODES,
-    Judge,
-    JudgeConfig,
-    JudgeExecutor,
     JudgeRequest,
     Judgment,
     RunSummary,
-    cf_identity,
-    clear_prefix_cache,
     is_run_fault,
-    request_for,
-    requests_for,
-    stored_request,
 )
-from recjudge.reward._modes import CF_MODES, LLM_MODES, MODE_SPECS, ModeSpec, mode_spec
+from recjudge.reward._modes import (
+    CF_MODES,
+    LLM_MODES,
+    MODE_SPECS,
+    MODES,
+    SIMULATOR_MODES,
+    ModeSpec,
+    mode_spec,
+)
 from recjudge.reward._portable import (
     PortableCount,
     PortableError,
@@ -39,6 +38,7 @@ from recjudge.reward._ray import (
     WorkerFault,
     request_record,
 )
+from recjudge.reward._requests import request_for, requests_for, stored_request
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
 from recjudge.reward._store import ResultsStore, StoreError, salvage
 from recjudge.reward._stored import (

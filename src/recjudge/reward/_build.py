@@ -32,7 +32,9 @@ def build_judge(
     simulators' population from ``dataset``. Raises ValueError for a mode that needs a CF
     model without one, pydantic's ValidationError for a bad device."""
     from recjudge.llm import LLMConfig, SamplingConfig, load_llm
-    from recjudge.reward._judge import JUDGES, SIMULATOR_MODES, Judge, JudgeConfig
+    from recjudge.reward._judge import Judge
+    from recjudge.reward._judge_config import JUDGES, JudgeConfig
+    from recjudge.reward._modes import SIMULATOR_MODES
     from recjudge.reward._simulators import Population
 
     JUDGES.get(mode)

@@ -1,19 +1,20 @@
-"""The BRIEF judge and its ablations, batch scoring and resumable runs."""
+"""The BRIEF judge and its ablations, batch scoring and resumable runs (``Judge``).
+
+Beside it: its configuration (``reward._judge_config``), what it is asked and answers
+(``reward._judgment``) and the requests built from a dataset (``reward._requests``)."""
 
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge._registry import Registry, UnknownNameError, suggest
+from recjudge._registry import UnknownNameError
 from recjudge._util import RunFault, stable_hash
-from recjudge.decoding import BranchBias, Choice, DecodeJob, EvidenceFirst, decode
+from recjudge.decoding import DecodeJob, decode
 from recjudge.llm import (
     LLMConfig,
     ModelLoadError,
@@ -24,8 +25,20 @@ from recjudge.llm import (
     resolution_state,
     resolve_llm_config,
 )
-from recjudge.reward._modes import MODES, SIMULATOR_MODES, ModeSpec, mode_spec
-from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, HistoryItem, build_messages
+from recjudge.reward._judge_config import JUDGES, JudgeConfig
+from recjudge.reward._judgment import (
+    RECORDED_ERRORS,
+    DecodedCall,
+    JudgeRequest,
+    Judgment,
+    RunSummary,
+    error_text,
+    is_run_fault,
+    parsed_evidence,
+)
+from recjudge.reward._modes import SIMULATOR_MODES
+from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, build_messages
+from recjudge.reward._requests import stored_request
 from recjudge.reward._store import ResultsStore, StoreError, personas_path
 
 if TYPE_CHECKING:
@@ -39,288 +52,6 @@ def clear_prefix_cache(llm: LLMBackend) -> None:
     from recjudge.llm import prefixes_of
 
     prefixes_of(llm).clear()
-
-
-#: the judge modes, from their records (``reward._modes``: one place says what each is)
-Mode = Literal[MODES]  # type: ignore[valid-type]
-JUDGES: Registry[str] = Registry("judge mode")
-for _m in MODES:
-    JUDGES.register(_m, _m)
-
-
-class JudgeConfig(BaseModel):
-    """Everything that defines a judge (and, with the request, its result key).
-
-    Attributes:
-        model: LLM preset, path or Hugging Face id.
-        mode: brief (evidence-first + adaptive bias), non-adaptive (Delta = beta*sigma),
-            no-behavior (beta = 0), zero-shot (plain YES/NO), cf-only (sigma > threshold),
-            item-item (brief with the item-item sigma); pub, agent4rec, recagent (user
-            simulators: an LLM persona of the user, then a plain YES/NO in that role).
-        beta: bias strength (the paper's best is 25).
-        max_evidence: most titles one answer may cite.
-        token_budget / max_history: history shown in the prompt.
-        show_ratings: show the user's ratings next to history items.
-        rating_scale: the top of the rating scale, for "rated r/scale".
-        cf_threshold: the cf-only verdict is sigma > threshold.
-        need_evidence: generate the evidence list; False stops at the decision step
-            (reward only, much faster).
-        sampling: decoding settings (greedy by default).
-        samples: with sampling, how many samples estimate P(YES).
-        batch_size: requests judged per engine call (never changes a result). None: from
-            the work, every candidate a user's history serves in one call (at most
-            ``AUTO_ROWS``), so all of them are decoded in the same steps.
-        decode_rows: rows per decode batch. With ``deterministic`` it is the fixed row
-            count of every decode step and part of the result key (other values round
-            differently; None keys and runs as ``INVARIANT_ROWS``); otherwise only a bound
-            on the batch (None: every row of the call).
-        deterministic: use the batch-invariant engine, whose results are bit-identical
-            alone or in any batch (several times slower). The default fast engine agrees
-            with it up to floating-point rounding.
-        jump_forward_prefix: prefill the forced opening ``{"evidence`` instead of decoding it.
-        domain: prompt wording (None: from the dataset).
-        persona_tokens: simulators: most tokens of the persona answer.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = "smollm2-135m"
-    mode: Mode = "brief"
-    beta: float = Field(25.0, ge=0)
-    max_evidence: int = Field(5, ge=1)
-    token_budget: int = Field(1500, ge=16)
-    max_history: int = Field(50, ge=1)
-    show_ratings: bool = True
-    rating_scale: float | None = 5.0
-    cf_threshold: float = 0.0
-    need_evidence: bool = True
-    sampling: SamplingConfig = SamplingConfig(max_new_tokens=256)
-    samples: int = Field(1, ge=1)
-    batch_size: int | None = Field(None, ge=1)
-    decode_rows: int | None = Field(None, ge=1)
-    deterministic: bool = False
-    jump_forward_prefix: bool = True
-    domain: str | None = None
-    persona_tokens: int = Field(160, ge=8)
-
-    # Every field is classified by name, and tests/reward/test_keys.py fails on a field that is
-    # not: a new setting must say whether it changes an answer (and so re-keys every stored
-    # judgment) or not. ``Judge._key`` builds keys from these sets alone.
-    KEYED: ClassVar[frozenset[str]] = frozenset(
-        {"model", "mode", "beta", "max_evidence", "token_budget", "max_history", "show_ratings",
-         "rating_scale", "cf_threshold", "need_evidence", "sampling", "samples", "deterministic",
-         "jump_forward_prefix", "domain"}
-    )  # fmt: skip
-    # Never changes a result: the batch a pair is decoded in (the fast engine agrees across
-    # batch sizes up to rounding; the invariant engine's row count is decode_rows).
-    UNKEYED: ClassVar[frozenset[str]] = frozenset({"batch_size"})
-    # Keyed only when it acts: decode_rows on the batch-invariant engine (its fixed row count
-    # sets the rounding), persona_tokens in the simulator modes.
-    KEYED_WHEN: ClassVar[dict[str, str]] = {
-        "decode_rows": "deterministic",
-        "persona_tokens": "simulator",
-    }
-    # Acts only at or after the decision: left out of the unbiased decision record's key, so
-    # every sweepable setting shares one record.
-    AFTER_DECISION: ClassVar[frozenset[str]] = frozenset(
-        {"mode", "beta", "need_evidence", "cf_threshold"}
-    )
-
-    #: the most requests one call holds when ``batch_size`` is None (a user's candidates)
-    AUTO_ROWS: ClassVar[int] = 64
-    #: the batch-invariant engine's row count when ``decode_rows`` is None (its old default)
-    INVARIANT_ROWS: ClassVar[int] = 8
-
-    def batch(self) -> int:
-        """Requests per engine call, resolved (``batch_size``, else ``AUTO_ROWS``)."""
-        return self.batch_size or self.AUTO_ROWS
-
-    def rows(self) -> int:
-        """Rows per decode step, resolved: ``decode_rows``, else ``INVARIANT_ROWS`` on the
-        batch-invariant engine and every row of the call on the fast one."""
-        if self.decode_rows is not None:
-            return self.decode_rows
-        return self.INVARIANT_ROWS if self.deterministic else self.batch()
-
-    def spec(self) -> ModeSpec:
-        """This mode's record (``reward._modes``)."""
-        return mode_spec(self.mode)
-
-    def effective_beta(self) -> float:
-        return 0.0 if self.spec().bias == "none" else self.beta
-
-    def plain_verdict(self) -> bool:
-        """A bare ``{"is_relevant": ...}`` answer (no evidence list)."""
-        return self.spec().plain_verdict
-
-    def uses_cf(self) -> bool:
-        return self.spec().uses_cf
-
-    def uses_llm(self) -> bool:
-        return self.spec().uses_llm
-
-    def branch_bias(self) -> BranchBias:
-        """The decision-step bias of this mode (its record's ``bias``): Delta = beta (1 +
-        E_n) sigma (adaptive), beta sigma (fixed), or beta 0 (none)."""
-        return BranchBias(beta=self.effective_beta(), adaptive=self.spec().bias != "fixed")
-
-    def schema_for(self, rendered: Any) -> Any:
-        """The answer schema for a rendered prompt (its shown titles are citable)."""
-        if self.plain_verdict():
-            return Choice(["YES", "NO"], answer_key="is_relevant")
-        return EvidenceFirst([h.title for h in rendered.shown], self.max_evidence)
-
-
-@dataclass
-class JudgeRequest:
-    """One (user, candidate) question. ``sigma`` overrides the judge's CF model."""
-
-    user_id: str
-    history: list[HistoryItem]
-    candidate_id: str
-    candidate_text: str
-    candidate_title: str = ""
-    sigma: float | None = None
-    domain: str = "generic"
-    meta: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if not self.history:
-            raise ValueError(
-                f"user {self.user_id!r} has an empty history; the judge needs at "
-                "least one past item"
-            )
-
-
-# Errors that belong to one request (its text, ids, grammar or sigma), recorded per request
-# by ``judge_many(errors="record")``. Anything else (a broken model, an unreachable server,
-# missing packages, interruption) ends the run; so does a ``RunFault`` (``_util``), whatever
-# built-in class it also is (ModelNotInstalledError is a RuntimeError).
-RECORDED_ERRORS: tuple[type[Exception], ...] = (
-    ValueError,
-    KeyError,
-    IndexError,
-    RuntimeError,
-    UnicodeError,
-    ArithmeticError,
-)
-
-
-#: whole-run faults by the class name a recorded failure starts with (``Type: message``),
-#: besides every ``RunFault`` subclass: what stores of earlier versions recorded per pair
-RUN_FAULT_NAMES = ("ModelNotInstalledError", "ModelIntegrityError", "ModelLoadError",
-                   "DeviceError", "DtypeEnvError", "BackendError", "NonFiniteLogitsError",
-                   "ServerError", "ConnectionError", "ConnectionRefusedError", "TimeoutError",
-                   "StoreError", "CacheDirError", "OutOfMemoryError")  # fmt: skip
-
-
-def error_text(error: BaseException) -> str:
-    """A per-request failure as recorded (``Type: message``: what ``is_run_fault`` reads)."""
-    return f"{type(error).__name__}: {error}"
-
-
-def is_run_fault(error: str) -> bool:
-    """Whether a recorded failure's text (``Type: message``) names a fault of the whole run
-    (``RUN_FAULT_NAMES`` or any loaded ``RunFault`` subclass), not of its one request."""
-    name = str(error).partition(":")[0].strip()
-    if name in RUN_FAULT_NAMES:
-        return True
-    todo, seen = [RunFault], set()
-    while todo:
-        cls = todo.pop()
-        if cls.__name__ == name:
-            return True
-        for sub in cls.__subclasses__():
-            if sub not in seen:
-                seen.add(sub)
-                todo.append(sub)
-    return False
-
-
-@dataclass(frozen=True)
-class RunSummary:
-    """Counts of the last ``judge_many`` call: requests, reused from the store (including
-    recorded failures not retried), judged now, and failed (no verdict)."""
-
-    requests: int
-    reused: int
-    judged: int
-    failed: int
-    imported: int = 0  # of the reused, rows a checkpoint import brought (store import)
-    retried_faults: int = 0  # recorded failures of a whole-run fault, judged again
-
-
-@dataclass
-class Judgment:
-    """The judge's answer for one request.
-
-    Attributes:
-        is_relevant: the verdict.
-        evidence: cited titles (a subset of the prompt's history titles, as shown).
-        evidence_ids: the item ids of the cited titles, in the same order (titles shared
-            by several items are shown with ``[id ITEM]``, so each names one item).
-        p_yes: YES-branch probability at the decision step after the bias.
-        p_yes_semantic: the same before the bias (the LLM alone).
-        sigma, delta, entropy: the behavioural signal, the logit shift on YES, and E_n.
-        raw_text: the constrained JSON the model produced.
-    """
-
-    user_id: str
-    candidate_id: str
-    mode: str
-    is_relevant: bool
-    evidence: list[str]
-    p_yes: float
-    p_yes_semantic: float | None
-    sigma: float | None
-    delta: float
-    entropy: float
-    raw_text: str
-    decision_steps: int = 0
-    history_shown: int = 0
-    history_dropped: int = 0
-    samples_yes: int | None = None
-    key: str = ""
-    error: str | None = None
-    evidence_ids: list[str] = field(default_factory=list)
-
-    @property
-    def log_odds(self) -> float:
-        """``log P(YES) / P(NO)`` at the decision step after the bias.
-
-        ``logit(p_yes_semantic) + 2 * delta``: the bias adds ``+delta`` to the YES branch and
-        ``-delta`` to NO. ``p_yes`` itself saturates: at ``beta = 25`` a delta of 20 gives
-        ``P(NO) ~ 1e-17``, and ``p_yes`` is exactly 1.0 in float64 for every such candidate,
-        so ranking by it ties them all; the log-odds keeps their order. Without an LLM
-        decision (cf-only, or the grammar alone decided) it is ``logit(p_yes)``. Probabilities
-        are clipped to ``[1e-12, 1 - 1e-12]`` so the value is always finite.
-        """
-        if self.p_yes_semantic is None:
-            return _logit(self.p_yes)
-        return _logit(self.p_yes_semantic) + 2.0 * self.delta
-
-    def to_dict(self) -> dict[str, Any]:
-        """All fields; for a failed judgment only who, the key and the error (no verdict)."""
-        if self.error is not None:
-            return {
-                "user_id": self.user_id,
-                "candidate_id": self.candidate_id,
-                "mode": self.mode,
-                "key": self.key,
-                "error": self.error,
-            }
-        d = asdict(self)
-        del d["error"]
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Judgment:
-        return cls(**{k: d[k] for k in cls.__dataclass_fields__ if k in d})
-
-
-def _logit(p: float) -> float:
-    q = min(max(float(p), 1e-12), 1.0 - 1e-12)
-    return math.log(q) - math.log1p(-q)
 
 
 _REQUIRED = ("user_id", "candidate_id", "mode", "is_relevant", "evidence", "p_yes", "raw_text")
@@ -354,33 +85,6 @@ def cf_identity(cf: Any) -> str | None:
     # an older computation must not be reused for a newer one.
     return stable_hash(cf.name, cf.config.model_dump(), info, cf.scaler.state(), len(cf.items),
                        SIGMA_VERSION)  # fmt: skip
-
-
-@dataclass
-class DecodedCall:
-    """One decoded batch: per request its rendered prompt, schema and sigma; per decoded row
-    (``rows[k]`` = its request) the decision record and answer text."""
-
-    rendered: list[Any]
-    schemas: list[Any]
-    sigmas: list[float | None]
-    rows: list[int]
-    records: list[Any]
-    texts: list[str]
-
-
-def parse_answer(schema: Any, text: str) -> Any | None:
-    """The parsed answer, or None for text that is not a whole answer (a read-out)."""
-    try:
-        return schema.parse(text)
-    except ValueError:  # SchemaError / JSONDecodeError: a read-out stops before it closes
-        return None
-
-
-def parsed_evidence(schema: Any, text: str) -> list[str]:
-    """The evidence titles of a complete answer; [] for a read-out that stopped early."""
-    value = parse_answer(schema, text)
-    return [] if value is None else list(value.get("evidence", []))
 
 
 class Judge:
@@ -1039,134 +743,3 @@ class JudgeExecutor(Protocol):
         """The LLM config its workers load for ``llm_config`` (dtype and device resolved):
         the judge keys its results with it."""
         ...
-
-
-def stored_request(req: JudgeRequest, config: JudgeConfig) -> dict[str, Any]:
-    """What the store keeps beside a judgment, for people and ``salvage`` (ids, the
-    candidate's text, the history's length, the model), never in its key."""
-    return {
-        "user_id": req.user_id,
-        "candidate_id": req.candidate_id,
-        "candidate_text": req.candidate_text,
-        "history_len": len(req.history),
-        "model": config.model,
-        "mode": config.mode,
-        "beta": config.effective_beta(),
-        **req.meta,
-    }
-
-
-# -- building requests from a dataset ----------------------------------------------------
-def _closest(name: str, choices: Sequence[str], what: str, dataset: str) -> str:
-    close = suggest(name, list(choices))
-    hint = f" Closest matches: {', '.join(repr(c) for c in close)}." if close else ""
-    return f"{what} {name!r} is not in dataset {dataset!r}.{hint}"
-
-
-def _resolve_candidate(ds: Any, candidate: str) -> str:
-    """An item id from an item id or an exact title (KeyError / ValueError otherwise)."""
-    if ds.has_item(candidate):
-        return candidate
-    by_title = ds.items.index[ds.items["title"].astype(str) == candidate]
-    if len(by_title) > 1:
-        ids = ds.items.iloc[by_title[:5]]["item_id"].astype(str).tolist()
-        raise ValueError(
-            f"title {candidate!r} names {len(by_title)} items in dataset {ds.name!r} "
-            f"(ids {', '.join(repr(i) for i in ids)}); give the item id instead"
-        )
-    if len(by_title):
-        return str(ds.items.iloc[by_title[0]]["item_id"])
-    titles = ds.items["title"].astype(str).tolist()
-    raise KeyError(_closest(candidate, titles, "item", ds.name))
-
-
-def _user_history(ds: Any, user_id: str) -> Any:
-    try:
-        return ds.history(user_id)
-    except KeyError:
-        raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
-
-
-def _history_items(ds: Any, h: Any) -> list[HistoryItem]:
-    from recjudge.data import item_title, render_item
-
-    rows = ds.items.set_index("item_id").loc[h["item_id"].astype(str)].reset_index()
-    return [
-        HistoryItem(str(r["item_id"]), item_title(r), render_item(r, ds.domain),
-                    float(rt) if rt == rt else None)
-        for r, rt in zip(rows.to_dict("records"), h["rating"].tolist(), strict=True)
-    ]  # fmt: skip
-
-
-def _request(ds, user_id, items, candidate, sigma, meta) -> JudgeRequest:
-    from recjudge.data import item_title, render_item
-
-    if not items:
-        raise ValueError(
-            f"user {user_id!r} has no history before {candidate!r}; the judge needs"
-            " at least one past item"
-        )
-    cand_row = ds.item_row(candidate).to_dict()
-    return JudgeRequest(user_id, items, candidate, render_item(cand_row, ds.domain),
-                        item_title(cand_row), sigma, ds.domain, meta or {})  # fmt: skip
-
-
-def request_for(
-    ds: Any,
-    user_id: str,
-    candidate: str,
-    sigma: float | None = None,
-    history: str = "before",
-    meta: dict[str, Any] | None = None,
-) -> JudgeRequest:
-    """A request for ``user_id`` and ``candidate`` (an item id or exact title) in ``ds``.
-
-    Args:
-        history: ``before``: the user's items before the candidate's timestamp if the user
-            interacted with it, else all of them; ``all``: everything except the candidate.
-    """
-    user_id = str(user_id)
-    h = _user_history(ds, user_id)
-    candidate = _resolve_candidate(ds, candidate)
-    ids = h["item_id"].astype(str)
-    if history == "before" and (ids == candidate).any():
-        t = h.loc[ids == candidate, "timestamp"].iloc[0]
-        pos = int(np.flatnonzero((ids == candidate).to_numpy())[0])
-        h = h[(h["timestamp"] < t) | ((h["timestamp"] == t) & (np.arange(len(h)) < pos))]
-    h = h[h["item_id"].astype(str) != candidate]
-    return _request(ds, user_id, _history_items(ds, h), candidate, sigma, meta)
-
-
-def requests_for(
-    ds: Any, pairs: Sequence[tuple[str, str]], history: str = "all"
-) -> list[JudgeRequest | Exception]:
-    """``request_for`` for many (user, candidate) pairs, in order; a pair that cannot be
-    built comes back as its exception (KeyError / ValueError).
-
-    A user's history is rendered once and shared by every candidate the user has not
-    interacted with (those see the whole history under either ``history`` rule); a
-    candidate in the history goes through ``request_for``.
-    """
-    shared: dict[str, tuple[set[str], list[HistoryItem]] | Exception] = {}
-    out: list[JudgeRequest | Exception] = []
-    for user, cand in pairs:
-        user = str(user)
-        try:
-            if user not in shared:
-                try:
-                    h = _user_history(ds, user)
-                    shared[user] = (set(h["item_id"].astype(str)), _history_items(ds, h))
-                except KeyError as e:
-                    shared[user] = e
-            got = shared[user]
-            if isinstance(got, Exception):
-                raise got
-            item = _resolve_candidate(ds, cand)
-            seen, items = got
-            if item in seen:
-                out.append(request_for(ds, user, item, history=history))
-            else:
-                out.append(_request(ds, user, items, item, None, None))
-        except (KeyError, ValueError) as e:
-            out.append(e)
-    return out

@@ -53,7 +53,8 @@ from recjudge._util import RunFault, first_line
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMConfig
-    from recjudge.reward._judge import Judge, JudgeRequest, Judgment
+    from recjudge.reward._judge import Judge
+    from recjudge.reward._judgment import JudgeRequest, Judgment
 
 log = logging.getLogger(__name__)
 
@@ -233,7 +234,7 @@ def request_record(req: JudgeRequest) -> dict[str, Any]:
 
 
 def request_from_record(d: dict[str, Any]) -> JudgeRequest:
-    from recjudge.reward._judge import JudgeRequest
+    from recjudge.reward._judgment import JudgeRequest
     from recjudge.reward._prompt import HistoryItem
 
     return JudgeRequest(
@@ -261,7 +262,8 @@ class JudgeWorker:
     def _load(self) -> Any:
         if self._judge is None:
             from recjudge.llm import LLMConfig
-            from recjudge.reward._judge import Judge, JudgeConfig
+            from recjudge.reward._judge import Judge
+            from recjudge.reward._judge_config import JudgeConfig
 
             llm_config = LLMConfig.model_validate_json(self._llm_config)
             judge = Judge(JudgeConfig.model_validate_json(self._config), llm_config=llm_config)
@@ -277,7 +279,7 @@ class JudgeWorker:
 
     def unit(self, text: str) -> str:
         """One block's engine calls (JSON) -> their results (JSON)."""
-        from recjudge.reward._judge import Judgment, error_text
+        from recjudge.reward._judgment import Judgment, error_text
 
         results: list[dict[str, Any]] = []
         try:
@@ -355,7 +357,7 @@ class RayExecutor:
         record: bool,
     ) -> Iterator[tuple[list[int], list[Judgment]]]:
         from recjudge.llm import resolve_llm_config
-        from recjudge.reward._judge import RECORDED_ERRORS, error_text
+        from recjudge.reward._judgment import RECORDED_ERRORS, error_text
 
         if judge.llm_loaded_here():
             raise ValueError(
@@ -451,7 +453,7 @@ def _merge_block(
 ) -> tuple[list, list]:
     """One worker block's answers as (indices, judgments), each request kept once (a
     retried block's second answer is dropped); a fault there ends the run."""
-    from recjudge.reward._judge import Judgment
+    from recjudge.reward._judgment import Judgment
 
     if "fault" in got:
         if got.get("run_fault", True):

@@ -18,7 +18,8 @@ from typing import Any, Literal
 
 from recjudge.decoding import DecisionRecord, DecisionStep, replay_greedy
 from recjudge.llm import capabilities_of
-from recjudge.reward._judge import Judge, JudgeRequest, Judgment, parse_answer, parsed_evidence
+from recjudge.reward._judge import Judge
+from recjudge.reward._judgment import JudgeRequest, Judgment, parse_answer, parsed_evidence
 from recjudge.reward._modes import SWEEPABLE
 
 # Settings that may differ between the judges of one sweep (everything else shapes the
@@ -482,7 +483,7 @@ def _sweep_user(
     """One user's swept settings from one decoding pass per request (``sweep_into_store``),
     their new judgments added to ``counts``; (passes decoded, requests replayed). A pass that
     fails with ``errors="record"`` leaves them to ``judge_many``, setting by setting."""
-    from recjudge.reward._judge import RECORDED_ERRORS
+    from recjudge.reward._judgment import RECORDED_ERRORS
 
     try:
         fill = sweep_into_store(swept, sub, store)
