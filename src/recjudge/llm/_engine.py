@@ -33,7 +33,7 @@ import torch
 
 from recjudge._util import RunFault
 from recjudge.llm._config import SamplingConfig
-from recjudge.llm._job import EngineJob, by_rows
+from recjudge.llm._job import EngineJob, by_rows, chunks
 from recjudge.llm._native import new_cache
 
 
@@ -110,7 +110,6 @@ def sample_next(
 
 
 BUCKET = 64
-DECODE_ROWS = 8
 
 
 def bucket_width(length: int, bucket: int = BUCKET) -> int:
@@ -168,15 +167,19 @@ def constrained_decode(
     Returns:
         The generated token ids per row.
     """
-    groups: dict[int, list[int]] = {}
-    for r, p in enumerate(prompt_ids):
-        groups.setdefault(bucket_width(len(p)), []).append(r)
     # one decode loop per bucket (and per ``job.rows`` rows) keeps every row's arithmetic
     # fixed
-    parts = [rows[b : b + job.rows] for rows in groups.values()
-             for b in range(0, len(rows), job.rows)]  # fmt: skip
+    parts = chunks(_by_width(prompt_ids, BUCKET), job.rows)
     return by_rows(len(prompt_ids), parts, lambda rows: _decode_group(
         backend, [prompt_ids[r] for r in rows], job.subset(rows)))  # fmt: skip
+
+
+def _by_width(seqs: Sequence[Sequence[int]], bucket: int) -> list[list[int]]:
+    """The rows of ``seqs`` grouped by their padded width (``bucket_width``), in order."""
+    groups: dict[int, list[int]] = {}
+    for r, seq in enumerate(seqs):
+        groups.setdefault(bucket_width(len(seq), bucket), []).append(r)
+    return list(groups.values())
 
 
 def _decode_group(backend: Any, prompt_ids: Sequence[Sequence[int]], job: EngineJob):
@@ -296,12 +299,8 @@ def shared_prefix_decode(
             job.stats.prefill_tokens += len(prefix_ids)
     if min((len(s) for s in suffix_ids), default=1) < 1:
         raise ValueError("empty suffix")
-    groups: dict[int, list[int]] = {}
-    for r, s in enumerate(suffix_ids):
-        groups.setdefault(bucket_width(len(s), SUFFIX_BUCKET), []).append(r)
     # a chunk's width is its rows' own width, never a neighbour's
-    parts = [rows[b : b + job.rows] for rows in groups.values()
-             for b in range(0, len(rows), job.rows)]  # fmt: skip
+    parts = chunks(_by_width(suffix_ids, SUFFIX_BUCKET), job.rows)
     return by_rows(len(suffix_ids), parts, lambda rows: _suffix_chunk(
         backend, len(prefix_ids), [list(suffix_ids[r]) for r in rows], job.subset(rows),
         cache))  # fmt: skip

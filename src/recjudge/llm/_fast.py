@@ -57,7 +57,7 @@ from recjudge.llm._fast_loop import (
     fast_shared_prefix_decode,
     prefill_rows,
 )
-from recjudge.llm._job import EngineJob, by_rows
+from recjudge.llm._job import EngineJob, by_rows, chunks
 from recjudge.llm._prefix_cache import PrefixKV, PrefixLRU, encode_prefix, prefixes_of
 
 _FAST_TYPES = {"llama", "qwen2", "qwen3", "mistral", "granite", "olmo2", "smollm3"}
@@ -143,8 +143,7 @@ def decode_prompts(
                                          replace(job.subset(rows), allowed=None))  # fmt: skip
 
     n = len(prompt_ids)
-    return by_rows(n, [list(range(b, min(n, b + job.rows))) for b in range(0, n, job.rows)],
-                   one_batch)  # fmt: skip
+    return by_rows(n, chunks([range(n)], job.rows), one_batch)
 
 
 MIN_SHARED = 16  # tokens

@@ -11,7 +11,7 @@ import torch
 
 from recjudge.llm._engine import EngineStats, check_finite, sample_next
 from recjudge.llm._fast_attention import _cpu_flash, _forward, _Packed, _Rows, fast_attention
-from recjudge.llm._job import EngineJob, by_rows
+from recjudge.llm._job import EngineJob, by_rows, chunks
 from recjudge.llm._prefix_cache import PrefixKV
 
 
@@ -98,7 +98,7 @@ def fast_decode(
                              [local[prefix_of[r]] for r in rows],
                              [list(suffix_ids[r]) for r in rows], job.subset(rows))  # fmt: skip
 
-    return by_rows(n, [order[b : b + job.rows] for b in range(0, n, job.rows)], one_chunk)
+    return by_rows(n, chunks([order], job.rows), one_chunk)
 
 
 def _decode_chunk(backend, prefixes, group, suffixes, job: EngineJob):

@@ -9,7 +9,7 @@ speak the sub-batch's row indices and call the caller's with the caller's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +19,9 @@ if TYPE_CHECKING:
     import torch
 
     from recjudge.llm._engine import EngineStats
+
+#: rows per decode batch unless a job says otherwise (the batch-invariant engine's fixed count)
+DECODE_ROWS = 8
 
 #: ``step(scores, rows)`` or ``step(scores, rows, columns)``: modify the rows' fp32
 #: next-token scores in place (grammar mask, then bias)
@@ -55,7 +58,7 @@ class EngineJob:
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
     seeds: tuple[int, ...] | None = None
     stats: EngineStats | None = None
-    rows: int = 8
+    rows: int = DECODE_ROWS
     deterministic: bool = False
     allowed: Callable[[list[int]], torch.Tensor | None] | None = None
     draft: Callable[[int], list[int]] | None = None
@@ -89,9 +92,11 @@ class EngineJob:
             draft=None if draft is None else lambda i: draft(rows[i]),
         )
 
-    def with_rows(self, rows: int) -> EngineJob:
-        """The same job decoded ``rows`` rows at a time."""
-        return replace(self, rows=rows)
+
+def chunks(groups: Iterable[Sequence[int]], size: int) -> list[list[int]]:
+    """Each group of row indices cut, in order, into runs of at most ``size`` rows (the
+    decode batches of one call)."""
+    return [list(g[b : b + size]) for g in groups for b in range(0, len(g), size)]
 
 
 def by_rows(n: int, parts: Sequence[Sequence[int]], decode: Callable[..., list]) -> list:
@@ -104,4 +109,4 @@ def by_rows(n: int, parts: Sequence[Sequence[int]], decode: Callable[..., list])
     return out
 
 
-__all__ = ["EngineJob", "Step", "by_rows"]
+__all__ = ["DECODE_ROWS", "EngineJob", "Step", "by_rows", "chunks"]

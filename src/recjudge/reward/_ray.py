@@ -550,6 +550,7 @@ class LocalCluster:
         self._saved_env = {k: os.environ.get(k) for k in (*self.env, AUTH_TOKEN_ENV)}
         os.environ.pop(AUTH_TOKEN_ENV, None)  # would win over the token file
         os.environ.update(self.env)
+        loopback_only()  # also where this process imported ray already (start did)
         _reload_ray_auth()
 
     def _restore_env(self) -> None:
@@ -580,9 +581,9 @@ class LocalCluster:
             cmd.append(f"--temp-dir={self.temp_dir}")
         # no dashboard, so no metrics agent: do not have every process retry reaching it;
         # every process of the cluster on 127.0.0.1 only (loopback_only says why)
-        auth = self._make_token()
+        cluster = {LOOPBACK_ENV: "0", **self._make_token()}
         env = dict(os.environ, RAY_USAGE_STATS_ENABLED="0", RAY_enable_metrics_collection="0",
-                   **{LOOPBACK_ENV: "0"}, **auth)  # fmt: skip
+                   **cluster)  # fmt: skip
         env.pop(AUTH_TOKEN_ENV, None)
         logs = Path(self.temp_dir or "/tmp")
         logs.mkdir(parents=True, exist_ok=True)
@@ -602,7 +603,7 @@ class LocalCluster:
                 self.stop()
                 raise RayClusterError(f"ray start exited ({code}): {tail}")
             if _STARTED in self.log_path.read_text(errors="replace") and _answers(port):
-                self.env = {"RAY_ADDRESS": self.address, LOOPBACK_ENV: "0", **auth}
+                self.env = {"RAY_ADDRESS": self.address, **cluster}
                 self._drive_here()
                 return self
             time.sleep(0.5)
