@@ -103,6 +103,12 @@ def judge_cmd(
     ray_gpus: float = typer.Option(
         0.0, "--ray-gpus", min=0.0, help="With --ray: GPUs per worker (0: CPU workers)."
     ),
+    ray_vllm: str = typer.Option(
+        "ray-data-llm",
+        "--ray-vllm",
+        help="With --ray --backend vllm: ray-data-llm (Ray Data "
+        "LLM's vLLM stage) or actors (the whole judge in each worker).",
+    ),
 ) -> None:
     """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
     from recjudge.data import load_dataset
@@ -124,7 +130,7 @@ def judge_cmd(
             max_history=max_history,
             dataset=ds,
             device=device,
-            ray=_ray_config(ray, ray_actors, ray_threads, ray_gpus),
+            ray=_ray_config(ray, ray_actors, ray_threads, ray_gpus, ray_vllm),
         )
         if judge.cf is not None:
             from recjudge.cf_models import check_fits
@@ -146,7 +152,7 @@ def judge_cmd(
     # NonFiniteLogitsError, like every UserFacingError, is printed as one line by cli.main.
 
 
-def _ray_config(address: str | None, actors: int, threads: int, gpus: float) -> Any:
+def _ray_config(address: str | None, actors: int, threads: int, gpus: float, vllm: str) -> Any:
     if address is None:
         return None
     from pydantic import ValidationError
@@ -154,9 +160,11 @@ def _ray_config(address: str | None, actors: int, threads: int, gpus: float) -> 
     from recjudge.reward import RayConfig
 
     try:
-        return RayConfig(address=address, actors=actors, threads=threads, gpus=gpus)
+        return RayConfig(address=address, actors=actors, threads=threads, gpus=gpus, vllm=vllm)
     except ValidationError as e:
-        fail(f"--ray: {e.errors()[0]['msg']}")
+        err = e.errors()[0]
+        flag = "--ray-vllm" if err["loc"] and err["loc"][0] == "vllm" else "--ray"
+        fail(f"{flag}: {err['msg']}")
 
 
 def _read_pairs(ds: Any, pairs: str) -> list[Any]:

@@ -113,6 +113,10 @@ class JudgeOptions(BaseModel):
     ray_gpus: float = Field(
         0.0, ge=0.0, le=64.0, description="With --ray: GPUs per worker (0: CPU workers)."
     )
+    ray_vllm: Literal["ray-data-llm", "actors"] = Field(
+        "ray-data-llm", description="With --ray --backend vllm: ray-data-llm (Ray Data LLM's "
+        "vLLM stage) or actors (the whole judge in each worker)."
+    )  # fmt: skip
 
     def ray_config(self) -> Any:
         """The ``reward.RayConfig`` of ``--ray`` (None without it)."""
@@ -121,7 +125,7 @@ class JudgeOptions(BaseModel):
         from recjudge.reward import RayConfig
 
         return RayConfig(address=self.ray, actors=self.ray_actors, threads=self.ray_threads,
-                         gpus=self.ray_gpus)  # fmt: skip
+                         gpus=self.ray_gpus, vllm=self.ray_vllm)  # fmt: skip
 
 
 class ImputeJob(JudgeOptions, ImputeConfig):

@@ -150,6 +150,46 @@ MAX_WATCH = 128
 SCORING_ENGINE = replace(ENGINE_CAPABILITIES, option_scoring=True)
 
 
+def engine_args(config: LLMConfig) -> tuple[dict[str, Any], dict[str, str]]:
+    """The ``vllm.LLM`` / engine arguments recjudge runs vLLM with, and the environment its
+    engine needs: xgrammar structured outputs, 128 log-probability tokens per request (the
+    decision's watched tokens), recjudge's bias processor registered by name for the model
+    runner vLLM will use, prefix caching, safetensors only; then ``config.vllm_args`` as
+    given. One place for in-process vLLM and vLLM on Ray Data LLM workers.
+
+    Raises:
+        ValueError: ``vllm_args`` asks for speculative decoding (the bias cannot follow it).
+    """
+    source, gguf = model_source(config.model)
+    v2 = use_v2_runner()
+    args: dict[str, Any] = {
+        "model": source if gguf is None else str(Path(source) / gguf),
+        "dtype": config.resolved_dtype(),
+        "structured_outputs_config": {"backend": "xgrammar"},
+        "max_logprobs": MAX_WATCH,
+        "logits_processors": [PROCESSORS[v2]],
+        "enable_prefix_caching": True,
+    }
+    if gguf is None:  # vLLM's "auto" falls back to torch.load of *.bin/*.pt: a pickle
+        args["load_format"] = "safetensors"
+    args.update(config.vllm_args)
+    if args.get("speculative_config"):
+        raise ValueError(SPEC_DECODE_ERROR)
+    return args, {"VLLM_USE_V2_MODEL_RUNNER": "1" if v2 else "0"}
+
+
+def sampling_params_of(r: EngineRequest) -> dict[str, Any]:
+    """``vllm.SamplingParams``' keyword arguments for one request (the structured output as
+    the dict ``StructuredOutputsParams`` takes)."""
+    kw = _sampling_kwargs(r.sampling, r.seed)
+    if r.watch:
+        kw["logprob_token_ids"] = list(r.watch)
+    kw["structured_outputs"] = {"grammar": r.grammar}
+    if r.payload:
+        kw["extra_args"] = {XARGS_KEY: r.payload}
+    return kw
+
+
 def _sampling_kwargs(s: SamplingConfig, seed: int) -> dict[str, Any]:
     if not s.do_sample:
         return {"temperature": 0.0, "max_tokens": s.max_new_tokens}
@@ -178,24 +218,11 @@ class VLLMBackend(_EngineMixin):
         from vllm import LLM
 
         self.config = config
-        source, gguf = model_source(config.model)
-        v2 = use_v2_runner()
+        args, env = engine_args(config)
         # Pin the runner so vLLM cannot pick the one the registered class does not fit.
-        os.environ["VLLM_USE_V2_MODEL_RUNNER"] = "1" if v2 else "0"
-        args: dict[str, Any] = {
-            "model": source if gguf is None else str(Path(source) / gguf),
-            "dtype": config.resolved_dtype(),
-            "structured_outputs_config": {"backend": "xgrammar"},
-            "max_logprobs": 128,
-            "logits_processors": [PROCESSORS[v2]],
-            "enable_prefix_caching": True,
-        }
-        if gguf is None:  # vLLM's "auto" falls back to torch.load of *.bin/*.pt: a pickle
-            args["load_format"] = "safetensors"
-        args.update(config.vllm_args)
-        if args.get("speculative_config"):
-            raise ValueError(SPEC_DECODE_ERROR)
+        os.environ.update(env)
         self.llm = LLM(**args)
+        source, gguf = model_source(config.model)
         self.tokenizer = AutoTokenizer.from_pretrained(source, **_gguf_kwargs(gguf))
         self.vocab_size = int(self.llm.llm_engine.model_config.get_vocab_size())
         self.name = config.model
@@ -242,13 +269,10 @@ class VLLMBackend(_EngineMixin):
 
         params = []
         for r in requests:
-            kw = _sampling_kwargs(r.sampling, r.seed)
-            if r.watch:
-                kw["logprob_token_ids"] = r.watch
+            kw = sampling_params_of(r)
             params.append(
                 SamplingParams(
-                    structured_outputs=StructuredOutputsParams(grammar=r.grammar),
-                    extra_args={XARGS_KEY: r.payload} if r.payload else None,
+                    structured_outputs=StructuredOutputsParams(**kw.pop("structured_outputs")),
                     **kw,
                 )
             )

@@ -9,16 +9,15 @@ What runs where:
   encoded once), and writes each finished call to the run's one results store in one
   transaction as it arrives;
 - **the workers**: a pool of Ray actors (``ActorPoolStrategy``), each holding one backend
-  (recjudge's engine on ``threads`` CPU cores or one GPU; or, with ``backend="vllm"``, vLLM
-  in the actor with recjudge's bias processor, grammar and decision log-probabilities, as
-  ``--backend vllm`` in one process), render and tokenise the prompts (so titles are
-  escaped by the same code as in one process) and decode them (``Judge.judge_prepared``).
+  (recjudge's engine on ``threads`` CPU cores or one GPU; or, with ``backend="vllm"`` and
+  ``RayConfig.vllm="actors"``, vLLM in the actor with recjudge's bias processor, grammar and
+  decision log-probabilities, as ``--backend vllm`` in one process), render and tokenise the
+  prompts (so titles are escaped by the same code as in one process) and decode them
+  (``Judge.judge_prepared``).
 
-vLLM runs in these actors rather than through ``ray.data.llm``'s processor: that stage
-takes rows of prompts and sampling parameters, but recjudge's engine calls carry what its
-decoding derives per call (remainder grammars after the prefilled lead, the bias payload, the
-watched tokens, the replay of the decision record), which is built where the tokenizer and
-compiled grammar are, on the worker; one worker code path then serves both engines.
+With ``backend="vllm"`` and ``RayConfig.vllm="ray-data-llm"`` (the default) vLLM runs in Ray
+Data LLM's stage (``ray.data.llm``) instead: the driver also builds every engine request and
+replays every decision record, and the workers only run vLLM (``reward._ray_data_llm``).
 
 The requests travel as a Ray Dataset of engine calls, one block each, as JSON strings (Ray
 turns nested lists into numpy arrays; a string arrives as it left). Ray Data restarts an
@@ -45,7 +44,7 @@ import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -90,6 +89,10 @@ class RayConfig(BaseModel):
         actors: how many workers judge at once (each holds one copy of the model).
         threads: CPU cores per worker (its torch threads).
         gpus: GPUs per worker (0: CPU workers; 1: one GPU each, the model on ``cuda``).
+        vllm: how ``backend="vllm"`` runs on the workers: ``ray-data-llm`` (Ray Data LLM's
+            vLLM stage, ``ray.data.llm``; the driver builds every request and replays every
+            decision record, the workers only run vLLM) or ``actors`` (recjudge's whole
+            judge in each Ray Data actor, vLLM inside it). The same answers either way.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -98,6 +101,7 @@ class RayConfig(BaseModel):
     actors: int = Field(2, ge=1, le=4096)
     threads: int = Field(1, ge=1, le=512)
     gpus: float = Field(0.0, ge=0.0, le=64.0)
+    vllm: Literal["ray-data-llm", "actors"] = "ray-data-llm"
 
     @field_validator("address")
     @classmethod
@@ -390,6 +394,12 @@ class RayExecutor:
         if not calls:
             return
         llm_config = self.placed(resolve_llm_config(judge.llm_config_or_model()))
+        if llm_config.backend == "vllm" and self.config.vllm == "ray-data-llm":
+            from recjudge.reward._ray_data_llm import stream_on_ray_data_llm
+
+            yield from stream_on_ray_data_llm(self, judge, reqs, keys, calls, llm_config,
+                                              record)  # fmt: skip
+            return
         yield from self._stream(judge, reqs, keys, calls, llm_config, record)
 
     def _stream(

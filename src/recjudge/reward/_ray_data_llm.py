@@ -1,0 +1,112 @@
+"""``--ray --backend vllm`` through Ray Data LLM: the driver's side of the job.
+
+The driver does everything but run the model: keys, reuse, sigma and the plan of engine
+calls as on every Ray run (``RayExecutor.run``), then, per call, the prompts (rendered,
+escaped, tokenised), grammars, bias payloads and watched tokens, which a ``RayDataLLM``
+backend gathers (``recjudge.llm``'s module docstring says how). All of a job's requests go
+through one ``ray.data.llm`` vLLM stage; as each block's results come back, every call whose
+requests have all come back is decoded again on the driver (its decision records replayed,
+its answers parsed) and handed to ``judge_many``, which writes it to the store: a crash loses
+only the calls still in flight, and ``--resume`` skips the rest.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
+
+from recjudge._util import first_line
+
+if TYPE_CHECKING:
+    from recjudge.llm import LLMConfig
+    from recjudge.reward._judge import Judge
+    from recjudge.reward._judgment import JudgeRequest, Judgment
+    from recjudge.reward._ray import RayExecutor
+
+
+def stream_on_ray_data_llm(
+    ex: RayExecutor,
+    judge: Judge,
+    reqs: Sequence[JudgeRequest],
+    keys: Sequence[str],
+    calls: list[list[dict[str, Any]]],
+    llm_config: LLMConfig,
+    record: bool,
+) -> Iterator[tuple[list[int], list[Judgment]]]:
+    """Judge ``calls`` (the executor's planned engine calls, each request with its index,
+    key and sigma) with vLLM on Ray Data LLM workers; (indices, judgments) per finished call.
+
+    Raises:
+        RayClusterError: the Ray run failed, or ended with calls whose results never came.
+    """
+    from recjudge.llm import Deferred, RayDataLLM, run_requests
+    from recjudge.reward._judge import Judge
+    from recjudge.reward._judgment import Judgment, error_text
+    from recjudge.reward._ray import RayClusterError
+
+    ray = ex.ready()
+    cpus = ray.cluster_resources().get("CPU", 0.0)
+    if ex.config.threads * ex.config.actors >= cpus:
+        # Ray Data's own tasks (reading the rows in) need a CPU beside the engines; with every
+        # core held by an engine they wait forever (seen on a 2-CPU head with --ray-threads 2)
+        raise RayClusterError(
+            f"--ray-actors {ex.config.actors} x --ray-threads {ex.config.threads}: Ray Data "
+            f"LLM's vLLM workers would hold all {cpus:g} CPUs of the cluster, and Ray Data needs "
+            "one beside them; use fewer --ray-threads or --ray-actors, or add a node"
+        )
+    engine = RayDataLLM(llm_config)
+    local = Judge(judge.config, llm=engine)
+    waiting: dict[int, set[str]] = {}  # call -> the requests it still waits for
+    by_fp: dict[str, list[int]] = {}  # request -> the calls waiting for it
+
+    def attempt(ci: int) -> tuple[list[int], list[Judgment]] | None:
+        call = calls[ci]
+        idx = [x["i"] for x in call]
+        try:
+            got = local.judge_prepared([reqs[i] for i in idx], [x["key"] for x in call],
+                                       [x["sigma"] for x in call], record)  # fmt: skip
+        except Deferred as d:
+            waiting[ci] = set(d.fingerprints)
+            for fp in d.fingerprints:
+                by_fp.setdefault(fp, []).append(ci)
+            return None
+        return idx, [j if isinstance(j, Judgment) else judge.failure(reqs[i], error_text(j),
+                                                                      keys[i])
+                     for i, j in zip(idx, got, strict=True)]  # fmt: skip
+
+    todo: list[int] = list(range(len(calls)))
+    while True:
+        for ci in todo:
+            done = attempt(ci)
+            if done is not None:
+                yield done
+        pending = engine.take_pending()
+        if not pending:
+            break
+        todo = []
+        try:
+            ran = run_requests(ray, llm_config, pending, actors=ex.config.actors,
+                               threads=ex.config.threads, gpus=ex.config.gpus)  # fmt: skip
+            for fp, result in ran:
+                engine.add_result(fp, result)
+                for ci in by_fp.pop(fp, []):
+                    need = waiting.get(ci)
+                    if need is None:
+                        continue
+                    need.discard(fp)
+                    if not need:
+                        del waiting[ci]
+                        done = attempt(ci)  # another round's requests go to the next run
+                        if done is not None:
+                            yield done
+        except ray.exceptions.RayError as e:
+            raise RayClusterError(
+                f"the Ray Data LLM run failed ({type(e).__name__}: {first_line(e)}); finished "
+                "pairs are in the store: run again with --resume to judge the rest"
+            ) from None
+        stuck = [ci for ci, need in waiting.items() if need and not need & set(engine.pending)]
+        if stuck:
+            raise RayClusterError(
+                f"the Ray Data LLM run ended with {len(stuck)} engine calls not answered; "
+                "finished pairs are in the store: run again with --resume"
+            )
