@@ -305,7 +305,8 @@ def test_ray_equals_one_process_with_a_worker_killed(cluster, ml100k, smollm32, 
     for w, g in zip(want, got, strict=True):
         assert (g.user_id, g.candidate_id) == (w.user_id, w.candidate_id)
         assert (g.is_relevant, g.evidence, g.error) == (w.is_relevant, w.evidence, None)
-        assert g.p_yes == pytest.approx(w.p_yes, abs=1e-6)
+        # fp32 rounding: a worker runs the calls on threads of its own
+        assert g.p_yes == pytest.approx(w.p_yes, abs=1e-5)
         assert g.key == judge.key(next(r for r in reqs if r.candidate_id == g.candidate_id
                                        and r.user_id == g.user_id))  # fmt: skip
     # the hostile titles stayed text: their prompts hold no special token
