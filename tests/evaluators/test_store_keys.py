@@ -14,14 +14,16 @@ import pytest
 from recjudge.evaluators._arena import ArenaConfig
 from recjudge.evaluators._gist_config import GistConfig
 from recjudge.evaluators._usersum import UserSumConfig
-from recjudge.llm import LLMConfig, llm_key
-from recjudge.reward import JudgeConfig, ask_key
+from recjudge.llm import LLMConfig, SamplingConfig, llm_key
+from recjudge.reward import JudgeConfig, ResultsStore, StoredAsk, ask_key, ask_stored
 
 CHECKPOINTS = Path(__file__).parents[2] / "checkpoints"
 
 
-@pytest.mark.parametrize("config", [LLMConfig, GistConfig, UserSumConfig, ArenaConfig,
-                                    JudgeConfig], ids=lambda c: c.__name__)  # fmt: skip
+STORE_CONFIGS = [LLMConfig, SamplingConfig, GistConfig, UserSumConfig, ArenaConfig, JudgeConfig]
+
+
+@pytest.mark.parametrize("config", STORE_CONFIGS, ids=lambda c: c.__name__)
 def test_every_field_of_a_config_that_feeds_a_store_is_classified(config):
     groups = [config.KEYED, config.UNKEYED, frozenset(getattr(config, "KEYED_WHEN", {}))]
     assert set(config.model_fields) == set().union(*groups), (
@@ -50,6 +52,74 @@ def test_llm_key_follows_the_classification(monkeypatch):
         update={"vllm_args": {"gpu_memory_utilization": 0.5}}))  # memory only  # fmt: skip
     assert llm_key(vllm.model_copy(update={"vllm_args": {"quantization": "fp8"}}))[
         "vllm_args"] == {"quantization": "fp8"}  # fmt: skip
+
+
+def test_one_sampling_key_and_greedy_ignores_what_greedy_ignores():
+    greedy = SamplingConfig(max_new_tokens=64)
+    when = {"temperature": 0.3, "top_p": 0.5, "top_k": 5, "seed": 7}
+    assert set(when) == set(SamplingConfig.KEYED_WHEN)
+    sampled = SamplingConfig.paper(max_new_tokens=64)
+    for field, value in when.items():  # keyed when sampling, ignored when greedy
+        assert greedy.model_copy(update={field: value}).key() == greedy.key(), field
+        assert sampled.model_copy(update={field: value}).key() != sampled.key(), field
+    for field, value in {"do_sample": True, "max_new_tokens": 65}.items():
+        assert greedy.model_copy(update={field: value}).key() != greedy.key(), field
+    # the form judgments were always keyed under (whole settings at their defaults), and the
+    # evaluators' earlier short form, kept only to find their answers again
+    assert greedy.key() == greedy.model_dump()
+    assert greedy.former_key() == {"do_sample": False, "max_new_tokens": 64}
+    assert sampled.former_key() == sampled.key()
+
+
+class _NoModel:  # any model call fails the test
+    def __getattr__(self, name):
+        raise AssertionError(f"the model was used ({name})")
+
+
+def test_an_answer_stored_under_a_former_key_is_rekeyed_not_asked_again(tmp_path):
+    msgs = [{"role": "user", "content": "hi"}]
+    old = StoredAsk("old-key", {"q": 1}, msgs)
+    new = StoredAsk("new-key", {"q": 1}, msgs, formerly=("older-key", "old-key"))
+    fresh = StoredAsk("fresh-key", {"q": 2}, msgs, formerly=("never-stored",))
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        store.put_many([(old.key, old.request, {"value": "A", "branches": None, "p": None})])
+        got = ask_stored(_NoModel(), store, [new], progress=False)
+        assert got == {"new-key": {"value": "A", "branches": None, "p": None}}
+        assert store.missing(["new-key", "old-key"]) == []  # copied; the old row stays
+        from recjudge.reward import adopt_former
+
+        assert adopt_former(store, [new]) == 0  # idempotent
+        assert adopt_former(store, [fresh]) == 0 and store.missing(["fresh-key"])
+
+
+def test_arena_keys_its_budget_once_and_finds_answers_under_the_former_form():
+    """The arena's greedy budget entered its keys in the short form until 2026-12-02 (the
+    committed arena checkpoints' keys): each question names that key as ``formerly``."""
+    from types import SimpleNamespace
+
+    from recjudge.evaluators._arena import ARENA_PROMPT_VERSION, _asks
+    from recjudge.evaluators._arena_prompts import arena_messages
+
+    config = ArenaConfig(model="m", systems=("pop", "itemknn"), users=1, absolute=False)
+    arena = SimpleNamespace(config=config, users=["7"], profiles={"7": "age 25"},
+                            history={"7": ["Up (2009)"]}, word="movies",
+                            lists={"pop": {"7": ["Heat (1995)"]},
+                                   "itemknn": {"7": ["Fargo (1996)"]}})  # fmt: skip
+    sampling = SamplingConfig(max_new_tokens=300)
+    llm = {"dtype": "bfloat16"}
+    asks = _asks(arena, sampling, llm)
+    assert asks and all(len(a.formerly) == 1 for a in asks)
+    for a in asks:
+        req = a.request
+        msgs = arena_messages("age 25", ["Up (2009)"], arena.lists[req["system_a"]]["7"],
+                              arena.lists[req["system_b"]]["7"], config.analysis_chars,
+                              "movies", config.analysis == "per-aspect")  # fmt: skip
+        assert a.messages == msgs
+        short = {"do_sample": False, "max_new_tokens": 300}  # the form before 2026-12-02
+        assert a.formerly[0] == ask_key(ARENA_PROMPT_VERSION, "m", msgs, short, a.schema.key(),
+                                        llm=llm, length=32)  # fmt: skip
+        assert a.key == ask_key(ARENA_PROMPT_VERSION, "m", msgs, sampling.key(),
+                                a.schema.key(), llm=llm, length=32)  # fmt: skip
 
 
 def test_legacy_settings_add_nothing_to_a_key_and_any_other_value_is_its_own_key():

@@ -63,6 +63,26 @@ def test_unkeyed_and_conditional_settings_act_as_classified(monkeypatch):
         assert j.key(req) != base
 
 
+def test_a_greedy_judgment_key_ignores_the_warpers_and_the_sample_count(monkeypatch):
+    """One sampling key (``SamplingConfig.key``): greedy decodes once and ignores the
+    warpers, so they and ``samples`` change no greedy key; with sampling each does."""
+    from recjudge.llm import SamplingConfig
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    req = _request()
+
+    def key(**update):
+        return Judge(JudgeConfig().model_copy(update=update), llm=object()).key(req)
+
+    base = key()
+    warm = SamplingConfig(max_new_tokens=256, temperature=0.2, top_k=3, seed=5)
+    assert key(sampling=warm, samples=4) == base
+    assert key(sampling=SamplingConfig(max_new_tokens=128)) != base
+    sampled = SamplingConfig.paper(max_new_tokens=256)
+    assert len({base, key(sampling=sampled), key(sampling=sampled, samples=4),
+                key(sampling=sampled.model_copy(update={"seed": 1}))}) == 4  # fmt: skip
+
+
 def test_rows_from_the_work_keep_the_keys_of_the_old_fixed_defaults(monkeypatch):
     """batch_size and decode_rows default to the work (None); on the batch-invariant engine,
     whose row count is keyed, None runs and keys as the old default 8, so deterministic

@@ -310,6 +310,8 @@ def _asks(arena: _Arena, sampling: Any, llm_settings: dict[str, Any]) -> list[An
         c.analysis_chars,
         analysis_fields=ASPECTS if per_aspect else None,
     )
+    # the sampling key, then the form keys had until 2026-12-02 (SamplingConfig.former_key)
+    budgets = [sampling.key(), *[f for f in [sampling.former_key()] if f != sampling.key()]]
     asks = []
     for u, (a, b) in itertools.product(arena.users, c.orders()):
         msgs = arena_messages(
@@ -321,10 +323,21 @@ def _asks(arena: _Arena, sampling: Any, llm_settings: dict[str, Any]) -> list[An
             arena.word,
             per_aspect,
         )
-        key = ask_key(ARENA_PROMPT_VERSION, c.model, msgs, sampling.key(), schema.key(),
-                      llm=llm_settings, length=32)  # fmt: skip
+        key, *formerly = (
+            ask_key(
+                ARENA_PROMPT_VERSION,
+                c.model,
+                msgs,
+                budget,
+                schema.key(),
+                llm=llm_settings,
+                length=32,
+            )
+            for budget in budgets
+        )
         req = {"user_id": u, "system_a": a, "system_b": b}
-        asks.append(StoredAsk(key, req, msgs, schema, default_result, _verdicts_only))
+        asks.append(StoredAsk(key, req, msgs, schema, default_result, _verdicts_only,
+                              formerly=tuple(formerly)))  # fmt: skip
     if c.absolute:
         rating = Choice(ABSOLUTE, answer_key="rating")
         for u, s in itertools.product(arena.users, sorted(c.system_names)):
@@ -400,7 +413,7 @@ def run_arena(
     from recjudge.evaluators._arena_report import arena_report, plot_winrates
     from recjudge.llm import SamplingConfig, llm_settings_of, load_llm
     from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore, ask_stored
+    from recjudge.reward import ResultsStore, adopt_former, ask_stored
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -412,6 +425,7 @@ def run_arena(
     t0 = time.perf_counter()
     with ResultsStore(out / "store.sqlite") as store:
         keys = list({a.key for a in asks})
+        adopt_former(store, asks)  # answers stored under an earlier key are not asked again
         asked_now = len(store.missing(keys))
         # Prompts of similar length share a padding bucket, so a batch decodes together.
         done = ask_stored(

@@ -197,20 +197,19 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
 def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> list[str]:
     """Free-text generation by the summariser, stored per prompt."""
     from recjudge.llm import SamplingConfig
-    from recjudge.reward import StoredAsk, ask_key, generate_stored
+    from recjudge.reward import StoredAsk, adopt_former, ask_key, generate_stored
 
     c = run.config
     budget = SamplingConfig(max_new_tokens=int(c.word_limit * 1.6) + 32)
-    asks = [
-        StoredAsk(
-            ask_key(
-                USERSUM_PROMPT_VERSION, "gen", c.model, m, budget.key(), llm=run.llms.key(c.model)
-            ),
-            {"kind": "gen"},
-            m,
-        )  # fmt: skip
-        for m in prompts
-    ]
+
+    def key(m: list[dict[str, str]], sampling_key: dict[str, Any]) -> str:
+        return ask_key(USERSUM_PROMPT_VERSION, "gen", c.model, m, sampling_key,
+                       llm=run.llms.key(c.model))  # fmt: skip
+
+    # formerly: the greedy sampling key's form until 2026-12-02 (SamplingConfig.former_key)
+    asks = [StoredAsk(key(m, budget.key()), {"kind": "gen"}, m,
+                      formerly=(key(m, budget.former_key()),)) for m in prompts]  # fmt: skip
+    adopt_former(run.store, asks)  # before the meter counts what the store lacks
     got = run.cost.measure(
         "free_text",
         run.store,

@@ -80,8 +80,31 @@ class SamplingConfig(BaseModel):
             max_new_tokens=max_new_tokens,
         )
 
+    # Every field is classified (tests/evaluators/test_store_keys.py): the budget and the
+    # choice to sample always change an answer; the warpers and the seed only when sampling.
+    KEYED: ClassVar[frozenset[str]] = frozenset({"do_sample", "max_new_tokens"})
+    UNKEYED: ClassVar[frozenset[str]] = frozenset()
+    KEYED_WHEN: ClassVar[dict[str, str]] = {
+        "temperature": "do_sample", "top_p": "do_sample", "top_k": "do_sample", "seed": "do_sample"
+    }  # fmt: skip
+
     def key(self) -> dict[str, Any]:
-        """The settings that change a result (for result-store keys)."""
+        """The settings that change a result: the one form every result key holds (the
+        judge's judgments and every evaluator's stored questions).
+
+        Greedy decoding ignores the warpers and the seed, so they enter a greedy key at their
+        defaults: two greedy configs with one budget share every stored answer. That is the
+        form judgments were always keyed under (whole settings, defaults), so their keys
+        stay; the evaluators' greedy keys held ``former_key()`` until 2026-12-02 and are
+        re-keyed on first use (``StoredAsk.formerly``).
+        """
+        if not self.do_sample:
+            return SamplingConfig(max_new_tokens=self.max_new_tokens).model_dump()
+        return self.model_dump()
+
+    def former_key(self) -> dict[str, Any]:
+        """The short greedy form (budget only) the evaluators' stored questions were keyed
+        under until 2026-12-02: only for finding those answers again (``key`` is the key)."""
         if not self.do_sample:
             return {"do_sample": False, "max_new_tokens": self.max_new_tokens}
         return self.model_dump()

@@ -44,6 +44,7 @@ from recjudge.reward._store import ResultsStore, StoreError, salvage
 from recjudge.reward._stored import (
     LEGACY_LLM,
     StoredAsk,
+    adopt_former,
     ask_key,
     ask_stored,
     by_prompt_length,
@@ -108,6 +109,7 @@ __all__ = [
     "ask_shared",
     "choose",
     "choose_shared",
+    "adopt_former",
     "ask_stored",
     "by_prompt_length",
     "can_sweep",

@@ -216,6 +216,10 @@ class Judge:
         if not bias:
             keyed -= c.AFTER_DECISION
         settings = c.model_dump(include=keyed) | self._llm_settings()
+        # The one sampling key (SamplingConfig.key): greedy ignores the warpers and the seed
+        # and decodes once, so those and ``samples`` enter a greedy key at their defaults.
+        settings["sampling"] = c.sampling.key()
+        settings["samples"] = c.samples if c.sampling.do_sample else 1
         if "decode_rows" in keyed:  # None runs (and so keys) as the invariant engine's 8
             settings["decode_rows"] = c.rows()
         signal = (self._cf_id if req.sigma is None else None, req.sigma) if bias else ()

@@ -34,6 +34,9 @@ class StoredAsk:
             free text, request or id), kept beside it under ``PORTABLE_FORM`` so that
             ``recjudge store export`` can carry the answer to another machine; ``None``
             (the default): the answer is never exported and a resumed run asks it again.
+        formerly: keys the same question was stored under before its key changed form
+            (oldest last); an answer found under one is re-keyed to ``key`` on first use
+            (``adopt_former``), so stores and checkpoints written then are not asked again.
     """
 
     key: str
@@ -42,6 +45,7 @@ class StoredAsk:
     schema: Schema | None = None
     result: Callable[[ConstrainedOutput], dict[str, Any]] | None = None
     portable: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    formerly: tuple[str, ...] = ()
 
 
 #: The LLM settings every stored question of the evaluators (GISTBench, UserSumBench, RecSys
@@ -92,6 +96,27 @@ def closed_form(result: dict[str, Any]) -> dict[str, Any]:
     return dict(result)
 
 
+def adopt_former(store: Any, asks: Sequence[StoredAsk]) -> int:
+    """The key migration: every question the store lacks under its ``key`` but holds under
+    one of its ``formerly`` keys gets that answer copied to ``key`` (request and title-free
+    form included; the old row stays, so an older recjudge still reads the store). Returns
+    how many were re-keyed. One transaction; idempotent; nothing to do without ``formerly``."""
+    pending = list({a.key: a for a in asks if a.formerly}.values())
+    if not pending:
+        return 0
+    missing = set(store.missing([a.key for a in pending]))
+    pending = [a for a in pending if a.key in missing]
+    old = store.get_many([k for a in pending for k in a.formerly]) if pending else {}
+    moved = []
+    for a in pending:
+        found = next((old[k] for k in a.formerly if k in old), None)
+        if found is not None:
+            moved.append((a.key, a.request, found))
+    if moved:
+        store.put_many(moved)
+    return len(moved)
+
+
 def default_result(answer: ConstrainedOutput) -> dict[str, Any]:
     """The parsed answer with its decision record (branches and their probabilities, or
     ``None`` for a schema without a decision point)."""
@@ -120,6 +145,7 @@ def run_stored(
         order: reorders the pending questions before batching (e.g. by prompt length).
     """
     unique = list({a.key: a for a in asks}.values())
+    adopt_former(store, unique)
     have = store.get_many([a.key for a in unique])
     todo = [a for a in unique if a.key not in have]
     if order is not None and len(todo) > 1:
