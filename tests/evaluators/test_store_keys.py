@@ -54,6 +54,30 @@ def test_llm_key_follows_the_classification(monkeypatch):
         "vllm_args"] == {"quantization": "fp8"}  # fmt: skip
 
 
+def test_a_loaded_backend_is_keyed_by_the_device_it_declares(monkeypatch):
+    """``Capabilities.device`` (where the model computes) decides the key's device, not
+    what ``auto`` would resolve to now; a stand-in refusing any use is read statically."""
+    from recjudge.llm import Capabilities, llm_settings_of, loaded_config
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+
+    class Loaded:
+        def __init__(self, device):
+            self.config = LLMConfig(model="m", device="auto")
+            self.capabilities = Capabilities(device=device)
+
+        def __getattr__(self, name):
+            raise AssertionError(f"the model was used ({name})")
+
+    assert llm_settings_of(Loaded("cuda:0"), "m") == {"dtype": "float32", "device": "cuda"}
+    assert llm_settings_of(Loaded("cpu"), "m") == {"dtype": "float32"}
+    assert loaded_config(Loaded("cuda:1")).device == "cuda:1"
+    assert loaded_config(object()) is None and loaded_config(None) is None
+    engine = Loaded("engine")
+    engine.config = LLMConfig(model="m", backend="vllm")
+    assert loaded_config(engine) == engine.config  # an engine places the model itself
+
+
 def test_one_sampling_key_and_greedy_ignores_what_greedy_ignores():
     greedy = SamplingConfig(max_new_tokens=64)
     when = {"temperature": 0.3, "top_p": 0.5, "top_k": 5, "seed": 7}

@@ -183,7 +183,7 @@ NO = '{"evidence": [], "is_relevant": "NO"}'
 )  # fmt: skip
 def test_a_server_without_the_bias_processor_is_refused(answer, ok):
     from recjudge.decoding import EvidenceFirst
-    from recjudge.decoding._remote import engine_constrained
+    from recjudge.decoding._remote import bias_probe_due, engine_constrained
 
     backend = OpenAICompatibleBackend(
         LLMConfig(
@@ -197,12 +197,13 @@ def test_a_server_without_the_bias_processor_is_refused(answer, ok):
         if ok:
             out = engine_constrained(backend, [prompt], [EvidenceFirst(["Heat (1995)"])], [1.0],
                                      None)  # fmt: skip
-            assert out[0].value["is_relevant"] == "YES" and backend.needs_bias_probe is False
+            assert out[0].value["is_relevant"] == "YES" and not bias_probe_due(backend)
+            assert backend.needs_bias_probe  # what the backend declares is left as it was
         else:
             with pytest.raises(ServerError, match="does not apply recjudge's bias processor"):
                 engine_constrained(backend, [prompt], [EvidenceFirst(["Heat (1995)"])], [1.0],
                                    None)  # fmt: skip
-            assert backend.needs_bias_probe is True  # asked again next time, never assumed
+            assert bias_probe_due(backend)  # asked again next time, never assumed
     finally:
         srv.close()
 

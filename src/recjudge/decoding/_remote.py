@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import weakref
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -335,6 +336,17 @@ def replay_decision(
 
 PROBE_BETA = 1000.0  # large enough that the bias decides whatever the model prefers
 
+# The probe's outcome per backend object ("probing" while its own requests are in flight,
+# "passed" after), kept here rather than written onto the backend: the backend declares
+# ``needs_bias_probe`` and decoding never changes what a backend declares.
+_PROBED: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
+
+
+def bias_probe_due(llm: EngineBackend) -> bool:
+    """Whether ``engine_constrained`` probes ``llm`` before its next request: it declares
+    ``needs_bias_probe`` and has not passed (nor is taking) the probe."""
+    return bool(llm.needs_bias_probe) and llm not in _PROBED
+
 
 def probe_bias(llm: EngineBackend) -> None:
     """Check once per backend object that the server applies recjudge's bias processor.
@@ -351,7 +363,7 @@ def probe_bias(llm: EngineBackend) -> None:
     from recjudge.decoding._schemas import EvidenceFirst
     from recjudge.llm import ServerError
 
-    llm.needs_bias_probe = False  # the probe's own requests must not probe again
+    _PROBED[llm] = "probing"  # the probe's own requests must not probe again
     try:
         prompt = llm.encode(llm.chat_prompt([{
             "role": "user",
@@ -363,16 +375,17 @@ def probe_bias(llm: EngineBackend) -> None:
                                   BranchBias(beta=PROBE_BETA, adaptive=False))  # fmt: skip
         got = [None if o.value is None else o.value.get("is_relevant") for o in outs]
     except BaseException:
-        llm.needs_bias_probe = True
+        del _PROBED[llm]  # asked again next time, never assumed
         raise
     if got != ["YES", "NO"]:
-        llm.needs_bias_probe = True
+        del _PROBED[llm]
         raise ServerError(
-            f"the server at {getattr(llm, 'url', '?')} does not apply recjudge's bias "
+            f"the server at {llm.config.base_url or llm.name} does not apply recjudge's bias "
             f"processor (a forced YES/NO probe came back {got}); start it with `recjudge "
             "serve`, or add --logits-processors recjudge.decoding.vllm:BranchBiasV1 with the "
             "same recjudge version"
         )
+    _PROBED[llm] = "passed"
 
 
 def engine_constrained(
@@ -406,7 +419,7 @@ def engine_constrained(
     from recjudge.decoding._compile import compile_schema
     from recjudge.llm import EngineRequest, SamplingConfig
 
-    if llm.needs_bias_probe:
+    if bias_probe_due(llm):
         probe_bias(llm)
     sampling = sampling or SamplingConfig()
     bias = bias or BranchBias(beta=0.0)

@@ -247,17 +247,35 @@ def resolution_state() -> tuple[str | None, bool | None]:
     return os.environ.get(DTYPE_ENV), torch.cuda.is_available() if torch is not None else None
 
 
-def llm_settings_of(llm: Any, model: str | LLMConfig) -> dict[str, Any]:
-    """``llm_key`` of a loaded backend (its ``config``), or, for ``None`` or an object
-    without one (a test double), of what ``load_llm(model)`` would load. The attribute is
-    read without running the object's own ``__getattr__`` (a stand-in may refuse any use)."""
+def loaded_config(llm: Any) -> LLMConfig | None:
+    """The config a loaded backend runs under, with the device its ``Capabilities`` declare
+    it computes on (the one reader of ``Capabilities.device``: the key names where the
+    model really is, not what ``auto`` would pick now); ``None`` for ``None`` or an object
+    without a config (a test double). Attributes are read without running the object's own
+    ``__getattr__`` (a stand-in may refuse any use)."""
     import inspect
 
-    try:
-        config = inspect.getattr_static(llm, "config") if llm is not None else None
-    except AttributeError:
-        config = None
-    return llm_key(config if isinstance(config, LLMConfig) else resolve_llm_config(model))
+    def static(name: str) -> Any:
+        try:
+            return inspect.getattr_static(llm, name)
+        except AttributeError:
+            return None
+
+    config = static("config") if llm is not None else None
+    if not isinstance(config, LLMConfig):
+        return None
+    caps = static("capabilities")
+    device = caps.device if isinstance(caps, Capabilities) else None
+    if config.backend == "transformers" and device and re.fullmatch(r"cpu|cuda(:\d+)?", device):
+        return config.model_copy(update={"device": device})
+    return config
+
+
+def llm_settings_of(llm: Any, model: str | LLMConfig) -> dict[str, Any]:
+    """``llm_key`` of a loaded backend (``loaded_config``), or, for ``None`` or an object
+    without a config (a test double), of what ``load_llm(model)`` would load."""
+    config = loaded_config(llm)
+    return llm_key(config if config is not None else resolve_llm_config(model))
 
 
 #: fields of ``LLMConfig`` a command line may set for every model a command loads

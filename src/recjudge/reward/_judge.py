@@ -22,6 +22,7 @@ from recjudge.llm import (
     capabilities_of,
     escape_special,
     llm_key,
+    loaded_config,
     resolution_state,
     resolve_llm_config,
 )
@@ -188,8 +189,8 @@ class Judge:
         cached = self.__dict__.get("_llm_settings_cache")
         if cached is not None and cached[0] == state:
             return cached[1]
-        llm_config = getattr(self._llm, "config", None)
-        if not isinstance(llm_config, LLMConfig):  # not loaded yet: what load_llm will use
+        llm_config = loaded_config(self._llm)
+        if llm_config is None:  # not loaded yet: what load_llm will use
             llm_config = resolve_llm_config(self.llm_config_or_model())
         if self.executor is not None and self._llm is None:  # what its workers will load
             llm_config = self.executor.placed(llm_config)
