@@ -126,3 +126,41 @@ def test_the_stage_runs_recjudges_engine_on_the_bundle_asked_for(gpus):
     bundle = cfg.placement_group_config["bundles"][0]
     assert bundle["CPU"] == 2.0 and bundle.get("GPU", 0.0) == gpus
     assert cfg.concurrency == 3
+
+
+def test_the_driver_drops_a_result_once_every_call_using_it_is_decoded(engine):
+    """The driver holds the results of the calls in flight, not of the whole run: a result
+    shared by two calls stays until both are decoded, and one a later round needs too (a
+    call is decoded again from its first round) stays until that call is done."""
+    from types import SimpleNamespace
+
+    from recjudge.reward import JudgeConfig
+    from recjudge.reward._ray_data_llm import _Calls
+
+    engine.take_pending()
+    before = engine.held()  # other tests' results in this module's engine
+    r = {n: _req(seed=100 + n) for n in range(1, 5)}
+    rounds = {"a": [[r[1], r[2]], [r[4]]], "b": [[r[2], r[3]]]}  # call a has a second round
+
+    class Local:  # the driver's decoding: each round's requests, once the earlier came
+        def judge_prepared(self, reqs, keys, sigmas, record):
+            for part in rounds[keys[0]]:
+                engine.submit(part)
+            return [ValueError("decoded") for _ in keys]
+
+    judge = SimpleNamespace(config=JudgeConfig(), failure=lambda req, text, key: (key, text))
+    calls = [[{"i": 0, "key": "a", "sigma": 0.0}], [{"i": 1, "key": "b", "sigma": 0.0}]]
+    state = _Calls(judge, engine, ["ra", "rb"], ["a", "b"], calls, record=True)
+    state.local = Local()
+    assert state.attempt(0) is None and state.attempt(1) is None
+    assert set(engine.take_pending()) == {fingerprint(r[n]) for n in (1, 2, 3)}
+    done = []
+    for n in (1, 2, 3):  # the first run's results arrive
+        engine.add_result(fingerprint(r[n]), EngineResult([n], [{7: -0.5}]))
+        done += list(state.arrived(fingerprint(r[n])))
+    assert done == [([1], [("b", "ValueError: decoded")])]  # b decoded; a waits for round 2
+    assert engine.held() == before + 2  # r3 (b's alone) dropped; r1 (a's round 1) and r2 kept
+    assert list(engine.take_pending()) == [fingerprint(r[4])]
+    engine.add_result(fingerprint(r[4]), EngineResult([4], [{7: -0.5}]))
+    assert [d[0] for d in state.arrived(fingerprint(r[4]))] == [[0]]
+    assert engine.held() == before and not state.holders and not state.used

@@ -152,6 +152,12 @@ def test_cluster_too_small_is_refused():
         ex._check_fits({"CPU": 2.0})
     with pytest.raises(RayClusterError, match="--ray-gpus 1: the cluster has 0 GPUs"):
         RayExecutor(RayConfig(gpus=1))._check_fits({"CPU": 2.0})
+    # Ray Data LLM's engines must leave a CPU for Ray Data's own tasks (else they wait forever)
+    full = RayExecutor(RayConfig(actors=1, threads=2))
+    full._check_fits({"CPU": 2.0})  # recjudge's own actors may hold every CPU
+    with pytest.raises(RayClusterError, match="1 x --ray-threads 2.*needs one beside them"):
+        full._check_fits({"CPU": 2.0}, vllm_stage=True)
+    RayExecutor(RayConfig(actors=1, threads=1))._check_fits({"CPU": 2.0}, vllm_stage=True)
 
 
 def test_placed_resolves_dtype_and_device_once():

@@ -109,6 +109,15 @@ class RayDataLLM(_EngineMixin):
     def add_result(self, fp: str, result: EngineResult) -> None:
         self._results[fp] = result
 
+    def forget(self, fp: str) -> None:
+        """Drop a result every call using it has read (the driver keeps only what the calls
+        in flight still need)."""
+        self._results.pop(fp, None)
+
+    def held(self) -> int:
+        """How many results are kept."""
+        return len(self._results)
+
     def generate(
         self,
         prompts: Sequence[str],

@@ -331,16 +331,27 @@ class RayExecutor:
                 "--ray (or --server), or run recjudge's engine or vLLM on the workers"
             )
 
-    def ready(self) -> Any:
-        """Join the cluster and check it can place one worker (``ray`` module); a job calls
-        this before it writes anything, so a cluster fault leaves no output behind."""
+    def ready(self, vllm_stage: bool = False) -> Any:
+        """Join the cluster and check it can place the workers (``ray`` module); a job calls
+        this before it writes anything, so a cluster fault leaves no output behind.
+        ``vllm_stage``: the workers are Ray Data LLM's vLLM engines (``_check_fits``)."""
         ray = connect(self.config.address)
-        self._check_fits(ray.cluster_resources())
+        self._check_fits(ray.cluster_resources(), vllm_stage)
         return ray
 
-    def _check_fits(self, resources: dict[str, float]) -> None:
-        """Refuse a worker the cluster cannot place (Ray would wait for it forever)."""
+    def _check_fits(self, resources: dict[str, float], vllm_stage: bool = False) -> None:
+        """Refuse workers the cluster cannot place (Ray would wait for them forever): one
+        worker's threads or GPUs beyond the cluster's; with ``vllm_stage``, engines that
+        would hold every CPU, since Ray Data's own tasks (reading the rows in) need one
+        beside them and wait forever without (seen on a 2-CPU head, --ray-threads 2)."""
         cpus, gpus = resources.get("CPU", 0.0), resources.get("GPU", 0.0)
+        if vllm_stage and self.config.threads * self.config.actors >= cpus:
+            raise RayClusterError(
+                f"--ray-actors {self.config.actors} x --ray-threads {self.config.threads}: Ray "
+                f"Data LLM's vLLM workers would hold all {cpus:g} CPUs of the cluster, and Ray "
+                "Data needs one beside them; use fewer --ray-threads or --ray-actors, or add a "
+                "node"
+            )
         if self.config.threads > cpus:
             raise RayClusterError(
                 f"--ray-threads {self.config.threads}: the cluster has {cpus:g} CPUs in all; "

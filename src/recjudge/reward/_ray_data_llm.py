@@ -12,13 +12,14 @@ only the calls still in flight, and ``--resume`` skips the rest.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from recjudge._util import first_line
 
 if TYPE_CHECKING:
-    from recjudge.llm import LLMConfig
+    from recjudge.llm import LLMConfig, RayDataLLM
     from recjudge.reward._judge import Judge
     from recjudge.reward._judgment import JudgeRequest, Judgment
     from recjudge.reward._ray import RayExecutor
@@ -32,16 +33,24 @@ class _Calls:
     def __init__(
         self,
         judge: Judge,
-        local: Judge,
+        engine: RayDataLLM,
         reqs: Sequence[JudgeRequest],
         keys: Sequence[str],
         calls: list[list[dict[str, Any]]],
         record: bool,
     ) -> None:
-        self.judge, self.local, self.reqs, self.keys = judge, local, reqs, keys
+        from recjudge.reward._judge import Judge
+
+        self.judge, self.engine, self.reqs, self.keys = judge, engine, reqs, keys
+        self.local = Judge(judge.config, llm=engine)  # decodes on the driver, into the engine
         self.calls, self.record = calls, record
         self.waiting: dict[int, set[str]] = {}  # call -> the requests it still waits for
         self.by_fp: dict[str, list[int]] = {}  # request -> the calls waiting for it
+        # Every request a call has deferred (all rounds), and how many unfinished calls hold
+        # each: a result is dropped from the engine once the last call using it is decoded,
+        # so the driver keeps the results of the calls in flight, not of the whole run.
+        self.used: dict[int, set[str]] = {}
+        self.holders: Counter[str] = Counter()
 
     def attempt(self, ci: int) -> tuple[list[int], list[Judgment]] | None:
         """Decode call ``ci``: its (indices, judgments), or None while it waits."""
@@ -55,12 +64,25 @@ class _Calls:
                                             [x["sigma"] for x in call], self.record)  # fmt: skip
         except Deferred as d:
             self.waiting[ci] = set(d.fingerprints)
+            used = self.used.setdefault(ci, set())
             for fp in d.fingerprints:
                 self.by_fp.setdefault(fp, []).append(ci)
+                if fp not in used:
+                    used.add(fp)
+                    self.holders[fp] += 1
             return None
+        self._release(ci)
         return idx, [j if isinstance(j, Judgment)
                      else self.judge.failure(self.reqs[i], error_text(j), self.keys[i])
                      for i, j in zip(idx, got, strict=True)]  # fmt: skip
+
+    def _release(self, ci: int) -> None:
+        """Call ``ci`` is decoded: drop the results no unfinished call holds any more."""
+        for fp in self.used.pop(ci, ()):
+            self.holders[fp] -= 1
+            if self.holders[fp] <= 0:
+                del self.holders[fp]
+                self.engine.forget(fp)
 
     def arrived(self, fp: str) -> Iterator[tuple[list[int], list[Judgment]]]:
         """Request ``fp``'s result came: decode each call that no longer waits for any."""
@@ -80,19 +102,6 @@ class _Calls:
         return sum(1 for need in self.waiting.values() if need and not need & set(pending))
 
 
-def _check_room(ex: RayExecutor, cpus: float) -> None:
-    """Refuse engines that would hold every CPU: Ray Data's own tasks (reading the rows in)
-    need one beside them, and wait forever without (seen on a 2-CPU head, --ray-threads 2)."""
-    from recjudge.reward._ray import RayClusterError
-
-    if ex.config.threads * ex.config.actors >= cpus:
-        raise RayClusterError(
-            f"--ray-actors {ex.config.actors} x --ray-threads {ex.config.threads}: Ray Data "
-            f"LLM's vLLM workers would hold all {cpus:g} CPUs of the cluster, and Ray Data needs "
-            "one beside them; use fewer --ray-threads or --ray-actors, or add a node"
-        )
-
-
 def stream_on_ray_data_llm(
     ex: RayExecutor,
     judge: Judge,
@@ -109,13 +118,11 @@ def stream_on_ray_data_llm(
         RayClusterError: the Ray run failed, or ended with calls whose results never came.
     """
     from recjudge.llm import RayDataLLM, run_requests
-    from recjudge.reward._judge import Judge
     from recjudge.reward._ray import RayClusterError
 
-    ray = ex.ready()
-    _check_room(ex, ray.cluster_resources().get("CPU", 0.0))
+    ray = ex.ready(vllm_stage=True)
     engine = RayDataLLM(llm_config)
-    state = _Calls(judge, Judge(judge.config, llm=engine), reqs, keys, calls, record)
+    state = _Calls(judge, engine, reqs, keys, calls, record)
     todo: list[int] = list(range(len(calls)))
     while True:
         for ci in todo:
