@@ -1,12 +1,10 @@
 """Every prompt family's text is pinned to its version: stored answers are keyed by the
 version, so a prompt whose text changes while its version does not would let a store hand
 back answers to a question that was never asked. Each family is rendered on fixed inputs (the
-simulators, whose prompts read a dataset population, by the source of their prompt classes)
-and its fingerprint compared with the one recorded beside the version."""
+simulators on a fixed population, with each of their trait tiers' wordings) and its
+fingerprint compared with the one recorded beside the version."""
 
 from __future__ import annotations
-
-import inspect
 
 import pytest
 
@@ -69,11 +67,26 @@ def _gist():
 
 
 def _simulators():
+    from recjudge.reward import HistoryItem
     from recjudge.reward import _simulators as s
 
-    return [inspect.getsource(c) for c in (s.PUB, s.Agent4Rec, s.RecAgent)] + [
-        repr(getattr(s, n)) for n in sorted(dir(s)) if n.startswith("_") and n.isupper()
-    ]
+    h = [HistoryItem("i1", "Up (2009)", "Up (2009) | Animation", 4.0),
+         HistoryItem("i2", "Fargo (1996)", "Fargo (1996) | Crime", None),
+         HistoryItem("i3", "Heat (1995)", "Heat (1995) | Crime", float("nan"))]  # fmt: skip
+    pop = s.Population({"i1": ["Animation"], "i2": ["Crime"], "i3": ["Crime", "Drama"]},
+                       {"i1": 3.5, "i2": 4.0, "i3": 2.0},
+                       {"u1": {"gender": "F", "age": 25, "zip_code": "0", "job": float("nan")}},
+                       (2.5, 10.0), (0.1, 1.0), (1.0, 2.0))  # fmt: skip
+    out: list = []
+    for name, cls in s.SIMULATORS.items():
+        sim = cls()
+        for user, who in (("u1", pop), ("u2", pop), ("u1", None)):
+            if who is None and sim.needs_population:
+                continue
+            out += [name, sim.question, sim.profile_messages(user, h, who, 2),
+                    sim.system("I like crime films.", user, h, who)]  # fmt: skip
+    # every tier's wording, not only the tiers the history above falls in
+    return out + [repr(getattr(s, n)) for n in sorted(dir(s)) if n.startswith("_") and n.isupper()]
 
 
 FAMILIES = {

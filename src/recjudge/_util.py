@@ -148,6 +148,15 @@ def path_component(text: Any) -> str:
     return out.replace(".", "%2E") if out in (".", "..") else out
 
 
+def chat(system: str, user: str) -> list[dict[str, str]]:
+    """The two-message chat every prompt in recjudge sends: ``system`` then ``user``.
+
+    One constructor, so the prompt modules say only their texts (and a prompt's fingerprint,
+    which hashes these messages, moves only when a text does).
+    """
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
 def stable_hash(*parts: Any, length: int = 16) -> str:
     """A process-independent hex digest of JSON-serialisable parts (never Python's ``hash``)."""
     payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)

@@ -144,6 +144,19 @@ def test_a_persona_is_portable_only_if_it_names_no_title_of_its_history():
     assert form({"text": None}) is None and form({}) is None
 
 
+@pytest.mark.parametrize("name", ["pub", "agent4rec", "recagent"])
+def test_a_persona_prompt_carries_titles_verbatim_braces_included(name):
+    """The persona task is a template filled with the history; a title that looks like a
+    template field is text, not a field (and the most recent ``limit`` items are shown)."""
+    from recjudge.reward._simulators import SIMULATORS
+
+    odd = "{history} {0} {user_id!r}"
+    h = [HistoryItem("a", "Old", "Old (1950)", 3.0), HistoryItem("b", odd, odd, None)]
+    system, user = SIMULATORS.get(name)().profile_messages("u1", h, None, 1)
+    assert system["role"] == "system" and system["content"] and user["role"] == "user"
+    assert f"- {odd}\n" in user["content"] and "Old (1950)" not in user["content"]
+
+
 def test_simulators_that_read_the_dataset_ask_for_it():
     with pytest.raises(ValueError, match="population=Population.of"):
         Judge(JudgeConfig(mode="agent4rec"), llm=object())

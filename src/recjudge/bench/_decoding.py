@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recjudge._util import chat
 from recjudge.reporting import write_report
 
 if TYPE_CHECKING:
@@ -120,12 +121,7 @@ def _decode_loop(
     compiled = GrammarCache().compile(EvidenceFirst(titles), llm.tokenizer, llm.vocab_size)
     hist = "\n".join(f"- {t}" for t in titles[-50:])
     prompts = [
-        llm.chat_prompt(
-            [
-                {"role": "system", "content": JUDGE_SYSTEM},
-                {"role": "user", "content": f"History:\n{hist}\n\nCandidate: {c}"},
-            ]
-        )
+        llm.chat_prompt(chat(JUDGE_SYSTEM, f"History:\n{hist}\n\nCandidate: {c}"))
         for c in ds.items.title.tolist()[:batch]
     ]
     enc = llm.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from recjudge._util import chat
 from recjudge.evaluators._arena_metrics import ASPECTS
 
 ARENA_PROMPT_VERSION = "arena-v2"
@@ -125,7 +126,7 @@ def arena_messages(
         + '"accuracy": ..., "satisfaction": ..., "inspiration": ..., "content_quality": ..., '
         '"transparency": ..., "impact": ..., "overall": ...}'
     )
-    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+    return chat(system, user)
 
 
 def absolute_messages(
@@ -134,12 +135,9 @@ def absolute_messages(
     hist = "\n".join(f"- {h}" for h in history)
     lst = "\n".join(f"{i + 1}. {x}" for i, x in enumerate(items))
     who = f"You are a {domain} fan ({profile})." if profile else f"You are a {domain} fan."
-    return [
-        {"role": "system", "content": f"{who} Rate a recommendation list for yourself."},
-        {
-            "role": "user",
-            "content": f"Your most recent {domain}, newest first:\n{hist}\n\n"
-            f"Recommended list:\n{lst}\n\nHow good is this list for you? Answer in JSON: "
-            '{"rating": "awful", "poor", "fair", "good" or "excellent"}',
-        },
-    ]
+    return chat(
+        f"{who} Rate a recommendation list for yourself.",
+        f"Your most recent {domain}, newest first:\n{hist}\n\n"
+        f"Recommended list:\n{lst}\n\nHow good is this list for you? Answer in JSON: "
+        '{"rating": "awful", "poor", "fair", "good" or "excellent"}',
+    )

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
+from recjudge._util import chat
+
 if TYPE_CHECKING:
     from recjudge.evaluators._gist_config import GistConfig
 
@@ -21,79 +23,64 @@ def extraction_messages(
     lines: Sequence[str], domain_word: str, config: GistConfig
 ) -> list[dict[str, str]]:
     lo, hi = config.words
-    return [
-        {
-            "role": "system",
-            "content": "You study a user's activity history and list their specific interests.",
-        },
-        {
-            "role": "user",
-            "content": (
-                f"Below are the user's {len(lines)} most recent engagements with {domain_word}, "
-                "most recent first. Each line is `[object_id] event_type - object`. Event "
-                f"types: {EVENT_WORDS}.\n\n"
-                + "\n".join(lines)
-                + f"\n\nList the user's specific interests, each {lo} to {hi} words (for "
-                f'example "{config.interest_example}", not "{domain_word}"), each citing the '
-                "ids of the objects above that show it. Cite each object in at most "
-                f"{config.max_citations} interests. {config.predicate.describe()} So cite "
-                "enough positive evidence for each interest and do not list things the "
-                'user dislikes. Answer as JSON: [{"interest": "...", "ids": ["...", ...]}, ...]'
-            ),
-        },
-    ]
+    return chat(
+        "You study a user's activity history and list their specific interests.",
+        (
+            f"Below are the user's {len(lines)} most recent engagements with {domain_word}, "
+            "most recent first. Each line is `[object_id] event_type - object`. Event "
+            f"types: {EVENT_WORDS}.\n\n"
+            + "\n".join(lines)
+            + f"\n\nList the user's specific interests, each {lo} to {hi} words (for "
+            f'example "{config.interest_example}", not "{domain_word}"), each citing the '
+            "ids of the objects above that show it. Cite each object in at most "
+            f"{config.max_citations} interests. {config.predicate.describe()} So cite "
+            "enough positive evidence for each interest and do not list things the "
+            'user dislikes. Answer as JSON: [{"interest": "...", "ids": ["...", ...]}, ...]'
+        ),
+    )
 
 
 def relevance_messages(interest: str, domain_word: str) -> list[dict[str, str]]:
     """Judge prompt with the object in the slot at the very end (shared prefix per interest)."""
     from recjudge.reward import SLOT
 
-    return [
-        {"role": "system", "content": "You check evidence for a person's interests."},
-        {
-            "role": "user",
-            "content": (
-                f'Interest: "{interest}".\nIs the following one of the {domain_word} a clear '
-                "example of this interest? Answer YES or NO as JSON.\n"
-                f"Object: {SLOT}"
-            ),
-        },
-    ]
+    return chat(
+        "You check evidence for a person's interests.",
+        (
+            f'Interest: "{interest}".\nIs the following one of the {domain_word} a clear '
+            "example of this interest? Answer YES or NO as JSON.\n"
+            f"Object: {SLOT}"
+        ),
+    )
 
 
 def specificity_messages(
     interest: str, options: Sequence[str], n: int, domain_word: str
 ) -> list[dict[str, str]]:
     lines = [f"{i + 1}. {o}" for i, o in enumerate(options)]
-    return [
-        {"role": "system", "content": "You match interests to the objects that show them."},
-        {
-            "role": "user",
-            "content": (
-                f'A user has the interest "{interest}". Exactly {n} of the following '
-                f"{len(options)} {domain_word} come from this user's history as evidence of "
-                "that interest; the others are unrelated.\n\n"
-                + "\n".join(lines)
-                + f"\n\nPick the {n} numbers of the evidence. Answer as JSON: "
-                '{"picks": ["<number>", ...]}'
-            ),
-        },
-    ]
+    return chat(
+        "You match interests to the objects that show them.",
+        (
+            f'A user has the interest "{interest}". Exactly {n} of the following '
+            f"{len(options)} {domain_word} come from this user's history as evidence of "
+            "that interest; the others are unrelated.\n\n"
+            + "\n".join(lines)
+            + f"\n\nPick the {n} numbers of the evidence. Answer as JSON: "
+            '{"picks": ["<number>", ...]}'
+        ),
+    )
 
 
 def taxonomy_messages(interest: str, names: Sequence[str]) -> list[dict[str, str]]:
-    return [
-        {"role": "system", "content": "You file interests under a category."},
-        {
-            "role": "user",
-            "content": (
-                f'Interest: "{interest}".\nCategories:\n'
-                + "\n".join(f"- {n}" for n in names)
-                + "\n\nWhich single category fits this interest best? Answer as JSON: "
-                '{"category": "<category>"}'
-            ),
-        },
-    ]
+    return chat(
+        "You file interests under a category.",
+        (
+            f'Interest: "{interest}".\nCategories:\n'
+            + "\n".join(f"- {n}" for n in names)
+            + "\n\nWhich single category fits this interest best? Answer as JSON: "
+            '{"category": "<category>"}'
+        ),
+    )
 
 
 def taxonomy_full_messages(names: Sequence[str]) -> list[dict[str, str]]:
@@ -101,17 +88,14 @@ def taxonomy_full_messages(names: Sequence[str]) -> list[dict[str, str]]:
     end (so the long category list is a prefix shared by all interests)."""
     from recjudge.reward import SLOT
 
-    return [
-        {"role": "system", "content": "You file interests under a category."},
-        {
-            "role": "user",
-            "content": "Categories:\n"
-            + "\n".join(f"- {n}" for n in names)
-            + "\n\nWhich single category above fits the interest below best? Answer as JSON: "
-            '{"category": "<category>"}\n'
-            f"Interest: {SLOT}",
-        },
-    ]
+    return chat(
+        "You file interests under a category.",
+        "Categories:\n"
+        + "\n".join(f"- {n}" for n in names)
+        + "\n\nWhich single category above fits the interest below best? Answer as JSON: "
+        '{"category": "<category>"}\n'
+        f"Interest: {SLOT}",
+    )
 
 
 # -- embeddings and the taxonomy shortlist -------------------------------------------------

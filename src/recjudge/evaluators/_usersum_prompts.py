@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from recjudge._util import chat
 from recjudge.evaluators._usersum_metrics import LETTERS
 
 USERSUM_PROMPT_VERSION = "usersum-v2"
@@ -40,7 +41,7 @@ def summary_messages(
 ) -> list[dict[str, str]]:
     """A.1 (single step, no ``time_range``) and A.2 (a segment of the time hierarchy)."""
     body = f"{_activities(acts, time_range)}\n\n{query}. {FORM.format(words=word_limit)}"
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": body}]
+    return chat(SYSTEM, body)
 
 
 def regenerate_messages(
@@ -59,7 +60,7 @@ def regenerate_messages(
         f"A verifier found these problems:\n{problems}\n\n{query}. Rewrite the summary so "
         f"that every statement is supported by the activities. {FORM.format(words=word_limit)}"
     )
-    return [{"role": "system", "content": SYSTEM}, {"role": "user", "content": body}]
+    return chat(SYSTEM, body)
 
 
 def combine_messages(
@@ -70,65 +71,53 @@ def combine_messages(
         f"Period {i + 1} ({r}):\n{p}" if r else f"Period {i + 1}:\n{p}"
         for i, (p, r) in enumerate(zip(parts, ranges, strict=True))
     )
-    return [
-        {"role": "system", "content": SYSTEM},
-        {
-            "role": "user",
-            "content": f"Summaries of my activity in consecutive periods, oldest first:\n\n{body}"
-            f"\n\n{query}. Combine them into one summary that keeps long-term patterns and "
-            "focuses on my recent interests. " + FORM.format(words=word_limit),
-        },
-    ]
+    return chat(
+        SYSTEM,
+        f"Summaries of my activity in consecutive periods, oldest first:\n\n{body}"
+        f"\n\n{query}. Combine them into one summary that keeps long-term patterns and "
+        "focuses on my recent interests. " + FORM.format(words=word_limit),
+    )
 
 
 def query_check_messages(summary: str, query: str) -> list[dict[str, str]]:
     """A.5: does the summary answer the request?"""
-    return [
-        {"role": "system", "content": "You verify summaries."},
-        {
-            "role": "user",
-            "content": (
-                f'Request: "{query}".\nSummary:\n{summary}\n\nDoes the summary answer the '
-                "request (about the user's preferences, in the requested form)? Answer "
-                "consistent or inconsistent as JSON."
-            ),
-        },
-    ]
+    return chat(
+        "You verify summaries.",
+        (
+            f'Request: "{query}".\nSummary:\n{summary}\n\nDoes the summary answer the '
+            "request (about the user's preferences, in the requested form)? Answer "
+            "consistent or inconsistent as JSON."
+        ),
+    )
 
 
 def qg_messages(summary: str, n: int) -> list[dict[str, str]]:
     """A.6: question generation whose answers are the summary's key entities."""
-    return [
-        {"role": "system", "content": "You write fact-checking questions."},
-        {
-            "role": "user",
-            "content": (
-                f"Summary:\n{summary}\n\nExtract the {n} most important key entities (titles, "
-                "genres, people, periods) from the summary. For each, write a question whose "
-                f"answer is that entity. Answer as JSON: "
-                '[{"question": "...", "answer": "<entity>"}, ...]'
-            ),
-        },
-    ]
+    return chat(
+        "You write fact-checking questions.",
+        (
+            f"Summary:\n{summary}\n\nExtract the {n} most important key entities (titles, "
+            "genres, people, periods) from the summary. For each, write a question whose "
+            f"answer is that entity. Answer as JSON: "
+            '[{"question": "...", "answer": "<entity>"}, ...]'
+        ),
+    )
 
 
 def qa_messages(
     acts: Sequence[Mapping[str, Any]], question: str, answer: str
 ) -> list[dict[str, str]]:
     """A.7: answer the question from the log, then judge the summary's answer."""
-    return [
-        {"role": "system", "content": "You check claims against activity logs."},
-        {
-            "role": "user",
-            "content": (
-                "Activity log:\n"
-                + "\n".join(activity_lines(acts))
-                + f'\n\nQuestion: {question}\nProposed answer: "{answer}".\nAnswer the question '
-                "from the log yourself in a few words, then say whether the proposed answer is "
-                "consistent with the log."
-            ),
-        },
-    ]
+    return chat(
+        "You check claims against activity logs.",
+        (
+            "Activity log:\n"
+            + "\n".join(activity_lines(acts))
+            + f'\n\nQuestion: {question}\nProposed answer: "{answer}".\nAnswer the question '
+            "from the log yourself in a few words, then say whether the proposed answer is "
+            "consistent with the log."
+        ),
+    )
 
 
 def predict_messages(
@@ -144,13 +133,10 @@ def predict_messages(
         else ""
     )
     opts = "\n".join(f"{letter}. {o}" for letter, o in zip(LETTERS, options, strict=False))
-    return [
-        {"role": "system", "content": "You predict what a user does next."},
-        {
-            "role": "user",
-            "content": (
-                f"Summary of the user's preferences:\n{summary}{recent_part}\n\n"
-                f"Which {what} comes next for this user?\n{opts}\n\nAnswer with the letter."
-            ),
-        },
-    ]
+    return chat(
+        "You predict what a user does next.",
+        (
+            f"Summary of the user's preferences:\n{summary}{recent_part}\n\n"
+            f"Which {what} comes next for this user?\n{opts}\n\nAnswer with the letter."
+        ),
+    )

@@ -6,6 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from recjudge._util import chat
+
 PROMPT_VERSION = "brief-v1"
 # The rendered text this version stands for (tests/test_prompt_versions.py): a text change
 # without a new version fails there.
@@ -131,7 +133,7 @@ def build_messages(
         f"Candidate {words['item']}: {candidate_text}"
     )
     return RenderedPrompt(
-        messages=[{"role": "system", "content": system}, {"role": "user", "content": user}],
+        messages=chat(system, user),
         shown=shown,
         dropped=dropped,
     )

@@ -18,9 +18,10 @@ from typing import Any, ClassVar
 import numpy as np
 
 from recjudge._registry import Registry
+from recjudge._util import chat
 
 SIMULATOR_VERSION = "sim-v1"  # part of every persona and judgment key: bump on prompt change
-SIMULATOR_FINGERPRINT = "sim-v1:aeddc3cb73c84284"  # tests/test_prompt_versions.py
+SIMULATOR_FINGERPRINT = "sim-v1:aa23693ebf453879"  # tests/test_prompt_versions.py
 
 
 @dataclass(frozen=True)
@@ -131,10 +132,19 @@ class Simulator:
     name: ClassVar[str] = ""
     needs_population: ClassVar[bool] = False
 
+    #: the persona step's chat: its system text, and its task with ``{history}`` where the
+    #: user's most recent ``limit`` items go (one line each, with the rating when there is one)
+    profile_system: ClassVar[str]
+    profile_task: ClassVar[str]
+
     def profile_messages(
         self, user_id: str, history: Sequence[Any], population: Population | None, limit: int
     ) -> list[dict[str, str]]:
-        raise NotImplementedError
+        """The persona step's chat for one user (the history filled into ``profile_task``;
+        ``str.format`` reads only the class's template, never the titles)."""
+        return chat(
+            self.profile_system, self.profile_task.format(history=_history_lines(history, limit))
+        )
 
     def system(
         self, persona: str, user_id: str, history: Sequence[Any], population: Population | None
@@ -158,16 +168,14 @@ class PUB(Simulator):
 
     name = "pub"
 
-    def profile_messages(self, user_id, history, population, limit):
-        return [
-            {"role": "system", "content": "You are a psychologist who infers personality "
-             "from media choices."},
-            {"role": "user", "content": "These are the items a user chose, with their "
-             f"ratings, most recent first:\n{_history_lines(history, limit)}\n\nInfer the "
-             "user's Big-Five personality: for each of openness, conscientiousness, "
-             "extraversion, agreeableness and neuroticism write high, medium or low and a "
-             "few words of reason, one trait per line."},
-        ]  # fmt: skip
+    profile_system = "You are a psychologist who infers personality from media choices."
+    profile_task = (
+        "These are the items a user chose, with their "
+        "ratings, most recent first:\n{history}\n\nInfer the "
+        "user's Big-Five personality: for each of openness, conscientiousness, "
+        "extraversion, agreeableness and neuroticism write high, medium or low and a "
+        "few words of reason, one trait per line."
+    )
 
     def system(self, persona, user_id, history, population):
         return (
@@ -209,14 +217,13 @@ class Agent4Rec(Simulator):
     needs_population = True
     question = "Would you choose to watch the candidate below?"
 
-    def profile_messages(self, user_id, history, population, limit):
-        return [
-            {"role": "system", "content": "You summarise a viewer's tastes."},
-            {"role": "user", "content": "A viewer rated these items, most recent first:\n"
-             f"{_history_lines(history, limit)}\n\nIn at most five short lines, each starting "
-             "with 'I like', describe their tastes, then one line saying which items they "
-             "rate highly."},
-        ]  # fmt: skip
+    profile_system = "You summarise a viewer's tastes."
+    profile_task = (
+        "A viewer rated these items, most recent first:\n"
+        "{history}\n\nIn at most five short lines, each starting "
+        "with 'I like', describe their tastes, then one line saying which items they "
+        "rate highly."
+    )
 
     def system(self, persona, user_id, history, population):
         assert population is not None
@@ -244,14 +251,13 @@ class RecAgent(Simulator):
     needs_population = True
     question = "Do you want to watch the candidate below?"
 
-    def profile_messages(self, user_id, history, population, limit):
-        return [
-            {"role": "system", "content": "You write user profiles for a simulation."},
-            {"role": "user", "content": "From the items this user watched (most recent "
-             f"first):\n{_history_lines(history, limit)}\n\nWrite two lines. 'Interest:' "
-             "the kinds of items they enjoy. 'Feature:' how they choose (e.g. follows "
-             "trends, loves classics, avoids long films)."},
-        ]  # fmt: skip
+    profile_system = "You write user profiles for a simulation."
+    profile_task = (
+        "From the items this user watched (most recent "
+        "first):\n{history}\n\nWrite two lines. 'Interest:' "
+        "the kinds of items they enjoy. 'Feature:' how they choose (e.g. follows "
+        "trends, loves classics, avoids long films)."
+    )
 
     def system(self, persona, user_id, history, population):
         attrs = population.users.get(str(user_id), {}) if population is not None else {}
