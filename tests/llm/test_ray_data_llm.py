@@ -135,6 +135,7 @@ def test_the_driver_drops_a_result_once_every_call_using_it_is_decoded(engine):
     from types import SimpleNamespace
 
     from recjudge.reward import JudgeConfig
+    from recjudge.reward._ray import RayRun
     from recjudge.reward._ray_data_llm import _Calls
 
     engine.take_pending()
@@ -150,7 +151,8 @@ def test_the_driver_drops_a_result_once_every_call_using_it_is_decoded(engine):
 
     judge = SimpleNamespace(config=JudgeConfig(), failure=lambda req, text, key: (key, text))
     calls = [[{"i": 0, "key": "a", "sigma": 0.0}], [{"i": 1, "key": "b", "sigma": 0.0}]]
-    state = _Calls(judge, engine, ["ra", "rb"], ["a", "b"], calls, record=True)
+    run = RayRun(judge, ["ra", "rb"], ["a", "b"], calls, engine.config, record=True)
+    state = _Calls(run, engine)
     state.local = Local()
     assert state.attempt(0) is None and state.attempt(1) is None
     assert set(engine.take_pending()) == {fingerprint(r[n]) for n in (1, 2, 3)}

@@ -306,6 +306,25 @@ class JudgeWorker:
 
 
 @dataclass(frozen=True)
+class RayRun:
+    """One Ray run's planned work, what both of its paths (our engine on Ray actors, vLLM
+    through Ray Data LLM) are given: the judge and its requests, their keys, the engine calls
+    planned from them (each request with its index, key and sigma), the LLM config the
+    workers load, and whether a request's error is recorded rather than raised."""
+
+    judge: Judge
+    reqs: Sequence[JudgeRequest]
+    keys: Sequence[str]
+    calls: list[list[dict[str, Any]]]
+    llm_config: LLMConfig
+    record: bool
+
+    def failure(self, i: int, error: str) -> Judgment:
+        """Request ``i``'s recorded failure, under its key."""
+        return self.judge.failure(self.reqs[i], error, self.keys[i])
+
+
+@dataclass(frozen=True)
 class RayExecutor:
     """``Judge(executor=RayExecutor(RayConfig(...)))``: ``judge_many`` decodes on a Ray
     cluster's actors (see the module's docstring for what runs where)."""
@@ -405,24 +424,17 @@ class RayExecutor:
         if not calls:
             return
         llm_config = self.placed(resolve_llm_config(judge.llm_config_or_model()))
+        run = RayRun(judge, reqs, keys, calls, llm_config, record)
         if llm_config.backend == "vllm" and self.config.vllm == "ray-data-llm":
             from recjudge.reward._ray_data_llm import stream_on_ray_data_llm
 
-            yield from stream_on_ray_data_llm(self, judge, reqs, keys, calls, llm_config,
-                                              record)  # fmt: skip
+            yield from stream_on_ray_data_llm(self, run)
             return
-        yield from self._stream(judge, reqs, keys, calls, llm_config, record)
+        yield from self._stream(run)
 
-    def _stream(
-        self,
-        judge: Judge,
-        reqs: Sequence[JudgeRequest],
-        keys: Sequence[str],
-        calls: list[list[dict[str, Any]]],
-        llm_config: LLMConfig,
-        record: bool,
-    ) -> Iterator[tuple[list[int], list[Judgment]]]:
+    def _stream(self, run: RayRun) -> Iterator[tuple[list[int], list[Judgment]]]:
         ray = self.ready()
+        calls = run.calls
         per_block = -(-len(calls) // MAX_BLOCKS)
         blocks = [json.dumps(calls[b : b + per_block]) for b in range(0, len(calls), per_block)]
         expected = {x["i"] for call in calls for x in call}
@@ -435,9 +447,9 @@ class RayExecutor:
             batch_size=1,
             compute=ray.data.ActorPoolStrategy(size=min(self.config.actors, len(blocks))),
             fn_constructor_kwargs={
-                "config": judge.config.model_dump_json(),
-                "llm_config": llm_config.model_dump_json(),
-                "record": record,
+                "config": run.judge.config.model_dump_json(),
+                "llm_config": run.llm_config.model_dump_json(),
+                "record": run.record,
             },
             batch_format="numpy",
             **remote,
@@ -446,8 +458,7 @@ class RayExecutor:
         try:
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for text in batch["result"]:
-                    idx, out = _merge_block(json.loads(str(text)), judge, reqs, keys, seen,
-                                            expected)  # fmt: skip
+                    idx, out = _merge_block(json.loads(str(text)), run, seen, expected)
                     if idx:
                         yield idx, out
         except ray.exceptions.RayError as e:
@@ -465,12 +476,7 @@ class RayExecutor:
 
 
 def _merge_block(
-    got: dict[str, Any],
-    judge: Judge,
-    reqs: Sequence[JudgeRequest],
-    keys: Sequence[str],
-    seen: set[int],
-    expected: set[int],
+    got: dict[str, Any], run: RayRun, seen: set[int], expected: set[int]
 ) -> tuple[list, list]:
     """One worker block's answers as (indices, judgments), each request kept once (a
     retried block's second answer is dropped); a fault there ends the run."""
@@ -488,7 +494,7 @@ def _merge_block(
         seen.add(i)
         idx.append(i)
         if "error" in r:
-            out.append(judge.failure(reqs[i], r["error"], keys[i]))
+            out.append(run.failure(i, r["error"]))
         else:
             out.append(Judgment.from_dict(r["judgment"]))
     return idx, out

@@ -13,16 +13,15 @@ only the calls still in flight, and ``--resume`` skips the rest.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from recjudge._util import first_line
 
 if TYPE_CHECKING:
-    from recjudge.llm import LLMConfig, RayDataLLM
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judgment import JudgeRequest, Judgment
-    from recjudge.reward._ray import RayExecutor
+    from recjudge.llm import RayDataLLM
+    from recjudge.reward._judgment import Judgment
+    from recjudge.reward._ray import RayExecutor, RayRun
 
 
 class _Calls:
@@ -30,20 +29,11 @@ class _Calls:
     is decoded on the driver (``Judge.judge_prepared`` with a ``RayDataLLM``) when it is
     first seen and again once every request it deferred has a result."""
 
-    def __init__(
-        self,
-        judge: Judge,
-        engine: RayDataLLM,
-        reqs: Sequence[JudgeRequest],
-        keys: Sequence[str],
-        calls: list[list[dict[str, Any]]],
-        record: bool,
-    ) -> None:
+    def __init__(self, run: RayRun, engine: RayDataLLM) -> None:
         from recjudge.reward._judge import Judge
 
-        self.judge, self.engine, self.reqs, self.keys = judge, engine, reqs, keys
-        self.local = Judge(judge.config, llm=engine)  # decodes on the driver, into the engine
-        self.calls, self.record = calls, record
+        self.run, self.engine = run, engine
+        self.local = Judge(run.judge.config, llm=engine)  # decodes on the driver, into the engine
         self.waiting: dict[int, set[str]] = {}  # call -> the requests it still waits for
         self.by_fp: dict[str, list[int]] = {}  # request -> the calls waiting for it
         # Every request a call has deferred (all rounds), and how many unfinished calls hold
@@ -57,11 +47,12 @@ class _Calls:
         from recjudge.llm import Deferred
         from recjudge.reward._judgment import Judgment, error_text
 
-        call = self.calls[ci]
+        call = self.run.calls[ci]
         idx = [x["i"] for x in call]
         try:
-            got = self.local.judge_prepared([self.reqs[i] for i in idx], [x["key"] for x in call],
-                                            [x["sigma"] for x in call], self.record)  # fmt: skip
+            got = self.local.judge_prepared([self.run.reqs[i] for i in idx],
+                                            [x["key"] for x in call], [x["sigma"] for x in call],
+                                            self.run.record)  # fmt: skip
         except Deferred as d:
             self.waiting[ci] = set(d.fingerprints)
             used = self.used.setdefault(ci, set())
@@ -72,8 +63,7 @@ class _Calls:
                     self.holders[fp] += 1
             return None
         self._release(ci)
-        return idx, [j if isinstance(j, Judgment)
-                     else self.judge.failure(self.reqs[i], error_text(j), self.keys[i])
+        return idx, [j if isinstance(j, Judgment) else self.run.failure(i, error_text(j))
                      for i, j in zip(idx, got, strict=True)]  # fmt: skip
 
     def _release(self, ci: int) -> None:
@@ -103,16 +93,11 @@ class _Calls:
 
 
 def stream_on_ray_data_llm(
-    ex: RayExecutor,
-    judge: Judge,
-    reqs: Sequence[JudgeRequest],
-    keys: Sequence[str],
-    calls: list[list[dict[str, Any]]],
-    llm_config: LLMConfig,
-    record: bool,
+    ex: RayExecutor, run: RayRun
 ) -> Iterator[tuple[list[int], list[Judgment]]]:
-    """Judge ``calls`` (the executor's planned engine calls, each request with its index,
-    key and sigma) with vLLM on Ray Data LLM workers; (indices, judgments) per finished call.
+    """Judge ``run.calls`` (the executor's planned engine calls, each request with its
+    index, key and sigma) with vLLM on Ray Data LLM workers; (indices, judgments) per
+    finished call.
 
     Raises:
         RayClusterError: the Ray run failed, or ended with calls whose results never came.
@@ -121,9 +106,9 @@ def stream_on_ray_data_llm(
     from recjudge.reward._ray import RayClusterError
 
     ray = ex.ready(vllm_stage=True)
-    engine = RayDataLLM(llm_config)
-    state = _Calls(judge, engine, reqs, keys, calls, record)
-    todo: list[int] = list(range(len(calls)))
+    engine = RayDataLLM(run.llm_config)
+    state = _Calls(run, engine)
+    todo: list[int] = list(range(len(run.calls)))
     while True:
         for ci in todo:
             done = state.attempt(ci)
@@ -134,7 +119,7 @@ def stream_on_ray_data_llm(
             break
         todo = []
         try:
-            ran = run_requests(ray, llm_config, pending, actors=ex.config.actors,
+            ran = run_requests(ray, run.llm_config, pending, actors=ex.config.actors,
                                threads=ex.config.threads, gpus=ex.config.gpus)  # fmt: skip
             for fp, result in ran:
                 engine.add_result(fp, result)
