@@ -73,19 +73,23 @@ def _simulators():
     h = [HistoryItem("i1", "Up (2009)", "Up (2009) | Animation", 4.0),
          HistoryItem("i2", "Fargo (1996)", "Fargo (1996) | Crime", None),
          HistoryItem("i3", "Heat (1995)", "Heat (1995) | Crime", float("nan"))]  # fmt: skip
-    pop = s.Population({"i1": ["Animation"], "i2": ["Crime"], "i3": ["Crime", "Drama"]},
-                       {"i1": 3.5, "i2": 4.0, "i3": 2.0},
-                       {"u1": {"gender": "F", "age": 25, "zip_code": "0", "job": float("nan")}},
-                       (2.5, 10.0), (0.1, 1.0), (1.0, 2.0))  # fmt: skip
+    # cut points that put this history's activity, conformity and diversity all in tier 1,
+    # all in tier 2, all in tier 3: every trait wording goes through the prompt
+    pops = [s.Population({"i1": ["Animation"], "i2": ["Crime"], "i3": ["Crime", "Drama"]},
+                         {"i1": 3.5, "i2": 4.0, "i3": 2.0},
+                         {"u1": {"gender": "F", "age": 25, "zip_code": "0", "job": float("nan")}},
+                         cuts, cuts, cuts)
+            for cuts in ((100.0, 200.0), (-1.0, 100.0), (-1.0, -1.0))]  # fmt: skip
+    assert [p.traits(h) for p in pops] == [dict.fromkeys(("activity", "conformity",
+                                           "diversity"), t) for t in (1, 2, 3)]  # fmt: skip
     out: list = []
     for name, cls in s.SIMULATORS.items():
         sim = cls()
-        for user, who in (("u1", pop), ("u2", pop), ("u1", None)):
+        for user, who in [("u2", pops[0]), ("u1", None)] + [("u1", p) for p in pops]:
             if who is None and sim.needs_population:
                 continue
             out += [name, sim.question, sim.profile_messages(user, h, who, 2),
                     sim.system("I like crime films.", user, h, who)]  # fmt: skip
-    # every tier's wording, not only the tiers the history above falls in
     return out + [repr(getattr(s, n)) for n in sorted(dir(s)) if n.startswith("_") and n.isupper()]
 
 

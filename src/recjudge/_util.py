@@ -149,7 +149,8 @@ def path_component(text: Any) -> str:
 
 
 def chat(system: str, user: str) -> list[dict[str, str]]:
-    """The two-message chat every prompt in recjudge sends: ``system`` then ``user``.
+    """The two-message chat every prompt family sends (the judge's, the simulators', the
+    evaluators'): ``system`` then ``user``.
 
     One constructor, so the prompt modules say only their texts (and a prompt's fingerprint,
     which hashes these messages, moves only when a text does).

