@@ -40,7 +40,7 @@ def test_every_config_field_is_an_option_and_every_option_a_field(name):
 
 
 def test_the_registry_lists_the_jobs():
-    assert set(JOBS.names()) == {"impute", "evaluate", "augment", "gold-sample"}
+    assert set(JOBS.names()) == {"impute", "evaluate", "augment", "gold-sample", "judge-tune"}
     r = run_cli("jobs", "--json")
     assert r.code == 0 and set(json.loads(r.stdout)) == set(JOBS.names())
 

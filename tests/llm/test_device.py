@@ -4,12 +4,25 @@
 from __future__ import annotations
 
 import sys
+from functools import cache
+from pathlib import Path
 
 import pytest
 import torch
 from torch.overrides import TorchFunctionMode
 
+import recjudge
 from recjudge.llm import LLMConfig
+
+#: recjudge's own source folder, from the package's location (not a substring of the path:
+#: a clone in a folder named ``recjudge`` holds ``.venv/.../xgrammar`` under ``/recjudge/``)
+OURS = str(Path(recjudge.__file__).resolve().parent) + "/"
+
+
+@cache
+def _resolved(filename: str) -> str:
+    return str(Path(filename).resolve())
+
 
 FACTORIES = {"zeros", "ones", "full", "empty", "arange", "tensor", "as_tensor", "rand", "randn",
              "randint", "eye", "linspace"}  # fmt: skip
@@ -27,10 +40,9 @@ class _NoHostFactories(TorchFunctionMode):
         name = getattr(func, "__name__", "")
         if name in FACTORIES and "device" not in kwargs:
             caller = sys._getframe(1)
-            where = caller.f_code.co_filename
-            if "/recjudge/" in where and "/tests/" not in where:
-                self.bare.append(f"torch.{name} at {where.split('/recjudge/')[-1]}:"
-                                 f"{caller.f_lineno}")  # fmt: skip
+            where = _resolved(caller.f_code.co_filename)
+            if where.startswith(OURS):
+                self.bare.append(f"torch.{name} at {where[len(OURS) :]}:{caller.f_lineno}")
         return func(*args, **kwargs)
 
 

@@ -629,6 +629,7 @@ def bench_brief_offline_estimators(
     """Judge every listed pair (through the store), then run every estimator over
     ``config.simulated_logs`` evaluations (users and log redrawn each time) and the gold
     samples; write report.md, results.json and estimators.png under ``out``."""
+    from recjudge.bench._imputer_gold import imputer_summary
     from recjudge.reporting import write_report
 
     t0 = time.time()
@@ -645,8 +646,8 @@ def bench_brief_offline_estimators(
     truth = truth_of(world, config.metrics)
     gold_imputer = "judge:brief" if "judge:brief" in world.imputers else "cf"
     n_draw = config.users_per_log or len(users)
-    per_log, gold_logs, fits, kept = _evaluations(config, world, n_draw, truth, gold_imputer,
-                                                  progress)  # fmt: skip
+    per_log, gold_logs, fits, kept, imputer_logs = _evaluations(
+        config, world, n_draw, truth, gold_imputer, progress)  # fmt: skip
     summary = summarise(per_log, truth)
     exps = [e for e in fits if e is not None]
     results = {
@@ -685,6 +686,7 @@ def bench_brief_offline_estimators(
         "paired": _paired(summary, [i for i in world.imputers if i in PAIRED], config.metrics),
         "gold": gold_summary(gold_logs),
         "gold_imputer": gold_imputer,
+        "gold_imputers": imputer_summary(imputer_logs),
         "judging": judged,
         "estimating_seconds": round(time.time() - t2, 1),
         "wall_seconds": round(time.time() - t0, 1),
@@ -736,8 +738,9 @@ def _evaluations(config, world, n_draw, truth, gold_imputer, progress):
     ``gold_draws``), the fitted propensity exponents, and the share of users kept by the
     logged-positive rule."""
     from recjudge._util import rng
+    from recjudge.bench._imputer_gold import imputers_on_gold
 
-    per_log, gold_logs, fits, kept = [], [], [], []
+    per_log, gold_logs, fits, kept, imputer_logs = [], [], [], [], []
     bar = _bar(progress, config.simulated_logs)
     for t in range(config.simulated_logs):
         g = rng("estimator-log", (config.seed, t))
@@ -752,11 +755,15 @@ def _evaluations(config, world, n_draw, truth, gold_imputer, progress):
         if t < config.gold_draws and config.gold_sizes:
             gold_logs.append(gold_on_log(w, gold_imputer, config.metrics, config.gold_sizes,
                                          t, truth, runs_w))  # fmt: skip
+            if gold_imputer.startswith("judge:"):  # the supervised imputer needs a judge
+                imputer_logs.append(imputers_on_gold(
+                    w, gold_imputer, config.metrics, config.gold_sizes, t, truth,
+                    (observed, thetas["fit"], chosen["listed"]), runs_w))  # fmt: skip
         if bar is not None:
             bar.update(1)
     if bar is not None:
         bar.close()
-    return per_log, gold_logs, fits, kept
+    return per_log, gold_logs, fits, kept, imputer_logs
 
 
 #: the imputers whose DR rows are compared with the alternatives in the report
@@ -813,7 +820,7 @@ def verdict(cell: Mapping[str, Any]) -> str:
 
 def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
     sections = (_report_setup, _report_method, _report_tables, _rule_section,
-                _source_section, _dr_section, _gold_section)  # fmt: skip
+                _source_section, _dr_section, _gold_section, _imputer_section)  # fmt: skip
     lines = [line for section in sections for line in section(config, r)]
     return [*lines, "", "![mean absolute error and coverage per estimator](estimators.png)"]
 
@@ -1049,6 +1056,12 @@ def _gold_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[st
                         f"{_f(c['ci_width'], 4)} | {c['refused']} |"
                     )
     return lines
+
+
+def _imputer_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    from recjudge.bench._imputer_gold import imputer_section
+
+    return imputer_section(r, config.metrics, config.gold_draws)
 
 
 def _plot(summary: Mapping[str, Any], config: EstimatorCheckConfig, path: Path) -> None:

@@ -23,6 +23,18 @@ data_app = typer.Typer(help="Datasets in the recjudge schema.", no_args_is_help=
 app.add_typer(models_app, name="models")
 app.add_typer(data_app, name="data")
 
+#: command groups that more than one module adds commands to (``judge``: the judgment itself
+#: and the registered job ``judge tune``), made once by ``group``
+GROUPS: dict[str, typer.Typer] = {}
+
+
+def group(name: str, help: str, no_args_is_help: bool = True) -> typer.Typer:
+    """The command group ``name`` under the root (made and attached on first use)."""
+    if name not in GROUPS:
+        GROUPS[name] = typer.Typer(help=help, no_args_is_help=no_args_is_help)
+        app.add_typer(GROUPS[name], name=name)
+    return GROUPS[name]
+
 
 def emit(obj: Any, as_json: bool = True) -> None:
     if as_json:

@@ -11,7 +11,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 
 from recjudge._registry import UnknownNameError
-from recjudge.cli._app import app, emit, fail, option_errors
+from recjudge.cli._app import app, emit, fail, group, option_errors
 from recjudge.cli._options import command_from_config, flag
 
 #: what a job's run may raise for bad input: printed as one line, never a traceback
@@ -38,8 +38,9 @@ def run_job(name: str, job: BaseModel, as_json: bool) -> None:
 def _register() -> None:
     from recjudge.evaluators import JOBS
 
-    groups: dict[str, typer.Typer] = {}
     for name, spec in JOBS.items():
+        if not spec.cli_jobs:
+            continue
 
         def body(job: Any, as_json: bool, name: str = name) -> None:
             run_job(name, job, as_json)
@@ -50,12 +51,7 @@ def _register() -> None:
         if len(words) == 1:
             app.command(words[0])(command)
             continue
-        group = groups.get(words[0])
-        if group is None:
-            group = groups[words[0]] = typer.Typer(help=f"recjudge {words[0]} ...",
-                                                    no_args_is_help=True)  # fmt: skip
-            app.add_typer(group, name=words[0])
-        group.command(words[1])(command)
+        group(words[0], f"recjudge {words[0]} ...").command(words[1])(command)
 
 
 _register()

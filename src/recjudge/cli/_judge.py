@@ -11,7 +11,7 @@ import typer
 
 from recjudge._registry import UnknownNameError
 from recjudge._util import json_loads
-from recjudge.cli._app import app, emit, fail
+from recjudge.cli._app import emit, fail, group
 
 
 def build_judge(*args: Any, **options: Any) -> Any:
@@ -28,8 +28,13 @@ def build_judge(*args: Any, **options: Any) -> Any:
         raise ValueError(option_errors(e)) from None
 
 
-@app.command("judge")
+judge_app = group("judge", "Judge (user, candidate) pairs; `recjudge judge tune` tunes the "
+                  "judge's model on your log.", no_args_is_help=False)  # fmt: skip
+
+
+@judge_app.callback(invoke_without_command=True)
 def judge_cmd(
+    ctx: typer.Context,
     data: str = typer.Option("ml-1m", "--data", help="Dataset name or saved folder."),
     user: str = typer.Option(None, "--user", help="User id (single judgment)."),
     candidate: str = typer.Option(
@@ -111,6 +116,8 @@ def judge_cmd(
     ),
 ) -> None:
     """Judge one (user, candidate) pair, or every pair in --pairs with a progress bar."""
+    if ctx.invoked_subcommand is not None:  # `judge tune ...`: the subcommand does the work
+        return
     from recjudge.data import load_dataset
     from recjudge.reward import request_for
 
@@ -294,3 +301,27 @@ def _summary(results, run, seconds: float, out: str, store_path: Path) -> None:
             "'error'); fix the input, then rerun with --resume --retry-failed",
             err=True,
         )
+
+
+def _tune(job: Any, as_json: bool) -> None:
+    from recjudge.cli._jobs import run_job
+
+    run_job("judge-tune", job, as_json)
+
+
+def _register_tune() -> None:
+    """``recjudge judge tune``: the registered job ``judge-tune`` (evaluators' ``JOBS``), its
+    options from ``TuneJob`` (torch-free, so ``recjudge judge --help`` stays fast)."""
+    from recjudge._tune_config import TuneJob
+    from recjudge.cli._options import command_from_config, flag
+
+    summary = (
+        "Tune the judge's model on your log (LoRA on the BRIEF prompt and the "
+        "evidence-first answer), merged into a folder every backend loads (--model DIR)."
+    )
+    json_flag = flag("as_json", "--json", "Print the results as JSON.")
+    judge_app.command("tune")(command_from_config(TuneJob, _tune, summary, "judge-tune",
+                                                  [json_flag]))  # fmt: skip
+
+
+_register_tune()

@@ -207,7 +207,7 @@ def impute(
     Writes:
         ``qrels_logged.{trec,json}``, ``qrels_imputed.{trec,json}`` (logged + imputed),
         ``imputed.jsonl`` (per judged pair: label, p_yes, sigma, delta, evidence and its
-        item ids, or the error), ``summary.json``.
+        item ids, the history's length, or the error), ``summary.json``.
 
     Returns:
         The summary: users, pairs judged/failed/reused, YES rate, seconds per pair, per-run
@@ -228,7 +228,8 @@ def impute(
     labels = {(j.user_id, j.candidate_id): j for j in judged if j.error is None}
     base = {u: dict(logged.get(u, {})) for u in users}
     _write_labels(out, data, base, labels)
-    _write_sidecar(out / "imputed.jsonl", judged, unbuildable, calibration)
+    history = {(r.user_id, r.candidate_id): len(r.history) for r in reqs}
+    _write_sidecar(out / "imputed.jsonl", judged, unbuildable, calibration, history)
     summary = {
         **_counts(judge, plan, runs, config, judged, labels, base),
         "seconds": round(seconds, 2),
@@ -371,7 +372,11 @@ def circular_check(
 
 
 def _write_sidecar(
-    path: Path, judged: Sequence[Any], unbuildable: Sequence[Mapping], calibration=None
+    path: Path,
+    judged: Sequence[Any],
+    unbuildable: Sequence[Mapping],
+    calibration=None,
+    history: Mapping[tuple[str, str], int] | None = None,
 ) -> None:
     import json
 
@@ -394,6 +399,9 @@ def _write_sidecar(
                 "evidence": j.evidence,
                 "evidence_ids": j.evidence_ids,
             }
+            if history and (j.user_id, j.candidate_id) in history:
+                # the history's length: a feature of the supervised imputer (evaluate)
+                rec["history_len"] = history[(j.user_id, j.candidate_id)]
             if calibration is not None:
                 rec["p_calibrated"] = float(apply_map(*calibration, j.p_yes))
         lines.append(json.dumps(rec, ensure_ascii=False))

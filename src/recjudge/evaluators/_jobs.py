@@ -27,7 +27,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._registry import Registry
-from recjudge._util import json_loads
+from recjudge._util import atomic_write_json, json_loads
 from recjudge.evaluators._augment import AugmentConfig, augment
 from recjudge.evaluators._evaluate import (
     QRELS_KINDS,
@@ -46,7 +46,9 @@ from recjudge.evaluators._impute import (
     logged_qrels,
     read_item_popularity,
 )
+from recjudge.evaluators._leakage import period_overlap, refuse_period
 from recjudge.evaluators._runs import RecRun, read_qrels, read_run, restrict_to
+from recjudge.evaluators._tune_job import TuneJob, run_tune, tune_text
 from recjudge.reporting import interval
 
 __all__ = [
@@ -57,12 +59,14 @@ __all__ = [
     "ImputeJob",
     "JobSpec",
     "JudgeOptions",
+    "TuneJob",
     "estimator_lines",
     "parse_runs",
     "run_augment",
     "run_evaluate",
     "run_gold_sample",
     "run_impute",
+    "run_tune",
     "write_evaluation",
 ]
 
@@ -144,6 +148,10 @@ class ImputeJob(JudgeOptions, ImputeConfig):
         False, description="Go on when the judge's CF signal is one of the runs (its imputed "
         "metric is then inflated; the report names it)."
     )  # fmt: skip
+    allow_tuned_overlap: bool = Field(
+        False, description="Go on when the judge was tuned (`judge tune`) on the evaluated "
+        "users' held-out period (the report names it)."
+    )  # fmt: skip
 
 
 class EvaluateJob(EvaluateConfig):
@@ -180,6 +188,12 @@ class EvaluateJob(EvaluateConfig):
         "label drawn uniformly from the listed pairs): adds a prediction-powered (PPI++) "
         "estimate with an interval valid whatever the judge's bias, clustered by user.",
     )
+    calibration: Literal["isotonic", "logistic", "boosting"] | None = Field(
+        None, description="With --gold: fit the judge's probabilities to the gold labels, "
+        "cross-fitted over users: isotonic (p_yes alone), logistic or boosting (the supervised "
+        "imputer: the judge's log-odds, sigma, item popularity, history length, evidence). DM, "
+        "DR and PPI then use it."
+    )  # fmt: skip
     ppi_intervals: Literal["auto", "iid"] = Field(
         "auto", description="auto: users as clusters whenever a user holds 2+ gold pairs (or "
         "the users design); iid: every gold pair independent (for comparison)."
@@ -187,6 +201,10 @@ class EvaluateJob(EvaluateConfig):
     allow_circular: bool = Field(
         False, description="Go on when the judge's CF signal is one of the runs (its imputed "
         "metric is then inflated; the report header names it)."
+    )  # fmt: skip
+    allow_tuned_overlap: bool = Field(
+        False, description="Go on when the judge was tuned (`judge tune`) on users of the "
+        "gold sample (the report names it)."
     )  # fmt: skip
     obp_out: str | None = Field(
         None,
@@ -341,6 +359,8 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
     _warn_checks(recs, warn)
     source = sigma_source(job.cf, JudgeConfig(mode=job.mode).uses_cf())
     plan = imputation_plan(data, fb, recs, config)
+    tuned = period_overlap(job.model, fb, plan.users)  # refused before a store exists
+    refuse_period(tuned, job.model, job.allow_tuned_overlap)
     found: dict[str, Any] = {}
 
     def circular(judge: Any) -> None:  # refused before a store exists
@@ -357,6 +377,13 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
         summary = impute(judge, data, fb, recs, config, job.out, store=store,
                          progress=progress, calibration=cmap, sigma_source=source, plan=plan,
                          circular=found, allow_circular=job.allow_circular)  # fmt: skip
+    if tuned is not None:  # what evaluate's header and gold check read
+        summary["tuned"] = {
+            **tuned,
+            "model": job.model,
+            "allowed": bool(job.allow_tuned_overlap and tuned["period_overlap"]),
+        }
+        atomic_write_json(Path(job.out) / "summary.json", summary)
     write_impute_report(job, summary)
     return summary
 
@@ -453,6 +480,8 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
     if job.qrels:
         res["estimators"] = _estimate(job, q, recs, users, config, summary)
         res["judge_by_system"] = _judge_by_system(job, q, recs, users, config)
+        if summary.get("tuned"):  # after _estimate: its gold check adds to it
+            res["tuned"] = summary["tuned"]
     elif job.estimators or job.gold or job.obp_out:
         flag = "--estimators" if job.estimators else "--gold" if job.gold else "--obp-out"
         raise ValueError(f"{flag} needs --qrels DIR (an impute --out folder: its imputed.jsonl "
@@ -534,11 +563,30 @@ def evaluation_lines(res: dict[str, Any], header: list[str]) -> list[str]:
                   + ". Its imputed metrics are inflated by construction."]  # fmt: skip
     if res.get("few_users"):
         lines += ["", f"**Warning**: {res['few_users']}."]
+    lines += tuned_lines(res.get("tuned"))
     if "estimators" in res:
         lines += estimator_lines(res["estimators"])
     if res.get("judge_by_system"):
         lines += judge_lines(res["judge_by_system"])
     return report_lines(res, lines)
+
+
+def tuned_lines(tuned: dict[str, Any] | None) -> list[str]:
+    """The header's line on a judge tuned by ``judge tune``: what its tuning read of the
+    evaluated users and of the gold users, and whether an overlap was allowed."""
+    if not tuned:
+        return []
+    gold = tuned.get("gold") or {}
+    line = (f"Judge tuned on the team's log (`{tuned.get('model')}`): it read "
+            f"{tuned['read_by_tuning']} of the {tuned['evaluated_users']} evaluated users' pasts, "
+            f"{tuned['period_overlap']} of them into their held-out period")  # fmt: skip
+    if gold:
+        line += f"; {gold['read_by_tuning']} of the {gold['gold_users']} gold users"
+    overlap = tuned["period_overlap"] or gold.get("read_by_tuning")
+    if overlap:
+        return ["", f"**TUNED JUDGE OVERLAP (--allow-tuned-overlap)**: {line}. Its imputed "
+                "labels and the estimates built on them may be optimistic."]  # fmt: skip
+    return ["", f"{line}."]
 
 
 def judge_lines(by_system: dict[str, Any]) -> list[str]:
@@ -598,18 +646,58 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
     if job.gold:
         k = max(int(m.partition("@")[2]) for m in metrics)
         gold = read_gold(job.gold, users, set(listed_pairs(recs, users, k)))
+        _check_tuned_gold(summary, gold, job.allow_tuned_overlap)
+    fitted = None
+    if job.calibration:
+        if gold is None:
+            raise ValueError(f"--calibration {job.calibration} fits the judge to gold labels: "
+                             "give --gold FILE (`recjudge gold sample`, labelled)")  # fmt: skip
+        from recjudge.evaluators._supervised import fit_imputer, read_feature_rows
+
+        rows = read_feature_rows(Path(job.qrels or "") / "imputed.jsonl", popularity)
+        fitted = fit_imputer(rows, gold.labels, job.calibration)
+        judged = {k: (fitted.p[k], hard) for k, (_, hard) in judged.items() if k in fitted.p}
+        calibrated = True
     got = estimate_evaluation(
         recs, q["logged"], judged, props, users, metrics, wanted,
         calibrated=calibrated, gold=gold, gold_name=Path(job.gold or "").name,
         ppi_intervals=job.ppi_intervals,
     )  # fmt: skip
     got["skipped_metrics"] = skipped
+    if fitted is not None:
+        got["calibration"] = (f"{fitted.describe()}; intervals hold the fitted probabilities "
+                              "fixed (the fit's own variance is not inside them)")  # fmt: skip
+        got["imputer"] = {"method": fitted.method, "features": fitted.features,
+                          "folds": fitted.folds, "gold_pairs": fitted.gold_pairs,
+                          "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
     got["lead"] = _lead(got, wanted, metrics[0], calibrated)
     got["next_step"] = _next_step(recs, users, judged, metrics[0], got, job)
     if job.obp_out:
         files = export_obp(recs, q["logged"], judged, props, users, metrics, job.obp_out)
         got["obp_export"] = {"folder": str(job.obp_out), "files": len(files)}
     return got
+
+
+def _check_tuned_gold(summary: dict[str, Any], gold: Any, allow: bool) -> None:
+    """Refuse gold labels of users the judge's tuning read (``_leakage``); the outcome goes
+    into ``summary['tuned']`` for the report's header."""
+    from recjudge.evaluators._leakage import TunedLeakageError, gold_overlap, refuse_gold
+
+    tuned = summary.get("tuned")
+    model = (summary.get("judge") or {}).get("model")
+    if not tuned or not model:
+        return
+    if not Path(str(model)).is_dir():
+        if allow:
+            return
+        raise TunedLeakageError(
+            f"the judge was tuned (`judge tune`), but its folder {model} is not here, so the "
+            "gold users cannot be checked against its tuning; run evaluate where the folder is, "
+            "or pass --allow-tuned-overlap"
+        )
+    found = gold_overlap(model, {u for u, _ in gold.labels})
+    refuse_gold(found, model, allow)
+    tuned["gold"] = found
 
 
 def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: bool) -> dict:
@@ -780,6 +868,9 @@ class JobSpec:
     summary: str
     #: the command's words (``("gold", "sample")`` is ``recjudge gold sample``); () = (name,)
     command: tuple[str, ...] = ()
+    #: whether ``cli._jobs`` makes the command; False where the group's own module makes it
+    #: (``judge tune``: ``cli._judge``, so ``recjudge judge`` never imports this package)
+    cli_jobs: bool = True
 
 
 JOBS: Registry[JobSpec] = Registry("job")
@@ -818,5 +909,16 @@ JOBS.register(
         run_augment,
         augment_text,
         "Add the judge's top-M YES candidates per user as pseudo-positives (`cf train` reads it).",
+    ),
+)
+JOBS.register(
+    "judge-tune",
+    JobSpec(
+        TuneJob,
+        run_tune,
+        tune_text,
+        "Tune the judge's model on your log (LoRA, merged into a folder every backend loads).",
+        ("judge", "tune"),
+        cli_jobs=False,
     ),
 )

@@ -64,7 +64,8 @@ def clustered_ppi_mean(
             when all its observations are, unlabelled when none is.
         y_proxy: the prediction of every observation (no NaN).
         clusters: the cluster id of every observation (the user).
-        lam: a fixed lambda (1: classic PPI, 0: the gold clusters alone); None: power-tuned.
+        lam: a fixed lambda (1: classic PPI, 0: the gold clusters alone); None: power-tuned
+            (0 when the predictions are constant).
         alpha: 1 - the interval's coverage.
 
     Returns:
@@ -103,9 +104,9 @@ def clustered_ppi_mean(
     if lam is None:
         pooled = np.concatenate([s, v])
         var = float(np.var(pooled, ddof=1))
-        if var <= 0:
-            raise ValueError("the predictions are constant: lambda cannot be tuned")
-        lam = float(np.cov(u, s, ddof=1)[0, 1]) / ((1 + m_l / m_u) * var)
+        # constant predictions carry nothing: the variance-minimising lambda is 0, the gold
+        # clusters alone (the labels-only estimate)
+        lam = float(np.cov(u, s, ddof=1)[0, 1]) / ((1 + m_l / m_u) * var) if var > 0 else 0.0
     value = float(lam * v.mean() + (u - lam * s).mean())
     se = math.sqrt(np.var(u - lam * s, ddof=1) / m_l + np.var(lam * v, ddof=1) / m_u)
     return {**_normal(value, se, alpha), "lam": float(lam), "clusters_labelled": m_l,

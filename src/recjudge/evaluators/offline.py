@@ -65,6 +65,12 @@ from recjudge.evaluators._jobs import (
     run_impute,
     write_evaluation,
 )
+from recjudge.evaluators._leakage import (
+    TunedLeakageError,
+    gold_overlap,
+    period_overlap,
+    tuning_users,
+)
 from recjudge.evaluators._runs import (
     RUN_FORMATS,
     RecRun,
@@ -76,8 +82,27 @@ from recjudge.evaluators._runs import (
     trec_id,
     write_qrels,
 )
+from recjudge.evaluators._supervised import (
+    FittedImputer,
+    features_of,
+    fit_imputer,
+    read_feature_rows,
+)
+from recjudge.evaluators._tune_job import TuneJob, read_user_ids, run_tune, tune_text
 
 __all__ = [
+    "FittedImputer",
+    "TuneJob",
+    "TunedLeakageError",
+    "features_of",
+    "fit_imputer",
+    "gold_overlap",
+    "period_overlap",
+    "read_feature_rows",
+    "read_user_ids",
+    "run_tune",
+    "tune_text",
+    "tuning_users",
     "apply_map",
     "calibration_lines",
     "fit_isotonic",

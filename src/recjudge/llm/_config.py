@@ -213,7 +213,8 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
     personas, the evaluators' stored questions): the resolved dtype (bf16 and fp32 round
     differently; ``auto`` picks by machine); ``device`` when not the CPU (a GPU's kernels
     round differently); for other engines the backend, the endpoint, the served model name
-    and the ``vllm_args`` that change answers (``VLLM_UNKEYED_ARGS`` aside). The model
+    and the ``vllm_args`` that change answers (``VLLM_UNKEYED_ARGS`` aside); a tuned model
+    folder's card digest (``recjudge judge tune``, ``llm._card``). The model
     itself is left to the caller (each keys it beside its prompt). Fields at the values keys
     were made under before they were keyed (transformers on the CPU) add nothing, so those
     keys stay as they were.
@@ -221,6 +222,11 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
     ``LLMConfig.KEYED`` and ``UNKEYED`` classify every field.
     """
     out: dict[str, Any] = {"dtype": config.resolved_dtype()}
+    from recjudge.llm._card import card_digest
+
+    tuned = card_digest(config.model) if config.backend != "openai-compatible" else None
+    if tuned is not None:  # a folder of `judge tune`: its card (base, data, weights) is keyed
+        out["tuned"] = tuned[:16]
     if config.backend == "transformers":
         if config.device != "cpu":
             device = config.resolved_device()

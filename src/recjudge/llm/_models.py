@@ -409,6 +409,16 @@ def _drop_killed_builds(path: Path) -> list[Path]:
     return stale
 
 
+def _check_tuned(folder: Path) -> None:
+    """A tuned folder's weights against its card (``llm._card``), as one load error."""
+    from recjudge.llm._card import TunedCardError, check_tuned
+
+    try:
+        check_tuned(folder)
+    except TunedCardError as e:
+        raise ModelLoadError(str(e)) from None
+
+
 def _local_or_hub(name_or_path: str) -> Path | str:
     """A non-preset model: an existing local path, or a Hugging Face id (returned as is).
 
@@ -419,6 +429,7 @@ def _local_or_hub(name_or_path: str) -> Path | str:
     p = Path(name_or_path).expanduser()
     if p.exists():
         check_weights_format(p)
+        _check_tuned(p)
         return p
     if name_or_path.startswith(("/", "./", "../", "~")) or name_or_path.endswith(".gguf"):
         raise FileNotFoundError(

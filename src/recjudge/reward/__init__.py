@@ -62,8 +62,18 @@ from recjudge.reward._sweep import (
     llm_made,
     sweep_into_store,
 )
+from recjudge.reward._tune import TUNE_VERSION, TuneConfig, TuneResult, tune
+from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
 
 __all__ = [
+    "TUNE_VERSION",
+    "EvidenceRule",
+    "TuneConfig",
+    "TunePair",
+    "TunePairs",
+    "TuneResult",
+    "build_pairs",
+    "tune",
     "clear_prefix_cache",
     "stored_request",
     "request_record",

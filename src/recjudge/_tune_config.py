@@ -1,0 +1,88 @@
+"""The settings of ``recjudge judge tune`` (pure pydantic: the command line builds its options
+from them without importing torch; ``reward._tune`` runs them)."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from recjudge._util import stable_hash
+
+TUNE_VERSION = "tune-v1"
+
+
+class TuneConfig(BaseModel):
+    """How a judge model is tuned (every field is in the card; ``TUNE_KEYED`` enter the
+    checkpoint's fingerprint, so a resume with other settings is refused).
+
+    Attributes:
+        model: the base model (preset, folder or hub id).
+        max_history: history items the prompt shows (as the judge's ``--max-history``).
+        max_evidence: most titles an answer may cite (as the judge's).
+        evidence_items: most titles a positive's target cites (the evidence rule).
+        future_fraction, positives_per_user, negatives_per_positive, min_rating,
+            validation_users, max_users, min_history, before: the pairs
+            (``_tune_pairs.build_pairs``).
+        rank, alpha, dropout, target_modules: the LoRA adapter.
+        lr, steps, batch_size, warmup: the optimiser (AdamW, linear warm-up then decay to 0).
+        eval_every, patience: validation AUC every N steps; stop after ``patience``
+            evaluations without a better AUC.
+        seed: pairs, order and dropout.
+        device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    model: str = Field("smollm2-135m", description="The base model: a preset, folder or HF id.")
+    max_history: int = Field(50, ge=1, description="History items the prompt shows.")
+    max_evidence: int = Field(5, ge=1, description="Most titles an answer may cite.")
+    evidence_items: int = Field(2, ge=1, description="Most titles a positive's target cites.")
+    future_fraction: float = Field(
+        0.2, gt=0, lt=1, description="Each user's last fraction of the log: the positives."
+    )
+    positives_per_user: int = Field(3, ge=1, description="Most positives per user.")
+    negatives_per_positive: int = Field(1, ge=1, description="Unseen items drawn per positive.")
+    min_rating: float | None = Field(
+        None, description="A later interaction is a positive only when rated >= this."
+    )
+    validation_users: int = Field(50, ge=1, description="Users held out for early stopping.")
+    max_users: int | None = Field(None, ge=1, description="A seeded sample of training users.")
+    min_history: int = Field(3, ge=1, description="Skip users with fewer history items.")
+    before: float | None = Field(
+        None, description="Read only interactions with a timestamp strictly before this "
+        "(the evaluated period never enters the tuning)."
+    )  # fmt: skip
+    rank: int = Field(8, ge=1, le=256, description="LoRA rank.")
+    alpha: float = Field(16.0, gt=0, description="LoRA alpha (scale alpha / rank).")
+    dropout: float = Field(0.05, ge=0, lt=1, description="LoRA dropout.")
+    target_modules: tuple[str, ...] = Field(
+        ("q_proj", "k_proj", "v_proj", "o_proj"), description="Modules LoRA adapts."
+    )
+    lr: float = Field(2e-4, gt=0, le=1, description="Peak learning rate (AdamW).")
+    steps: int = Field(200, ge=1, description="Most optimiser steps.")
+    batch_size: int = Field(4, ge=1, le=256, description="Pairs per optimiser step.")
+    warmup: int = Field(10, ge=0, description="Warm-up steps.")
+    eval_every: int = Field(25, ge=1, description="Validation AUC every N steps.")
+    patience: int = Field(3, ge=1, description="Evaluations without improvement before stopping.")
+    seed: int = Field(0, description="Pairs, order and dropout seed.")
+    device: str = Field("auto", description="auto (CUDA when available), cpu, cuda or cuda:N.")
+
+    #: ``device`` only moves the computation (the card records where it ran)
+    UNKEYED: ClassVar[frozenset[str]] = frozenset({"device"})
+
+    def fingerprint(self) -> str:
+        """What a checkpoint was made under: every field but ``device``."""
+        return stable_hash(TUNE_VERSION, self.model_dump(mode="json", exclude={"device"}))
+
+
+class TuneJob(TuneConfig):
+    """``recjudge judge tune``: ``TuneConfig`` plus the log, the users kept out and the folder."""
+
+    data: str = Field(description="The team's log (dataset name or folder): the past only.")
+    out: str = Field(description="The tuned model folder (checkpoints in OUT.tune/).")
+    exclude_users: str | None = Field(
+        None, description="A file of users the tuning never reads (a column user_id in CSV, "
+        "JSONL or Parquet, e.g. a gold sample, or one id per line): those you evaluate or label."
+    )  # fmt: skip
+    resume: bool = Field(False, description="Continue the checkpoint in OUT.tune/.")

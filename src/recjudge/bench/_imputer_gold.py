@@ -1,0 +1,238 @@
+"""Imputers fitted on the gold sample, held against the known truth (``brief-offline-estimators``).
+
+On each evaluation that draws gold samples, every gold sample (size x design, drawn and read
+by ``gold sample``'s and ``evaluate --gold``'s code) is used four ways, each estimating every
+system's metric with a 95 % interval that is then held against the population truth:
+
+- ``labels-only``: PPI++ with a constant predictor (its power-tuned weight is 0): the gold
+  labels alone, design-weighted, clustered by user as ``evaluate`` does;
+- ``ppi [judge]``: PPI++ on the judge's raw ``p_yes`` (what ``evaluate --gold`` runs today);
+- ``ppi [supervised:M]``: PPI++ on the supervised imputer ``M`` (``evaluators._supervised``:
+  logistic regression or gradient boosting of the gold label on the judge's log-odds, the
+  unbiased LLM's log-odds, sigma and the item's log popularity), cross-fitted over the gold
+  users (what ``evaluate --gold --calibration M`` runs);
+- ``dr [supervised:M]``: DR on the log with ``evaluate``'s fitted propensities and the
+  imputer's probabilities for every listed pair, with the user-bootstrap interval that holds
+  the fitted probabilities fixed (so the fit's own variance is not inside it).
+
+The comparison the report draws: interval width relative to ``labels-only`` and to SNIPS (no
+judge, no gold) at the coverage each reaches.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+#: the supervised imputers compared (``evaluators._supervised`` methods)
+SUPERVISED = ("logistic", "boosting")
+LABELS_ONLY = "labels-only"
+
+
+def feature_rows(world: Any, judge: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """Per listed pair, the supervised imputer's features the simulated world holds: the
+    judge's log-odds, the unbiased LLM's (``judge:no-behavior``, when judged), sigma (the
+    judge's CF model) and the item's log training popularity."""
+    p = world.imputers[judge][0]
+    sem = world.imputers.get("judge:no-behavior", (None, None))[0]
+    cf = world.imputers.get("cf", (None, None))[0]
+    out = {}
+    for n, pair in enumerate(world.pairs):
+        out[pair] = {
+            "logit_p_yes": _logit(p[n]),
+            "logit_p_semantic": _logit(sem[n]) if sem is not None else None,
+            "sigma": float(2 * cf[n] - 1) if cf is not None else None,
+            "log_popularity": math.log1p(float(world.popularity[n])),
+            "log_history": None,
+            "evidence": None,
+        }
+    return out
+
+
+def _logit(p: float) -> float:
+    q = min(max(float(p), 1e-6), 1 - 1e-6)
+    return math.log(q / (1 - q))
+
+
+def _dr_cells(world: Any, observed: np.ndarray, theta: np.ndarray, p: np.ndarray,
+              metric: str, chosen: tuple[np.ndarray, np.ndarray]) -> dict[str, tuple]:  # fmt: skip
+    """DR of ``metric`` per system with imputer probabilities ``p`` (hard label p > 0.5) and
+    propensities ``theta``: ``(value, lo, hi)`` as ``one_log`` computes its rows."""
+    from recjudge._stats import bootstrap_ci
+    from recjudge.bench._offline_estimators import _gather, _padded_weights
+    from recjudge.evaluators import linear_values
+
+    users, idx = chosen
+    y_all = world.relevant * observed
+    h_all = (p > 0.5).astype(float)
+    out = {}
+    for name, m in world.slots.items():
+        valid = (m >= 0).astype(float)
+        o, y = _gather(observed.astype(float), m), _gather(y_all, m)
+        t = _gather(theta, m, 1.0)
+        w = _padded_weights(metric, m.shape[1])
+        vals = linear_values("dr", w, o, y, _gather(p, m) * valid, _gather(h_all, m) * valid,
+                             t)[users]  # fmt: skip
+        out[name] = (float(vals.mean()), *bootstrap_ci(vals[idx].mean(axis=1)))
+    return out
+
+
+def imputers_on_gold(
+    world: Any,
+    judge: str,
+    metrics: Sequence[str],
+    sizes: Sequence[int],
+    seed: int,
+    truth: Mapping[str, Mapping[str, float]],
+    log: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]],
+    runs: Sequence[Any],
+) -> dict[tuple[int, str, str, str], list[tuple[float, bool, float, int]]]:
+    """The module's estimators on one evaluation's gold samples. ``log``: (observed per pair,
+    fitted propensities per pair, the ``listed`` users and their resamples). Returns
+    ``{(size, design, row, metric): [(abs error, covered, width, failed)]}``, one entry per
+    system."""
+    from recjudge.bench._offline_estimators import GOLD_DESIGNS
+    from recjudge.evaluators import GoldSample, listed_pairs, parse_metric, ppi_run, sample_gold
+    from recjudge.evaluators._supervised import fit_imputer
+
+    observed, theta, chosen = log
+    p, h = world.imputers[judge]
+    base = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
+    zero = {pair: (0.0, False) for pair in world.pairs}
+    rows = feature_rows(world, judge)
+    index = {pair: n for n, pair in enumerate(world.pairs)}
+    k = max(parse_metric(m)[1] for m in metrics)
+    frame = len(listed_pairs(runs, world.users, k))
+    out: dict[tuple[int, str, str, str], list[tuple[float, bool, float, int]]] = {}
+
+    def add(key: tuple, t: float, value: float | None, ci: Any) -> None:
+        if value is None or not ci:
+            out.setdefault(key, []).append((np.nan, False, np.nan, 1))
+            return
+        lo, hi = ci
+        out.setdefault(key, []).append((abs(value - t), lo <= t <= hi, hi - lo, 0))
+
+    for n in sizes:
+        for design in GOLD_DESIGNS:
+            drawn = sample_gold(runs, world.users, k, n, design=design, seed=seed)
+            labels = {(r["user_id"], r["item_id"]): int(world.relevant[index[
+                (r["user_id"], r["item_id"])]]) for r in drawn}  # fmt: skip
+            pi = {(r["user_id"], r["item_id"]): float(r["inclusion_prob"]) for r in drawn}
+            gold = GoldSample(labels, pi, design=design)
+            judged = {LABELS_ONLY: zero, f"judge {judge}": base}
+            for method in SUPERVISED:
+                try:
+                    fitted = fit_imputer(rows, labels, method, seed=seed)
+                except ValueError:  # one label class in a small sample: no fit, counted
+                    continue
+                judged[f"supervised:{method}"] = {
+                    pair: (fitted.p[pair], fitted.p[pair] > 0.5) for pair in world.pairs
+                }
+            for metric in metrics:
+                for name, jd in judged.items():
+                    for run in runs:
+                        t = truth[metric][run.name]
+                        try:
+                            e = ppi_run(run, world.users, jd, gold, metric, frame, "auto")
+                            add((n, design, f"ppi [{name}]", metric), t, e.value, e.ci)
+                        except ValueError:
+                            add((n, design, f"ppi [{name}]", metric), t, None, None)
+                    if name == LABELS_ONLY:
+                        continue
+                    pv = np.array([jd[pair][0] for pair in world.pairs])
+                    for system, (v, lo, hi) in _dr_cells(world, observed, theta, pv, metric,
+                                                         chosen).items():  # fmt: skip
+                        add((n, design, f"dr [{name}, fit theta]", metric),
+                            truth[metric][system], v, (lo, hi))  # fmt: skip
+                for method in SUPERVISED:  # a sample the fit refused: counted for its rows
+                    if f"supervised:{method}" not in judged:
+                        for row in (f"ppi [supervised:{method}]",
+                                    f"dr [supervised:{method}, fit theta]"):  # fmt: skip
+                            for _ in runs:
+                                add((n, design, row, metric), 0.0, None, None)
+    return out
+
+
+def imputer_summary(
+    per_log: Sequence[Mapping[tuple[int, str, str, str], Sequence[tuple]]],
+) -> dict[str, Any]:
+    """``{size: {design: {row: {metric: {abs_error, coverage, ci_width, intervals,
+    refused}}}}}`` over the evaluations and systems."""
+    acc: dict[tuple[int, str, str, str], list[tuple]] = {}
+    for log in per_log:
+        for key, cells in log.items():
+            acc.setdefault(key, []).extend(cells)
+    out: dict[str, Any] = {}
+    for (n, design, row, metric), cells in acc.items():
+        ok = [c for c in cells if not c[3]]
+        out.setdefault(str(n), {}).setdefault(design, {}).setdefault(row, {})[metric] = {
+            "abs_error": float(np.mean([c[0] for c in ok])) if ok else None,
+            "coverage": float(np.mean([c[1] for c in ok])) if ok else None,
+            "ci_width": float(np.mean([c[2] for c in ok])) if ok else None,
+            "intervals": len(ok),
+            "refused": len(cells) - len(ok),
+        }
+    return out
+
+
+def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) -> list[str]:
+    """The report's section: per gold size, design and metric, each row's coverage and width,
+    the width relative to labels-only and to SNIPS (fit theta, no gold), and whether the
+    goal (>= 30 % narrower than both at >= 90 % coverage) is met."""
+    got = r.get("gold_imputers")
+    if not got:
+        return []
+    snips = r["summary"].get("snips (fit theta)", {})
+    lines = [
+        "",
+        "## Imputers fitted on the gold sample (the supervised imputer)",
+        "",
+        f"On each of the first {draws} evaluations and each gold sample: labels alone "
+        "(`labels-only`: PPI++ with a constant predictor), PPI++ on the judge's raw p_yes, and "
+        "PPI++ and DR (fitted propensities) on the supervised imputers fitted on that sample "
+        "(`evaluate --gold --calibration logistic|boosting`: the judge's log-odds, the "
+        "unbiased LLM's log-odds, sigma and the item's log popularity, cross-fitted over the "
+        "gold users). `vs labels` and `vs SNIPS`: the interval's width relative to labels-only "
+        "and to SNIPS (fit theta; no judge, no gold) on the same metric. Goal: >= 30 % narrower "
+        "than both at >= 90 % coverage. The DR interval holds the fitted probabilities fixed "
+        "(the fit's variance is not inside it).",
+        "",
+        "| gold pairs | design | metric | row | coverage | CI width | vs labels | vs SNIPS "
+        "| mean abs error | refused | goal |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for n, by_design in got.items():
+        for design, by_row in by_design.items():
+            for metric in metrics:
+                ref = (by_row.get(f"ppi [{LABELS_ONLY}]") or {}).get(metric) or {}
+                sn = (snips.get(metric) or {}).get("ci_width")
+                for row, by_m in by_row.items():
+                    c = by_m.get(metric)
+                    if not c:
+                        continue
+                    rel = _ratio(c["ci_width"], ref.get("ci_width"))
+                    rs = _ratio(c["ci_width"], sn)
+                    goal = ("yes" if c["coverage"] is not None and c["coverage"] >= 0.9
+                            and rel is not None and rs is not None and rel <= 0.7 and rs <= 0.7
+                            else "no")  # fmt: skip
+                    lines.append(
+                        f"| {n} | {design} | {metric} | {row} | {_pct(c['coverage'])} | "
+                        f"{_num(c['ci_width'])} | {_num(rel, 2)} | {_num(rs, 2)} | "
+                        f"{_num(c['abs_error'])} | {c['refused']} | {goal} |"
+                    )
+    return lines
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return None if a is None or not b else a / b
+
+
+def _num(v: float | None, nd: int = 4) -> str:
+    return "n/a" if v is None else f"{v:.{nd}f}"
+
+
+def _pct(v: float | None) -> str:
+    return "n/a" if v is None else f"{100 * v:.1f} %"

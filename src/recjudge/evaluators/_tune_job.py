@@ -1,0 +1,65 @@
+"""``recjudge judge tune``: the registered job around ``reward.tune`` (files in, folder out)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from recjudge._tune_config import TuneConfig, TuneJob
+
+__all__ = ["TuneJob", "read_user_ids", "run_tune", "tune_text"]
+
+
+def read_user_ids(path: str | Path) -> list[str]:
+    """User ids from a table with a ``user_id`` column, or a text file of one id per line.
+
+    Raises:
+        DataError: a missing file, or a table without ``user_id`` (file and fix named).
+    """
+    from recjudge.data import DataError, read_table
+
+    path = Path(path)
+    fix = "give a CSV/JSONL/Parquet file with a user_id column, or one user id per line"
+    if not path.is_file():
+        raise DataError("no such users file.", source=str(path), fix=fix)
+    if path.suffix.lower() in (".csv", ".jsonl", ".json", ".parquet", ".tsv"):
+        df = read_table(path)
+        if "user_id" not in df.columns:
+            raise DataError(f"no user_id column; found {list(df.columns)}.", source=str(path),
+                            field="user_id", fix=fix)  # fmt: skip
+        return sorted({str(u) for u in df["user_id"].tolist()})
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError:
+        raise DataError("not UTF-8 text.", source=str(path), fix=fix) from None
+    return sorted({ln.strip() for ln in lines if ln.strip()})
+
+
+def run_tune(job: TuneJob, progress: bool = True,
+             warn: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Tune the judge's model on ``job.data`` and write the merged folder (see ``reward.tune``);
+    returns the card."""
+    from recjudge.data import load_dataset
+    from recjudge.reward._tune import tune
+
+    config = TuneConfig(**{f: getattr(job, f) for f in TuneConfig.model_fields})
+    excluded = read_user_ids(job.exclude_users) if job.exclude_users else []
+    data = load_dataset(job.data)
+    res = tune(config, data, job.out, exclude_users=excluded, resume=job.resume,
+               progress=progress, log=warn)  # fmt: skip
+    return {"out": str(res.out), "excluded_users": len(excluded), **res.card}
+
+
+def tune_text(job: TuneJob, card: dict[str, Any]) -> str:
+    """``judge tune``'s console summary."""
+    auc0, auc = card["validation_auc_before"], card["validation_auc"]
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    p = card["pairs"]
+    return (
+        f"tuned {card['base_model']} on {p['train']} pairs ({p['train_positive']} positive) of "
+        f"{card['data']['users_read'] - p['validation_users']} users in {card['steps']} steps "
+        f"({card['seconds']} s); validation AUC (decision score, {p['validation']} pairs of "
+        f"{p['validation_users']} held-out users) {fmt(auc0)} -> {fmt(auc)} (best step "
+        f"{card['best_step']}) -> {card['out']}. Judge with it: --model {card['out']}"
+    )

@@ -1,0 +1,96 @@
+"""The card of a tuned judge model (``recjudge judge tune``): what it was tuned from and on.
+
+A tuned model is an ordinary safetensors folder that every backend loads unchanged, plus
+``recjudge-tuned.json``: the base model and its digest, the data and period it read, its
+pairs, steps and validation AUC, and the sha256 of each weight file. The card's digest enters
+every result key of the model (``llm_key``), so answers of two tunings never share a key even
+when their folders share a path; loading the folder checks the weights against the card
+(``check_tuned``), so a card cannot vouch for weights it was not written for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from recjudge._util import json_loads, sha256_file
+
+TUNED_CARD = "recjudge-tuned.json"
+TUNED_FORMAT = "recjudge-tuned"
+
+
+class TunedCardError(ValueError):
+    """A tuned model's card is unreadable, or its weights are not the ones it lists."""
+
+
+def _card_path(model: str | Path) -> Path | None:
+    p = Path(str(model)).expanduser()
+    card = p / TUNED_CARD
+    return card if card.is_file() else None
+
+
+@lru_cache(maxsize=64)
+def _read(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], str]:
+    raw = Path(path).read_bytes()
+    try:
+        card = json_loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise TunedCardError(f"{path}: not a tuned-model card (JSON); tune the model again "
+                             "with `recjudge judge tune`") from None  # fmt: skip
+    if not isinstance(card, dict) or card.get("format") != TUNED_FORMAT:
+        raise TunedCardError(f"{path}: not a {TUNED_FORMAT} card; tune the model again with "
+                             "`recjudge judge tune`")  # fmt: skip
+    return card, hashlib.sha256(raw).hexdigest()
+
+
+def read_card(model: str | Path) -> dict[str, Any] | None:
+    """The card of a tuned model folder (None: not a tuned folder, e.g. a preset or hub id).
+
+    Raises:
+        TunedCardError: the card is not a ``recjudge-tuned`` JSON object.
+    """
+    card = _card_path(model)
+    if card is None:
+        return None
+    st = card.stat()
+    return _read(str(card), st.st_size, st.st_mtime_ns)[0]
+
+
+def card_digest(model: str | Path) -> str | None:
+    """sha256 of the card's bytes (None without a card): what keys the tuned model."""
+    card = _card_path(model)
+    if card is None:
+        return None
+    st = card.stat()
+    return _read(str(card), st.st_size, st.st_mtime_ns)[1]
+
+
+def check_tuned(folder: str | Path) -> None:
+    """The weight files of a tuned folder against the sha256 its card lists.
+
+    Raises:
+        TunedCardError: a listed weight file is missing or differs (named), or the card
+            lists none.
+    """
+    card = read_card(folder)
+    if card is None:
+        return
+    listed = card.get("weights_sha256")
+    if not isinstance(listed, dict) or not listed:
+        raise TunedCardError(f"{folder}: its card lists no weight digests; tune it again")
+    for name, digest in listed.items():
+        f = Path(folder) / str(name)
+        if "/" in str(name) or not f.is_file():
+            raise TunedCardError(f"{folder}: weight file {name!r} of its card is missing")
+        if sha256_file(f) != digest:
+            raise TunedCardError(f"{folder}: {name} is not the file its card was written for "
+                                 "(sha256 differs); tune again, or restore the folder")  # fmt: skip
+
+
+def user_hash(user_id: str) -> str:
+    """How a tuning's users record names a user: sha256 of the id, 16 hex digits (the card
+    travels with the model; the ids stay with the team)."""
+    return hashlib.sha256(str(user_id).encode()).hexdigest()[:16]

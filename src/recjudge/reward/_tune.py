@@ -1,0 +1,539 @@
+"""``recjudge judge tune``: LoRA on a team's own log, merged into a folder every backend loads.
+
+TALLRec (Bao et al., RecSys 2023) showed a prompted LLM near AUC 0.5 on MovieLens relevance and
+the same LLM LoRA-tuned on a few hundred of the domain's yes/no examples well above it. This
+module does that for the judge as it runs: the BRIEF prompt exactly as ``Judge.prompt_ids``
+renders it, and the evidence-first answer the grammar allows as the target
+(``_tune_pairs``: pairs from the log only, the evidence rule, the negatives).
+
+Training: LoRA (Hu et al. 2022, through ``peft``) on the attention projections, the causal LM
+loss on the answer's tokens only (the prompt is context), AdamW with a linear warm-up and
+decay, padded micro-batches, on CPU or CUDA. Every ``eval_every`` steps the validation users'
+pairs are scored teacher-forced at the decision: ``s = logit(YES token) - logit(NO token)``
+at the first answer token where the YES and NO answers differ (the step where the grammar's
+bias acts); their AUC decides early stopping (``patience`` evaluations without improvement)
+and which adapter is kept. A checkpoint (adapter, optimizer moments, step, history; all
+safetensors / JSON, nothing pickled) is written at each evaluation, and ``resume`` continues
+from it. The best adapter is merged into the base weights and saved as a plain safetensors
+folder with the base's tokenizer files and a card (``llm._card``) whose digest enters every
+result key; the grammar and the CF bias apply on top, as for any model.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from recjudge._tune_config import TUNE_VERSION, TuneConfig
+from recjudge._util import atomic_dir, atomic_write_json, json_loads, sha256_file, stable_hash
+from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs
+
+__all__ = ["TUNE_VERSION", "TuneConfig", "TuneResult", "tune"]
+
+STATE = "state.json"
+LORA_FILE = "lora.safetensors"
+BEST_FILE = "best.safetensors"
+OPTIMIZER_FILE = "optimizer.safetensors"
+USERS_FILE = "tuning-users.json"
+
+
+@dataclass
+class Example:
+    """One tokenised pair: prompt + target answer, and the decision for validation."""
+
+    ids: list[int]
+    prompt_len: int
+    label: int
+    decision_at: int  # index in ``ids`` of the first token where YES and NO answers differ
+    yes_token: int
+    no_token: int
+
+
+def answer_text(titles: Sequence[str]) -> str:
+    """The evidence-first answer the grammar allows: YES with ``titles``, NO without."""
+    from recjudge.decoding._schemas import json_literal
+
+    if not titles:
+        return '{"evidence": [], "is_relevant": "NO"}'
+    return '{"evidence": [' + ", ".join(json_literal(t) for t in titles) + \
+        '], "is_relevant": "YES"}'  # fmt: skip
+
+
+def encode_pair(judge: Any, pair: TunePair, rule: EvidenceRule) -> Example:
+    """``pair`` as the judge prompts it, with its target answer (checked by the grammar's
+    parser) and the decision tokens."""
+    rendered, prefix, suffix = judge.prompt_ids(pair.request)
+    schema = judge.config.schema_for(rendered)
+    shown = [h.item_id for h in rendered.shown]
+    by_id = {h.item_id: h.title for h in rendered.shown}
+    cited = [by_id[i] for i in rule.choose(pair.request.candidate_id, shown)]
+    cited = cited[: judge.config.max_evidence]
+    yes, no = answer_text(cited), answer_text([])
+    for text in (yes, no):
+        schema.parse(text)  # the target is an answer the grammar allows (raises otherwise)
+    yes_ids, no_ids = judge.llm.encode(yes), judge.llm.encode(no)
+    common = 0
+    while common < min(len(yes_ids), len(no_ids)) - 1 and yes_ids[common] == no_ids[common]:
+        common += 1
+    prompt = list(prefix) + list(suffix)
+    target = yes_ids if pair.label else no_ids
+    return Example(
+        ids=prompt + list(target),
+        prompt_len=len(prompt),
+        label=pair.label,
+        decision_at=len(prompt) + common,
+        yes_token=yes_ids[common],
+        no_token=no_ids[common],
+    )
+
+
+# -- the model ---------------------------------------------------------------------------------
+def _base_folder(model: str) -> Path:
+    from recjudge.llm import resolve_model_path
+
+    path = resolve_model_path(model)
+    if not isinstance(path, Path) or not path.is_dir():
+        raise ValueError(f"--model {model!r}: tuning needs a local model folder or a preset "
+                         "(a hub id is not downloaded here)")  # fmt: skip
+    return path
+
+
+def base_digest(model: str) -> str:
+    """The base model's identity: a preset's GGUF sha256, a tuned folder's card digest, else
+    the sha256 of the folder's weight files' digests."""
+    from recjudge.llm import PRESETS
+    from recjudge.llm._card import card_digest
+
+    if model in PRESETS:
+        return PRESETS.get(model).sha256
+    folder = _base_folder(model)
+    tuned = card_digest(folder)
+    if tuned:
+        return tuned
+    files = sorted(folder.glob("*.safetensors"))
+    return stable_hash([(f.name, sha256_file(f)) for f in files], length=64)
+
+
+def load_trainable(config: TuneConfig, device: str) -> Any:
+    """The base model in fp32 with a fresh LoRA adapter (``peft``)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from recjudge.llm._backend import _quiet_loading
+
+    with _quiet_loading():
+        base = AutoModelForCausalLM.from_pretrained(_base_folder(config.model),
+                                                    dtype=torch.float32)  # fmt: skip
+    lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
+                      target_modules=list(config.target_modules), bias="none",
+                      task_type="CAUSAL_LM")  # fmt: skip
+    from recjudge._util import torch_seeded
+
+    try:
+        with torch_seeded(config.seed):  # the adapter's initial A matrices: the same every run
+            model = get_peft_model(base, lora)
+    except ValueError as e:  # e.g. a target module this architecture does not have
+        raise ValueError(f"--target-modules: {e}") from None
+    return model.to(device)
+
+
+def _batch(examples: Sequence[Example], pad: int, device: str, upto: str) -> tuple[Any, ...]:
+    """Right-padded ids, attention mask and labels (-100 on prompt and padding) of a
+    micro-batch; ``upto="decision"`` cuts each sequence at its decision token."""
+    import torch
+
+    seqs = [e.ids[: e.decision_at] if upto == "decision" else e.ids for e in examples]
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad, dtype=torch.long, device=device)
+    mask = torch.zeros((len(seqs), width), dtype=torch.long, device=device)
+    labels = torch.full((len(seqs), width), -100, dtype=torch.long, device=device)
+    for n, (e, s) in enumerate(zip(examples, seqs, strict=True)):
+        ids[n, : len(s)] = torch.tensor(s, dtype=torch.long, device=device)
+        mask[n, : len(s)] = 1
+        labels[n, e.prompt_len : len(s)] = ids[n, e.prompt_len : len(s)]
+    return ids, mask, labels
+
+
+def decision_scores(model: Any, examples: Sequence[Example], pad: int, device: str,
+                    batch: int = 4) -> list[float]:  # fmt: skip
+    """Teacher-forced ``logit(YES) - logit(NO)`` at each example's decision token."""
+    import torch
+
+    out: list[float] = []
+    model.eval()
+    with torch.no_grad():
+        for b in range(0, len(examples), batch):
+            part = examples[b : b + batch]
+            ids, mask, _ = _batch(part, pad, device, "decision")
+            logits = model(input_ids=ids, attention_mask=mask).logits
+            for n, e in enumerate(part):
+                row = logits[n, e.decision_at - 1].float()
+                out.append(float(row[e.yes_token] - row[e.no_token]))
+    return out
+
+
+def validation_auc(model: Any, examples: Sequence[Example], pad: int, device: str) -> float | None:
+    """AUC of the decision scores against the validation labels (Mann-Whitney)."""
+    from recjudge._stats import auc
+
+    s = decision_scores(model, examples, pad, device)
+    pos = [v for v, e in zip(s, examples, strict=True) if e.label]
+    neg = [v for v, e in zip(s, examples, strict=True) if not e.label]
+    return auc(pos, neg)
+
+
+def learning_rate(config: TuneConfig, step: int) -> float:
+    """Linear warm-up to ``lr`` over ``warmup`` steps, then linear decay to 0 at ``steps``."""
+    if config.warmup and step < config.warmup:
+        return config.lr * (step + 1) / config.warmup
+    span = max(1, config.steps - config.warmup)
+    return config.lr * max(0.0, 1.0 - (step - config.warmup) / span)
+
+
+def order_of(n: int, config: TuneConfig, step: int) -> list[int]:
+    """The training examples of optimiser step ``step``: epoch ``e``'s seeded permutation,
+    so a resumed run takes exactly the examples the uninterrupted one would."""
+    per = config.batch_size
+    out = []
+    for k in range(step * per, (step + 1) * per):
+        epoch, at = divmod(k, n)
+        perm = np.random.default_rng([config.seed, epoch]).permutation(n)
+        out.append(int(perm[at]))
+    return out
+
+
+# -- checkpoints (safetensors + JSON; nothing pickled) -------------------------------------------
+def _lora_state(model: Any) -> dict[str, Any]:
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model).items()}
+
+
+def _set_lora(model: Any, path: Path) -> None:
+    from peft import set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    set_peft_model_state_dict(model, load_file(str(path)))
+
+
+def save_checkpoint(work: Path, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
+    """Adapter, AdamW moments and the loop's state, each file written then renamed; the
+    state file (last) names a complete checkpoint."""
+    from safetensors.torch import save_file
+
+    work.mkdir(parents=True, exist_ok=True)
+    tmp = work / f".{LORA_FILE}.tmp"
+    save_file(_lora_state(model), str(tmp))
+    tmp.replace(work / LORA_FILE)
+    tensors: dict[str, Any] = {}
+    for i, st in optimizer.state_dict()["state"].items():
+        for name, value in st.items():
+            tensors[f"{i}.{name}"] = value.detach().cpu().contiguous().reshape(value.shape)
+    tmp = work / f".{OPTIMIZER_FILE}.tmp"
+    save_file(tensors, str(tmp))
+    tmp.replace(work / OPTIMIZER_FILE)
+    atomic_write_json(work / STATE, state)
+
+
+def load_checkpoint(work: Path, model: Any, optimizer: Any, fingerprint: str) -> dict | None:
+    """The state of ``work``'s checkpoint, its adapter and moments loaded (None: none yet).
+
+    Raises:
+        ValueError: the checkpoint was made under other settings (named).
+    """
+    import torch
+    from safetensors.torch import load_file
+
+    path = work / STATE
+    if not path.is_file():
+        return None
+    state = json_loads(path.read_text(encoding="utf-8"))
+    if state.get("fingerprint") != fingerprint:
+        raise ValueError(f"{work} holds a tuning checkpoint made with other settings "
+                         f"({state.get('config')}); resume with those, or choose another "
+                         "--out")  # fmt: skip
+    _set_lora(model, work / LORA_FILE)
+    flat = load_file(str(work / OPTIMIZER_FILE))
+    moments: dict[int, dict[str, Any]] = {}
+    for key, value in flat.items():
+        i, _, name = key.partition(".")
+        moments.setdefault(int(i), {})[name] = value
+    sd = optimizer.state_dict()
+    sd["state"] = {i: {k: (v if k != "step" else v.to(torch.float32)) for k, v in st.items()}
+                   for i, st in moments.items()}  # fmt: skip
+    optimizer.load_state_dict(sd)
+    return state
+
+
+# -- the run ------------------------------------------------------------------------------------
+@dataclass
+class TuneResult:
+    """What a tuning run produced (also in the card)."""
+
+    out: Path
+    card: dict[str, Any]
+
+
+def _users_record(pairs: TunePairs) -> dict[str, Any]:
+    """The users the tuning read (sha256 of each id, never the id) with the latest timestamp
+    read for each, and the validation users: what ``evaluate``'s leakage check reads."""
+    from recjudge.llm._card import user_hash
+
+    return {
+        "format": "recjudge-tuning-users",
+        "hash": "sha256(user_id)[:16]",
+        "last_time": {user_hash(u): t for u, t in sorted(pairs.users_last_time.items())},
+        "validation": sorted(user_hash(u) for u in pairs.validation_users),
+    }
+
+
+def _examples(judge: Any, pairs: Sequence[TunePair], rule: EvidenceRule,
+              skipped: list[str]) -> list[Example]:  # fmt: skip
+    out = []
+    for p in pairs:
+        try:
+            out.append(encode_pair(judge, p, rule))
+        except (ValueError, KeyError, IndexError) as e:  # one bad record never ends the run
+            skipped.append(f"{p.request.user_id}/{p.request.candidate_id}: {e}")
+    return out
+
+
+def tune(
+    config: TuneConfig,
+    data: Any,
+    out: str | Path,
+    *,
+    exclude_users: Sequence[str] = (),
+    resume: bool = False,
+    progress: bool = True,
+    log: Callable[[str], None] | None = None,
+) -> TuneResult:
+    """Tune ``config.model`` on ``data`` and write the merged folder to ``out``.
+
+    Args:
+        config: the tuning settings.
+        data: the team's log (``recjudge.data.Dataset``): the past only.
+        out: the merged model folder; its checkpoints go to ``OUT.tune/``.
+        exclude_users: users the tuning never reads (those to be evaluated or labelled).
+        resume: continue the checkpoint in ``OUT.tune/`` (refused when its settings differ).
+        progress: a progress bar with ETA.
+        log: where one-line notes go (skipped pairs, early stop).
+
+    Raises:
+        ValueError: bad settings or data (one line naming the fix), ``out`` already there.
+    """
+    import torch
+
+    from recjudge._util import torch_seeded
+    from recjudge.llm import LLMConfig, load_llm, require_device
+    from recjudge.reward._judge import Judge
+    from recjudge.reward._judge_config import JudgeConfig
+    from recjudge.reward._tune_pairs import build_pairs
+
+    log = log or (lambda m: None)
+    out = Path(out)
+    work = Path(f"{out}.tune")
+    if out.exists():
+        raise ValueError(f"{out} exists; choose another --out (a tuned folder is never "
+                         "overwritten)")  # fmt: skip
+    if work.exists() and not resume and (work / STATE).exists():
+        raise ValueError(f"{work} holds a tuning checkpoint; pass --resume to continue it, or "
+                         "choose another --out")  # fmt: skip
+    device = require_device(LLMConfig(device=config.device).resolved_device())
+    t0 = time.perf_counter()
+    pairs = build_pairs(
+        data, future_fraction=config.future_fraction,
+        positives_per_user=config.positives_per_user,
+        negatives_per_positive=config.negatives_per_positive, min_rating=config.min_rating,
+        validation_users=config.validation_users, max_users=config.max_users,
+        exclude_users=exclude_users, before=config.before, min_history=config.min_history,
+        seed=config.seed,
+    )  # fmt: skip
+    assert pairs.rule is not None
+    # The judge that renders the prompts (its tokenizer; the model it loads is not trained).
+    settings = JudgeConfig(
+        model=config.model,
+        mode="no-behavior",
+        max_history=config.max_history,
+        max_evidence=config.max_evidence,
+    )
+    judge = Judge(settings,
+                  llm=load_llm(LLMConfig(model=config.model, device="cpu")))  # fmt: skip
+    skipped: list[str] = []
+    train = _examples(judge, pairs.train, pairs.rule, skipped)
+    val = _examples(judge, pairs.validation, pairs.rule, skipped)
+    for s in skipped[:3]:
+        log(f"tune: pair skipped ({s})")
+    if not train or len({e.label for e in val}) < 2:
+        raise ValueError("too few usable pairs to tune and validate (need training pairs and "
+                         "validation pairs of both labels); use a larger log")  # fmt: skip
+    pad = int(judge.llm.tokenizer.pad_token_id or judge.llm.tokenizer.eos_token_id or 0)
+    del judge
+    model = load_trainable(config, device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    fp = config.fingerprint()
+    state = load_checkpoint(work, model, optimizer, fp) if resume else None
+    if state is None:
+        auc0 = validation_auc(model, val, pad, device)
+        state = {"fingerprint": fp, "config": config.model_dump(mode="json"), "step": 0,
+                 "history": [{"step": 0, "val_auc": auc0, "loss": None}], "best_step": 0,
+                 "best_auc": auc0, "bad_evals": 0, "stopped": None, "seconds": 0.0}  # fmt: skip
+        work.mkdir(parents=True, exist_ok=True)
+        from safetensors.torch import save_file
+
+        save_file(_lora_state(model), str(work / BEST_FILE))
+        save_checkpoint(work, model, optimizer, state)
+    state = _loop(config, model, optimizer, train, val, pad, device, work, state, progress, log,
+                  torch_seeded)  # fmt: skip
+    _set_lora(model, work / BEST_FILE)
+    card = _card(config, data, pairs, train, val, state, device, time.perf_counter() - t0,
+                 len(skipped))  # fmt: skip
+    _merge_and_save(model, config, out, card, _users_record(pairs))
+    return TuneResult(out, card)
+
+
+def _loop(config, model, optimizer, train, val, pad, device, work, state, progress, log,
+          seeded) -> dict[str, Any]:  # fmt: skip
+    """The optimiser steps from ``state['step']`` with evaluations, checkpoints and the early
+    stop; returns the final state (also on disk)."""
+    from safetensors.torch import save_file
+    from tqdm import tqdm
+
+    bar = tqdm(total=config.steps, initial=state["step"], desc="tune", unit="step",
+               disable=not progress or state["stopped"] is not None)  # fmt: skip
+    losses: list[float] = []
+    t0 = time.perf_counter() - float(state.get("seconds") or 0.0)
+    while state["step"] < config.steps and state["stopped"] is None:
+        step = state["step"]
+        model.train()
+        for group in optimizer.param_groups:
+            group["lr"] = learning_rate(config, step)
+        batch = [train[i] for i in order_of(len(train), config, step)]
+        with seeded(config.seed * 1_000_003 + step):  # dropout: the same on a resumed run
+            ids, mask, labels = _batch(batch, pad, device, "all")
+            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        losses.append(float(loss.detach()))
+        state["step"] = step + 1
+        bar.update(1)
+        if state["step"] % config.eval_every == 0 or state["step"] == config.steps:
+            auc = validation_auc(model, val, pad, device)
+            state["history"].append(
+                {
+                    "step": state["step"],
+                    "val_auc": auc,
+                    "loss": float(np.mean(losses)) if losses else None,
+                }
+            )
+            losses = []
+            if auc is not None and (state["best_auc"] is None or auc > state["best_auc"]):
+                state["best_auc"], state["best_step"], state["bad_evals"] = auc, state["step"], 0
+                save_file(_lora_state(model), str(work / BEST_FILE))
+            else:
+                state["bad_evals"] += 1
+                if state["bad_evals"] >= config.patience:
+                    state["stopped"] = (
+                        f"early stop at step {state['step']}: no better "
+                        f"validation AUC in {config.patience} evaluations"
+                    )
+                    log(f"tune: {state['stopped']}")
+            state["seconds"] = time.perf_counter() - t0
+            bar.set_postfix(val_auc=f"{auc:.3f}" if auc is not None else "n/a")
+            save_checkpoint(work, model, optimizer, state)
+    bar.close()
+    return state
+
+
+def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> dict[str, Any]:
+    """The card's fields (``llm._card``; the weight digests are added when saved)."""
+    from recjudge.llm._card import TUNED_FORMAT
+
+    n_pos = sum(e.label for e in train)
+    return {
+        "format": TUNED_FORMAT,
+        "version": TUNE_VERSION,
+        "base_model": config.model,
+        "base_digest": base_digest(config.model),
+        "data": {
+            "name": data.name,
+            "location": getattr(data, "location", None),
+            "interactions_read": pairs.interactions,
+            "first_time": pairs.first_time,
+            "last_time": pairs.last_time,
+            "before": config.before,
+            "users_read": len(pairs.users_last_time),
+        },  # fmt: skip
+        "pairs": {
+            "train": len(train),
+            "train_positive": n_pos,
+            "train_negative": len(train) - n_pos,
+            "validation": len(val),
+            "validation_users": len(pairs.validation_users),
+            "skipped": skipped,
+            "evidence_rule": "item-item cosine over the training users' histories, "
+            f"top {config.evidence_items} shown items with similarity > 0, else the most "
+            "recent",
+        },  # fmt: skip
+        "steps": state["step"],
+        "best_step": state["best_step"],
+        "validation_auc": state["best_auc"],
+        "validation_auc_before": state["history"][0]["val_auc"],
+        "validation_score": "teacher-forced logit(YES) - logit(NO) at the decision token",
+        "history": state["history"],
+        "stopped": state["stopped"],
+        "seconds": round(seconds, 1),
+        "device": device,
+        "config": config.model_dump(mode="json"),
+    }
+
+
+#: files of the base folder that are not copied into the tuned one (weights are written anew)
+_NOT_COPIED = ("config.json", "model.safetensors.index.json", "recjudge-cache.json")
+
+
+def _merge_and_save(model: Any, config: TuneConfig, out: Path, card: dict[str, Any],
+                    users: dict[str, Any]) -> None:  # fmt: skip
+    """The adapter merged into the base weights, in the base's dtype, saved with the base's
+    tokenizer files, the users record and the card (written last), atomically."""
+    import torch
+
+    from recjudge.llm._card import TUNED_CARD
+
+    base = _base_folder(config.model)
+    merged = model.merge_and_unload()
+    dtype = _base_dtype(base)
+    merged = merged.to(dtype=getattr(torch, dtype), device="cpu")
+    with atomic_dir(out) as tmp:
+        merged.save_pretrained(tmp, safe_serialization=True)
+        for f in base.iterdir():
+            if f.is_file() and f.suffix != ".safetensors" and f.name not in _NOT_COPIED \
+                    and not (tmp / f.name).exists():  # fmt: skip
+                shutil.copy2(f, tmp / f.name)
+        atomic_write_json(tmp / USERS_FILE, users)
+        weights = sorted(p.name for p in tmp.glob("*.safetensors"))
+        card = {**card, "dtype": dtype,
+                "weights_sha256": {w: sha256_file(tmp / w) for w in weights},
+                "users_sha256": sha256_file(tmp / USERS_FILE)}  # fmt: skip
+        (tmp / TUNED_CARD).write_text(json.dumps(card, indent=1, sort_keys=True),
+                                      encoding="utf-8")  # fmt: skip
+
+
+def _base_dtype(folder: Path) -> str:
+    """The dtype the base folder's weights are stored in (its config), bf16 when unsaid."""
+    try:
+        cfg = json_loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return "bfloat16"
+    dtype = str(cfg.get("dtype") or cfg.get("torch_dtype") or "bfloat16")
+    return dtype if dtype in ("bfloat16", "float16", "float32") else "bfloat16"

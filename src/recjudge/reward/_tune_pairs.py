@@ -1,0 +1,217 @@
+"""The training pairs of ``recjudge judge tune``: built from a team's log, before any evaluation.
+
+Protocol (the one ``bench brief-ratings`` evaluates the judge under, moved inside the log):
+
+- the log is read strictly before ``before`` when given (the evaluated period never enters);
+- users are split by a seeded sha256 order (``sample_users``) into training and validation
+  users; ``exclude_users`` (the users a team will evaluate or label) never enter either;
+- per user, ``timeline_split``: the last ``future_fraction`` of the user's interactions are
+  the **positives** (a user's later interactions; ``min_rating`` keeps only those rated at
+  least that), everything before them is the history the prompt shows;
+- **negatives** are drawn as the evaluation draws them: uniformly from the catalogue, among
+  items the user never touched in the log, one per positive (``negatives_per_positive``);
+- the target answer is the evidence-first JSON the grammar allows. YES cites evidence chosen
+  by a stated rule (``evidence_for``): the shown history items with the highest item-item
+  cosine similarity to the candidate over the training users' interactions (binary
+  co-occurrence, Sarwar et al. 2001), at most ``evidence_items``, only those with a positive
+  similarity, the most recent shown item when none has; NO cites nothing.
+
+Everything here is numpy/pandas: the pairs are plain records that the tests check for leakage
+(no (user, item) of the evaluated future, no excluded user).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from recjudge._util import rng
+from recjudge.reward._judgment import JudgeRequest
+
+
+@dataclass(frozen=True)
+class TunePair:
+    """One training or validation example.
+
+    Attributes:
+        request: the judge request (history before the user's later interactions).
+        label: 1 for a later interaction of the user, 0 for an item the user never touched.
+    """
+
+    request: JudgeRequest
+    label: int
+
+
+@dataclass
+class TunePairs:
+    """The pairs of one tuning run and what the card records about their source."""
+
+    train: list[TunePair]
+    validation: list[TunePair]
+    #: the evidence rule of the positives' targets (fitted on the training users' histories)
+    rule: EvidenceRule | None = None
+    #: user id -> the latest interaction timestamp the tuning read for that user
+    users_last_time: dict[str, float] = field(default_factory=dict)
+    validation_users: list[str] = field(default_factory=list)
+    interactions: int = 0
+    first_time: float | None = None
+    last_time: float | None = None
+
+
+def _cooccurrence(log: pd.DataFrame) -> tuple[dict[str, int], Any, np.ndarray]:
+    """(item index, binary item x user matrix (CSR), per-item norms) of ``log``."""
+    from scipy.sparse import csr_matrix
+
+    items = {i: n for n, i in enumerate(sorted(log["item_id"].astype(str).unique()))}
+    users = {u: n for n, u in enumerate(sorted(log["user_id"].astype(str).unique()))}
+    pairs = log[["item_id", "user_id"]].astype(str).drop_duplicates()
+    rows = pairs["item_id"].map(items).to_numpy()
+    cols = pairs["user_id"].map(users).to_numpy()
+    m = csr_matrix((np.ones(len(rows)), (rows, cols)), shape=(len(items), len(users)))
+    norms = np.sqrt(np.asarray(m.multiply(m).sum(axis=1)).ravel())
+    return items, m, norms
+
+
+class EvidenceRule:
+    """The stated rule for a positive's evidence (see the module docstring).
+
+    Args:
+        log: the interactions whose co-occurrence defines the similarity (the training
+            users' histories: never a validation user's or the evaluated future).
+        evidence_items: most titles one target cites.
+    """
+
+    def __init__(self, log: pd.DataFrame, evidence_items: int = 2) -> None:
+        if evidence_items < 1:
+            raise ValueError(f"evidence_items must be >= 1, got {evidence_items}")
+        self.items, self.matrix, self.norms = _cooccurrence(log)
+        self.evidence_items = evidence_items
+
+    def similarity(self, candidate: str, others: Sequence[str]) -> np.ndarray:
+        """Cosine of ``candidate``'s user set with each of ``others``' (0 for unknown items)."""
+        c = self.items.get(candidate)
+        out = np.zeros(len(others))
+        if c is None or self.norms[c] == 0:
+            return out
+        row = self.matrix.getrow(c)
+        for n, o in enumerate(others):
+            j = self.items.get(o)
+            if j is not None and self.norms[j] > 0:
+                out[n] = row.multiply(self.matrix.getrow(j)).sum() / (self.norms[c] * self.norms[j])
+        return out
+
+    def choose(self, candidate: str, shown: Sequence[str]) -> tuple[str, ...]:
+        """Item ids of ``shown`` (most recent first) to cite for ``candidate``: the highest
+        similarities above 0 (ties: the more recent), else the most recent item."""
+        if not shown:
+            return ()
+        sims = self.similarity(candidate, shown)
+        order = sorted(range(len(shown)), key=lambda n: (-sims[n], n))
+        chosen = [shown[n] for n in order if sims[n] > 0][: self.evidence_items]
+        return tuple(chosen) if chosen else (shown[0],)
+
+
+def _positives(later: pd.DataFrame, min_rating: float | None, per_user: int) -> list[str]:
+    rows = later if min_rating is None else later[later["rating"] >= min_rating]
+    return [str(i) for i in rows["item_id"]][:per_user]
+
+
+def build_pairs(
+    ds: Any,
+    *,
+    future_fraction: float = 0.2,
+    positives_per_user: int = 3,
+    negatives_per_positive: int = 1,
+    min_rating: float | None = None,
+    validation_users: int = 50,
+    max_users: int | None = None,
+    exclude_users: Sequence[str] = (),
+    before: float | None = None,
+    min_history: int = 3,
+    seed: int = 0,
+) -> TunePairs:
+    """The training and validation pairs of ``ds`` (see the module docstring).
+
+    Args:
+        ds: the team's log (a ``recjudge.data.Dataset``); only its interactions strictly
+            before ``before`` are read.
+        future_fraction: each user's last fraction of interactions that become positives.
+        positives_per_user: most positives per user (the earliest later interactions).
+        negatives_per_positive: unseen items drawn per positive.
+        min_rating: a later interaction is a positive only when rated at least this.
+        validation_users: users held out for validation (early stopping).
+        max_users: a seeded sample of this many training users (None: all).
+        exclude_users: users that enter neither split (those a team evaluates or labels).
+        before: a timestamp; interactions at or after it are never read.
+        min_history: users with fewer history items are skipped.
+        seed: the user order, the negatives and the split.
+
+    Raises:
+        ValueError: no user is left to tune on (the message says which filter emptied it).
+    """
+    from recjudge.data import sample_users, timeline_split
+    from recjudge.reward._requests import _history_items, _request
+
+    log = ds.interactions
+    if before is not None:
+        log = log[log["timestamp"] < before]
+    excluded = {str(u) for u in exclude_users}
+    log = log[~log["user_id"].astype(str).isin(excluded)]
+    if log.empty:
+        raise ValueError("the log holds no interaction to tune on (check --before and "
+                         "--exclude-users)")  # fmt: skip
+    history, later = timeline_split(log, fraction=future_fraction)
+    n_hist = history.groupby("user_id", observed=True).size()
+    n_later = later.groupby("user_id", observed=True).size()
+    eligible = [str(u) for u in n_later.index if n_hist.get(u, 0) >= min_history]
+    if len(eligible) < 2:
+        raise ValueError(f"{len(eligible)} users have >= {min_history} history items and a "
+                         "later interaction; tune on a larger log")  # fmt: skip
+    order = sample_users(eligible, len(eligible), ("tune", seed))
+    n_val = min(validation_users, max(1, len(order) // 5))
+    val_users, train_users = order[:n_val], order[n_val:]
+    if max_users is not None:
+        train_users = train_users[:max_users]
+    hist_by = {str(u): g for u, g in history.groupby("user_id", observed=True)}
+    later_by = {str(u): g for u, g in later.groupby("user_id", observed=True)}
+    # similarity from the training users' histories only (no validation user, no later item)
+    rule_log = history[history["user_id"].astype(str).isin(set(train_users))]
+    rule = EvidenceRule(rule_log)
+    touched = {
+        str(u): set(g["item_id"].astype(str)) for u, g in log.groupby("user_id", observed=True)
+    }
+    catalogue = sorted(ds.items["item_id"].astype(str))
+    out = TunePairs([], [], rule, interactions=int(len(log)),
+                    first_time=float(log["timestamp"].min()),
+                    last_time=float(log["timestamp"].max()))  # fmt: skip
+    for split, users in (("train", train_users), ("validation", val_users)):
+        for u in users:
+            items = _history_items(ds, hist_by[u])
+            g = rng("tune-negatives", seed, u)
+            positives = _positives(later_by[u], min_rating, positives_per_user)
+            if not positives:
+                continue
+            negatives: list[str] = []
+            want = len(positives) * negatives_per_positive
+            for _ in range(100 * want):
+                if len(negatives) == want:
+                    break
+                c = catalogue[int(g.integers(len(catalogue)))]
+                if c not in touched[u] and c not in negatives:
+                    negatives.append(c)
+            pairs = getattr(out, split)
+            for c in positives:
+                pairs.append(TunePair(_request(ds, u, items, c, None, {"label": 1}), 1))
+            for c in negatives:
+                pairs.append(TunePair(_request(ds, u, items, c, None, {"label": 0}), 0))
+            read = pd.concat([hist_by[u], later_by[u]])
+            out.users_last_time[u] = float(read["timestamp"].max())
+    out.validation_users = list(val_users)
+    if not out.train:
+        raise ValueError("no training pair was built (every training user lacks a positive "
+                         "under --min-rating)")  # fmt: skip
+    return out

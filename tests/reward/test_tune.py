@@ -1,0 +1,247 @@
+"""``recjudge judge tune``: pairs from the past only, the stated evidence rule, a resumable
+LoRA loop, and a merged folder every local backend loads with its card in the keys.
+
+The loop's tests tune a tiny random Llama (SmolLM2's tokenizer, 2 layers of width 32) so they
+take seconds; the e2e test tunes the embedded SmolLM2 through the command line and judges
+with the merged folder on both in-process implementations."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+
+from recjudge.data import split_past_future
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Llama in a model folder with SmolLM2's tokenizer files."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from recjudge.llm import resolve_model_path
+
+    base = resolve_model_path("smollm2-135m")
+    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=4096, tie_word_embeddings=True,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=2)  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy2(base / f, out / f)
+    return out
+
+
+def _pairs(ds, **kw):
+    from recjudge.reward._tune_pairs import build_pairs
+
+    kw = {"validation_users": 5, "max_users": 30, "positives_per_user": 2, **kw}
+    return build_pairs(ds, **kw)
+
+
+def test_pairs_never_touch_the_evaluated_future_or_the_excluded_users(ml100k):
+    from recjudge.data import sample_users
+
+    past, future = split_past_future(ml100k, fraction=0.2)
+    evaluated = sample_users(future.interactions["user_id"], 60, "eval")
+    got = _pairs(past, exclude_users=evaluated, max_users=None, validation_users=20)
+    fut = set(zip(future.interactions["user_id"].astype(str),
+                  future.interactions["item_id"].astype(str), strict=True))  # fmt: skip
+    fut_eval = {(u, i) for u, i in fut if u in set(evaluated)}
+    every = got.train + got.validation
+    assert every and not any((p.request.user_id, p.request.candidate_id) in fut_eval
+                             for p in every)  # fmt: skip
+    assert not {p.request.user_id for p in every} & set(evaluated)
+    assert not set(got.users_last_time) & set(evaluated)
+    # training and validation users are disjoint
+    assert not {p.request.user_id for p in got.train} & set(got.validation_users)
+    # what the tuning read of a user never passes the start of the user's future (a per-user
+    # split puts interactions of one timestamp on both sides)
+    first = future.interactions.groupby("user_id", observed=True)["timestamp"].min()
+    assert all(t <= first[u] for u, t in got.users_last_time.items() if u in first.index)
+
+
+def test_positives_are_later_interactions_and_negatives_never_touched(ml100k):
+    got = _pairs(ml100k)
+    log = ml100k.interactions
+    seen = log.groupby("user_id", observed=True)["item_id"].apply(lambda s: set(s.astype(str)))
+    for p in got.train + got.validation:
+        u, c = p.request.user_id, p.request.candidate_id
+        hist_ids = [h.item_id for h in p.request.history]
+        assert c not in hist_ids
+        if p.label:
+            times = log[(log["user_id"] == u)].set_index("item_id")["timestamp"]
+            assert times[c] >= max(times[h] for h in hist_ids)  # later than the history
+        else:
+            assert c not in seen[u]
+    assert {p.label for p in got.train} == {0, 1}
+
+
+def test_before_keeps_the_period_out(ml100k):
+    cut = float(np.quantile(ml100k.interactions["timestamp"], 0.6))
+    got = _pairs(ml100k, before=cut)
+    assert got.last_time < cut
+    assert all(t < cut for t in got.users_last_time.values())
+
+
+def test_the_evidence_rule_cites_the_most_similar_shown_items():
+    import pandas as pd
+
+    from recjudge.reward._tune_pairs import EvidenceRule
+
+    # c co-occurs with a (3 users) more than with b (1 user); d never with c
+    rows = [(u, i) for u, items in {"1": "ac", "2": "ac", "3": "acb", "4": "bd", "5": "d"}.items()
+            for i in items]  # fmt: skip
+    log = pd.DataFrame(rows, columns=["user_id", "item_id"])
+    rule = EvidenceRule(log, evidence_items=1)
+    assert rule.choose("c", ["b", "a", "d"]) == ("a",)
+    assert EvidenceRule(log, 2).choose("c", ["d", "b", "a"]) == ("a", "b")
+    assert rule.choose("c", ["d"]) == ("d",)  # none similar: the most recent shown item
+    assert rule.choose("zz", ["d", "b"]) == ("d",)  # unknown candidate
+
+
+@pytest.mark.parametrize("titles", [["A"], ['He said "no" \\ then', "x\u2028y"], []])
+def test_the_target_is_an_answer_the_grammar_allows(titles):
+    from recjudge.decoding import EvidenceFirst
+    from recjudge.reward._tune import answer_text
+
+    schema = EvidenceFirst(titles or ["Other"], 5)
+    got = schema.parse(answer_text(titles))
+    assert got["evidence"] == titles and got["is_relevant"] == ("YES" if titles else "NO")
+
+
+def test_the_schedule_and_the_order_depend_only_on_the_step():
+    from recjudge._tune_config import TuneConfig
+    from recjudge.reward._tune import learning_rate, order_of
+
+    c = TuneConfig(steps=10, warmup=2, lr=1e-3, batch_size=3)
+    assert learning_rate(c, 0) == pytest.approx(5e-4) and learning_rate(c, 1) == 1e-3
+    assert learning_rate(c, 10) == 0.0
+    seen = [i for s in range(4) for i in order_of(7, c, s)]
+    assert sorted(seen[:7]) == list(range(7))  # each epoch visits every example once
+    assert order_of(7, c, 3) == order_of(7, c, 3)
+
+
+def _tiny_config(tiny_dir, **kw):
+    from recjudge._tune_config import TuneConfig
+
+    return TuneConfig(
+        **{
+            "model": str(tiny_dir),
+            "max_history": 5,
+            "steps": 6,
+            "batch_size": 2,
+            "eval_every": 2,
+            "patience": 10,
+            "max_users": 8,
+            "validation_users": 4,
+            "positives_per_user": 1,
+            "device": "cpu",
+            "lr": 1e-2,
+            **kw,
+        }
+    )
+
+
+def test_a_tuned_folder_loads_on_both_implementations_with_its_card_in_the_key(
+    tiny_dir, ml100k, tmp_path
+):
+    from recjudge.llm import LLMConfig, llm_key, load_llm
+    from recjudge.llm._card import card_digest, read_card
+    from recjudge.reward import Judge, JudgeConfig, request_for
+    from recjudge.reward._tune import tune
+
+    res = tune(_tiny_config(tiny_dir), ml100k, tmp_path / "tuned", progress=False)
+    card = read_card(tmp_path / "tuned")
+    assert card["base_model"] == str(tiny_dir) and card["steps"] == 6
+    assert card["pairs"]["train"] > 0 and 0.0 <= card["validation_auc"] <= 1.0
+    assert [h["step"] for h in card["history"]] == [0, 2, 4, 6]
+    assert set(card["weights_sha256"]) == {"model.safetensors"}
+    assert res.out == tmp_path / "tuned"
+    key = llm_key(LLMConfig(model=str(tmp_path / "tuned")))
+    assert key["tuned"] == card_digest(tmp_path / "tuned")[:16]
+    assert "tuned" not in llm_key(LLMConfig(model=str(tiny_dir)))
+    reqs = [request_for(ml100k, "1", c) for c in ("50", "181")]
+    verdicts = []
+    for impl in ("native", "transformers"):
+        llm = load_llm(LLMConfig(model=str(tmp_path / "tuned"), implementation=impl,
+                                 dtype="float32"), reuse=False)  # fmt: skip
+        judge = Judge(JudgeConfig(model=str(tmp_path / "tuned"), mode="no-behavior",
+                                  max_history=5), llm=llm)  # fmt: skip
+        got = judge.judge_many(reqs)
+        assert all(j.error is None for j in got)
+        verdicts.append([(j.is_relevant, j.evidence, round(j.p_yes, 4)) for j in got])
+    assert verdicts[0] == verdicts[1]
+
+
+def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):
+    from recjudge.llm import ModelLoadError, resolve_model_path
+    from recjudge.reward._tune import tune
+
+    tune(_tiny_config(tiny_dir, steps=2), ml100k, tmp_path / "t", progress=False)
+    assert resolve_model_path(str(tmp_path / "t")) == tmp_path / "t"
+    shutil.copy2(tiny_dir / "model.safetensors", tmp_path / "t" / "model.safetensors")
+    with pytest.raises(ModelLoadError, match="not the file its card was written for"):
+        resolve_model_path(str(tmp_path / "t"))
+
+
+def test_an_interrupted_tuning_resumes_to_the_same_adapter(tiny_dir, ml100k, tmp_path,
+                                                           monkeypatch):  # fmt: skip
+    from safetensors.torch import load_file
+
+    import recjudge.reward._tune as t
+
+    config = _tiny_config(tiny_dir)
+    t.tune(config, ml100k, tmp_path / "whole", progress=False)
+    real = t.save_checkpoint
+    calls = {"n": 0}
+
+    def dies_at_step_4(work, model, optimizer, state):
+        if state["step"] == 4:
+            raise KeyboardInterrupt
+        real(work, model, optimizer, state)
+
+    monkeypatch.setattr(t, "save_checkpoint", dies_at_step_4)
+    with pytest.raises(KeyboardInterrupt):
+        t.tune(config, ml100k, tmp_path / "cut", progress=False)
+    assert json.loads((tmp_path / "cut.tune" / "state.json").read_text())["step"] == 2
+    monkeypatch.setattr(t, "save_checkpoint", real)
+    with pytest.raises(ValueError, match="--resume"):
+        t.tune(config, ml100k, tmp_path / "cut", progress=False)
+    with pytest.raises(ValueError, match="other settings"):
+        t.tune(_tiny_config(tiny_dir, lr=5e-3), ml100k, tmp_path / "cut", resume=True,
+               progress=False)  # fmt: skip
+    t.tune(config, ml100k, tmp_path / "cut", resume=True, progress=False)
+    a = load_file(str(tmp_path / "whole.tune" / "lora.safetensors"))
+    b = load_file(str(tmp_path / "cut.tune" / "lora.safetensors"))
+    assert set(a) == set(b)
+    for k in a:
+        np.testing.assert_allclose(a[k].numpy(), b[k].numpy(), atol=1e-6)
+    assert calls["n"] == 0
+
+
+@pytest.mark.e2e
+@pytest.mark.model
+def test_judge_tune_from_the_command_line_then_judge_with_the_folder(tmp_path):
+    """The README's command on the embedded SmolLM2 (a few steps), then `judge --model DIR`."""
+    from cli_in_process import run_cli
+
+    out = tmp_path / "tuned"
+    r = run_cli("judge", "tune", "--data", "ml-100k", "--out", str(out), "--steps", "2",
+                "--batch-size", "1", "--eval-every", "2", "--max-history", "5",
+                "--max-users", "4", "--validation-users", "3", "--positives-per-user", "1",
+                "--json")  # fmt: skip
+    assert r.code == 0, r.stderr
+    card = json.loads(r.stdout)
+    assert card["steps"] == 2 and card["base_model"] == "smollm2-135m"
+    assert (out / "recjudge-tuned.json").is_file()
+    r = run_cli("judge", "--data", "ml-100k", "--user", "1", "--candidate", "50", "--model",
+                str(out), "--mode", "no-behavior", "--max-history", "5")  # fmt: skip
+    assert r.code == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["is_relevant"] in (True, False) and got["error"] is None
