@@ -164,3 +164,58 @@ def test_in_the_known_truth_world_it_narrows_ppi_against_labels_alone():
         "dr [supervised:logistic, fit theta]",
     }
     assert width["ppi [supervised:logistic]"] < 0.6 * width["ppi [labels-only]"]
+
+
+def _evaluate_folder(tmp, users=40, k=5, seed=0):
+    """An impute folder whose unlabelled pairs' relevance follows sigma (p_yes is noise), the
+    runs it judged, and a labelled gold file of half the users' listed pairs."""
+    g = np.random.default_rng(seed)
+    tmp.mkdir(parents=True)
+    lists = {name: {f"u{u}": [f"{name}{u}_{r}" for r in range(k)] for u in range(users)}
+             for name in ("a", "b")}  # fmt: skip
+    logged = {f"u{u}": {f"a{u}_0": 1} for u in range(users)}
+    rows, gold, imputed = [], ["user_id,item_id,label"], {u: dict(v) for u, v in logged.items()}
+    for name, by_user in lists.items():
+        for u, items in by_user.items():
+            for i in items:
+                sigma = float(g.uniform(-1, 1))
+                y = int(g.random() < (0.8 if sigma > 0 else 0.1))
+                p = float(g.uniform(0.3, 0.9))
+                rows.append({"user_id": u, "item_id": i, "label": int(p > 0.5), "p_yes": p,
+                             "p_yes_semantic": p, "sigma": sigma, "history_len": 20,
+                             "evidence": []})  # fmt: skip
+                imputed[u].setdefault(i, int(p > 0.5))
+                if int(u[1:]) % 2 == 0:
+                    gold.append(f"{u},{i},{y}")
+        (tmp / f"{name}.jsonl").write_text("".join(
+            json.dumps({"user_id": u, "item_id": i, "rank": r + 1}) + "\n"
+            for u, items in by_user.items() for r, i in enumerate(items)))  # fmt: skip
+    (tmp / "qrels_logged.json").write_text(json.dumps(logged))
+    (tmp / "qrels_imputed.json").write_text(json.dumps(imputed))
+    (tmp / "imputed.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp / "summary.json").write_text(json.dumps({"calibrated": False}))
+    (tmp / "gold.csv").write_text("\n".join(gold) + "\n")
+    return f"a={tmp / 'a.jsonl'},b={tmp / 'b.jsonl'}"
+
+
+def test_evaluate_fits_the_imputer_on_the_gold_and_names_it(tmp_path):
+    from recjudge.evaluators import EvaluateJob, run_evaluate
+
+    runs = _evaluate_folder(tmp_path / "imp")
+    job = dict(runs=runs, qrels=str(tmp_path / "imp"), k=5, metrics="precision@5",
+               gold=str(tmp_path / "imp" / "gold.csv"))  # fmt: skip
+    res = run_evaluate(EvaluateJob(**job, calibration="logistic", out=str(tmp_path / "rep")),
+                       warn=lambda m: None)  # fmt: skip
+    est = res["estimators"]
+    assert est["imputer"]["method"] == "logistic" and "sigma" in est["imputer"]["features"]
+    assert est["imputer"]["gold_users"] == 20 and est["imputer"]["folds"] == 5
+    assert est["imputer"]["out_of_fold"]["auc"] > 0.75 > est["imputer"]["out_of_fold"]["auc_raw"]
+    assert est["calibration"].startswith("supervised imputer: logistic")
+    assert "fit's own variance is not inside them" in est["calibration"]
+    for system in ("a", "b"):
+        ppi = est["systems"][system]["precision@5"]["ppi"]
+        assert ppi["value"] is not None and ppi["ci"][0] <= ppi["value"] <= ppi["ci"][1]
+    assert "supervised imputer: logistic" in (tmp_path / "rep" / "report.md").read_text()
+    with pytest.raises(ValueError, match="--calibration logistic fits the judge to gold"):
+        run_evaluate(EvaluateJob(**{**job, "gold": None}, calibration="logistic"),
+                     warn=lambda m: None)  # fmt: skip

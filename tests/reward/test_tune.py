@@ -185,7 +185,10 @@ def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):
 
     tune(_tiny_config(tiny_dir, steps=2), ml100k, tmp_path / "t", progress=False)
     assert resolve_model_path(str(tmp_path / "t")) == tmp_path / "t"
-    shutil.copy2(tiny_dir / "model.safetensors", tmp_path / "t" / "model.safetensors")
+    weights = tmp_path / "t" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 0x01  # one bit of the last tensor's data
+    weights.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match="not the file its card was written for"):
         resolve_model_path(str(tmp_path / "t"))
 

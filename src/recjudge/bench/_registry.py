@@ -68,6 +68,13 @@ def _augment_text(r: dict[str, Any]) -> str:
     )
 
 
+def _tuning_text(r: dict[str, Any]) -> str:
+    return "\n".join(
+        f"{name:<28} AUC {a['relevance_auc']['auc']}  pair rho {a['pair_spearman']['rho']}"
+        for name, a in r["rows"].items()
+    )
+
+
 def _register() -> None:
     from recjudge.bench._augment import AugmentBenchConfig, bench_brief_augment
     from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
@@ -79,6 +86,7 @@ def _register() -> None:
     from recjudge.bench._ray_scaling import RayScalingConfig, bench_ray_scaling
     from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
     from recjudge.bench._speed import SPEED
+    from recjudge.bench._tuning import JudgeTuningConfig, bench_judge_tuning
     from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
 
     for name, spec in {
@@ -110,6 +118,11 @@ def _register() -> None:
             RayScalingConfig, bench_ray_scaling,
             "one process vs Ray workers at the same threads; the driver's cost per judgment",
             default_out=lambda c: f"reports/ray-scaling/{c.data}-{c.model}"),
+        "judge-tuning": BenchSpec(
+            JudgeTuningConfig, bench_judge_tuning,
+            "the judge tuned on the log (LoRA) and the supervised imputer vs the prompted "
+            "judge and CF alone: relevance AUC, rating Spearman, paired differences",
+            _tuning_text),
         "retrain-workers": BenchSpec(
             RetrainWorkersConfig, bench_retrain_workers,
             "brief-augment's retrainings run one or several at once",

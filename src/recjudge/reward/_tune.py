@@ -383,7 +383,8 @@ def tune(
     fp = config.fingerprint()
     state = load_checkpoint(work, model, optimizer, fp) if resume else None
     if state is None:
-        auc0 = validation_auc(model, val, pad, device)
+        with _autocast(device, config.resolved_precision(device)):
+            auc0 = validation_auc(model, val, pad, device)
         state = {"fingerprint": fp, "config": config.model_dump(mode="json"), "step": 0,
                  "history": [{"step": 0, "val_auc": auc0, "loss": None}], "best_step": 0,
                  "best_auc": auc0, "bad_evals": 0, "stopped": None, "seconds": 0.0}  # fmt: skip
@@ -401,10 +402,23 @@ def tune(
     return TuneResult(out, card)
 
 
+def _autocast(device: str, precision: str) -> Any:
+    """bf16 autocast for ``precision == "bfloat16"`` (matmuls in bf16, weights and the
+    adapter's updates fp32), else nothing."""
+    import contextlib
+
+    import torch
+
+    if precision != "bfloat16":
+        return contextlib.nullcontext()
+    return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
+
+
 def _loop(config, model, optimizer, train, val, pad, device, work, state, progress, log,
           seeded) -> dict[str, Any]:  # fmt: skip
     """The optimiser steps from ``state['step']`` with evaluations, checkpoints and the early
     stop; returns the final state (also on disk)."""
+    precision = config.resolved_precision(device)
     from safetensors.torch import save_file
     from tqdm import tqdm
 
@@ -418,17 +432,23 @@ def _loop(config, model, optimizer, train, val, pad, device, work, state, progre
         for group in optimizer.param_groups:
             group["lr"] = learning_rate(config, step)
         batch = [train[i] for i in order_of(len(train), config, step)]
+        t_step = time.perf_counter()
         with seeded(config.seed * 1_000_003 + step):  # dropout: the same on a resumed run
             ids, mask, labels = _batch(batch, pad, device, "all")
-            loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+            with _autocast(device, precision):
+                loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        state["train_seconds"] = state.get("train_seconds", 0.0) + time.perf_counter() - t_step
         losses.append(float(loss.detach()))
         state["step"] = step + 1
         bar.update(1)
         if state["step"] % config.eval_every == 0 or state["step"] == config.steps:
-            auc = validation_auc(model, val, pad, device)
+            t_eval = time.perf_counter()
+            with _autocast(device, precision):
+                auc = validation_auc(model, val, pad, device)
+            state["eval_seconds"] = state.get("eval_seconds", 0.0) + time.perf_counter() - t_eval
             state["history"].append(
                 {
                     "step": state["step"],
@@ -493,7 +513,10 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
         "history": state["history"],
         "stopped": state["stopped"],
         "seconds": round(seconds, 1),
+        "train_seconds": round(float(state.get("train_seconds") or 0.0), 1),
+        "eval_seconds": round(float(state.get("eval_seconds") or 0.0), 1),
         "device": device,
+        "precision": config.resolved_precision(device),
         "config": config.model_dump(mode="json"),
     }
 
