@@ -89,11 +89,11 @@ def imputers_on_gold(
     truth: Mapping[str, Mapping[str, float]],
     log: tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]],
     runs: Sequence[Any],
-) -> dict[tuple[int, str, str, str], list[tuple[float, bool, float, int]]]:
+) -> dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]]:
     """The module's estimators on one evaluation's gold samples. ``log``: (observed per pair,
     fitted propensities per pair, the ``listed`` users and their resamples). Returns
-    ``{(size, design, row, metric): [(abs error, covered, width, failed)]}``, one entry per
-    system."""
+    ``{(size, design, row, metric): [(abs error, covered, width, gold pairs, refused)]}``,
+    one entry per system (``gold_on_log``'s form)."""
     from recjudge.bench._offline_estimators import GOLD_DESIGNS
     from recjudge.evaluators import GoldSample, listed_pairs, parse_metric, ppi_run, sample_gold
     from recjudge.evaluators._supervised import fit_imputer
@@ -106,14 +106,15 @@ def imputers_on_gold(
     index = {pair: n for n, pair in enumerate(world.pairs)}
     k = max(parse_metric(m)[1] for m in metrics)
     frame = len(listed_pairs(runs, world.users, k))
-    out: dict[tuple[int, str, str, str], list[tuple[float, bool, float, int]]] = {}
+    out: dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]] = {}
 
     def add(key: tuple, t: float, value: float | None, ci: Any) -> None:
+        # gold_summary's cells: (abs error, covered, width, gold pairs, refused)
         if value is None or not ci:
-            out.setdefault(key, []).append((np.nan, False, np.nan, 1))
+            out.setdefault(key, []).append((np.nan, False, np.nan, len(labels), 1))
             return
         lo, hi = ci
-        out.setdefault(key, []).append((abs(value - t), lo <= t <= hi, hi - lo, 0))
+        out.setdefault(key, []).append((abs(value - t), lo <= t <= hi, hi - lo, len(labels), 0))
 
     for n in sizes:
         for design in GOLD_DESIGNS:
@@ -159,23 +160,11 @@ def imputers_on_gold(
 def imputer_summary(
     per_log: Sequence[Mapping[tuple[int, str, str, str], Sequence[tuple]]],
 ) -> dict[str, Any]:
-    """``{size: {design: {row: {metric: {abs_error, coverage, ci_width, intervals,
-    refused}}}}}`` over the evaluations and systems."""
-    acc: dict[tuple[int, str, str, str], list[tuple]] = {}
-    for log in per_log:
-        for key, cells in log.items():
-            acc.setdefault(key, []).extend(cells)
-    out: dict[str, Any] = {}
-    for (n, design, row, metric), cells in acc.items():
-        ok = [c for c in cells if not c[3]]
-        out.setdefault(str(n), {}).setdefault(design, {}).setdefault(row, {})[metric] = {
-            "abs_error": float(np.mean([c[0] for c in ok])) if ok else None,
-            "coverage": float(np.mean([c[1] for c in ok])) if ok else None,
-            "ci_width": float(np.mean([c[2] for c in ok])) if ok else None,
-            "intervals": len(ok),
-            "refused": len(cells) - len(ok),
-        }
-    return out
+    """``{size: {design: {row: {metric: {abs_error, coverage, ci_width, gold_pairs,
+    intervals, refused}}}}}`` over the evaluations and systems (``gold_summary``'s form)."""
+    from recjudge.bench._offline_estimators import gold_summary
+
+    return gold_summary(per_log)
 
 
 def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) -> list[str]:

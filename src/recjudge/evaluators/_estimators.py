@@ -44,7 +44,7 @@ under ``imputed``, ``dm`` and ``dr``).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -455,13 +455,21 @@ def list_labels(
     return ListLabels(*rows), clipped
 
 
-def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tuple[float, bool]]:
-    """The judge's ``(p, label)`` per (user, item) from an ``imputed.jsonl`` sidecar (pairs
-    with an error are left out): ``p`` is ``p_calibrated`` where impute applied a calibration
-    map, unless ``raw`` (then always ``p_yes``).
+@dataclass(frozen=True)
+class Refused:
+    """What ``imputed_records``' ``parse`` returns for a value it read but refuses."""
+
+    problem: str
+    field: str
+
+
+def imputed_records(path: str | Path, parse: Callable[[dict], Any], what: str) -> Iterator[Any]:
+    """``parse(record)`` of each judged record of an ``imputed.jsonl`` sidecar (records with
+    an error are passed over), in file order.
 
     Raises:
-        DataError: a line that is not such a record (names the file and line).
+        DataError: a missing file, or a line ``parse`` cannot read (``what`` it should be,
+            the file and line named).
     """
     import json
 
@@ -471,7 +479,6 @@ def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tu
     fix = "pass the --out folder of `recjudge impute` (it holds imputed.jsonl)"
     if not path.is_file():
         raise DataError("no such file.", source=str(path), fix=fix)
-    out: dict[tuple[str, str], tuple[float, bool]] = {}
     for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -479,18 +486,33 @@ def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tu
             rec = json_loads(line)
             if rec.get("error"):
                 continue
-            # The calibrated probability when impute applied a calibration map.
-            p = float(rec["p_yes"] if raw else rec.get("p_calibrated", rec["p_yes"]))
-            label = bool(rec["label"])
-            key = (str(rec["user_id"]), str(rec["item_id"]))
+            got = parse(rec)
         except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            raise DataError("not an imputed-pair record (user_id, item_id, label, p_yes).",
-                            source=str(path), row=n, fix=fix) from None  # fmt: skip
+            raise DataError(f"not {what}.", source=str(path), row=n, fix=fix) from None
+        if isinstance(got, Refused):  # a value parse read but refuses (its field named)
+            raise DataError(got.problem, source=str(path), row=n, field=got.field, fix=fix)
+        yield got
+
+
+def read_judged(path: str | Path, raw: bool = False) -> dict[tuple[str, str], tuple[float, bool]]:
+    """The judge's ``(p, label)`` per (user, item) from an ``imputed.jsonl`` sidecar (pairs
+    with an error are left out): ``p`` is ``p_calibrated`` where impute applied a calibration
+    map, unless ``raw`` (then always ``p_yes``).
+
+    Raises:
+        DataError: a line that is not such a record (names the file and line).
+    """
+
+    def parse(rec: dict) -> Any:
+        # The calibrated probability when impute applied a calibration map.
+        p = float(rec["p_yes"] if raw else rec.get("p_calibrated", rec["p_yes"]))
+        key = (str(rec["user_id"]), str(rec["item_id"]))
         if not 0.0 <= p <= 1.0:
-            raise DataError(f"p_yes {p} is not a probability.", source=str(path), row=n,
-                            field="p_yes", fix=fix)  # fmt: skip
-        out[key] = (p, label)
-    return out
+            return Refused(f"p_yes {p} is not a probability.", "p_yes")
+        return key, (p, bool(rec["label"]))
+
+    what = "an imputed-pair record (user_id, item_id, label, p_yes)"
+    return dict(imputed_records(path, parse, what))
 
 
 def logged_counts(logged: Mapping[str, Mapping[str, int]]) -> dict[str, int]:

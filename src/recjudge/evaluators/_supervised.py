@@ -239,30 +239,13 @@ def read_feature_rows(
     Raises:
         DataError: a line that is not such a record (file and line named).
     """
-    import json
+    from recjudge.evaluators._estimators import Refused, imputed_records
 
-    from recjudge._util import json_loads
-    from recjudge.data import DataError
-
-    path = Path(path)
-    fix = "pass the --out folder of `recjudge impute` (it holds imputed.jsonl)"
-    if not path.is_file():
-        raise DataError("no such file.", source=str(path), fix=fix)
-    out: dict[tuple[str, str], dict[str, Any]] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json_loads(line)
-            if rec.get("error"):
-                continue
-            key = (str(rec["user_id"]), str(rec["item_id"]))
-            feats = features_of(rec, popularity)
-        except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError):
-            raise DataError("not an imputed-pair record (user_id, item_id, p_yes, ...).",
-                            source=str(path), row=n, fix=fix) from None  # fmt: skip
+    def parse(rec: dict) -> Any:
+        feats = features_of(rec, popularity)
         if feats["logit_p_yes"] is None:
-            raise DataError("p_yes is missing or not a number.", source=str(path), row=n,
-                            field="p_yes", fix=fix)  # fmt: skip
-        out[key] = feats
-    return out
+            return Refused("p_yes is missing or not a number.", "p_yes")
+        return (str(rec["user_id"]), str(rec["item_id"])), feats
+
+    what = "an imputed-pair record (user_id, item_id, p_yes, ...)"
+    return dict(imputed_records(path, parse, what))
