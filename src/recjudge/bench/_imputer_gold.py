@@ -57,6 +57,12 @@ def _logit(p: float) -> float:
     return math.log(q / (1 - q))
 
 
+def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
+    from recjudge._stats import auc
+
+    return auc(p[y > 0].tolist(), p[y == 0].tolist())
+
+
 def _dr_cells(world: Any, observed: np.ndarray, theta: np.ndarray, p: np.ndarray,
               metric: str, chosen: tuple[np.ndarray, np.ndarray]) -> dict[str, tuple]:  # fmt: skip
     """DR of ``metric`` per system with imputer probabilities ``p`` (hard label p > 0.5) and
@@ -124,14 +130,20 @@ def imputers_on_gold(
             pi = {(r["user_id"], r["item_id"]): float(r["inclusion_prob"]) for r in drawn}
             gold = GoldSample(labels, pi, design=design)
             judged = {LABELS_ONLY: zero, f"judge {judge}": base}
+            unlabelled = np.array([pair not in labels for pair in world.pairs])
             for method in SUPERVISED:
                 try:
                     fitted = fit_imputer(rows, labels, method, seed=seed)
-                except ValueError:  # one label class in a small sample: no fit, counted
+                except ValueError:  # too few gold users, or one class: no fit, counted
                     continue
                 judged[f"supervised:{method}"] = {
                     pair: (fitted.p[pair], fitted.p[pair] > 0.5) for pair in world.pairs
                 }
+                # its discrimination where it matters: the pairs it imputes, against the truth
+                pv = np.array([fitted.p[pair] for pair in world.pairs])
+                y = world.relevant[unlabelled]
+                out.setdefault((n, design, f"auc [supervised:{method}]", "-"), []).append(
+                    (_auc(pv[unlabelled], y), fitted.oof["auc"]))  # fmt: skip
             for metric in metrics:
                 for name, jd in judged.items():
                     for run in runs:
@@ -161,10 +173,26 @@ def imputer_summary(
     per_log: Sequence[Mapping[tuple[int, str, str, str], Sequence[tuple]]],
 ) -> dict[str, Any]:
     """``{size: {design: {row: {metric: {abs_error, coverage, ci_width, gold_pairs,
-    intervals, refused}}}}}`` over the evaluations and systems (``gold_summary``'s form)."""
+    intervals, refused}}}}}`` over the evaluations and systems (``gold_summary``'s form),
+    and per size and design each supervised imputer's mean AUC against the truth on the
+    pairs it imputed (``auc``) and out of fold on the gold pairs (``auc_gold``)."""
     from recjudge.bench._offline_estimators import gold_summary
 
-    return gold_summary(per_log)
+    out = gold_summary([{k: v for k, v in log.items() if k[3] != "-"} for log in per_log])
+    aucs: dict[tuple[str, str, str], list[tuple]] = {}
+    for log in per_log:
+        for (n, design, row, metric), vals in log.items():
+            if metric == "-":
+                aucs.setdefault((str(n), design, row), []).extend(vals)
+    for (n, design, row), vals in aucs.items():
+        a = [v[0] for v in vals if v[0] is not None]
+        g = [v[1] for v in vals if v[1] is not None]
+        out.setdefault(n, {}).setdefault(design, {})[row] = {
+            "auc": float(np.mean(a)) if a else None,
+            "auc_gold": float(np.mean(g)) if g else None,
+            "fits": len(vals),
+        }
+    return out
 
 
 def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) -> list[str]:
@@ -199,6 +227,8 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
                 ref = (by_row.get(f"ppi [{LABELS_ONLY}]") or {}).get(metric) or {}
                 sn = (snips.get(metric) or {}).get("ci_width")
                 for row, by_m in by_row.items():
+                    if row.startswith("auc ["):
+                        continue
                     c = by_m.get(metric)
                     if not c:
                         continue
@@ -212,6 +242,17 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
                         f"{_num(c['ci_width'])} | {_num(rel, 2)} | {_num(rs, 2)} | "
                         f"{_num(c['abs_error'])} | {c['refused']} | {goal} |"
                     )
+    lines += ["", "The supervised imputers' discrimination (mean over the samples it was fitted "
+              "on; the judge's own AUC against the truth over every listed pair: "
+              f"{_num(r['imputers'][r['gold_imputer']]['auc_vs_truth'], 3)}):", "",
+              "| gold pairs | design | imputer | fits | AUC on the pairs it imputed | "
+              "out-of-fold AUC on the gold |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for n, by_design in got.items():
+        for design, by_row in by_design.items():
+            for row, c in by_row.items():
+                if row.startswith("auc ["):
+                    lines.append(f"| {n} | {design} | {row[5:-1]} | {c['fits']} | "
+                                 f"{_num(c['auc'], 3)} | {_num(c['auc_gold'], 3)} |")  # fmt: skip
     return lines
 
 
