@@ -549,3 +549,41 @@ def test_ray_workers_holding_vllm_give_the_one_process_vllm_judgments(reqs, tmp_
     RESULTS["ray-vllm-worker/beta=25"] = {"judgments": len(got), "max_abs_p_yes_diff": diff,
                                           "seconds_with_pool_start": round(seconds, 2)}  # fmt: skip
     _save()
+
+
+@pytest.fixture(scope="module")
+def tuned_folder(tmp_path_factory):
+    """A SmolLM2 tuned by `recjudge judge tune` (a few steps, in the main environment: peft is
+    not in the vLLM one), so this environment judges with the merged folder as a user would."""
+    main = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "recjudge"
+    if not main.exists():
+        pytest.skip("the main environment (make setup) tunes the folder; it is not here")
+    out = tmp_path_factory.mktemp("tuned") / "smollm2-tuned"
+    r = subprocess.run(
+        [str(main), "judge", "tune", "--data", "ml-100k", "--out", str(out), "--steps", "2",
+         "--batch-size", "2", "--eval-every", "2", "--max-history", "8", "--max-users", "6",
+         "--validation-users", "3", "--positives-per-user", "1", "--lr", "0.01",
+         "--warmup", "0"],
+        capture_output=True, text=True, timeout=900,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-2000:]
+    return out
+
+
+def test_a_tuned_folder_judges_on_vllm_as_on_transformers(reqs, tuned_folder):
+    """`judge tune`'s merged folder loads unchanged in vLLM: the same verdicts and p_yes as
+    the transformers backend (fp32 both), and its card digest in the key on both."""
+    from recjudge.llm import llm_key, loaded_config
+    from recjudge.llm._card import card_digest
+
+    model = str(tuned_folder)
+    some = reqs[:20]
+    hf = load_llm(LLMConfig(model=model, dtype="float32"), reuse=False)
+    ref = Judge(JudgeConfig(model=model, beta=25.0, max_history=8), llm=hf).judge_many(some)
+    vl = load_llm(LLMConfig(model=model, dtype="float32", backend="vllm", vllm_args=VLLM_ARGS))
+    got = Judge(JudgeConfig(model=model, beta=25.0, max_history=8), llm=vl).judge_many(some)
+    assert [j.error for j in got] == [None] * len(some)
+    assert [a.is_relevant for a in ref] == [b.is_relevant for b in got]
+    assert max(abs(a.p_yes - b.p_yes) for a, b in zip(ref, got, strict=True)) <= 1e-2
+    digest = card_digest(model)[:16]
+    assert llm_key(loaded_config(vl))["tuned"] == digest == llm_key(loaded_config(hf))["tuned"]
