@@ -100,8 +100,8 @@ def imputers_on_gold(
     fitted propensities per pair, the ``listed`` users and their resamples). Returns
     ``{(size, design, row, metric): [(abs error, covered, width, gold pairs, refused)]}``,
     one entry per system (``gold_on_log``'s form)."""
-    from recjudge.bench._offline_estimators import GOLD_DESIGNS
-    from recjudge.evaluators import GoldSample, listed_pairs, parse_metric, ppi_run, sample_gold
+    from recjudge.bench._offline_estimators import GOLD_DESIGNS, draw_gold
+    from recjudge.evaluators import listed_pairs, parse_metric, ppi_run
     from recjudge.evaluators._supervised import fit_imputer
 
     observed, theta, chosen = log
@@ -124,11 +124,8 @@ def imputers_on_gold(
 
     for n in sizes:
         for design in GOLD_DESIGNS:
-            drawn = sample_gold(runs, world.users, k, n, design=design, seed=seed)
-            labels = {(r["user_id"], r["item_id"]): int(world.relevant[index[
-                (r["user_id"], r["item_id"])]]) for r in drawn}  # fmt: skip
-            pi = {(r["user_id"], r["item_id"]): float(r["inclusion_prob"]) for r in drawn}
-            gold = GoldSample(labels, pi, design=design)
+            gold = draw_gold(world, runs, k, n, design, seed, index)
+            labels = gold.labels
             judged = {LABELS_ONLY: zero, f"judge {judge}": base}
             unlabelled = np.array([pair not in labels for pair in world.pairs])
             for method in SUPERVISED:

@@ -452,7 +452,7 @@ def gold_on_log(
     ``{(size, design, intervals, metric): [(abs error, covered, width, gold pairs, failed)]}``
     with one entry per system (``failed`` 1 where the estimator refused, e.g. one class);
     ``runs``: ``runs_of(world)`` when the caller has it."""
-    from recjudge.evaluators import GoldSample, listed_pairs, parse_metric, ppi_run, sample_gold
+    from recjudge.evaluators import listed_pairs, parse_metric, ppi_run
 
     p, h = world.imputers[imputer]
     judged = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
@@ -463,11 +463,8 @@ def gold_on_log(
     out: dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]] = {}
     for n in sizes:
         for design in GOLD_DESIGNS:
-            rows = sample_gold(runs, world.users, k, n, design=design, seed=seed)
-            labels = {(r["user_id"], r["item_id"]): int(world.relevant[index[
-                (r["user_id"], r["item_id"])]]) for r in rows}  # fmt: skip
-            pi = {(r["user_id"], r["item_id"]): float(r["inclusion_prob"]) for r in rows}
-            gold = GoldSample(labels, pi, design=design)
+            gold = draw_gold(world, runs, k, n, design, seed, index)
+            labels = gold.labels
             for method in GOLD_INTERVALS:
                 for metric in metrics:
                     cell = out.setdefault((n, design, method, metric), [])
@@ -481,6 +478,20 @@ def gold_on_log(
                         lo, hi = e.ci if e.ci else (np.nan, np.nan)
                         cell.append((abs(e.value - t), lo <= t <= hi, hi - lo, len(labels), 0))
     return out
+
+
+def draw_gold(world: World, runs: Sequence[Any], k: int, n: int, design: str, seed: int,
+              index: Mapping[tuple[str, str], int]) -> Any:  # fmt: skip
+    """``gold sample``'s draw of ``n`` pairs under ``design`` from the runs' top-k, labelled
+    with the online truth (``index``: pair -> its row in ``world.pairs``), as the
+    ``GoldSample`` ``evaluate --gold`` reads."""
+    from recjudge.evaluators import GoldSample, sample_gold
+
+    rows = sample_gold(runs, world.users, k, n, design=design, seed=seed)
+    keys = [(r["user_id"], r["item_id"]) for r in rows]
+    labels = {key: int(world.relevant[index[key]]) for key in keys}
+    pi = {key: float(r["inclusion_prob"]) for key, r in zip(keys, rows, strict=True)}
+    return GoldSample(labels, pi, design=design)
 
 
 def gold_summary(
