@@ -82,6 +82,11 @@ def test_positives_are_later_interactions_and_negatives_never_touched(ml100k):
     assert {p.label for p in got.train} == {0, 1}
 
 
+def test_the_evidence_setting_reaches_the_rule(ml100k):
+    assert _pairs(ml100k).rule.evidence_items == 2
+    assert _pairs(ml100k, evidence_items=3).rule.evidence_items == 3
+
+
 def test_before_keeps_the_period_out(ml100k):
     cut = float(np.quantile(ml100k.interactions["timestamp"], 0.6))
     got = _pairs(ml100k, before=cut)

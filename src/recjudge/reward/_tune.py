@@ -355,7 +355,7 @@ def tune(
         negatives_per_positive=config.negatives_per_positive, min_rating=config.min_rating,
         validation_users=config.validation_users, max_users=config.max_users,
         exclude_users=exclude_users, before=config.before, min_history=config.min_history,
-        seed=config.seed,
+        evidence_items=config.evidence_items, seed=config.seed,
     )  # fmt: skip
     assert pairs.rule is not None
     # The judge that renders the prompts (its tokenizer; the model it loads is not trained).

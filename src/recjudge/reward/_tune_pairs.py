@@ -132,6 +132,7 @@ def build_pairs(
     exclude_users: Sequence[str] = (),
     before: float | None = None,
     min_history: int = 3,
+    evidence_items: int = 2,
     seed: int = 0,
 ) -> TunePairs:
     """The training and validation pairs of ``ds`` (see the module docstring).
@@ -148,6 +149,7 @@ def build_pairs(
         exclude_users: users that enter neither split (those a team evaluates or labels).
         before: a timestamp; interactions at or after it are never read.
         min_history: users with fewer history items are skipped.
+        evidence_items: most titles a positive's target cites (``EvidenceRule``).
         seed: the user order, the negatives and the split.
 
     Raises:
@@ -180,7 +182,7 @@ def build_pairs(
     later_by = {str(u): g for u, g in later.groupby("user_id", observed=True)}
     # similarity from the training users' histories only (no validation user, no later item)
     rule_log = history[history["user_id"].astype(str).isin(set(train_users))]
-    rule = EvidenceRule(rule_log)
+    rule = EvidenceRule(rule_log, evidence_items)
     touched = {
         str(u): set(g["item_id"].astype(str)) for u, g in log.groupby("user_id", observed=True)
     }
