@@ -36,31 +36,22 @@ def feature_rows(world: Any, judge: str) -> dict[tuple[str, str], dict[str, Any]
     """Per listed pair, the supervised imputer's features the simulated world holds: the
     judge's log-odds, the unbiased LLM's (``judge:no-behavior``, when judged), sigma (the
     judge's CF model) and the item's log training popularity."""
+    from recjudge.evaluators._supervised import logit
+
     p = world.imputers[judge][0]
     sem = world.imputers.get("judge:no-behavior", (None, None))[0]
     cf = world.imputers.get("cf", (None, None))[0]
     out = {}
     for n, pair in enumerate(world.pairs):
         out[pair] = {
-            "logit_p_yes": _logit(p[n]),
-            "logit_p_semantic": _logit(sem[n]) if sem is not None else None,
+            "logit_p_yes": logit(p[n]),
+            "logit_p_semantic": logit(sem[n]) if sem is not None else None,
             "sigma": float(2 * cf[n] - 1) if cf is not None else None,
             "log_popularity": math.log1p(float(world.popularity[n])),
             "log_history": None,
             "evidence": None,
         }
     return out
-
-
-def _logit(p: float) -> float:
-    q = min(max(float(p), 1e-6), 1 - 1e-6)
-    return math.log(q / (1 - q))
-
-
-def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
-    from recjudge._stats import auc
-
-    return auc(p[y > 0].tolist(), p[y == 0].tolist())
 
 
 def _dr_cells(world: Any, observed: np.ndarray, theta: np.ndarray, p: np.ndarray,
@@ -100,7 +91,7 @@ def imputers_on_gold(
     fitted propensities per pair, the ``listed`` users and their resamples). Returns
     ``{(size, design, row, metric): [(abs error, covered, width, gold pairs, refused)]}``,
     one entry per system (``gold_on_log``'s form)."""
-    from recjudge.bench._offline_estimators import GOLD_DESIGNS, draw_gold
+    from recjudge.bench._offline_estimators import GOLD_DESIGNS, _auc, draw_gold
     from recjudge.evaluators import listed_pairs, parse_metric, ppi_run
     from recjudge.evaluators._supervised import fit_imputer
 

@@ -40,8 +40,7 @@ def tuning_users(model: str | Path) -> dict[str, Any] | None:
     Raises:
         TunedLeakageError: the record is missing or is not the one the card lists.
     """
-    from recjudge.llm._card import read_card
-    from recjudge.reward._tune import USERS_FILE
+    from recjudge.llm._card import USERS_FILE, read_card
 
     card = read_card(model)
     if card is None:

@@ -47,7 +47,9 @@ Method = Literal["logistic", "boosting", "isotonic"]
 _EPS = 1e-6
 
 
-def _logit(p: float | None) -> float | None:
+def logit(p: float | None) -> float | None:
+    """``log p / (1 - p)`` with ``p`` clipped to ``[1e-6, 1 - 1e-6]`` (None for a missing or
+    non-finite ``p``)."""
     if p is None or not math.isfinite(float(p)):
         return None
     q = min(max(float(p), _EPS), 1 - _EPS)
@@ -60,8 +62,8 @@ def features_of(rec: Mapping[str, Any], popularity: Mapping[str, int] | None) ->
     hist = rec.get("history_len")
     sigma = rec.get("sigma")
     return {
-        "logit_p_yes": _logit(rec.get("p_yes")),
-        "logit_p_semantic": _logit(rec.get("p_yes_semantic")),
+        "logit_p_yes": logit(rec.get("p_yes")),
+        "logit_p_semantic": logit(rec.get("p_yes_semantic")),
         "sigma": float(sigma) if isinstance(sigma, int | float) and math.isfinite(sigma) else None,
         "log_popularity": (
             math.log1p(popularity.get(str(rec["item_id"]), 0)) if popularity is not None else None
@@ -188,10 +190,11 @@ def fit_imputer(
     if method not in METHODS:
         raise ValueError(f"unknown imputer {method!r}; use one of {', '.join(METHODS)}")
     keys = list(rows)
-    x, used = design_matrix([rows[k] for k in keys])
-    if method == "isotonic":
+    if method == "isotonic":  # the map of the judge's own score, whatever else varies
         used = ["logit_p_yes"]
         x = np.array([[rows[k]["logit_p_yes"]] for k in keys], dtype=float)
+    else:
+        x, used = design_matrix([rows[k] for k in keys])
     if not used:
         raise ValueError("no feature varies across the judged pairs; the supervised imputer "
                          "has nothing to learn from (use --calibration isotonic)")  # fmt: skip

@@ -20,6 +20,8 @@ from recjudge._util import json_loads, sha256_file
 
 TUNED_CARD = "recjudge-tuned.json"
 TUNED_FORMAT = "recjudge-tuned"
+#: the tuned folder's record of the users its tuning read (``evaluators._leakage`` reads it)
+USERS_FILE = "tuning-users.json"
 
 
 class TunedCardError(ValueError):
@@ -46,26 +48,29 @@ def _read(path: str, size: int, mtime_ns: int) -> tuple[dict[str, Any], str]:
     return card, hashlib.sha256(raw).hexdigest()
 
 
+def _card_and_digest(model: str | Path) -> tuple[dict[str, Any], str] | None:
+    """The card and the sha256 of its bytes, read once per file version."""
+    card = _card_path(model)
+    if card is None:
+        return None
+    st = card.stat()
+    return _read(str(card), st.st_size, st.st_mtime_ns)
+
+
 def read_card(model: str | Path) -> dict[str, Any] | None:
     """The card of a tuned model folder (None: not a tuned folder, e.g. a preset or hub id).
 
     Raises:
         TunedCardError: the card is not a ``recjudge-tuned`` JSON object.
     """
-    card = _card_path(model)
-    if card is None:
-        return None
-    st = card.stat()
-    return _read(str(card), st.st_size, st.st_mtime_ns)[0]
+    got = _card_and_digest(model)
+    return None if got is None else got[0]
 
 
 def card_digest(model: str | Path) -> str | None:
     """sha256 of the card's bytes (None without a card): what keys the tuned model."""
-    card = _card_path(model)
-    if card is None:
-        return None
-    st = card.stat()
-    return _read(str(card), st.st_size, st.st_mtime_ns)[1]
+    got = _card_and_digest(model)
+    return None if got is None else got[1]
 
 
 def check_tuned(folder: str | Path) -> None:

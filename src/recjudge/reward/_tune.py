@@ -32,7 +32,14 @@ from typing import Any
 import numpy as np
 
 from recjudge._tune_config import TUNE_VERSION, TuneConfig
-from recjudge._util import atomic_dir, atomic_write_json, json_loads, sha256_file, stable_hash
+from recjudge._util import (
+    atomic_dir,
+    atomic_write_bytes,
+    atomic_write_json,
+    json_loads,
+    sha256_file,
+    stable_hash,
+)
 from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs
 
 __all__ = ["TUNE_VERSION", "TuneConfig", "TuneResult", "tune"]
@@ -41,7 +48,6 @@ STATE = "state.json"
 LORA_FILE = "lora.safetensors"
 BEST_FILE = "best.safetensors"
 OPTIMIZER_FILE = "optimizer.safetensors"
-USERS_FILE = "tuning-users.json"
 
 
 @dataclass
@@ -127,6 +133,7 @@ def load_trainable(config: TuneConfig, device: str) -> Any:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
+    from recjudge._util import torch_seeded
     from recjudge.llm._backend import _quiet_loading
 
     with _quiet_loading():
@@ -135,8 +142,6 @@ def load_trainable(config: TuneConfig, device: str) -> Any:
     lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
                       target_modules=list(config.target_modules), bias="none",
                       task_type="CAUSAL_LM")  # fmt: skip
-    from recjudge._util import torch_seeded
-
     try:
         with torch_seeded(config.seed):  # the adapter's initial A matrices: the same every run
             model = get_peft_model(base, lora)
@@ -217,6 +222,13 @@ def _lora_state(model: Any) -> dict[str, Any]:
     return {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(model).items()}
 
 
+def _write_tensors(path: Path, tensors: dict[str, Any]) -> None:
+    """``tensors`` as a safetensors file, written to a temp name and renamed."""
+    from safetensors.torch import save
+
+    atomic_write_bytes(path, save(tensors))
+
+
 def _set_lora(model: Any, path: Path) -> None:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
@@ -227,19 +239,12 @@ def _set_lora(model: Any, path: Path) -> None:
 def save_checkpoint(work: Path, model: Any, optimizer: Any, state: dict[str, Any]) -> None:
     """Adapter, AdamW moments and the loop's state, each file written then renamed; the
     state file (last) names a complete checkpoint."""
-    from safetensors.torch import save_file
-
-    work.mkdir(parents=True, exist_ok=True)
-    tmp = work / f".{LORA_FILE}.tmp"
-    save_file(_lora_state(model), str(tmp))
-    tmp.replace(work / LORA_FILE)
+    _write_tensors(work / LORA_FILE, _lora_state(model))
     tensors: dict[str, Any] = {}
     for i, st in optimizer.state_dict()["state"].items():
         for name, value in st.items():
             tensors[f"{i}.{name}"] = value.detach().cpu().contiguous().reshape(value.shape)
-    tmp = work / f".{OPTIMIZER_FILE}.tmp"
-    save_file(tensors, str(tmp))
-    tmp.replace(work / OPTIMIZER_FILE)
+    _write_tensors(work / OPTIMIZER_FILE, tensors)
     atomic_write_json(work / STATE, state)
 
 
@@ -332,7 +337,6 @@ def tune(
     """
     import torch
 
-    from recjudge._util import torch_seeded
     from recjudge.llm import LLMConfig, load_llm, require_device
     from recjudge.reward._judge import Judge
     from recjudge.reward._judge_config import JudgeConfig
@@ -358,15 +362,16 @@ def tune(
         evidence_items=config.evidence_items, seed=config.seed,
     )  # fmt: skip
     assert pairs.rule is not None
-    # The judge that renders the prompts (its tokenizer; the model it loads is not trained).
+    # The judge that renders the prompts (its tokenizer; the model it loads is not trained,
+    # and is not kept in load_llm's cache: ``del judge`` frees it before training loads one).
     settings = JudgeConfig(
         model=config.model,
         mode="no-behavior",
         max_history=config.max_history,
         max_evidence=config.max_evidence,
     )
-    judge = Judge(settings,
-                  llm=load_llm(LLMConfig(model=config.model, device="cpu")))  # fmt: skip
+    judge = Judge(settings, llm=load_llm(LLMConfig(model=config.model, device="cpu"),
+                                         reuse=False))  # fmt: skip
     skipped: list[str] = []
     train = _examples(judge, pairs.train, pairs.rule, skipped)
     val = _examples(judge, pairs.validation, pairs.rule, skipped)
@@ -388,13 +393,9 @@ def tune(
         state = {"fingerprint": fp, "config": config.model_dump(mode="json"), "step": 0,
                  "history": [{"step": 0, "val_auc": auc0, "loss": None}], "best_step": 0,
                  "best_auc": auc0, "bad_evals": 0, "stopped": None, "seconds": 0.0}  # fmt: skip
-        work.mkdir(parents=True, exist_ok=True)
-        from safetensors.torch import save_file
-
-        save_file(_lora_state(model), str(work / BEST_FILE))
+        _write_tensors(work / BEST_FILE, _lora_state(model))
         save_checkpoint(work, model, optimizer, state)
-    state = _loop(config, model, optimizer, train, val, pad, device, work, state, progress, log,
-                  torch_seeded)  # fmt: skip
+    state = _loop(config, model, optimizer, train, val, pad, device, work, state, progress, log)
     _set_lora(model, work / BEST_FILE)
     card = _card(config, data, pairs, train, val, state, device, time.perf_counter() - t0,
                  len(skipped))  # fmt: skip
@@ -414,13 +415,15 @@ def _autocast(device: str, precision: str) -> Any:
     return torch.autocast(device.split(":")[0], dtype=torch.bfloat16)
 
 
-def _loop(config, model, optimizer, train, val, pad, device, work, state, progress, log,
-          seeded) -> dict[str, Any]:  # fmt: skip
+def _loop(config, model, optimizer, train, val, pad, device, work, state, progress,
+          log) -> dict[str, Any]:  # fmt: skip
     """The optimiser steps from ``state['step']`` with evaluations, checkpoints and the early
     stop; returns the final state (also on disk)."""
-    precision = config.resolved_precision(device)
-    from safetensors.torch import save_file
     from tqdm import tqdm
+
+    from recjudge._util import torch_seeded
+
+    precision = config.resolved_precision(device)
 
     bar = tqdm(total=config.steps, initial=state["step"], desc="tune", unit="step",
                disable=not progress or state["stopped"] is not None)  # fmt: skip
@@ -433,7 +436,7 @@ def _loop(config, model, optimizer, train, val, pad, device, work, state, progre
             group["lr"] = learning_rate(config, step)
         batch = [train[i] for i in order_of(len(train), config, step)]
         t_step = time.perf_counter()
-        with seeded(config.seed * 1_000_003 + step):  # dropout: the same on a resumed run
+        with torch_seeded(config.seed * 1_000_003 + step):  # dropout: as on a resumed run
             ids, mask, labels = _batch(batch, pad, device, "all")
             with _autocast(device, precision):
                 loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
@@ -459,7 +462,7 @@ def _loop(config, model, optimizer, train, val, pad, device, work, state, progre
             losses = []
             if auc is not None and (state["best_auc"] is None or auc > state["best_auc"]):
                 state["best_auc"], state["best_step"], state["bad_evals"] = auc, state["step"], 0
-                save_file(_lora_state(model), str(work / BEST_FILE))
+                _write_tensors(work / BEST_FILE, _lora_state(model))
             else:
                 state["bad_evals"] += 1
                 if state["bad_evals"] >= config.patience:
@@ -531,7 +534,7 @@ def _merge_and_save(model: Any, config: TuneConfig, out: Path, card: dict[str, A
     tokenizer files, the users record and the card (written last), atomically."""
     import torch
 
-    from recjudge.llm._card import TUNED_CARD
+    from recjudge.llm._card import TUNED_CARD, USERS_FILE
 
     base = _base_folder(config.model)
     merged = model.merge_and_unload()

@@ -95,13 +95,14 @@ class EvidenceRule:
         """Cosine of ``candidate``'s user set with each of ``others``' (0 for unknown items)."""
         c = self.items.get(candidate)
         out = np.zeros(len(others))
-        if c is None or self.norms[c] == 0:
+        known = [(n, self.items[o]) for n, o in enumerate(others) if o in self.items]
+        if c is None or self.norms[c] == 0 or not known:
             return out
-        row = self.matrix.getrow(c)
-        for n, o in enumerate(others):
-            j = self.items.get(o)
-            if j is not None and self.norms[j] > 0:
-                out[n] = row.multiply(self.matrix.getrow(j)).sum() / (self.norms[c] * self.norms[j])
+        at, rows = (list(x) for x in zip(*known, strict=True))
+        # one sparse product: the candidate's co-occurrence with every known shown item
+        dots = np.asarray((self.matrix[rows] @ self.matrix[c].T).todense()).ravel()
+        norms = self.norms[rows] * self.norms[c]
+        out[at] = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
         return out
 
     def choose(self, candidate: str, shown: Sequence[str]) -> tuple[str, ...]:
@@ -210,8 +211,8 @@ def build_pairs(
                 pairs.append(TunePair(_request(ds, u, items, c, None, {"label": 1}), 1))
             for c in negatives:
                 pairs.append(TunePair(_request(ds, u, items, c, None, {"label": 0}), 0))
-            read = pd.concat([hist_by[u], later_by[u]])
-            out.users_last_time[u] = float(read["timestamp"].max())
+            # the latest interaction read: a later one (the timeline split keeps time order)
+            out.users_last_time[u] = float(later_by[u]["timestamp"].max())
     out.validation_users = list(val_users)
     if not out.train:
         raise ValueError("no training pair was built (every training user lacks a positive "
