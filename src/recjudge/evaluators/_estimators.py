@@ -1006,6 +1006,21 @@ def clipped_weight_share(
     return out
 
 
+#: fewest labelled clusters (users holding gold pairs of a run; gold pairs for the iid
+#: interval) at which PPI++'s power-tuned lambda is used; below it lambda = 1 (classic PPI).
+#: The tuned lambda is fitted on the same few clusters whose residual variance it minimises,
+#: so the interval is too narrow: on a synthetic world with known truth (users design, 3-11
+#: labelled users) clustered PPI with the tuned lambda covered 87-89 % of 95 % intervals, with
+#: lambda = 1 and t quantiles 92-94 % at the same mean width (``tests/evaluators/
+#: test_small_sample.py``); the asymptotics of PPI++ (Angelopoulos, Duchi and Zrnic 2023)
+#: say nothing at these sizes.
+MIN_TUNED_CLUSTERS = 20
+#: fewest gold labels of each class among a run's gold pairs for a PPI interval: a one-class
+#: sample (every pair relevant, or none) has no observed residual spread on one side and gives
+#: zero-width or one-sided intervals (``1.0 [1.0, 1.0]``).
+MIN_CLASS_LABELS = 1
+
+
 def ppi_run(
     run: Any,
     users: Sequence[str],
@@ -1021,8 +1036,14 @@ def ppi_run(
     clusters, each pair weighted by ``1 / pi``); otherwise (or ``intervals="iid"``) the iid
     ``ppi_metric``.
 
+    Small samples (what a team labels: 100-300 pairs): every interval uses Student's t on
+    its degrees of freedom (labelled clusters - 1, Welch-Satterthwaite for the clustered
+    one; gold pairs - 1 for the iid one) instead of z, and lambda is power-tuned only with
+    ``MIN_TUNED_CLUSTERS`` or more labelled clusters (else 1, classic PPI).
+
     Raises:
-        ValueError: as the estimator chosen does (too few gold pairs, one label class, ...).
+        ValueError: as the estimator chosen does (too few gold pairs), or a run whose gold
+            pairs are all of one class (the message says how many more pairs to label).
     """
     from recjudge.evaluators._ppi import clustered_ppi_mean, ppi_user_totals
 
@@ -1030,30 +1051,79 @@ def ppi_run(
     w = metric_weights(base, k)
     labels = gold.labels
     per_user_gold: dict[str, int] = {}
+    mine: list[int] = []
     for u in users:
         for i in run.rankings.get(u, [])[:k]:
             if (u, i) in labels:
                 per_user_gold[u] = per_user_gold.get(u, 0) + 1
+                mine.append(int(labels[(u, i)]))
+    _require_both_classes(run, users, judged, mine, k)
     clustered = intervals != "iid" and (gold.design == "users" or
                                         max(per_user_gold.values(), default=0) > 1)  # fmt: skip
+    tuned = (len(mine) if not clustered else len(per_user_gold)) >= MIN_TUNED_CLUSTERS
+    lam = None if tuned else 1.0
+    how = "power-tuned lambda" if tuned else (
+        f"lambda 1: fewer than {MIN_TUNED_CLUSTERS} labelled clusters to tune it")  # fmt: skip
     if not clustered:
-        p = ppi_metric(run, users, judged, labels, metric)
-        return _ppi_estimate(metric, p, f"{p['n']} gold pairs, iid interval")
+        p = _t_interval(ppi_metric(run, users, judged, labels, metric, lam=lam), p_df(len(mine)))
+        return _ppi_estimate(metric, p, f"{p['n']} gold pairs, iid interval, t({p['df']:.0f}), "
+                             f"{how}")  # fmt: skip
     require_judged([(u, i) for u in users for i in run.rankings.get(u, [])[:k]], judged)
     if gold.design == "users":
-        c = clustered_ppi_mean(*_user_design_rows(run, users, judged, labels, k, w))
+        c = clustered_ppi_mean(*_user_design_rows(run, users, judged, labels, k, w), lam=lam)
         return _ppi_estimate(
             metric,
             c,
             f"{c['n']} gold pairs of {c['clusters_labelled']} "
-            "users, clustered by user (GLIDE's clustered PPI++)",
+            f"users, clustered by user (GLIDE's clustered PPI++), t({c['df'] or 0:.1f}), {how}",
         )
-    c = ppi_user_totals(*_weighted_user_totals(run, users, judged, gold, k, w, frame))
+    c = ppi_user_totals(*_weighted_user_totals(run, users, judged, gold, k, w, frame), lam=lam)
     return _ppi_estimate(
         metric,
         c,
-        f"{sum(per_user_gold.values())} gold pairs in its lists, "
-        "clustered by user (design-based, 1/pi weights)",
+        f"{sum(per_user_gold.values())} gold pairs of {c['gold_users']} users in its lists, "
+        f"clustered by user (design-based, 1/pi weights), t({c['df']:.0f}), {how}",
+    )
+
+
+def p_df(n: int) -> float:
+    """Degrees of freedom of an interval over ``n`` independent units: ``n - 1`` (at least
+    1)."""
+    return float(max(n - 1, 1))
+
+
+def _t_interval(got: Mapping[str, Any], df: float, alpha: float = 0.05) -> dict[str, Any]:
+    """``ppi_mean``'s normal interval (ppi-python's, kept equal to it) widened to Student's
+    t on ``df`` degrees of freedom: the same standard error times ``t_{1-alpha/2, df}``."""
+    from scipy.stats import norm, t
+
+    z = float(norm.ppf(1 - alpha / 2))
+    se = (got["hi"] - got["lo"]) / (2 * z)
+    q = float(t.ppf(1 - alpha / 2, df))
+    return {**got, "lo": got["value"] - q * se, "hi": got["value"] + q * se, "se": se,
+            "df": df}  # fmt: skip
+
+
+def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: Sequence[int],
+                          k: int) -> None:  # fmt: skip
+    """Refuse a run whose gold labels are one class (``MIN_CLASS_LABELS``), saying how many
+    gold pairs would hold both: about ``5 / q`` for the rarer class's share ``q`` (the
+    judge's mean probability on the run's lists; 5 expected labels of the rarer class, the
+    normal approximation's usual rule)."""
+    pos = int(sum(labels))
+    neg = len(labels) - pos
+    if min(pos, neg) >= MIN_CLASS_LABELS:
+        return
+    p = [judged[(u, i)][0] for u in users for i in run.rankings.get(u, [])[:k]
+         if (u, i) in judged]  # fmt: skip
+    rate = float(np.mean(p)) if p else 0.5
+    q = min(max(min(rate, 1 - rate), 1e-3), 0.5)
+    need = int(math.ceil(5 / q))
+    cls = "relevant (1)" if pos else "not relevant (0)"
+    raise ValueError(
+        f"{run.name}: all {len(labels)} gold pairs in its top-{k} lists are labelled {cls}: a "
+        f"one-class sample gives no valid interval; label about {need} of its pairs (5 of the "
+        f"rarer class at the judge's rate {rate:.2f}): `gold sample --n` with more pairs"
     )
 
 

@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["clustered_ppi_mean", "gold_units_needed", "ppi_user_totals"]
+__all__ = ["clustered_ppi_mean", "gold_units_needed", "ppi_user_totals", "satterthwaite_df"]
 
 
 def _z(alpha: float) -> float:
@@ -43,10 +43,31 @@ def _z(alpha: float) -> float:
     return float(norm.ppf(1 - alpha / 2))
 
 
-def _normal(value: float, se: float, alpha: float) -> dict[str, float]:
-    """``value`` with its normal ``1 - alpha`` interval ``value +- z se``."""
-    z = _z(alpha)
-    return {"value": value, "lo": value - z * se, "hi": value + z * se, "se": se}
+def _quantile(alpha: float, df: float | None) -> float:
+    """``z_{1 - alpha/2}`` (``df`` None: the normal interval GLIDE and ppi-python print) or
+    Student's ``t_{1 - alpha/2, df}`` (the small-sample interval)."""
+    if df is None:
+        return _z(alpha)
+    from scipy.stats import t
+
+    return float(t.ppf(1 - alpha / 2, max(df, 1.0)))
+
+
+def _normal(value: float, se: float, alpha: float, df: float | None = None) -> dict[str, Any]:
+    """``value`` with its ``1 - alpha`` interval ``value +- q se`` (``_quantile``)."""
+    q = _quantile(alpha, df)
+    return {"value": value, "lo": value - q * se, "hi": value + q * se, "se": se,
+            "df": None if df is None else float(df)}  # fmt: skip
+
+
+def satterthwaite_df(parts: Sequence[tuple[float, int]]) -> float | None:
+    """Welch-Satterthwaite degrees of freedom of a variance ``sum_j v_j`` whose parts
+    ``v_j = s_j^2 / n_j`` are each estimated from ``n_j`` units (Satterthwaite 1946):
+    ``(sum v_j)^2 / sum v_j^2 / (n_j - 1)``; None when every part is 0. With one part it is
+    ``n - 1``: the few-cluster t of Cameron and Miller (J. Human Resources 2015, sec. VI)."""
+    num = sum(v for v, _ in parts) ** 2
+    den = sum(v * v / (n - 1) for v, n in parts if n > 1 and v > 0)
+    return num / den if den > 0 else None
 
 
 def clustered_ppi_mean(
@@ -56,6 +77,7 @@ def clustered_ppi_mean(
     *,
     lam: float | None = None,
     alpha: float = 0.05,
+    quantile: str = "t",
 ) -> dict[str, Any]:
     """Clustered PPI++ mean (cluster sampling), GLIDE's ``ClusteredPPIMeanEstimator``.
 
@@ -67,10 +89,13 @@ def clustered_ppi_mean(
         lam: a fixed lambda (1: classic PPI, 0: the gold clusters alone); None: power-tuned
             (0 when the predictions are constant).
         alpha: 1 - the interval's coverage.
+        quantile: ``t``: Student's t on the Welch-Satterthwaite degrees of freedom of the
+            two variance parts (``satterthwaite_df``: about ``M_L - 1`` when the labelled
+            clusters carry the variance); ``normal``: GLIDE's ``z`` (the cross-check).
 
     Returns:
-        ``{"value", "lo", "hi", "se", "lam", "clusters_labelled", "clusters_unlabelled",
-        "n", "N"}``.
+        ``{"value", "lo", "hi", "se", "df", "lam", "clusters_labelled",
+        "clusters_unlabelled", "n", "N"}``.
 
     Raises:
         ValueError: partly labelled clusters, fewer than two labelled or unlabelled
@@ -108,8 +133,11 @@ def clustered_ppi_mean(
         # clusters alone (the labels-only estimate)
         lam = float(np.cov(u, s, ddof=1)[0, 1]) / ((1 + m_l / m_u) * var) if var > 0 else 0.0
     value = float(lam * v.mean() + (u - lam * s).mean())
-    se = math.sqrt(np.var(u - lam * s, ddof=1) / m_l + np.var(lam * v, ddof=1) / m_u)
-    return {**_normal(value, se, alpha), "lam": float(lam), "clusters_labelled": m_l,
+    parts = [(float(np.var(u - lam * s, ddof=1)) / m_l, m_l),
+             (float(np.var(lam * v, ddof=1)) / m_u, m_u)]  # fmt: skip
+    se = math.sqrt(sum(v for v, _ in parts))
+    df = satterthwaite_df(parts) if quantile == "t" else None
+    return {**_normal(value, se, alpha, df), "lam": float(lam), "clusters_labelled": m_l,
             "clusters_unlabelled": m_u, "n": int(lab.sum()), "N": int(len(yp))}  # fmt: skip
 
 
@@ -120,6 +148,7 @@ def ppi_user_totals(
     *,
     lam: float | None = None,
     alpha: float = 0.05,
+    quantile: str = "t",
 ) -> dict[str, Any]:
     """Design-based PPI of a mean over users, users as clusters (module docstring).
 
@@ -128,9 +157,12 @@ def ppi_user_totals(
         gold_true: per user, ``G_u = sum_{gold} (w_r / pi_r) Y_r`` (0 without gold pairs).
         gold_proxy: per user, ``H_u = sum_{gold} (w_r / pi_r) p_r`` (0 without gold pairs).
         lam: fixed lambda; None: the variance-minimising one, clipped to [0, 1].
+        quantile: ``t``: Student's t with (users holding a gold pair - 1) degrees of
+            freedom: only they carry the rectifier's variance, the others only the judge's
+            (the few-cluster t of Cameron and Miller 2015); ``normal``: ``z``.
 
     Returns:
-        ``{"value", "lo", "hi", "se", "lam", "users"}``.
+        ``{"value", "lo", "hi", "se", "df", "lam", "users", "gold_users"}``.
 
     Raises:
         ValueError: fewer than two users.
@@ -146,7 +178,10 @@ def ppi_user_totals(
     z_u = g + lam * d
     value = float(z_u.mean())
     se = float(np.std(z_u, ddof=1) / math.sqrt(n))
-    return {**_normal(value, se, alpha), "lam": float(lam), "users": n}
+    holders = int(np.count_nonzero(g) + np.count_nonzero((h != 0) & (g == 0)))
+    df = float(max(holders - 1, 1)) if quantile == "t" else None
+    return {**_normal(value, se, alpha, df), "lam": float(lam), "users": n,
+            "gold_users": holders}  # fmt: skip
 
 
 def gold_units_needed(sd: float, half_width: float, alpha: float = 0.05) -> int | None:
