@@ -311,7 +311,9 @@ def test_evaluate_gives_every_number_an_interval_and_leads_with_a_validated_esti
     # one name per formula: ranx's ndcg@2 beside the estimators' ndcg_fixed@2
     assert set(est["systems"]["als"]) == {"precision@2", "ndcg_fixed@2"}
     assert "ndcg@2" in res["scores"]["logged"]["als"]
-    assert est["lead"]["estimator"] in ("dr", "snips", "ips")
+    fragile = [n for n, d in est["weights"].items() if d["verdict"] == "fragile"]
+    weighted = est["lead"]["estimator"] in ("dr", "snips", "ips")
+    assert weighted == (not fragile)  # fragile weights (a toy log) may not lead
     assert set(est["systems"]["als"]["precision@2"]) >= {"logged", "imputed", "dm", "dr"}
 
 

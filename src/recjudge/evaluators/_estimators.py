@@ -930,9 +930,10 @@ def estimate_evaluation(
 
     got = estimate_runs(runs, logged, judged, propensities, users, metrics, estimators)
     got["propensity_fit"] = dict(propensities.fit) if propensities.fit else None
-    got["clipped_weight_share"] = clipped_weight_share(
-        runs, logged, propensities, users, max(parse_metric(m)[1] for m in metrics)
-    )
+    kmax = max(parse_metric(m)[1] for m in metrics)
+    diag = weight_diagnostics(runs, logged, propensities, users, kmax, metrics[0])
+    got["clipped_weight_share"] = {n: d["clipped_share"] for n, d in diag.items()}
+    got["weights"] = diag
     _flag_out_of_range(got["systems"])
     got["calibration"] = (
         "isotonic map from recjudge calibrate (p_calibrated)"
@@ -982,6 +983,66 @@ def metric_range(metric: str) -> float:
     return float(metric_weights(base, k).sum()) if base in LINEAR else 1.0
 
 
+#: below this effective sample size of a system's inverse-propensity weights, or with more
+#: than ``FRAGILE_TOP_SHARE`` of its IPS estimate on the top 1 % of weights, the weighted
+#: estimates (IPS, SNIPS, DR) are ``fragile`` and may not lead the report: a normal interval
+#: over fewer than ~30 effective observations is not to be trusted (the usual rule for a mean),
+#: and an estimate most of which rests on a handful of pairs moves with any one of them.
+MIN_ESS = 30
+FRAGILE_TOP_SHARE = 0.5
+
+
+def weight_diagnostics(
+    runs: Sequence[Any],
+    logged: Mapping[str, Mapping[str, int]],
+    propensities: Propensities,
+    users: Sequence[str],
+    k: int,
+    metric: str | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Per run, the inverse-propensity weights ``v_r = w_r / theta_r`` of its logged top-k
+    pairs (``w_r`` the position weights of ``metric``, 1 without one) and what they say:
+
+    - ``ess``: Kish's effective sample size ``(sum v)^2 / sum v^2`` (Kish 1965; Owen 2013,
+      sec. 9.3), the number of equally weighted pairs that would be as precise;
+    - ``top1_share``: the share of the IPS numerator ``sum v_r Y_r`` carried by the largest
+      1 % of the weights (at least one pair; None when no logged pair is relevant);
+    - ``clipped_share``: the share of ``sum 1 / theta`` on pairs whose propensity was clipped;
+    - ``verdict``: ``fragile`` when ``ess < MIN_ESS`` or ``top1_share > FRAGILE_TOP_SHARE``,
+      else ``stable``.
+    """
+    w_pos = np.ones(k)
+    if metric is not None and parse_metric(metric)[0] in LINEAR:
+        base, mk = parse_metric(metric)
+        w_pos = np.zeros(k)
+        w_pos[: min(k, mk)] = metric_weights(base, mk)[: min(k, mk)]
+    out = {}
+    for run in runs:
+        v, y, inv, clipped = [], [], 0.0, 0.0
+        for u in users:
+            labels = logged.get(u, {})
+            for r, i in enumerate(run.rankings.get(u, [])[:k]):
+                if i in labels:
+                    t, c = propensities.of(u, i)
+                    inv += 1.0 / t
+                    clipped += (1.0 / t) if c else 0.0
+                    if w_pos[r] > 0:
+                        v.append(w_pos[r] / t)
+                        y.append(float(labels[i] > 0))
+        va, ya = np.asarray(v), np.asarray(y)
+        ess = float(va.sum() ** 2 / (va**2).sum()) if len(va) else 0.0
+        top = None
+        if len(va) and (va * ya).sum() > 0:
+            n_top = max(1, int(math.ceil(0.01 * len(va))))
+            order = np.argsort(-va, kind="stable")[:n_top]
+            top = float((va[order] * ya[order]).sum() / (va * ya).sum())
+        fragile = ess < MIN_ESS or (top is not None and top > FRAGILE_TOP_SHARE)
+        out[run.name] = {"logged_pairs": len(va), "ess": ess, "top1_share": top,
+                         "clipped_share": clipped / inv if inv else 0.0,
+                         "verdict": "fragile" if fragile else "stable"}  # fmt: skip
+    return out
+
+
 def clipped_weight_share(
     runs: Sequence[Any],
     logged: Mapping[str, Mapping[str, int]],
@@ -991,19 +1052,9 @@ def clipped_weight_share(
 ) -> dict[str, float]:
     """Per run, the share of the inverse-propensity weight ``sum 1 / theta`` over its logged
     top-k pairs that sits on pairs whose propensity was clipped: how much of IPS/SNIPS/DR
-    rests on the clip rather than the propensity model."""
-    out = {}
-    for run in runs:
-        total = clipped = 0.0
-        for u in users:
-            labels = logged.get(u, {})
-            for i in run.rankings.get(u, [])[:k]:
-                if i in labels:
-                    t, c = propensities.of(u, i)
-                    total += 1.0 / t
-                    clipped += (1.0 / t) if c else 0.0
-        out[run.name] = clipped / total if total else 0.0
-    return out
+    rests on the clip rather than the propensity model (``weight_diagnostics``)."""
+    got = weight_diagnostics(runs, logged, propensities, users, k)
+    return {n: d["clipped_share"] for n, d in got.items()}
 
 
 #: fewest labelled clusters (users holding gold pairs of a run; gold pairs for the iid

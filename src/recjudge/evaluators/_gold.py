@@ -197,14 +197,23 @@ def write_gold(
     return path
 
 
-def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str]]) -> GoldSample:
+def read_gold(
+    path: str | Path,
+    users: Sequence[str],
+    listed: set[tuple[str, str]],
+    runs: Sequence[str] | None = None,
+    k: int | None = None,
+) -> GoldSample:
     """A labelled gold file (``gold sample``'s, or any ``user_id,item_id,label`` file) with
-    its design.
+    its design, checked against its design record (``PATH.design.json``) where there is one:
+    the pairs it drew (a deleted row would be weighed as if never drawn), and the ``runs``
+    and ``k`` it was drawn for (gold drawn for one system's lists, or at another k, weighs
+    the others' pairs wrongly).
 
     Raises:
         DataError: a missing label, a label that is not 0/1, a repeated pair, a pair the
-            evaluated runs do not list together, or a bad inclusion probability (file and
-            row named).
+            evaluated runs do not list together, a bad inclusion probability (file and
+            row named), or a file that does not match its design record.
     """
     from recjudge.data import DataError
     from recjudge.evaluators._calibrate import read_labels
@@ -227,7 +236,54 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
                 "weighed",
             )
     inclusion, design = _inclusion_and_design(Path(path))
+    _check_record(Path(path), len(labels), runs, k)
     return GoldSample(labels, inclusion, design, str(path))
+
+
+def _check_record(path: Path, labelled: int, runs: Sequence[str] | None, k: int | None) -> None:
+    """The gold file against ``gold sample``'s design record beside it (none: nothing to
+    check; a hand-made file is read as ``unknown`` design)."""
+    from recjudge.data import DataError
+
+    sidecar = Path(f"{path}.design.json")
+    if not sidecar.is_file():
+        return
+    try:
+        rec = json_loads(sidecar.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return  # _inclusion_and_design has refused it already
+    if not isinstance(rec, dict):
+        return
+    drawn = rec.get("pairs")
+    redraw = (f"`recjudge gold sample` with --seed {rec.get('seed')} --n {rec.get('n')} "
+              f"--design {rec.get('design')} redraws the same pairs")  # fmt: skip
+    if isinstance(drawn, int) and labelled != drawn:
+        raise DataError(
+            f"the file holds {labelled} labelled pairs but its design record drew {drawn}: "
+            f"{'missing' if labelled < drawn else 'added'} rows would be weighed as if the "
+            "design had drawn them (or not).",
+            source=str(path), field="pairs",
+            fix=f"label every drawn row and delete none ({redraw}); or delete {sidecar.name} "
+            "to read the file as a hand-made sample (design unknown, uniform assumed)",
+        )  # fmt: skip
+    drawn_runs = rec.get("runs")
+    if runs is not None and isinstance(drawn_runs, dict) and set(drawn_runs) != set(runs):
+        raise DataError(
+            f"drawn from the lists of {sorted(drawn_runs)} but evaluate compares "
+            f"{sorted(runs)}: the inclusion probabilities hold for the lists they were drawn "
+            "from, and a run whose lists were not in the frame gets too few gold pairs.",
+            source=str(path), field="runs",
+            fix="draw the gold sample with the same --runs as evaluate",
+        )  # fmt: skip
+    drawn_k = rec.get("k")
+    if k is not None and isinstance(drawn_k, int) and drawn_k != k:
+        raise DataError(
+            f"drawn from the top-{drawn_k} lists but evaluate's metrics reach top-{k}: pairs "
+            f"at ranks beyond {min(drawn_k, k)} "
+            f"{'were never drawn' if k > drawn_k else 'are not evaluated'}.",
+            source=str(path), field="k",
+            fix=f"draw the gold sample with --k {k} (the largest cut-off of --metrics)",
+        )  # fmt: skip
 
 
 def _inclusion_and_design(path: Path) -> tuple[dict[tuple[str, str], float], str]:

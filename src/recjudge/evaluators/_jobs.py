@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from recjudge._registry import Registry
 from recjudge._util import atomic_write_json, json_loads
 from recjudge.evaluators._augment import AugmentConfig, augment
+from recjudge.evaluators._estimators import FRAGILE_TOP_SHARE, MIN_ESS
 from recjudge.evaluators._evaluate import (
     QRELS_KINDS,
     EvaluateConfig,
@@ -645,7 +646,8 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
     gold = None
     if job.gold:
         k = max(int(m.partition("@")[2]) for m in metrics)
-        gold = read_gold(job.gold, users, set(listed_pairs(recs, users, k)))
+        gold = read_gold(job.gold, users, set(listed_pairs(recs, users, k)),
+                         [r.name for r in recs], k)  # fmt: skip
         _check_tuned_gold(summary, gold, job.allow_tuned_overlap)
     fitted = None
     if job.calibration:
@@ -711,8 +713,13 @@ def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: b
     defined = [e for e in (("dr", "snips", "ips") if calibrated else ("snips", "ips", "dr"))
                if e in wanted and all((by.get(metric, {}).get(e) or {}).get("value") is not None
                                       for by in got["systems"].values())]  # fmt: skip
+    fragile = sorted(n for n, d in (got.get("weights") or {}).items()
+                     if d["verdict"] == "fragile")  # fmt: skip
+    if fragile:  # weights carried by a few pairs: a weighted estimate may not lead
+        defined = [e for e in defined if e not in ("ips", "snips", "dr")]
     if not defined:
-        defined = [e for e in wanted if e != "imputed"] or list(wanted)
+        defined = [e for e in wanted if e != "imputed" and not (
+            fragile and e in ("ips", "snips", "dr"))] or list(wanted)  # fmt: skip
     checked = {e: validation_of(e, metric, calibrated) for e in defined}
     measured = [e for e in defined if checked[e]["found"]]
     name = min(measured, key=lambda e: checked[e]["rel_error_pct"]) if measured else defined[0]
@@ -776,6 +783,15 @@ def estimator_lines(est: dict) -> list[str]:
                      "observation rate): " + "; ".join(
                          f"{q['popularity'][0]}-{q['popularity'][1]}: {q['observed_rate']:.4f} "
                          f"vs {q['predicted_rate']:.4f}" for q in fit["quintiles"]))  # fmt: skip
+    for name, d in (est.get("weights") or {}).items():
+        top = "n/a" if d["top1_share"] is None else f"{d['top1_share']:.0%}"
+        lines.append(
+            f"- inverse-propensity weights, {name}: **{d['verdict']}**: effective sample size "
+            f"{d['ess']:.1f} of {d['logged_pairs']} logged pairs, top 1 % of weights carry {top} "
+            f"of its IPS estimate"
+            + (f" (fragile: ESS < {MIN_ESS} or top 1 % > {FRAGILE_TOP_SHARE:.0%}; IPS, SNIPS "
+               "and DR cannot lead)" if d["verdict"] == "fragile" else "")
+        )  # fmt: skip
     lines += [f"- calibration: {est['calibration']}", f"- gold sample: {est['gold']}"]
     if est.get("skipped_metrics"):
         lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "

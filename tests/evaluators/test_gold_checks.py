@@ -1,0 +1,69 @@
+"""Issue 89, items 4 and 7: weight diagnostics beside the weighted estimates, and gold that
+does not match the runs, k or row count it was drawn for."""
+
+from __future__ import annotations
+
+import pytest
+
+from recjudge.data import DataError
+from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
+from recjudge.evaluators._gold import read_gold, write_gold
+from recjudge.evaluators._estimators import Propensities, weight_diagnostics
+
+
+def _run(name, lists):
+    return RecRun(name, f"{name}.jsonl", lists, {}, RunCheck())
+
+
+LISTS = {f"u{u}": [f"i{(u * 3 + r) % 40}" for r in range(5)] for u in range(30)}
+
+
+def test_weights_carried_by_one_pair_are_fragile_and_even_ones_stable():
+    run = _run("a", LISTS)
+    users = sorted(LISTS)
+    # every user logged their whole list, one relevant pair per user
+    logged = {u: {i: int(r == 0) for r, i in enumerate(LISTS[u])} for u in users}
+    even = Propensities("file", "even", {f"i{j}": 0.5 for j in range(40)})
+    got = weight_diagnostics([run], logged, even, users, 5)["a"]
+    assert got["ess"] == pytest.approx(150)  # equal weights: every logged pair counts
+    assert got["verdict"] == "stable"
+    # one item seen at a propensity 1,000x below the others carries the estimate
+    skewed = Propensities("file", "skewed", {**even.per_item, LISTS["u0"][0]: 0.0005},
+                          clip=1e-6)  # fmt: skip
+    got = weight_diagnostics([run], logged, skewed, users, 5)["a"]
+    assert got["ess"] < 5 and got["top1_share"] > 0.9
+    assert got["verdict"] == "fragile"
+
+
+def _gold_file(tmp_path, runs, n=20, k=5, design="uniform"):
+    users = sorted(LISTS)
+    rows = sample_gold(runs, users, k, n, design=design, seed=1)
+    path = tmp_path / "gold.csv"
+    write_gold(rows, path, {"design": design, "seed": 1, "k": k, "n": n,
+                            "runs": {r.name: r.path for r in runs}})  # fmt: skip
+    text = path.read_text().splitlines()
+    path.write_text("\n".join([text[0]] + [line.replace(",,", ",1,", 1) for line in text[1:]])
+                    + "\n")  # fmt: skip
+    return path, users
+
+
+def test_gold_with_deleted_rows_is_refused_against_its_design_record(tmp_path):
+    a = _run("a", LISTS)
+    path, users = _gold_file(tmp_path, [a])
+    listed = set(listed_pairs([a], users, 5))
+    assert len(read_gold(path, users, listed, ["a"], 5)) == 20
+    lines = path.read_text().splitlines()
+    path.write_text("\n".join(lines[:11]) + "\n")  # 10 of the 20 rows deleted
+    with pytest.raises(DataError, match="10 labelled pairs but its design record drew 20"):
+        read_gold(path, users, listed, ["a"], 5)
+
+
+def test_gold_drawn_for_other_runs_or_another_k_is_refused(tmp_path):
+    a = _run("a", LISTS)
+    b = _run("b", {u: v[::-1] for u, v in LISTS.items()})
+    path, users = _gold_file(tmp_path, [a])
+    listed = set(listed_pairs([a, b], users, 5))
+    with pytest.raises(DataError, match=r"drawn from the lists of \['a'\]"):
+        read_gold(path, users, listed, ["a", "b"], 5)
+    with pytest.raises(DataError, match="top-5 lists but evaluate's metrics reach top-10"):
+        read_gold(path, users, set(listed_pairs([a], users, 10)), ["a"], 10)
