@@ -7,8 +7,8 @@ import pytest
 
 from recjudge.data import DataError
 from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
-from recjudge.evaluators._gold import read_gold, write_gold
 from recjudge.evaluators._estimators import Propensities, weight_diagnostics
+from recjudge.evaluators._gold import read_gold, write_gold
 
 
 def _run(name, lists):
