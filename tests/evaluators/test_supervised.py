@@ -215,7 +215,7 @@ def test_evaluate_fits_the_imputer_on_the_gold_and_names_it(tmp_path):
     assert est["imputer"]["gold_users"] == 20 and est["imputer"]["folds"] == 5
     assert est["imputer"]["out_of_fold"]["auc"] > 0.75 > est["imputer"]["out_of_fold"]["auc_raw"]
     assert est["calibration"].startswith("supervised imputer: logistic")
-    assert "fit's own variance is not inside them" in est["calibration"]
+    assert "refits the imputer on resampled gold users" in est["calibration"]
     for system in ("a", "b"):
         ppi = est["systems"][system]["precision@5"]["ppi"]
         assert ppi["value"] is not None and ppi["ci"][0] <= ppi["value"] <= ppi["ci"][1]

@@ -649,7 +649,7 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         gold = read_gold(job.gold, users, set(listed_pairs(recs, users, k)),
                          [r.name for r in recs], k)  # fmt: skip
         _check_tuned_gold(summary, gold, job.allow_tuned_overlap)
-    fitted = None
+    fitted = refits = None
     if job.calibration:
         if gold is None:
             raise ValueError(f"--calibration {job.calibration} fits the judge to gold labels: "
@@ -660,15 +660,22 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         fitted = fit_imputer(rows, gold.labels, job.calibration)
         judged = {k: (fitted.p[k], hard) for k, (_, hard) in judged.items() if k in fitted.p}
         calibrated = True
+        from recjudge.evaluators._supervised import refit_draws
+
+        refits = refit_draws(rows, gold.labels, job.calibration,
+                             OUA_DRAWS.get(job.calibration, 1000))  # fmt: skip
     got = estimate_evaluation(
         recs, q["logged"], judged, props, users, metrics, wanted,
         calibrated=calibrated, gold=gold, gold_name=Path(job.gold or "").name,
-        ppi_intervals=job.ppi_intervals,
+        ppi_intervals=job.ppi_intervals, refits=refits,
     )  # fmt: skip
     got["skipped_metrics"] = skipped
-    if fitted is not None:
-        got["calibration"] = (f"{fitted.describe()}; intervals hold the fitted probabilities "
-                              "fixed (the fit's own variance is not inside them)")  # fmt: skip
+    if fitted is not None and refits is not None:
+        got["calibration"] = (
+            f"{fitted.describe()}; dm and dr intervals hold the calibration's own uncertainty: "
+            f"each of {len(refits[1])} bootstrap draws resamples the evaluation users and "
+            "refits the imputer on resampled gold users (CJE's oracle-uncertainty-aware "
+            "bootstrap)")  # fmt: skip
         got["imputer"] = {"method": fitted.method, "features": fitted.features,
                           "folds": fitted.folds, "gold_pairs": fitted.gold_pairs,
                           "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
@@ -678,6 +685,10 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         files = export_obp(recs, q["logged"], judged, props, users, metrics, job.obp_out)
         got["obp_export"] = {"folder": str(job.obp_out), "files": len(files)}
     return got
+
+
+#: calibration refits inside dm/dr's bootstrap per method (boosting fits 100 trees a draw)
+OUA_DRAWS = {"isotonic": 1000, "logistic": 1000, "boosting": 200}
 
 
 def _check_tuned_gold(summary: dict[str, Any], gold: Any, allow: bool) -> None:

@@ -190,11 +190,7 @@ def fit_imputer(
     if method not in METHODS:
         raise ValueError(f"unknown imputer {method!r}; use one of {', '.join(METHODS)}")
     keys = list(rows)
-    if method == "isotonic":  # the map of the judge's own score, whatever else varies
-        used = ["logit_p_yes"]
-        x = np.array([[rows[k]["logit_p_yes"]] for k in keys], dtype=float)
-    else:
-        x, used = design_matrix([rows[k] for k in keys])
+    x, used = _features(rows, keys, method)
     if not used:
         raise ValueError("no feature varies across the judged pairs; the supervised imputer "
                          "has nothing to learn from (use --calibration isotonic)")  # fmt: skip
@@ -237,6 +233,61 @@ def fit_imputer(
         method=method, features=used, folds=k_folds, gold_pairs=len(labelled),
         gold_users=len(users), oof=quality,
     )  # fmt: skip
+
+
+def _features(rows: Mapping[tuple[str, str], Mapping[str, Any]], keys: Sequence[tuple[str, str]],
+              method: str) -> tuple[np.ndarray, list[str]]:  # fmt: skip
+    """The design matrix of ``keys`` for ``method`` (isotonic: the judge's own score alone,
+    whatever else varies)."""
+    if method == "isotonic":
+        return np.array([[rows[k]["logit_p_yes"]] for k in keys], dtype=float), ["logit_p_yes"]
+    return design_matrix([rows[k] for k in keys])
+
+
+def refit_draws(
+    rows: Mapping[tuple[str, str], Mapping[str, Any]],
+    gold: Mapping[tuple[str, str], int],
+    method: Method,
+    draws: int,
+    seed: int = 0,
+) -> tuple[dict[tuple[str, str], int], np.ndarray, int]:
+    """The imputer refitted on ``draws`` resamples of the gold users (whole users with
+    replacement, as the gold design drew them): the calibration's own uncertainty, which an
+    interval that holds the fitted probabilities fixed leaves out. This is the
+    oracle-uncertainty-aware (OUA) bootstrap of CJE (arXiv 2512.11150, ``cje-eval``):
+    each draw refits the calibration and recomputes the estimate, so the interval's spread
+    holds both the evaluation users' and the gold labels' sampling.
+
+    Returns:
+        (pair -> column, ``[draws, pairs]`` probabilities, the number of gold users). A
+        resample with one class predicts its rate.
+
+    Raises:
+        ValueError: as ``fit_imputer`` (too few gold users or pairs, one class).
+    """
+    keys = list(rows)
+    index = {k: n for n, k in enumerate(keys)}
+    x, used = _features(rows, keys, method)
+    if not used:
+        raise ValueError("no feature varies across the judged pairs (use --calibration "
+                         "isotonic)")  # fmt: skip
+    by_user: dict[str, list[int]] = {}
+    labels: dict[int, int] = {}
+    for key, y in gold.items():
+        if key in index:
+            by_user.setdefault(key[0], []).append(index[key])
+            labels[index[key]] = int(y)
+    users = sorted(by_user)
+    if len(users) < MIN_GOLD_USERS:
+        raise ValueError(f"{len(users)} gold users among the judged pairs; refitting the "
+                         f"imputer needs {MIN_GOLD_USERS}")  # fmt: skip
+    g = np.random.default_rng(seed)
+    out = np.empty((draws, len(keys)))
+    for b in range(draws):
+        pick = [j for u in g.choice(len(users), len(users)) for j in by_user[users[u]]]
+        y = np.array([labels[j] for j in pick], dtype=float)
+        out[b] = np.clip(_fit(method, x[pick], y, seed).predict_proba(x)[:, 1], 0.0, 1.0)
+    return index, out, len(users)
 
 
 def read_feature_rows(
