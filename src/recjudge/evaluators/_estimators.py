@@ -993,6 +993,11 @@ def estimate_evaluation(
             if len(classes) == 1 else "")  # fmt: skip
     got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}, PPI++ "
                    f"(power-tuned lambda){warn}")  # fmt: skip
+    if calibrated:  # the pooled calibration checked on each system's own gold pairs
+        from recjudge.evaluators._transport import refuse_levels, transport_check
+
+        got["transport"] = transport_check(runs, users, judged, gold.labels, k)
+        refuse_levels(got["systems"], got["transport"])
     for run in runs:
         for m in (m for m in metrics if parse_metric(m)[0] in LINEAR):
             try:

@@ -804,6 +804,18 @@ def estimator_lines(est: dict) -> list[str]:
                "and DR cannot lead)" if d["verdict"] == "fragile" else "")
         )  # fmt: skip
     lines += [f"- calibration: {est['calibration']}", f"- gold sample: {est['gold']}"]
+    for name, d in (est.get("transport") or {}).items():
+        if d["verdict"] == "untested":
+            lines.append(f"- transport check, {name}: untested ({d['users']} users hold its "
+                         "gold pairs; 3 needed)")  # fmt: skip
+            continue
+        lo, hi = d["ci"]
+        lines.append(
+            f"- transport check, {name}: **{d['verdict']}**: calibration's mean residual "
+            f"{d['mean_residual']:+.3f} [{lo:+.3f}, {hi:+.3f}] on {d['gold_pairs']} gold pairs "
+            f"(p = {d['p']:.3g})" + ("; its calibrated level (dm, dr) is refused"
+                                     if d["verdict"] == "fails" else "")
+        )  # fmt: skip
     if est.get("skipped_metrics"):
         lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "
                      "below)")  # fmt: skip

@@ -1,0 +1,72 @@
+"""The calibration's transport check per system (issue 89, item 3): a planted lenient system
+is flagged, honest ones are not."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from recjudge.evaluators import RecRun, RunCheck
+from recjudge.evaluators._calibrate import apply_map, fit_isotonic
+from recjudge.evaluators._transport import refuse_levels, transport_check
+
+
+def _world(seed: int, lenient: float, n_users: int = 200, k: int = 10):
+    """Three systems; the judge's probability tracks relevance the same way for each, except
+    system ``c``, whose pairs it scores ``lenient`` higher (its sigma favours them)."""
+    g = np.random.default_rng(seed)
+    runs, judged, rel = [], {}, {}
+    for name in ("a", "b", "c"):
+        lists = {}
+        for u in range(n_users):
+            lists[str(u)] = [f"{name}{j}" for j in g.choice(500, k, replace=False)]
+            for i in lists[str(u)]:
+                q = float(g.beta(2, 5))
+                rel[(str(u), i)] = int(g.random() < q)
+                judged[(str(u), i)] = q + (lenient if name == "c" else 0.0)
+        runs.append(RecRun(name, "", lists, {}, RunCheck()))
+    return g, runs, [str(u) for u in range(n_users)], judged, rel
+
+
+def _flags(reps: int, lenient: float, n_gold: int) -> dict[str, float]:
+    hits = {"a": 0, "b": 0, "c": 0}
+    for rep in range(reps):
+        g, runs, users, judged, rel = _world(rep, lenient)
+        keys = list(judged)
+        gold = {keys[j]: rel[keys[j]] for j in g.choice(len(keys), n_gold, replace=False)}
+        xs, ys = fit_isotonic([judged[key] for key in gold], list(gold.values()))  # pooled map
+        cal = dict(zip(keys, apply_map(xs, ys, [judged[key] for key in keys]), strict=True))
+        check = transport_check(runs, users, {key: (float(p), False) for key, p in cal.items()},
+                                gold, 10)  # fmt: skip
+        for name in hits:
+            hits[name] += check[name]["verdict"] == "fails"
+    return {name: h / reps for name, h in hits.items()}
+
+
+def test_a_planted_lenient_system_is_flagged():
+    """Measured: c flagged 100 % at 600 gold pairs (90 % at 300); a and b about 50 %: the
+    lenient system pulls the pooled map, so their calibrated levels are off too."""
+    rates = _flags(40, 0.25, 600)
+    assert rates["c"] >= 0.9
+    assert rates["c"] >= max(rates["a"], rates["b"]) + 0.25
+
+
+def test_honest_systems_are_flagged_at_about_the_test_level():
+    rates = _flags(40, 0.0, 300)  # measured 0-2.5 %
+    assert max(rates.values()) <= 0.1
+
+
+def test_a_failing_system_loses_its_calibrated_level_and_keeps_the_rest():
+    systems = {
+        "c": {
+            "precision@10": {
+                "dm": {"value": 0.4, "ci": [0.3, 0.5], "note": ""},
+                "snips": {"value": 0.2, "ci": [0.1, 0.3], "note": ""},
+            }
+        }
+    }
+    check = {"c": {"verdict": "fails", "gold_pairs": 90, "users": 80, "mean_residual": -0.2,
+                   "ci": [-0.25, -0.15], "p": 1e-9}}  # fmt: skip
+    refuse_levels(systems, check)
+    assert systems["c"]["precision@10"]["dm"]["value"] is None
+    assert "does not transport" in systems["c"]["precision@10"]["dm"]["note"]
+    assert systems["c"]["precision@10"]["snips"]["value"] == 0.2
