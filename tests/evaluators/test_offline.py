@@ -27,6 +27,7 @@ from recjudge.evaluators import (
     select_positives,
     write_qrels,
 )
+from recjudge.evaluators._evaluate import report_lines
 from recjudge.reward import Judgment
 
 RANKS = {"u1": ["a", "b", "c"], "u2": ["c", "a"]}
@@ -256,3 +257,26 @@ def test_configs_round_trip(config):
     assert type(config).model_validate_json(config.model_dump_json()) == config
     with pytest.raises(ValueError):
         type(config)(**{**config.model_dump(), "k": 0})
+
+
+def test_rank_intervals_separate_a_clear_winner_and_not_a_tie():
+    """Issue 89, item 6: ``best`` only where the rank interval is [1, 1]; Kendall's tau with
+    its interval."""
+    rng = np.random.default_rng(1)
+    users = [f"u{n}" for n in range(60)]
+    items = [f"i{n}" for n in range(40)]
+    rel = {u: {i: int(n < 5) for n, i in enumerate(rng.permutation(items))} for u in users}
+    good = {u: [i for i, r in rel[u].items() if r] + [i for i, r in rel[u].items() if not r]
+            for u in users}  # fmt: skip
+    tie_a = {u: list(rng.permutation(items)) for u in users}
+    tie_b = {u: list(rng.permutation(items)) for u in users}
+    runs = [_run("good", good), _run("a", tie_a), _run("b", tie_b)]
+    cfg = EvaluateConfig(metrics=("precision@5",), k=10)
+    res = evaluate_runs({"logged": rel, "imputed": rel}, runs, users, cfg)
+    ranks = res["ranks"]["logged"]
+    assert ranks["good"]["precision@5"] == {"rank": 1, "rank_ci": [1, 1]}
+    assert ranks["a"]["precision@5"]["rank_ci"] == [2, 3] == ranks["b"]["precision@5"]["rank_ci"]
+    lo, hi = res["kendall_tau_ci"]["precision@5"]
+    assert lo <= res["kendall_tau"]["precision@5"] <= hi
+    text = "\n".join(report_lines(res, []))
+    assert "good 1 [1, 1]" in text and "Kendall's tau" in text

@@ -51,7 +51,7 @@ from typing import Any
 
 import numpy as np
 
-from recjudge._stats import bootstrap_ci
+from recjudge._stats import bootstrap_ci, bootstrap_ranks
 from recjudge._util import json_loads
 
 ESTIMATORS = ("logged", "imputed", "dm", "ips", "snips", "dr")
@@ -222,6 +222,8 @@ class Estimate:
     per_user: list[float] = field(default_factory=list)
     judge_share: float = 0.0
     note: str = ""
+    #: the bootstrap draws of the value (shared resamples across systems: rank intervals)
+    boot: np.ndarray | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The estimate without its per-user values (what reports and ``--json`` carry)."""
@@ -313,7 +315,13 @@ def estimate(
                 ci = bootstrap_ci(boot)
             uses_judge = est in ("imputed", "dm", "dr")
             out[name][est] = Estimate(
-                est, name, float(arr.mean()), ci, arr.tolist(), share if uses_judge else 0.0
+                est,
+                name,
+                float(arr.mean()),
+                ci,
+                arr.tolist(),
+                share if uses_judge else 0.0,
+                boot=boot if idx is not None else None,
             )
     return out
 
@@ -577,6 +585,7 @@ def estimate_runs(
     """
     k = max(parse_metric(m)[1] for m in metrics)
     systems: dict[str, Any] = {}
+    raw: dict[str, dict[str, dict[str, Estimate]]] = {}
     clipped = 0
     for run, (lists, c) in zip(runs, run_lists(runs, logged, judged, propensities, users, k),
                                strict=True):  # fmt: skip
@@ -587,8 +596,35 @@ def estimate_runs(
             p_draws = _refit_lists(run, sorted(lists), k, refits[0], refits[1])
         got = estimate(lists, metrics, estimators, draws=draws, seed=seed, p_draws=p_draws,
                        p_clusters=refits[2] if refits else 0)  # fmt: skip
+        raw[run.name] = got
         systems[run.name] = {m: {e: v.to_dict() for e, v in d.items()} for m, d in got.items()}
+    for name, by_metric in rank_intervals(raw).items():
+        for m, by_est in by_metric.items():
+            for e, r in by_est.items():
+                systems[name][m][e].update(r)
     return {"systems": systems, "clipped": clipped, "propensity": propensities.describe}
+
+
+def rank_intervals(
+    systems: Mapping[str, Mapping[str, Mapping[str, Estimate]]],
+) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """Per system, metric and estimator: its rank and rank interval (``_stats.bootstrap_ranks``)
+    over the shared bootstrap resamples (the same users, and calibration refits, in draw
+    ``b`` for every system). Estimators without draws for every system get none."""
+    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {n: {} for n in systems}
+    names = list(systems)
+    if len(names) < 2:
+        return out
+    first = systems[names[0]]
+    for m, by_est in first.items():
+        for e in by_est:
+            cells = [systems[n].get(m, {}).get(e) for n in names]
+            if any(c is None or c.boot is None or c.value is None for c in cells):
+                continue
+            got = bootstrap_ranks(np.stack([c.boot for c in cells]), [c.value for c in cells])
+            for n, (rank, ci) in zip(names, got, strict=True):
+                out[n].setdefault(m, {})[e] = {"rank": rank, "rank_ci": ci}
+    return out
 
 
 def _refit_lists(run: Any, users: Sequence[str], k: int, index: Mapping[tuple[str, str], int],

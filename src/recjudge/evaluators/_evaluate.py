@@ -181,6 +181,7 @@ def evaluate_runs(
                            "intervals": {}, "differences": {}, "tests": {},
                            "winners": {}}  # fmt: skip
     idx = user_draws(len(users), draws, seed) if draws and len(users) > 1 else None
+    boots: dict[str, dict[str, Any]] = {}
     for kind, q in qrels.items():
         rq, rs = _ranx(q, runs, users, config.k)
         per_user = {}
@@ -214,12 +215,41 @@ def evaluate_runs(
         }  # fmt: skip
         out["winners"][kind] = {m: max(names, key=lambda n: out["scores"][kind][n][m])
                                 for m in config.metrics}  # fmt: skip
-    if len(qrels) == 2:
+        if idx is not None:
+            boots[kind] = {m: np.stack([per_user[n][m][idx].mean(axis=1) for n in names])
+                           for m in config.metrics}  # fmt: skip
+            out.setdefault("ranks", {})[kind] = _ranks(boots[kind], names,
+                                                       out["scores"][kind])  # fmt: skip
+    if len(qrels) == 2 and len(boots) == 2:
+        # with an interval or not at all: tau between two orderings whose differences all sit
+        # inside their intervals is noise (+-1 from a coin flip with two systems)
         s = out["scores"]
         out["kendall_tau"] = {
             m: kendall_tau([s["logged"][n][m] for n in names], [s["imputed"][n][m] for n in names])
             for m in config.metrics
         }
+        out["kendall_tau_ci"] = {}
+        for m in config.metrics:
+            taus = [
+                kendall_tau(a, b)
+                for a, b in zip(boots["logged"][m].T, boots["imputed"][m].T, strict=True)
+            ]
+            taus = np.array([t for t in taus if t is not None])
+            out["kendall_tau_ci"][m] = list(bootstrap_ci(taus)) if len(taus) else None
+    return out
+
+
+def _ranks(boot: Mapping[str, Any], names: Sequence[str],
+           scores: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Per system and metric: its rank and rank interval (``_stats.bootstrap_ranks``) over
+    the shared user resamples (``boot[metric]``: [systems, draws])."""
+    from recjudge._stats import bootstrap_ranks
+
+    out: dict[str, dict[str, Any]] = {n: {} for n in names}
+    for m, b in boot.items():
+        got = bootstrap_ranks(b, [scores[n][m] for n in names])
+        for n, (rank, ci) in zip(names, got, strict=True):
+            out[n][m] = {"rank": rank, "rank_ci": ci}
     return out
 
 
@@ -242,10 +272,22 @@ def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
                                                   or (None, None)), nd=4)
                 for m in res["metrics"] for k in kinds]  # fmt: skip
         lines.append(f"| {n} | " + " | ".join(vals) + " |")
-    if "kendall_tau" in res:
-        lines += ["", "Kendall's tau between the system orderings (logged vs imputed):", ""]
+    if res.get("ranks"):
+        lines += ["", "Rank of each system (1 = best) with its 95 % interval over resampled "
+                  "users; a system is best only where its interval is [1, 1]:", ""]  # fmt: skip
+        for k in kinds:
+            for m in res["metrics"]:
+                r = res["ranks"].get(k, {})
+                lines.append(f"- {named.get(k, k)}, {m}: " + "; ".join(
+                    f"{n} {r[n][m]['rank']} [{r[n][m]['rank_ci'][0]}, {r[n][m]['rank_ci'][1]}]"
+                    for n in systems if m in r.get(n, {})))  # fmt: skip
+    if res.get("kendall_tau_ci"):
+        lines += ["", "Kendall's tau between the system orderings (logged vs imputed), 95 % "
+                  "interval over resampled users:", ""]  # fmt: skip
         for m, t in res["kendall_tau"].items():
-            lines.append(f"- {m}: {'n/a' if t is None else f'{t:.3f}'}")
+            ci = res["kendall_tau_ci"].get(m)
+            if t is not None and ci:
+                lines.append(f"- {m}: {interval(t, *ci, nd=3)}")
     lines += ["", "Paired differences between systems (95 % user interval; paired-test "
               "p-value):", ""]  # fmt: skip
     for k in kinds:

@@ -827,8 +827,8 @@ def estimator_lines(est: dict) -> list[str]:
             f"judge agrees): `{step['command']}`, then evaluate with --gold gold.csv"
         )
     order = [lead.get("estimator")] if lead else []
-    lines += ["", "| system | metric | estimator | value [95 % CI] | judge share | note |",
-              "|---|---|---|---|---|---|"]  # fmt: skip
+    lines += ["", "| system | metric | estimator | value [95 % CI] | rank [95 % CI] | "
+              "judge share | note |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for system, by_metric in est["systems"].items():
         for metric, by_est in by_metric.items():
             names = [n for n in order if n in by_est] + [n for n in by_est if n not in order]
@@ -841,7 +841,9 @@ def estimator_lines(est: dict) -> list[str]:
                 label = "imputed (BRIEF protocol, biased)" if name == "imputed" else name
                 if name == lead.get("estimator"):
                     label = f"**{name}** (lead)"
-                lines.append(f"| {system} | {metric} | {label} | {shown} | "
+                rank = (f"{e['rank']} [{e['rank_ci'][0]}, {e['rank_ci'][1]}]"
+                        if e.get("rank_ci") else "n/a")  # fmt: skip
+                lines.append(f"| {system} | {metric} | {label} | {shown} | {rank} | "
                              f"{e['judge_share']:.2f} | {e['note']} |")  # fmt: skip
     return lines
 

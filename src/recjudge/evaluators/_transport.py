@@ -87,4 +87,5 @@ def refuse_levels(systems: Mapping[str, Any], check: Mapping[str, Mapping[str, A
         for by_est in systems.get(name, {}).values():
             for est in ("dm", "dr"):
                 if est in by_est:
-                    by_est[est] = {**by_est[est], "value": None, "ci": None, "note": why}
+                    by_est[est] = {**by_est[est], "value": None, "ci": None, "note": why,
+                                   "rank": None, "rank_ci": None}  # fmt: skip

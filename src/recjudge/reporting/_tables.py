@@ -93,12 +93,12 @@ def _grid(t: PaperTable) -> tuple[list[str], list[str], dict[tuple[str, str], tu
 def to_latex(t: PaperTable, caption: str | None = None, label: str = "tab:recjudge",
              digits: int = 3) -> str:  # fmt: skip
     """A booktabs ``table``: one row per system, one column per metric, ``value [lo, hi]``,
-    the best (largest) value of each metric in bold; the caption names the estimator."""
+    the best (largest) value of each metric in bold only where its interval lies wholly above
+    every other system's (a "best" whose interval overlaps another's is not shown as one);
+    the caption names the estimator."""
     systems, metrics, cell = _grid(t)
-    best = {}
-    for m in metrics:
-        vals = [cell[(s, m)][0] for s in systems if (s, m) in cell and cell[(s, m)][0] is not None]
-        best[m] = max(vals) if vals else None
+    best = {m: _separated_best([cell[(s, m)] for s in systems if (s, m) in cell])
+            for m in metrics}  # fmt: skip
     lines = [r"\begin{table}[t]", r"\centering",
              r"\begin{tabular}{l" + "c" * len(metrics) + "}", r"\toprule",
              "System & " + " & ".join(latex_escape(m) for m in metrics) + r" \\",
@@ -118,10 +118,23 @@ def to_latex(t: PaperTable, caption: str | None = None, label: str = "tab:recjud
             cells.append(text)
         lines.append(latex_escape(s) + " & " + " & ".join(cells) + r" \\")
     cap = caption or (f"Per system and metric: {t.source}, with its {t.interval} in brackets; "
-                      "the best value of each metric in bold.")  # fmt: skip
+                      "the best value of each metric in bold where its interval lies above "
+                      "every other system's.")  # fmt: skip
     lines += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(cap)}}}",
               rf"\label{{{latex_escape(label)}}}", r"\end{table}"]  # fmt: skip
     return "\n".join(lines) + "\n"
+
+
+def _separated_best(cells: list[tuple]) -> float | None:
+    """The largest value when its interval's lower end is above every other interval's upper
+    end (None otherwise, or when an interval is missing)."""
+    vals = [c for c in cells if c[0] is not None]
+    if len(vals) < 2:
+        return None
+    top = max(vals, key=lambda c: c[0])
+    if top[1] is None or any(c[2] is None for c in vals if c is not top):
+        return None
+    return top[0] if all(top[1] > c[2] for c in vals if c is not top) else None
 
 
 def to_csv(t: PaperTable) -> str:
