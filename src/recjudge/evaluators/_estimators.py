@@ -1191,8 +1191,11 @@ def ppi_run(
                 per_user_gold[u] = per_user_gold.get(u, 0) + 1
                 mine.append(int(labels[(u, i)]))
     _require_both_classes(run, users, judged, mine, k)
-    clustered = intervals != "iid" and (gold.design == "users" or
-                                        max(per_user_gold.values(), default=0) > 1)  # fmt: skip
+    # unequal inclusion probabilities (stratified, active) are only weighed by the design-based
+    # estimator: the iid one would take them as uniform
+    weighted = gold.design in ("stratified", "active")
+    clustered = weighted or (intervals != "iid" and (
+        gold.design == "users" or max(per_user_gold.values(), default=0) > 1))  # fmt: skip
     tuned = (len(mine) if not clustered else len(per_user_gold)) >= MIN_TUNED_CLUSTERS
     lam = None if tuned else 1.0
     how = "power-tuned lambda" if tuned else (

@@ -14,6 +14,14 @@ the estimators weight it correctly (``_ppi``):
   that lists them and by the judge's ``p_yes`` quartile within it; ``n`` spread equally over
   the strata (capped by their sizes); ``pi_h = n_h / N_h``. Rare strata (a weak system's
   lists, the judge's confident YES) get more labels than uniform sampling would give them.
+- ``active``: each listed pair is drawn independently (Poisson sampling) with probability
+  ``pi_i`` proportional to ``0.5 + 0.5 a_i / mean(a)``, ``a_i = sqrt(p_i (1 - p_i))`` the
+  judge's uncertainty about the pair, scaled so that ``sum pi = n`` (capped at 1). The
+  variance of the PPI rectifier ``sum (Y - p) / pi`` is smallest with ``pi`` proportional to
+  the residual's standard deviation, ``sqrt(E[(Y - p)^2 | x])``, which is ``a_i`` for a
+  calibrated ``p`` (Zrnic and Candes, "Active statistical inference", ICML 2024); the uniform
+  half bounds the weights where the judge is confident and wrong. Pairs the judge is sure of
+  are labelled less, those it hesitates on more; the estimators weight each by ``1 / pi``.
 
 Pair designs are estimated with the design-based user-total PPI (``ppi_user_totals``).
 
@@ -38,7 +46,10 @@ from recjudge._util import json_loads
 __all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_gold",
            "write_gold"]  # fmt: skip
 
-GOLD_DESIGNS = ("users", "uniform", "stratified")
+GOLD_DESIGNS = ("users", "uniform", "stratified", "active")
+#: share of the active design's inclusion probability spread uniformly (the rest follows the
+#: judge's uncertainty): keeps every weight 1 / pi within 1 / ACTIVE_FLOOR of uniform's
+ACTIVE_FLOOR = 0.5
 
 
 @dataclass(frozen=True)
@@ -110,8 +121,37 @@ def sample_gold(
         return [{"user_id": frame[j][0], "item_id": frame[j][1],
                  "inclusion_prob": take / len(frame), "stratum": "all"} for j in pick]  # fmt: skip
     if judged is None:
-        raise ValueError("the stratified design needs the judge's probabilities (--qrels DIR)")
+        raise ValueError(f"the {design} design needs the judge's probabilities (--qrels DIR)")
+    if design == "active":
+        return _active(frame, n, g, judged)
     return _stratified(frame, runs, users, k, n, g, judged)
+
+
+def active_inclusion(p: Sequence[float], n: int) -> np.ndarray:
+    """The ``active`` design's inclusion probabilities (module docstring): ``sum = min(n,
+    len(p))``, each in (0, 1]."""
+    q = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
+    a = np.sqrt(q * (1 - q))
+    score = ACTIVE_FLOOR + (1 - ACTIVE_FLOOR) * (a / a.mean() if a.mean() > 0 else 1.0)
+    target = float(min(n, len(q)))
+    pi = np.zeros(len(q))
+    capped = np.zeros(len(q), dtype=bool)
+    for _ in range(len(q)):  # scale the uncapped ones until the capped ones are settled
+        free = target - capped.sum()
+        pi = np.where(capped, 1.0, score * free / score[~capped].sum())
+        over = (pi > 1.0) & ~capped
+        if not over.any():
+            break
+        capped |= over
+    return np.minimum(pi, 1.0)
+
+
+def _active(frame, n, g, judged) -> list[dict[str, Any]]:
+    """Poisson sampling with ``active_inclusion``'s probabilities (the ``active`` design)."""
+    pi = active_inclusion([judged.get(pair, (0.5, False))[0] for pair in frame], n)
+    pick = np.flatnonzero(g.random(len(frame)) < pi)
+    return [{"user_id": frame[j][0], "item_id": frame[j][1], "inclusion_prob": float(pi[j]),
+             "stratum": "active"} for j in pick]  # fmt: skip
 
 
 def _by_users(frame: list[tuple[str, str]], users: Sequence[str], n: int, g: Any) -> list:

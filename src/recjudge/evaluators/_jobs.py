@@ -228,9 +228,10 @@ class GoldSampleJob(BaseModel):
     out: str = Field(description="The CSV to label (label column empty) + OUT.design.json.")
     n: int = Field(200, ge=2, description="Pairs to label (users design: at least this many).")
     k: int = Field(10, ge=1, description="The top-k that evaluate scores.")
-    design: Literal["users", "uniform", "stratified"] = Field(
+    design: Literal["users", "uniform", "stratified", "active"] = Field(
         "users", description="users (every listed pair of sampled users: clustered PPI), "
-        "uniform (pairs), stratified (by system and judge-score quartile, 1/pi weighted)."
+        "uniform (pairs), stratified (by system and judge-score quartile, 1/pi weighted), "
+        "active (pairs drawn more where the judge is unsure, about n, 1/pi weighted)."
     )  # fmt: skip
     seed: int = Field(0, description="The sample's seed.")
     data: str | None = Field(
@@ -257,7 +258,7 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
                          "folder of `recjudge impute`")  # fmt: skip
     users = sorted(read_qrels(qrels))
     judged = None
-    if job.design == "stratified":
+    if job.design in ("stratified", "active"):
         judged = read_judged(Path(job.qrels) / "imputed.jsonl")
     rows = sample_gold(recs, users, job.k, job.n, design=job.design, seed=job.seed,
                        judged=judged)  # fmt: skip
