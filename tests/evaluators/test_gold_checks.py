@@ -67,3 +67,31 @@ def test_gold_drawn_for_other_runs_or_another_k_is_refused(tmp_path):
         read_gold(path, users, listed, ["a", "b"], 5)
     with pytest.raises(DataError, match="top-5 lists but evaluate's metrics reach top-10"):
         read_gold(path, users, set(listed_pairs([a], users, 10)), ["a"], 10)
+
+
+def test_propensities_fitted_on_few_users_say_so_and_carry_a_standard_error():
+    import numpy as np
+
+    from recjudge.evaluators._estimators import fit_propensities
+
+    g = np.random.default_rng(0)
+    items = [f"i{j}" for j in range(300)]
+    pop = {i: int(g.integers(1, 500)) for i in items}
+
+    def log(n_users):
+        return {f"u{u}": {i: 1 for i in items if g.random() < min(1, 0.002 * (pop[i] + 1) ** 0.8)}
+                for u in range(n_users)}  # fmt: skip
+
+    few, many = fit_propensities(log(5), pop), fit_propensities(log(200), pop)
+    assert few.fit["few_users"] and "fitted on only 5 users" in few.describe
+    assert not many.fit["few_users"] and "fitted on only" not in many.describe
+    assert 0 < many.fit["exponent_se"] < few.fit["exponent_se"]
+    assert abs(many.fit["exponent"] - 0.8) < 4 * many.fit["exponent_se"]
+
+
+def test_a_judge_without_an_llm_records_no_model():
+    from recjudge.evaluators._impute import judge_record
+    from recjudge.reward import JudgeConfig
+
+    assert judge_record(JudgeConfig(mode="cf-only"))["model"] is None
+    assert judge_record(JudgeConfig(mode="brief"))["model"] == JudgeConfig().model

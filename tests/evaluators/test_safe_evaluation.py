@@ -314,6 +314,12 @@ def test_evaluate_gives_every_number_an_interval_and_leads_with_a_validated_esti
     fragile = [n for n, d in est["weights"].items() if d["verdict"] == "fragile"]
     weighted = est["lead"]["estimator"] in ("dr", "snips", "ips")
     assert weighted == (not fragile)  # fragile weights (a toy log) may not lead
+    step = est["next_step"]  # never more users than were evaluated
+    assert step is None or step["users"] <= res["users"]
+    fit = est["propensity_fit"]
+    if fit:
+        assert fit["exponent_se"] is None or fit["exponent_se"] >= 0
+        assert fit["few_users"] == (fit["users"] < 20)
     assert set(est["systems"]["als"]["precision@2"]) >= {"logged", "imputed", "dm", "dr"}
 
 

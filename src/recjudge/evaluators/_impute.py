@@ -236,7 +236,7 @@ def impute(
         "seconds_per_judged_pair": (round(seconds / judge.last_run.judged, 3)
                                     if judge.last_run and judge.last_run.judged else None),
         "config": config.model_dump(),
-        "judge": judge.config.model_dump(mode="json"),
+        "judge": judge_record(judge.config),
         "prompt_version": _prompt_version(),
         "calibrated": calibration is not None,
         "sigma_source": dict(sigma_source) if sigma_source else None,
@@ -416,3 +416,15 @@ def _prompt_version() -> str:
     from recjudge.reward import PROMPT_VERSION
 
     return PROMPT_VERSION
+
+
+def judge_record(config: Any) -> dict[str, Any]:
+    """The judge's config as the summary (and every report header built on it) records it;
+    a mode without an LLM (``cf-only``) records ``model: None`` and ``llm: "none"``, so no
+    header names a model that was never run."""
+    from recjudge.reward import MODE_SPECS
+
+    rec = config.model_dump(mode="json")
+    if not MODE_SPECS.get(rec["mode"]).uses_llm:
+        rec.update(model=None, llm="none (the CF signal alone decides)")
+    return rec

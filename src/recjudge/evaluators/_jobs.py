@@ -768,8 +768,16 @@ def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
     if not need:
         return None
     per_user = len(listed_pairs(recs, users, k)) / len(users)
-    pairs = int(np.ceil(need * per_user))
     have = got.get("gold", "none") != "none"
+    if need > len(users):  # more users than were evaluated: the target is out of reach here
+        everyone = len(listed_pairs(recs, users, k))
+        return {"users": len(users), "pairs": everyone, "have_gold": have, "unreachable": (
+            f"a +-10 % interval needs about {need} users' gold labels, more than the "
+            f"{len(users)} evaluated: labelling all {everyone} listed pairs gives the widest "
+            "this evaluation allows; impute more users (--users) for a narrower one"),
+            "command": f"recjudge gold sample --runs {job.runs} --qrels {job.qrels} --k {k} "
+                       f"--n {everyone} --out gold.csv"}  # fmt: skip
+    pairs = int(np.ceil(need * per_user))
     return {"users": need, "pairs": pairs, "have_gold": have,
             "command": f"recjudge gold sample --runs {job.runs} --qrels {job.qrels} --k {k} "
                        f"--n {pairs} --out gold.csv"}  # fmt: skip
@@ -821,7 +829,9 @@ def estimator_lines(est: dict) -> list[str]:
         lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "
                      "below)")  # fmt: skip
     step = est.get("next_step")
-    if step:
+    if step and step.get("unreachable"):
+        lines.append(f"- next step: {step['unreachable']} (`{step['command']}`)")
+    elif step:
         lines.append(
             f"- next step: for a +-10 % interval label about {step['pairs']} pairs "
             f"({step['users']} users' lists, the gold alone; PPI needs fewer the better the "

@@ -309,8 +309,9 @@ def _number_table(results: Mapping[str, Any]) -> str:
 
 
 #: what the page header shows, found in results.json's config / job / environment
-HEADER_FIELDS = ("model", "mode", "beta", "cf", "judge", "estimators", "propensities", "clip",
-                 "calibration", "gold", "qrels", "dtype", "device", "backend", "data")  # fmt: skip
+HEADER_FIELDS = ("model", "llm", "mode", "beta", "cf", "judge", "estimators", "propensities",
+                 "clip", "calibration", "gold", "qrels", "dtype", "device", "backend",
+                 "data")  # fmt: skip
 
 
 def _header(results: Mapping[str, Any]) -> str:
