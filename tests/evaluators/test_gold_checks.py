@@ -95,3 +95,43 @@ def test_a_judge_without_an_llm_records_no_model():
 
     assert judge_record(JudgeConfig(mode="cf-only"))["model"] is None
     assert judge_record(JudgeConfig(mode="brief"))["model"] == JudgeConfig().model
+
+
+def test_a_retrained_twin_of_the_judges_cf_is_circular_whatever_its_seed_or_folder():
+    from recjudge.evaluators._circular import circular_systems
+
+    source = {"folder": "/runs/judge-cf", "model": "als", "fingerprint": "abc",
+              "dataset": "ml-100k"}  # fmt: skip
+    twin = RecRun("als", "als.jsonl", {}, {}, RunCheck(), provenance={
+        "model": "als", "model_folder": "/runs/als-seed1", "model_fingerprint": "other",
+        "dataset": "ml-100k"})  # fmt: skip
+    other_data = RecRun("als_bx", "b.jsonl", {}, {}, RunCheck(), provenance={
+        "model": "als", "model_folder": "/x", "model_fingerprint": "y",
+        "dataset": "book-crossing"})  # fmt: skip
+    pop = RecRun(
+        "pop",
+        "pop.jsonl",
+        {},
+        {},
+        RunCheck(),
+        provenance={
+            "model": "pop",
+            "model_folder": "/p",
+            "model_fingerprint": "z",
+            "dataset": "ml-100k",
+        },
+    )
+    found = circular_systems(source, [twin, other_data, pop])
+    assert list(found) == ["als"] and "retrained twin" in found["als"]
+
+
+def test_a_system_the_judge_favours_far_beyond_its_log_is_lenient():
+    from recjudge.evaluators._circular import lenient_systems
+
+    def row(yes, hit):
+        return {"judge_yes_rate": yes, "logged_hit_rate": hit}
+
+    found = lenient_systems({"als": row(0.977, 0.30), "pop": row(0.40, 0.28),
+                             "knn": row(0.38, 0.25)})  # fmt: skip
+    assert list(found) == ["als"] and "97.7" not in found["als"] and "98%" in found["als"]
+    assert lenient_systems({"a": row(0.5, 0.3), "b": row(0.45, 0.25), "c": row(0.6, 0.35)}) == {}

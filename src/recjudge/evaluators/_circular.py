@@ -9,14 +9,23 @@ SmolLM2, ALS's unlabelled listed pairs got mean sigma 0.89 and 100 % YES, Pop's 
 - **identity**: the run's provenance (``RUN.provenance.json``, written by ``cf recommend``)
   names the judge's CF model: the same ``model_fingerprint`` or the same folder; or, in the
   arena, the sigma model's name is a compared system's;
+- **family**: the run's provenance names a model of the judge's CF model's family (``als``,
+  ``bpr``, ...) trained on the same dataset, whatever its seed or folder: a retrained twin
+  shares its taste (ALS retrained with another seed: 56 % top-10 overlap, yet the judge said
+  YES to 97.7 % of that ALS's unlabelled pairs and its imputed precision@10 went from 0.410 to
+  0.927);
 - **behaviour**: the judge's CF model's own top-k lists hold at least ``OVERLAP_LIMIT`` of the
-  run's top-k pairs (the run is that model in all but name: a copy, a retrained twin, a run
-  written by other tooling).
+  run's top-k pairs (the run is that model in all but name: a copy, a run written by other
+  tooling);
+- **leniency** (``evaluate``, which has the log): a system whose judge YES rate on its
+  unlabelled pairs, over its logged hit rate, is at least ``LENIENCY_LIMIT`` times the
+  median of the other systems' (the judge favours it far beyond what the log says of it).
+  The threshold is a rule of thumb, not yet measured on the bench's circular and independent
+  sources.
 
-Either refuses the job (``CircularJudgeError``) unless ``allow_circular``, which the report
-header then names. A merely similar source (another model of the same family or data) is not
-refused; ``judge_by_system`` puts the judge's YES rate and mean sigma on each system's lists
-beside the logged hit rate so a lenient judge is visible.
+Any refuses the job (``CircularJudgeError``) unless ``allow_circular``, which the report
+header then names. ``judge_by_system`` puts the judge's YES rate and mean sigma on each
+system's lists beside the logged hit rate so a lenient judge is visible.
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ __all__ = [
     "circular_message",
     "circular_systems",
     "judge_by_system",
+    "lenient_systems",
     "list_overlap",
     "refuse_circular",
     "sigma_source",
@@ -40,6 +50,9 @@ __all__ = [
 
 #: a run whose top-k pairs are at least this share of the CF model's own top-k is that model
 OVERLAP_LIMIT = 0.9
+#: a system whose (judge YES rate / logged hit rate) is this many times the other systems'
+#: median is favoured by the judge (the leniency rule)
+LENIENCY_LIMIT = 2.0
 
 FIXES = ("a sigma source independent of the compared systems (--cf of a model trained for the "
          "judge that is none of them, e.g. `recjudge cf train itemknn --data DATA --out "
@@ -68,9 +81,11 @@ def refuse_circular(found: Mapping[str, str], allow: bool) -> None:
         raise CircularJudgeError(circular_message(name, why))
 
 
-def sigma_source(cf: str | None, uses_cf: bool) -> dict[str, Any] | None:
-    """The judge's sigma source as a record (folder, model name, fingerprint), or None when
-    the judge uses no CF model."""
+def sigma_source(
+    cf: str | None, uses_cf: bool, dataset: str | None = None
+) -> dict[str, Any] | None:
+    """The judge's sigma source as a record (folder, model name, fingerprint, the dataset it
+    judges), or None when the judge uses no CF model."""
     if not cf or not uses_cf:
         return None
 
@@ -82,8 +97,10 @@ def sigma_source(cf: str | None, uses_cf: bool) -> dict[str, Any] | None:
         name = str(meta.get("model")) if isinstance(meta, dict) else None
         fingerprint = model_fingerprint(path)
     except (OSError, ValueError):
-        return {"folder": str(path.resolve()), "model": None, "fingerprint": None}
-    return {"folder": str(path.resolve()), "model": name, "fingerprint": fingerprint}
+        return {"folder": str(path.resolve()), "model": None, "fingerprint": None,
+                "dataset": dataset}  # fmt: skip
+    return {"folder": str(path.resolve()), "model": name, "fingerprint": fingerprint,
+            "dataset": dataset}  # fmt: skip
 
 
 def circular_systems(
@@ -104,9 +121,46 @@ def circular_systems(
             out[run.name] = f"{run.path} was written by the same CF model, {source['folder']}"
         elif folder and folder == source.get("folder"):
             out[run.name] = f"{run.path} was written from the judge's CF folder {folder}"
+        elif _same_family(prov, source):
+            out[run.name] = (f"{run.path} was written by a {prov['model']} model trained on "
+                             f"{prov.get('dataset')}, the family and data of the judge's CF "
+                             f"model {source.get('folder')}: a retrained twin shares its "
+                             "taste, whatever its seed or folder")  # fmt: skip
         elif overlap and overlap.get(run.name, 0.0) >= OVERLAP_LIMIT:
             out[run.name] = (f"{overlap[run.name]:.0%} of its top-k pairs are the judge's CF "
                              f"model's own top-k")  # fmt: skip
+    return out
+
+
+def _same_family(prov: Mapping[str, Any], source: Mapping[str, Any]) -> bool:
+    """The run's model is of the sigma source's family and trained on its dataset (a dataset
+    either side does not record is taken as the same)."""
+    model = prov.get("model")
+    if not model or model != source.get("model"):
+        return False
+    a, b = prov.get("dataset"), source.get("dataset")
+    return not a or not b or a == b
+
+
+def lenient_systems(by_system: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """``{system: why}`` for each system the leniency rule (module docstring) finds: its
+    judge YES rate over its logged hit rate at least ``LENIENCY_LIMIT`` times the median of
+    the other systems' (systems without both rates are not compared)."""
+    import statistics
+
+    ratio = {n: d["judge_yes_rate"] / d["logged_hit_rate"] for n, d in by_system.items()
+             if d.get("judge_yes_rate") is not None and d.get("logged_hit_rate")}  # fmt: skip
+    out = {}
+    for n, r in ratio.items():
+        others = [v for m, v in ratio.items() if m != n]
+        if not others:
+            continue
+        base = statistics.median(others)
+        if base > 0 and r >= LENIENCY_LIMIT * base:
+            d = by_system[n]
+            out[n] = (f"the judge says YES to {d['judge_yes_rate']:.0%} of its unlabelled pairs "
+                      f"against a logged hit rate of {d['logged_hit_rate']:.0%}: {r / base:.1f}x "
+                      f"the other systems' median ratio (limit {LENIENCY_LIMIT:g}x)")  # fmt: skip
     return out
 
 

@@ -359,7 +359,7 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
     data, fb = load_dataset(job.data), load_dataset(job.feedback)
     recs = [restrict_to(r, data, job.k) for r in parse_runs(job.runs, job.run_format)]
     _warn_checks(recs, warn)
-    source = sigma_source(job.cf, JudgeConfig(mode=job.mode).uses_cf())
+    source = sigma_source(job.cf, JudgeConfig(mode=job.mode).uses_cf(), data.name)
     plan = imputation_plan(data, fb, recs, config)
     tuned = period_overlap(job.model, fb, plan.users)  # refused before a store exists
     refuse_period(tuned, job.model, job.allow_tuned_overlap)
@@ -470,6 +470,13 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
     else:
         raise ValueError("give --qrels DIR (from `recjudge impute`) or --feedback DATA")
     circular = _circular_runs(summary, recs, job.allow_circular)
+    by_system = _judge_by_system(job, q, recs, users, config) if job.qrels else {}
+    if summary.get("sigma_source"):  # a judge with a CF signal: is it lenient to one system?
+        from recjudge.evaluators._circular import lenient_systems, refuse_circular
+
+        lenient = lenient_systems(by_system)
+        refuse_circular(lenient, job.allow_circular)
+        circular = {**circular, **lenient}
     res = evaluate_runs(q, recs, users, config)
     res["circular"] = circular
     if summary.get("judge"):  # who imputed the labels (report header, MLflow tags)
@@ -481,7 +488,7 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
         warn(res["few_users"])
     if job.qrels:
         res["estimators"] = _estimate(job, q, recs, users, config, summary)
-        res["judge_by_system"] = _judge_by_system(job, q, recs, users, config)
+        res["judge_by_system"] = by_system
         if summary.get("tuned"):  # after _estimate: its gold check adds to it
             res["tuned"] = summary["tuned"]
     elif job.estimators or job.gold or job.obp_out:
