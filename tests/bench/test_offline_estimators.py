@@ -171,7 +171,7 @@ def test_gold_samples_run_through_evaluates_ppi_with_both_intervals():
     w, _ = _world(users=60)
     truth = truth_of(w, ["precision@5"])
     got = gold_on_log(w, "judge", ["precision@5"], [40], 0, truth)
-    assert set(got) == {(40, d, m, "precision@5") for d in ("users", "uniform")
+    assert set(got) == {(40, d, m, "precision@5") for d in ("users", "uniform", "active")
                         for m in ("auto", "iid")}  # fmt: skip
     assert all(len(v) == 3 for v in got.values())  # one entry per system
     # a perfect judge leaves PPI a narrower interval than an uninformative one does

@@ -43,3 +43,8 @@ def test_active_design_needs_the_judges_probabilities():
     run = RecRun("a", "", {"u": ["i", "j"]}, {}, RunCheck())
     with pytest.raises(ValueError, match="active design needs the judge's probabilities"):
         sample_gold([run], ["u"], 2, 2, design="active")
+
+
+def test_a_judge_certain_of_everything_gives_the_uniform_design():
+    pi = active_inclusion([1.0] * 20 + [0.0] * 20, 10)
+    assert pi == pytest.approx(np.full(40, 0.25))

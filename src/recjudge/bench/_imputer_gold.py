@@ -115,8 +115,15 @@ def imputers_on_gold(
 
     for n in sizes:
         for design in GOLD_DESIGNS:
-            gold = draw_gold(world, runs, k, n, design, seed, index)
+            gold = draw_gold(world, runs, k, n, design, seed, index, base)
             labels = gold.labels
+            for key, cells in _oua_cells(world, rows, labels, metrics, truth, observed, theta,
+                                         chosen, seed).items():  # fmt: skip
+                for t, value, ci in cells:
+                    add((n, design, *key), t, value, ci)
+            out.setdefault((n, design, "transport", "-"), []).append(
+                _transport_flags(world, p, labels, runs, k)
+            )
             judged = {LABELS_ONLY: zero, f"judge {judge}": base}
             unlabelled = np.array([pair not in labels for pair in world.pairs])
             for method in SUPERVISED:
@@ -157,6 +164,99 @@ def imputers_on_gold(
     return out
 
 
+#: calibration refits per gold sample in the bench's OUA rows (evaluate uses 1,000)
+OUA_BENCH_DRAWS = 100
+#: the logit shift of the planted lenient system's judge probabilities (transport rows)
+PLANTED_SHIFT = 1.5
+
+
+def _oua_cells(world, rows, labels, metrics, truth, observed, theta, chosen,
+               seed) -> dict[tuple[str, str], list[tuple]]:  # fmt: skip
+    """DM and DR (fit theta) on the isotonic imputer fitted on this gold sample: with the
+    fitted map held fixed (user bootstrap) and with it refitted in every draw
+    (``refit_draws``, CJE's OUA bootstrap; ``value +- t_{G-1} sd``, as ``evaluate``).
+    Returns ``{(row, metric): [(truth, value, ci)]}``, one entry per system."""
+    from scipy.stats import t as student
+
+    from recjudge._stats import bootstrap_ci
+    from recjudge.bench._offline_estimators import _gather, _padded_weights
+    from recjudge.evaluators._supervised import fit_imputer, refit_draws
+
+    try:
+        fitted = fit_imputer(rows, labels, "isotonic", seed=seed)
+        index, probs, n_gold = refit_draws(rows, labels, "isotonic", OUA_BENCH_DRAWS, seed)
+    except ValueError:
+        return {}
+    cols = np.array([index[pair] for pair in world.pairs])
+    p_fix = np.array([fitted.p[pair] for pair in world.pairs])
+    users, idx = chosen
+    q = float(student.ppf(0.975, max(n_gold - 1, 1)))
+    y_all = world.relevant * observed
+    out: dict[tuple[str, str], list[tuple]] = {}
+    for metric in metrics:
+        for name, m in world.slots.items():
+            valid = (m >= 0).astype(float)
+            o, y = _gather(observed.astype(float), m), _gather(y_all, m)
+            t = _gather(theta, m, 1.0)
+            w = _padded_weights(metric, m.shape[1])
+            zero = np.zeros_like(o)
+            cell = (w, o, y, m, valid, zero, t)
+            for est in ("dm", "dr"):
+                v = _vals(est, cell, p_fix, users)
+                label = f"{est} [supervised:isotonic{', fit theta' if est == 'dr' else ''}"
+                out.setdefault((f"{label}]", metric), []).append(
+                    (truth[metric][name], float(v.mean()), bootstrap_ci(v[idx].mean(axis=1)))
+                )
+                boot = np.array([_vals(est, cell, probs[b][cols], users)[idx[b]].mean()
+                                 for b in range(min(OUA_BENCH_DRAWS, len(idx)))])  # fmt: skip
+                half = q * float(boot.std(ddof=1))
+                out.setdefault((f"{label}, OUA]", metric), []).append(
+                    (truth[metric][name], float(v.mean()), (v.mean() - half, v.mean() + half))
+                )
+    return out
+
+
+def _vals(est: str, cell: tuple, p: np.ndarray, users: np.ndarray) -> np.ndarray:
+    """Per chosen user, ``est``'s value of a system's metric with imputer probabilities ``p``
+    (``cell``: the system's weights, observations, labels, slots, valid mask, zeros, theta)."""
+    from recjudge.bench._offline_estimators import _gather
+    from recjudge.evaluators import linear_values
+
+    w, o, y, m, valid, zero, t = cell
+    return linear_values(est, w, o, y, _gather(p, m) * valid, zero, t)[users]
+
+
+def _transport_flags(world, p, labels, runs, k) -> tuple[float, float, float]:
+    """The transport check on this gold sample: with the judge's probabilities of the first
+    system's pairs shifted by ``PLANTED_SHIFT`` on the logit scale (a lenient system) and an
+    isotonic map fitted on the gold pooled, whether that system fails and the share of the
+    other systems that fail; and, unplanted, the share of systems that fail. Returns
+    (planted flagged, others flagged, honest world flagged)."""
+    from recjudge.evaluators._calibrate import apply_map, fit_isotonic
+    from recjudge.evaluators._transport import transport_check
+
+    target = runs[0].name
+    mine = np.zeros(len(world.pairs), dtype=bool)
+    m = world.slots[target]
+    mine[m[m >= 0]] = True
+    z = np.log(np.clip(p, 1e-6, 1 - 1e-6) / np.clip(1 - p, 1e-6, 1))
+    planted = np.where(mine, 1 / (1 + np.exp(-(z + PLANTED_SHIFT))), p)
+    index = {pair: n for n, pair in enumerate(world.pairs)}
+    gi = [index[key] for key in labels]
+    y = [labels[key] for key in labels]
+    got = []
+    for probs in (planted, p):
+        xs, ys = fit_isotonic(probs[gi], y)
+        cal = apply_map(xs, ys, probs)
+        judged = {pair: (float(c), False) for pair, c in zip(world.pairs, cal, strict=True)}
+        got.append(transport_check(runs, world.users, judged, labels, k))
+    flagged = {n: d["verdict"] == "fails" for n, d in got[0].items()}
+    others = [v for n, v in flagged.items() if n != target]
+    honest = [d["verdict"] == "fails" for d in got[1].values()]
+    return (float(flagged[target]), float(np.mean(others)) if others else np.nan,
+            float(np.mean(honest)))  # fmt: skip
+
+
 def imputer_summary(
     per_log: Sequence[Mapping[tuple[int, str, str, str], Sequence[tuple]]],
 ) -> dict[str, Any]:
@@ -168,10 +268,19 @@ def imputer_summary(
 
     out = gold_summary([{k: v for k, v in log.items() if k[3] != "-"} for log in per_log])
     aucs: dict[tuple[str, str, str], list[tuple]] = {}
+    transport: dict[tuple[str, str], list[tuple]] = {}
     for log in per_log:
         for (n, design, row, metric), vals in log.items():
-            if metric == "-":
+            if row == "transport":
+                transport.setdefault((str(n), design), []).extend(vals)
+            elif metric == "-":
                 aucs.setdefault((str(n), design, row), []).extend(vals)
+    for (n, design), vals in transport.items():
+        a = np.array(vals, dtype=float)
+        out.setdefault(n, {}).setdefault(design, {})["transport"] = {
+            "planted_flagged": float(np.nanmean(a[:, 0])),
+            "others_flagged": float(np.nanmean(a[:, 1])),
+            "honest_world_flagged": float(np.nanmean(a[:, 2])), "samples": len(a)}  # fmt: skip
     for (n, design, row), vals in aucs.items():
         a = [v[0] for v in vals if v[0] is not None]
         g = [v[1] for v in vals if v[1] is not None]
@@ -215,7 +324,7 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
                 ref = (by_row.get(f"ppi [{LABELS_ONLY}]") or {}).get(metric) or {}
                 sn = (snips.get(metric) or {}).get("ci_width")
                 for row, by_m in by_row.items():
-                    if row.startswith("auc ["):
+                    if row.startswith("auc [") or row == "transport":
                         continue
                     c = by_m.get(metric)
                     if not c:
@@ -230,6 +339,21 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
                         f"{_num(c['ci_width'])} | {_num(rel, 2)} | {_num(rs, 2)} | "
                         f"{_num(c['abs_error'])} | {c['refused']} | {goal} |"
                     )
+    lines += ["", f"The transport check (`evaluate`'s, per system): the first system's judge "
+              f"probabilities shifted by {PLANTED_SHIFT:g} on the logit scale (a lenient "
+              "system), an isotonic map fitted on the gold pooled; the share of samples in "
+              "which that system fails (goal >= 90 %), in which the other systems fail (the "
+              "lenient one pulls the pooled map, so their levels move too), and in which any "
+              "system fails without the plant (goal <= 10 %):", "",
+              "| gold pairs | design | samples | planted flagged | others flagged | "
+              "honest world flagged |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for n, by_design in got.items():
+        for design, by_row in by_design.items():
+            c = by_row.get("transport")
+            if c:
+                lines.append(f"| {n} | {design} | {c['samples']} | {_pct(c['planted_flagged'])} "
+                             f"| {_pct(c['others_flagged'])} | "
+                             f"{_pct(c['honest_world_flagged'])} |")  # fmt: skip
     lines += ["", "The supervised imputers' discrimination (mean over the samples it was fitted "
               "on; the judge's own AUC against the truth over every listed pair: "
               f"{_num(r['imputers'][r['gold_imputer']]['auc_vs_truth'], 3)}):", "",

@@ -61,7 +61,7 @@ THETAS = ("true", "fit", "powerlaw")
 DR_THETAS = ("true", "fit")
 #: suffix of the rows computed on the users with a logged positive (``logged-positive``)
 LOGGED_POSITIVE = "logged-positive users"
-GOLD_DESIGNS = ("users", "uniform")
+GOLD_DESIGNS = ("users", "uniform", "active")
 GOLD_INTERVALS = ("auto", "iid")
 
 
@@ -463,7 +463,7 @@ def gold_on_log(
     out: dict[tuple[int, str, str, str], list[tuple[float, bool, float, int, int]]] = {}
     for n in sizes:
         for design in GOLD_DESIGNS:
-            gold = draw_gold(world, runs, k, n, design, seed, index)
+            gold = draw_gold(world, runs, k, n, design, seed, index, judged)
             labels = gold.labels
             for method in GOLD_INTERVALS:
                 for metric in metrics:
@@ -481,13 +481,16 @@ def gold_on_log(
 
 
 def draw_gold(world: World, runs: Sequence[Any], k: int, n: int, design: str, seed: int,
-              index: Mapping[tuple[str, str], int]) -> Any:  # fmt: skip
+              index: Mapping[tuple[str, str], int],
+              judged: Mapping[tuple[str, str], tuple[float, bool]] | None = None,
+              ) -> Any:  # fmt: skip
     """``gold sample``'s draw of ``n`` pairs under ``design`` from the runs' top-k, labelled
     with the online truth (``index``: pair -> its row in ``world.pairs``), as the
-    ``GoldSample`` ``evaluate --gold`` reads."""
+    ``GoldSample`` ``evaluate --gold`` reads; ``judged``: the judge's probabilities (the
+    ``active`` design draws from them)."""
     from recjudge.evaluators import GoldSample, sample_gold
 
-    rows = sample_gold(runs, world.users, k, n, design=design, seed=seed)
+    rows = sample_gold(runs, world.users, k, n, design=design, seed=seed, judged=judged)
     keys = [(r["user_id"], r["item_id"]) for r in rows]
     labels = {key: int(world.relevant[index[key]]) for key in keys}
     pi = {key: float(r["inclusion_prob"]) for key, r in zip(keys, rows, strict=True)}

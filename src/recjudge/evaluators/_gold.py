@@ -132,7 +132,9 @@ def active_inclusion(p: Sequence[float], n: int) -> np.ndarray:
     len(p))``, each in (0, 1]."""
     q = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
     a = np.sqrt(q * (1 - q))
-    score = ACTIVE_FLOOR + (1 - ACTIVE_FLOOR) * (a / a.mean() if a.mean() > 0 else 1.0)
+    # a judge certain of every pair (p 0 or 1 everywhere) leaves the uniform design
+    rel = a / a.mean() if a.mean() > 0 else np.ones(len(q))
+    score = ACTIVE_FLOOR + (1 - ACTIVE_FLOOR) * rel
     target = float(min(n, len(q)))
     pi = np.zeros(len(q))
     capped = np.zeros(len(q), dtype=bool)
