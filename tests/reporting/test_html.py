@@ -206,3 +206,14 @@ def test_every_committed_report_renders(tmp_path):
     assert done >= 10
     odd = {"scores": {"x": 0.5, "y": {"s": 3}}, "intervals": 3, "estimators": [1]}
     assert "rj-numbers" not in render_html(odd, ["# T"])
+
+
+def test_a_line_of_50000_brackets_renders_at_once_and_links_still_work():
+    """Issue 91: 50,000 "[" then 50,000 "](" on one report line took minutes (every "["
+    rescanned the line); each match attempt now stops at the next bracket."""
+    from recjudge.reporting._html import _inline
+
+    hostile = "[" * 50_000 + "](" * 50_000
+    assert _inline(hostile, None).count("[") == 100_000  # rendered, nothing taken as a link
+    link = _inline("see [the docs](https://x.org/a)", None)
+    assert '<span class="rj-link" title="https://x.org/a">the docs</span>' in link
