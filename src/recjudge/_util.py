@@ -100,6 +100,17 @@ def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]")
 
 
+def redact_uri(text: str) -> str:
+    """``text`` with the password of every URI's credentials (``scheme://user:PASSWORD@host``)
+    replaced by ``***``, and a bare token (``scheme://TOKEN@host``) likewise: what may be
+    printed, logged or written into a report of a tracking, server or cluster address."""
+    import re
+
+    return re.sub(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]*)(?::[^/@\s]*)?@",
+                  lambda m: f"{m.group(1)}{m.group(2)}:***@" if ":" in m.group(0)[
+                      len(m.group(1)):] else f"{m.group(1)}***@", text)  # fmt: skip
+
+
 def first_line(error: BaseException, limit: int | None = None, empty: str | None = None) -> str:
     """The first line of ``error``'s message, at most ``limit`` characters, for an error
     line of our own that quotes it; ``empty`` (default: the error's class name) when the

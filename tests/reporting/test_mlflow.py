@@ -69,3 +69,20 @@ def test_a_tracking_uri_that_does_not_work_is_one_line(folder):
     r = _evaluate(folder, "nosuchscheme://nowhere/x")
     assert r.code == 2 and "Traceback" not in r.stderr
     assert "tracking URI" in r.stderr and "file:///" in r.stderr
+
+
+def test_a_password_in_the_uri_is_never_printed_and_the_uri_is_checked_before_the_job(folder):
+    """Issue 91: the password was printed twice in the error line, after the whole job."""
+    r = _evaluate(folder, "http://user:PLANTEDPW@127.0.0.1:9")
+    assert r.code == 2 and "Traceback" not in r.stderr
+    assert "PLANTEDPW" not in r.stderr + r.stdout and "user:***@127.0.0.1:9" in r.stderr
+    assert not (folder / "ev").exists()  # refused before the job wrote anything
+
+
+def test_redact_uri_hides_passwords_and_tokens_in_any_uri():
+    from recjudge._util import redact_uri
+
+    text = "a http://u:pw1234@h:9/x b postgresql://v:p%40ss@db/m c https://tok@h.org d file:///x"
+    got = redact_uri(text)
+    assert "pw1234" not in got and "p%40ss" not in got and "tok@" not in got
+    assert "http://u:***@h:9/x" in got and "https://***@h.org" in got and "file:///x" in got

@@ -396,7 +396,12 @@ def root(
         import os
 
         from recjudge.reporting import ENV_URI
+        from recjudge.reporting._mlflow import TrackingError, check_tracking
 
+        try:  # before the job: a bad URI is one line now, not after an hour's work
+            check_tracking(mlflow)
+        except TrackingError as e:
+            fail(str(e))
         before = os.environ.get(ENV_URI)
         os.environ[ENV_URI] = mlflow
 

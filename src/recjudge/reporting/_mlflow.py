@@ -28,7 +28,7 @@ from typing import Any
 from recjudge._util import UserFacingError, first_line
 from recjudge.reporting._results import estimates_grid, finite, scores_grid
 
-__all__ = ["ENV_URI", "TrackingError", "log_report", "tracking_uri"]
+__all__ = ["ENV_URI", "TrackingError", "check_tracking", "log_report", "tracking_uri"]
 
 ENV_URI = "RECJUDGE_MLFLOW_URI"
 ENV_EXPERIMENT = "RECJUDGE_MLFLOW_EXPERIMENT"
@@ -147,15 +147,53 @@ def _resumed_run(client: Any, memo: Path, uri: str, mlflow: Any) -> str | None:
     tracking store still; None: start one."""
     import json
 
-    from recjudge._util import json_loads
+    from recjudge._util import json_loads, redact_uri
 
     try:
         saved = json_loads(memo.read_text(encoding="utf-8")) if memo.is_file() else {}
-        if isinstance(saved, dict) and saved.get("tracking_uri") == uri:
+        if isinstance(saved, dict) and saved.get("tracking_uri") == redact_uri(uri):
             return client.get_run(str(saved.get("run_id"))).info.run_id
     except (OSError, ValueError, json.JSONDecodeError, mlflow.exceptions.MlflowException):
         pass  # no run to resume there
     return None
+
+
+def _client(uri: str) -> tuple[Any, Any]:
+    """An MLflow client on ``uri`` whose store opened, and the mlflow module.
+
+    Raises:
+        TrackingError: MLflow missing, or the store does not open (the URI's password
+            redacted in the message).
+    """
+    from recjudge._util import redact_uri
+
+    if "://" not in uri or uri.startswith("file:"):
+        # A local folder store: MLflow 3 keeps it in maintenance mode behind an opt-in; a
+        # user who names a folder has opted in (a database URI needs mlflow's SQL extras).
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    mlflow = _mlflow()
+    from mlflow.tracking import MlflowClient
+
+    try:
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # the store opens (or says why not)
+    except (mlflow.exceptions.MlflowException, ImportError, OSError) as e:
+        why = redact_uri(first_line(e, 200))
+        raise TrackingError(
+            f"MLflow cannot use the tracking URI {redact_uri(uri)} ({why}); give a local "
+            "folder (file:///path/mlruns) or a server's http(s) URL"
+        ) from None
+    return client, mlflow
+
+
+def check_tracking(uri: str) -> None:
+    """Open the tracking store now, before a job runs (a bad URI is said in one line at the
+    start, not after the job).
+
+    Raises:
+        TrackingError: as ``_client``.
+    """
+    _client(uri)
 
 
 def log_report(out: str | Path, results: Mapping[str, Any], title: str,
@@ -167,28 +205,13 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
         TrackingError: MLflow missing, or the tracking store refused the run.
     """
 
-    from recjudge._util import atomic_write_json
+    from recjudge._util import atomic_write_json, redact_uri
 
     uri = uri or tracking_uri()
     if not uri:
         return None
-    if "://" not in uri or uri.startswith("file:"):
-        # A local folder store: MLflow 3 keeps it in maintenance mode behind an opt-in; a
-        # user who names a folder has opted in (a database URI needs mlflow's SQL extras).
-        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    mlflow = _mlflow()
-    from mlflow.tracking import MlflowClient
-
+    client, mlflow = _client(uri)
     out = Path(out)
-    try:
-        client = MlflowClient(tracking_uri=uri)
-        client.search_experiments(max_results=1)  # the store opens (or says why not)
-    except (mlflow.exceptions.MlflowException, ImportError, OSError) as e:
-        why = first_line(e, 200)
-        raise TrackingError(
-            f"MLflow cannot use the tracking URI {uri} ({why}); give a local folder "
-            "(file:///path/mlruns) or a server's http(s) URL"
-        ) from None
     memo = out / RUN_FILE
     run_id = _resumed_run(client, memo, uri, mlflow)
     try:
@@ -197,7 +220,8 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
             exp = client.get_experiment_by_name(name)
             exp_id = exp.experiment_id if exp else client.create_experiment(name)
             run_id = client.create_run(exp_id, run_name=out.name or title[:60]).info.run_id
-            atomic_write_json(memo, {"tracking_uri": uri, "run_id": run_id})
+            # the folder is shared: the URI's password never goes into it
+            atomic_write_json(memo, {"tracking_uri": redact_uri(uri), "run_id": run_id})
         have = client.get_run(run_id).data
         step = 1 + max((m.step for k in list(have.metrics)[:1]
                         for m in client.get_metric_history(run_id, k)), default=-1)  # fmt: skip
@@ -216,7 +240,8 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
             if (out / name).is_file():
                 client.log_artifact(run_id, str(out / name))
     except mlflow.exceptions.MlflowException as e:
-        raise TrackingError(f"MLflow at {uri} refused the run ({first_line(e, 200)})"
+        raise TrackingError(f"MLflow at {redact_uri(uri)} refused the run "
+                            f"({redact_uri(first_line(e, 200))})"
                             "; check the URI (e.g. file:///path/mlruns or sqlite:///mlflow.db)"
                             ) from None  # fmt: skip
     return run_id
