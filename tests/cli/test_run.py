@@ -76,3 +76,22 @@ def test_every_bench_command_is_built_from_its_config(name):
         f = cls.model_fields.get(p.name)
         if f is not None and f.default is True:
             assert p.secondary_opts == ["--no-" + p.name.replace("_", "-")]
+
+
+def test_a_shared_config_may_not_write_outside_the_current_folder(tmp_path):
+    """Issue 91: `run evaluate --config results.json` whose out was ../../../../etc/rj_out
+    exited 0 and created /etc/rj_out."""
+    import json
+
+    from cli_in_process import run_cli
+
+    work = tmp_path / "work"
+    work.mkdir()
+    cfg = work / "results.json"
+    escape = "../../../../../../../../tmp/rj_escape_check"
+    cfg.write_text(json.dumps({"job": {"runs": "a=a.jsonl", "feedback": "ml-100k",
+                                       "out": escape}}))  # fmt: skip
+    r = run_cli("run", "evaluate", "--config", str(cfg), cwd=work)
+    assert r.code == 2 and "outside the current folder" in r.stderr
+    assert "--out DIR" in r.stderr and "Traceback" not in r.stderr
+    assert not (work / escape).resolve().exists()

@@ -48,6 +48,7 @@ def _read_config(
                 data = raw.get("data")
                 raw = raw[key]
                 break
+    _check_outputs(raw, path, overrides or {})
     raw = {**raw, **(overrides or {})}
     try:
         return cls.model_validate(raw), data
@@ -55,6 +56,23 @@ def _read_config(
         where = f"{path}: " if path else ""
         fail(f"{where}{option_errors(e).replace('--', '')}")
     raise AssertionError  # fail() exits
+
+
+def _check_outputs(raw: dict[str, Any], path: str | None, overrides: dict[str, Any]) -> None:
+    """Refuse an output folder a shared config file sets outside the current folder (a
+    results.json from someone else decides where files land only inside it); one the user
+    passes on the command line is theirs to choose."""
+    here = Path.cwd().resolve()
+    for key, value in raw.items():
+        if not (key == "out" or key.endswith("_out")) or key in overrides:
+            continue
+        if not isinstance(value, str) or not value:
+            continue
+        target = (here / value).resolve()
+        if target != here and here not in target.parents:
+            fail(f"{path}: its {key} {value!r} is outside the current folder ({here}); a "
+                 f"config file may only write below it: pass --{key.replace('_', '-')} DIR "
+                 "on the command line to write elsewhere")  # fmt: skip
 
 
 def _list(registry: Any, as_json: bool) -> None:
