@@ -99,8 +99,9 @@ def test_offline_metric_oracles():
 def test_summarize_cli_on_records(tmp_path):
     path = tmp_path / "v.jsonl"
     path.write_text(
-        "".join(json.dumps(rec("x", "y", v)) + "\n" for v in ["A wins", "A wins", "Tie", "B wins"])
-    )
+        "".join(json.dumps(rec("x", "y", v, u=str(n))) + "\n"
+                for n, v in enumerate(["A wins", "A wins", "Tie", "B wins"]))
+    )  # fmt: skip
     r = run_cli("arena", "summarize", "--verdicts", str(path), "--json", "--bootstrap", "10")
     assert r.code == 0, r.stderr
     out = r.stdout
@@ -449,3 +450,32 @@ def test_order_flip_rate_counts_each_pair_once_under_both_swap_rules():
         assert len(overall) == (2 if rule == "tie" else 4)
         assert all("order_flip" in r for r in overall)
         assert order_flip_rate(records) == 0.5, rule
+
+
+def test_summarize_refuses_hostile_verdict_files_in_one_line_and_counts_repeats_once(tmp_path):
+    """Issue 91: non-UTF-8 file, integer system_a, list aspect and string AUCs were
+    tracebacks; a repeated record counted twice; --json printed Infinity."""
+    path = tmp_path / "v.jsonl"
+
+    def cli(*args):
+        return run_cli("arena", "summarize", "--verdicts", str(path), "--bootstrap", "10", *args)
+
+    path.write_bytes(b'{"user_id": "1", "system_a": "\xff\xfe"}\n')
+    r = cli()
+    assert r.code == 2 and "not UTF-8" in r.stderr and "Traceback" not in r.stderr
+    for field, value in (("system_a", 7), ("aspect", ["overall"])):
+        path.write_text(json.dumps({**rec("x", "y", "A wins"), field: value}) + "\n")
+        r = cli()
+        assert r.code == 2 and field in r.stderr and "row 1" in r.stderr, r.stderr
+        assert "Traceback" not in r.stderr
+    good = [rec("x", "y", v, u=str(n)) for n, v in enumerate(["A wins", "Tie", "B wins"])]
+    path.write_text("".join(json.dumps(x) + "\n" for x in good + good))  # every one twice
+    r = cli("--json")
+    assert r.code == 0 and "3 repeated record(s) counted once" in r.stderr
+    c = json.loads(r.stdout)["pairs"]["overall"]["x vs y"]
+    assert (c["win"], c["tie"], c["lose"]) == (1, 1, 1)
+    assert "Infinity" not in r.stdout and "NaN" not in r.stdout
+    auc = tmp_path / "auc.json"
+    auc.write_text(json.dumps({"x": "high", "y": None}))
+    r = cli("--auc", str(auc))
+    assert r.code == 2 and "'x' has 'high'" in r.stderr and "Traceback" not in r.stderr

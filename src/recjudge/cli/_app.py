@@ -36,9 +36,22 @@ def group(name: str, help: str, no_args_is_help: bool = True) -> typer.Typer:
     return GROUPS[name]
 
 
+def _finite(obj: Any) -> Any:
+    """``obj`` with every non-finite float as None: ``--json`` prints JSON, and JSON has no
+    NaN or Infinity (``json.dumps`` would write them, and strict readers refuse them)."""
+    if isinstance(obj, float):
+        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_finite(v) for v in obj]
+    return obj
+
+
 def emit(obj: Any, as_json: bool = True) -> None:
     if as_json:
-        typer.echo(json.dumps(obj, indent=2, ensure_ascii=False, default=str))
+        typer.echo(json.dumps(_finite(obj), indent=2, ensure_ascii=False, default=str,
+                              allow_nan=False))  # fmt: skip
     else:
         typer.echo(obj)
 

@@ -29,6 +29,26 @@ arena_app.command("lists")(evaluator_command(
 ))  # fmt: skip
 
 
+def _auc_map(path: str) -> dict[str, float]:
+    """``--auc``'s JSON object of system -> finite AUC (one line naming the bad entry)."""
+    import math
+
+    try:
+        got = json_loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        fail(f"--auc {path}: not a readable JSON file ({type(e).__name__}); write "
+             '{"system": auc, ...}')  # fmt: skip
+    if not isinstance(got, dict):
+        fail(f'--auc {path}: expected a JSON object {{"system": auc, ...}}')
+    out = {}
+    for name, v in got.items():
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            fail(f"--auc {path}: {name!r} has {v!r}, not a finite number; give each system's "
+                 "AUC as a number (or leave the system out)")  # fmt: skip
+        out[str(name)] = float(v)
+    return out
+
+
 @arena_app.command("summarize")
 def arena_summarize(
     verdicts: str = typer.Option(
@@ -47,17 +67,19 @@ def arena_summarize(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """All aggregates from per-comparison records alone (no model needed)."""
+    from recjudge.data import DataError
     from recjudge.evaluators import order_stats, summarize
+    from recjudge.evaluators._audit import verdict_records
 
-    records = []
-    for n, line in enumerate(Path(verdicts).read_text().splitlines(), 1):
-        if line.strip():
-            try:
-                records.append(json_loads(line))
-            except json.JSONDecodeError as e:
-                fail(f"{verdicts}, line {n}: not JSON ({e})")
     try:
-        auc_map = json_loads(Path(auc).read_text()) if auc else None
+        records, repeats = verdict_records(verdicts, "give a JSONL file of user_id, system_a, "
+                                           "system_b, aspect, verdict records")  # fmt: skip
+    except DataError as e:
+        fail(str(e))
+    if repeats:
+        typer.echo(f"{verdicts}: {repeats} repeated record(s) counted once", err=True)
+    auc_map = _auc_map(auc) if auc else None
+    try:
         s = summarize(records, auc_map, bootstrap, seed, reference=reference)
         s |= order_stats(records, reference, auc_map, bootstrap, seed)
     except ValueError as e:

@@ -316,7 +316,6 @@ def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, sourc
 def read_verdicts(run: str | Path) -> list[dict[str, Any]]:
     """An arena run's ``verdicts.jsonl`` as records; ``DataError`` names the file, the row
     and the fix."""
-    import json
 
     from recjudge.data import DataError
 
@@ -324,19 +323,55 @@ def read_verdicts(run: str | Path) -> list[dict[str, Any]]:
     fix = "pass the --out folder of a finished `recjudge arena run` (it holds verdicts.jsonl)"
     if not path.is_file():
         raise DataError("no such file.", source=str(path), fix=fix)
-    records = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rec = json_loads(line)
-            except json.JSONDecodeError:
-                raise DataError("not a JSON line.", source=str(path), row=n, fix=fix) from None
-            if not isinstance(rec, dict):
-                raise DataError("not a verdict record.", source=str(path), row=n, fix=fix)
-            records.append(rec)
+    records, _ = verdict_records(path, fix)
     if not records:
         raise DataError("no verdict in it.", source=str(path), fix=fix)
     return records
+
+
+def verdict_records(path: str | Path, fix: str) -> tuple[list[dict[str, Any]], int]:
+    """Verdict records of a JSONL file, each checked (``system_a``, ``system_b``, ``aspect``
+    and ``verdict`` strings where present), and how many exact repeats were dropped (a
+    record written twice is one comparison, not two).
+
+    Raises:
+        DataError: a file that is not UTF-8, a line that is not JSON or not a record, or a
+            field of the wrong type (file, row and field named).
+    """
+    import json
+
+    from recjudge.data import DataError
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"not UTF-8 text (byte {e.start}).", source=str(path),
+                        fix="write the verdicts as UTF-8 JSONL") from None  # fmt: skip
+    except OSError as e:
+        raise DataError(f"cannot be read ({e.strerror}).", source=str(path), fix=fix) from None
+    records, seen, repeats = [], set(), 0
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json_loads(line)
+        except json.JSONDecodeError:
+            raise DataError("not a JSON line.", source=str(path), row=n, fix=fix) from None
+        if not isinstance(rec, dict):
+            raise DataError("not a verdict record.", source=str(path), row=n, fix=fix)
+        for name in ("system_a", "system_b", "aspect", "verdict"):
+            if name in rec and not isinstance(rec[name], str):
+                raise DataError(f"{name} is {type(rec[name]).__name__} {rec[name]!r}, not a "
+                                "string.", source=str(path), row=n, field=name,
+                                fix=f"write {name} as a string (e.g. \"als\")")  # fmt: skip
+        key = json.dumps(rec, sort_keys=True, default=str)
+        if key in seen:
+            repeats += 1
+            continue
+        seen.add(key)
+        records.append(rec)
+    return records, repeats
 
 
 def run_position_audit(run: str | Path, out: str | Path) -> tuple[dict[str, Any], list[str]]:
