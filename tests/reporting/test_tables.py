@@ -79,3 +79,13 @@ def test_the_command_reads_a_report_folder(tmp_path):
     assert r.code == 2 and "no such file" in r.stderr and "Traceback" not in r.stderr
     r = run_cli("report", "latex", str(tmp_path / "r"), "--format", "docx")
     assert r.code == 2 and "latex or csv" in r.stderr
+
+
+def test_a_system_with_a_non_finite_value_stays_in_the_table_as_undefined():
+    """Issue 91: `report latex` dropped a system whose values were NaN or infinite."""
+    bad = {"estimators": {"lead": {"estimator": "snips"}, "systems": {
+        "a": {"p@10": {"snips": {"value": 0.3, "ci": [0.2, 0.4]}}},
+        "b": {"p@10": {"snips": {"value": float("nan"), "ci": None}}},
+        "c": {"p@10": {"snips": {"value": float("inf"), "ci": None}}}}}}  # fmt: skip
+    tex = to_latex(paper_table(bad))
+    assert "\nb & --" in tex and "\nc & --" in tex

@@ -53,8 +53,8 @@ def scores_grid(results: Mapping[str, Any]) -> list[Row]:
 
 def estimates_grid(results: Mapping[str, Any]) -> list[Row]:
     """``(system, metric, estimator, value, lo, hi)`` of ``estimators.systems`` (evaluate
-    with ``--qrels``): an estimate whose value is a number or null is a row; entries of
-    another shape are left out."""
+    with ``--qrels``): every estimate is a row, its value None where it is null, NaN or
+    infinite; entries of another shape are left out."""
     out: list[Row] = []
     est = results.get("estimators")
     systems = est.get("systems") if isinstance(est, Mapping) else None
@@ -65,8 +65,8 @@ def estimates_grid(results: Mapping[str, Any]) -> list[Row]:
             for name, e in by_e.items() if isinstance(by_e, Mapping) else ():
                 if not isinstance(e, Mapping):
                     continue
-                v = e.get("value")
-                if v is not None and finite(v) is None:
-                    continue
-                out.append((str(system), str(m), str(name), finite(v), *_pair(e.get("ci"))))
+                # a NaN or infinite value stays a row, shown as undefined ("--"), so a table
+                # never drops a system without a word
+                out.append((str(system), str(m), str(name), finite(e.get("value")),
+                            *_pair(e.get("ci"))))  # fmt: skip
     return out
