@@ -243,7 +243,7 @@ SURFACE_CASES = [
     ("store-import-symlink-loop", {}, _loop, ["store", "import", "{t}/loop1", "--into", "{t}/s.sqlite"], ["loop1", "symbolic links"]),
     ("store-import-into-a-folder", {"d/x": ""}, None, ["store", "import", "{ck}", "--into", "{t}/d"], ["{t}/d", "is a folder"]),
     ("store-export-out-under-a-file", {"f": "x", "s.sqlite": b""}, None, ["store", "export", "{t}/s.sqlite", "--out", "{t}/f/x.gz"], ["{t}/f", "not a folder"]),
-    ("audit-arena-wrong-type", {"a/verdicts.jsonl": ARENA_BAD}, None, ["audit", "--arena", "{t}/a", "--out", "{t}/o"], ["record 1", "'system_a'", "int"]),
+    ("audit-arena-wrong-type", {"a/verdicts.jsonl": ARENA_BAD}, None, ["audit", "--arena", "{t}/a", "--out", "{t}/o"], ["row 1", "'system_a'", "int"]),
     ("bench-latency-mistyped-model", {"l.json": '{"model": "smollm2-135n"}'}, None, ["bench", "run", "latency", "--config", "{t}/l.json", "--out", "{t}/o"], ["Did you mean 'smollm2-135m'"]),
 ]  # fmt: skip
 
