@@ -174,6 +174,12 @@ def _client(uri: str) -> tuple[Any, Any]:
     mlflow = _mlflow()
     from mlflow.tracking import MlflowClient
 
+    # the first contact is a check: a server that does not answer is said at once, not after
+    # MLflow's default retries with backoff (minutes); a user's own settings win
+    quick = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+    saved = {k: os.environ.get(k) for k in quick}
+    for k, v in quick.items():
+        os.environ.setdefault(k, v)
     try:
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)  # the store opens (or says why not)
@@ -183,6 +189,12 @@ def _client(uri: str) -> tuple[Any, Any]:
             f"MLflow cannot use the tracking URI {redact_uri(uri)} ({why}); give a local "
             "folder (file:///path/mlruns) or a server's http(s) URL"
         ) from None
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return client, mlflow
 
 
