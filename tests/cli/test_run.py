@@ -95,3 +95,13 @@ def test_a_shared_config_may_not_write_outside_the_current_folder(tmp_path):
     assert r.code == 2 and "outside the current folder" in r.stderr
     assert "--out DIR" in r.stderr and "Traceback" not in r.stderr
     assert not (work / escape).resolve().exists()
+
+
+def test_ray_for_a_single_judgment_is_refused_before_any_cluster_starts():
+    """Issue 91: `judge --user 1 --candidate 50 --ray local` started Ray and surfaced its
+    start-up timeout as a traceback."""
+    from cli_in_process import run_cli
+
+    r = run_cli("judge", "--user", "1", "--candidate", "50", "--ray", "local")
+    assert r.code == 2 and "--ray judges a --pairs file" in r.stderr
+    assert "Traceback" not in r.stderr

@@ -121,6 +121,9 @@ def judge_cmd(
     from recjudge.data import load_dataset
     from recjudge.reward import request_for
 
+    if ray is not None and pairs is None:  # before any cluster starts
+        fail("--ray judges a --pairs file on a cluster; one --user/--candidate judgment runs in "
+             "this process: drop --ray, or give --pairs FILE --out FILE")  # fmt: skip
     try:
         ds = load_dataset(data)
         judge = build_judge(
