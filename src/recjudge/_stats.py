@@ -198,18 +198,18 @@ def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     return float(u / (len(p) * len(n)))
 
 
-def bootstrap_ranks(boot: Any, point: Sequence[float]) -> list[tuple[int, list[int]]]:
+def bootstrap_ranks(boot: Any, point: Sequence[float]) -> list[dict[str, Any]]:
     """Per system (rows of ``boot``, [systems, draws] of a statistic over *shared*
-    resamples), its rank among the systems (1 = the largest ``point``) and the 95 % interval
-    of its rank over the draws (2.5th and 97.5th percentiles, nearest rank): Hall and Miller,
-    "Using the bootstrap to quantify the authority of an empirical ranking", Annals of
-    Statistics 2009. A rank interval ``[1, 1]`` says the system is first in at least 97.5 %
-    of the resamples."""
+    resamples), ``{"rank", "rank_ci"}``: its rank among the systems (1 = the largest
+    ``point``) and the 95 % interval of its rank over the draws (2.5th and 97.5th
+    percentiles, nearest rank): Hall and Miller, "Using the bootstrap to quantify the
+    authority of an empirical ranking", Annals of Statistics 2009. A rank interval
+    ``[1, 1]`` says the system is first in at least 97.5 % of the resamples."""
     b = np.asarray(boot, dtype=float)
     ranks = (-b).argsort(axis=0).argsort(axis=0) + 1
     first = (-np.asarray(point, dtype=float)).argsort(kind="stable").argsort() + 1
     out = []
     for j in range(len(b)):
         lo, hi = np.percentile(ranks[j], [2.5, 97.5], method="nearest")
-        out.append((int(first[j]), [int(lo), int(hi)]))
+        out.append({"rank": int(first[j]), "rank_ci": [int(lo), int(hi)]})
     return out

@@ -106,9 +106,11 @@ def redact_uri(text: str) -> str:
     printed, logged or written into a report of a tracking, server or cluster address."""
     import re
 
-    return re.sub(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]*)(?::[^/@\s]*)?@",
-                  lambda m: f"{m.group(1)}{m.group(2)}:***@" if ":" in m.group(0)[
-                      len(m.group(1)):] else f"{m.group(1)}***@", text)  # fmt: skip
+    def hide(m: re.Match[str]) -> str:  # user:PASSWORD@ keeps the user; TOKEN@ keeps nothing
+        scheme, user, password = m.groups()
+        return f"{scheme}{user}:***@" if password is not None else f"{scheme}***@"
+
+    return re.sub(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]*)(?::([^/@\s]*))?@", hide, text)
 
 
 def first_line(error: BaseException, limit: int | None = None, empty: str | None = None) -> str:

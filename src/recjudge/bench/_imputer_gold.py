@@ -122,7 +122,7 @@ def imputers_on_gold(
                 for t, value, ci in cells:
                     add((n, design, *key), t, value, ci)
             out.setdefault((n, design, "transport", "-"), []).append(
-                _transport_flags(world, p, labels, runs, k)
+                _transport_flags(world, p, labels, runs, k, index)
             )
             judged = {LABELS_ONLY: zero, f"judge {judge}": base}
             unlabelled = np.array([pair not in labels for pair in world.pairs])
@@ -226,7 +226,7 @@ def _vals(est: str, cell: tuple, p: np.ndarray, users: np.ndarray) -> np.ndarray
     return linear_values(est, w, o, y, _gather(p, m) * valid, zero, t)[users]
 
 
-def _transport_flags(world, p, labels, runs, k) -> tuple[float, float, float]:
+def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, float, float]:
     """The transport check on this gold sample: with the judge's probabilities of the first
     system's pairs shifted by ``PLANTED_SHIFT`` on the logit scale (a lenient system) and an
     isotonic map fitted on the gold pooled, whether that system fails and the share of the
@@ -241,7 +241,6 @@ def _transport_flags(world, p, labels, runs, k) -> tuple[float, float, float]:
     mine[m[m >= 0]] = True
     z = np.log(np.clip(p, 1e-6, 1 - 1e-6) / np.clip(1 - p, 1e-6, 1))
     planted = np.where(mine, 1 / (1 + np.exp(-(z + PLANTED_SHIFT))), p)
-    index = {pair: n for n, pair in enumerate(world.pairs)}
     gi = [index[key] for key in labels]
     y = [labels[key] for key in labels]
     got = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ def _finite(obj: Any) -> Any:
     """``obj`` with every non-finite float as None: ``--json`` prints JSON, and JSON has no
     NaN or Infinity (``json.dumps`` would write them, and strict readers refuse them)."""
     if isinstance(obj, float):
-        return obj if obj == obj and obj not in (float("inf"), float("-inf")) else None
+        return obj if math.isfinite(obj) else None
     if isinstance(obj, dict):
         return {k: _finite(v) for k, v in obj.items()}
     if isinstance(obj, list | tuple):

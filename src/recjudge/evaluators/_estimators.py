@@ -239,7 +239,7 @@ def estimate(
     *,
     draws: int = 1000,
     seed: int = 0,
-    p_draws: np.ndarray | None = None,
+    p_draws: Sequence[np.ndarray] | None = None,
     p_clusters: int = 0,
 ) -> dict[str, dict[str, Estimate]]:
     """Every estimator's value of every metric over the users of ``lists``.
@@ -250,7 +250,7 @@ def estimate(
         estimators: a subset of ``ESTIMATORS``.
         draws: user resamples for the 95 % percentile intervals (0: none).
         seed: the resampling seed (the same draws for every metric and estimator).
-        p_draws: ``[draws, users, k]`` the judge's probabilities refitted per resample
+        p_draws: per draw, ``[users, k]``: the judge's probabilities refitted per resample
             (``_supervised.refit_draws``; users in sorted order): ``dm`` and ``dr``'s draw
             ``b`` then uses resample ``b`` of the users *and* calibration ``b``, so their
             intervals hold the calibration's uncertainty (the OUA bootstrap). The interval
@@ -272,6 +272,10 @@ def estimate(
     if bad:
         raise ValueError(f"unknown estimator {bad[0]!r}; use one of {', '.join(ESTIMATORS)}")
     idx = user_draws(len(users), draws, seed) if draws else None
+    if p_draws is not None:
+        from scipy.stats import t as student
+
+        t_oua = float(student.ppf(0.975, max(p_clusters - 1, 1)))
     out: dict[str, dict[str, Estimate]] = {}
     kmax = max(parse_metric(m)[1] for m in metrics) if metrics else 0
     m = _stack([lists[u] for u in users], kmax)
@@ -306,9 +310,7 @@ def estimate(
                 boot = np.array([
                     _user_values(est, metric, k, {**cut, "p": p_draws[b][:, :k]})[idx[b]].mean()
                     for b in range(len(idx))])  # fmt: skip
-                from scipy.stats import t as student
-
-                half = float(student.ppf(0.975, max(p_clusters - 1, 1)) * boot.std(ddof=1))
+                half = float(t_oua * boot.std(ddof=1))
                 ci = (float(arr.mean()) - half, float(arr.mean()) + half)
             elif idx is not None:
                 boot = arr[idx].mean(axis=1)
@@ -593,7 +595,7 @@ def estimate_runs(
         p_draws = None
         if refits is not None:
             draws = len(refits[1])
-            p_draws = _refit_lists(run, sorted(lists), k, refits[0], refits[1])
+            p_draws = _RefitLists(run, sorted(lists), k, refits[0], refits[1])
         got = estimate(lists, metrics, estimators, draws=draws, seed=seed, p_draws=p_draws,
                        p_clusters=refits[2] if refits else 0)  # fmt: skip
         raw[run.name] = got
@@ -622,20 +624,29 @@ def rank_intervals(
             if any(c is None or c.boot is None or c.value is None for c in cells):
                 continue
             got = bootstrap_ranks(np.stack([c.boot for c in cells]), [c.value for c in cells])
-            for n, (rank, ci) in zip(names, got, strict=True):
-                out[n].setdefault(m, {})[e] = {"rank": rank, "rank_ci": ci}
+            for n, r in zip(names, got, strict=True):
+                out[n].setdefault(m, {})[e] = r
     return out
 
 
-def _refit_lists(run: Any, users: Sequence[str], k: int, index: Mapping[tuple[str, str], int],
-                 probs: np.ndarray) -> np.ndarray:  # fmt: skip
-    """``[draws, users, k]``: the refitted probabilities of the run's top-k (0 past a short
-    list or for a pair without one, as ``_stack`` pads)."""
-    cols = np.full((len(users), k), -1, dtype=int)
-    for r, u in enumerate(users):
-        for c, i in enumerate(run.rankings.get(u, [])[:k]):
-            cols[r, c] = index.get((u, i), -1)
-    return np.where(cols[None] >= 0, probs[:, np.maximum(cols, 0)], 0.0)
+class _RefitLists:
+    """The refitted probabilities of a run's top-k as ``estimate``'s ``p_draws``: draw ``b``
+    is ``[users, k]`` (0 past a short list or for a pair without one, as ``_stack`` pads),
+    gathered when asked, so no ``[draws, users, k]`` copy is held per run."""
+
+    def __init__(self, run: Any, users: Sequence[str], k: int,
+                 index: Mapping[tuple[str, str], int], probs: np.ndarray) -> None:  # fmt: skip
+        self.cols = np.full((len(users), k), -1, dtype=int)
+        for r, u in enumerate(users):
+            for c, i in enumerate(run.rankings.get(u, [])[:k]):
+                self.cols[r, c] = index.get((u, i), -1)
+        self.probs = probs
+
+    def __len__(self) -> int:
+        return len(self.probs)
+
+    def __getitem__(self, b: int) -> np.ndarray:
+        return np.where(self.cols >= 0, self.probs[b][np.maximum(self.cols, 0)], 0.0)
 
 
 def run_lists(
@@ -794,8 +805,8 @@ def ppi_mean(
     theta = float((lam * yu).mean() + (y - lam * yhat).mean())
     se = math.sqrt((lam * yu).std() ** 2 / big_n + (y - lam * yhat).std() ** 2 / n)
     z = float(norm.ppf(1 - alpha / 2))
-    return {"value": theta, "lo": theta - z * se, "hi": theta + z * se, "lam": lam, "n": n,
-            "N": big_n}  # fmt: skip
+    return {"value": theta, "lo": theta - z * se, "hi": theta + z * se, "se": se, "lam": lam,
+            "n": n, "N": big_n}  # fmt: skip
 
 
 def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str]]):
@@ -1060,8 +1071,9 @@ def estimate_evaluation(
     classes = set(gold.labels.values())
     warn = (f"; every gold label is {classes.pop()}: the PPI interval is not informative"
             if len(classes) == 1 else "")  # fmt: skip
-    got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}, PPI++ "
-                   f"(power-tuned lambda){warn}")  # fmt: skip
+    got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}, PPI++ (Student's t; "
+                   f"lambda power-tuned from {MIN_TUNED_CLUSTERS} labelled clusters, else 1)"
+                   f"{warn}")  # fmt: skip
     if calibrated:  # the pooled calibration checked on each system's own gold pairs
         from recjudge.evaluators._transport import refuse_levels, transport_check
 
@@ -1264,12 +1276,10 @@ def p_df(n: int) -> float:
 def _t_interval(got: Mapping[str, Any], df: float, alpha: float = 0.05) -> dict[str, Any]:
     """``ppi_mean``'s normal interval (ppi-python's, kept equal to it) widened to Student's
     t on ``df`` degrees of freedom: the same standard error times ``t_{1-alpha/2, df}``."""
-    from scipy.stats import norm, t
+    from scipy.stats import t
 
-    z = float(norm.ppf(1 - alpha / 2))
-    se = (got["hi"] - got["lo"]) / (2 * z)
     q = float(t.ppf(1 - alpha / 2, df))
-    return {**got, "lo": got["value"] - q * se, "hi": got["value"] + q * se, "se": se,
+    return {**got, "lo": got["value"] - q * got["se"], "hi": got["value"] + q * got["se"],
             "df": df}  # fmt: skip
 
 
@@ -1281,8 +1291,8 @@ def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: S
     normal approximation's usual rule)."""
     pos = int(sum(labels))
     neg = len(labels) - pos
-    if min(pos, neg) >= MIN_CLASS_LABELS:
-        return
+    if len(labels) < 2 or min(pos, neg) >= MIN_CLASS_LABELS:
+        return  # too few pairs: the estimator chosen says so in its own words
     p = [judged[(u, i)][0] for u in users for i in run.rankings.get(u, [])[:k]
          if (u, i) in judged]  # fmt: skip
     rate = float(np.mean(p)) if p else 0.5

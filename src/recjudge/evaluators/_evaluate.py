@@ -247,9 +247,8 @@ def _ranks(boot: Mapping[str, Any], names: Sequence[str],
 
     out: dict[str, dict[str, Any]] = {n: {} for n in names}
     for m, b in boot.items():
-        got = bootstrap_ranks(b, [scores[n][m] for n in names])
-        for n, (rank, ci) in zip(names, got, strict=True):
-            out[n][m] = {"rank": rank, "rank_ci": ci}
+        for n, r in zip(names, bootstrap_ranks(b, [scores[n][m] for n in names]), strict=True):
+            out[n][m] = r
     return out
 
 

@@ -277,25 +277,18 @@ def read_gold(
                 "... --k K`, the same runs and k as evaluate); a pair outside them cannot be "
                 "weighed",
             )
-    inclusion, design = _inclusion_and_design(Path(path))
-    _check_record(Path(path), len(labels), runs, k)
+    inclusion, design, record = _inclusion_and_design(Path(path))
+    if record is not None:
+        _check_record(Path(path), record, len(labels), runs, k)
     return GoldSample(labels, inclusion, design, str(path))
 
 
-def _check_record(path: Path, labelled: int, runs: Sequence[str] | None, k: int | None) -> None:
-    """The gold file against ``gold sample``'s design record beside it (none: nothing to
-    check; a hand-made file is read as ``unknown`` design)."""
+def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence[str] | None,
+                  k: int | None) -> None:  # fmt: skip
+    """The gold file against ``gold sample``'s design record beside it (``rec``)."""
     from recjudge.data import DataError
 
     sidecar = Path(f"{path}.design.json")
-    if not sidecar.is_file():
-        return
-    try:
-        rec = json_loads(sidecar.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return  # _inclusion_and_design has refused it already
-    if not isinstance(rec, dict):
-        return
     drawn = rec.get("pairs")
     redraw = (f"`recjudge gold sample` with --seed {rec.get('seed')} --n {rec.get('n')} "
               f"--design {rec.get('design')} redraws the same pairs")  # fmt: skip
@@ -328,10 +321,12 @@ def _check_record(path: Path, labelled: int, runs: Sequence[str] | None, k: int 
         )  # fmt: skip
 
 
-def _inclusion_and_design(path: Path) -> tuple[dict[tuple[str, str], float], str]:
-    """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1])
-    and its design (the ``.design.json`` beside it, else the file's ``design`` column, else
-    ``unknown``)."""
+def _inclusion_and_design(
+    path: Path,
+) -> tuple[dict[tuple[str, str], float], str, dict[str, Any] | None]:
+    """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1]),
+    its design (the ``.design.json`` beside it, else the file's ``design`` column, else
+    ``unknown``) and that design record (None without one)."""
     from recjudge.data import DataError, read_table
 
     df = read_table(path)
@@ -353,9 +348,11 @@ def _inclusion_and_design(path: Path) -> tuple[dict[tuple[str, str], float], str
             values = set(df["design"].astype(str))
             design = values.pop() if len(values) == 1 else "unknown"
     sidecar = Path(f"{path}.design.json")
+    record = None
     if sidecar.is_file():
         try:
-            design = str(json_loads(sidecar.read_text(encoding="utf-8")).get("design", design))
+            record = json_loads(sidecar.read_text(encoding="utf-8"))
+            design = str(record.get("design", design))
         except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
             raise DataError(
                 "not a gold design record (JSON).",
@@ -364,4 +361,4 @@ def _inclusion_and_design(path: Path) -> tuple[dict[tuple[str, str], float], str
             ) from None
     if design not in GOLD_DESIGNS:
         design = "unknown"
-    return inclusion, design
+    return inclusion, design, record

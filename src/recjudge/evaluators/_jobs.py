@@ -49,6 +49,7 @@ from recjudge.evaluators._impute import (
 )
 from recjudge.evaluators._leakage import period_overlap, refuse_period
 from recjudge.evaluators._runs import RecRun, read_qrels, read_run, restrict_to
+from recjudge.evaluators._transport import MIN_TRANSPORT_USERS
 from recjudge.evaluators._tune_job import TuneJob, run_tune, tune_text
 from recjudge.reporting import interval
 
@@ -732,13 +733,12 @@ def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: b
     defined = [e for e in (("dr", "snips", "ips") if calibrated else ("snips", "ips", "dr"))
                if e in wanted and all((by.get(metric, {}).get(e) or {}).get("value") is not None
                                       for by in got["systems"].values())]  # fmt: skip
-    fragile = sorted(n for n, d in (got.get("weights") or {}).items()
-                     if d["verdict"] == "fragile")  # fmt: skip
-    if fragile:  # weights carried by a few pairs: a weighted estimate may not lead
-        defined = [e for e in defined if e not in ("ips", "snips", "dr")]
+    # weights carried by a few pairs (any system's): a weighted estimate may not lead
+    fragile = any(d["verdict"] == "fragile" for d in (got.get("weights") or {}).values())
+    barred = {"ips", "snips", "dr"} if fragile else set()
+    defined = [e for e in defined if e not in barred]
     if not defined:
-        defined = [e for e in wanted if e != "imputed" and not (
-            fragile and e in ("ips", "snips", "dr"))] or list(wanted)  # fmt: skip
+        defined = [e for e in wanted if e != "imputed" and e not in barred] or list(wanted)
     checked = {e: validation_of(e, metric, calibrated) for e in defined}
     measured = [e for e in defined if checked[e]["found"]]
     name = min(measured, key=lambda e: checked[e]["rel_error_pct"]) if measured else defined[0]
@@ -774,17 +774,16 @@ def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
         need = max(need, gold_units_needed(sd, max(target, 1e-3)) or 0)
     if not need:
         return None
-    per_user = len(listed_pairs(recs, users, k)) / len(users)
+    everyone = len(listed_pairs(recs, users, k))
     have = got.get("gold", "none") != "none"
     if need > len(users):  # more users than were evaluated: the target is out of reach here
-        everyone = len(listed_pairs(recs, users, k))
         return {"users": len(users), "pairs": everyone, "have_gold": have, "unreachable": (
             f"a +-10 % interval needs about {need} users' gold labels, more than the "
             f"{len(users)} evaluated: labelling all {everyone} listed pairs gives the widest "
             "this evaluation allows; impute more users (--users) for a narrower one"),
             "command": f"recjudge gold sample --runs {job.runs} --qrels {job.qrels} --k {k} "
                        f"--n {everyone} --out gold.csv"}  # fmt: skip
-    pairs = int(np.ceil(need * per_user))
+    pairs = int(np.ceil(need * everyone / len(users)))
     return {"users": need, "pairs": pairs, "have_gold": have,
             "command": f"recjudge gold sample --runs {job.runs} --qrels {job.qrels} --k {k} "
                        f"--n {pairs} --out gold.csv"}  # fmt: skip
@@ -823,7 +822,7 @@ def estimator_lines(est: dict) -> list[str]:
     for name, d in (est.get("transport") or {}).items():
         if d["verdict"] == "untested":
             lines.append(f"- transport check, {name}: untested ({d['users']} users hold its "
-                         "gold pairs; 3 needed)")  # fmt: skip
+                         f"gold pairs; {MIN_TRANSPORT_USERS} needed)")  # fmt: skip
             continue
         lo, hi = d["ci"]
         lines.append(

@@ -178,7 +178,7 @@ def ppi_user_totals(
     z_u = g + lam * d
     value = float(z_u.mean())
     se = float(np.std(z_u, ddof=1) / math.sqrt(n))
-    holders = int(np.count_nonzero(g) + np.count_nonzero((h != 0) & (g == 0)))
+    holders = int(np.count_nonzero((g != 0) | (h != 0)))  # users with a gold pair
     df = float(max(holders - 1, 1)) if quantile == "t" else None
     return {**_normal(value, se, alpha, df), "lam": float(lam), "users": n,
             "gold_users": holders}  # fmt: skip

@@ -263,7 +263,8 @@ def refit_draws(
         resample with one class predicts its rate.
 
     Raises:
-        ValueError: as ``fit_imputer`` (too few gold users or pairs, one class).
+        ValueError: fewer than ``MIN_GOLD_USERS`` gold users among ``rows``, or no feature
+            that varies.
     """
     keys = list(rows)
     index = {k: n for n, k in enumerate(keys)}

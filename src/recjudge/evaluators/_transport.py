@@ -37,7 +37,8 @@ def transport_check(
     k: int,
     alpha: float = 0.05,
 ) -> dict[str, dict[str, Any]]:
-    """Per run, the calibration's mean residual on its gold pairs with its 95 % interval,
+    """Per run, the calibration's mean residual on its gold pairs with its ``1 - alpha``
+    interval,
     the test's p-value and the verdict (``ok``, ``fails`` or ``untested``; module docstring).
 
     Args:
@@ -64,7 +65,7 @@ def transport_check(
         mean = sum(c[0] for c in sums.values()) / n
         var = g / (g - 1) * sum((c[0] - mean * c[1]) ** 2 for c in sums.values())
         se = math.sqrt(var) / n
-        q = float(student.ppf(0.975, g - 1))
+        q = float(student.ppf(1 - alpha / 2, g - 1))
         # no spread at all: fails unless the residuals are exactly 0
         p = float(2 * student.sf(abs(mean / se), g - 1)) if se > 0 else float(mean == 0)
         out[run.name] = {"verdict": "fails" if p < alpha else "ok", "gold_pairs": int(n),

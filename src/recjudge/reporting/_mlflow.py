@@ -184,7 +184,7 @@ def _client(uri: str) -> tuple[Any, Any]:
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)  # the store opens (or says why not)
     except (mlflow.exceptions.MlflowException, ImportError, OSError) as e:
-        why = redact_uri(first_line(e, 200))
+        why = redact_uri(first_line(e))[:200]  # redacted whole: a cut could split a password
         raise TrackingError(
             f"MLflow cannot use the tracking URI {redact_uri(uri)} ({why}); give a local "
             "folder (file:///path/mlruns) or a server's http(s) URL"
@@ -253,7 +253,7 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
                 client.log_artifact(run_id, str(out / name))
     except mlflow.exceptions.MlflowException as e:
         raise TrackingError(f"MLflow at {redact_uri(uri)} refused the run "
-                            f"({redact_uri(first_line(e, 200))})"
+                            f"({redact_uri(first_line(e))[:200]})"
                             "; check the URI (e.g. file:///path/mlruns or sqlite:///mlflow.db)"
                             ) from None  # fmt: skip
     return run_id
