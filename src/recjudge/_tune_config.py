@@ -21,13 +21,25 @@ class TuneConfig(BaseModel):
         max_history: history items the prompt shows (as the judge's ``--max-history``).
         max_evidence: most titles an answer may cite (as the judge's).
         evidence_items: most titles a positive's target cites (the evidence rule).
-        future_fraction, positives_per_user, negatives_per_positive, min_rating,
-            validation_users, max_users, min_history, before: the pairs
-            (``_tune_pairs.build_pairs``).
-        rank, alpha, dropout, target_modules: the LoRA adapter.
-        lr, steps, batch_size, warmup: the optimiser (AdamW, linear warm-up then decay to 0).
-        eval_every, patience: validation AUC every N steps; stop after ``patience``
-            evaluations without a better AUC.
+        future_fraction: the share of each user's timeline whose items are positives
+            (the pairs: ``_tune_pairs.build_pairs``).
+        positives_per_user: most positives per user.
+        negatives_per_positive: never-touched items drawn per positive.
+        min_rating: a later interaction counts as a positive from this rating.
+        validation_users: users held out for the validation AUC.
+        max_users: most users the pairs are built from.
+        min_history: fewest past items a user needs.
+        before: only interactions before this time are read.
+        rank: the LoRA adapter's rank.
+        alpha: the adapter's scaling.
+        dropout: the adapter's dropout.
+        target_modules: the modules the adapter wraps.
+        lr: the learning rate (AdamW, linear warm-up then decay to 0).
+        steps: optimiser steps.
+        batch_size: pairs per step.
+        warmup: warm-up steps.
+        eval_every: validation AUC every N steps.
+        patience: stop after this many evaluations without a better AUC.
         seed: pairs, order and dropout.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
         precision: the training arithmetic (``resolved_precision``); the adapter, the

@@ -90,10 +90,12 @@ def setting_difference(
     positives and negatives resampled apart (as ``auc_ci``), again the same draw for both.
 
     Args:
-        a, b: ``{"rating": p_yes per rating pair, "relevance": p_yes per relevance pair}``.
+        a: ``{"rating": p_yes per rating pair, "relevance": p_yes per relevance pair}``.
+        b: the same for setting B.
         ratings: the held-out rating of each rating pair.
         labels: 1 (held-out future item) / 0 (never-rated item) per relevance pair.
-        bootstrap: resamples; seed: any hashable seed material.
+        bootstrap: resamples.
+        seed: any hashable seed material.
 
     Returns:
         ``{"pair_spearman": {...}, "relevance_auc": {...}}``, each with ``diff``, ``lo``,

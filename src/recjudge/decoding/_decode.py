@@ -292,7 +292,9 @@ def room_for_answers(sampling: Any, schemas: Sequence[Any]) -> Any:
 def decode(llm: LLMBackend, job: DecodeJob, *, stats: Any = None) -> list[ConstrainedOutput]: ...
 @overload
 def decode(llm: LLMBackend, job: OptionJob, *, stats: Any = None) -> list[BestOption]: ...
-def decode(llm, job, *, stats=None):  # type: ignore[no-untyped-def]
+def decode(
+    llm: LLMBackend, job: DecodeJob | OptionJob, *, stats: Any = None
+) -> list[ConstrainedOutput] | list[BestOption]:
     """Decode ``job`` on ``llm`` by the path its capabilities call for; one output per row,
     in order: for a ``DecodeJob`` the text, parsed value where the grammar completed,
     decision record and tokens (``ConstrainedOutput``); for an ``OptionJob`` each context's

@@ -38,7 +38,8 @@ def ask(
         llm: a transformers backend.
         messages: one chat (list of role/content dicts) per question.
         schemas: one schema for all, or one per question.
-        signal, bias: optional behavioural bias at the decision step.
+        signal: optional sigma per question for the behavioural bias at the decision step.
+        bias: the bias (``BranchBias``) applied with ``signal``.
         sampling: decoding settings (greedy by default; set max_new_tokens to fit).
         seeds: per-question seeds for sampling.
         jump_forward_prefix: prefill the answer's forced opening key instead of decoding it.
