@@ -22,7 +22,7 @@ FETCH_FAILED = { echo "setup: could not install $(1). A package registry did not
 not serve a pinned version; check that pip can reach PyPI (pip config list) and run make \
 again. Finished steps are kept." >&2; exit 1; }
 
-.PHONY: docs setup demo test test-e2e test-other-dtype test-ray check-install lint lock clean-cache setup-vllm test-vllm \
+.PHONY: docs fuzz setup demo test test-e2e test-other-dtype test-ray check-install lint lock clean-cache setup-vllm test-vllm \
 	setup-llamacpp
 
 setup: $(STAMP)
@@ -85,6 +85,12 @@ test-ray: setup
 docs: setup
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 	@echo "docs: open site/index.html"
+
+# The fuzz targets (tests/fuzz: answer parsers, grammar builder, file readers, checkpoint
+# import, report renderer) with many more examples than `make test` gives them (60 each).
+FUZZ_EXAMPLES ?= 5000
+fuzz: setup
+	RECJUDGE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q tests/fuzz
 
 # pip install without make: the wheel into a fresh environment from the lock file.
 check-install: setup

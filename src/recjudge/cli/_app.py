@@ -82,8 +82,16 @@ def option_errors(e: Any) -> str:
     return "; ".join(parts)
 
 
+def _error(line: str) -> None:
+    """An error line on stderr, with any credentials in a URI it quotes (a server, a Ray head,
+    a tracking store) replaced by ``***``: the message may echo what the user typed."""
+    from recjudge._util import redact_uri
+
+    typer.secho(f"error: {redact_uri(line)}", err=True, fg=typer.colors.RED)
+
+
 def fail(msg: str, code: int = 2) -> None:
-    typer.secho(f"error: {msg}", err=True, fg=typer.colors.RED)
+    _error(msg)
     raise typer.Exit(code)
 
 
@@ -475,7 +483,7 @@ def main() -> None:
         raise
     except (UnknownNameError, UserFacingError, FileNotFoundError) as e:
         # Errors that say what is wrong and how to fix it: one line, never a traceback.
-        typer.secho(f"error: {str(e).strip(chr(39) + chr(34))}", err=True, fg=typer.colors.RED)
+        _error(str(e).strip(chr(39) + chr(34)))
         sys.exit(2)
     except OSError as e:
         # A path the file system refuses (a file where a folder goes, a symlink loop, no
@@ -483,5 +491,5 @@ def main() -> None:
         from recjudge._util import os_error_line
 
         line = os_error_line(e) if e.filename is not None else str(e)
-        typer.secho(f"error: {line}", err=True, fg=typer.colors.RED)
+        _error(line)
         sys.exit(2)

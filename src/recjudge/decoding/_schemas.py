@@ -58,6 +58,20 @@ def _load_json(text: str) -> Any:
         raise SchemaError(f"not JSON: {e}: {text[:200]!r}") from None
 
 
+def _load_object(text: str) -> dict[str, Any]:
+    """The answer as a JSON object; any other JSON value is a ``SchemaError`` (a parser must
+    refuse every shape its grammar cannot produce with ``ValueError``, never ``TypeError``:
+    an unconstrained backend's text reaches it too)."""
+    obj = _load_json(text)
+    if not isinstance(obj, dict):
+        raise SchemaError(f"not a JSON object: {text[:200]!r}")
+    return obj
+
+
+def _strings(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(v, str) for v in value)
+
+
 @dataclass(frozen=True)
 class DecisionSpec:
     """Where a schema's branch decision happens, in terms of the generated text.
@@ -160,10 +174,12 @@ class EvidenceFirst(Schema):
         return (EVIDENCE_OPEN, self.titles) if self.titles else None
 
     def parse(self, text: str) -> dict[str, Any]:
-        obj = _load_json(text)
+        obj = _load_object(text)
         if set(obj) != {"evidence", "is_relevant"} or obj["is_relevant"] not in ("YES", "NO"):
             raise SchemaError(f"wrong keys or verdict: {text[:200]!r}")
         ev = obj["evidence"]
+        if not _strings(ev):
+            raise SchemaError(f"evidence is not a list of titles: {text[:200]!r}")
         allowed = set(self.titles)
         if any(t not in allowed for t in ev):
             raise SchemaError(f"evidence outside the title list: {ev!r}")
@@ -249,7 +265,7 @@ class Choice(Schema):
         return len(self._answer_prefix().encode()) + max(map(_literal_bytes, self.options)) + 1
 
     def parse(self, text: str) -> dict[str, Any]:
-        obj = _load_json(text)
+        obj = _load_object(text)
         if obj.get(self.answer_key) not in self.options:
             raise SchemaError(f"answer not among options: {text[:200]!r}")
         return obj
@@ -293,7 +309,7 @@ class Picks(Schema):
         obj = _load_json(text)
         picks = obj.get(self.key_name) if isinstance(obj, dict) else None
         if (
-            not isinstance(picks, list)
+            not _strings(picks)
             or len(picks) != self.n
             or len(set(picks)) != self.n
             or any(p not in self.labels for p in picks)
@@ -338,7 +354,10 @@ class QAPairs(Schema):
     def parse(self, text: str) -> list[dict[str, str]]:
         obj = _load_json(text)
         if not isinstance(obj, list) or not all(
-            isinstance(e, dict) and set(e) == {"question", "answer"} for e in obj
+            isinstance(e, dict)
+            and set(e) == {"question", "answer"}
+            and all(isinstance(v, str) for v in e.values())
+            for e in obj
         ):
             raise SchemaError(f"not a list of question/answer pairs: {text[:200]!r}")
         return obj
@@ -406,6 +425,11 @@ class CitedList(Schema):
     def parse(self, text: str) -> list[dict[str, Any]]:
         obj = _load_json(text)
         allowed = set(self.ids)
+        if not isinstance(obj, list) or not all(
+            isinstance(e, dict) and isinstance(e.get(self.text_key), str) and _strings(e.get("ids"))
+            for e in obj
+        ):
+            raise SchemaError(f"not a list of {self.text_key}/ids entries: {text[:200]!r}")
         out = []
         for entry in obj:
             ids = list(dict.fromkeys(i for i in entry["ids"] if i in allowed))
@@ -491,7 +515,7 @@ class Verdicts(Schema):
         return DecisionSpec(self.options, markers, region_start, quote_gate)
 
     def parse(self, text: str) -> dict[str, Any]:
-        obj = _load_json(text)
+        obj = _load_object(text)
         if any(obj.get(f) not in self.options for f in self.fields):
             raise SchemaError(f"a verdict is not among the options: {text[:300]!r}")
         if self.analysis_fields and not isinstance(obj.get("analysis"), dict):

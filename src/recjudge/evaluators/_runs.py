@@ -349,6 +349,16 @@ def write_qrels(qrels: Mapping[str, Mapping[str, int]], stem: str | Path) -> lis
     return [trec, js]
 
 
+def _relevance(value: Any) -> int:
+    """A qrels relevance grade: an integer (an integral float such as 1.0 too); 1.5, inf or a
+    string is refused rather than truncated."""
+    if not isinstance(value, int | float):  # bool is an int: true/false read as 1/0
+        raise ValueError(f"relevance {value!r} is not an integer")
+    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+        raise ValueError(f"relevance {value!r} is not an integer")
+    return int(value)
+
+
 def read_qrels(path: str | Path) -> Qrels:
     """TREC qrels (``user 0 item rel``, ids percent-decoded) or ranx JSON, by suffix.
 
@@ -360,17 +370,21 @@ def read_qrels(path: str | Path) -> Qrels:
     if not path.is_file():
         raise DataError("no such file.", source=str(path), fix=fix)
     out: Qrels = {}
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"not UTF-8 text (byte {e.start}).", source=str(path), fix=fix) from None
     if path.suffix.lower() == ".json":
         try:
-            obj = json_loads(path.read_text(encoding="utf-8"))
-            return {str(u): {str(i): int(r) for i, r in d.items()} for u, d in obj.items()}
+            obj = json_loads(text)
+            return {str(u): {str(i): _relevance(r) for i, r in d.items()} for u, d in obj.items()}
         except (json.JSONDecodeError, AttributeError, TypeError, ValueError) as e:
             raise DataError(f"not ranx qrels ({e}).", source=str(path), fix=fix) from None
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+    for n, line in enumerate(text.splitlines(), 1):
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 4 or not parts[3].lstrip("-").isdigit():
+        if len(parts) != 4 or not parts[3].lstrip("-").isdecimal() or not parts[3].isascii():
             raise DataError("a qrels line is 'user 0 item rel' (rel an integer).",
                             source=str(path), row=n, fix=fix)  # fmt: skip
         out.setdefault(from_trec_id(parts[0]), {})[from_trec_id(parts[2])] = int(parts[3])

@@ -143,7 +143,9 @@ class LLMConfig(BaseModel):
             native forward is transformers' forward op for op (tested against it).
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # hide_input_in_errors: a refused base_url may hold a password; pydantic's message would
+    # otherwise repeat the input verbatim
+    model_config = ConfigDict(frozen=True, extra="forbid", hide_input_in_errors=True)
 
     model: str = DEFAULT_MODEL
     dtype: Literal["auto", "bfloat16", "float32", "float16"] = "auto"
@@ -170,6 +172,29 @@ class LLMConfig(BaseModel):
     UNKEYED: ClassVar[frozenset[str]] = frozenset(
         {"num_threads", "api_key_env", "concurrency", "timeout", "probe_bias", "implementation"}
     )
+
+    @field_validator("base_url")
+    @classmethod
+    def _no_credentials(cls, value: str | None) -> str | None:
+        # A password in the URL would reach result keys, report headers and error lines; the
+        # key goes in the environment (sent as a bearer token, never over plain http).
+        from urllib.parse import urlsplit
+
+        if value is not None:
+            try:
+                parts = urlsplit(value)
+                has_credentials = parts.username is not None or parts.password is not None
+            except ValueError as e:
+                raise ValueError(f"server URL is not a URL ({e})") from None
+            if has_credentials:
+                from recjudge._util import redact_uri
+
+                raise ValueError(
+                    f"server URL {redact_uri(value)} holds credentials: give the URL without "
+                    "them and put the API key in $RECJUDGE_API_KEY (or the variable api_key_env "
+                    "names)"
+                )
+        return value
 
     @field_validator("device")
     @classmethod
