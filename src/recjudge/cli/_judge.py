@@ -285,7 +285,9 @@ def _summary(results, run, seconds: float, out: str, store_path: Path) -> None:
     failed = [r for r in results if r.error is not None]
     yes = sum(r.is_relevant for r in ok)
     rate = f", {run.judged / seconds:.2f} pairs/s" if run and run.judged and seconds > 0 else ""
-    reused = f", {run.reused} from the store" if run and run.reused else ""
+    # a resumed run: what the interruption left (kept) and what it cost (judged now)
+    reused = (f", {run.reused} from the store, {run.judged} judged now"
+              if run and run.reused else "")  # fmt: skip
     if run and run.retried_faults:
         typer.echo(
             f"{run.retried_faults} pairs an earlier run recorded as failed by a fault of the "
