@@ -63,7 +63,7 @@ def test_a_worker_that_dies_is_a_failed_row_with_its_cause(tmp_path, body, says)
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\n{body}\n")
     fake.chmod(0o755)
-    got = _run_worker(fake, {"requests": []}, "plain_vllm", "test")
+    got = _run_worker(fake, {"requests": []}, "plain_vllm", "test", [0])
     assert set(got) == {"failed"}
     for s in says:
         assert s in got["failed"]

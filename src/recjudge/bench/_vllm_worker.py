@@ -112,6 +112,29 @@ def plain_verdict(text: str) -> tuple[bool, list[str]]:
         return body.startswith("[") and not body.startswith("[]"), []
 
 
+def binding() -> dict[str, Any]:
+    """How this worker's process tree computes, read from the OS (not from settings): per
+    process, its threads' CPU affinities; ``pinned_cores``: the cores some thread is bound to
+    alone (vLLM's OpenMP threads, one core each, as ``VLLM_CPU_OMP_THREADS_BIND`` says)."""
+    import os
+
+    import psutil
+
+    procs = []
+    for p in [psutil.Process(), *psutil.Process().children(recursive=True)]:
+        try:
+            masks = [sorted(os.sched_getaffinity(t.id)) for t in p.threads()]
+        except (psutil.Error, OSError):
+            continue
+        procs.append({"pid": p.pid, "name": p.name(), "threads": len(masks),
+                      "pinned_cores": sorted({m[0] for m in masks if len(m) == 1}),
+                      "affinity": sorted({c for m in masks for c in m})})  # fmt: skip
+    return {"omp_threads_bind": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+            "kv_cache_gib": os.environ.get("VLLM_CPU_KVCACHE_SPACE"),
+            "pinned_cores": sorted({c for p in procs for c in p["pinned_cores"]}),
+            "processes": procs}  # fmt: skip
+
+
 def run_plain(spec: dict[str, Any]) -> dict[str, Any]:
     """Plain vLLM on ``spec["plain_requests"]``: full answers, then read-outs."""
     from vllm import LLM, SamplingParams
@@ -132,6 +155,14 @@ def run_plain(spec: dict[str, Any]) -> dict[str, Any]:
         )  # fmt: skip
         load = time.perf_counter() - t0
     out: dict[str, Any] = {"load_seconds": load, "methods": {}}
+    if spec.get("plain_warmup"):  # the same untimed warm-up call as every other engine
+        warm = spec["plain_warmup"]
+        llm.generate([{"prompt_token_ids": ids} for ids, _ in warm],
+                     [SamplingParams(temperature=0.0, max_tokens=spec["max_new_tokens"],
+                                     structured_outputs=StructuredOutputsParams(grammar=g))
+                      for _, g in warm], use_tqdm=False)  # fmt: skip
+        out["warmed"] = True
+    out["binding"] = binding()
     for kind, key, tokens in (
         ("full", "plain_requests", spec["max_new_tokens"]),
         ("readout", "plain_readouts", READOUT_STEPS),
@@ -190,6 +221,10 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
             first = time.perf_counter() - t0
             out["first_judgment_seconds"] = first
             out["cold_start_to_first_answer"] = load + first
+        if spec.get("warmup") and "warmed" not in out:  # untimed, another user's requests
+            judge.judge_many([request_from_dict(d) for d in spec["warmup"]])
+            out["warmed"] = True
+            out["binding"] = binding()
         # Like our engine, which encodes each user's prefix afresh in every method: no prefix
         # cached by the previous kind (or the first judgment) may serve this one.
         llm.llm.reset_prefix_cache()
