@@ -203,6 +203,21 @@ def test_ray_with_the_root_server_option_is_refused_before_ray_starts(tmp_path):
     assert not ray.is_initialized()  # (the CLI ran in this process)
 
 
+def test_workers_get_the_drivers_cache_and_settings_but_no_secret(monkeypatch, tmp_path):
+    from recjudge.reward._ray import worker_env_vars
+
+    monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    monkeypatch.setenv("RECJUDGE_API_KEY", "s3cret")
+    monkeypatch.setenv("RECJUDGE_CHECKPOINT_KEY", "k3y")
+    env = worker_env_vars()
+    assert env["RECJUDGE_CACHE"] == str(tmp_path / "cache") and env["RECJUDGE_DTYPE"] == "float32"
+    assert "RECJUDGE_API_KEY" not in env and "RECJUDGE_CHECKPOINT_KEY" not in env
+    monkeypatch.delenv("RECJUDGE_CACHE")
+    monkeypatch.setenv("HOME", str(tmp_path))  # unset: the default, resolved on the driver
+    assert worker_env_vars()["RECJUDGE_CACHE"] == str(tmp_path / ".cache" / "recjudge")
+
+
 def test_gpu_workers_key_their_device(ml100k):
     """Results decoded on GPU workers are keyed as GPU results (other kernels round
     differently), without a GPU on the driver."""
@@ -258,6 +273,22 @@ def _workers(c: LocalCluster) -> list[int]:
         except psutil.NoSuchProcess:
             pass
     return out
+
+
+@pytest.mark.ray
+def test_a_task_on_the_cluster_sees_the_drivers_cache(cluster):
+    """Issue 90: workers re-converted the model into their own ~/.cache (the driver's
+    RECJUDGE_CACHE did not reach them) and the second waited on the build lock."""
+    from recjudge._util import cache_dir
+    from recjudge.reward._ray import connect
+
+    ray = connect(cluster.address)
+
+    @ray.remote(num_cpus=0)
+    def cache() -> str | None:
+        return os.environ.get("RECJUDGE_CACHE")
+
+    assert ray.get(cache.remote(), timeout=120) == str(cache_dir())
 
 
 @pytest.mark.ray

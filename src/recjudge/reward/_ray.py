@@ -155,6 +155,24 @@ def _ray() -> Any:
     return ray
 
 
+#: recjudge settings a worker must share with its driver; secrets stay on the driver (a
+#: worker needs neither the server key nor the checkpoint key)
+_SECRET_ENV = frozenset({"RECJUDGE_API_KEY", "RECJUDGE_CHECKPOINT_KEY"})
+
+
+def worker_env_vars() -> dict[str, str]:
+    """What every worker of this driver's job gets in its environment: the driver's model
+    cache (``RECJUDGE_CACHE``, resolved: a worker that used its own ``~/.cache`` converted the
+    model again, silently, and the second waited on the build lock) and every other
+    ``RECJUDGE_*`` setting (the forced dtype, ...), secrets left out."""
+    from recjudge._util import cache_dir
+
+    env = {k: v for k, v in os.environ.items()
+           if k.startswith("RECJUDGE_") and k not in _SECRET_ENV}  # fmt: skip
+    env["RECJUDGE_CACHE"] = str(cache_dir())
+    return env
+
+
 def connect(address: str) -> Any:
     """Join (or for ``local`` start) the Ray cluster at ``address``; returns the ``ray``
     module. Quiet: Ray Data's progress lines are replaced by the judge's own bar."""
@@ -174,6 +192,7 @@ def connect(address: str) -> Any:
         # actor's constructor arguments live in the object store, which is how Ray Data
         # starts any actor pool)
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
+        kwargs["runtime_env"] = {"env_vars": worker_env_vars()}
         try:
             ray.init(**kwargs)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
