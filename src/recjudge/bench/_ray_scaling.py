@@ -39,12 +39,14 @@ class RayScalingConfig(BaseModel):
     Attributes:
         model: judge LLM (preset, path or id).
         data: dataset.
-        users / candidates: the judged workload (users x candidates pairs).
+        users: users of the judged workload (users x candidates pairs).
+        candidates: candidates per user of the judged workload.
         threads: total CPU threads of every path (one process; 1 x threads; threads x 1).
         need_evidence: full answers (True) or read-outs at the decision.
         batch_size: pairs per engine call in every path (a call is what a worker takes and
             what a lost worker redoes; with the default, one user's candidates).
-        driver_users / driver_candidates: the driver-cost workload (no model).
+        driver_users: users of the driver-cost workload (no model).
+        driver_candidates: candidates per user of the driver-cost workload.
         cf: the CF model of the driver's sigma (trained here on the data).
         worker_rate: judgments/s of one GPU worker for the projection (default: the planning
             floor for the 1.5B's full answers on one H100, ``shared/MEASURED.md``; not

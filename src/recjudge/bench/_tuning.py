@@ -55,9 +55,13 @@ class JudgeTuningConfig(BriefExperimentConfig):
     """``brief-ratings``' settings (its pairs) plus the tuning's.
 
     Attributes:
-        tune_steps, tune_batch, tune_lr, tune_eval_every, tune_patience: the optimiser
-            (``judge tune``'s ``--steps`` ...).
-        tune_users: most training users; tune_validation_users: users for early stopping.
+        tune_steps: optimiser steps (``judge tune``'s ``--steps``).
+        tune_batch: pairs per step (``--batch-size``).
+        tune_lr: the learning rate (``--lr``).
+        tune_eval_every: validation AUC every N steps (``--eval-every``).
+        tune_patience: evaluations without a better AUC before stopping (``--patience``).
+        tune_users: most training users.
+        tune_validation_users: users held out for early stopping.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
