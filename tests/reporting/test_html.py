@@ -6,34 +6,20 @@ from __future__ import annotations
 
 import html.parser
 import json
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
 from report_world import write_toy_world
 
 from cli_in_process import run_cli
+from headless import chromium, needs_chromium
 from recjudge.reporting import interval_svg, markdown_to_html, render_html, write_report
 
 HOSTILE = '<script>alert("x")</script> & "Heat" (1995)'
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
-        path = shutil.which(name)
-        if path:
-            return path
-    return None
-
-
-needs_chromium = pytest.mark.skipif(
-    _chromium() is None, reason="no headless Chromium here (Debian: apt-get install chromium)"
-)
-
-
 def _browser(page: Path, *args: str) -> subprocess.CompletedProcess:
-    cmd = [_chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
+    cmd = [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--no-first-run",
            "--disable-extensions", "--enable-logging=stderr", "--v=0", *args,
            page.resolve().as_uri()]  # fmt: skip
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)

@@ -66,9 +66,14 @@ def _same_as_reference(folder: Path, out: str) -> None:
     assert len(keys) == len(set(keys)) == len(PAIRS)  # every pair once, none twice
 
 
+def _on_ray(out: str, cluster: LocalCluster) -> list[str]:
+    """The judgment's arguments on ``cluster``: 2 actors of 1 thread each."""
+    return [*GLOBAL, *JUDGE, "--out", out, "--ray", cluster.address, "--ray-actors", "2",
+            "--ray-threads", "1"]  # fmt: skip
+
+
 def _driver(folder: Path, out: str, cluster: LocalCluster) -> subprocess.Popen:
-    cmd = [sys.executable, "-m", "recjudge.cli._main", *GLOBAL, *JUDGE, "--out", out,
-           "--ray", cluster.address, "--ray-actors", "2", "--ray-threads", "1"]  # fmt: skip
+    cmd = [sys.executable, "-m", "recjudge.cli._main", *_on_ray(out, cluster)]
     env = {**os.environ, **cluster.env}
     return subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)  # fmt: skip
@@ -89,8 +94,7 @@ def _wait_for_rows(proc: subprocess.Popen, store: Path, at_least: int, timeout: 
 
 
 def _resume(folder: Path, out: str, cluster: LocalCluster, kept_at_least: int) -> str:
-    r = run_checked(*GLOBAL, *JUDGE, "--out", out, "--ray", cluster.address, "--ray-actors",
-                    "2", "--ray-threads", "1", "--resume", cwd=folder, env=cluster.env)  # fmt: skip
+    r = run_checked(*_on_ray(out, cluster), "--resume", cwd=folder, env=cluster.env)
     line = r.stdout.strip().splitlines()[-1]
     m = re.search(r"(\d+) from the store, (\d+) judged now", line)
     kept, now = int(m.group(1)), int(m.group(2))

@@ -339,10 +339,8 @@ def _time_runners(
     with its peak RSS per method; (seconds, answers, memory) by method. Each method first
     judges ``warmup`` (another user's requests: nothing of it is cached for a timed one),
     untimed, as every peer engine does."""
-    for r in runners.values():
-        if warmup:
-            r.warm(warmup)
-            r.run(warmup[:2])
+    for r in runners.values() if warmup else ():
+        r.run(warmup[:2])
     mem = PeakRSS()
     timing = {k: 0.0 for k in runners}
     answers: dict[str, list[Answer]] = {k: [] for k in runners}

@@ -352,9 +352,10 @@ def write_qrels(qrels: Mapping[str, Mapping[str, int]], stem: str | Path) -> lis
 def _relevance(value: Any) -> int:
     """A qrels relevance grade: an integer (an integral float such as 1.0 too); 1.5, inf or a
     string is refused rather than truncated."""
-    if not isinstance(value, int | float):  # bool is an int: true/false read as 1/0
-        raise ValueError(f"relevance {value!r} is not an integer")
-    if isinstance(value, float) and not (math.isfinite(value) and value.is_integer()):
+    integral = isinstance(value, int) or (  # bool is an int: true/false read as 1/0
+        isinstance(value, float) and math.isfinite(value) and value.is_integer()
+    )
+    if not integral:
         raise ValueError(f"relevance {value!r} is not an integer")
     return int(value)
 

@@ -1,7 +1,8 @@
-"""Headless Chromium driven over the DevTools protocol on a pipe (``--remote-debugging-pipe``:
-JSON messages separated by NUL bytes on file descriptors 3 and 4), so a test can wait for what
-scripts do after the page loads (the docs' search runs in a web worker) and collect every
-console error and uncaught exception. Standard library only."""
+"""Headless Chromium for the tests that open a page (reports, the docs site): where it is
+(``chromium``, ``needs_chromium``), and a ``Browser`` driven over the DevTools protocol on a
+pipe (``--remote-debugging-pipe``: JSON messages separated by NUL bytes on file descriptors 3
+and 4), so a test can wait for what scripts do after the page loads (the docs' search runs in
+a web worker) and collect every console error and uncaught exception. Standard library only."""
 
 from __future__ import annotations
 
@@ -13,12 +14,20 @@ import subprocess
 import time
 from typing import Any
 
+import pytest
+
 
 def chromium() -> str | None:
+    """Debian's ``chromium`` (installed in CI) or another Chrome on the path."""
     for name in ("chromium", "chromium-browser", "google-chrome", "chrome"):
         if path := shutil.which(name):
             return path
     return None
+
+
+needs_chromium = pytest.mark.skipif(
+    chromium() is None, reason="no headless Chromium here (Debian: apt-get install chromium)"
+)
 
 
 class Browser:
