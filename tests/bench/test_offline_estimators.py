@@ -168,10 +168,10 @@ def test_the_logged_positive_rule_biases_ips_upward_on_a_sparse_log():
 
 
 def test_gold_samples_run_through_evaluates_ppi_with_both_intervals():
-    w, _ = _world(users=60)
+    w, _ = _world(users=60)  # 100 gold pairs: 6-7 whole users (5 at least for an interval)
     truth = truth_of(w, ["precision@5"])
-    got = gold_on_log(w, "judge", ["precision@5"], [40], 0, truth)
-    assert set(got) == {(40, d, m, "precision@5") for d in ("users", "uniform", "active")
+    got = gold_on_log(w, "judge", ["precision@5"], [100], 0, truth)
+    assert set(got) == {(100, d, m, "precision@5") for d in ("users", "uniform", "active")
                         for m in ("auto", "iid")}  # fmt: skip
     assert all(len(v) == 3 for v in got.values())  # one entry per system
     # a perfect judge leaves PPI a narrower interval than an uninformative one does
@@ -179,10 +179,10 @@ def test_gold_samples_run_through_evaluates_ppi_with_both_intervals():
     w.imputers["flat"] = (np.full(len(w.pairs), 0.5), np.ones(len(w.pairs)))
     widths = {}
     for name in ("perfect", "flat"):
-        s = gold_summary([gold_on_log(w, name, ["precision@5"], [40], t, truth)
+        s = gold_summary([gold_on_log(w, name, ["precision@5"], [100], t, truth)
                           for t in range(5)])  # fmt: skip
-        widths[name] = s["40"]["users"]["auto"]["precision@5"]["ci_width"]
-        assert s["40"]["users"]["auto"]["precision@5"]["intervals"] > 0
+        widths[name] = s["100"]["users"]["auto"]["precision@5"]["ci_width"]
+        assert s["100"]["users"]["auto"]["precision@5"]["intervals"] > 0
     assert widths["perfect"] < widths["flat"]
 
 
@@ -208,3 +208,21 @@ def test_sigma_sources_must_be_circular_and_independent_as_named():
     with pytest.raises(ValueError, match="is one of the systems"):
         EstimatorCheckConfig(systems=("pop", "als"), independent_cf="als")
     assert EstimatorCheckConfig(circular_system=None, independent_cf=None).independent_cf is None
+
+
+def test_the_leniency_rule_flags_the_system_a_circular_judge_favours_and_only_it():
+    from recjudge.bench._offline_estimators import leniency_flags
+
+    w, _ = _world(3, users=60)
+    g = np.random.default_rng(1)
+    observed, _logged = simulate_log(w, g)
+    a = np.zeros(len(w.pairs), dtype=bool)
+    a[w.slots["a"][w.slots["a"] >= 0]] = True
+    honest = (w.relevant > 0).astype(float)  # says YES where relevant: rates follow the log
+    w.imputers["judge:brief"] = (honest, honest)
+    w.imputers["judge:brief/sigma=a-system"] = (honest, np.where(a, 1.0, honest))
+    rows = np.arange(len(w.users))
+    sources = {"own": "judge:brief", "circ": "judge:brief/sigma=a-system"}
+    got = leniency_flags(w, observed, rows, sources, k=5)
+    assert got["own"] == {"a": False, "b": False, "c": False}
+    assert got["circ"]["a"] and not got["circ"]["b"] and not got["circ"]["c"]

@@ -219,7 +219,16 @@ def test_evaluate_fits_the_imputer_on_the_gold_and_names_it(tmp_path):
     for system in ("a", "b"):
         ppi = est["systems"][system]["precision@5"]["ppi"]
         assert ppi["value"] is not None and ppi["ci"][0] <= ppi["value"] <= ppi["ci"][1]
-    assert "supervised imputer: logistic" in (tmp_path / "rep" / "report.md").read_text()
+    report = (tmp_path / "rep" / "report.md").read_text()
+    assert "supervised imputer: logistic" in report
+    # each system checked against the imputer refitted on the other's gold pairs, and DM's
+    # interval carries the calibration's residual on its own gold pairs
+    assert {d["map"] for d in est["transport"].values()} == {"leave-system-out"}
+    assert "map fitted without its pairs" in report
+    for system in ("a", "b"):
+        dm = est["systems"][system]["precision@5"]["dm"]
+        if dm["value"] is not None:
+            assert "transport-bounded" in dm["note"] and dm["ci"][0] < dm["ci"][1]
     with pytest.raises(ValueError, match="--calibration logistic fits the judge to gold"):
         run_evaluate(EvaluateJob(**{**job, "gold": None}, calibration="logistic"),
                      warn=lambda m: None)  # fmt: skip

@@ -117,8 +117,8 @@ def imputers_on_gold(
         for design in GOLD_DESIGNS:
             gold = draw_gold(world, runs, k, n, design, seed, index, base)
             labels = gold.labels
-            for key, cells in _oua_cells(world, rows, labels, metrics, truth, observed, theta,
-                                         chosen, seed).items():  # fmt: skip
+            for key, cells in _oua_cells(world, rows, gold, runs, metrics, truth, observed,
+                                         theta, chosen, seed).items():  # fmt: skip
                 for t, value, ci in cells:
                     add((n, design, *key), t, value, ci)
             out.setdefault((n, design, "transport", "-"), []).append(
@@ -170,17 +170,23 @@ OUA_BENCH_DRAWS = 100
 PLANTED_SHIFT = 1.5
 
 
-def _oua_cells(world, rows, labels, metrics, truth, observed, theta, chosen,
+def _oua_cells(world, rows, gold, runs, metrics, truth, observed, theta, chosen,
                seed) -> dict[tuple[str, str], list[tuple]]:  # fmt: skip
     """DM and DR (fit theta) on the isotonic imputer fitted on this gold sample: with the
-    fitted map held fixed (user bootstrap) and with it refitted in every draw
-    (``refit_draws``, CJE's OUA bootstrap; ``value +- t_{G-1} sd``, as ``evaluate``).
+    fitted map held fixed (user bootstrap), with it refitted in every draw (``refit_draws``,
+    CJE's OUA bootstrap; ``value +- t_{G-1} sd``, as ``evaluate``), and DM's OUA interval
+    bounded by the calibration's residual on each system's gold pairs (``evaluate``'s
+    transport-bounded DM, ``_transport.bound_levels``).
     Returns ``{(row, metric): [(truth, value, ci)]}``, one entry per system."""
     from scipy.stats import t as student
 
     from recjudge._stats import bootstrap_ci
     from recjudge.bench._offline_estimators import _gather, _padded_weights
+    from recjudge.evaluators import listed_pairs, parse_metric
     from recjudge.evaluators._supervised import fit_imputer, refit_draws
+    from recjudge.evaluators._transport import bound_levels, residual_interval
+
+    labels = gold.labels
 
     try:
         fitted = fit_imputer(rows, labels, "isotonic", seed=seed)
@@ -193,6 +199,11 @@ def _oua_cells(world, rows, labels, metrics, truth, observed, theta, chosen,
     q = float(student.ppf(0.975, max(n_gold - 1, 1)))
     y_all = world.relevant * observed
     out: dict[tuple[str, str], list[tuple]] = {}
+    judged = {pair: (float(v), False) for pair, v in zip(world.pairs, p_fix, strict=True)}
+    evaluated = [world.users[j] for j in users]
+    k = max(parse_metric(m)[1] for m in metrics)
+    frame = len(listed_pairs(runs, world.users, k))
+    by_name = {run.name: run for run in runs}
     for metric in metrics:
         for name, m in world.slots.items():
             valid = (m >= 0).astype(float)
@@ -210,8 +221,18 @@ def _oua_cells(world, rows, labels, metrics, truth, observed, theta, chosen,
                 boot = np.array([_vals(est, cell, probs[b][cols], users)[idx[b]].mean()
                                  for b in range(min(OUA_BENCH_DRAWS, len(idx)))])  # fmt: skip
                 half = q * float(boot.std(ddof=1))
+                ci = (v.mean() - half, v.mean() + half)
                 out.setdefault((f"{label}, OUA]", metric), []).append(
-                    (truth[metric][name], float(v.mean()), (v.mean() - half, v.mean() + half))
+                    (truth[metric][name], float(v.mean()), ci)
+                )
+                if est != "dm":
+                    continue
+                cell_dm = {name: {metric: {"dm": {"value": float(v.mean()), "ci": list(ci)}}}}
+                bound = residual_interval(by_name[name], evaluated, judged, gold, metric, frame,
+                                          alpha=0.025)  # fmt: skip
+                bound_levels(cell_dm, {name: {metric: bound}})
+                out.setdefault((f"{label}, OUA, transport-bounded]", metric), []).append(
+                    (truth[metric][name], float(v.mean()), cell_dm[name][metric]["dm"]["ci"])
                 )
     return out
 
@@ -228,8 +249,9 @@ def _vals(est: str, cell: tuple, p: np.ndarray, users: np.ndarray) -> np.ndarray
 
 def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, float, float]:
     """The transport check on this gold sample: with the judge's probabilities of the first
-    system's pairs shifted by ``PLANTED_SHIFT`` on the logit scale (a lenient system) and an
-    isotonic map fitted on the gold pooled, whether that system fails and the share of the
+    system's pairs shifted by ``PLANTED_SHIFT`` on the logit scale (a lenient system) and each
+    system checked against an isotonic map fitted on the other systems' gold pairs
+    (``evaluate``'s leave-system-out check), whether that system fails and the share of the
     other systems that fail; and, unplanted, the share of systems that fail. Returns
     (planted flagged, others flagged, honest world flagged)."""
     from recjudge.evaluators._calibrate import apply_map, fit_isotonic
@@ -248,7 +270,14 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, float, fl
         xs, ys = fit_isotonic(probs[gi], y)
         cal = apply_map(xs, ys, probs)
         judged = {pair: (float(c), False) for pair, c in zip(world.pairs, cal, strict=True)}
-        got.append(transport_check(runs, world.users, judged, labels, k))
+
+        def refit(train: Mapping[tuple[str, str], int], probs: np.ndarray = probs) -> dict:
+            # evaluate's leave-system-out map: isotonic on the other systems' gold pairs
+            # (the check reads the gold pairs only)
+            fx, fy = fit_isotonic(probs[[index[key] for key in train]], list(train.values()))
+            return dict(zip(labels, apply_map(fx, fy, probs[gi]).tolist(), strict=True))
+
+        got.append(transport_check(runs, world.users, judged, labels, k, refit=refit))
     flagged = {n: d["verdict"] == "fails" for n, d in got[0].items()}
     others = [v for n, v in flagged.items() if n != target]
     honest = [d["verdict"] == "fails" for d in got[1].values()]
@@ -340,10 +369,12 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
                     )
     lines += ["", f"The transport check (`evaluate`'s, per system): the first system's judge "
               f"probabilities shifted by {PLANTED_SHIFT:g} on the logit scale (a lenient "
-              "system), an isotonic map fitted on the gold pooled; the share of samples in "
+              "system), each system's gold residuals taken from an isotonic map fitted on the "
+              "other systems' gold pairs (leave-system-out, its own error by a delete-a-group "
+              "jackknife); the share of samples in "
               "which that system fails (goal >= 90 %), in which the other systems fail (the "
-              "lenient one pulls the pooled map, so their levels move too), and in which any "
-              "system fails without the plant (goal <= 10 %):", "",
+              "lenient one pulls the map they are checked against, so their levels move too), "
+              "and in which any system fails without the plant (goal <= 10 %):", "",
               "| gold pairs | design | samples | planted flagged | others flagged | "
               "honest world flagged |", "|---|---|---|---|---|---|"]  # fmt: skip
     for n, by_design in got.items():

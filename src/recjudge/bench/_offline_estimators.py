@@ -660,8 +660,8 @@ def bench_brief_offline_estimators(
     truth = truth_of(world, config.metrics)
     gold_imputer = "judge:brief" if "judge:brief" in world.imputers else "cf"
     n_draw = config.users_per_log or len(users)
-    per_log, gold_logs, fits, kept, imputer_logs = _evaluations(
-        config, world, n_draw, truth, gold_imputer, progress)  # fmt: skip
+    per_log, gold_logs, fits, kept, imputer_logs, lenient = _evaluations(
+        config, world, n_draw, truth, gold_imputer, progress, sources)  # fmt: skip
     summary = summarise(per_log, truth)
     exps = [e for e in fits if e is not None]
     results = {
@@ -682,6 +682,9 @@ def bench_brief_offline_estimators(
         "sigma_sources": [
             {"label": s.label, "kind": s.kind, "overlap_top10": s.overlap} for s in sources
         ],
+        "leniency": leniency_summary(
+            config, lenient, [{"label": s.label, "kind": s.kind} for s in sources]
+        ),  # fmt: skip
         "imputers": {
             n: {
                 "mean_p": float(p.mean()),
@@ -746,15 +749,20 @@ def _world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World,
     return ds, past, users, world, sources
 
 
-def _evaluations(config, world, n_draw, truth, gold_imputer, progress):
+def _evaluations(config, world, n_draw, truth, gold_imputer, progress, sources=()):
     """``config.simulated_logs`` evaluations, each on ``n_draw`` users drawn again with a
     log simulated again: every estimator's values (and the gold samples' for the first
-    ``gold_draws``), the fitted propensity exponents, and the share of users kept by the
-    logged-positive rule."""
+    ``gold_draws``), the fitted propensity exponents, the share of users kept by the
+    logged-positive rule, and the leniency rule's flags per sigma source."""
     from recjudge._util import rng
     from recjudge.bench._imputer_gold import imputers_on_gold
 
-    per_log, gold_logs, fits, kept, imputer_logs = [], [], [], [], []
+    per_log, gold_logs, fits, kept, imputer_logs, lenient = [], [], [], [], [], []
+    by_source = {
+        s.label: "judge:brief" if s.kind == "judge's CF" else f"judge:brief/sigma={s.label}"
+        for s in sources
+    }
+    by_source = {k: v for k, v in by_source.items() if v in world.imputers}
     bar = _bar(progress, config.simulated_logs)
     for t in range(config.simulated_logs):
         g = rng("estimator-log", (config.seed, t))
@@ -766,6 +774,7 @@ def _evaluations(config, world, n_draw, truth, gold_imputer, progress):
         chosen = selections(w, logged, config.draws, config.seed + t, runs_w)
         kept.append(len(chosen["logged-positive"][0]) / len(w.users))
         per_log.append(one_log(w, observed, config.metrics, thetas, chosen))
+        lenient.append(leniency_flags(w, observed, chosen["listed"][0], by_source))
         if t < config.gold_draws and config.gold_sizes:
             gold_logs.append(gold_on_log(w, gold_imputer, config.metrics, config.gold_sizes,
                                          t, truth, runs_w))  # fmt: skip
@@ -777,7 +786,47 @@ def _evaluations(config, world, n_draw, truth, gold_imputer, progress):
             bar.update(1)
     if bar is not None:
         bar.close()
-    return per_log, gold_logs, fits, kept, imputer_logs
+    return per_log, gold_logs, fits, kept, imputer_logs, lenient
+
+
+def leniency_flags(
+    world: World, observed: np.ndarray, users: np.ndarray, imputers: Mapping[str, str], k: int = 10
+) -> dict[str, dict[str, bool]]:
+    """``evaluate``'s leniency rule (``_circular.lenient_systems``) on one log, per sigma
+    source: ``{source: {system: flagged}}``. Per system, over its top-``k`` pairs of the
+    ``users`` (row indices): the logged hit rate (relevant among the pairs the log
+    observed) and the judge's YES rate on the pairs it did not (``imputers``: source ->
+    the imputer judged with that source's sigma)."""
+    from recjudge.evaluators._circular import lenient_systems
+
+    out: dict[str, dict[str, bool]] = {}
+    for source, imputer in imputers.items():
+        h = world.imputers[imputer][1]
+        by_system = {}
+        for name, m in world.slots.items():
+            idx = m[users, :k]
+            idx = idx[idx >= 0]
+            seen = observed[idx].astype(bool)
+            by_system[name] = {
+                "logged_hit_rate": float(world.relevant[idx][seen].mean()) if seen.any() else None,
+                "judge_yes_rate": float(h[idx][~seen].mean()) if (~seen).any() else None,
+            }  # fmt: skip
+        found = lenient_systems(by_system)
+        out[source] = {name: name in found for name in world.slots}
+    return out
+
+
+def leniency_summary(config: EstimatorCheckConfig, flags: Sequence[Mapping[str, Any]],
+                     sources: Sequence[Mapping[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """Per sigma source, the share of evaluations in which the rule flags each system."""
+    out: dict[str, Any] = {}
+    for s in sources:
+        per = [f[s["label"]] for f in flags if s["label"] in f]
+        if per:
+            out[s["label"]] = {"kind": s["kind"], "logs": len(per),
+                               "flagged": {n: float(np.mean([f[n] for f in per]))
+                                           for n in config.systems}}  # fmt: skip
+    return out
 
 
 #: the imputers whose DR rows are compared with the alternatives in the report
@@ -1040,6 +1089,31 @@ def _source_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[
                 cells = " | ".join(f"{c['signed_error'][n]:+.4f}" for n in config.systems)
                 lines.append(f"| {row} | {s['kind']} | {cells} | {_f(c['kendall_tau'], 2)} | "
                              f"{_pct(c['coverage'])} |")  # fmt: skip
+    return lines + _leniency_section(config, r)
+
+
+def _leniency_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """The leniency rule's flags per sigma source and system."""
+    from recjudge.evaluators._circular import LENIENCY_LIMIT
+
+    got = r.get("leniency") or {}
+    if not got:
+        return []
+    lines = [
+        "",
+        "### The leniency rule of `evaluate`, measured",
+        "",
+        "Share of evaluations in which `evaluate`'s rule flags a system (its judge YES rate on "
+        "its unlabelled top-10 pairs over its logged hit rate at least "
+        f"{LENIENCY_LIMIT:g}x the other systems' median ratio), per sigma source. A circular "
+        f"source should flag {config.circular_system}; the others nothing:",
+        "",
+        "| source | kind | evaluations | " + " | ".join(config.systems) + " |",
+        "|---|---|---|" + "---|" * len(config.systems),
+    ]
+    for label, d in got.items():
+        cells = " | ".join(_pct(d["flagged"][n]) for n in config.systems)
+        lines.append(f"| {label} | {d['kind']} | {d['logs']} | {cells} |")
     return lines
 
 

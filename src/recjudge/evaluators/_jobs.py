@@ -658,7 +658,7 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         gold = read_gold(job.gold, users, set(listed_pairs(recs, users, k)),
                          [r.name for r in recs], k)  # fmt: skip
         _check_tuned_gold(summary, gold, job.allow_tuned_overlap)
-    fitted = refits = None
+    fitted = refits = refit = None
     if job.calibration:
         if gold is None:
             raise ValueError(f"--calibration {job.calibration} fits the judge to gold labels: "
@@ -673,10 +673,15 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
 
         refits = refit_draws(rows, gold.labels, job.calibration,
                              OUA_DRAWS.get(job.calibration, 1000))  # fmt: skip
+
+        def refit(labels: Any, method: Any = job.calibration) -> dict:
+            # the transport check's leave-system-out map: the same imputer on other labels
+            return fit_imputer(rows, labels, method, folds=2).p
+
     got = estimate_evaluation(
         recs, q["logged"], judged, props, users, metrics, wanted,
         calibrated=calibrated, gold=gold, gold_name=Path(job.gold or "").name,
-        ppi_intervals=job.ppi_intervals, refits=refits,
+        ppi_intervals=job.ppi_intervals, refits=refits, refit=refit,
     )  # fmt: skip
     got["skipped_metrics"] = skipped
     if fitted is not None and refits is not None:
@@ -821,12 +826,14 @@ def estimator_lines(est: dict) -> list[str]:
     lines += [f"- calibration: {est['calibration']}", f"- gold sample: {est['gold']}"]
     for name, d in (est.get("transport") or {}).items():
         if d["verdict"] == "untested":
-            lines.append(f"- transport check, {name}: untested ({d['users']} users hold its "
-                         f"gold pairs; {MIN_TRANSPORT_USERS} needed)")  # fmt: skip
+            lines.append(f"- transport check, {name}: untested ("
+                         + (d.get("why") or f"{d['users']} users hold its gold pairs; "
+                            f"{MIN_TRANSPORT_USERS} needed") + ")")  # fmt: skip
             continue
         lo, hi = d["ci"]
+        how = ", map fitted without its pairs" if d.get("map") == "leave-system-out" else ""
         lines.append(
-            f"- transport check, {name}: **{d['verdict']}**: calibration's mean residual "
+            f"- transport check, {name}{how}: **{d['verdict']}**: calibration's mean residual "
             f"{d['mean_residual']:+.3f} [{lo:+.3f}, {hi:+.3f}] on {d['gold_pairs']} gold pairs "
             f"(p = {d['p']:.3g})" + ("; its calibrated level (dm, dr) is refused"
                                      if d["verdict"] == "fails" else "")
