@@ -8,7 +8,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -174,6 +174,19 @@ def chat(system: str, user: str) -> list[dict[str, str]]:
 def stable_hash(*parts: Any, length: int = 16) -> str:
     """A process-independent hex digest of JSON-serialisable parts (never Python's ``hash``)."""
     payload = json.dumps(parts, sort_keys=True, default=str, ensure_ascii=False)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:length]
+
+
+def json_part(part: Any) -> str:
+    """``part`` as ``stable_hash`` encodes it inside its list: a part encoded once (a history
+    shared by many keys) and joined by ``stable_hash_encoded`` hashes as ``stable_hash``."""
+    return json.dumps(part, sort_keys=True, default=str, ensure_ascii=False)
+
+
+def stable_hash_encoded(parts: Sequence[str], length: int = 16) -> str:
+    """``stable_hash`` of the parts ``json_part`` encoded: ``json.dumps`` writes a list as
+    ``[`` + its items joined by ``", "`` + ``]``, so the digest is the same."""
+    payload = "[" + ", ".join(parts) + "]"
     return hashlib.sha256(payload.encode("utf-8")).hexdigest()[:length]
 
 

@@ -7,7 +7,12 @@ import json
 
 import pytest
 
-from recjudge.bench._ray_scaling import RayScalingConfig, _driver_cost, bench_ray_scaling
+from recjudge.bench._ray_scaling import (
+    RayScalingConfig,
+    _driver_cost,
+    _with_total,
+    bench_ray_scaling,
+)
 from recjudge.reward import JudgeConfig
 
 
@@ -24,6 +29,11 @@ def test_driver_cost_counts_every_step(ml100k):
         "results parsed and merged (store)",
     }
     assert all(v > 0 for v in steps.values())
+    # the calls as a worker would get them: every pair once, with its key and sigma
+    calls = d.pop("_calls")
+    assert sorted(x["i"] for call in calls for x in call) == list(range(20))
+    assert all({"key", "sigma", "req"} <= set(x) for call in calls for x in call)
+    d = _with_total(d, c)
     assert d["total_us"] == pytest.approx(sum(steps.values()), abs=0.5)
     assert d["workers_one_driver_feeds"] == pytest.approx(
         d["judgments_per_s_one_driver"] / c.worker_rate, abs=0.1
@@ -43,6 +53,9 @@ def test_bench_runs_every_path_with_the_same_answers(tmp_path):
         assert p["failed"] == 0 and p["yes"] <= r["pairs"]
         assert isinstance(p["same_verdicts_as_one_process"], bool)
         assert p["end_to_end_s"] >= p["first_result_s"] > 0
+    rd = r["driver"]["ray_data"]  # Ray Data's own driver cost, measured on the cluster
+    assert rd["blocks"] >= 1 and rd["driver_cpu_ms_per_block"] > 0
+    assert "Ray Data: blocks streamed (driver CPU)" in r["driver"]["seconds_per_judgment"]
     saved = json.loads((tmp_path / "results.json").read_text())
     assert saved["config"] == c.model_dump(mode="json")
     assert (tmp_path / "report.md").exists() and (tmp_path / "report.html").exists()

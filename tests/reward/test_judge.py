@@ -10,6 +10,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -23,6 +24,7 @@ from recjudge.reward import (
     Judge,
     JudgeConfig,
     JudgeRequest,
+    Judgment,
     ResultsStore,
     build_messages,
     request_for,
@@ -215,6 +217,38 @@ def test_bad_requests(ml1m):
         )
 
 
+def test_sigmas_for_scores_once_per_user_and_equals_sigma_for(ml1m, als):
+    from recjudge.reward import requests_for
+
+    cf = als[0]
+    judge = Judge(JudgeConfig(mode="brief"), llm=object(), cf=cf)
+    seen = ml1m.history("1")["item_id"].astype(str).tolist()
+    new = [i for i in ml1m.items["item_id"].astype(str) if i not in seen][:3]
+    pairs = [("1", new[0]), ("1", new[1]), ("1", seen[5]), ("2", new[2]), ("1", new[2])]
+    reqs = requests_for(ml1m, pairs)
+    reqs.append(replace(reqs[0], sigma=0.25))  # a given sigma is taken as given
+    calls = []
+    score = cf.score_history
+    cf.score_history = lambda *a, **k: calls.append(a) or score(*a, **k)
+    try:
+        got = judge.sigmas_for(reqs)
+    finally:
+        del cf.score_history
+    # user 1's history differs for an item it rated (shown without it): 3 histories
+    assert len(calls) == len({(r.user_id, tuple(h.item_id for h in r.history))
+                              for r in reqs[:-1]}) == 3  # fmt: skip
+    assert got == [judge.sigma_for(r) for r in reqs] and got[-1] == 0.25
+
+
+def test_a_failing_sigma_fails_only_its_own_request(ml1m, als):
+    judge = Judge(JudgeConfig(mode="brief"), llm=object(), cf=als[0])
+    ok = request_for(ml1m, "1", "Toy Story (1995)")
+    bad = replace(ok, sigma=float("nan"))
+    got = judge.sigmas_for([ok, bad, ok])
+    assert isinstance(got[1], ValueError) and "sigma is not finite" in str(got[1])
+    assert got[0] == got[2] == judge.sigma_for(ok)
+
+
 def test_history_is_before_candidate(ml1m):
     h = ml1m.history("1")
     target = h.iloc[10]
@@ -320,18 +354,43 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m, smoll
         assert r["p_yes"] == pytest.approx(j.p_yes, abs=1e-4)
 
 
-def test_requests_for_equals_request_for_pair_by_pair(ml100k):
+@pytest.mark.parametrize("history", ["all", "before"])
+def test_requests_for_equals_request_for_pair_by_pair(ml100k, history):
     from recjudge.reward import requests_for
 
     seen = ml100k.history("1")["item_id"].astype(str).tolist()
     pairs = [("1", "1682"), ("1", seen[3]), ("2", "50"), ("ghost", "1"), ("1", "no-such"),
-             ("1", "Toy Story (1995)"), ("1", "1681")]  # fmt: skip
-    got = requests_for(ml100k, pairs)
+             ("1", "Toy Story (1995)"), ("1", "1681"), ("1", seen[-1])]  # fmt: skip
+    got = requests_for(ml100k, pairs, history=history)
     for (u, i), r in zip(pairs, got, strict=True):
         try:
-            want = request_for(ml100k, u, i, history="all")
+            want = request_for(ml100k, u, i, history=history)
         except (KeyError, ValueError) as e:
             assert type(r) is type(e) and str(r) == str(e)
             continue
         assert r == want
     assert isinstance(got[3], KeyError) and isinstance(got[4], KeyError)
+    # the rows shown, from the raw interactions: under "before", only those earlier in time
+    # (a tie: earlier in the file's stable order) than the candidate's interaction
+    rows = ml100k.interactions[ml100k.interactions["user_id"].astype(str) == "1"]
+    rows = rows.sort_values("timestamp", kind="stable")
+    ids, ts = rows["item_id"].astype(str).tolist(), rows["timestamp"].tolist()
+    for r, cand in ((got[1], seen[3]), (got[7], seen[-1])):
+        pos = ids.index(cand)
+        want = [x for n, x in enumerate(ids) if x != cand and (
+            history == "all" or ts[n] < ts[pos] or (ts[n] == ts[pos] and n < pos))]  # fmt: skip
+        assert [h.item_id for h in r.history] == want
+        assert r.candidate_text and all(h.text and h.title for h in r.history)
+
+
+def test_a_judgment_dict_holds_every_field_but_the_error_and_owns_its_lists():
+    from dataclasses import asdict
+
+    j = Judgment("u", "i", "brief", True, ["A"], 0.9, 0.6, 0.2, 3.1, 0.7, "{}",
+                 evidence_ids=["a"], key="k")  # fmt: skip
+    d = j.to_dict()
+    want = asdict(j)
+    del want["error"]
+    assert d == want and list(d) == list(want)
+    d["evidence"].append("B")
+    assert j.evidence == ["A"] and Judgment.from_dict(j.to_dict()) == j

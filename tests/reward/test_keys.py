@@ -4,6 +4,8 @@ fixed request is the one the committed checkpoints were written under."""
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
@@ -96,3 +98,29 @@ def test_rows_from_the_work_keep_the_keys_of_the_old_fixed_defaults(monkeypatch)
     fast = JudgeConfig()
     assert (fast.batch(), fast.rows()) == (JudgeConfig.AUTO_ROWS, JudgeConfig.AUTO_ROWS)
     assert JudgeConfig(batch_size=20).rows() == 20 and JudgeConfig(decode_rows=5).rows() == 5
+
+
+@given(st.lists(st.recursive(
+    st.none() | st.booleans() | st.floats(allow_nan=False) | st.integers() | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=8), min_size=1, max_size=6))  # fmt: skip
+@settings(max_examples=60, deadline=None, database=None)
+def test_a_key_hashed_from_encoded_parts_equals_stable_hash(parts):
+    from recjudge._util import json_part, stable_hash, stable_hash_encoded
+
+    assert stable_hash_encoded([json_part(p) for p in parts], length=32) == stable_hash(
+        *parts, length=32)  # fmt: skip
+    # items of a list joined as the list joins them (how _key encodes its small parts)
+    assert stable_hash_encoded([json_part(parts)[1:-1]]) == stable_hash(*parts)
+
+
+def test_a_key_follows_the_history_not_the_list_that_holds_it():
+    judge = Judge(JudgeConfig(mode="no-behavior"), llm=object())
+    history = [HistoryItem("a", "A", "A (1999)", 4.0), HistoryItem("b", "B", "B (2001)", None)]
+    req = JudgeRequest("u", history, "c", "C")
+    k = judge.key(req)
+    assert judge.key(JudgeRequest("u", list(history), "c", "C")) == k  # a copy: same key
+    history.append(HistoryItem("d", "D", "D", 1.0))  # the same list, edited: a new key
+    assert judge.key(req) != k
+    other = JudgeRequest("u", [HistoryItem("a", "A", "A (1999)", 5.0)] + history[1:2], "c", "C")
+    assert judge.key(other) != k

@@ -34,6 +34,7 @@ from recjudge.reward import (
 from recjudge.reward._ray import (
     LOOPBACK_ENV,
     JudgeWorker,
+    call_records,
     is_loopback,
     request_from_record,
     request_record,
@@ -76,6 +77,39 @@ def test_request_record_round_trips(ml100k):
         assert back.history == r.history
 
 
+def test_a_call_sends_each_history_once_and_the_worker_rebuilds_every_request(ml100k):
+    users = ["1", "2"]
+    seen = {u: set(ml100k.history(u)["item_id"].astype(str)) for u in users}
+    fresh = [i for i in ml100k.items["item_id"].astype(str) if all(i not in s for s in
+                                                                  seen.values())][:3]  # fmt: skip
+    reqs = requests_for(ml100k, [(u, i) for u in users for i in fresh])  # 2 users x 3
+    recs = json.loads(json.dumps(call_records(reqs)))
+    assert sum("history" in x for x in recs) == 2  # one per user
+    assert [x.get("history_of") for x in recs] == [None, 0, 0, None, 3, 3]
+    back: list = []
+    for x in recs:
+        back.append(request_from_record(x, back))
+    assert [(b.user_id, b.candidate_id, b.history) for b in back] == [
+        (r.user_id, r.candidate_id, r.history) for r in reqs]  # fmt: skip
+    # the same ids with another rating is another history: sent in full
+    other = replace(reqs[1], history=[replace(h, rating=1.0) for h in reqs[1].history])
+    assert "history" in call_records([reqs[0], other])[1]
+
+
+def test_blocks_hold_many_pairs_yet_keep_every_actor_busy():
+    from recjudge.reward._ray import BLOCK_PAIRS, BLOCKS_PER_ACTOR, block_calls
+
+    calls = [[{"i": 8 * c + k} for k in range(8)] for c in range(500)]  # 4,000 pairs
+    for actors in (1, 2, 10, 40):
+        blocks = block_calls(calls, actors)
+        assert [c for b in blocks for c in b] == calls  # every call once, in order
+        assert len(blocks) >= min(len(calls), BLOCKS_PER_ACTOR * actors)
+        # no smaller than the pairs target asks, unless the actors need the blocks
+        if BLOCKS_PER_ACTOR * actors * BLOCK_PAIRS <= 4000:
+            assert min(sum(map(len, b)) for b in blocks[:-1]) >= BLOCK_PAIRS - 8
+    assert len(block_calls(calls[:3], 10)) == 3 and block_calls([], 2) == []
+
+
 def test_plan_keeps_a_user_together_and_matches_the_local_batches(ml100k, smollm32):
     reqs = _requests(ml100k, 4, 5)
     judge = Judge(_config(), llm=smollm32)
@@ -98,9 +132,10 @@ def test_worker_unit_equals_one_process(ml100k, smollm32):
     want = judge.judge_many(reqs)
     worker = JudgeWorker(_config().model_dump_json(), FP32.model_dump_json(), record=True)
     worker._judge = Judge(_config(), llm=smollm32)  # the fixture's model: no second load
-    call = [{"i": i, "key": keys[i], "sigma": None, "req": request_record(r)}
-            for i, r in enumerate(reqs)]  # fmt: skip
-    got = json.loads(worker.unit(json.dumps([call[:3], call[3:]])))["results"]
+    calls = [[{"i": i, "key": keys[i], "sigma": None, "req": rec}
+              for i, rec in zip(part, call_records([reqs[i] for i in part]), strict=True)]
+             for part in (range(3), range(3, len(reqs)))]  # fmt: skip
+    got = json.loads(worker.unit(json.dumps(calls)))["results"]
     assert [g["i"] for g in got] == list(range(len(reqs)))
     for w, g in zip(want, got, strict=True):
         j = g["judgment"]
@@ -213,6 +248,7 @@ def test_workers_get_the_drivers_cache_and_settings_but_no_secret(monkeypatch, t
     env = worker_env_vars()
     assert env["RECJUDGE_CACHE"] == str(tmp_path / "cache") and env["RECJUDGE_DTYPE"] == "float32"
     assert "RECJUDGE_API_KEY" not in env and "RECJUDGE_CHECKPOINT_KEY" not in env
+    assert env["RAY_worker_niceness"] == str(os.nice(0))
     monkeypatch.delenv("RECJUDGE_CACHE")
     monkeypatch.setenv("HOME", str(tmp_path))  # unset: the default, resolved on the driver
     assert worker_env_vars()["RECJUDGE_CACHE"] == str(tmp_path / ".cache" / "recjudge")
@@ -276,19 +312,21 @@ def _workers(c: LocalCluster) -> list[int]:
 
 
 @pytest.mark.ray
-def test_a_task_on_the_cluster_sees_the_drivers_cache(cluster):
+def test_a_task_on_the_cluster_sees_the_drivers_cache_and_niceness(cluster):
     """Issue 90: workers re-converted the model into their own ~/.cache (the driver's
-    RECJUDGE_CACHE did not reach them) and the second waited on the build lock."""
+    RECJUDGE_CACHE did not reach them) and the second waited on the build lock; and ran at
+    nice 15."""
     from recjudge._util import cache_dir
     from recjudge.reward._ray import connect
 
     ray = connect(cluster.address)
 
     @ray.remote(num_cpus=0)
-    def cache() -> str | None:
-        return os.environ.get("RECJUDGE_CACHE")
+    def cache() -> tuple[str | None, int]:
+        return os.environ.get("RECJUDGE_CACHE"), os.nice(0)
 
-    assert ray.get(cache.remote(), timeout=120) == str(cache_dir())
+    # and at the driver's niceness: Ray's default is 15, losing the CPU to anything else
+    assert ray.get(cache.remote(), timeout=120) == (str(cache_dir()), os.nice(0))
 
 
 @pytest.mark.ray
@@ -392,6 +430,9 @@ def test_readme_commands(cluster, tmp_path):
             summaries.append(json.loads(r.stdout))
     first, resumed = summaries
     assert first["failed"] == 0 and first["pairs"] > 0
+    # --ray-actors 2: both actors judged (blocks sized from the pairs and the actors)
+    assert len(first["workers"]) == 2 and sum(first["workers"].values()) == first["judged_now"]
+    assert min(first["workers"].values()) > 0 and resumed["workers"] == {}
     assert resumed["pairs"] == first["pairs"] and first["judged_now"] > 0
     assert resumed["reused"] == first["judged_now"] + first["reused"]
     assert resumed["judged_now"] == 0

@@ -14,9 +14,12 @@ leaves out. Overhead = one process's judging pairs/s / Ray's - 1.
 
 The driver's own cost per judgment is timed without a model on a larger workload: requests
 built from the dataset, keys, sigma from a CF model, the calls planned and serialised, and
-results parsed and merged into a store (one transaction per call). Its inverse is the
-judgments/s one driver can feed; divided by a worker's rate it gives how many workers one
-driver keeps busy (a projection, stated as such in the report).
+results parsed and merged into a store (one transaction per call), and, on the bench's
+cluster, Ray Data's own driver CPU (``time.process_time`` of this process) to stream those
+calls, grouped into blocks as the executor groups them for ``projected_workers`` actors,
+through an actor pool that echoes each block (no model). Its inverse is the judgments/s one
+driver can feed; divided by a worker's rate it gives how many workers one driver keeps busy
+(a projection, stated as such in the report).
 """
 
 from __future__ import annotations
@@ -51,6 +54,8 @@ class RayScalingConfig(BaseModel):
         worker_rate: judgments/s of one GPU worker for the projection (default: the planning
             floor for the 1.5B's full answers on one H100, ``shared/MEASURED.md``; not
             measured here).
+        projected_workers: actors the driver-cost workload's calls are grouped into blocks
+            for (``reward._ray.block_calls``), as a run with that many GPU workers would.
         seed: users' and sigmas' seed.
     """
 
@@ -67,6 +72,7 @@ class RayScalingConfig(BaseModel):
     batch_size: int = Field(8, ge=1)
     cf: str = "itemknn"
     worker_rate: float = Field(300.0, gt=0)
+    projected_workers: int = Field(10, ge=1)
     seed: int = 0
 
 
@@ -121,7 +127,7 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
         RayConfig,
         RayExecutor,
         ResultsStore,
-        request_record,
+        call_records,
         stored_request,
     )
 
@@ -139,20 +145,21 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
     keys = [judge.key(r) for r in reqs]
     t["keys"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sigmas = [judge.sigma_for(r) for r in reqs]
+    sigmas = judge.sigmas_for(reqs)
     t["sigma (CF model)"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     plan = judge.plan(reqs, list(range(n)))
     blocks = [
         json.dumps(
             [
-                {"i": i, "key": keys[i], "sigma": sigmas[i], "req": request_record(reqs[i])}
-                for i in call
+                {"i": i, "key": keys[i], "sigma": sigmas[i], "req": rec}
+                for i, rec in zip(call, call_records([reqs[i] for i in call]), strict=True)
             ]
         )
         for call in plan
     ]
     t["calls planned and serialised"] = time.perf_counter() - t0
+    calls = [json.loads(b) for b in blocks]
     # a result as a worker returns it: a full judgment's fields (evidence and text included)
     from recjudge.reward import Judgment
 
@@ -172,15 +179,55 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
         t["results parsed and merged (store)"] = time.perf_counter() - t0
     del blocks
     per = {k: v / n for k, v in t.items()}
-    total = sum(per.values())
     return {
         "judgments": n,
         "calls": len(plan),
         "seconds_per_judgment": {k: round(v * 1e6, 1) for k, v in per.items()},  # us
-        "total_us": round(total * 1e6, 1),
-        "judgments_per_s_one_driver": round(1.0 / total, 0),
-        "workers_one_driver_feeds": round(1.0 / total / c.worker_rate, 1),
+        "_calls": calls,
     }
+
+
+def _with_total(d: dict[str, Any], c: RayScalingConfig) -> dict[str, Any]:
+    """The driver's steps summed, and what one driver feeds."""
+    total = sum(d["seconds_per_judgment"].values()) / 1e6
+    return {**d, "total_us": round(total * 1e6, 1),
+            "judgments_per_s_one_driver": round(1.0 / total, 0),
+            "workers_one_driver_feeds": round(1.0 / total / c.worker_rate, 1)}  # fmt: skip
+
+
+class EchoWorker:
+    """A Ray Data actor that answers each block with its own text: Ray Data's cost of moving
+    a block there and back, without a model."""
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        return {"result": np.array([str(t) for t in batch["unit"]], dtype=object)}
+
+
+def _ray_data_cost(calls: list[Any], actors: int, pool: int) -> dict[str, Any]:
+    """Ray Data's driver CPU to stream ``calls``, grouped into blocks for ``actors`` actors
+    as the executor groups them, through a pool of ``pool`` echo actors (Ray initialised).
+    A run of a few blocks first (pool start, first-use costs) is left out."""
+    import ray
+
+    from recjudge.reward._ray import block_calls
+
+    def stream(blocks: list[str]) -> int:
+        ds = ray.data.from_items([{"unit": b} for b in blocks], override_num_blocks=len(blocks))
+        ds = ds.map_batches(EchoWorker, batch_size=1, batch_format="numpy", num_cpus=1,
+                            compute=ray.data.ActorPoolStrategy(size=pool))  # fmt: skip
+        return sum(len(b["result"]) for b in ds.iter_batches(batch_size=None,
+                                                             batch_format="numpy"))  # fmt: skip
+
+    blocks = [json.dumps(b) for b in block_calls(calls, actors)]
+    stream(blocks[:4])
+    c0, t0 = time.process_time(), time.perf_counter()
+    got = stream(blocks)
+    cpu, wall = time.process_time() - c0, time.perf_counter() - t0
+    assert got == len(blocks)
+    pairs = sum(len(c) for c in calls)
+    return {"blocks": len(blocks), "pairs_per_block": round(pairs / len(blocks), 1),
+            "driver_cpu_ms_per_block": round(cpu / len(blocks) * 1e3, 2),
+            "wall_s": round(wall, 2), "us_per_judgment": round(cpu / pairs * 1e6, 1)}  # fmt: skip
 
 
 def bench_ray_scaling(c: RayScalingConfig, out: str | Path, progress: bool = True) -> dict:
@@ -203,6 +250,7 @@ def bench_ray_scaling(c: RayScalingConfig, out: str | Path, progress: bool = Tru
     dtype = one.llm.config.resolved_dtype()
     del one
     settings = [(1, c.threads), (c.threads, 1)] if c.threads > 1 else [(1, 1)]
+    driver = _driver_cost(c, ds, config)
     # (a short folder: Ray's socket paths must fit 107 bytes)
     with tempfile.TemporaryDirectory(prefix="rj-ray-", dir="/tmp") as tmp, \
             LocalCluster(cpus=c.threads, temp_dir=tmp) as cluster:  # fmt: skip
@@ -211,7 +259,12 @@ def bench_ray_scaling(c: RayScalingConfig, out: str | Path, progress: bool = Tru
             judge = Judge(config, llm_config=llm.model_copy(update={"dtype": dtype}),
                           executor=ex)  # fmt: skip
             rows[f"Ray, {actors} worker(s) x {threads} thread(s)"] = _timed(judge, reqs)
+        # the driver is connected to the cluster by the runs above
+        rd = _ray_data_cost(driver.pop("_calls"), c.projected_workers, c.threads)
         ray.shutdown()
+    driver["seconds_per_judgment"]["Ray Data: blocks streamed (driver CPU)"] = rd[
+        "us_per_judgment"]  # fmt: skip
+    driver = _with_total({**driver, "ray_data": rd}, c)
     base = rows["one process"]
     for _name, r in rows.items():
         r["overhead_steady"] = (
@@ -225,7 +278,6 @@ def bench_ray_scaling(c: RayScalingConfig, out: str | Path, progress: bool = Tru
         r["same_verdicts_as_one_process"] = r["verdicts"] == base["verdicts"]
         r["max_abs_p_yes_diff"] = float(np.max(np.abs(np.array(r["p_yes"]) -
                                                       np.array(base["p_yes"]))))  # fmt: skip
-    driver = _driver_cost(c, ds, config)
     results = {
         "pairs": len(reqs),
         "answers": "full" if c.need_evidence else "read-out",
@@ -288,6 +340,13 @@ def _lines(r: dict[str, Any], c: RayScalingConfig) -> list[str]:
         "|---|---|",
         *[f"| {k} | {v} |" for k, v in d["seconds_per_judgment"].items()],
         f"| **total** | **{d['total_us']}** |",
+        "",
+        f"Ray Data's row: the {d['judgments']} judgments' calls grouped as the executor groups "
+        f"them for {c.projected_workers} actors ({d['ray_data']['blocks']} blocks of "
+        f"{d['ray_data']['pairs_per_block']} pairs) and streamed through {c.threads} echo "
+        f"actors on this machine's local cluster: {d['ray_data']['driver_cpu_ms_per_block']} "
+        "ms of this process's CPU per block (Ray Data's scheduling, serialising and "
+        "streaming; the workers' own time is not the driver's).",
         "",
         f"One driver feeds about **{d['judgments_per_s_one_driver']:.0f} judgments/s**. "
         f"Projection (not measured): at {c.worker_rate:g} judgments/s per GPU worker (the "

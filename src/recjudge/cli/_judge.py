@@ -288,6 +288,10 @@ def _summary(results, run, seconds: float, out: str, store_path: Path) -> None:
     # a resumed run: what the interruption left (kept) and what it cost (judged now)
     reused = (f", {run.reused} from the store, {run.judged} judged now"
               if run and run.reused else "")  # fmt: skip
+    if run and run.workers:  # --ray: how the work spread over the actors
+        reused += (f", on {len(run.workers)} Ray workers ("
+                   + ", ".join(str(n) for n in sorted(run.workers.values(), reverse=True))
+                   + " pairs)")  # fmt: skip
     if run and run.retried_faults:
         typer.echo(
             f"{run.retried_faults} pairs an earlier run recorded as failed by a fault of the "

@@ -200,6 +200,7 @@ class Dataset:
         self._item_index = pd.Index(self.items["item_id"].astype(str))
         self._by_user: dict[str, pd.DataFrame] | None = None
         self._lookups = 0
+        self._rendered: dict[str, tuple[str, str]] = {}
         # Where load_dataset found it (a registered name or a folder path); None if built
         # in memory. CF models record it so later commands reload the same data.
         self.location: str | None = None
@@ -208,6 +209,24 @@ class Dataset:
     def item_row(self, item_id: str) -> pd.Series:
         pos = self._item_index.get_loc(str(item_id))
         return self.items.iloc[pos]
+
+    def rendered(self, item_id: str) -> tuple[str, str]:
+        """``(item_title(row), render_item(row, domain))`` of an item, rendered once per
+        dataset: a history is every item a user touched, and one judgment batch renders the
+        same items for every candidate and user (KeyError for an unknown item)."""
+        key = str(item_id)
+        got = self._rendered.get(key)
+        if got is None:
+            from recjudge.data._render import item_title, render_item
+
+            row = self.item_row(key).to_dict()
+            got = self._rendered[key] = (item_title(row), render_item(row, self.domain))
+        return got
+
+    def rendered_many(self, item_ids: list[str]) -> list[tuple[str, str]]:
+        """``rendered`` of each of ``item_ids`` (strings), in order."""
+        memo = self._rendered
+        return [memo.get(i) or self.rendered(i) for i in item_ids]
 
     def has_item(self, item_id: str) -> bool:
         return str(item_id) in self._item_index

@@ -271,6 +271,7 @@ def _counts(judge, plan, runs, config, judged, labels, base) -> dict[str, Any]:
         "pairs": len(plan.pairs),
         "judged_now": run.judged if run else len(judged),
         "reused": run.reused if run else 0,
+        "workers": dict(run.workers) if run else {},  # pairs per Ray actor (--ray)
         "reused_from_checkpoint": run.imported if run else 0,
         "failed": len(judged) - len(labels) + len(plan.unbuildable),
         "imputed_yes": sum(j.is_relevant for j in new),

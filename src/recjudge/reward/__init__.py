@@ -36,6 +36,7 @@ from recjudge.reward._ray import (
     RayExecutor,
     RayNotInstalledError,
     WorkerFault,
+    call_records,
     request_record,
 )
 from recjudge.reward._requests import request_for, requests_for, stored_request
@@ -76,6 +77,7 @@ __all__ = [
     "tune",
     "clear_prefix_cache",
     "stored_request",
+    "call_records",
     "request_record",
     "SIMULATORS",
     "SIMULATOR_MODES",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import numpy as np
 
 from recjudge._registry import UnknownNameError
-from recjudge._util import RunFault, stable_hash
+from recjudge._util import RunFault, json_part, stable_hash, stable_hash_encoded
 from recjudge.decoding import DecodeJob, decode
 from recjudge.llm import (
     LLMConfig,
@@ -38,7 +38,12 @@ from recjudge.reward._judgment import (
     parsed_evidence,
 )
 from recjudge.reward._modes import SIMULATOR_MODES
-from recjudge.reward._prompt import CANDIDATE_SLOT, PROMPT_VERSION, build_messages
+from recjudge.reward._prompt import (
+    CANDIDATE_SLOT,
+    PROMPT_VERSION,
+    HistoryItem,
+    build_messages,
+)
 from recjudge.reward._requests import stored_request
 from recjudge.reward._store import ResultsStore, StoreError, personas_path
 
@@ -131,6 +136,8 @@ class Judge:
                     "attributes): pass population=Population.of(dataset)"
                 )
         self._personas: dict[str, str] = {}  # persona texts by persona key
+        self._history_memo: dict[int, tuple[list[HistoryItem], int, str]] = {}
+        self._settings_memo: dict[bool, tuple[Any, str]] = {}
         if self.config.mode == "item-item" and cf is not None and cf.name != "item-item":
             from recjudge.cf_models import ItemItemSimilarity
 
@@ -207,7 +214,13 @@ class Judge:
         sigma, threshold, evidence), so every sweepable setting shares it."""
         return self._key(req, bias=False)
 
-    def _key(self, req: JudgeRequest, bias: bool) -> str:
+    def _settings_json(self, bias: bool) -> str:
+        """The key's settings part, encoded once while the LLM's settings stay (the config is
+        frozen; ``_llm_settings`` gives a new object when what it reads changes)."""
+        llm = self._llm_settings()
+        got = self._settings_memo.get(bias)
+        if got is not None and got[0] is llm:
+            return got[1]
         c = self.config
         keyed = set(c.KEYED)  # JudgeConfig classifies every field (see there)
         if c.deterministic:
@@ -216,26 +229,51 @@ class Judge:
             keyed.add("persona_tokens")
         if not bias:
             keyed -= c.AFTER_DECISION
-        settings = c.model_dump(include=keyed) | self._llm_settings()
+        settings = c.model_dump(include=keyed) | llm
         # The one sampling key (SamplingConfig.key): greedy ignores the warpers and the seed
         # and decodes once, so those and ``samples`` enter a greedy key at their defaults.
         settings["sampling"] = c.sampling.key()
         settings["samples"] = c.samples if c.sampling.do_sample else 1
         if "decode_rows" in keyed:  # None runs (and so keys) as the invariant engine's 8
             settings["decode_rows"] = c.rows()
+        enc = json_part(settings)
+        self._settings_memo[bias] = (llm, enc)
+        return enc
+
+    def _key(self, req: JudgeRequest, bias: bool) -> str:
         signal = (self._cf_id if req.sigma is None else None, req.sigma) if bias else ()
-        return stable_hash(
-            PROMPT_VERSION,
-            *([] if bias else ["decision"]),
-            settings,
-            *signal,
-            req.user_id,
-            req.candidate_id,
-            req.candidate_text,
-            [(h.item_id, h.text, h.rating) for h in req.history],
-            *([self._role(req)] if self.simulator is not None else []),
+        # = stable_hash(PROMPT_VERSION, ["decision"], settings, *signal, user, candidate id
+        # and text, [(item, text, rating) per history item], [role]), the settings and the
+        # history encoded once (a user's candidates share a history: most of a key's cost)
+        head = [PROMPT_VERSION, *([] if bias else ["decision"])]
+        parts = [*signal, req.user_id, req.candidate_id, req.candidate_text]
+        return stable_hash_encoded(
+            [
+                json_part(head)[1:-1],  # a list's items joined as the whole list joins them
+                self._settings_json(bias),
+                json_part(parts)[1:-1],
+                self._history_json(req.history),
+                *([json_part(self._role(req))] if self.simulator is not None else []),
+            ],
             length=32,
         )
+
+    #: histories whose key encoding is kept (a bound, not a tuning: one batch's users)
+    HISTORY_MEMO = 4096
+
+    def _history_json(self, history: list[HistoryItem]) -> str:
+        """The key's encoding of a history, kept per history list: requests built together
+        share one list per user (``requests_for``). The list itself is held with its length,
+        so an entry answers only for that very list, unchanged in length (a list is never
+        edited in place here: requests are rebuilt, not mutated)."""
+        got = self._history_memo.get(id(history))
+        if got is not None and got[0] is history and got[1] == len(history):
+            return got[2]
+        enc = json_part([(h.item_id, h.text, h.rating) for h in history])
+        if len(self._history_memo) >= self.HISTORY_MEMO:
+            self._history_memo.clear()
+        self._history_memo[id(history)] = (history, len(history), enc)
+        return enc
 
     # -- personas (user simulators) ---------------------------------------------------------
     def _persona_key(self, req: JudgeRequest) -> str:
@@ -312,6 +350,39 @@ class Judge:
             )
         return self.cf.sigma([h.item_id for h in req.history], req.candidate_id, req.user_id)
 
+    def sigmas_for(self, reqs: Sequence[JudgeRequest]) -> list[float | None | Exception]:
+        """``sigma_for`` of every request, in order, the CF model scored once per user and
+        history (requests for one user's candidates share it: one ``score_history`` instead
+        of one per pair). A request whose sigma fails comes back as its exception."""
+
+        def one(r: JudgeRequest) -> float | None | Exception:
+            try:
+                return self.sigma_for(r)
+            except RunFault:
+                raise
+            except RECORDED_ERRORS as e:
+                return e
+
+        out: list[float | None | Exception] = [None] * len(reqs)
+        groups: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+        for n, r in enumerate(reqs):
+            if r.sigma is not None or not self.config.uses_cf() or self.cf is None:
+                out[n] = one(r)
+            else:
+                groups.setdefault((r.user_id, tuple(h.item_id for h in r.history)), []).append(n)
+        for (user, hist), idx in groups.items():
+            try:
+                got = self.cf.sigmas(list(hist), [reqs[n].candidate_id for n in idx], user)
+            except RunFault:
+                raise
+            except RECORDED_ERRORS:  # pair by pair, so that only the failing ones fail
+                for n in idx:
+                    out[n] = one(reqs[n])
+                continue
+            for n, v in zip(idx, got.tolist(), strict=True):
+                out[n] = float(v)
+        return out
+
     # -- judging ------------------------------------------------------------------------
     def judge(self, req: JudgeRequest) -> Judgment:
         return self.judge_many([req])[0]
@@ -377,6 +448,7 @@ class Judge:
             judged=len(todo),
             failed=sum(j.error is not None for j in out),
             retried_faults=retried,
+            workers=self.executor.workers() if self.executor is not None and todo else {},
         )
         return out
 
@@ -591,7 +663,10 @@ class Judge:
         if given is not None:
             sigmas = [given[id(r)][1] for r in reqs]
         else:
-            sigmas = [self.sigma_for(r) for r in reqs]
+            sigmas = self.sigmas_for(reqs)
+            failed = next((s for s in sigmas if isinstance(s, Exception)), None)
+            if failed is not None:
+                raise failed
         if not c.uses_llm():
             out = []
             for r, s in zip(reqs, sigmas, strict=True):
@@ -747,4 +822,8 @@ class JudgeExecutor(Protocol):
     def placed(self, llm_config: LLMConfig) -> LLMConfig:
         """The LLM config its workers load for ``llm_config`` (dtype and device resolved):
         the judge keys its results with it."""
+        ...
+
+    def workers(self) -> dict[str, int]:
+        """Pairs each of its workers judged in the last ``run`` (by worker name)."""
         ...

@@ -59,9 +59,27 @@ log = logging.getLogger(__name__)
 
 #: ``--ray`` values besides a cluster address
 ADDRESS_WORDS = ("auto", "local")
-#: most Ray Data blocks one run makes (one engine call each below it; above, several calls
-#: share a block, and a worker lost mid-block redoes that block's calls)
+#: most Ray Data blocks one run makes (a worker lost mid-block redoes that block's calls)
 MAX_BLOCKS = 10_000
+#: pairs a Ray Data block aims at: Ray Data costs the driver ~4-5 ms of CPU per block (bench
+#: ray-scaling), so a block of one 8-pair call cost ~500 us per judgment, more than all of the
+#: driver's own work; 128 pairs bring it to ~35 us, ~0.4 s of one GPU worker's time to redo
+BLOCK_PAIRS = 128
+#: blocks per actor at least, when there are calls enough: every actor busy to the end
+BLOCKS_PER_ACTOR = 4
+
+
+def block_calls(calls: Sequence[Sequence[Any]], actors: int) -> list[list[Any]]:
+    """The engine calls grouped into Ray Data blocks, in order: about ``BLOCK_PAIRS`` pairs a
+    block, but at least ``BLOCKS_PER_ACTOR`` blocks per actor (and at most one block per
+    call, at most ``MAX_BLOCKS``)."""
+    if not calls:
+        return []
+    pairs = sum(len(c) for c in calls)
+    want = max(-(-pairs // BLOCK_PAIRS), BLOCKS_PER_ACTOR * max(actors, 1))
+    n = max(1, min(len(calls), want, MAX_BLOCKS))
+    cut = [b * len(calls) // n for b in range(n + 1)]  # n blocks, sizes within one call
+    return [list(calls[cut[b] : cut[b + 1]]) for b in range(n)]
 
 
 class RayClusterError(RunFault, ConnectionError):
@@ -164,12 +182,16 @@ def worker_env_vars() -> dict[str, str]:
     """What every worker of this driver's job gets in its environment: the driver's model
     cache (``RECJUDGE_CACHE``, resolved: a worker that used its own ``~/.cache`` converted the
     model again, silently, and the second waited on the build lock) and every other
-    ``RECJUDGE_*`` setting (the forced dtype, ...), secrets left out."""
+    ``RECJUDGE_*`` setting (the forced dtype, ...), secrets left out; and the driver's
+    niceness (``RAY_worker_niceness``)."""
     from recjudge._util import cache_dir
 
     env = {k: v for k, v in os.environ.items()
            if k.startswith("RECJUDGE_") and k not in _SECRET_ENV}  # fmt: skip
     env["RECJUDGE_CACHE"] = str(cache_dir())
+    # Ray starts workers at nice 15 (they lost the CPU to anything else running): at the
+    # driver's own niceness instead, as Ray's job supervisor does for its drivers
+    env["RAY_worker_niceness"] = str(os.nice(0))
     return env
 
 
@@ -243,31 +265,58 @@ def _probe(address: str) -> None:
         ) from None
 
 
-def request_record(req: JudgeRequest) -> dict[str, Any]:
+def request_record(req: JudgeRequest, history_of: int | None = None) -> dict[str, Any]:
     """What a worker needs of a request to render and decode it (its sigma travels beside
-    it; ``meta`` stays on the driver)."""
+    it; ``meta`` stays on the driver). ``history_of``: the position, in the same call, of a
+    request with this very history, sent in its place (one user's candidates share one
+    history: sent once per call, not once per pair)."""
     return {
         "user_id": req.user_id,
-        "history": [[h.item_id, h.title, h.text, h.rating] for h in req.history],
+        **({"history_of": history_of} if history_of is not None else
+           {"history": [[h.item_id, h.title, h.text, h.rating] for h in req.history]}),
         "candidate_id": req.candidate_id,
         "candidate_text": req.candidate_text,
         "candidate_title": req.candidate_title,
         "domain": req.domain,
-    }
+    }  # fmt: skip
 
 
-def request_from_record(d: dict[str, Any]) -> JudgeRequest:
+def call_records(reqs: Sequence[JudgeRequest]) -> list[dict[str, Any]]:
+    """``request_record`` of one call's requests, each history sent once."""
+    out: list[dict[str, Any]] = []
+    holders: dict[tuple[str, ...], int] = {}
+    for n, req in enumerate(reqs):
+        ids = tuple(h.item_id for h in req.history)
+        j = holders.setdefault(ids, n)
+        # same ids, same texts and ratings (a shared list compares by identity, at once)
+        same = j if j != n and reqs[j].history == req.history else None
+        out.append(request_record(req, same))
+    return out
+
+
+def request_from_record(d: dict[str, Any], earlier: Sequence[JudgeRequest] = ()) -> JudgeRequest:
+    """The request of ``request_record``'s ``d``; ``earlier``: the call's requests before it
+    (where a ``history_of`` points)."""
     from recjudge.reward._judgment import JudgeRequest
     from recjudge.reward._prompt import HistoryItem
 
+    if "history_of" in d:
+        history = earlier[int(d["history_of"])].history
+    else:
+        history = [HistoryItem(str(a), str(b), str(c), r) for a, b, c, r in d["history"]]
     return JudgeRequest(
         user_id=d["user_id"],
-        history=[HistoryItem(str(a), str(b), str(c), r) for a, b, c, r in d["history"]],
+        history=history,
         candidate_id=d["candidate_id"],
         candidate_text=d["candidate_text"],
         candidate_title=d["candidate_title"],
         domain=d["domain"],
     )
+
+
+def worker_name() -> str:
+    """This process as the driver names a worker: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
 class JudgeWorker:
@@ -308,7 +357,9 @@ class JudgeWorker:
         try:
             judge = self._load()
             for call in json.loads(text):
-                reqs = [request_from_record(x["req"]) for x in call]
+                reqs: list[Any] = []
+                for x in call:
+                    reqs.append(request_from_record(x["req"], reqs))
                 got = judge.judge_prepared(
                     reqs, [x["key"] for x in call], [x["sigma"] for x in call], self._record
                 )
@@ -321,7 +372,7 @@ class JudgeWorker:
             return json.dumps({"fault": error_text(e)})
         except Exception as e:  # noqa: BLE001 - raise mode: the driver raises it
             return json.dumps({"fault": error_text(e), "run_fault": False})
-        return json.dumps({"results": results})
+        return json.dumps({"results": results, "worker": worker_name()})
 
 
 @dataclass(frozen=True)
@@ -349,6 +400,13 @@ class RayExecutor:
     cluster's actors (see the module's docstring for what runs where)."""
 
     config: RayConfig = RayConfig()
+    #: pairs judged per worker in the last run (filled as blocks come back)
+    _workers: dict[str, int] = field(default_factory=dict, compare=False, repr=False)
+
+    def workers(self) -> dict[str, int]:
+        """Pairs each actor (``host:pid``) judged in the last run; empty through Ray Data
+        LLM (its vLLM stage does not say)."""
+        return dict(self._workers)
 
     def placed(self, llm_config: LLMConfig) -> LLMConfig:
         """The ``LLMConfig`` every worker loads: dtype and device resolved here, once, so a
@@ -410,7 +468,7 @@ class RayExecutor:
         record: bool,
     ) -> Iterator[tuple[list[int], list[Judgment]]]:
         from recjudge.llm import resolve_llm_config
-        from recjudge.reward._judgment import RECORDED_ERRORS, error_text
+        from recjudge.reward._judgment import error_text
 
         if judge.llm_loaded_here():
             raise ValueError(
@@ -418,26 +476,27 @@ class RayExecutor:
                 "there (give the judge an llm_config, e.g. LLMConfig(backend='vllm'), not a "
                 "loaded llm; or run without --ray)"
             )
+        self._workers.clear()
         calls: list[list[dict[str, Any]]] = []
         failed_at: list[int] = []
         failed: list[Judgment] = []
+        # sigma once per user and history, not per pair (the driver's second cost)
+        sigmas = dict(zip(todo, judge.sigmas_for([reqs[i] for i in todo]), strict=True))
         for unit in judge.plan(reqs, todo):
-            call = []
+            ok = []
             for i in unit:
-                try:
-                    sigma = judge.sigma_for(reqs[i])
-                except RunFault:
-                    raise
-                except RECORDED_ERRORS as e:
+                sigma = sigmas[i]
+                if isinstance(sigma, Exception):
                     if not record:
-                        raise
+                        raise sigma
                     failed_at.append(i)
-                    failed.append(judge.failure(reqs[i], error_text(e), keys[i]))
+                    failed.append(judge.failure(reqs[i], error_text(sigma), keys[i]))
                     continue
-                call.append({"i": i, "key": keys[i], "sigma": sigma,
-                             "req": request_record(reqs[i])})  # fmt: skip
-            if call:
-                calls.append(call)
+                ok.append(i)
+            if ok:
+                records = call_records([reqs[i] for i in ok])
+                calls.append([{"i": i, "key": keys[i], "sigma": sigmas[i], "req": rec}
+                              for i, rec in zip(ok, records, strict=True)])  # fmt: skip
         if failed:  # sigma failed for these: nothing to decode
             yield failed_at, failed
         if not calls:
@@ -454,8 +513,7 @@ class RayExecutor:
     def _stream(self, run: RayRun) -> Iterator[tuple[list[int], list[Judgment]]]:
         ray = self.ready()
         calls = run.calls
-        per_block = -(-len(calls) // MAX_BLOCKS)
-        blocks = [json.dumps(calls[b : b + per_block]) for b in range(0, len(calls), per_block)]
+        blocks = [json.dumps(b) for b in block_calls(calls, self.config.actors)]
         expected = {x["i"] for call in calls for x in call}
         ds = ray.data.from_items([{"unit": b} for b in blocks], override_num_blocks=len(blocks))
         remote: dict[str, Any] = {"num_cpus": self.config.threads}
@@ -477,7 +535,11 @@ class RayExecutor:
         try:
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for text in batch["result"]:
-                    idx, out = _merge_block(json.loads(str(text)), run, seen, expected)
+                    got = json.loads(str(text))
+                    idx, out = _merge_block(got, run, seen, expected)
+                    if idx and "worker" in got:
+                        name = str(got["worker"])
+                        self._workers[name] = self._workers.get(name, 0) + len(idx)
                     if idx:
                         yield idx, out
         except ray.exceptions.RayError as e:

@@ -65,27 +65,37 @@ def _user_history(ds: Any, user_id: str) -> Any:
 
 
 def _history_items(ds: Any, h: Any) -> list[HistoryItem]:
-    from recjudge.data import item_title, render_item
-
-    rows = ds.items.set_index("item_id").loc[h["item_id"].astype(str)].reset_index()
-    return [
-        HistoryItem(str(r["item_id"]), item_title(r), render_item(r, ds.domain),
-                    float(rt) if rt == rt else None)
-        for r, rt in zip(rows.to_dict("records"), h["rating"].tolist(), strict=True)
-    ]  # fmt: skip
+    """The history rows ``h`` as prompt items (each item rendered once per dataset)."""
+    # str() per value, not Series.astype(str): that builds a string dtype per call, which
+    # was a third of building a batch's requests
+    ids = [str(i) for i in h["item_id"].tolist()]
+    return [HistoryItem(i, title, text, float(rt) if rt == rt else None)
+            for i, (title, text), rt in zip(ids, ds.rendered_many(ids), h["rating"].tolist(),
+                                            strict=True)]  # fmt: skip
 
 
 def _request(ds, user_id, items, candidate, sigma, meta) -> JudgeRequest:
-    from recjudge.data import item_title, render_item
-
     if not items:
         raise ValueError(
             f"user {user_id!r} has no history before {candidate!r}; the judge needs"
             " at least one past item"
         )
-    cand_row = ds.item_row(candidate).to_dict()
-    return JudgeRequest(user_id, items, candidate, render_item(cand_row, ds.domain),
-                        item_title(cand_row), sigma, ds.domain, meta or {})  # fmt: skip
+    title, text = ds.rendered(candidate)
+    return JudgeRequest(user_id, items, candidate, text, title, sigma, ds.domain,
+                        meta or {})  # fmt: skip
+
+
+def _shown(ids: np.ndarray, ts: np.ndarray, candidate: str, history: str) -> np.ndarray:
+    """Which of a user's history rows (``ids``, ``ts`` oldest first) a request for
+    ``candidate`` shows: ``before``: those before the candidate's first interaction if the
+    user had one (ties in time: earlier rows), else all; ``all``: all; never the candidate."""
+    hit = ids == candidate
+    keep = ~hit
+    if history == "before" and hit.any():
+        pos = int(np.flatnonzero(hit)[0])
+        t = ts[pos]
+        keep &= (ts < t) | ((ts == t) & (np.arange(len(ids)) < pos))
+    return keep
 
 
 def request_for(
@@ -105,12 +115,8 @@ def request_for(
     user_id = str(user_id)
     h = _user_history(ds, user_id)
     candidate = _resolve_candidate(ds, candidate)
-    ids = h["item_id"].astype(str)
-    if history == "before" and (ids == candidate).any():
-        t = h.loc[ids == candidate, "timestamp"].iloc[0]
-        pos = int(np.flatnonzero((ids == candidate).to_numpy())[0])
-        h = h[(h["timestamp"] < t) | ((h["timestamp"] == t) & (np.arange(len(h)) < pos))]
-    h = h[h["item_id"].astype(str) != candidate]
+    ids = h["item_id"].astype(str).to_numpy()
+    h = h[_shown(ids, h["timestamp"].to_numpy(), candidate, history)]
     return _request(ds, user_id, _history_items(ds, h), candidate, sigma, meta)
 
 
@@ -122,9 +128,9 @@ def requests_for(
 
     A user's history is rendered once and shared by every candidate the user has not
     interacted with (those see the whole history under either ``history`` rule); a
-    candidate in the history goes through ``request_for``.
+    candidate in the history gets the rows ``request_for`` would show, taken from it.
     """
-    shared: dict[str, tuple[set[str], list[HistoryItem]] | Exception] = {}
+    shared: dict[str, Any] = {}
     out: list[JudgeRequest | Exception] = []
     for user, cand in pairs:
         user = str(user)
@@ -132,16 +138,20 @@ def requests_for(
             if user not in shared:
                 try:
                     h = _user_history(ds, user)
-                    shared[user] = (set(h["item_id"].astype(str)), _history_items(ds, h))
+                    ids = np.array([str(x) for x in h["item_id"].tolist()], dtype=object)
+                    shared[user] = (ids, h["timestamp"].to_numpy(), set(ids.tolist()),
+                                    _history_items(ds, h))  # fmt: skip
                 except KeyError as e:
                     shared[user] = e
             got = shared[user]
             if isinstance(got, Exception):
                 raise got
             item = _resolve_candidate(ds, cand)
-            seen, items = got
+            ids, ts, seen, items = got
             if item in seen:
-                out.append(request_for(ds, user, item, history=history))
+                keep = _shown(ids, ts, item, history)
+                shown = [x for x, k in zip(items, keep.tolist(), strict=True) if k]
+                out.append(_request(ds, user, shown, item, None, None))
             else:
                 out.append(_request(ds, user, items, item, None, None))
         except (KeyError, ValueError) as e:
