@@ -168,6 +168,10 @@ def imputers_on_gold(
 OUA_BENCH_DRAWS = 100
 #: the logit shift of the planted lenient system's judge probabilities (transport rows)
 PLANTED_SHIFT = 1.5
+#: unplanted world: a pooled map whose true mean residual on a system's listed pairs is below
+#: this transports to it (the test should pass), at or above ``FAILS_TO_TRANSPORT`` it does
+#: not (the test should fail); on a 9 % base rate, 0.005 and 0.02 are ~5 % and ~20 % of it
+TRANSPORTS, FAILS_TO_TRANSPORT = 0.005, 0.02
 
 
 def _oua_cells(world, rows, gold, runs, metrics, truth, observed, theta, chosen,
@@ -247,13 +251,15 @@ def _vals(est: str, cell: tuple, p: np.ndarray, users: np.ndarray) -> np.ndarray
     return linear_values(est, w, o, y, _gather(p, m) * valid, zero, t)[users]
 
 
-def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, float, float]:
+def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     """The transport check on this gold sample: with the judge's probabilities of the first
     system's pairs shifted by ``PLANTED_SHIFT`` on the logit scale (a lenient system) and each
     system checked against an isotonic map fitted on the other systems' gold pairs
     (``evaluate``'s leave-system-out check), whether that system fails and the share of the
-    other systems that fail; and, unplanted, the share of systems that fail. Returns
-    (planted flagged, others flagged, honest world flagged)."""
+    other systems that fail; and, unplanted, the share of systems that fail, overall and
+    split by the pooled map's true bias on the system (``TRANSPORTS``, ``FAILS_TO_TRANSPORT``).
+    Returns (planted flagged, others flagged, honest world flagged, flagged where it
+    transports, such systems, flagged where it does not, such systems)."""
     from recjudge.evaluators._calibrate import apply_map, fit_isotonic
     from recjudge.evaluators._transport import transport_check
 
@@ -281,8 +287,23 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, float, fl
     flagged = {n: d["verdict"] == "fails" for n, d in got[0].items()}
     others = [v for n, v in flagged.items() if n != target]
     honest = [d["verdict"] == "fails" for d in got[1].values()]
+    # unplanted: does the pooled map really transport to each system? Its true mean residual
+    # over the system's listed pairs (the truth the test estimates), beside its verdict
+    xs, ys = fit_isotonic(p[gi], y)
+    cal = apply_map(xs, ys, p)
+    cells: dict[str, list[float]] = {"small": [], "big": []}
+    for name, d in got[1].items():
+        m = world.slots[name]
+        idx = m[m >= 0]
+        bias = abs(float(np.mean(world.relevant[idx] - cal[idx])))
+        if bias < TRANSPORTS:
+            cells["small"].append(float(d["verdict"] == "fails"))
+        elif bias >= FAILS_TO_TRANSPORT:
+            cells["big"].append(float(d["verdict"] == "fails"))
+    mean = {c: float(np.mean(v)) if v else np.nan for c, v in cells.items()}
     return (float(flagged[target]), float(np.mean(others)) if others else np.nan,
-            float(np.mean(honest)))  # fmt: skip
+            float(np.mean(honest)), mean["small"], len(cells["small"]), mean["big"],
+            len(cells["big"]))  # fmt: skip
 
 
 def imputer_summary(
@@ -305,10 +326,14 @@ def imputer_summary(
                 aucs.setdefault((str(n), design, row), []).extend(vals)
     for (n, design), vals in transport.items():
         a = np.array(vals, dtype=float)
+        transports, transports_n = _share(a, 3, 4)
+        fails, fails_n = _share(a, 5, 6)
         out.setdefault(n, {}).setdefault(design, {})["transport"] = {
             "planted_flagged": float(np.nanmean(a[:, 0])),
             "others_flagged": float(np.nanmean(a[:, 1])),
-            "honest_world_flagged": float(np.nanmean(a[:, 2])), "samples": len(a)}  # fmt: skip
+            "honest_world_flagged": float(np.nanmean(a[:, 2])), "samples": len(a),
+            "flagged_where_it_transports": transports, "systems_where_it_transports": transports_n,
+            "flagged_where_it_does_not": fails, "systems_where_it_does_not": fails_n}  # fmt: skip
     for (n, design, row), vals in aucs.items():
         a = [v[0] for v in vals if v[0] is not None]
         g = [v[1] for v in vals if v[1] is not None]
@@ -318,6 +343,16 @@ def imputer_summary(
             "fits": len(vals),
         }
     return out
+
+
+def _share(a: np.ndarray, col: int, count: int) -> tuple[float | None, int]:
+    """The mean of column ``col`` (a per-sample share) weighted by column ``count`` (how
+    many systems it is over), and their total: the share over every such system."""
+    n_cells = int(np.sum(a[:, count]))
+    if n_cells == 0:
+        return None, 0
+    ok = ~np.isnan(a[:, col])
+    return float(np.sum(a[ok, col] * a[ok, count]) / n_cells), n_cells
 
 
 def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) -> list[str]:
@@ -376,14 +411,20 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
               "lenient one pulls the map they are checked against, so their levels move too), "
               "and in which any system fails without the plant (goal <= 10 %):", "",
               "| gold pairs | design | samples | planted flagged | others flagged | "
-              "honest world flagged |", "|---|---|---|---|---|---|"]  # fmt: skip
+              "honest world flagged | of them: where the map transports (true bias < "
+              f"{TRANSPORTS:g}) | where it does not (>= {FAILS_TO_TRANSPORT:g}) |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for n, by_design in got.items():
         for design, by_row in by_design.items():
             c = by_row.get("transport")
             if c:
                 lines.append(f"| {n} | {design} | {c['samples']} | {_pct(c['planted_flagged'])} "
                              f"| {_pct(c['others_flagged'])} | "
-                             f"{_pct(c['honest_world_flagged'])} |")  # fmt: skip
+                             f"{_pct(c['honest_world_flagged'])} | "
+                             f"{_pct(c.get('flagged_where_it_transports'))} of "
+                             f"{c.get('systems_where_it_transports', 0)} | "
+                             f"{_pct(c.get('flagged_where_it_does_not'))} of "
+                             f"{c.get('systems_where_it_does_not', 0)} |")  # fmt: skip
     lines += ["", "The supervised imputers' discrimination (mean over the samples it was fitted "
               "on; the judge's own AUC against the truth over every listed pair: "
               f"{_num(r['imputers'][r['gold_imputer']]['auc_vs_truth'], 3)}):", "",
