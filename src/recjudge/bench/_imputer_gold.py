@@ -234,7 +234,7 @@ def _oua_cells(world, rows, gold, runs, metrics, truth, observed, theta, chosen,
                 cell_dm = {name: {metric: {"dm": {"value": float(v.mean()), "ci": list(ci)}}}}
                 bound = residual_interval(by_name[name], evaluated, judged, gold, metric, frame,
                                           alpha=0.025)  # fmt: skip
-                bound_levels(cell_dm, {name: {metric: bound}})
+                bound_levels(cell_dm, {name: {metric: bound}}, df=max(n_gold - 1, 1))
                 out.setdefault((f"{label}, OUA, transport-bounded]", metric), []).append(
                     (truth[metric][name], float(v.mean()), cell_dm[name][metric]["dm"]["ci"])
                 )

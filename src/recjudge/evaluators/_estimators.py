@@ -1084,7 +1084,8 @@ def estimate_evaluation(
                    f"lambda power-tuned from {MIN_TUNED_CLUSTERS} labelled clusters, else 1)"
                    f"{warn}")  # fmt: skip
     if calibrated:  # the calibration checked on each system's own gold pairs
-        _check_transport(got, runs, users, judged, gold, metrics, frame, refit)
+        dm_df = max(refits[2] - 1, 1) if refits is not None else None  # DM's OUA interval
+        _check_transport(got, runs, users, judged, gold, metrics, frame, refit, dm_df)
     for run in runs:
         for m in (m for m in metrics if parse_metric(m)[0] in LINEAR):
             try:
@@ -1097,7 +1098,8 @@ def estimate_evaluation(
 
 def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[str],
                      judged: Mapping[tuple[str, str], tuple[float, bool]], gold: Any,
-                     metrics: Sequence[str], frame: int, refit: Refit | None) -> None:  # fmt: skip
+                     metrics: Sequence[str], frame: int, refit: Refit | None,
+                     dm_df: float | None) -> None:  # fmt: skip
     """``estimate_evaluation``'s transport step (its docstring), in place on ``got``."""
     from recjudge.evaluators._transport import (
         bound_levels,
@@ -1118,7 +1120,7 @@ def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[s
         }
         for run in runs
     }  # fmt: skip
-    bound_levels(got["systems"], bounds)
+    bound_levels(got["systems"], bounds, df=dm_df)
 
 
 def _flag_out_of_range(systems: Mapping[str, Mapping[str, Mapping[str, dict]]]) -> None:

@@ -228,16 +228,23 @@ def bound_levels(
     systems: Mapping[str, Any],
     bounds: Mapping[str, Mapping[str, dict[str, Any] | str | None]],
     alpha: float = 0.05,
+    df: float | None = None,
 ) -> None:
     """Replace each system's ``dm`` interval, in place, by the one that does not assume the
     calibration transports (module docstring): DM's interval widened to ``1 - alpha / 2``
     about its value plus ``bounds[system][metric]``, the residual's interval at
     ``1 - alpha / 2`` (``residual_interval(alpha=alpha / 2)``). Without a bound (None: too few
     users hold gold pairs of the system; a string: the reason) DM keeps its value and loses its
-    interval, saying why. DM's interval is taken as symmetric about its value (its OUA form is)."""
+    interval, saying why. DM's interval is taken as symmetric about its value (its OUA form
+    is) and widened by the ratio of Student's t quantiles on ``df`` degrees of freedom (its
+    OUA interval's: gold users - 1), or of normal ones (1.14) for a bootstrap interval."""
     from scipy.stats import norm
+    from scipy.stats import t as student
 
-    widen = float(norm.ppf(1 - alpha / 4) / norm.ppf(1 - alpha / 2))
+    if df:
+        widen = float(student.ppf(1 - alpha / 4, df) / student.ppf(1 - alpha / 2, df))
+    else:
+        widen = float(norm.ppf(1 - alpha / 4) / norm.ppf(1 - alpha / 2))
     for name, by_metric in systems.items():
         for metric, by_est in by_metric.items():
             dm = by_est.get("dm")
