@@ -31,7 +31,7 @@ from the system's gold pairs (design-weighted, clustered by user). With each int
 ``1 - alpha / 2``, ``[dm_lo + r_lo, dm_hi + r_hi]`` covers ``theta_s`` with probability at
 least ``1 - alpha`` (Bonferroni), whatever the calibration's bias on that system. It is wider
 than DM's, and that width is the price of the transport assumption the gold cannot verify to
-DM's precision (on the known-truth bench, DM's own interval covered 40-82 %).
+DM's precision (on the known-truth bench, DM's own interval covered 26-89 %).
 """
 
 from __future__ import annotations
