@@ -123,6 +123,31 @@ def test_plan_keeps_a_user_together_and_matches_the_local_batches(ml100k, smollm
     assert users == sorted(users, key=users.index)
 
 
+def test_plan_spreads_a_small_run_over_the_workers(ml100k, smollm32):
+    """10 users x 3 candidates is one call of 30 (what the README's Ray example judged on one
+    actor); spread over 8 calls wanted, each user's group is a call of its own, never split."""
+    reqs = _requests(ml100k, 10, 3)
+    judge = Judge(JudgeConfig(mode="no-behavior", need_evidence=False), llm=smollm32)
+    todo = list(range(len(reqs)))
+    assert len(judge.plan(reqs, todo)) == 1
+    spread = judge.plan(reqs, todo, spread=8)
+    assert [i for call in spread for i in call] == todo  # every request once, in order
+    assert len(spread) == 10
+    assert all(len({reqs[i].user_id for i in call}) == 1 for call in spread)
+    # without an LLM there is no group to keep: the requests are cut evenly
+    cf = Judge(JudgeConfig(mode="cf-only"))
+    assert len(cf.plan(reqs, todo, spread=8)) >= 8
+    assert cf.plan(reqs, todo, spread=1) == [todo]
+
+
+def test_free_ports_are_distinct():
+    """Ray refuses two components on one port: a cluster's ports are chosen together."""
+    from recjudge.reward._ray import free_ports
+
+    ports = free_ports(40)
+    assert len(set(ports)) == 40 and all(0 < p < 65536 for p in ports)
+
+
 @pytest.mark.model
 def test_worker_unit_equals_one_process(ml100k, smollm32):
     """The worker's unit of work (what an actor runs) gives one process's judgments."""

@@ -495,20 +495,32 @@ class Judge:
         given = {id(r): (k, s) for r, k, s in zip(reqs, keys, sigmas, strict=True)}
         return self._judge_isolating(list(reqs), record, given)
 
-    def plan(self, reqs: Sequence[JudgeRequest], todo: Sequence[int]) -> list[list[int]]:
+    def plan(
+        self, reqs: Sequence[JudgeRequest], todo: Sequence[int], spread: int = 1
+    ) -> list[list[int]]:
         """The engine calls ``judge_many`` would make for ``todo``, planned without the
         model: up to ``batch()`` requests each, one prompt group (``prompt_group``) kept
         together, groups packed into a call while they fit, in order of first appearance.
         ``batches`` makes the same calls from the tokenised prefixes (so a distributed run
         decodes the same batches as one process) except where two different histories
-        render to one prefix."""
+        render to one prefix.
+
+        ``spread``: the calls wanted at least, for as many workers. Where packing gives
+        fewer, groups are packed only up to ``ceil(len(todo) / spread)`` requests a call
+        (a group is still never split below ``batch()``), so a small run of many users
+        reaches every worker; it never changes a result (``batch_size`` does not)."""
         size = self.config.batch()
+        fill = max(1, -(-len(todo) // max(spread, 1)))
         if not self.config.uses_llm():
+            size = min(size, fill) if -(-len(todo) // size) < spread else size
             return [list(todo[b : b + size]) for b in range(0, len(todo), size)]
         groups: dict[Any, list[int]] = {}
         for i in todo:
             groups.setdefault(self.prompt_group(reqs[i]), []).append(i)
-        return _pack(groups.values(), size)
+        calls = _pack(groups.values(), size)
+        if len(calls) < spread:
+            calls = _pack(groups.values(), size, fill)
+        return calls
 
     def prompt_group(self, req: JudgeRequest) -> Any:
         """What a request's prompt prefix is made of besides the judge's settings: its
@@ -787,14 +799,16 @@ def _first_of_each_missing(keys: Sequence[str], have: Mapping[str, Any]) -> list
     return todo
 
 
-def _pack(groups: Any, size: int) -> list[list[int]]:
+def _pack(groups: Any, size: int, fill: int | None = None) -> list[list[int]]:
     """Engine calls of at most ``size`` requests from groups of request indices: a group is
-    split into chunks of ``size``, consecutive chunks share a call while they fit."""
+    split into chunks of ``size``, consecutive chunks share a call while it holds at most
+    ``fill`` requests (default ``size``)."""
+    fill = size if fill is None else min(fill, size)
     calls: list[list[int]] = []
     for g in groups:
         for b in range(0, len(g), size):
             chunk = g[b : b + size]
-            if calls and len(calls[-1]) + len(chunk) <= size:
+            if calls and len(calls[-1]) + len(chunk) <= fill:
                 calls[-1].extend(chunk)
             else:
                 calls.append(list(chunk))

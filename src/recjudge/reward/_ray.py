@@ -67,6 +67,8 @@ MAX_BLOCKS = 10_000
 BLOCK_PAIRS = 128
 #: blocks per actor at least, when there are calls enough: every actor busy to the end
 BLOCKS_PER_ACTOR = 4
+#: how long a run waits for its whole actor pool to load the model before it hands out work
+ACTORS_START_S = 1800
 
 
 def block_calls(calls: Sequence[Sequence[Any]], actors: int) -> list[list[Any]]:
@@ -482,7 +484,9 @@ class RayExecutor:
         failed: list[Judgment] = []
         # sigma once per user and history, not per pair (the driver's second cost)
         sigmas = dict(zip(todo, judge.sigmas_for([reqs[i] for i in todo]), strict=True))
-        for unit in judge.plan(reqs, todo):
+        # at least BLOCKS_PER_ACTOR calls per actor where the users allow: a small run (the
+        # README's 10 users, one call of 30 pairs) otherwise leaves all but one actor idle
+        for unit in judge.plan(reqs, todo, spread=BLOCKS_PER_ACTOR * self.config.actors):
             ok = []
             for i in unit:
                 sigma = sigmas[i]
@@ -532,6 +536,11 @@ class RayExecutor:
             **remote,
         )
         seen: set[int] = set()
+        # Ray Data hands blocks to the first actor that is up (up to 4 in flight each) while
+        # the others still load the model, so a small run could be judged by one actor while
+        # --ray-actors asked for more: the pool starts whole before any block is handed out.
+        context = ray.data.DataContext.get_current()
+        waited, context.wait_for_min_actors_s = context.wait_for_min_actors_s, ACTORS_START_S
         try:
             for batch in ds.iter_batches(batch_size=None, batch_format="numpy"):
                 for text in batch["result"]:
@@ -548,6 +557,8 @@ class RayExecutor:
                 f"the Ray run failed ({type(e).__name__}: {first}); finished pairs are in the "
                 "store: run again with --resume to judge the rest"
             ) from None
+        finally:
+            context.wait_for_min_actors_s = waited
         missing = expected - seen
         if missing:
             raise RayClusterError(
@@ -614,9 +625,20 @@ def _answers(port: int) -> bool:
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    return free_ports(1)[0]
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 now: every socket stays bound until all are
+    chosen, so the kernel cannot hand out one port twice (one at a time it may, and Ray
+    refuses two components on one port)."""
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(n):
+            s = stack.enter_context(socket.socket())
+            s.bind(("127.0.0.1", 0))
+            ports.append(int(s.getsockname()[1]))
+        return ports
 
 
 @dataclass
@@ -675,16 +697,21 @@ class LocalCluster:
         _ray()  # installed, or one line saying how
         bin_dir = Path(sys.executable).parent
         exe = bin_dir / "ray"
-        port = free_port()
+        names = (
+            "node-manager-port",
+            "object-manager-port",
+            "dashboard-agent-grpc-port",
+            "dashboard-agent-listen-port",
+            "metrics-export-port",
+            "runtime-env-agent-port",
+        )
+        port, *others = free_ports(1 + len(names))
         cmd = [str(exe) if exe.exists() else "ray", "start", "--head", "--block",
                f"--port={port}", "--node-ip-address=127.0.0.1", f"--num-cpus={self.cpus}",
                "--num-gpus=0", "--include-dashboard=false", "--disable-usage-stats",
                # every fixed default port chosen free, so two clusters (two test
                # processes) on one machine do not collide
-               *(f"--{name}={free_port()}" for name in (
-                   "node-manager-port", "object-manager-port",
-                   "dashboard-agent-grpc-port", "dashboard-agent-listen-port",
-                   "metrics-export-port", "runtime-env-agent-port"))]  # fmt: skip
+               *(f"--{name}={p}" for name, p in zip(names, others, strict=True))]  # fmt: skip
         if self.temp_dir:
             cmd.append(f"--temp-dir={self.temp_dir}")
         # no dashboard, so no metrics agent: do not have every process retry reaching it;
