@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import stable_hash
 
-TUNE_VERSION = "tune-v1"
+TUNE_VERSION = "tune-v2"  # v2: validation scores in fp32 (v1 scored them in bf16 autocast)
 
 
 class TuneConfig(BaseModel):
@@ -43,7 +43,7 @@ class TuneConfig(BaseModel):
         seed: pairs, order and dropout.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
         precision: the training arithmetic (``resolved_precision``); the adapter, the
-            optimiser state and the merge are fp32 whatever it is.
+            optimiser state, the validation scores and the merge are fp32 whatever it is.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -132,6 +132,53 @@ def test_the_schedule_and_the_order_depend_only_on_the_step():
     assert order_of(7, c, 3) == order_of(7, c, 3)
 
 
+def test_only_the_pairs_the_steps_read_are_encoded():
+    """A log gives tens of thousands of pairs; 60 steps of 4 read 240 of them: those are the
+    ones encoded, in order of first use, the same the steps take."""
+    from recjudge._tune_config import TuneConfig
+    from recjudge.reward._tune import order_of, used_examples
+
+    c = TuneConfig(steps=5, batch_size=4)
+    want = [i for s in range(5) for i in order_of(1000, c, s)]
+    assert used_examples(1000, c) == list(dict.fromkeys(want)) and len(want) == 20
+    # past one epoch every pair is read (each once in the list)
+    assert sorted(used_examples(7, c)) == list(range(7))
+
+
+def test_decision_scores_on_a_shared_prefix_equal_whole_sequences(tiny_dir, ml100k):
+    """Validation runs a user's history once for all its pairs: the scores are those of each
+    whole sequence run alone (fp32, up to rounding), whatever the grouping and batch, and
+    also inside the training's bf16 autocast (validation is scored in fp32)."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from recjudge.llm import LLMConfig, load_llm
+    from recjudge.reward import Judge, JudgeConfig
+    from recjudge.reward._tune import _examples, decision_scores
+
+    pairs = _pairs(ml100k, max_users=6, validation_users=2)
+    llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
+    judge = Judge(JudgeConfig(model=str(tiny_dir), mode="no-behavior", max_history=5), llm=llm)
+    examples = list(_examples(judge, pairs.train[:12], pairs.rule, []).values())
+    assert len({tuple(e.ids[: e.prefix_len]) for e in examples}) < len(examples)  # shared
+    torch.manual_seed(0)
+    base = AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32)
+    model = get_peft_model(base, LoraConfig(r=4, target_modules=["q_proj", "v_proj"],
+                                            init_lora_weights=False))  # fmt: skip
+    model.eval()
+    want = []
+    with torch.no_grad():
+        for e in examples:
+            row = model(input_ids=torch.tensor([e.ids[: e.decision_at]])).logits[0, -1]
+            want.append(float(row[e.yes_token] - row[e.no_token]))
+    for batch in (1, 3, 8):
+        got = decision_scores(model, examples, 2, "cpu", batch=batch)
+        assert got == pytest.approx(want, abs=1e-4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert decision_scores(model, examples, 2, "cpu") == pytest.approx(want, abs=1e-4)
+
+
 def _tiny_config(tiny_dir, **kw):
     from recjudge._tune_config import TuneConfig
 
@@ -165,6 +212,8 @@ def test_a_tuned_folder_loads_on_both_implementations_with_its_card_in_the_key(
     card = read_card(tmp_path / "tuned")
     assert card["base_model"] == str(tiny_dir) and card["steps"] == 6
     assert card["pairs"]["train"] > 0 and 0.0 <= card["validation_auc"] <= 1.0
+    # 6 steps of 2 read at most 12 of the pairs built: only those were encoded
+    assert card["pairs"]["train"] <= 12 < card["pairs"]["train_available"]
     assert [h["step"] for h in card["history"]] == [0, 2, 4, 6]
     assert set(card["weights_sha256"]) == {"model.safetensors"}
     assert res.out == tmp_path / "tuned"

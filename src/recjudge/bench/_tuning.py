@@ -222,7 +222,8 @@ def _lines(config: JudgeTuningConfig, r: dict[str, Any]) -> list[str]:
         "Read-outs (P(YES) at the decision step), greedy. Intervals: bootstrap "
         f"({config.bootstrap} resamples); paired differences on the same pairs.",
         "",
-        f"Tuning: {p['train']} training pairs ({p['train_positive']} positive) of "
+        f"Tuning: {p['train']} training pairs read ({p['train_positive']} positive; "
+        f"{p.get('train_available', p['train'])} built from the log) of "
         f"{c['data']['users_read'] - p['validation_users']} users, {p['validation']} validation "
         f"pairs of {p['validation_users']} other users; {c['steps']} steps of "
         f"{config.tune_batch} (best step {c['best_step']}; {c['stopped'] or 'no early stop'}); "
