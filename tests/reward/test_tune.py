@@ -233,6 +233,27 @@ def test_a_tuned_folder_loads_on_both_implementations_with_its_card_in_the_key(
     assert verdicts[0] == verdicts[1]
 
 
+def test_an_early_stop_counts_the_pairs_its_steps_read_and_says_the_base_was_kept(
+    tiny_dir, ml100k, tmp_path, monkeypatch
+):
+    import recjudge.reward._tune as t
+
+    aucs = iter([0.6, 0.55, 0.5, 0.45])  # every evaluation worse than the base model's
+    monkeypatch.setattr(t, "validation_auc", lambda *a, **k: next(aucs))
+    config = _tiny_config(tiny_dir, steps=8, eval_every=2, patience=1)
+    said: list[str] = []
+    t.tune(config, ml100k, tmp_path / "t", progress=False, log=said.append)
+    from recjudge.llm._card import read_card
+
+    card = read_card(tmp_path / "t")
+    assert card["steps"] == 2 and card["best_step"] == 0 and card["stopped"]
+    assert card["pairs"]["skipped"] == 0
+    read = {i for step in range(2)
+            for i in t.order_of(card["pairs"]["train_available"], config, step)}  # fmt: skip
+    assert card["pairs"]["train"] == len(read) <= 4  # 2 steps of 2, not the 8 steps planned
+    assert any("no step beat the base model" in m for m in said)
+
+
 def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):
     from recjudge.llm import ModelLoadError, resolve_model_path
     from recjudge.reward._tune import tune

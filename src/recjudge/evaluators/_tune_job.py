@@ -61,5 +61,6 @@ def tune_text(job: TuneJob, card: dict[str, Any]) -> str:
         f"{card['data']['users_read'] - p['validation_users']} users in {card['steps']} steps "
         f"({card['seconds']} s); validation AUC (decision score, {p['validation']} pairs of "
         f"{p['validation_users']} held-out users) {fmt(auc0)} -> {fmt(auc)} (best step "
-        f"{card['best_step']}) -> {card['out']}. Judge with it: --model {card['out']}"
+        f"{card['best_step']}{'' if card['best_step'] else ': the base weights, no step beat them'}"
+        f") -> {card['out']}. Judge with it: --model {card['out']}"
     )

@@ -448,6 +448,10 @@ def tune(
         save_checkpoint(work, model, optimizer, state)
     state = _loop(config, model, optimizer, train, len(pairs.train), val, pad, device, work,
                   state, progress, log)  # fmt: skip
+    if state["best_step"] == 0:  # the folder is then the base model, said before it is used
+        log(f"tune: no step beat the base model's validation AUC ({state['best_auc']:.3f}); "
+            "the folder holds the base model's weights (more training pairs or users, a lower "
+            "--lr, or a larger --model may help)")  # fmt: skip
     _set_lora(model, work / BEST_FILE)
     card = _card(config, data, pairs, train, val, state, device, time.perf_counter() - t0,
                  len(skipped))  # fmt: skip
@@ -537,7 +541,10 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
     """The card's fields (``llm._card``; the weight digests are added when saved)."""
     from recjudge.llm._card import TUNED_FORMAT
 
-    n_pos = sum(e.label for e in train.values())
+    # the distinct pairs the steps that ran read (an early stop reads fewer than were encoded)
+    read = {i for step in range(state["step"]) for i in order_of(len(pairs.train), config, step)
+            if i in train}  # fmt: skip
+    n_pos = sum(train[i].label for i in read)
     return {
         "format": TUNED_FORMAT,
         "version": TUNE_VERSION,
@@ -553,11 +560,11 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
             "users_read": len(pairs.users_last_time),
         },  # fmt: skip
         "pairs": {
-            # the pairs the steps read (only these are encoded) of all the log gave
-            "train": len(train),
+            # the pairs the steps read of all the log gave
+            "train": len(read),
             "train_available": len(pairs.train),
             "train_positive": n_pos,
-            "train_negative": len(train) - n_pos,
+            "train_negative": len(read) - n_pos,
             "validation": len(val),
             "validation_users": len(pairs.validation_users),
             "skipped": skipped,
