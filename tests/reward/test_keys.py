@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from recjudge.llm import SamplingConfig
 from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
 
@@ -124,3 +125,32 @@ def test_a_key_follows_the_history_not_the_list_that_holds_it():
     assert judge.key(req) != k
     other = JudgeRequest("u", [HistoryItem("a", "A", "A (1999)", 5.0)] + history[1:2], "c", "C")
     assert judge.key(other) != k
+
+
+#: a value other than the default for every keyed judge setting (a new keyed field fails
+#: ``test_every_keyed_judge_setting_moves_the_key`` until it has one here)
+_OTHER = {
+    "beta": 3.0, "cf_threshold": 0.5, "deterministic": True, "domain": "books",
+    "jump_forward_prefix": False, "max_evidence": 2, "max_history": 1, "mode": "no-behavior",
+    "model": "another-model", "need_evidence": False, "rating_scale": 10.0, "samples": 3,
+    "sampling": SamplingConfig(max_new_tokens=99), "show_ratings": False, "token_budget": 900,
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("sampled", [False, True], ids=["greedy", "sampled"])
+def test_every_keyed_judge_setting_moves_the_key(monkeypatch, sampled):
+    """Declared keyed means in the key: each ``KEYED`` field changed alone moves the
+    judgment's key, and its decision key unless it acts after the decision
+    (``AFTER_DECISION``); greedy decodes once, so ``samples`` enters only sampled keys."""
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    assert set(_OTHER) == JudgeConfig.KEYED
+    req = _request()
+    base = JudgeConfig(sampling=SamplingConfig.paper(max_new_tokens=256)) if sampled else (
+        JudgeConfig())  # fmt: skip
+    judge = Judge(base, llm=object())
+    for field, value in _OTHER.items():
+        other = Judge(base.model_copy(update={field: value}), llm=object())
+        moves = sampled or field != "samples"
+        assert (other.key(req) != judge.key(req)) == moves, field
+        after = field in JudgeConfig.AFTER_DECISION or not moves
+        assert (other.decision_key(req) != judge.decision_key(req)) == (not after), field
