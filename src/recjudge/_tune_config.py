@@ -42,6 +42,10 @@ class TuneConfig(BaseModel):
         patience: stop after this many evaluations without a better AUC.
         seed: pairs, order and dropout.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
+        decision_weight: ``w`` in ``loss = token loss + w * mean softplus(-(2y - 1) * m)``,
+            ``m = logit(YES) - logit(NO)`` at the decision token, ``y`` the pair's label:
+            the token loss is spread over the evidence titles and the JSON, of which the
+            verdict is one token; this term trains the score validation ranks by.
         precision: the training arithmetic (``resolved_precision``); the adapter, the
             optimiser state, the validation scores and the merge are fp32 whatever it is.
     """
@@ -77,6 +81,10 @@ class TuneConfig(BaseModel):
     steps: int = Field(200, ge=1, description="Most optimiser steps.")
     batch_size: int = Field(4, ge=1, le=256, description="Pairs per optimiser step.")
     warmup: int = Field(10, ge=0, description="Warm-up steps.")
+    decision_weight: float = Field(
+        0.0, ge=0, description="Weight of a logistic loss on the decision margin "
+        "logit(YES) - logit(NO) beside the answer's token loss (0: the token loss only)."
+    )  # fmt: skip
     eval_every: int = Field(25, ge=1, description="Validation AUC every N steps.")
     patience: int = Field(3, ge=1, description="Evaluations without improvement before stopping.")
     seed: int = Field(0, description="Pairs, order and dropout seed.")

@@ -179,6 +179,38 @@ def test_decision_scores_on_a_shared_prefix_equal_whole_sequences(tiny_dir, ml10
         assert decision_scores(model, examples, 2, "cpu") == pytest.approx(want, abs=1e-4)
 
 
+def test_the_decision_loss_is_the_logistic_loss_of_the_validation_score(tiny_dir, ml100k):
+    """``decision_loss`` on a training batch's logits is ``mean softplus(-(2y-1) s)`` of the
+    scores validation ranks by (``decision_scores``), for both labels."""
+    import math
+
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from recjudge.llm import LLMConfig, load_llm
+    from recjudge.reward import Judge, JudgeConfig
+    from recjudge.reward._tune import _batch, _examples, decision_loss, decision_scores
+
+    pairs = _pairs(ml100k, max_users=6, validation_users=2)
+    llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
+    judge = Judge(JudgeConfig(model=str(tiny_dir), mode="no-behavior", max_history=5), llm=llm)
+    examples = list(_examples(judge, pairs.train[:6], pairs.rule, []).values())
+    assert {e.label for e in examples} == {0, 1}
+    torch.manual_seed(0)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32),
+        LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False),
+    )
+    scores = decision_scores(model, examples, 2, "cpu")
+    want = sum(math.log1p(math.exp(-(2 * e.label - 1) * s))
+               for e, s in zip(examples, scores, strict=True)) / len(examples)  # fmt: skip
+    ids, mask, _ = _batch(examples, 2, "cpu", "all")
+    with torch.no_grad():
+        got = float(decision_loss(model(input_ids=ids, attention_mask=mask).logits, examples))
+    assert got == pytest.approx(want, abs=1e-4)
+
+
 def _tiny_config(tiny_dir, **kw):
     from recjudge._tune_config import TuneConfig
 
@@ -252,6 +284,20 @@ def test_an_early_stop_counts_the_pairs_its_steps_read_and_says_the_base_was_kep
             for i in t.order_of(card["pairs"]["train_available"], config, step)}  # fmt: skip
     assert card["pairs"]["train"] == len(read) <= 4  # 2 steps of 2, not the 8 steps planned
     assert any("no step beat the base model" in m for m in said)
+
+
+def test_the_decision_weight_enters_the_training_and_the_card(tiny_dir, ml100k, tmp_path):
+    from recjudge.llm._card import read_card
+    from recjudge.reward._tune import tune
+
+    cards = []
+    for w in (0.0, 5.0):
+        tune(_tiny_config(tiny_dir, steps=2, decision_weight=w), ml100k, tmp_path / f"w{w}",
+             progress=False)  # fmt: skip
+        cards.append(read_card(tmp_path / f"w{w}"))
+    assert [c["config"]["decision_weight"] for c in cards] == [0.0, 5.0]
+    # the same seed, pairs and steps: the training loss reported includes the term
+    assert cards[0]["history"][1]["loss"] != cards[1]["history"][1]["loss"]
 
 
 def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):

@@ -60,6 +60,7 @@ class JudgeTuningConfig(BriefExperimentConfig):
         tune_lr: the learning rate (``--lr``).
         tune_eval_every: validation AUC every N steps (``--eval-every``).
         tune_patience: evaluations without a better AUC before stopping (``--patience``).
+        tune_decision_weight: the decision margin's loss weight (``--decision-weight``).
         tune_users: most training users.
         tune_validation_users: users held out for early stopping.
     """
@@ -74,6 +75,7 @@ class JudgeTuningConfig(BriefExperimentConfig):
     tune_lr: float = Field(2e-4, gt=0)
     tune_eval_every: int = Field(25, ge=1)
     tune_patience: int = Field(3, ge=1)
+    tune_decision_weight: float = Field(0.0, ge=0)
     tune_users: int = Field(300, ge=1)
     tune_validation_users: int = Field(40, ge=2)
 
@@ -93,6 +95,7 @@ def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str
                     future_fraction=config.future_fraction, steps=config.tune_steps,
                     batch_size=config.tune_batch, lr=config.tune_lr,
                     eval_every=config.tune_eval_every, patience=config.tune_patience,
+                    decision_weight=config.tune_decision_weight,
                     max_users=config.tune_users, validation_users=config.tune_validation_users,
                     positives_per_user=2, seed=config.seed)  # fmt: skip
     log = ds.with_interactions(past, "judge-tuning: the past split")
@@ -226,7 +229,9 @@ def _lines(config: JudgeTuningConfig, r: dict[str, Any]) -> list[str]:
         f"{p.get('train_available', p['train'])} built from the log) of "
         f"{c['data']['users_read'] - p['validation_users']} users, {p['validation']} validation "
         f"pairs of {p['validation_users']} other users; {c['steps']} steps of "
-        f"{config.tune_batch} (best step {c['best_step']}; {c['stopped'] or 'no early stop'}); "
+        f"{config.tune_batch} (loss: the answer's tokens"
+        f"{f' + {w:g} x the decision margin' if (w := config.tune_decision_weight) else ''}; "
+        f"best step {c['best_step']}; {c['stopped'] or 'no early stop'}); "
         f"validation AUC of the teacher-forced decision score {f(c['validation_auc_before'])} "
         f"-> {f(c['validation_auc'])}; {c['seconds']} s in all ({c['train_seconds']} s of "
         f"optimiser steps, {c['eval_seconds']} s of validation), "

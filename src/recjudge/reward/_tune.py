@@ -217,6 +217,22 @@ def decision_scores(model: Any, examples: Sequence[Example], pad: int, device: s
     return out
 
 
+def decision_loss(logits: Any, batch: Sequence[Example]) -> Any:
+    """``mean softplus(-(2y - 1) * (logit(YES) - logit(NO)))`` at each example's decision
+    token (``logits`` of the right-padded batch ``_batch`` made): the logistic loss of the
+    margin ``decision_scores`` measures, in fp32."""
+    import torch
+
+    rows = torch.arange(len(batch), device=logits.device)
+    at = torch.tensor([e.decision_at - 1 for e in batch], device=logits.device)
+    picked = logits[rows, at].float()
+    yes = torch.tensor([e.yes_token for e in batch], device=logits.device)
+    no = torch.tensor([e.no_token for e in batch], device=logits.device)
+    margin = picked[rows, yes] - picked[rows, no]
+    sign = torch.tensor([2.0 * e.label - 1.0 for e in batch], device=logits.device)
+    return torch.nn.functional.softplus(-sign * margin).mean()
+
+
 def validation_auc(model: Any, examples: Sequence[Example], pad: int, device: str) -> float | None:
     """AUC of the decision scores against the validation labels (Mann-Whitney)."""
     from recjudge._stats import auc
@@ -498,7 +514,10 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
             with torch_seeded(config.seed * 1_000_003 + step):  # dropout: as on a resumed run
                 ids, mask, labels = _batch(batch, pad, device, "all")
                 with _autocast(device, precision):
-                    loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
+                    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+                loss = out.loss
+                if config.decision_weight:
+                    loss = loss + config.decision_weight * decision_loss(out.logits, batch)
                 loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
