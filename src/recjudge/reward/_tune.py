@@ -7,16 +7,17 @@ renders it, and the evidence-first answer the grammar allows as the target
 (``_tune_pairs``: pairs from the log only, the evidence rule, the negatives).
 
 Training: LoRA (Hu et al. 2022, through ``peft``) on the attention projections, the causal LM
-loss on the answer's tokens only (the prompt is context), AdamW with a linear warm-up and
-decay, padded micro-batches, on CPU or CUDA. Every ``eval_every`` steps the validation users'
-pairs are scored teacher-forced at the decision: ``s = logit(YES token) - logit(NO token)``
-at the first answer token where the YES and NO answers differ (the step where the grammar's
-bias acts); their AUC decides early stopping (``patience`` evaluations without improvement)
-and which adapter is kept. A checkpoint (adapter, optimizer moments, step, history; all
-safetensors / JSON, nothing pickled) is written at each evaluation, and ``resume`` continues
-from it. The best adapter is merged into the base weights and saved as a plain safetensors
-folder with the base's tokenizer files and a card (``llm._card``) whose digest enters every
-result key; the grammar and the CF bias apply on top, as for any model.
+loss on the answer's tokens only (the prompt is context), plus, with ``decision_weight``, a
+logistic loss on the decision margin ``s`` below (``decision_loss``), AdamW with a linear
+warm-up and decay, padded micro-batches, on CPU or CUDA. Every ``eval_every`` steps the
+validation users' pairs are scored teacher-forced at the decision, in fp32: ``s = logit(YES
+token) - logit(NO token)`` at the first answer token where the YES and NO answers differ (the
+step where the grammar's bias acts); their AUC decides early stopping (``patience`` evaluations
+without improvement) and which adapter is kept. A checkpoint (adapter, optimizer moments, step,
+history; all safetensors / JSON, nothing pickled) is written at each evaluation, and ``resume``
+continues from it. The best adapter is merged into the base weights and saved as a plain
+safetensors folder with the base's tokenizer files and a card (``llm._card``) whose digest
+enters every result key; the grammar and the CF bias apply on top, as for any model.
 """
 
 from __future__ import annotations
