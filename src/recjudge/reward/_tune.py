@@ -268,12 +268,13 @@ def _permutation(n: int, seed: int, epoch: int) -> np.ndarray:
     return np.random.default_rng([seed, epoch]).permutation(n)
 
 
-def used_examples(n: int, config: TuneConfig) -> list[int]:
-    """The training pairs that ``config.steps`` optimiser steps read, in order of first use:
-    only these are rendered and tokenised (a log of 6,000 users gives ~36,000 pairs, of which
-    60 steps of 4 read 240)."""
+def used_examples(n: int, config: TuneConfig, steps: int | None = None) -> list[int]:
+    """The training pairs that the first ``steps`` (default ``config.steps``) optimiser steps
+    read, in order of first use: only those of ``config.steps`` are rendered and tokenised (a
+    log of 6,000 users gives ~36,000 pairs, of which 60 steps of 4 read 240), and the card
+    counts those of the steps that ran."""
     seen: dict[int, None] = {}
-    for step in range(config.steps):
+    for step in range(config.steps if steps is None else steps):
         for i in order_of(n, config, step):
             seen.setdefault(i)
     return list(seen)
@@ -524,7 +525,6 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
             optimizer.zero_grad(set_to_none=True)
             losses.append(float(loss.detach()))
         state["train_seconds"] = state.get("train_seconds", 0.0) + time.perf_counter() - t_step
-        state["examples"] = state.get("examples", 0) + len(batch)
         state["step"] = step + 1
         bar.update(1)
         if state["step"] % config.eval_every == 0 or state["step"] == config.steps:
@@ -562,8 +562,7 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
     from recjudge.llm._card import TUNED_FORMAT
 
     # the distinct pairs the steps that ran read (an early stop reads fewer than were encoded)
-    read = {i for step in range(state["step"]) for i in order_of(len(pairs.train), config, step)
-            if i in train}  # fmt: skip
+    read = [i for i in used_examples(len(pairs.train), config, state["step"]) if i in train]
     n_pos = sum(train[i].label for i in read)
     return {
         "format": TUNED_FORMAT,
