@@ -202,6 +202,24 @@ def test_save_load_round_trip_and_batch_equals_single(trained, tmp_path, ml100k,
     assert back.config == m.config
 
 
+@pytest.mark.parametrize("n", [0, 1, 2, 10, 60])
+def test_itemknn_scores_candidates_as_its_whole_catalogue_scores_them(trained, ml100k, n):
+    """ItemKNN scores only the candidates (the driver's sigma per user), bit for bit what
+    ``score_history`` gives them: one candidate, a few, many, an empty history, an unknown
+    item (NaN)."""
+    from recjudge.cf_models._base import CFModel
+
+    m = trained["itemknn"]
+    rng = np.random.default_rng(n)
+    for u in ["1", "2", "50", "300"]:
+        hist = ml100k.history(u).item_id.astype(str).tolist()
+        for h in (hist, hist[: len(hist) // 3], []):
+            cands = [str(c) for c in rng.choice(m.items, n, replace=False)] + ["no-such-item"]
+            got, whole = m.score(h, cands, u), CFModel.score(m, h, cands, u)
+            np.testing.assert_array_equal(got, whole)  # NaN where unknown, in both
+            assert np.isnan(got[-1]) and np.isfinite(got[:-1]).all()
+
+
 def test_unknown_candidate_gets_zero_sigma_and_is_counted(trained, caplog):
     m = trained["als"]
     before = m.unknown_candidates

@@ -40,7 +40,8 @@ def test_every_config_field_is_an_option_and_every_option_a_field(name):
 
 
 def test_the_registry_lists_the_jobs():
-    assert set(JOBS.names()) == {"impute", "evaluate", "augment", "gold-sample", "judge-tune"}
+    assert set(JOBS.names()) == {"impute", "evaluate", "augment", "gold-sample", "judge",
+                                 "judge-tune"}  # fmt: skip
     r = run_cli("jobs", "--json")
     assert r.code == 0 and set(json.loads(r.stdout)) == set(JOBS.names())
 
@@ -103,3 +104,45 @@ def test_every_top_level_command_names_its_module():
     _register_extensions()
     names = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
     assert names == set(COMMANDS)
+
+
+def test_judge_is_a_job_the_command_line_and_run_config_judge_alike(world, tmp_path):
+    """``recjudge judge --pairs`` and ``recjudge run judge --config FILE`` read one config
+    (``JudgeJob``): the same pairs under the same keys with the same verdicts, and the
+    ``--json`` counts add up to the file's pairs."""
+    pairs = tmp_path / "p.jsonl"
+    pairs.write_text('{"user_id": "u0", "item_id": "i9"}\n{"user_id": "u1", "item_id": "i8"}\n')
+    common = {"data": f"{world}/ds", "pairs": str(pairs), "mode": "zero-shot",
+              "no_evidence": True, "max_history": 4}  # fmt: skip
+    r = run_cli(
+        "judge",
+        "--data",
+        common["data"],
+        "--pairs",
+        str(pairs),
+        "--mode",
+        "zero-shot",
+        "--no-evidence",
+        "--max-history",
+        "4",
+        "--out",
+        f"{tmp_path}/a.jsonl",
+        "--json",
+    )
+    assert r.code == 0, r.stderr
+    got = json.loads(r.stdout)
+    assert got["pairs"] == 2 and got["judged"] + got["failed"] == 2 and got["reused"] == 0
+    cfg = tmp_path / "judge.json"
+    cfg.write_text(json.dumps(common))
+    r = run_cli("run", "judge", "--config", str(cfg), "--out", f"{tmp_path}/b.jsonl")
+    assert r.code == 0, r.stderr
+    # a shared config decides where the store lands only below the current folder
+    cfg.write_text(json.dumps({**common, "store": "/tmp/elsewhere.sqlite"}))
+    r = run_cli("run", "judge", "--config", str(cfg), "--out", f"{tmp_path}/c.jsonl")
+    assert r.code == 2 and "its store" in r.stderr and "--store" in r.stderr
+
+    def read(name: str) -> list[tuple]:
+        rows = [json.loads(x) for x in (tmp_path / name).read_text().splitlines()]
+        return [(x["key"], x["candidate_id"], x["is_relevant"]) for x in rows]
+
+    assert read("a.jsonl") == read("b.jsonl") and len(read("a.jsonl")) == 2

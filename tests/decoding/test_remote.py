@@ -254,3 +254,52 @@ def test_the_payload_carries_every_field_of_branch_bias():
     p = BiasPayload.build(Choice(["YES", "NO"]), [1, 2], 0.5, bias)
     back = BiasPayload.from_extra_args({"recjudge": p.encode()})
     assert {k: getattr(back, k) for k in BranchBias.model_fields} == bias.model_dump()
+
+
+def test_ray_data_llm_calls_judge_as_submit_does_and_ask_again_only_where_needed(
+    smollm32, requests_
+):
+    """The Ray Data LLM driver's calls (``engine_calls``: prompts, job and engine requests
+    built once, results fed back, no decoding again) give the judgments ``decode`` gives
+    through ``submit``; a row whose round-1 result holds no decision (withheld here) is asked
+    again alone, with the full budget, in a second round."""
+    from recjudge.decoding._decode import READOUT_STEPS
+    from recjudge.distributed import RayRun
+    from recjudge.distributed._ray_data_llm import _finished, engine_calls
+    from recjudge.reward import JudgePlan
+
+    config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
+    engine = ReferenceEngine(smollm32)
+    judge = Judge(config, llm=engine)
+    want = judge.judge_many(requests_)
+    plan = JudgePlan.build(judge, requests_)
+    calls = [[{"i": i, "key": plan.keys[i], "sigma": plan.sigmas[i]} for i in call]
+             for call in plan.calls]  # fmt: skip
+    run = RayRun(judge, requests_, plan.keys, calls, None, record=True)  # type: ignore[arg-type]
+    built, failed = engine_calls(judge, run)
+    assert not failed and sorted(i for c in built for i in c.idx) == plan.todo
+    got: dict[int, object] = {}
+    todo, rounds = built, 0
+    while todo:  # what stream_on_ray_data_llm does with the stage's results
+        rounds += 1
+        later = []
+        for c in todo:
+            asked = c.ask()
+            results = engine.submit(list(asked.values()))
+            if rounds == 1:
+                assert {r.sampling.max_new_tokens for r in asked.values()} == {READOUT_STEPS}
+            if rounds == 1 and c is built[0]:
+                results[0] = EngineResult([], [])  # no decision came
+            c.got.update(zip(asked, results, strict=True))
+            done = _finished(c, run)
+            if done is None:
+                again = c.stage.requests
+                assert len(again) == 1 and again[0].sampling.max_new_tokens > READOUT_STEPS
+                later.append(c)
+            else:
+                got.update(zip(*done, strict=True))
+        todo = later
+    assert rounds == 2
+    for i, w in enumerate(want):
+        assert got[i].is_relevant == w.is_relevant and got[i].error is None
+        assert got[i].p_yes == pytest.approx(w.p_yes, abs=1e-6)

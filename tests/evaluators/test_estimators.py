@@ -243,3 +243,31 @@ def test_the_batched_estimate_equals_the_per_user_formula():
                 ref = [v / ratios.mean() for v in ref]
             assert e.value == pytest.approx(np.mean(ref)), (name, est)
             assert e.per_user == pytest.approx([ref[i] for i in np.argsort(list(lists))])
+
+
+def test_every_estimator_is_one_spec_and_they_agree_where_the_truth_is_seen():
+    """The estimators are records of one registry (what each reads, where it is defined);
+    with every label observed at propensity 1 and a judge that is right (p = h = Y), every
+    estimator of a linear metric is the true value, and the ones defined for hit@k too."""
+    from recjudge.evaluators.offline import ESTIMATOR_SPECS, ESTIMATORS
+
+    assert tuple(ESTIMATOR_SPECS) == ESTIMATORS
+    y = np.array([1.0, 0.0, 1.0, 1.0])
+    seen = ListLabels(observed=np.ones(4), label=y, p=y, hard=y, propensity=np.ones(4))
+    for name in ESTIMATORS:
+        spec = ESTIMATOR_SPECS.get(name)
+        for metric in ("precision", "dcg", "ndcg_fixed"):
+            truth = float(y @ metric_weights(metric, 4))
+            assert estimate_user(name, metric, 4, seen) == pytest.approx(truth, abs=1e-12)
+        hit = estimate_user(name, "hit", 4, seen)
+        assert (hit is None) == (spec.relevance is None)
+        assert hit is None or hit == pytest.approx(1.0)
+    # what a spec says it reads decides where it is undefined
+    unjudged = {"u": ListLabels(np.ones(2), np.ones(2), np.array([np.nan, 0.5]), np.ones(2),
+                                np.ones(2))}  # fmt: skip
+    got = estimate(unjudged, ["precision@2"], draws=0)["precision@2"]
+    assert {n for n, e in got.items() if e.value is None} == {
+        n for n in ESTIMATORS if ESTIMATOR_SPECS.get(n).reads_p
+    }
+    with pytest.raises(ValueError, match="unknown estimator 'dmm'"):
+        estimate(unjudged, ["precision@2"], ["dmm"], draws=0)

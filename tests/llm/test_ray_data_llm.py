@@ -1,8 +1,9 @@
-"""The driver's half of vLLM on Ray Data LLM workers: requests are gathered and deferred, a
-result is found again by everything the engine reads of its request, rows survive Ray Data's
-numpy conversion, and the stage is configured with recjudge's engine (its processor, grammar
-backend, watched log-probabilities) on CPU or GPU bundles. The run itself (vLLM in Ray Data
-LLM's stage) is ``make test-vllm``'s."""
+"""The driver's half of vLLM on Ray Data LLM workers: it holds the tokenizer and runs
+nothing, a result is found again by everything the engine reads of its request, rows
+survive Ray Data's numpy conversion, and the stage is configured with recjudge's engine (its
+processor, grammar backend, watched log-probabilities) on CPU or GPU bundles. The driver's
+calls fed with results are ``tests/decoding/test_remote.py``'s; the run itself (vLLM in Ray
+Data LLM's stage) is ``make test-vllm``'s."""
 
 from __future__ import annotations
 
@@ -11,10 +12,8 @@ import pytest
 
 from recjudge.llm import (
     PROCESSORS,
-    Deferred,
     EngineBackend,
     EngineRequest,
-    EngineResult,
     LLMConfig,
     RayDataLLM,
     SamplingConfig,
@@ -43,26 +42,13 @@ def test_a_fingerprint_follows_everything_the_engine_reads():
     assert len({a, *map(fingerprint, changed)}) == len(changed) + 1
 
 
-def test_submit_defers_what_it_has_not_seen_and_answers_once_it_has(engine):
+def test_the_driver_backend_builds_requests_and_runs_nothing(engine):
+    """Its requests are data that the executor runs (``decoding.engine_stage``,
+    ``run_requests``): asked to run them itself, it says where they go."""
     assert isinstance(engine, EngineBackend)
     assert engine.capabilities.engine_constraints and not engine.capabilities.option_scoring
-    engine.take_pending()
-    r1, r2 = _req(), _req(seed=5)
-    with pytest.raises(Deferred) as got:
-        engine.submit([r1, r2, r1])
-    # a repeated request is run once; Deferred gets past the judge's error isolation
-    assert not isinstance(got.value, Exception)
-    assert got.value.fingerprints == [fingerprint(r1), fingerprint(r2)]
-    pending = engine.take_pending()
-    assert list(pending) == got.value.fingerprints and engine.pending == {}
-    res = {fp: EngineResult([k, 0], [{7: -0.5}]) for k, fp in enumerate(pending)}
-    engine.add_result(fingerprint(r1), res[fingerprint(r1)])
-    with pytest.raises(Deferred) as again:  # r2 still missing: only it is asked again
-        engine.submit([r1, r2])
-    assert again.value.fingerprints == [fingerprint(r2)]
-    engine.add_result(fingerprint(r2), res[fingerprint(r2)])
-    out = engine.submit([r2, r1, r1])
-    assert [o.token_ids for o in out] == [[1, 0], [0, 0], [0, 0]]
+    with pytest.raises(NotImplementedError, match="engine_stage"):
+        engine.submit([_req()])
 
 
 def test_the_driver_reads_the_tokenizer_and_vocabulary_vllm_would(engine):
@@ -126,43 +112,3 @@ def test_the_stage_runs_recjudges_engine_on_the_bundle_asked_for(gpus):
     bundle = cfg.placement_group_config["bundles"][0]
     assert bundle["CPU"] == 2.0 and bundle.get("GPU", 0.0) == gpus
     assert cfg.concurrency == 3
-
-
-def test_the_driver_drops_a_result_once_every_call_using_it_is_decoded(engine):
-    """The driver holds the results of the calls in flight, not of the whole run: a result
-    shared by two calls stays until both are decoded, and one a later round needs too (a
-    call is decoded again from its first round) stays until that call is done."""
-    from types import SimpleNamespace
-
-    from recjudge.reward import JudgeConfig
-    from recjudge.reward._ray import RayRun
-    from recjudge.reward._ray_data_llm import _Calls
-
-    engine.take_pending()
-    before = engine.held()  # other tests' results in this module's engine
-    r = {n: _req(seed=100 + n) for n in range(1, 5)}
-    rounds = {"a": [[r[1], r[2]], [r[4]]], "b": [[r[2], r[3]]]}  # call a has a second round
-
-    class Local:  # the driver's decoding: each round's requests, once the earlier came
-        def judge_prepared(self, reqs, keys, sigmas, record):
-            for part in rounds[keys[0]]:
-                engine.submit(part)
-            return [ValueError("decoded") for _ in keys]
-
-    judge = SimpleNamespace(config=JudgeConfig(), failure=lambda req, text, key: (key, text))
-    calls = [[{"i": 0, "key": "a", "sigma": 0.0}], [{"i": 1, "key": "b", "sigma": 0.0}]]
-    run = RayRun(judge, ["ra", "rb"], ["a", "b"], calls, engine.config, record=True)
-    state = _Calls(run, engine)
-    state.local = Local()
-    assert state.attempt(0) is None and state.attempt(1) is None
-    assert set(engine.take_pending()) == {fingerprint(r[n]) for n in (1, 2, 3)}
-    done = []
-    for n in (1, 2, 3):  # the first run's results arrive
-        engine.add_result(fingerprint(r[n]), EngineResult([n], [{7: -0.5}]))
-        done += list(state.arrived(fingerprint(r[n])))
-    assert done == [([1], [("b", "ValueError: decoded")])]  # b decoded; a waits for round 2
-    assert engine.held() == before + 2  # r3 (b's alone) dropped; r1 (a's round 1) and r2 kept
-    assert list(engine.take_pending()) == [fingerprint(r[4])]
-    engine.add_result(fingerprint(r[4]), EngineResult([4], [{7: -0.5}]))
-    assert [d[0] for d in state.arrived(fingerprint(r[4]))] == [[0]]
-    assert engine.held() == before and not state.holders and not state.used

@@ -471,8 +471,8 @@ def test_vllm_through_ray_data_llm_gives_the_one_process_vllm_judgments(reqs, tm
     them on a local head's worker: the same keys, verdicts, evidence and p_yes as vLLM in
     this process, bias on (beta 25, mixed verdicts), hostile titles included; a rerun into
     the same store judges nothing."""
-    from recjudge.reward import RayConfig, RayExecutor, ResultsStore
-    from recjudge.reward._ray import LocalCluster, RayClusterError
+    from recjudge.distributed import LocalCluster, RayClusterError, RayConfig, RayExecutor
+    from recjudge.reward import ResultsStore
 
     cfg = JudgeConfig(model="smollm2-135m", beta=25.0, batch_size=10)
     llm_config = LLMConfig(model="smollm2-135m", dtype="float32", backend="vllm",
@@ -523,8 +523,7 @@ def test_ray_workers_holding_vllm_give_the_one_process_vllm_judgments(reqs, tmp_
     """``--ray --backend vllm --ray-vllm actors``: a local Ray head, one worker actor that
     loads vLLM itself (the driver never does): the same keys, verdicts, evidence and p_yes as
     vLLM in this process, bias on (beta 25, mixed verdicts)."""
-    from recjudge.reward import RayConfig, RayExecutor
-    from recjudge.reward._ray import LocalCluster
+    from recjudge.distributed import LocalCluster, RayConfig, RayExecutor
 
     cfg = JudgeConfig(model="smollm2-135m", beta=25.0, batch_size=10)
     llm_config = LLMConfig(model="smollm2-135m", dtype="float32", backend="vllm",

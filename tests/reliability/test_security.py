@@ -82,7 +82,7 @@ def test_an_injected_persona_adds_no_special_token_and_keeps_the_verdict_plain(s
     specials = set(smollm.tokenizer.all_special_ids)
 
     def count(persona: str) -> list[int]:
-        judge._personas[judge._persona_key(req)] = persona  # as prepare_personas stores it
+        judge.personas.texts[judge.personas.key(req)] = persona  # as Personas.prepare stores it
         _, prefix, suffix = judge.prompt_ids(req)
         return sorted(t for t in prefix + suffix if t in specials)
 

@@ -27,6 +27,7 @@ from recjudge.reward import (
     Judgment,
     ResultsStore,
     build_messages,
+    plan_calls,
     request_for,
 )
 
@@ -122,8 +123,8 @@ def test_calls_pack_several_users_whole_and_never_split_one_below_the_batch(smol
     they fit (their rows decode in the same steps); a user larger than a call is cut."""
 
     def calls(batch_size):
-        judge = Judge(JudgeConfig(mode="no-behavior", batch_size=batch_size), llm=smollm)
-        return judge.batches(requests, list(range(len(requests))))
+        config = JudgeConfig(mode="no-behavior", batch_size=batch_size)
+        return plan_calls(config, requests, list(range(len(requests))))
 
     assert calls(4) == [[0, 1, 2, 3]]  # two users, two candidates each
     assert calls(3) == [[0, 1], [2, 3]]  # the second user does not fit beside the first
@@ -193,7 +194,7 @@ def test_keys_change_with_every_keyed_setting(als, requests, monkeypatch):
     a, b = (Judge(base, llm=_Remote(u), cf=als[0]).key(req)
             for u in ("http://127.0.0.1:8000/v1", "http://127.0.0.1:9000/v1"))  # fmt: skip
     assert len({k0, a, b}) == 3  # another endpoint may serve another build of the model
-    import recjudge.reward._judge as jm
+    import recjudge.reward._keys as jm
 
     monkeypatch.setattr(jm, "PROMPT_VERSION", "brief-v2")
     assert Judge(base, llm=object(), cf=als[0]).key(req) != k0

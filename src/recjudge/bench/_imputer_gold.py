@@ -92,7 +92,7 @@ def imputers_on_gold(
     ``{(size, design, row, metric): [(abs error, covered, width, gold pairs, refused)]}``,
     one entry per system (``gold_on_log``'s form)."""
     from recjudge.bench._offline_estimators import GOLD_DESIGNS, _auc, draw_gold
-    from recjudge.evaluators import listed_pairs, parse_metric, ppi_run
+    from recjudge.evaluators import listed_pairs, parse_metric
     from recjudge.evaluators._supervised import fit_imputer
 
     observed, theta, chosen = log
@@ -140,27 +140,12 @@ def imputers_on_gold(
                 out.setdefault((n, design, f"auc [supervised:{method}]", "-"), []).append(
                     (_auc(pv[unlabelled], y), fitted.oof["auc"]))  # fmt: skip
             for metric in metrics:
-                for name, jd in judged.items():
-                    for run in runs:
-                        t = truth[metric][run.name]
-                        try:
-                            e = ppi_run(run, world.users, jd, gold, metric, frame, "auto")
-                            add((n, design, f"ppi [{name}]", metric), t, e.value, e.ci)
-                        except ValueError:
-                            add((n, design, f"ppi [{name}]", metric), t, None, None)
-                    if name == LABELS_ONLY:
-                        continue
-                    pv = np.array([jd[pair][0] for pair in world.pairs])
-                    for system, (v, lo, hi) in _dr_cells(world, observed, theta, pv, metric,
-                                                         chosen).items():  # fmt: skip
-                        add((n, design, f"dr [{name}, fit theta]", metric),
-                            truth[metric][system], v, (lo, hi))  # fmt: skip
-                for method in SUPERVISED:  # a sample the fit refused: counted for its rows
-                    if f"supervised:{method}" not in judged:
-                        for row in (f"ppi [supervised:{method}]",
-                                    f"dr [supervised:{method}, fit theta]"):  # fmt: skip
-                            for _ in runs:
-                                add((n, design, row, metric), 0.0, None, None)
+
+                def cell(row: str, t: float, v: Any, ci: Any, key=(n, design), m=metric) -> None:
+                    add((*key, row, m), t, v, ci)
+
+                _estimate_cells(cell, world, judged, gold, runs, metric, frame, truth,
+                                (observed, theta, chosen))  # fmt: skip
     return out
 
 
@@ -355,6 +340,43 @@ def _share(a: np.ndarray, col: int, count: int) -> tuple[float | None, int]:
     return float(np.sum(a[ok, col] * a[ok, count]) / n_cells), n_cells
 
 
+def _estimate_cells(
+    add: Any,
+    world: Any,
+    judged: Mapping[str, Mapping[Any, tuple[float, bool]]],
+    gold: Any,
+    runs: Sequence[Any],
+    metric: str,
+    frame: int,
+    truth: Mapping[str, Mapping[str, float]],
+    log: tuple[np.ndarray, np.ndarray, Any],
+) -> None:
+    """``imputers_on_gold``'s cells of one gold sample and metric: PPI++ on each imputer
+    (labels alone included) and DR with fitted propensities on each judge's probabilities,
+    per system; ``add(row, truth, value, ci)`` (a refused estimate: value and ci None)."""
+    from recjudge.evaluators import ppi_run
+
+    observed, theta, chosen = log
+    for name, jd in judged.items():
+        for run in runs:
+            t = truth[metric][run.name]
+            try:
+                e = ppi_run(run, world.users, jd, gold, metric, frame, "auto")
+                add(f"ppi [{name}]", t, e.value, e.ci)
+            except ValueError:
+                add(f"ppi [{name}]", t, None, None)
+        if name == LABELS_ONLY:
+            continue
+        pv = np.array([jd[pair][0] for pair in world.pairs])
+        for system, (v, lo, hi) in _dr_cells(world, observed, theta, pv, metric, chosen).items():
+            add(f"dr [{name}, fit theta]", truth[metric][system], v, (lo, hi))
+    for method in SUPERVISED:  # a sample the fit refused: counted for its rows
+        if f"supervised:{method}" not in judged:
+            for row in (f"ppi [supervised:{method}]", f"dr [supervised:{method}, fit theta]"):
+                for _ in runs:
+                    add(row, 0.0, None, None)
+
+
 def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) -> list[str]:
     """The report's section: per gold size, design and metric, each row's coverage and width,
     the width relative to labels-only and to SNIPS (fit theta, no gold), and whether the
@@ -381,6 +403,37 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
         "| mean abs error | refused | goal |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    lines += _width_rows(got, metrics, snips)
+    lines += ["", f"The transport check (`evaluate`'s, per system): the first system's judge "
+              f"probabilities shifted by {PLANTED_SHIFT:g} on the logit scale (a lenient "
+              "system), each system's gold residuals taken from an isotonic map fitted on the "
+              "other systems' gold pairs (leave-system-out, its own error by a delete-a-group "
+              "jackknife); the share of samples in "
+              "which that system fails (goal >= 90 %), in which the other systems fail (the "
+              "lenient one pulls the map they are checked against, so their levels move too), "
+              "and in which any system fails without the plant (goal <= 10 %):", "",
+              "| gold pairs | design | samples | planted flagged | others flagged | "
+              "honest world flagged | of them: where the map transports (true bias < "
+              f"{TRANSPORTS:g}) | where it does not (>= {FAILS_TO_TRANSPORT:g}) |",
+              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += _transport_rows(got)
+    lines += ["", "The supervised imputers' discrimination (mean over the samples it was fitted "
+              "on; the judge's own AUC against the truth over every listed pair: "
+              f"{_num(r['imputers'][r['gold_imputer']]['auc_vs_truth'], 3)}):", "",
+              "| gold pairs | design | imputer | fits | AUC on the pairs it imputed | "
+              "out-of-fold AUC on the gold |", "|---|---|---|---|---|---|"]  # fmt: skip
+    for n, by_design in got.items():
+        for design, by_row in by_design.items():
+            for row, c in by_row.items():
+                if row.startswith("auc ["):
+                    lines.append(f"| {n} | {design} | {row[5:-1]} | {c['fits']} | "
+                                 f"{_num(c['auc'], 3)} | {_num(c['auc_gold'], 3)} |")  # fmt: skip
+    return lines
+
+
+def _width_rows(got: Mapping[str, Any], metrics: Sequence[str], snips: Mapping) -> list[str]:
+    """``imputer_section``'s width table rows: per gold size, design, metric and row."""
+    out: list[str] = []
     for n, by_design in got.items():
         for design, by_row in by_design.items():
             for metric in metrics:
@@ -397,46 +450,29 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
                     goal = ("yes" if c["coverage"] is not None and c["coverage"] >= 0.9
                             and rel is not None and rs is not None and rel <= 0.7 and rs <= 0.7
                             else "no")  # fmt: skip
-                    lines.append(
+                    out.append(
                         f"| {n} | {design} | {metric} | {row} | {_pct(c['coverage'])} | "
                         f"{_num(c['ci_width'])} | {_num(rel, 2)} | {_num(rs, 2)} | "
                         f"{_num(c['abs_error'])} | {c['refused']} | {goal} |"
                     )
-    lines += ["", f"The transport check (`evaluate`'s, per system): the first system's judge "
-              f"probabilities shifted by {PLANTED_SHIFT:g} on the logit scale (a lenient "
-              "system), each system's gold residuals taken from an isotonic map fitted on the "
-              "other systems' gold pairs (leave-system-out, its own error by a delete-a-group "
-              "jackknife); the share of samples in "
-              "which that system fails (goal >= 90 %), in which the other systems fail (the "
-              "lenient one pulls the map they are checked against, so their levels move too), "
-              "and in which any system fails without the plant (goal <= 10 %):", "",
-              "| gold pairs | design | samples | planted flagged | others flagged | "
-              "honest world flagged | of them: where the map transports (true bias < "
-              f"{TRANSPORTS:g}) | where it does not (>= {FAILS_TO_TRANSPORT:g}) |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    return out
+
+
+def _transport_rows(got: Mapping[str, Any]) -> list[str]:
+    """``imputer_section``'s transport table rows: per gold size and design."""
+    out: list[str] = []
     for n, by_design in got.items():
         for design, by_row in by_design.items():
             c = by_row.get("transport")
             if c:
-                lines.append(f"| {n} | {design} | {c['samples']} | {_pct(c['planted_flagged'])} "
+                out.append(f"| {n} | {design} | {c['samples']} | {_pct(c['planted_flagged'])} "
                              f"| {_pct(c['others_flagged'])} | "
                              f"{_pct(c['honest_world_flagged'])} | "
                              f"{_pct(c.get('flagged_where_it_transports'))} of "
                              f"{c.get('systems_where_it_transports', 0)} | "
                              f"{_pct(c.get('flagged_where_it_does_not'))} of "
                              f"{c.get('systems_where_it_does_not', 0)} |")  # fmt: skip
-    lines += ["", "The supervised imputers' discrimination (mean over the samples it was fitted "
-              "on; the judge's own AUC against the truth over every listed pair: "
-              f"{_num(r['imputers'][r['gold_imputer']]['auc_vs_truth'], 3)}):", "",
-              "| gold pairs | design | imputer | fits | AUC on the pairs it imputed | "
-              "out-of-fold AUC on the gold |", "|---|---|---|---|---|---|"]  # fmt: skip
-    for n, by_design in got.items():
-        for design, by_row in by_design.items():
-            for row, c in by_row.items():
-                if row.startswith("auc ["):
-                    lines.append(f"| {n} | {design} | {row[5:-1]} | {c['fits']} | "
-                                 f"{_num(c['auc'], 3)} | {_num(c['auc_gold'], 3)} |")  # fmt: skip
-    return lines
+    return out
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:

@@ -5,7 +5,7 @@ seeded sigma per pair in [-1, 1], full answers or read-outs as configured):
 
 - **one process**: ``Judge.judge_many`` with ``threads`` torch threads;
 - **Ray, 1 worker x threads** and **Ray, threads workers x 1 thread**: the same total threads
-  on a local single-node cluster (``reward.LocalCluster``, 127.0.0.1) started by the bench.
+  on a local single-node cluster (``distributed.LocalCluster``, 127.0.0.1) started by the bench.
 
 Each path is timed end to end (model load, and for Ray the worker pool's start, included)
 and, like for like, without its start-up: a one-pair run before the timed run measures the
@@ -55,7 +55,7 @@ class RayScalingConfig(BaseModel):
             floor for the 1.5B's full answers on one H100, ``shared/MEASURED.md``; not
             measured here).
         projected_workers: actors the driver-cost workload's calls are grouped into blocks
-            for (``reward._ray.block_calls``), as a run with that many GPU workers would.
+            for (``distributed.block_calls``), as a run with that many GPU workers would.
         seed: users' and sigmas' seed.
     """
 
@@ -121,13 +121,12 @@ def _timed(judge: Any, reqs: list[Any]) -> dict[str, Any]:
 def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
     """Seconds per judgment of what the driver does, timed without a model."""
     from recjudge.cf_models import calibrated_cf
+    from recjudge.distributed import RayConfig, RayExecutor, call_records
     from recjudge.llm import LLMConfig
     from recjudge.reward import (
         Judge,
-        RayConfig,
-        RayExecutor,
         ResultsStore,
-        call_records,
+        plan_calls,
         stored_request,
     )
 
@@ -148,7 +147,7 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
     sigmas = judge.sigmas_for(reqs)
     t["sigma (CF model)"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    plan = judge.plan(reqs, list(range(n)))
+    plan = plan_calls(judge.config, reqs, range(n))
     blocks = [
         json.dumps(
             [
@@ -225,7 +224,7 @@ def _ray_data_cost(calls: list[Any], actors: int, pool: int) -> dict[str, Any]:
     slope was not above zero (the per-block cost lost in noise: reported as 0)."""
     import ray
 
-    from recjudge.reward._ray import block_calls
+    from recjudge.distributed import block_calls
 
     def stream(blocks: list[str]) -> tuple[float, float]:
         c0, t0 = time.process_time(), time.perf_counter()
@@ -261,8 +260,9 @@ def bench_ray_scaling(c: RayScalingConfig, out: str | Path, progress: bool = Tru
     import ray
 
     from recjudge.data import load_dataset
+    from recjudge.distributed import LocalCluster, RayConfig, RayExecutor
     from recjudge.llm import LLMConfig
-    from recjudge.reward import Judge, JudgeConfig, LocalCluster, RayConfig, RayExecutor
+    from recjudge.reward import Judge, JudgeConfig
 
     ds = load_dataset(c.data)
     reqs = _with_sigma(_workload(ds, c.users, c.candidates, c.seed), c.seed)

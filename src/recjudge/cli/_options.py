@@ -74,11 +74,14 @@ def config_parameters(
     cls: type[BaseModel], exclude: tuple[str, ...] = ()
 ) -> list[inspect.Parameter]:
     """One keyword parameter with a ``typer.Option`` per field of ``cls`` (but ``exclude``,
-    which keep their defaults): the required ones (the inputs) first, then the rest in the
-    config's order."""
+    which keep their defaults): the required ones (the inputs) first, then the fields ``cls``
+    declares itself (what a job runs on), then the inherited ones (shared options such as the
+    judge's), each in the config's order."""
     docs = _attribute_docs(cls)
     params = []
-    fields = sorted(cls.model_fields.items(), key=lambda kv: not kv[1].is_required())
+    own = set(cls.__dict__.get("__annotations__", {}))
+    fields = sorted(cls.model_fields.items(),
+                    key=lambda kv: (not kv[1].is_required(), kv[0] not in own))  # fmt: skip
     for name, field in fields:
         if name in exclude:
             continue

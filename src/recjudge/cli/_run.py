@@ -64,15 +64,20 @@ def _check_outputs(raw: dict[str, Any], path: str | None, overrides: dict[str, A
     passes on the command line is theirs to choose."""
     here = Path.cwd().resolve()
     for key, value in raw.items():
-        if not (key == "out" or key.endswith("_out")) or key in overrides:
+        # (``store``: where ``judge`` writes its results store, beside ``out`` by default)
+        if not (key in ("out", "store") or key.endswith("_out")) or key in overrides:
             continue
         if not isinstance(value, str) or not value:
             continue
         target = (here / value).resolve()
         if target != here and here not in target.parents:
+            fix = (
+                f"pass --{key.replace('_', '-')} DIR on the command line"
+                if key != "store"
+                else "give --store on the job's own command line (`recjudge judge`)"
+            )
             fail(f"{path}: its {key} {value!r} is outside the current folder ({here}); a "
-                 f"config file may only write below it: pass --{key.replace('_', '-')} DIR "
-                 "on the command line to write elsewhere")  # fmt: skip
+                 f"config file may only write below it: {fix} to write elsewhere")  # fmt: skip
 
 
 def _list(registry: Any, as_json: bool) -> None:

@@ -69,9 +69,9 @@ def store_import(
     from recjudge.reward import PortableError, StoreError, import_portable
 
     if repair and Path(into).exists():
-        from recjudge.cli._judge import _repair
+        from recjudge.reward import repair_store
 
-        _repair(Path(into))
+        typer.echo(repair_store(Path(into)))
     try:
         n = import_portable(
             checkpoint, into, trust_unsigned=trust_unsigned, max_inflated=max_size * 2**20

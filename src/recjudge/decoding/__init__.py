@@ -18,8 +18,10 @@ from recjudge.decoding._decode import (
     READOUT_STEPS,
     CapabilityError,
     DecodeJob,
+    EngineStage,
     OptionJob,
     decode,
+    engine_stage,
     lead_ids,
     require,
     room_for_answers,
@@ -33,7 +35,7 @@ from recjudge.decoding._processors import (
     branch_deltas,
     replay_greedy,
 )
-from recjudge.decoding._remote import BiasPayload, engine_constrained
+from recjudge.decoding._remote import BiasPayload, EngineBatch, engine_batch, engine_constrained
 from recjudge.decoding._schemas import (
     EVIDENCE_OPEN,
     Choice,
@@ -86,7 +88,11 @@ __all__ = [
     "collect_outputs",
     "compile_schema",
     "constrained_generate",
+    "engine_batch",
     "engine_constrained",
+    "engine_stage",
+    "EngineBatch",
+    "EngineStage",
     "json_literal",
     "make_processors",
 ]

@@ -181,31 +181,74 @@ def _hooks(grammar: Any, proc: Any) -> tuple[Any, Any]:
 READOUT_STEPS = 4
 
 
-def _engine_readouts(
-    llm: Any, prompts: list[list[int]], job: DecodeJob, sampling: Any, leads: list[list[int]]
-) -> list[ConstrainedOutput]:
-    """Read-outs on an engine backend stop at the decision, as the local engines do: each
-    request may generate ``READOUT_STEPS`` tokens, enough to reach the decision after the
-    lead; a row whose decision did not come by then (another tokenisation) is asked again
-    with the full budget, so the verdict is never read from an unfinished decision."""
-    from recjudge.decoding._remote import engine_constrained
+class EngineStage:
+    """A ``DecodeJob`` on an engine backend as data, in rounds (``engine_stage`` builds it):
+    ``requests`` are what to run now (``EngineRequest``s, anywhere: ``llm.submit``, a Ray Data
+    LLM stage); ``feed`` takes their results in order, replays the decisions and leaves the
+    next round's requests, or none (``done``); ``outputs`` then holds one
+    ``ConstrainedOutput`` per row.
 
-    short = sampling.model_copy(
-        update={"max_new_tokens": min(READOUT_STEPS, sampling.max_new_tokens)}
-    )
-    out = engine_constrained(llm, prompts, job.schemas, job.signal, job.bias, short, leads,
-                             job.seeds)  # fmt: skip
-    again = [i for i, o in enumerate(out) if o.record is None or o.record.chosen is None]
-    if again and short.max_new_tokens < sampling.max_new_tokens:
-        redo = engine_constrained(
-            llm, [prompts[i] for i in again], [job.schemas[i] for i in again],
-            [job.signal[i] for i in again] if job.signal is not None else None, job.bias,
-            sampling, [leads[i] for i in again],
-            [job.seeds[i] for i in again] if job.seeds is not None else None,
+    A read-out stops at the decision, as on the local engines: each request may generate
+    ``READOUT_STEPS`` tokens, enough to reach the decision after the lead; a row whose
+    decision did not come by then (another tokenisation) is asked again in a second round
+    with the full budget, so the verdict is never read from an unfinished decision."""
+
+    def __init__(
+        self,
+        llm: Any,
+        prompts: list[list[int]],
+        job: DecodeJob,
+        sampling: Any,
+        leads: list[list[int]],
+        readout: bool,
+    ) -> None:
+        self._llm, self._prompts, self._job, self._leads = llm, prompts, job, leads
+        self._full = sampling
+        first = sampling
+        if readout:
+            first = sampling.model_copy(
+                update={"max_new_tokens": min(READOUT_STEPS, sampling.max_new_tokens)}
+            )
+        self._again = readout and first.max_new_tokens < sampling.max_new_tokens
+        self.outputs: list[ConstrainedOutput] = []
+        self._rows = list(range(len(prompts)))
+        self._batch: Any = self._batch_for(self._rows, first)
+
+    def _batch_for(self, rows: list[int], sampling: Any) -> Any:
+        from recjudge.decoding._remote import engine_batch
+
+        j = self._job
+        return engine_batch(
+            self._llm, [self._prompts[i] for i in rows], [j.schemas[i] for i in rows],
+            [j.signal[i] for i in rows] if j.signal is not None else None, j.bias, sampling,
+            [self._leads[i] for i in rows], [j.seeds[i] for i in rows] if j.seeds else None,
         )  # fmt: skip
-        for i, o in zip(again, redo, strict=True):
-            out[i] = o
-    return out
+
+    @property
+    def done(self) -> bool:
+        """Every row has its output."""
+        return self._batch is None
+
+    @property
+    def requests(self) -> list[Any]:
+        """This round's engine requests (none once ``done``)."""
+        return [] if self._batch is None else list(self._batch.requests)
+
+    def feed(self, results: Sequence[Any]) -> None:
+        """This round's results (``EngineResult``s, one per request, in order)."""
+        if self._batch is None:
+            raise RuntimeError("the stage is done: nothing was asked")
+        outs = self._batch.finish(results)
+        if not self.outputs:
+            self.outputs = outs
+        else:
+            for i, o in zip(self._rows, outs, strict=True):
+                self.outputs[i] = o
+        again = [i for i, o in enumerate(self.outputs)
+                 if o.record is None or o.record.chosen is None] if self._again else []  # fmt: skip
+        self._again = False
+        self._rows = again
+        self._batch = self._batch_for(again, self._full) if again else None
 
 
 @dataclass(frozen=True)
@@ -353,18 +396,52 @@ def decode(
     return out
 
 
-def _on_engine(llm, job, grouped, suffixes, leads, sampling, proc, stats):
-    """``decode`` on a backend whose engine applies the grammar and the bias: whole
-    prompts (the shared prefix put back in front) as requests."""
-    from recjudge.decoding._remote import engine_constrained
+def engine_stage(llm: Any, job: DecodeJob, *, stats: Any = None) -> EngineStage:
+    """``job`` as engine requests and the replay of their results (``EngineStage``), for
+    an engine backend whose requests run elsewhere (``recjudge.llm.RayDataLLM``: the
+    executor sends every call's requests through one Ray Data LLM stage). ``decode`` runs
+    the same stage through ``llm.submit``; the two give the same outputs for the same
+    results. ``llm`` holds the tokenizer the job was encoded with.
 
+    Raises:
+        CapabilityError: ``llm`` does not declare engine constraints, or the job asks for
+            what it does not declare.
+    """
+    from recjudge.llm import SamplingConfig, capabilities_of
+
+    caps = capabilities_of(llm)
+    name = getattr(llm, "name", type(llm).__name__)
+    if not caps.engine_constraints:
+        raise CapabilityError(f"{name} decodes in process: run the job with decode()")
+    require(caps, job, name)
+    sampling = room_for_answers(job.sampling or SamplingConfig(), job.schemas)
+    grammar, proc = make_processors(llm, job.schemas, job.signal, job.bias)
+    n = len(job.suffixes)
+    leads = [lead_ids(llm, grammar, row) if job.jump_forward else [] for row in range(n)]
+    suffixes = [list(s) + lead for s, lead in zip(job.suffixes, leads, strict=True)]
+    return _stage(llm, job, job.grouped(), suffixes, leads, sampling, proc, stats)
+
+
+def _on_engine(llm, job, grouped, suffixes, leads, sampling, proc, stats):
+    """``decode`` on a backend whose engine applies the grammar and the bias: the job's
+    ``EngineStage``, each round sent with ``llm.submit``."""
+    from recjudge.decoding._remote import bias_probe_due, probe_bias
+
+    stage = _stage(llm, job, grouped, suffixes, leads, sampling, proc, stats)
+    if bias_probe_due(llm):
+        probe_bias(llm)
+    while not stage.done:
+        stage.feed(llm.submit(stage.requests))
+    return stage.outputs
+
+
+def _stage(llm, job, grouped, suffixes, leads, sampling, proc, stats) -> EngineStage:
+    """The job as engine requests: whole prompts (the shared prefix put back in front)."""
     prompts = [(grouped[0][grouped[1][i]] if grouped else []) + s for i, s in enumerate(suffixes)]
     if stats is not None:
         stats.prefill_tokens += sum(len(p) for p in prompts)
-    if job.stop_at_decision and job.keep_branch is None and proc is not None:
-        return _engine_readouts(llm, prompts, job, sampling, leads)
-    return engine_constrained(llm, prompts, job.schemas, job.signal, job.bias, sampling,
-                              leads, job.seeds)  # fmt: skip
+    readout = job.stop_at_decision and job.keep_branch is None and proc is not None
+    return EngineStage(llm, prompts, job, sampling, leads, readout)
 
 
 def _on_local_engine(llm, job, grouped, suffixes, grammar, proc, step, accept, sampling, stats):

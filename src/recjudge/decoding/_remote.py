@@ -22,6 +22,7 @@ import logging
 import math
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -388,8 +389,28 @@ def probe_bias(llm: EngineBackend) -> None:
     _PROBED[llm] = "passed"
 
 
-def engine_constrained(
-    llm: EngineBackend,
+@dataclass
+class EngineBatch:
+    """Engine requests of one constrained decode, and what replays their results: one
+    request per prompt (remainder grammar, bias payload, watched tokens)."""
+
+    requests: list[Any]
+    compiled: list[Any]
+    payloads: list[Any]
+    leads: list[list[int]]
+
+    def finish(self, results: Sequence[Any]) -> list[ConstrainedOutput]:
+        """The engine's results (one per request, in order) as ``ConstrainedOutput``s: text,
+        parsed value and replayed decision record."""
+        from recjudge.decoding._api import ConstrainedOutput
+
+        return [_replayed(c, p, r, lead, ConstrainedOutput)
+                for c, p, r, lead in zip(self.compiled, self.payloads, results, self.leads,
+                                         strict=True)]  # fmt: skip
+
+
+def engine_batch(
+    llm: Any,
     prompt_ids: Sequence[Sequence[int]],
     schemas: Sequence[Schema],
     signals: Sequence[Any] | None,
@@ -397,16 +418,13 @@ def engine_constrained(
     sampling: SamplingConfig | None = None,
     lead_ids: Sequence[int] | Sequence[Sequence[int]] = (),
     seeds: Sequence[int] | None = None,
-) -> list[ConstrainedOutput]:
-    """Constrained generation on an engine backend (vLLM, in process or a server) that
-    applies the grammar and the bias itself; one output per prompt.
-
-    Builds one ``EngineRequest`` per prompt (remainder grammar, bias payload, watched
-    tokens), sends them with ``llm.submit`` and replays each decision record.
+) -> EngineBatch:
+    """The engine requests of a constrained decode, as data (``engine_constrained``'s first
+    half; the second is ``EngineBatch.finish``). ``llm`` needs a tokenizer and vocabulary
+    only: the requests may run anywhere (``llm.submit``, a Ray Data LLM stage).
 
     Args:
-        llm: a backend whose capabilities say ``engine_constraints`` (``recjudge.llm``'s
-            vLLM backends); ``decode`` is the caller.
+        llm: the backend whose tokenizer the prompts were encoded with.
         prompt_ids: full prompts as token ids, each already ending with ``lead_ids``.
         schemas: the answer schema per prompt.
         signals: per prompt, sigma or a per-branch vector (None: zeros).
@@ -415,12 +433,9 @@ def engine_constrained(
             prompt): one list for all prompts, or one list per prompt.
         seeds: per-prompt sampling seeds (sampled decoding only).
     """
-    from recjudge.decoding._api import ConstrainedOutput
     from recjudge.decoding._compile import compile_schema
     from recjudge.llm import EngineRequest, SamplingConfig
 
-    if bias_probe_due(llm):
-        probe_bias(llm)
     sampling = sampling or SamplingConfig()
     bias = bias or BranchBias(beta=0.0)
     per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)
@@ -456,13 +471,27 @@ def engine_constrained(
         )
         compiled_rows.append(compiled)
         payloads.append(payload)
-    results = llm.submit(reqs)
-    return [
-        _replayed(compiled, payload, res, lead, ConstrainedOutput)
-        for compiled, payload, res, lead in zip(
-            compiled_rows, payloads, results, leads, strict=True
-        )
-    ]
+    return EngineBatch(reqs, compiled_rows, payloads, leads)
+
+
+def engine_constrained(
+    llm: EngineBackend,
+    prompt_ids: Sequence[Sequence[int]],
+    schemas: Sequence[Schema],
+    signals: Sequence[Any] | None,
+    bias: BranchBias | None,
+    sampling: SamplingConfig | None = None,
+    lead_ids: Sequence[int] | Sequence[Sequence[int]] = (),
+    seeds: Sequence[int] | None = None,
+) -> list[ConstrainedOutput]:
+    """Constrained generation on an engine backend (vLLM, in process or a server) that
+    applies the grammar and the bias itself; one output per prompt: the requests
+    (``engine_batch``, same arguments) sent with ``llm.submit``, each decision record
+    replayed (``EngineBatch.finish``). ``decode`` is the caller."""
+    if bias_probe_due(llm):
+        probe_bias(llm)
+    batch = engine_batch(llm, prompt_ids, schemas, signals, bias, sampling, lead_ids, seeds)
+    return batch.finish(llm.submit(batch.requests))
 
 
 def _bias_and_watch(

@@ -51,13 +51,79 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from recjudge._registry import Registry
 from recjudge._stats import bootstrap_ci, bootstrap_ranks
 from recjudge._util import json_loads
 
 if TYPE_CHECKING:
     from recjudge.evaluators._transport import Refit
 
-ESTIMATORS = ("logged", "imputed", "dm", "ips", "snips", "dr")
+
+@dataclass(frozen=True)
+class EstimatorSpec:
+    """What an estimator is; the formulas are the module docstring's.
+
+    Attributes:
+        name: its ``--estimators`` name.
+        linear: ``sum_r w_r (.)`` of a linear metric from ``(w, O, Y, p, h, theta)``, over
+            the last axis (one user's list, or a value per user of a users x ranks matrix).
+        relevance: for a metric not linear in the labels (hit, mrr), the per-rank relevance
+            it is computed on, from ``(O, Y, p, h)``; None where the estimator is defined for
+            sums of labels only.
+        reads_p: reads the judge's probabilities ``p`` (undefined where a listed pair has
+            none; its interval holds the calibration's refits when given).
+        judged: the judge decides the unlabelled pairs (``judge_share`` is reported).
+        self_normalised: the value is divided by SNIPS's normaliser.
+        formula: ``M_u`` under it, as the module docstring writes it.
+        reference: where it comes from.
+    """
+
+    name: str
+    linear: Callable[..., np.ndarray]
+    relevance: Callable[..., np.ndarray] | None
+    reads_p: bool
+    judged: bool
+    self_normalised: bool
+    formula: str
+    reference: str
+
+
+ESTIMATOR_SPECS: Registry[EstimatorSpec] = Registry("estimator")
+for _spec in (
+    EstimatorSpec("logged", lambda w, o, y, p, h, th: (o * y) @ w,
+                  lambda o, y, p, h: o * y, False, False, False,
+                  "sum w_r O_r Y_r", "today's offline evaluation (unlabelled = irrelevant)"),
+    EstimatorSpec("imputed", lambda w, o, y, p, h, th: (o * y + (1 - o) * h) @ w,
+                  lambda o, y, p, h: o * y + (1 - o) * h, False, True, False,
+                  "sum w_r (O_r Y_r + (1 - O_r) h_r)", "the BRIEF paper's protocol"),
+    EstimatorSpec("dm", lambda w, o, y, p, h, th: p @ w, lambda o, y, p, h: p, True, True,
+                  False, "sum w_r p_r", "the direct method"),
+    EstimatorSpec("ips", lambda w, o, y, p, h, th: (o * y / th) @ w, None, False, False, False,
+                  "sum w_r O_r Y_r / theta_r", "Yang et al., RecSys 2018"),
+    EstimatorSpec("snips", lambda w, o, y, p, h, th: (o * y / th) @ w, None, False, False,
+                  True, "ips_u / n, n = mean O_r / theta_r", "Yang et al., RecSys 2018"),
+    EstimatorSpec("dr", lambda w, o, y, p, h, th: (p + o * (y - p) / th) @ w, None, True,
+                  True, False, "sum w_r (p_r + O_r (Y_r - p_r) / theta_r)",
+                  "Saito, RecSys 2020"),
+):  # fmt: skip
+    ESTIMATOR_SPECS.register(_spec.name, _spec)
+
+ESTIMATORS: tuple[str, ...] = tuple(ESTIMATOR_SPECS)
+#: the estimators defined for sums of labels only, as notes name them ("IPS/SNIPS/DR")
+_SUMS_ONLY = "/".join(n.upper() for n in ESTIMATORS if ESTIMATOR_SPECS.get(n).relevance is None)
+
+
+def estimator_spec(name: str) -> EstimatorSpec:
+    """The record of estimator ``name``.
+
+    Raises:
+        ValueError: an unknown name (the known ones listed).
+    """
+    if name not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {name!r}; use one of {', '.join(ESTIMATORS)}")
+    return ESTIMATOR_SPECS.get(name)
+
+
 LINEAR = ("precision", "dcg", "ndcg_fixed")
 NONLINEAR = ("hit", "mrr")
 
@@ -123,17 +189,7 @@ def linear_values(
     over the last axis: one user's list (1-D) or a users x ranks matrix (a value per user).
     ``y`` must be 0 where ``o`` is; for ``snips`` this is the IPS value (``estimate``
     divides by the normaliser)."""
-    if est == "logged":
-        return (o * y) @ w
-    if est == "imputed":
-        return (o * y + (1 - o) * h) @ w
-    if est == "dm":
-        return p @ w
-    if est in ("ips", "snips"):
-        return (o * y / th) @ w
-    if est == "dr":
-        return (p + o * (y - p) / th) @ w
-    raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+    return estimator_spec(est).linear(w, o, y, p, h, th)
 
 
 def estimate_user(est: str, metric: str, k: int, x: ListLabels) -> float | None:
@@ -147,16 +203,10 @@ def estimate_user(est: str, metric: str, k: int, x: ListLabels) -> float | None:
     y = np.where(o > 0, y, 0.0)
     if metric in LINEAR:
         return float(linear_values(est, metric_weights(metric, k)[:n], o, y, p, h, th))
-    if est in ("ips", "snips", "dr"):
+    relevance = estimator_spec(est).relevance
+    if relevance is None:
         return None
-    if est == "dm":
-        rel = p
-    elif est == "imputed":
-        rel = o * y + (1 - o) * h
-    elif est == "logged":
-        rel = o * y
-    else:
-        raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+    rel = relevance(o, y, p, h)
     miss = np.cumprod(np.concatenate([[1.0], 1.0 - rel]))[:-1]  # P(nothing relevant above r)
     if metric == "hit":
         return float(1.0 - np.prod(1.0 - rel))
@@ -197,14 +247,10 @@ def _user_values(est: str, metric: str, k: int, m: Mapping[str, np.ndarray]) -> 
         w = metric_weights(metric, k)[: o.shape[1]]
         p = np.where(m["valid"] > 0, p, 0.0)
         return linear_values(est, w, o, y, p, h, m["propensity"])
-    if est == "dm":
-        rel = np.where(m["valid"] > 0, p, 0.0)
-    elif est == "imputed":
-        rel = o * y + (1 - o) * h * m["valid"]
-    elif est == "logged":
-        rel = o * y
-    else:
-        raise ValueError(f"unknown estimator {est!r}; use one of {', '.join(ESTIMATORS)}")
+    relevance = estimator_spec(est).relevance
+    if relevance is None:
+        raise ValueError(f"estimator {est!r} is defined for sums of labels only, not {metric}")
+    rel = relevance(o, y, np.where(m["valid"] > 0, p, 0.0), h * m["valid"])
     if metric == "hit":
         return 1.0 - np.prod(1.0 - rel, axis=1)
     if metric == "mrr":
@@ -271,63 +317,72 @@ def estimate(
     users = sorted(lists)
     if not users:
         raise ValueError("no evaluation user: every system needs at least one ranked list")
-    bad = [e for e in estimators if e not in ESTIMATORS]
-    if bad:
-        raise ValueError(f"unknown estimator {bad[0]!r}; use one of {', '.join(ESTIMATORS)}")
+    specs = [estimator_spec(e) for e in estimators]
     idx = user_draws(len(users), draws, seed) if draws else None
+    t_oua = 0.0
     if p_draws is not None:
         from scipy.stats import t as student
 
         t_oua = float(student.ppf(0.975, max(p_clusters - 1, 1)))
-    out: dict[str, dict[str, Estimate]] = {}
     kmax = max(parse_metric(m)[1] for m in metrics) if metrics else 0
     m = _stack([lists[u] for u in users], kmax)
+    out: dict[str, dict[str, Estimate]] = {}
     for name in metrics:
         metric, k = parse_metric(name)
         cut = {f: a[:, :k] for f, a in m.items()}
-        valid = cut["valid"]
-        w = (metric_weights(metric, k) if metric in LINEAR
-             else 1.0 / np.arange(1, k + 1))[: valid.shape[1]]  # fmt: skip
-        total = (w * valid).sum(axis=1)
-        per_share = np.divide((w * valid * (1 - cut["observed"])).sum(axis=1), total,
-                              out=np.zeros(len(users)), where=total > 0)  # fmt: skip
-        share = float(per_share.mean())
-        norm = 1.0
-        if "snips" in estimators and metric in LINEAR:
-            norm = snips_normaliser(cut["observed"], cut["propensity"], valid)
-        unjudged = int((np.isnan(cut["p"]) & (valid > 0)).sum())
-        out[name] = {}
-        for est in estimators:
-            if est in ("dm", "dr") and unjudged:
-                note = (f"{unjudged} listed pairs have no judge probability (logged pairs are "
-                        "not judged by default): run impute with --judge-logged")  # fmt: skip
-                out[name][est] = Estimate(est, name, None, None, note=note)
-                continue
-            if metric not in LINEAR and est in ("ips", "snips", "dr"):
-                note = "not linear in the labels: IPS/SNIPS/DR are defined for sums of labels"
-                out[name][est] = Estimate(est, name, None, None, note=note)
-                continue
-            arr = _user_values(est, metric, k, cut) / (norm if est == "snips" else 1.0)
-            ci = None
-            if idx is not None and p_draws is not None and est in ("dm", "dr"):
-                boot = np.array([
-                    _user_values(est, metric, k, {**cut, "p": p_draws[b][:, :k]})[idx[b]].mean()
-                    for b in range(len(idx))])  # fmt: skip
-                half = float(t_oua * boot.std(ddof=1))
-                ci = (float(arr.mean()) - half, float(arr.mean()) + half)
-            elif idx is not None:
-                boot = arr[idx].mean(axis=1)
-                ci = bootstrap_ci(boot)
-            uses_judge = est in ("imputed", "dm", "dr")
-            out[name][est] = Estimate(
-                est,
-                name,
-                float(arr.mean()),
-                ci,
-                arr.tolist(),
-                share if uses_judge else 0.0,
-                boot=boot if idx is not None else None,
-            )
+        out[name] = {s.name: e for s, e in zip(specs, _metric_estimates(
+            name, cut, specs, idx, p_draws, t_oua), strict=True)}  # fmt: skip
+    return out
+
+
+def _metric_estimates(
+    name: str,
+    cut: dict[str, np.ndarray],
+    specs: Sequence[EstimatorSpec],
+    idx: np.ndarray | None,
+    p_draws: Sequence[np.ndarray] | None,
+    t_oua: float,
+) -> list[Estimate]:
+    """``estimate``'s estimates of one metric (``cut``: ``_stack``'s arrays cut to its k),
+    one per spec, in order."""
+    metric, k = parse_metric(name)
+    valid = cut["valid"]
+    n_users = valid.shape[0]
+    w = (metric_weights(metric, k) if metric in LINEAR
+         else 1.0 / np.arange(1, k + 1))[: valid.shape[1]]  # fmt: skip
+    total = (w * valid).sum(axis=1)
+    per_share = np.divide((w * valid * (1 - cut["observed"])).sum(axis=1), total,
+                          out=np.zeros(n_users), where=total > 0)  # fmt: skip
+    share = float(per_share.mean())
+    norm = 1.0
+    if any(s.self_normalised for s in specs) and metric in LINEAR:
+        norm = snips_normaliser(cut["observed"], cut["propensity"], valid)
+    unjudged = int((np.isnan(cut["p"]) & (valid > 0)).sum())
+    out = []
+    for spec in specs:
+        est = spec.name
+        if spec.reads_p and unjudged:
+            note = (f"{unjudged} listed pairs have no judge probability (logged pairs are "
+                    "not judged by default): run impute with --judge-logged")  # fmt: skip
+            out.append(Estimate(est, name, None, None, note=note))
+            continue
+        if metric not in LINEAR and spec.relevance is None:
+            note = f"not linear in the labels: {_SUMS_ONLY} are defined for sums of labels"
+            out.append(Estimate(est, name, None, None, note=note))
+            continue
+        arr = _user_values(est, metric, k, cut) / (norm if spec.self_normalised else 1.0)
+        ci, boot = None, None
+        if idx is not None and p_draws is not None and spec.reads_p:
+            boot = np.array([
+                _user_values(est, metric, k, {**cut, "p": p_draws[b][:, :k]})[idx[b]].mean()
+                for b in range(len(idx))])  # fmt: skip
+            half = float(t_oua * boot.std(ddof=1))
+            ci = (float(arr.mean()) - half, float(arr.mean()) + half)
+        elif idx is not None:
+            boot = arr[idx].mean(axis=1)
+            ci = bootstrap_ci(boot)
+        out.append(Estimate(est, name, float(arr.mean()), ci, arr.tolist(),
+                            share if spec.judged else 0.0, boot=boot))  # fmt: skip
     return out
 
 

@@ -221,22 +221,34 @@ def evaluate_runs(
             out.setdefault("ranks", {})[kind] = _ranks(boots[kind], names,
                                                        out["scores"][kind])  # fmt: skip
     if len(qrels) == 2 and len(boots) == 2:
-        # with an interval or not at all: tau between two orderings whose differences all sit
-        # inside their intervals is noise (+-1 from a coin flip with two systems)
-        s = out["scores"]
-        out["kendall_tau"] = {
-            m: kendall_tau([s["logged"][n][m] for n in names], [s["imputed"][n][m] for n in names])
-            for m in config.metrics
-        }
-        out["kendall_tau_ci"] = {}
-        for m in config.metrics:
-            taus = [
-                kendall_tau(a, b)
-                for a, b in zip(boots["logged"][m].T, boots["imputed"][m].T, strict=True)
-            ]
-            taus = np.array([t for t in taus if t is not None])
-            out["kendall_tau_ci"][m] = list(bootstrap_ci(taus)) if len(taus) else None
+        out |= _orderings_agree(out["scores"], boots, names, config.metrics)
     return out
+
+
+def _orderings_agree(
+    scores: Mapping[str, Any],
+    boots: Mapping[str, Mapping[str, Any]],
+    names: Sequence[str],
+    metrics: Sequence[str],
+) -> dict[str, Any]:
+    """Kendall's tau between the systems' orderings under logged and imputed qrels, per
+    metric, with its 95 % percentile interval over the same user resamples (``boots``:
+    ``{kind: {metric: [systems, draws]}}``). With an interval or not at all: tau between
+    two orderings whose differences all sit inside their intervals is noise (+-1 from a coin
+    flip with two systems)."""
+    import numpy as np
+
+    from recjudge._stats import bootstrap_ci
+
+    tau = {m: kendall_tau([scores["logged"][n][m] for n in names],
+                          [scores["imputed"][n][m] for n in names]) for m in metrics}  # fmt: skip
+    ci: dict[str, Any] = {}
+    for m in metrics:
+        pairs = zip(boots["logged"][m].T, boots["imputed"][m].T, strict=True)
+        taus = [kendall_tau(a, b) for a, b in pairs]
+        kept = np.array([t for t in taus if t is not None])
+        ci[m] = list(bootstrap_ci(kept)) if len(kept) else None
+    return {"kendall_tau": tau, "kendall_tau_ci": ci}
 
 
 def _ranks(boot: Mapping[str, Any], names: Sequence[str],

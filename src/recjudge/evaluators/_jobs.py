@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob, JudgeOptions, Warn
 from recjudge._registry import Registry
 from recjudge._util import atomic_write_json, json_loads
 from recjudge.evaluators._augment import AugmentConfig, augment
@@ -47,6 +48,7 @@ from recjudge.evaluators._impute import (
     logged_qrels,
     read_item_popularity,
 )
+from recjudge.evaluators._judge_job import judge_text, run_judge
 from recjudge.evaluators._leakage import period_overlap, refuse_period
 from recjudge.evaluators._runs import RecRun, read_qrels, read_run, restrict_to
 from recjudge.evaluators._transport import MIN_TRANSPORT_USERS
@@ -60,6 +62,7 @@ __all__ = [
     "GoldSampleJob",
     "ImputeJob",
     "JobSpec",
+    "JudgeJob",
     "JudgeOptions",
     "TuneJob",
     "estimator_lines",
@@ -68,6 +71,7 @@ __all__ = [
     "run_evaluate",
     "run_gold_sample",
     "run_impute",
+    "run_judge",
     "run_tune",
     "write_evaluation",
 ]
@@ -76,62 +80,6 @@ RUNS_HELP = (
     "Comma-separated run files (TREC, ranx JSON, JSONL/Parquet with user_id,item_id,score "
     "or rank), each optionally NAME=PATH."
 )
-Warn = Callable[[str], None]
-
-
-class JudgeOptions(BaseModel):
-    """The judge's options shared by ``impute`` and ``augment`` (``reward.build_judge``'s).
-
-    Which of them enter a judgment's key is the judge's ``JudgeConfig`` business; ``resume``
-    and ``allow_cf_mismatch`` only decide whether the job may go on.
-    """
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    model: str = Field(
-        "smollm2-135m", description="Judge LLM (preset, path or id); the default is the "
-        "embedded model set-up installs."
-    )  # fmt: skip
-    cf: str | None = Field(None, description="A saved CF model folder (sigma source).")
-    mode: str = Field(
-        "brief", description="brief, non-adaptive, no-behavior, zero-shot, pub, agent4rec..."
-    )
-    beta: float = Field(25.0, description="Bias strength of the adaptive bias.")
-    no_evidence: bool = Field(False, description="Stop at the decision step (labels only, faster).")
-    batch_size: int | None = Field(
-        None, ge=1, description="Pairs decoded together (default: all of a user's candidates, "
-        "up to 64)."
-    )  # fmt: skip
-    max_history: int = Field(50, ge=1, description="History items the judge reads per user.")
-    allow_cf_mismatch: bool = Field(
-        False, description="Use a CF model trained on other data than --data."
-    )
-    resume: bool = Field(False, description="Continue OUT/store.sqlite (reuses finished pairs).")
-    device: str = Field(
-        "auto", description="In process: auto (CUDA when available), cpu, cuda or cuda:N."
-    )
-    ray: str | None = Field(
-        None, description="Judge on a Ray cluster: auto (the one `ray start` joined here), "
-        "local (one machine), or the head's HOST:PORT. The CF model and the store stay here."
-    )  # fmt: skip
-    ray_actors: int = Field(2, ge=1, le=4096, description="With --ray: workers (model copies).")
-    ray_threads: int = Field(1, ge=1, le=512, description="With --ray: CPU cores per worker.")
-    ray_gpus: float = Field(
-        0.0, ge=0.0, le=64.0, description="With --ray: GPUs per worker (0: CPU workers)."
-    )
-    ray_vllm: Literal["ray-data-llm", "actors"] = Field(
-        "ray-data-llm", description="With --ray --backend vllm: ray-data-llm (Ray Data LLM's "
-        "vLLM stage) or actors (the whole judge in each worker)."
-    )  # fmt: skip
-
-    def ray_config(self) -> Any:
-        """The ``reward.RayConfig`` of ``--ray`` (None without it)."""
-        if self.ray is None:
-            return None
-        from recjudge.reward import RayConfig
-
-        return RayConfig(address=self.ray, actors=self.ray_actors, threads=self.ray_threads,
-                         gpus=self.ray_gpus, vllm=self.ray_vllm)  # fmt: skip
 
 
 class ImputeJob(JudgeOptions, ImputeConfig):
@@ -328,12 +276,14 @@ def _judge_and_store(
     """The judge ``opts`` describe (checked against ``data``) and its store in ``out``;
     ``before_store(judge)`` runs first (a refusal there leaves no store behind)."""
     from recjudge.cf_models import check_fits
+    from recjudge.distributed import ray_executor
     from recjudge.reward import ResultsStore, build_judge
 
+    executor = ray_executor(opts.ray_config(), opts.model, "transformers", None, opts.device)
     judge = build_judge(
         opts.model, opts.mode, opts.cf, opts.beta, not opts.no_evidence,
         batch_size=opts.batch_size, max_history=opts.max_history, dataset=data,
-        device=opts.device, ray=opts.ray_config(),
+        device=opts.device, executor=executor,
     )  # fmt: skip
     if judge.cf is not None:
         check_fits(judge.cf, data, allow_mismatch=opts.allow_cf_mismatch)
@@ -613,20 +563,16 @@ def judge_lines(by_system: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], config: Any,
-              summary: dict[str, Any]):  # fmt: skip
-    """The estimators: the options checked, ``estimate_evaluation``, the lead estimator and
-    its validation, the next step (gold pairs to label), and the obp export."""
+def _estimator_options(job: EvaluateJob, config: Any) -> tuple[list[str], list[str], list[str]]:
+    """(the estimators asked for, the metrics they estimate as ``NAME@K``, the ``--metrics``
+    they cannot estimate); ``ndcg_fixed@K`` where none of ``--metrics`` can be.
+
+    Raises:
+        ValueError: an unknown estimator (with the closest name), or ``--estimators`` given
+            with a metric that has no estimator.
+    """
     from recjudge._registry import suggest
-    from recjudge.evaluators._estimators import (
-        ESTIMATORS,
-        RANX_NAMES,
-        estimate_evaluation,
-        export_obp,
-        propensities_from,
-        read_judged,
-    )
-    from recjudge.evaluators._gold import listed_pairs, read_gold
+    from recjudge.evaluators._estimators import ESTIMATORS, RANX_NAMES
 
     explicit = bool(job.estimators)
     wanted = [e.strip() for e in (job.estimators or ",".join(ESTIMATORS)).split(",") if e.strip()]
@@ -646,8 +592,22 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         raise ValueError(f"--metrics {skipped[0]} has no estimator (they estimate "
                          f"{', '.join(sorted(RANX_NAMES))} @K); drop it from --metrics or drop "
                          "--estimators to get it from ranx alone")  # fmt: skip
-    if not metrics:
-        metrics = [f"ndcg_fixed@{config.k}"]
+    return wanted, metrics or [f"ndcg_fixed@{config.k}"], skipped
+
+
+def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], config: Any,
+              summary: dict[str, Any]):  # fmt: skip
+    """The estimators: the options checked, ``estimate_evaluation``, the lead estimator and
+    its validation, the next step (gold pairs to label), and the obp export."""
+    from recjudge.evaluators._estimators import (
+        estimate_evaluation,
+        export_obp,
+        propensities_from,
+        read_judged,
+    )
+    from recjudge.evaluators._gold import listed_pairs, read_gold
+
+    wanted, metrics, skipped = _estimator_options(job, config)
     popularity = read_item_popularity(Path(job.qrels or "") / ITEM_POPULARITY)
     props = propensities_from(job.propensities, q["logged"], job.clip, popularity)
     judged = read_judged(Path(job.qrels or "") / "imputed.jsonl")
@@ -974,6 +934,17 @@ JOBS.register(
         run_augment,
         augment_text,
         "Add the judge's top-M YES candidates per user as pseudo-positives (`cf train` reads it).",
+    ),
+)
+JOBS.register(
+    "judge",
+    JobSpec(
+        JudgeJob,
+        run_judge,
+        judge_text,
+        JUDGE_SUMMARY,
+        ("judge",),
+        cli_jobs=False,  # the `judge` group's own command (its subcommand is `tune`)
     ),
 )
 JOBS.register(

@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from recjudge.llm._engine import EngineStats, NonFiniteLogitsError
     from recjudge.llm._fast import decode_prompts, decode_shared, prefixes_of
     from recjudge.llm._job import EngineJob
-    from recjudge.llm._ray_data_llm import Deferred, RayDataLLM, run_requests
+    from recjudge.llm._ray_data_llm import RayDataLLM, fingerprint, run_requests
     from recjudge.llm._tokenizer import VOCAB_FILES, file_stamps, transformers_tokenizer_of
     from recjudge.llm._vllm import (
         PROCESSORS,
@@ -85,7 +85,7 @@ _LAZY = {
     # what decoding, the judge and the benches use from the engines (torch; vLLM clients)
     "EngineStats": "_engine",
     "EngineJob": "_job",
-    "Deferred": "_ray_data_llm",
+    "fingerprint": "_ray_data_llm",
     "RayDataLLM": "_ray_data_llm",
     "run_requests": "_ray_data_llm",
     "decode_prompts": "_fast",
@@ -123,7 +123,7 @@ __all__ = [
     "LocalModel",
     "EngineStats",
     "EngineJob",
-    "Deferred",
+    "fingerprint",
     "RayDataLLM",
     "run_requests",
     "decode_prompts",

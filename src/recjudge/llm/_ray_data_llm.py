@@ -1,17 +1,16 @@
 """vLLM through Ray Data LLM (``ray.data.llm``): recjudge's engine requests as one Ray job.
 
-``RayDataLLM`` is the engine backend a driver decodes with: it holds the tokenizer (prompts
-are rendered, escaped and tokenised on the driver, grammars compiled there, the decision
-records replayed there) but no model. Its ``submit`` answers from the results of earlier
-Ray Data runs; a request it holds no result for is kept in ``pending`` and ``Deferred`` is
-raised. The caller (``reward.RayExecutor``) lets every engine call of a job build its
-requests that way, sends all of them through one Ray Data LLM vLLM stage (``run_requests``:
-``ray.data.llm.build_processor``, one vLLM engine per worker, loaded once per run, with
-recjudge's bias processor, grammar and watched log-probabilities), and decodes each call
-again as its results arrive, which now finds them. The requests of a call are a function of the call
-(greedy decoding, or sampling seeded per pair), so the second pass builds the same ones; a
-call that needs another round (a read-out whose decision did not come within its short
-budget) defers again and goes into the next run.
+``RayDataLLM`` is the backend a driver builds engine requests with: it holds the tokenizer
+(prompts are rendered, escaped and tokenised on the driver, grammars compiled there, the
+decision records replayed there) but no model, and it runs nothing itself. The caller
+(``distributed.RayExecutor``) builds every engine call's requests as data
+(``decoding.engine_stage``), sends all of them through one Ray Data LLM vLLM stage
+(``run_requests``: ``ray.data.llm.build_processor``, one vLLM engine per worker, loaded once
+per run, with recjudge's bias processor, grammar and watched log-probabilities), and feeds
+each call's results back to its stage as they arrive; a call that needs another round (a
+read-out whose decision did not come within its short budget) gives its next requests,
+which go into the next run. Results are routed by ``fingerprint``: everything the engine
+reads of a request.
 
 The prompt travels as token ids, never text, so untrusted titles stay escaped exactly as in
 one process; the rows are the stage's own format, read back whatever Ray Data turned their
@@ -39,20 +38,6 @@ from recjudge.llm._vllm import (
 #: rows per batch handed to one vLLM engine (a few users' calls; the engine schedules them
 #: together, and a user's rows are consecutive, so its prefix is cached once)
 ROWS_PER_BATCH = 64
-
-
-class Deferred(BaseException):  # noqa: N818 - not an error: a request waits for its result
-    """``RayDataLLM.submit`` was asked for results it does not hold yet: the requests are in
-    ``pending``. A ``BaseException``, so the per-request isolation of a judge (which records
-    errors) lets it through to the executor that runs the pending requests.
-
-    Attributes:
-        fingerprints: the missing requests' fingerprints (``fingerprint``).
-    """
-
-    def __init__(self, fingerprints: Sequence[str]) -> None:
-        super().__init__(f"{len(fingerprints)} engine requests wait for a Ray Data LLM run")
-        self.fingerprints = list(fingerprints)
 
 
 def fingerprint(r: EngineRequest) -> str:
@@ -86,37 +71,14 @@ class RayDataLLM(_EngineMixin):
         hf = AutoConfig.from_pretrained(source, **_gguf_kwargs(gguf))
         text = hf.get_text_config() if hasattr(hf, "get_text_config") else hf
         self.vocab_size = int(text.vocab_size)
-        self.pending: dict[str, EngineRequest] = {}
-        self._results: dict[str, EngineResult] = {}
 
     def submit(self, requests: list[EngineRequest]) -> list[EngineResult]:
-        """The results of ``requests`` when every one has come back from a run; otherwise
-        the missing ones go into ``pending`` and ``Deferred`` is raised."""
-        fps = [fingerprint(r) for r in requests]
-        missing = [fp for fp in dict.fromkeys(fps) if fp not in self._results]
-        if missing:
-            for fp, r in zip(fps, requests, strict=True):
-                if fp in missing:
-                    self.pending.setdefault(fp, r)
-            raise Deferred(missing)
-        return [self._results[fp] for fp in fps]
-
-    def take_pending(self) -> dict[str, EngineRequest]:
-        """The requests waiting for a run (emptied)."""
-        out, self.pending = self.pending, {}
-        return out
-
-    def add_result(self, fp: str, result: EngineResult) -> None:
-        self._results[fp] = result
-
-    def forget(self, fp: str) -> None:
-        """Drop a result every call using it has read (the driver keeps only what the calls
-        in flight still need)."""
-        self._results.pop(fp, None)
-
-    def held(self) -> int:
-        """How many results are kept."""
-        return len(self._results)
+        """Not here: the requests of a Ray Data LLM job run through ``run_requests``."""
+        raise NotImplementedError(
+            "RayDataLLM runs nothing itself: build the requests with "
+            "recjudge.decoding.engine_stage and run them with recjudge.llm.run_requests "
+            "(distributed.RayExecutor does both)"
+        )
 
     def generate(
         self,

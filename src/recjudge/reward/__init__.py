@@ -21,6 +21,7 @@ from recjudge.reward._modes import (
     ModeSpec,
     mode_spec,
 )
+from recjudge.reward._plan import JudgePlan, plan_calls
 from recjudge.reward._portable import (
     PortableCount,
     PortableError,
@@ -29,19 +30,9 @@ from recjudge.reward._portable import (
     reseal_portable,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
-from recjudge.reward._ray import (
-    LocalCluster,
-    RayClusterError,
-    RayConfig,
-    RayExecutor,
-    RayNotInstalledError,
-    WorkerFault,
-    call_records,
-    request_record,
-)
 from recjudge.reward._requests import request_for, requests_for, stored_request
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
-from recjudge.reward._store import ResultsStore, StoreError, salvage
+from recjudge.reward._store import ResultsStore, StoreError, repair_store, salvage
 from recjudge.reward._stored import (
     LEGACY_LLM,
     StoredAsk,
@@ -77,8 +68,6 @@ __all__ = [
     "tune",
     "clear_prefix_cache",
     "stored_request",
-    "call_records",
-    "request_record",
     "SIMULATORS",
     "SIMULATOR_MODES",
     "Population",
@@ -99,12 +88,7 @@ __all__ = [
     "HistoryItem",
     "Judge",
     "JudgeExecutor",
-    "LocalCluster",
-    "RayClusterError",
-    "RayConfig",
-    "RayExecutor",
-    "RayNotInstalledError",
-    "WorkerFault",
+    "JudgePlan",
     "JudgeConfig",
     "JudgeRequest",
     "Judgment",
@@ -139,7 +123,9 @@ __all__ = [
     "llm_made",
     "request_for",
     "run_stored",
+    "plan_calls",
     "requests_for",
+    "repair_store",
     "salvage",
     "sweep_into_store",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from recjudge.reward._judge import Judge
+    from recjudge.reward._judge import Judge, JudgeExecutor
 
 
 def build_judge(
@@ -24,13 +24,15 @@ def build_judge(
     max_history: int = 50,
     dataset: Any = None,
     device: str = "auto",
-    ray: Any = None,
+    executor: JudgeExecutor | None = None,
 ) -> Judge:
     """A judge from command-line style options: which backend serves the model (in
     process on ``device``, vLLM, or an OpenAI-compatible ``server``), the CF model saved at
     ``cf`` (wrapped as the calibrated item-item signal for ``mode="item-item"``), and the
-    simulators' population from ``dataset``. Raises ValueError for a mode that needs a CF
-    model without one, pydantic's ValidationError for a bad device."""
+    simulators' population from ``dataset``. ``executor``: where the judge's calls run
+    (``distributed.ray_executor`` for ``--ray``; None: in this process). Raises ValueError
+    for a mode that needs a CF model without one, pydantic's ValidationError for a bad
+    device."""
     from recjudge.llm import LLMConfig, SamplingConfig, load_llm
     from recjudge.reward._judge import Judge
     from recjudge.reward._judge_config import JUDGES, JudgeConfig
@@ -51,8 +53,7 @@ def build_judge(
         max_history=max_history,
     )
     llm = None
-    executor = _ray_executor(ray, model, backend, server, device)
-    on_workers = {"backend": backend} if ray is not None and backend == "vllm" else {}
+    on_workers = {"backend": backend} if executor is not None and backend == "vllm" else {}
     if (backend != "transformers" or server) and not on_workers:
         if server and backend == "transformers":
             backend = "openai-compatible"
@@ -73,26 +74,6 @@ def build_judge(
         population = Population.of(dataset)  # the user simulators' traits and attributes
     return Judge(config, llm=llm, cf=cf_model, population=population, llm_config=llm_config,
                  executor=executor)  # fmt: skip
-
-
-def _ray_executor(ray: Any, model: str, backend: str, server: str | None, device: str) -> Any:
-    """The Ray executor of ``--ray`` (None without it), checked against the backend the
-    model would run on (these options, else the command line's root ``--backend/--server``)
-    and the cluster, before anything is written or started."""
-    if ray is None:
-        return None
-    from recjudge.llm import LLMConfig, resolve_llm_config
-    from recjudge.reward._ray import RayExecutor
-
-    given = {"backend": backend} if backend != "transformers" else {}
-    if server:
-        given = {"backend": "openai-compatible", "base_url": server}
-    RayExecutor.check_backend(resolve_llm_config(LLMConfig(model=model, **given)).backend)
-    if device not in ("auto", "cpu", "cuda"):
-        raise ValueError("with --ray, --ray-gpus places the model (leave --device unset)")
-    executor = RayExecutor(ray)
-    executor.ready()  # a cluster fault ends the job before it writes anything
-    return executor
 
 
 def _cf_model(cf: str | None, mode: str, seed: int) -> Any:

@@ -92,6 +92,24 @@ def salvage(src: str | Path, dst: str | Path) -> tuple[int, int]:
     return len(rows), lost
 
 
+def repair_store(path: Path) -> str:
+    """Replace a damaged store by a new one with its readable rows (the old file is kept);
+    what was done, as a line."""
+    fresh = path.with_name(path.name + ".repaired")
+    fresh.unlink(missing_ok=True)
+    copied, lost = salvage(path, fresh)
+    if not fresh.exists():  # nothing readable at all (not a database): start an empty store
+        ResultsStore(fresh).close()
+    broken = path.with_name(path.name + ".broken")
+    path.replace(broken)
+    for suffix in ("-wal", "-shm"):  # they belong to the old file
+        side = Path(f"{path}{suffix}")
+        if side.exists():
+            side.replace(f"{broken}{suffix}")
+    fresh.replace(path)
+    return f"repaired {path}: {copied} rows kept, {lost} unreadable (old file: {broken})"
+
+
 # How the request of a row that `store import` wrote begins (its origin record, put_many's JSON).
 _ORIGIN = '{"imported_from": '
 

@@ -21,6 +21,7 @@ from recjudge.llm import capabilities_of
 from recjudge.reward._judge import Judge
 from recjudge.reward._judgment import JudgeRequest, Judgment, parse_answer, parsed_evidence
 from recjudge.reward._modes import SWEEPABLE
+from recjudge.reward._plan import plan_calls
 
 # Settings that may differ between the judges of one sweep (everything else shapes the
 # prompt or the decoding and must be equal).
@@ -141,7 +142,7 @@ def _record(
     # log-probabilities, and a setting that would have stayed undecided there replays to
     # None and is decoded on its own (``_fill_evidence``).
     steps = capabilities_of(first.llm).step_scores
-    for batch in base.batches(reqs, list(range(len(reqs)))):
+    for batch in plan_calls(base.config, reqs, range(len(reqs))):
         sub = [reqs[i] for i in batch]
         explore = _explorer(judges, sigmas, batch) if steps else None
         d = base.decode_batch(sub, [None] * len(sub), explore=explore)
@@ -445,8 +446,8 @@ def judge_per_user(
         users.setdefault(r.user_id, []).append(i)
     out: dict[str, list[Any]] = {name: [None] * len(reqs) for name in judges}
     for judge in judges.values():  # the simulators' personas, all users batched together
-        if getattr(judge, "simulator", None) is not None:
-            judge.prepare_personas(reqs, store, progress)
+        if isinstance(judge, Judge) and judge.personas is not None:
+            judge.personas.prepare(reqs, store, progress)
     swept = {name: judges[name] for name in can_sweep(judges)}
     counts = {name: {"new": 0, "total": 0} for name in judges}
     passes = replayed = 0

@@ -405,10 +405,7 @@ def tune(
     """
     import torch
 
-    from recjudge.llm import LLMConfig, load_llm, require_device
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judge_config import JudgeConfig
-    from recjudge.reward._tune_pairs import build_pairs
+    from recjudge.llm import LLMConfig, require_device
 
     log = log or (lambda m: None)
     out = Path(out)
@@ -421,6 +418,47 @@ def tune(
                          "choose another --out")  # fmt: skip
     device = require_device(LLMConfig(device=config.device).resolved_device())
     t0 = time.perf_counter()
+    pairs, train, val, pad, skipped = _prepared(config, data, exclude_users, log)
+    model = load_trainable(config, device)
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
+    fp = config.fingerprint()
+    state = load_checkpoint(work, model, optimizer, fp) if resume else None
+    if state is None:
+        auc0 = validation_auc(model, val, pad, device)
+        state = {"fingerprint": fp, "config": config.model_dump(mode="json"), "step": 0,
+                 "history": [{"step": 0, "val_auc": auc0, "loss": None}], "best_step": 0,
+                 "best_auc": auc0, "bad_evals": 0, "stopped": None, "seconds": 0.0}  # fmt: skip
+        _write_tensors(work / BEST_FILE, _lora_state(model))
+        save_checkpoint(work, model, optimizer, state)
+    state = _loop(config, model, optimizer, train, len(pairs.train), val, pad, device, work,
+                  state, progress, log)  # fmt: skip
+    _set_lora(model, work / BEST_FILE)
+    if state["best_step"] == 0:  # the folder is then the base model, said before it is used
+        log(f"tune: no step beat the base model's validation AUC ({state['best_auc']:.3f}); "
+            "the folder holds the base model's weights (more training pairs or users, a lower "
+            "--lr, or a larger --model may help)")  # fmt: skip
+    card = _card(config, data, pairs, train, val, state, device, time.perf_counter() - t0,
+                 len(skipped))  # fmt: skip
+    _merge_and_save(model, config, out, card, _users_record(pairs))
+    return TuneResult(out, card)
+
+
+def _prepared(
+    config: TuneConfig, data: Any, exclude_users: Sequence[str], log: Callable[[str], None]
+) -> tuple[Any, dict[int, Example], list[Example], int, list[str]]:
+    """The pairs of ``data`` (``build_pairs``) and, as the judge prompts them, the training
+    examples the planned steps read (by index) and the validation examples; the pad token
+    id; the pairs skipped (why, per pair).
+
+    Raises:
+        ValueError: too few usable pairs to tune and validate.
+    """
+    from recjudge.llm import LLMConfig, load_llm
+    from recjudge.reward._judge import Judge
+    from recjudge.reward._judge_config import JudgeConfig
+    from recjudge.reward._tune_pairs import build_pairs
+
     pairs = build_pairs(
         data, future_fraction=config.future_fraction,
         positives_per_user=config.positives_per_user,
@@ -431,7 +469,7 @@ def tune(
     )  # fmt: skip
     assert pairs.rule is not None
     # The judge that renders the prompts (its tokenizer; the model it loads is not trained,
-    # and is not kept in load_llm's cache: ``del judge`` frees it before training loads one).
+    # and is not kept in load_llm's cache: it is freed before training loads one).
     settings = JudgeConfig(
         model=config.model,
         mode="no-behavior",
@@ -451,30 +489,7 @@ def tune(
         raise ValueError("too few usable pairs to tune and validate (need training pairs and "
                          "validation pairs of both labels); use a larger log")  # fmt: skip
     pad = int(judge.llm.tokenizer.pad_token_id or judge.llm.tokenizer.eos_token_id or 0)
-    del judge
-    model = load_trainable(config, device)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
-    fp = config.fingerprint()
-    state = load_checkpoint(work, model, optimizer, fp) if resume else None
-    if state is None:
-        auc0 = validation_auc(model, val, pad, device)
-        state = {"fingerprint": fp, "config": config.model_dump(mode="json"), "step": 0,
-                 "history": [{"step": 0, "val_auc": auc0, "loss": None}], "best_step": 0,
-                 "best_auc": auc0, "bad_evals": 0, "stopped": None, "seconds": 0.0}  # fmt: skip
-        _write_tensors(work / BEST_FILE, _lora_state(model))
-        save_checkpoint(work, model, optimizer, state)
-    state = _loop(config, model, optimizer, train, len(pairs.train), val, pad, device, work,
-                  state, progress, log)  # fmt: skip
-    if state["best_step"] == 0:  # the folder is then the base model, said before it is used
-        log(f"tune: no step beat the base model's validation AUC ({state['best_auc']:.3f}); "
-            "the folder holds the base model's weights (more training pairs or users, a lower "
-            "--lr, or a larger --model may help)")  # fmt: skip
-    _set_lora(model, work / BEST_FILE)
-    card = _card(config, data, pairs, train, val, state, device, time.perf_counter() - t0,
-                 len(skipped))  # fmt: skip
-    _merge_and_save(model, config, out, card, _users_record(pairs))
-    return TuneResult(out, card)
+    return pairs, train, val, pad, skipped
 
 
 def _autocast(device: str, precision: str) -> Any:

@@ -156,29 +156,13 @@ def build_pairs(
     Raises:
         ValueError: no user is left to tune on (the message says which filter emptied it).
     """
-    from recjudge.data import sample_users, timeline_split
+    from recjudge.data import timeline_split
     from recjudge.reward._requests import _history_items, _request
 
-    log = ds.interactions
-    if before is not None:
-        log = log[log["timestamp"] < before]
-    excluded = {str(u) for u in exclude_users}
-    log = log[~log["user_id"].astype(str).isin(excluded)]
-    if log.empty:
-        raise ValueError("the log holds no interaction to tune on (check --before and "
-                         "--exclude-users)")  # fmt: skip
+    log = _readable_log(ds, before, exclude_users)
     history, later = timeline_split(log, fraction=future_fraction)
-    n_hist = history.groupby("user_id", observed=True).size()
-    n_later = later.groupby("user_id", observed=True).size()
-    eligible = [str(u) for u in n_later.index if n_hist.get(u, 0) >= min_history]
-    if len(eligible) < 2:
-        raise ValueError(f"{len(eligible)} users have >= {min_history} history items and a "
-                         "later interaction; tune on a larger log")  # fmt: skip
-    order = sample_users(eligible, len(eligible), ("tune", seed))
-    n_val = min(validation_users, max(1, len(order) // 5))
-    val_users, train_users = order[:n_val], order[n_val:]
-    if max_users is not None:
-        train_users = train_users[:max_users]
+    val_users, train_users = _split_users(history, later, min_history, validation_users,
+                                          max_users, seed)  # fmt: skip
     hist_by = {str(u): g for u, g in history.groupby("user_id", observed=True)}
     later_by = {str(u): g for u, g in later.groupby("user_id", observed=True)}
     # similarity from the training users' histories only (no validation user, no later item)
@@ -198,14 +182,9 @@ def build_pairs(
             positives = _positives(later_by[u], min_rating, positives_per_user)
             if not positives:
                 continue
-            negatives: list[str] = []
-            want = len(positives) * negatives_per_positive
-            for _ in range(100 * want):
-                if len(negatives) == want:
-                    break
-                c = catalogue[int(g.integers(len(catalogue)))]
-                if c not in touched[u] and c not in negatives:
-                    negatives.append(c)
+            negatives = _negatives(
+                g, catalogue, touched[u], len(positives) * negatives_per_positive
+            )
             pairs = getattr(out, split)
             for c in positives:
                 pairs.append(TunePair(_request(ds, u, items, c, None, {"label": 1}), 1))
@@ -218,3 +197,63 @@ def build_pairs(
         raise ValueError("no training pair was built (every training user lacks a positive "
                          "under --min-rating)")  # fmt: skip
     return out
+
+
+def _readable_log(ds: Any, before: float | None, exclude_users: Sequence[str]) -> Any:
+    """The interactions the tuning may read: before ``before``, of no excluded user.
+
+    Raises:
+        ValueError: none is left.
+    """
+    log = ds.interactions
+    if before is not None:
+        log = log[log["timestamp"] < before]
+    excluded = {str(u) for u in exclude_users}
+    log = log[~log["user_id"].astype(str).isin(excluded)]
+    if log.empty:
+        raise ValueError("the log holds no interaction to tune on (check --before and "
+                         "--exclude-users)")  # fmt: skip
+    return log
+
+
+def _negatives(g: Any, catalogue: list[str], touched: set[str], want: int) -> list[str]:
+    """Up to ``want`` distinct items the user never touched, drawn uniformly from the
+    catalogue with ``g`` (at most ``100 * want`` draws)."""
+    negatives: list[str] = []
+    for _ in range(100 * want):
+        if len(negatives) == want:
+            break
+        c = catalogue[int(g.integers(len(catalogue)))]
+        if c not in touched and c not in negatives:
+            negatives.append(c)
+    return negatives
+
+
+def _split_users(
+    history: Any,
+    later: Any,
+    min_history: int,
+    validation_users: int,
+    max_users: int | None,
+    seed: int,
+) -> tuple[list[str], list[str]]:
+    """(validation users, training users): the users with ``min_history`` history items and
+    a later interaction, in a seeded order; the first ones (at most a fifth) validate.
+
+    Raises:
+        ValueError: fewer than two such users.
+    """
+    from recjudge.data import sample_users
+
+    n_hist = history.groupby("user_id", observed=True).size()
+    n_later = later.groupby("user_id", observed=True).size()
+    eligible = [str(u) for u in n_later.index if n_hist.get(u, 0) >= min_history]
+    if len(eligible) < 2:
+        raise ValueError(f"{len(eligible)} users have >= {min_history} history items and a "
+                         "later interaction; tune on a larger log")  # fmt: skip
+    order = sample_users(eligible, len(eligible), ("tune", seed))
+    n_val = min(validation_users, max(1, len(order) // 5))
+    val_users, train_users = order[:n_val], order[n_val:]
+    if max_users is not None:
+        train_users = train_users[:max_users]
+    return list(val_users), list(train_users)

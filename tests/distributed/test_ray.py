@@ -1,4 +1,4 @@
-"""Judging on a Ray cluster (``reward.RayExecutor``, ``--ray``).
+"""Judging on a Ray cluster (``distributed.RayExecutor``, ``--ray``).
 
 The tests marked ``ray`` start a local single-node cluster (``ray start --head`` on
 127.0.0.1, ports chosen free) once for the module and stop it by its process at the end
@@ -19,25 +19,27 @@ from pathlib import Path
 import pytest
 
 from cli_in_process import run_checked
+from recjudge.distributed import (
+    LOOPBACK_ENV,
+    JudgeWorker,
+    LocalCluster,
+    RayClusterError,
+    RayConfig,
+    RayExecutor,
+    call_records,
+    is_loopback,
+    request_from_record,
+    request_record,
+)
 from recjudge.llm import LLMConfig
 from recjudge.reward import (
     HistoryItem,
     Judge,
     JudgeConfig,
-    LocalCluster,
-    RayClusterError,
-    RayConfig,
-    RayExecutor,
+    JudgePlan,
     ResultsStore,
+    plan_calls,
     requests_for,
-)
-from recjudge.reward._ray import (
-    LOOPBACK_ENV,
-    JudgeWorker,
-    call_records,
-    is_loopback,
-    request_from_record,
-    request_record,
 )
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "scale.md"  # the docs page "Scale out"
@@ -97,7 +99,7 @@ def test_a_call_sends_each_history_once_and_the_worker_rebuilds_every_request(ml
 
 
 def test_blocks_hold_many_pairs_yet_keep_every_actor_busy():
-    from recjudge.reward._ray import BLOCK_PAIRS, BLOCKS_PER_ACTOR, block_calls
+    from recjudge.distributed import BLOCK_PAIRS, BLOCKS_PER_ACTOR, block_calls
 
     calls = [[{"i": 8 * c + k} for k in range(8)] for c in range(500)]  # 4,000 pairs
     for actors in (1, 2, 10, 40):
@@ -110,39 +112,51 @@ def test_blocks_hold_many_pairs_yet_keep_every_actor_busy():
     assert len(block_calls(calls[:3], 10)) == 3 and block_calls([], 2) == []
 
 
-def test_plan_keeps_a_user_together_and_matches_the_local_batches(ml100k, smollm32):
+def test_plan_keeps_a_user_together_and_the_executor_runs_the_local_calls(ml100k, smollm32):
     reqs = _requests(ml100k, 4, 5)
     judge = Judge(_config(), llm=smollm32)
+    plan = JudgePlan.build(judge, reqs)
     todo = list(range(len(reqs)))
-    plan = judge.plan(reqs, todo)
-    assert sorted(i for call in plan for i in call) == todo
-    assert all(len(call) <= 3 for call in plan)
-    assert plan == judge.batches(reqs, todo)  # same calls as tokenised prefixes give
+    assert plan.todo == todo and sorted(i for call in plan.calls for i in call) == todo
+    assert all(len(call) <= 3 for call in plan.calls)
+    # one planner: the calls come from the model-free prompt groups, and requests of one
+    # group render one tokenised prefix (what the engine encodes once per call)
+    from recjudge.reward._call import prompt_group
+
+    for call in plan.calls:
+        prompts = judge.prompts([reqs[i] for i in call])
+        by_group: dict = {}
+        for i, p in zip(call, prompts, strict=True):
+            by_group.setdefault(prompt_group(judge.config, reqs[i]), set()).add(tuple(p.prefix))
+        assert all(len(prefixes) == 1 for prefixes in by_group.values())
     # a user's candidates are consecutive calls: no call mixes two users while one's are left
-    users = [reqs[call[0]].user_id for call in plan]
+    users = [reqs[call[0]].user_id for call in plan.calls]
     assert users == sorted(users, key=users.index)
 
 
-def test_plan_spreads_a_small_run_over_the_workers(ml100k, smollm32):
+def test_plan_spreads_a_small_run_over_the_workers(ml100k):
     """10 users x 3 candidates is one call of 30 (what the README's Ray example judged on one
     actor); spread over 8 calls wanted, each user's group is a call of its own, never split."""
     reqs = _requests(ml100k, 10, 3)
-    judge = Judge(JudgeConfig(mode="no-behavior", need_evidence=False), llm=smollm32)
+    config = JudgeConfig(mode="no-behavior", need_evidence=False)
     todo = list(range(len(reqs)))
-    assert len(judge.plan(reqs, todo)) == 1
-    spread = judge.plan(reqs, todo, spread=8)
+    assert len(plan_calls(config, reqs, todo)) == 1
+    spread = plan_calls(config, reqs, todo, spread=8)
     assert [i for call in spread for i in call] == todo  # every request once, in order
     assert len(spread) == 10
     assert all(len({reqs[i].user_id for i in call}) == 1 for call in spread)
     # without an LLM there is no group to keep: the requests are cut evenly
-    cf = Judge(JudgeConfig(mode="cf-only"))
-    assert len(cf.plan(reqs, todo, spread=8)) >= 8
-    assert cf.plan(reqs, todo, spread=1) == [todo]
+    cf = JudgeConfig(mode="cf-only")
+    assert len(plan_calls(cf, reqs, todo, spread=8)) >= 8
+    assert plan_calls(cf, reqs, todo, spread=1) == [todo]
+    from recjudge.distributed import BLOCKS_PER_ACTOR
+
+    assert RayExecutor(RayConfig(actors=4)).calls_wanted() == 4 * BLOCKS_PER_ACTOR
 
 
 def test_free_ports_are_distinct():
     """Ray refuses two components on one port: a cluster's ports are chosen together."""
-    from recjudge.reward._ray import free_ports
+    from recjudge.distributed._cluster import free_ports
 
     ports = free_ports(40)
     assert len(set(ports)) == 40 and all(0 < p < 65536 for p in ports)
@@ -264,7 +278,7 @@ def test_ray_with_the_root_server_option_is_refused_before_ray_starts(tmp_path):
 
 
 def test_workers_get_the_drivers_cache_and_settings_but_no_secret(monkeypatch, tmp_path):
-    from recjudge.reward._ray import worker_env_vars
+    from recjudge.distributed._cluster import worker_env_vars
 
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
@@ -342,7 +356,7 @@ def test_a_task_on_the_cluster_sees_the_drivers_cache_and_niceness(cluster):
     RECJUDGE_CACHE did not reach them) and the second waited on the build lock; and ran at
     nice 15."""
     from recjudge._util import cache_dir
-    from recjudge.reward._ray import connect
+    from recjudge.distributed._cluster import connect
 
     ray = connect(cluster.address)
 
@@ -357,7 +371,7 @@ def test_a_task_on_the_cluster_sees_the_drivers_cache_and_niceness(cluster):
 @pytest.mark.ray
 def test_a_local_cluster_listens_on_loopback_only(cluster):
     """No port of a one-machine cluster is open to the network (Ray binds every interface,
-    without authentication, unless told otherwise; reward._ray.loopback_only)."""
+    without authentication, unless told otherwise; distributed._cluster.loopback_only)."""
     import psutil
 
     ports = []

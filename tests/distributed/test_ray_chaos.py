@@ -25,7 +25,7 @@ import psutil
 import pytest
 
 from cli_in_process import run_checked
-from recjudge.reward import LocalCluster
+from recjudge.distributed import LocalCluster
 
 PAIRS = [(str(u), str(i)) for u in range(1, 11) for i in range(40, 46)]  # 60 pairs
 JUDGE = ["judge", "--data", "ml-100k", "--pairs", "pairs.jsonl", "--mode", "no-behavior",

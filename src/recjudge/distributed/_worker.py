@@ -1,0 +1,129 @@
+"""A Ray worker's side of a judgment: the requests as the records a worker reads
+(``call_records``: each history sent once per call) and ``JudgeWorker``, the Ray Data actor
+that holds one judge and runs the plan's engine calls it is sent (``Judge.judge_prepared``)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from recjudge._util import RunFault
+
+if TYPE_CHECKING:
+    from recjudge.reward._judgment import JudgeRequest
+
+log = logging.getLogger(__name__)
+
+
+def request_record(req: JudgeRequest, history_of: int | None = None) -> dict[str, Any]:
+    """What a worker needs of a request to render and decode it (its sigma travels beside
+    it; ``meta`` stays on the driver). ``history_of``: the position, in the same call, of a
+    request with this very history, sent in its place (one user's candidates share one
+    history: sent once per call, not once per pair)."""
+    return {
+        "user_id": req.user_id,
+        **({"history_of": history_of} if history_of is not None else
+           {"history": [[h.item_id, h.title, h.text, h.rating] for h in req.history]}),
+        "candidate_id": req.candidate_id,
+        "candidate_text": req.candidate_text,
+        "candidate_title": req.candidate_title,
+        "domain": req.domain,
+    }  # fmt: skip
+
+
+def call_records(reqs: Sequence[JudgeRequest]) -> list[dict[str, Any]]:
+    """``request_record`` of one call's requests, each history sent once."""
+    out: list[dict[str, Any]] = []
+    holders: dict[tuple[str, ...], int] = {}
+    for n, req in enumerate(reqs):
+        ids = tuple(h.item_id for h in req.history)
+        j = holders.setdefault(ids, n)
+        # same ids, same texts and ratings (a shared list compares by identity, at once)
+        same = j if j != n and reqs[j].history == req.history else None
+        out.append(request_record(req, same))
+    return out
+
+
+def request_from_record(d: dict[str, Any], earlier: Sequence[JudgeRequest] = ()) -> JudgeRequest:
+    """The request of ``request_record``'s ``d``; ``earlier``: the call's requests before it
+    (where a ``history_of`` points)."""
+    from recjudge.reward._judgment import JudgeRequest
+    from recjudge.reward._prompt import HistoryItem
+
+    if "history_of" in d:
+        history = earlier[int(d["history_of"])].history
+    else:
+        history = [HistoryItem(str(a), str(b), str(c), r) for a, b, c, r in d["history"]]
+    return JudgeRequest(
+        user_id=d["user_id"],
+        history=history,
+        candidate_id=d["candidate_id"],
+        candidate_text=d["candidate_text"],
+        candidate_title=d["candidate_title"],
+        domain=d["domain"],
+    )
+
+
+def worker_name() -> str:
+    """This process as the driver names a worker: ``host:pid``."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+class JudgeWorker:
+    """A Ray Data actor holding one judge (one backend); each row is one engine call.
+
+    The model loads on the first call, not in ``__init__``: a load that fails (not
+    installed on this node) then comes back as a fault row the driver ends the run with,
+    instead of an actor Ray Data would restart forever.
+    """
+
+    def __init__(self, config: str, llm_config: str, record: bool) -> None:
+        self._config, self._llm_config, self._record = config, llm_config, record
+        self._judge: Any = None
+
+    def _load(self) -> Any:
+        if self._judge is None:
+            from recjudge.llm import LLMConfig
+            from recjudge.reward._judge import Judge
+            from recjudge.reward._judge_config import JudgeConfig
+
+            llm_config = LLMConfig.model_validate_json(self._llm_config)
+            judge = Judge(JudgeConfig.model_validate_json(self._config), llm_config=llm_config)
+            judge.warm_up()
+            self._judge = judge
+        return self._judge
+
+    def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
+        import numpy as np
+
+        out = [self.unit(str(text)) for text in batch["unit"]]
+        return {"result": np.array(out, dtype=object)}
+
+    def unit(self, text: str) -> str:
+        """One block's engine calls (JSON) -> their results (JSON)."""
+        from recjudge.reward._judgment import Judgment, error_text
+
+        results: list[dict[str, Any]] = []
+        try:
+            judge = self._load()
+            for call in json.loads(text):
+                reqs: list[Any] = []
+                for x in call:
+                    reqs.append(request_from_record(x["req"], reqs))
+                got = judge.judge_prepared(
+                    reqs, [x["key"] for x in call], [x["sigma"] for x in call], self._record
+                )
+                for x, j in zip(call, got, strict=True):
+                    if isinstance(j, Judgment):
+                        results.append({"i": x["i"], "judgment": j.to_dict()})
+                    else:
+                        results.append({"i": x["i"], "error": error_text(j)})
+        except RunFault as e:
+            return json.dumps({"fault": error_text(e)})
+        except Exception as e:  # noqa: BLE001 - raise mode: the driver raises it
+            return json.dumps({"fault": error_text(e), "run_fault": False})
+        return json.dumps({"results": results, "worker": worker_name()})

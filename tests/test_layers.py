@@ -1,0 +1,71 @@
+"""The layering of ``../shared/ARCHITECTURE.md``, read from the code: a package imports only
+the packages below it (function-local imports included), so ``reward`` never imports
+``distributed`` (its executors are chosen where a job is built) and ``llm`` knows nothing of
+grammars or judging."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "src" / "recjudge"
+
+_BELOW_REWARD = {"decoding", "llm", "cf_models", "data"}
+#: package -> the recjudge packages it may import (besides the shared private modules)
+ALLOWED: dict[str, set[str]] = {
+    "data": set(),
+    "llm": set(),
+    "reporting": {"data"},
+    "cf_models": {"data"},
+    "decoding": {"llm"},
+    "reward": _BELOW_REWARD,
+    "distributed": _BELOW_REWARD | {"reward"},
+    "evaluators": _BELOW_REWARD | {"reward", "distributed", "reporting"},
+    "bench": _BELOW_REWARD | {"reward", "distributed", "reporting", "evaluators"},
+    "cli": _BELOW_REWARD | {"reward", "distributed", "reporting", "evaluators", "bench"},
+}
+
+
+def _imported(path: Path) -> set[str]:
+    """The recjudge packages and modules ``path`` imports (first name after ``recjudge.``)."""
+    out: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        names = []
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module]
+        elif isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        out |= {n.split(".")[1] for n in names if n.startswith("recjudge.")}
+    return out
+
+
+def test_every_package_imports_only_the_layers_below_it():
+    # _util, _registry, _stats, ... (``__main__`` is the command line's entry point)
+    shared = {p.stem for p in ROOT.glob("_*.py")} - {"__main__", "__init__"}
+    assert set(ALLOWED) == {p.name for p in ROOT.iterdir() if (p / "__init__.py").exists()}
+    wrong = []
+    for pkg, allowed in ALLOWED.items():
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            bad = _imported(f) - allowed - shared - {pkg}
+            wrong += [f"{f.relative_to(ROOT)} imports recjudge.{b}" for b in sorted(bad)]
+    for f in ROOT.glob("_*.py"):  # the shared modules sit below every package
+        if f.stem in ("__main__", "__init__"):
+            continue
+        bad = _imported(f) - shared
+        wrong += [f"{f.relative_to(ROOT)} imports recjudge.{b}" for b in sorted(bad)]
+    assert not wrong, "\n".join(wrong)
+
+
+#: the longest function body a reader takes in at once (issue 90: none over 80 lines)
+MAX_FUNCTION_LINES = 80
+
+
+def test_no_function_is_longer_than_a_screen():
+    long = []
+    for f in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                n = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if n > MAX_FUNCTION_LINES:
+                    long.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+    assert not long, "\n".join(long)
