@@ -208,11 +208,11 @@ class ItemKNN(CFModel):
         if not known:
             return out
         idx = self.encode(history)
+        if not idx:  # as score_history: zeros
+            out[[i for i, c in enumerate(cols) if c is not None]] = 0.0
+            return out
         take = known if len(known) > 1 else known * 2
-        if idx:
-            got = self.sim[np.ix_(idx, take)].sum(0)
-        else:
-            got = np.zeros(len(take), dtype=np.float32)
+        got = self.sim[np.ix_(idx, take)].sum(0)
         out[[i for i, c in enumerate(cols) if c is not None]] = got[: len(known)]
         return out
 
