@@ -13,7 +13,7 @@ def write_judged_folder(folder: Path, labels: Path, n: int, seed: int = 0, power
     with P(1) = truth. Returns the judgments."""
     import numpy as np
 
-    from recjudge.evaluators._impute import _write_sidecar
+    from recjudge.evaluators.offline._impute import _write_sidecar
 
     g = np.random.default_rng(seed)
     folder.mkdir(parents=True)

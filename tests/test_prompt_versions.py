@@ -27,7 +27,7 @@ def _brief():
 
 
 def _usersum():
-    from recjudge.evaluators import _usersum_prompts as u
+    from recjudge.evaluators.usersum import _prompts as u
 
     acts = [{"text": "Up (2009)", "rating": 4.0}, {"text": "Fargo (1996)", "rating": float("nan")}]
     return [
@@ -44,7 +44,7 @@ def _usersum():
 
 
 def _arena():
-    from recjudge.evaluators import _arena_prompts as a
+    from recjudge.evaluators.arena import _prompts as a
 
     return [
         a.arena_messages("a 25-year-old", ["Up"], ["A1", "A2"], ["B1", "B2"], 150, "movies", True),
@@ -54,7 +54,7 @@ def _arena():
 
 
 def _gist():
-    from recjudge.evaluators import _gist as g
+    from recjudge.evaluators.gist import _gist as g
 
     cfg = g.GistConfig()
     return [
@@ -95,11 +95,11 @@ def _simulators():
 
 FAMILIES = {
     "brief": (_brief, "recjudge.reward._prompt", "PROMPT_VERSION", "PROMPT_FINGERPRINT"),
-    "usersum": (_usersum, "recjudge.evaluators._usersum_prompts", "USERSUM_PROMPT_VERSION",
+    "usersum": (_usersum, "recjudge.evaluators.usersum._prompts", "USERSUM_PROMPT_VERSION",
                 "USERSUM_PROMPT_FINGERPRINT"),
-    "arena": (_arena, "recjudge.evaluators._arena_prompts", "ARENA_PROMPT_VERSION",
+    "arena": (_arena, "recjudge.evaluators.arena._prompts", "ARENA_PROMPT_VERSION",
               "ARENA_PROMPT_FINGERPRINT"),
-    "gist": (_gist, "recjudge.evaluators._gist_prompts", "GIST_PROMPT_VERSION",
+    "gist": (_gist, "recjudge.evaluators.gist._prompts", "GIST_PROMPT_VERSION",
              "GIST_PROMPT_FINGERPRINT"),
     "simulators": (_simulators, "recjudge.reward._simulators", "SIMULATOR_VERSION",
                    "SIMULATOR_FINGERPRINT"),

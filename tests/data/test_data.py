@@ -59,6 +59,19 @@ def test_ml100k_original_ids(ml100k):
     assert "Animation" in ml100k.item_row("1")["genres"]
 
 
+def test_items_rendered_in_one_pass_equal_those_rendered_one_by_one():
+    """``rendered_many`` reads the items it has not rendered in one pass over the table:
+    the same (title, text) as ``rendered`` gives each alone, repeats and all."""
+    from recjudge.data import load_dataset
+
+    one, many = load_dataset("ml-100k"), load_dataset("ml-100k")
+    ids = one.items.item_id.astype(str).tolist()
+    ids = ids[::-1] + ids[:7]  # another order, and repeats
+    assert many.rendered_many(ids) == [one.rendered(i) for i in ids]
+    with pytest.raises(KeyError):
+        many.rendered_many(["1", "no-such-item"])
+
+
 def test_event_mapping_tables():
     ml = movielens_event(pd.Series([1.0, 2, 3, 4, 5]))
     assert ml.tolist() == [

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
-from recjudge.evaluators._gold import active_inclusion
+from recjudge.evaluators.offline._gold import active_inclusion
 
 
 def test_active_inclusion_sums_to_n_and_favours_uncertain_pairs():

@@ -26,8 +26,8 @@ from recjudge.evaluators import (
     system_q,
     urd,
 )
-from recjudge.evaluators._arena_metrics import OPTIONS
-from recjudge.evaluators._arena_prompts import ABSOLUTE
+from recjudge.evaluators.arena._metrics import OPTIONS
+from recjudge.evaluators.arena._prompts import ABSOLUTE
 
 
 def rec(a, b, v, aspect="overall", u="1"):
@@ -251,7 +251,7 @@ def test_reference_design_puts_the_system_under_test_in_a_and_the_reference_in_b
 
 
 def test_report_header_names_the_orders_actually_judged():
-    from recjudge.evaluators._arena_report import _header
+    from recjudge.evaluators.arena._report import _header
 
     one = "\n".join(_header(ArenaConfig(systems=("pop", "als")), "d", {"reference": "pop"}, 3))
     assert "one order per user (the paper's protocol)" in one
@@ -328,7 +328,7 @@ def test_prompt_defines_the_six_aspects_and_asks_for_each_analysis():
 
 
 def test_embedding_similarity_is_cosine():
-    from recjudge.evaluators._arena_systems import embedding_similarity
+    from recjudge.evaluators.arena._systems import embedding_similarity
 
     class M:
         item_index = {"a": 0, "b": 1, "c": 2}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from cli_in_process import run_cli
-from recjudge.evaluators._audit import audit, quantile_bins
+from recjudge.evaluators.offline._audit import audit, quantile_bins
 
 
 def test_quantile_bins_keep_ties_together_and_cover_every_value():
@@ -93,7 +93,7 @@ def _arena_records(judge):
 
 
 def test_a_judge_that_reads_only_the_position_flips_every_verdict():
-    from recjudge.evaluators._audit import position_audit
+    from recjudge.evaluators.offline._audit import position_audit
 
     res = position_audit(_arena_records(lambda a, b, aspect: "A wins"))
     for aspect in ("accuracy", "overall"):
@@ -103,7 +103,7 @@ def test_a_judge_that_reads_only_the_position_flips_every_verdict():
 
 
 def test_a_judge_that_reads_the_lists_wins_a_system_in_either_place():
-    from recjudge.evaluators._audit import position_audit
+    from recjudge.evaluators.offline._audit import position_audit
 
     best = {"s1": 2, "ref": 1, "s2": 0}
     res = position_audit(_arena_records(

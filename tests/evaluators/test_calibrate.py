@@ -10,7 +10,7 @@ import pytest
 
 from cli_in_process import run_cli
 from recjudge.data import DataError
-from recjudge.evaluators._calibrate import (
+from recjudge.evaluators.offline._calibrate import (
     apply_map,
     calibrate,
     cohen_kappa,
@@ -87,8 +87,8 @@ def test_a_map_made_for_another_judge_is_refused(tmp_path):
 
 def test_calibrate_command_writes_the_map_that_impute_applies(tmp_path):
     from judged_folders import write_judged_folder
-    from recjudge.evaluators._estimators import read_judged
-    from recjudge.evaluators._impute import _write_sidecar
+    from recjudge.evaluators.offline._estimators import read_judged
+    from recjudge.evaluators.offline._impute import _write_sidecar
 
     folder = tmp_path / "imputed"
     judged = write_judged_folder(folder, tmp_path / "labels.csv", 200, seed=1, power=2.0)

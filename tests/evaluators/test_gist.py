@@ -94,7 +94,7 @@ def test_an_object_engaged_twice_counts_under_each_of_its_event_types(monkeypatc
     read as a dict kept only its oldest event (here the view, not the rating)."""
     from types import SimpleNamespace
 
-    from recjudge.evaluators import _gist_pipeline as gp
+    from recjudge.evaluators.gist import _pipeline as gp
 
     monkeypatch.setattr(gp, "_relevant", lambda run, pairs, desc: {p: (True, 0.9) for p in pairs})
     history = [("m1", "explicit_positive"), ("m2", "implicit_positive"),
@@ -194,7 +194,7 @@ def test_signal_names_are_counted_per_model_and_reported():
     s = gist_scores(recs)
     assert (s["m"]["signal_names"], s["m"]["signal_names_verified"]) == (2, 1)
     assert (s["n"]["signal_names"], s["n"]["signal_names_verified"]) == (0, 0)
-    from recjudge.evaluators._gist_report import _report_notes
+    from recjudge.evaluators.gist._report import _report_notes
 
     base = {"incomplete_extractions": 0, "filled_distractors": 0, "prompt_example": "x y"}
     lines = "\n".join(_report_notes(GistConfig(), {**base, "scores": s}))
@@ -213,7 +213,7 @@ def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgb
 
-    from recjudge.evaluators._gist_report import _pr_draw
+    from recjudge.evaluators.gist._report import _pr_draw
 
     users = {"u": {"ig_p": 0.5, "ig_r": 0.5}, "v": {"ig_p": 1.0, "ig_r": 0.0}}
     scores = {m: {"ig_p": 0.5, "ig_r": 0.5, "users": users} for m in ("a", "b", "c")}
@@ -229,7 +229,7 @@ def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
 
 
 def test_the_extraction_prompt_speaks_of_the_domain_and_the_configured_example():
-    from recjudge.evaluators._gist import extraction_messages
+    from recjudge.evaluators.gist._gist import extraction_messages
 
     lines = ["[1] explicit_positive - Emma by Jane Austen (1815)"]
     books = extraction_messages(lines, "books", GistConfig())[1]["content"]
@@ -240,7 +240,7 @@ def test_the_extraction_prompt_speaks_of_the_domain_and_the_configured_example()
 
 
 def test_specificity_evidence_is_sampled_from_the_cited_set():
-    from recjudge.evaluators._gist import specificity_evidence
+    from recjudge.evaluators.gist._gist import specificity_evidence
 
     cited = [str(i) for i in range(12)]
     picks = {tuple(specificity_evidence(cited, 5, ("s", n))) for n in range(20)}
@@ -251,7 +251,7 @@ def test_specificity_evidence_is_sampled_from_the_cited_set():
 
 
 def test_citation_rule_is_instructed_and_counted_not_enforced_by_default():
-    from recjudge.evaluators._gist_pipeline import _count_citations, _Interest
+    from recjudge.evaluators.gist._pipeline import _count_citations, _Interest
 
     def interests():
         return [_Interest("u", "m", f"i{k}", ["x", "y"]) for k in range(3)]
@@ -432,7 +432,7 @@ def one_cited_interest(monkeypatch) -> None:
     interest), and a run with no cited interest never reaches the evidence filter. The
     extraction still decodes and stores the model's own answers; this only guarantees that the
     later stages have something to check, whatever the model wrote."""
-    from recjudge.evaluators import _gist_pipeline
+    from recjudge.evaluators.gist import _pipeline as _gist_pipeline
 
     real = _gist_pipeline._extract
 
@@ -451,7 +451,7 @@ def one_cited_interest(monkeypatch) -> None:
 @pytest.mark.e2e
 def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
     one_cited_interest(monkeypatch)
-    from recjudge.evaluators import _gist_pipeline
+    from recjudge.evaluators.gist import _pipeline as _gist_pipeline
 
     # The taxonomy's first 40 categories (the paper's ids and names): the wiring of the full
     # choice and its agreement with the shortlist is under test, not the size of one choice
@@ -546,7 +546,7 @@ def _carried_to_a_fresh_store(cfg, first, llms, ds, tmp_path):
 
 def test_an_extraction_answer_naming_a_history_title_stays_behind():
     from recjudge.data import TitleScreen
-    from recjudge.evaluators._gist_pipeline import _title_free_extraction
+    from recjudge.evaluators.gist._pipeline import _title_free_extraction
 
     form = _title_free_extraction(TitleScreen(["Heat (1995)", "Godfather, The (1972)"]))
     clean = [{"interest": "Crime thrillers", "ids": ["1", "2"]}]
@@ -596,7 +596,7 @@ def _profile_line(user, interests):
 
 def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
     from recjudge.data import DataError
-    from recjudge.evaluators._gist_pipeline import read_profiles
+    from recjudge.evaluators.gist._pipeline import read_profiles
 
     h = ml100k.history("1")["item_id"].astype(str).tolist()
     p = tmp_path / "mine.jsonl"
@@ -660,7 +660,7 @@ def test_distractor_candidates_exclude_the_users_whole_history():
 
     import pandas as pd
 
-    from recjudge.evaluators._gist_pipeline import _spec_jobs
+    from recjudge.evaluators.gist._pipeline import _spec_jobs
 
     history = [f"old{i}" for i in range(300)] + ["recent"]  # far beyond one chunk of 100
     ds = SimpleNamespace(history=lambda u: pd.DataFrame({"item_id": history}))
@@ -681,7 +681,7 @@ def test_users_naming_the_same_interest_share_the_distractor_order():
 
     import pandas as pd
 
-    from recjudge.evaluators._gist_pipeline import _spec_jobs
+    from recjudge.evaluators.gist._pipeline import _spec_jobs
 
     own = {"a": ["p0", "p3", "p8"], "b": ["p1", "p3", "p20"]}
     ds = SimpleNamespace(history=lambda u: pd.DataFrame({"item_id": own[u]}))
@@ -716,7 +716,7 @@ def test_a_missing_model_fails_before_any_work(tmp_path, smollm):
 def test_the_full_taxonomy_scores_whole_names_where_the_engine_allows(smollm):
     from types import SimpleNamespace
 
-    from recjudge.evaluators._gist_pipeline import taxonomy_rule
+    from recjudge.evaluators.gist._pipeline import taxonomy_rule
     from recjudge.llm import ENGINE_CAPABILITIES, BackendError
 
     assert taxonomy_rule(smollm) == "likelihood"

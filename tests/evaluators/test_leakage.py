@@ -10,7 +10,7 @@ import pytest
 
 from cli_in_process import run_cli
 from recjudge._util import sha256_file
-from recjudge.evaluators._leakage import (
+from recjudge.evaluators.offline._leakage import (
     TunedLeakageError,
     gold_overlap,
     period_overlap,
@@ -75,7 +75,7 @@ def test_a_users_record_that_is_not_the_cards_is_refused(tmp_path):
 
 def test_evaluate_refuses_gold_of_users_the_tuning_read(tmp_path):
     from recjudge.evaluators import GoldSample
-    from recjudge.evaluators._jobs import _check_tuned_gold
+    from recjudge.evaluators.offline._jobs import _check_tuned_gold
 
     model = fake_tuned(tmp_path / "m", {"a": 5.0})
     gold = GoldSample({("a", "x"): 1, ("e", "y"): 0})

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recjudge.evaluators._estimators import (
+from recjudge.evaluators.offline._estimators import (
     ListLabels,
     Propensities,
     estimate,

@@ -27,7 +27,7 @@ from recjudge.evaluators import (
     select_positives,
     write_qrels,
 )
-from recjudge.evaluators._evaluate import report_lines
+from recjudge.evaluators.offline._evaluate import report_lines
 from recjudge.reward import Judgment
 
 RANKS = {"u1": ["a", "b", "c"], "u2": ["c", "a"]}

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from recjudge.evaluators._estimators import ListLabels, estimate
-from recjudge.evaluators._supervised import fit_imputer, logit, refit_draws
+from recjudge.evaluators.offline._estimators import ListLabels, estimate
+from recjudge.evaluators.offline._supervised import fit_imputer, logit, refit_draws
 
 
 def _world(seed: int, n_users: int = 300, k: int = 10):

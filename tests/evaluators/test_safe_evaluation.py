@@ -17,7 +17,7 @@ import pytest
 
 from recjudge.data import DataError
 from recjudge.evaluators._circular import CircularJudgeError, circular_systems, list_overlap
-from recjudge.evaluators._estimators import (
+from recjudge.evaluators.offline._estimators import (
     Propensities,
     estimate_runs,
     fit_propensities,
@@ -25,12 +25,12 @@ from recjudge.evaluators._estimators import (
     propensities_from,
     read_propensities,
 )
-from recjudge.evaluators._evaluate import EvaluateConfig, evaluate_runs
-from recjudge.evaluators._gold import GoldSample, listed_pairs, read_gold, sample_gold
-from recjudge.evaluators._impute import evaluation_users
-from recjudge.evaluators._jobs import EvaluateJob, run_evaluate
-from recjudge.evaluators._ppi import clustered_ppi_mean, ppi_user_totals
-from recjudge.evaluators._runs import RecRun, RunCheck
+from recjudge.evaluators.offline._evaluate import EvaluateConfig, evaluate_runs
+from recjudge.evaluators.offline._gold import GoldSample, listed_pairs, read_gold, sample_gold
+from recjudge.evaluators.offline._impute import evaluation_users
+from recjudge.evaluators.offline._jobs import EvaluateJob, run_evaluate
+from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
+from recjudge.evaluators.offline._runs import RecRun, RunCheck
 
 GLIDE = json.loads((Path(__file__).parent / "data" / "glide_reference.json").read_text())
 
@@ -184,7 +184,7 @@ def test_clustered_ppi_covers_when_labels_cluster_by_user_and_iid_does_not():
         lab[gold] = y[gold]
         c = clustered_ppi_mean(lab.ravel(), p.ravel(), np.repeat(np.arange(n_users), k))
         hit["clustered"] += c["lo"] <= truth <= c["hi"]
-        from recjudge.evaluators._estimators import ppi_mean
+        from recjudge.evaluators.offline._estimators import ppi_mean
 
         i = ppi_mean(y[gold].ravel(), p[gold].ravel(), p.ravel())
         hit["iid"] += i["lo"] <= truth <= i["hi"]
@@ -206,7 +206,7 @@ def test_gold_sample_designs_record_inclusion_probabilities_and_read_back(tmp_pa
         if design == "users":  # whole lists of the sampled users
             chosen = {u for u, _ in pairs}
             assert {p for p in frame if p[0] in chosen} == set(pairs) and len(pairs) >= 20
-    from recjudge.evaluators._gold import write_gold
+    from recjudge.evaluators.offline._gold import write_gold
 
     rows = sample_gold([a, b], users, 4, 20, design="users", seed=1)
     path = write_gold(rows, tmp_path / "gold.csv", {"design": "users"})

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from recjudge.evaluators._arena import ArenaConfig
-from recjudge.evaluators._gist_config import GistConfig
-from recjudge.evaluators._usersum import UserSumConfig
+from recjudge.evaluators.arena._arena import ArenaConfig
+from recjudge.evaluators.gist._config import GistConfig
+from recjudge.evaluators.usersum._usersum import UserSumConfig
 from recjudge.llm import LLMConfig, SamplingConfig, llm_key
 from recjudge.reward import JudgeConfig, ResultsStore, StoredAsk, ask_key, ask_stored
 
@@ -121,8 +121,8 @@ def test_arena_keys_its_budget_once_and_finds_answers_under_the_former_form():
     committed arena checkpoints' keys): each question names that key as ``formerly``."""
     from types import SimpleNamespace
 
-    from recjudge.evaluators._arena import ARENA_PROMPT_VERSION, _asks
-    from recjudge.evaluators._arena_prompts import arena_messages
+    from recjudge.evaluators.arena._arena import ARENA_PROMPT_VERSION, _asks
+    from recjudge.evaluators.arena._prompts import arena_messages
 
     config = ArenaConfig(model="m", systems=("pop", "itemknn"), users=1, absolute=False)
     arena = SimpleNamespace(config=config, users=["7"], profiles={"7": "age 25"},
@@ -174,7 +174,7 @@ def gist_ml1m():
 
 
 def _extraction_keys(config, monkeypatch, dtype="bfloat16"):
-    from recjudge.evaluators._gist_pipeline import gist_extraction_asks
+    from recjudge.evaluators.gist._pipeline import gist_extraction_asks
 
     monkeypatch.setenv("RECJUDGE_DTYPE", dtype)
     return {a.key for a in gist_extraction_asks(config, "ml-1m")}

@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from recjudge.evaluators._supervised import (
+from recjudge.evaluators.offline._supervised import (
     design_matrix,
     features_of,
     fit_imputer,

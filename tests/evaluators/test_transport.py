@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from recjudge.evaluators import RecRun, RunCheck
-from recjudge.evaluators._calibrate import apply_map, fit_isotonic
-from recjudge.evaluators._transport import refuse_levels, transport_check
+from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
+from recjudge.evaluators.offline._transport import refuse_levels, transport_check
 
 
 def _world(seed: int, lenient: float, n_users: int = 200, k: int = 10):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from recjudge.evaluators import GoldSample, RecRun, RunCheck
-from recjudge.evaluators._calibrate import apply_map, fit_isotonic
-from recjudge.evaluators._transport import bound_levels, residual_interval
+from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
+from recjudge.evaluators.offline._transport import bound_levels, residual_interval
 
 
 def _world(seed: int, n_users: int = 300, k: int = 10):

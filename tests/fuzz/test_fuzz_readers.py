@@ -84,7 +84,7 @@ def _run_reader(fmt: str):
 
 
 def _labels(p):
-    from recjudge.evaluators._calibrate import read_labels
+    from recjudge.evaluators.offline._calibrate import read_labels
 
     return read_labels(p)
 

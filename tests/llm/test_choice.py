@@ -7,7 +7,7 @@ import pytest
 import torch
 from _choice_data import FILLS, OPTIONS
 
-from recjudge.evaluators._gist import taxonomy_full_messages
+from recjudge.evaluators.gist._gist import taxonomy_full_messages
 from recjudge.llm import OptionTrie, best_options, option_tokens
 from recjudge.reward import SLOT, choose, choose_shared
 

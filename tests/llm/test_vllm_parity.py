@@ -172,7 +172,7 @@ def test_offline_sweep_replays_every_setting_from_one_pass(reqs):
 
 
 def _choices(llm):
-    from recjudge.evaluators._gist import taxonomy_full_messages
+    from recjudge.evaluators.gist._gist import taxonomy_full_messages
     from recjudge.reward import choose_shared
 
     msgs = taxonomy_full_messages(OPTIONS)
@@ -203,7 +203,7 @@ def test_offline_whole_option_choice_matches_transformers(reference_choices):
     llm = load_llm(
         LLMConfig(model="smollm2-135m", dtype="float32", backend="vllm", vllm_args=VLLM_ARGS)
     )
-    from recjudge.evaluators._gist_pipeline import taxonomy_rule
+    from recjudge.evaluators.gist._pipeline import taxonomy_rule
 
     assert taxonomy_rule(llm) == "likelihood"
     _same_choices("offline", reference_choices, _choices(llm))

@@ -433,7 +433,7 @@ def test_a_trec_run_with_encoded_ids_reads_back_as_written(tmp_path):
 
 # -- gist verify: what the rules did is counted and said before judging -----------------------
 def test_profiles_empty_and_oversized_are_counted(ml100k, tmp_path):
-    from recjudge.evaluators._gist_pipeline import PROFILE_INTEREST_CAP, read_profiles
+    from recjudge.evaluators.gist._pipeline import PROFILE_INTEREST_CAP, read_profiles
 
     user = str(ml100k.interactions["user_id"].iloc[0])
     item = str(ml100k.history(user)["item_id"].iloc[0])

@@ -209,7 +209,7 @@ def test_a_run_where_every_pair_fails_is_not_a_success(split, smollm, tmp_path):
     finished."""
     from recjudge.data import load_dataset
     from recjudge.evaluators import AugmentConfig, ImputeConfig, augment, impute, read_run
-    from recjudge.evaluators._impute import JobFailedError
+    from recjudge.evaluators.offline._impute import JobFailedError
     from recjudge.reward import Judge, JudgeConfig
 
     class Broken(Judge):
@@ -369,7 +369,7 @@ def test_sigkill_during_calibrate_leaves_no_half_written_output(tmp_path, after)
     import sys
 
     from judged_folders import write_judged_folder
-    from recjudge.evaluators._calibrate import load_map
+    from recjudge.evaluators.offline._calibrate import load_map
 
     folder = tmp_path / "imputed"
     write_judged_folder(folder, tmp_path / "labels.csv", 20_000)  # a kill can land inside it

@@ -7,7 +7,7 @@ system's metric with a 95 % interval that is then held against the population tr
 - ``labels-only``: PPI++ with a constant predictor (its power-tuned weight is 0): the gold
   labels alone, design-weighted, clustered by user as ``evaluate`` does;
 - ``ppi [judge]``: PPI++ on the judge's raw ``p_yes`` (what ``evaluate --gold`` runs today);
-- ``ppi [supervised:M]``: PPI++ on the supervised imputer ``M`` (``evaluators._supervised``:
+- ``ppi [supervised:M]``: PPI++ on the supervised imputer ``M`` (``evaluators.offline._supervised``:
   logistic regression or gradient boosting of the gold label on the judge's log-odds, the
   unbiased LLM's log-odds, sigma and the item's log popularity), cross-fitted over the gold
   users (what ``evaluate --gold --calibration M`` runs);
@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-#: the supervised imputers compared (``evaluators._supervised`` methods)
+#: the supervised imputers compared (``evaluators.offline._supervised`` methods)
 SUPERVISED = ("logistic", "boosting")
 LABELS_ONLY = "labels-only"
 
@@ -36,7 +36,7 @@ def feature_rows(world: Any, judge: str) -> dict[tuple[str, str], dict[str, Any]
     """Per listed pair, the supervised imputer's features the simulated world holds: the
     judge's log-odds, the unbiased LLM's (``judge:no-behavior``, when judged), sigma (the
     judge's CF model) and the item's log training popularity."""
-    from recjudge.evaluators._supervised import logit
+    from recjudge.evaluators.offline._supervised import logit
 
     p = world.imputers[judge][0]
     sem = world.imputers.get("judge:no-behavior", (None, None))[0]
@@ -93,7 +93,7 @@ def imputers_on_gold(
     one entry per system (``gold_on_log``'s form)."""
     from recjudge.bench._offline_estimators import GOLD_DESIGNS, _auc, draw_gold
     from recjudge.evaluators import listed_pairs, parse_metric
-    from recjudge.evaluators._supervised import fit_imputer
+    from recjudge.evaluators.offline._supervised import fit_imputer
 
     observed, theta, chosen = log
     p, h = world.imputers[judge]
@@ -172,8 +172,8 @@ def _oua_cells(world, rows, gold, runs, metrics, truth, observed, theta, chosen,
     from recjudge._stats import bootstrap_ci
     from recjudge.bench._offline_estimators import _gather, _padded_weights
     from recjudge.evaluators import listed_pairs, parse_metric
-    from recjudge.evaluators._supervised import fit_imputer, refit_draws
-    from recjudge.evaluators._transport import bound_levels, residual_interval
+    from recjudge.evaluators.offline._supervised import fit_imputer, refit_draws
+    from recjudge.evaluators.offline._transport import bound_levels, residual_interval
 
     labels = gold.labels
 
@@ -245,8 +245,8 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     split by the pooled map's true bias on the system (``TRANSPORTS``, ``FAILS_TO_TRANSPORT``).
     Returns (planted flagged, others flagged, honest world flagged, flagged where it
     transports, such systems, flagged where it does not, such systems)."""
-    from recjudge.evaluators._calibrate import apply_map, fit_isotonic
-    from recjudge.evaluators._transport import transport_check
+    from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
+    from recjudge.evaluators.offline._transport import transport_check
 
     target = runs[0].name
     mine = np.zeros(len(world.pairs), dtype=bool)

@@ -12,7 +12,7 @@ Protocol (``brief-ratings``' held-out pairs, so the rows compare with that repor
    BRIEF (sigma from the positive-only CF model), and ``cf-only`` reads sigma alone; the
    tuned folder is judged as ``no-behavior`` and BRIEF with the same sigma. Read-outs (the
    decision step's P(YES)), greedy, through each run's store.
-4. The supervised imputer (``evaluators._supervised``, logistic regression) is fitted on the
+4. The supervised imputer (``evaluators.offline._supervised``, logistic regression) is fitted on the
    relevance labels of the evaluation pairs themselves, cross-fitted over users (each user's
    pairs are scored by a model fitted on the other users): the base BRIEF judge's log-odds,
    its unbiased log-odds, sigma, item popularity and history length as features.
@@ -108,7 +108,7 @@ def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str
 def _supervised(reqs: list[Any], brief: list[Any], past: Any) -> tuple[list[Any], Any]:
     """The supervised imputer's pseudo-judgments per request (cross-fitted over users on the
     relevance labels) and the fit."""
-    from recjudge.evaluators._supervised import features_of, fit_imputer
+    from recjudge.evaluators.offline._supervised import features_of, fit_imputer
 
     pop = past["item_id"].astype(str).value_counts().to_dict()
     rows, gold = {}, {}

@@ -224,8 +224,19 @@ class Dataset:
         return got
 
     def rendered_many(self, item_ids: list[str]) -> list[tuple[str, str]]:
-        """``rendered`` of each of ``item_ids`` (strings), in order."""
+        """``rendered`` of each of ``item_ids`` (strings), in order; the items not rendered
+        yet are read from the table in one pass (a row at a time through ``iloc`` cost
+        ~50 us an item: most of a cold batch's request building)."""
         memo = self._rendered
+        missing = list(dict.fromkeys(i for i in item_ids if i not in memo))
+        if len(missing) > 1:
+            from recjudge.data._render import item_title, render_item
+
+            pos = self._item_index.get_indexer(missing)
+            known = [(i, p) for i, p in zip(missing, pos, strict=True) if p >= 0]
+            rows = self.items.iloc[[p for _, p in known]].to_dict("records")
+            for (i, _), row in zip(known, rows, strict=True):
+                memo[i] = (item_title(row), render_item(row, self.domain))
         return [memo.get(i) or self.rendered(i) for i in item_ids]
 
     def has_item(self, item_id: str) -> bool:

@@ -46,11 +46,11 @@ EVALUATORS: Registry[EvaluatorSpec] = Registry("evaluator")
 
 
 def _register() -> None:
-    from recjudge.evaluators._arena import ArenaConfig, run_arena
-    from recjudge.evaluators._arena_lists import ArenaListConfig, run_arena_lists
-    from recjudge.evaluators._gist_config import GistConfig
-    from recjudge.evaluators._gist_pipeline import run_gist
-    from recjudge.evaluators._usersum import UserSumConfig, run_usersum
+    from recjudge.evaluators.arena._arena import ArenaConfig, run_arena
+    from recjudge.evaluators.arena._lists import ArenaListConfig, run_arena_lists
+    from recjudge.evaluators.gist._config import GistConfig
+    from recjudge.evaluators.gist._pipeline import run_gist
+    from recjudge.evaluators.usersum._usersum import UserSumConfig, run_usersum
 
     EVALUATORS.register("arena", EvaluatorSpec(
         ArenaConfig, run_arena, "RecSys Arena: systems judged pairwise against a reference",

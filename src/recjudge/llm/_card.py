@@ -20,7 +20,7 @@ from recjudge._util import json_loads, sha256_file
 
 TUNED_CARD = "recjudge-tuned.json"
 TUNED_FORMAT = "recjudge-tuned"
-#: the tuned folder's record of the users its tuning read (``evaluators._leakage`` reads it)
+#: the tuned folder's record of the users its tuning read (``evaluators.offline._leakage`` reads it)
 USERS_FILE = "tuning-users.json"
 
 

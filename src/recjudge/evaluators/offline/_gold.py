@@ -258,7 +258,7 @@ def read_gold(
             row named), or a file that does not match its design record.
     """
     from recjudge.data import DataError
-    from recjudge.evaluators._calibrate import read_labels
+    from recjudge.evaluators.offline._calibrate import read_labels
 
     labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
     if not labels:

@@ -29,16 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field
 from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob, JudgeOptions, Warn
 from recjudge._registry import Registry
 from recjudge._util import atomic_write_json, json_loads
-from recjudge.evaluators._augment import AugmentConfig, augment
-from recjudge.evaluators._estimators import FRAGILE_TOP_SHARE, MIN_ESS
-from recjudge.evaluators._evaluate import (
+from recjudge.evaluators.offline._augment import AugmentConfig, augment
+from recjudge.evaluators.offline._estimators import FRAGILE_TOP_SHARE, MIN_ESS
+from recjudge.evaluators.offline._evaluate import (
     QRELS_KINDS,
     EvaluateConfig,
     evaluate_runs,
     plot_scores,
     report_lines,
 )
-from recjudge.evaluators._impute import (
+from recjudge.evaluators.offline._impute import (
     ITEM_POPULARITY,
     ImputeConfig,
     circular_check,
@@ -48,11 +48,11 @@ from recjudge.evaluators._impute import (
     logged_qrels,
     read_item_popularity,
 )
-from recjudge.evaluators._judge_job import judge_text, run_judge
-from recjudge.evaluators._leakage import period_overlap, refuse_period
-from recjudge.evaluators._runs import RecRun, read_qrels, read_run, restrict_to
-from recjudge.evaluators._transport import MIN_TRANSPORT_USERS
-from recjudge.evaluators._tune_job import TuneJob, run_tune, tune_text
+from recjudge.evaluators.offline._judge_job import judge_text, run_judge
+from recjudge.evaluators.offline._leakage import period_overlap, refuse_period
+from recjudge.evaluators.offline._runs import RecRun, read_qrels, read_run, restrict_to
+from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS
+from recjudge.evaluators.offline._tune_job import TuneJob, run_tune, tune_text
 from recjudge.reporting import interval
 
 __all__ = [
@@ -193,8 +193,8 @@ class GoldSampleJob(BaseModel):
 def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Draw ``job.n`` pairs under ``job.design`` (``_gold.sample_gold``) and write the
     labeller's CSV and its design record."""
-    from recjudge.evaluators._estimators import read_judged
-    from recjudge.evaluators._gold import sample_gold, write_gold
+    from recjudge.evaluators.offline._estimators import read_judged
+    from recjudge.evaluators.offline._gold import sample_gold, write_gold
 
     out = Path(job.out)
     if out.is_dir():
@@ -267,7 +267,7 @@ def _warn_checks(runs: Sequence[RecRun], warn: Warn) -> None:
     for r in runs:
         problems = r.check.problems()
         if problems:
-            warn(f"{r.path}: {problems} (rules: recjudge.evaluators._runs)")
+            warn(f"{r.path}: {problems} (rules: recjudge.evaluators.offline._runs)")
 
 
 def _judge_and_store(
@@ -323,7 +323,7 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
     judge, store = _judge_and_store(data, job, Path(job.out), circular)
     cmap = None
     if job.calibration:
-        from recjudge.evaluators._calibrate import load_map
+        from recjudge.evaluators.offline._calibrate import load_map
 
         cmap = load_map(job.calibration, judge.config.model_dump(mode="json"))
     with store:
@@ -572,7 +572,7 @@ def _estimator_options(job: EvaluateJob, config: Any) -> tuple[list[str], list[s
             with a metric that has no estimator.
     """
     from recjudge._registry import suggest
-    from recjudge.evaluators._estimators import ESTIMATORS, RANX_NAMES
+    from recjudge.evaluators.offline._estimators import ESTIMATORS, RANX_NAMES
 
     explicit = bool(job.estimators)
     wanted = [e.strip() for e in (job.estimators or ",".join(ESTIMATORS)).split(",") if e.strip()]
@@ -599,13 +599,13 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
               summary: dict[str, Any]):  # fmt: skip
     """The estimators: the options checked, ``estimate_evaluation``, the lead estimator and
     its validation, the next step (gold pairs to label), and the obp export."""
-    from recjudge.evaluators._estimators import (
+    from recjudge.evaluators.offline._estimators import (
         estimate_evaluation,
         export_obp,
         propensities_from,
         read_judged,
     )
-    from recjudge.evaluators._gold import listed_pairs, read_gold
+    from recjudge.evaluators.offline._gold import listed_pairs, read_gold
 
     wanted, metrics, skipped = _estimator_options(job, config)
     popularity = read_item_popularity(Path(job.qrels or "") / ITEM_POPULARITY)
@@ -623,13 +623,13 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         if gold is None:
             raise ValueError(f"--calibration {job.calibration} fits the judge to gold labels: "
                              "give --gold FILE (`recjudge gold sample`, labelled)")  # fmt: skip
-        from recjudge.evaluators._supervised import fit_imputer, read_feature_rows
+        from recjudge.evaluators.offline._supervised import fit_imputer, read_feature_rows
 
         rows = read_feature_rows(Path(job.qrels or "") / "imputed.jsonl", popularity)
         fitted = fit_imputer(rows, gold.labels, job.calibration)
         judged = {k: (fitted.p[k], hard) for k, (_, hard) in judged.items() if k in fitted.p}
         calibrated = True
-        from recjudge.evaluators._supervised import refit_draws
+        from recjudge.evaluators.offline._supervised import refit_draws
 
         refits = refit_draws(rows, gold.labels, job.calibration,
                              OUA_DRAWS.get(job.calibration, 1000))  # fmt: skip
@@ -668,7 +668,7 @@ OUA_DRAWS = {"isotonic": 1000, "logistic": 1000, "boosting": 200}
 def _check_tuned_gold(summary: dict[str, Any], gold: Any, allow: bool) -> None:
     """Refuse gold labels of users the judge's tuning read (``_leakage``); the outcome goes
     into ``summary['tuned']`` for the report's header."""
-    from recjudge.evaluators._leakage import TunedLeakageError, gold_overlap, refuse_gold
+    from recjudge.evaluators.offline._leakage import TunedLeakageError, gold_overlap, refuse_gold
 
     tuned = summary.get("tuned")
     model = (summary.get("judge") or {}).get("model")
@@ -693,7 +693,7 @@ def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: b
     runs it (estimated propensities; the judge calibrated or not: uncalibrated, DR inherits
     the judge's bias), quoting its measured error and coverage; without the bench's results,
     dr for a calibrated judge, else snips. The BRIEF paper's ``imputed`` is never the lead."""
-    from recjudge.evaluators._validation import validation_of
+    from recjudge.evaluators.offline._validation import validation_of
 
     defined = [e for e in (("dr", "snips", "ips") if calibrated else ("snips", "ips", "dr"))
                if e in wanted and all((by.get(metric, {}).get(e) or {}).get("value") is not None
@@ -717,9 +717,9 @@ def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
     mean listed pairs per user (the ``users`` design labels all of them)."""
     import numpy as np
 
-    from recjudge.evaluators._estimators import metric_weights, parse_metric
-    from recjudge.evaluators._gold import listed_pairs
-    from recjudge.evaluators._ppi import gold_units_needed
+    from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
+    from recjudge.evaluators.offline._gold import listed_pairs
+    from recjudge.evaluators.offline._ppi import gold_units_needed
 
     base, k = parse_metric(metric)
     if base not in ("precision", "dcg", "ndcg_fixed") or len(users) < 2:

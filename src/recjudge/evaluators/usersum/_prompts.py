@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from recjudge._util import chat
-from recjudge.evaluators._usersum_metrics import LETTERS
+from recjudge.evaluators.usersum._metrics import LETTERS
 
 USERSUM_PROMPT_VERSION = "usersum-v2"
 USERSUM_PROMPT_FINGERPRINT = "usersum-v2:f99331c4b66d6bb1"  # tests/test_prompt_versions.py

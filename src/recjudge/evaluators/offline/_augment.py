@@ -22,8 +22,8 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge.data import Dataset
-from recjudge.evaluators._impute import require_some_judged
-from recjudge.evaluators._runs import RecRun
+from recjudge.evaluators.offline._impute import require_some_judged
+from recjudge.evaluators.offline._runs import RecRun
 
 
 class AugmentConfig(BaseModel):

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from recjudge._util import chat
-from recjudge.evaluators._arena_metrics import ASPECTS
+from recjudge.evaluators.arena._metrics import ASPECTS
 
 ARENA_PROMPT_VERSION = "arena-v2"
 ARENA_PROMPT_FINGERPRINT = "arena-v2:0e19596e630a397c"  # tests/test_prompt_versions.py

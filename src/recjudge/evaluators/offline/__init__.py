@@ -1,8 +1,9 @@
 """Offline evaluation of a team's recommender: runs, impute, evaluate, augment, the metric
 estimators: the public names of this family (also importable flat from ``recjudge.evaluators``)."""
 
-from recjudge.evaluators._audit import run_audit, run_position_audit
-from recjudge.evaluators._augment import (
+from recjudge.evaluators._circular import OVERLAP_LIMIT, list_overlap
+from recjudge.evaluators.offline._audit import run_audit, run_position_audit
+from recjudge.evaluators.offline._augment import (
     AugmentConfig,
     AugmentPlan,
     augment,
@@ -10,14 +11,13 @@ from recjudge.evaluators._augment import (
     augmented_interactions,
     select_positives,
 )
-from recjudge.evaluators._calibrate import (
+from recjudge.evaluators.offline._calibrate import (
     apply_map,
     calibration_lines,
     fit_isotonic,
     run_calibration,
 )
-from recjudge.evaluators._circular import OVERLAP_LIMIT, list_overlap
-from recjudge.evaluators._estimators import (
+from recjudge.evaluators.offline._estimators import (
     ESTIMATOR_SPECS,
     ESTIMATORS,
     Estimate,
@@ -39,14 +39,14 @@ from recjudge.evaluators._estimators import (
     snips_normaliser,
     to_obp,
 )
-from recjudge.evaluators._evaluate import (
+from recjudge.evaluators.offline._evaluate import (
     QRELS_KINDS,
     EvaluateConfig,
     evaluate_runs,
     kendall_tau,
 )
-from recjudge.evaluators._gold import GoldSample, listed_pairs, sample_gold
-from recjudge.evaluators._impute import (
+from recjudge.evaluators.offline._gold import GoldSample, listed_pairs, sample_gold
+from recjudge.evaluators.offline._impute import (
     ImputationPlan,
     ImputeConfig,
     evaluation_users,
@@ -55,7 +55,7 @@ from recjudge.evaluators._impute import (
     logged_qrels,
     pairs_to_impute,
 )
-from recjudge.evaluators._jobs import (
+from recjudge.evaluators.offline._jobs import (
     AugmentJob,
     EvaluateJob,
     ImputeJob,
@@ -69,13 +69,13 @@ from recjudge.evaluators._jobs import (
     run_judge,
     write_evaluation,
 )
-from recjudge.evaluators._leakage import (
+from recjudge.evaluators.offline._leakage import (
     TunedLeakageError,
     gold_overlap,
     period_overlap,
     tuning_users,
 )
-from recjudge.evaluators._runs import (
+from recjudge.evaluators.offline._runs import (
     RUN_FORMATS,
     RecRun,
     RunCheck,
@@ -86,13 +86,13 @@ from recjudge.evaluators._runs import (
     trec_id,
     write_qrels,
 )
-from recjudge.evaluators._supervised import (
+from recjudge.evaluators.offline._supervised import (
     FittedImputer,
     features_of,
     fit_imputer,
     read_feature_rows,
 )
-from recjudge.evaluators._tune_job import TuneJob, read_user_ids, run_tune, tune_text
+from recjudge.evaluators.offline._tune_job import TuneJob, read_user_ids, run_tune, tune_text
 
 __all__ = [
     "FittedImputer",

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from recjudge.evaluators._arena_metrics import auc_of, ndcg_at, urd
+from recjudge.evaluators.arena._metrics import auc_of, ndcg_at, urd
 
 
 # -- systems -------------------------------------------------------------------------------

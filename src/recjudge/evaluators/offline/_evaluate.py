@@ -17,7 +17,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from recjudge._util import comma_list
-from recjudge.evaluators._runs import Qrels, RecRun
+from recjudge.evaluators.offline._runs import Qrels, RecRun
 
 QRELS_KINDS = ("logged", "imputed")
 # ranx's binary-relevance metrics (``name@k``; ``ndcg_burges`` is ranx's exp-gain nDCG).

@@ -190,7 +190,7 @@ def residual_interval(
     """
     from scipy.stats import t as student
 
-    from recjudge.evaluators._estimators import metric_weights, parse_metric
+    from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
 
     base, k = parse_metric(metric)
     w = metric_weights(base, k)

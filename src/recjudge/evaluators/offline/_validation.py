@@ -27,7 +27,7 @@ def _candidates() -> list[Path]:
     if env:
         p = Path(env)
         out += [p] if p.is_file() else sorted(p.glob("*/results.json"))
-    for root in (Path.cwd(), Path(__file__).resolve().parents[3]):
+    for root in (Path.cwd(), Path(__file__).resolve().parents[4]):
         out += sorted((root / "reports" / "brief-offline-estimators").glob("*/results.json"))
     return out
 

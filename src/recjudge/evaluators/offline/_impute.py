@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import UserFacingError, atomic_write_json, atomic_write_text, json_loads
 from recjudge.data import POSITIVE_EVENTS, Dataset, sample_users
-from recjudge.evaluators._runs import Qrels, RecRun, write_qrels
+from recjudge.evaluators.offline._runs import Qrels, RecRun, write_qrels
 
 
 class ImputeConfig(BaseModel):
@@ -381,7 +381,7 @@ def _write_sidecar(
 ) -> None:
     import json
 
-    from recjudge.evaluators._calibrate import apply_map
+    from recjudge.evaluators.offline._calibrate import apply_map
 
     lines = []
     for j in judged:

@@ -56,7 +56,7 @@ from recjudge._stats import bootstrap_ci, bootstrap_ranks
 from recjudge._util import json_loads
 
 if TYPE_CHECKING:
-    from recjudge.evaluators._transport import Refit
+    from recjudge.evaluators.offline._transport import Refit
 
 
 @dataclass(frozen=True)
@@ -876,7 +876,7 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
             (file and row named).
     """
     from recjudge.data import DataError
-    from recjudge.evaluators._calibrate import read_labels
+    from recjudge.evaluators.offline._calibrate import read_labels
 
     gold = read_labels(path)
     known = set(users)
@@ -1110,7 +1110,7 @@ def estimate_evaluation(
     leave-system-out when ``refit`` refits the calibration on given labels, else on the pooled
     map's residuals): a failing system's ``dm``/``dr`` are refused, and every ``dm`` interval
     becomes the transport-bounded one (``bound_levels``)."""
-    from recjudge.evaluators._gold import GoldSample, listed_pairs
+    from recjudge.evaluators.offline._gold import GoldSample, listed_pairs
 
     got = estimate_runs(runs, logged, judged, propensities, users, metrics, estimators,
                         refits=refits)  # fmt: skip
@@ -1156,7 +1156,7 @@ def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[s
                      metrics: Sequence[str], frame: int, refit: Refit | None,
                      dm_df: float | None) -> None:  # fmt: skip
     """``estimate_evaluation``'s transport step (its docstring), in place on ``got``."""
-    from recjudge.evaluators._transport import (
+    from recjudge.evaluators.offline._transport import (
         bound_levels,
         refuse_levels,
         residual_interval,
@@ -1318,7 +1318,7 @@ def ppi_run(
         ValueError: as the estimator chosen does (too few gold pairs), or a run whose gold
             pairs are all of one class (the message says how many more pairs to label).
     """
-    from recjudge.evaluators._ppi import clustered_ppi_mean, ppi_user_totals
+    from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
 
     base, k = parse_metric(metric)
     w = metric_weights(base, k)

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from recjudge.evaluators._arena_metrics import (
+from recjudge.evaluators.arena._metrics import (
     ASPECTS,
     OPTIONS,
     SWAP_RULES,
@@ -40,7 +40,7 @@ from recjudge.evaluators._arena_metrics import (
     summarize,
     swap_rule_records,
 )
-from recjudge.evaluators._arena_prompts import (
+from recjudge.evaluators.arena._prompts import (
     ABSOLUTE,
     ABSOLUTE_SCORE,
     ARENA_PROMPT_VERSION,
@@ -48,7 +48,7 @@ from recjudge.evaluators._arena_prompts import (
     arena_messages,
     user_profile,
 )
-from recjudge.evaluators._arena_systems import build_systems, offline_metrics
+from recjudge.evaluators.arena._systems import build_systems, offline_metrics
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -410,7 +410,7 @@ def run_arena(
     record per judged order and aspect), ``results.json``, ``report.md`` and
     ``winrates.png`` under ``out``. Judgments are stored in ``out/store.sqlite``; a rerun
     resumes."""
-    from recjudge.evaluators._arena_report import arena_report, plot_winrates
+    from recjudge.evaluators.arena._report import arena_report, plot_winrates
     from recjudge.llm import SamplingConfig, llm_settings_of, load_llm
     from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore, adopt_former, ask_stored

@@ -155,7 +155,7 @@ def position_audit(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ValueError: a record without ``system_a``, ``system_b``, ``aspect`` or a known
             ``verdict`` (names the record).
     """
-    from recjudge.evaluators._arena_metrics import OPTIONS, order_flip_rate, position_shares
+    from recjudge.evaluators.arena._metrics import OPTIONS, order_flip_rate, position_shares
 
     recs = [dict(r) for r in records]
     for n, r in enumerate(recs, 1):
@@ -242,8 +242,8 @@ def run_audit(
     judgments by item popularity, history length and title length; writes the report and
     audit.png into ``out``. Returns (results, report lines)."""
     from recjudge.data import DataError, load_dataset
-    from recjudge.evaluators._calibrate import read_labels
-    from recjudge.evaluators._estimators import read_judged
+    from recjudge.evaluators.offline._calibrate import read_labels
+    from recjudge.evaluators.offline._estimators import read_judged
     from recjudge.reporting import write_report
 
     judged = read_judged(Path(judgments) / "imputed.jsonl", raw=True)
@@ -289,7 +289,7 @@ def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, sourc
     items = set(ds.items["item_id"].astype(str))
     bad_u = [u for u, _ in pairs if u not in users]
     bad_i = [i for _, i in pairs if i not in items]
-    from recjudge.evaluators._impute import ITEM_POPULARITY, read_item_popularity
+    from recjudge.evaluators.offline._impute import ITEM_POPULARITY, read_item_popularity
 
     counts = read_item_popularity(Path(source).parent / ITEM_POPULARITY)
     if counts is not None and not (bad_u or bad_i):

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recjudge.evaluators._gist_metrics import GIST_METRICS
+from recjudge.evaluators.gist._metrics import GIST_METRICS
 
 if TYPE_CHECKING:
-    from recjudge.evaluators._gist_config import GistConfig
+    from recjudge.evaluators.gist._config import GistConfig
 
 
 def _pr_draw(ax: Any, scores: Mapping[str, Any], data: str) -> None:

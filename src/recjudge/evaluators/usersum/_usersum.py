@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import rng
 from recjudge.evaluators._cost import AskMeter
-from recjudge.evaluators._usersum_metrics import (
+from recjudge.evaluators.usersum._metrics import (
     LETTERS,
     TASKS,
     bleu,
@@ -39,7 +39,7 @@ from recjudge.evaluators._usersum_metrics import (
     usersum_metrics,
     word_count,
 )
-from recjudge.evaluators._usersum_prompts import (
+from recjudge.evaluators.usersum._prompts import (
     USERSUM_PROMPT_VERSION,
     combine_messages,
     predict_messages,
@@ -547,7 +547,7 @@ def run_usersum(
     ``metrics.png`` under ``out``. Every LLM answer is stored (``out/store.sqlite``), so a
     rerun resumes."""
     from recjudge.decoding import Choice
-    from recjudge.evaluators._usersum_report import plot_metrics, usersum_report
+    from recjudge.evaluators.usersum._report import plot_metrics, usersum_report
     from recjudge.reporting import write_report
 
     t0 = time.time()

@@ -1,7 +1,7 @@
 """GISTBench (interest extraction, grounding and verification): the public names of this family
 (also importable flat from ``recjudge.evaluators``)."""
 
-from recjudge.evaluators._gist import (
+from recjudge.evaluators.gist._gist import (
     GistConfig,
     Predicate,
     build_oracle,
@@ -17,7 +17,7 @@ from recjudge.evaluators._gist import (
     specificity_options,
     user_scores,
 )
-from recjudge.evaluators._gist_pipeline import (
+from recjudge.evaluators.gist._pipeline import (
     gist_extraction_asks,
     run_gist,
     verify_profiles,

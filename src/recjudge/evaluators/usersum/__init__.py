@@ -1,12 +1,7 @@
 """UserSumBench (user summaries judged by prediction tasks): the public names of this family (also
 importable flat from ``recjudge.evaluators``)."""
 
-from recjudge.evaluators._usersum import (
-    UserSumConfig,
-    run_usersum,
-    time_range,
-)
-from recjudge.evaluators._usersum_metrics import (
+from recjudge.evaluators.usersum._metrics import (
     TASKS,
     bleu,
     make_mcq,
@@ -17,9 +12,14 @@ from recjudge.evaluators._usersum_metrics import (
     time_segments,
     usersum_metrics,
 )
-from recjudge.evaluators._usersum_prompts import (
+from recjudge.evaluators.usersum._prompts import (
     regenerate_messages,
     summary_messages,
+)
+from recjudge.evaluators.usersum._usersum import (
+    UserSumConfig,
+    run_usersum,
+    time_range,
 )
 
 __all__ = [

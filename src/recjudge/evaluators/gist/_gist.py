@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from recjudge._util import rng
-from recjudge.evaluators._gist_config import GistConfig
-from recjudge.evaluators._gist_metrics import (
+from recjudge.evaluators.gist._config import GistConfig
+from recjudge.evaluators.gist._metrics import (
     EVENT_SIGNAL,
     GIST_METRICS,
     SIGNALS,
@@ -39,7 +39,7 @@ from recjudge.evaluators._gist_metrics import (
     read_oracle,
     user_scores,
 )
-from recjudge.evaluators._gist_prompts import (
+from recjudge.evaluators.gist._prompts import (
     EVENT_WORDS,
     GIST_PROMPT_FINGERPRINT,
     GIST_PROMPT_VERSION,

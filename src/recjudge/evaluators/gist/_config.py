@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge.evaluators._gist_metrics import Predicate
+from recjudge.evaluators.gist._metrics import Predicate
 
 
 # -- configuration ------------------------------------------------------------------------

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from recjudge._util import json_loads, rng
 from recjudge.evaluators._cost import AskMeter
-from recjudge.evaluators._gist import (
+from recjudge.evaluators.gist._gist import (
     EVENT_SIGNAL,
     GIST_PROMPT_VERSION,
     SIGNALS,
@@ -45,8 +45,8 @@ from recjudge.evaluators._gist import (
     taxonomy_full_messages,
     taxonomy_messages,
 )
-from recjudge.evaluators._gist_report import gist_report, plot_pr
-from recjudge.evaluators._runs import Tally
+from recjudge.evaluators.gist._report import gist_report, plot_pr
+from recjudge.evaluators.offline._runs import Tally
 from recjudge.llm import LLMPool
 from recjudge.reward import StoredAsk, ask_key, ask_stored, closed_form, run_stored
 

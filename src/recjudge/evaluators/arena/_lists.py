@@ -33,8 +33,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from recjudge.evaluators._arena import arena_world, check_systems
-from recjudge.evaluators._arena_metrics import (
+from recjudge.evaluators.arena._arena import arena_world, check_systems
+from recjudge.evaluators.arena._metrics import (
     correlations,
     list_score,
     list_verdict,
@@ -251,7 +251,7 @@ def run_arena_lists(
     ``out/store.sqlite`` (their decision records beside it); a rerun resumes, and one failed
     item is recorded and counted, its list scored over the items that were judged."""
     from recjudge.cf_models import SideInfo, calibrated_cf
-    from recjudge.evaluators._arena_report import arena_lists_report, plot_list_scores
+    from recjudge.evaluators.arena._report import arena_lists_report, plot_list_scores
     from recjudge.llm import LLMConfig, load_llm
     from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore, judge_per_user, llm_made, requests_for

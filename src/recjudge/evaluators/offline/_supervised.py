@@ -107,13 +107,13 @@ class _Isotonic:
     """The PAV map of the first column (``logit_p_yes``), as a model with ``predict_proba``."""
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> _Isotonic:
-        from recjudge.evaluators._calibrate import fit_isotonic
+        from recjudge.evaluators.offline._calibrate import fit_isotonic
 
         self.xs, self.ys = fit_isotonic(x[:, 0], y)
         return self
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        from recjudge.evaluators._calibrate import apply_map
+        from recjudge.evaluators.offline._calibrate import apply_map
 
         p = apply_map(self.xs, self.ys, x[:, 0])
         return np.column_stack([1 - p, p])
@@ -300,7 +300,7 @@ def read_feature_rows(
     Raises:
         DataError: a line that is not such a record (file and line named).
     """
-    from recjudge.evaluators._estimators import Refused, imputed_records
+    from recjudge.evaluators.offline._estimators import Refused, imputed_records
 
     def parse(rec: dict) -> Any:
         feats = features_of(rec, popularity)

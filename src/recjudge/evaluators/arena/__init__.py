@@ -1,20 +1,20 @@
 """RecSys Arena (pairwise list comparison by an LLM judge): the public names of this family (also
 importable flat from ``recjudge.evaluators``)."""
 
-from recjudge.evaluators._arena import (
+from recjudge.evaluators.arena._arena import (
     ArenaConfig,
     ArenaWorld,
     arena_world,
     run_arena,
 )
-from recjudge.evaluators._arena_lists import (
+from recjudge.evaluators.arena._lists import (
     LIST_SCORERS,
     ArenaListConfig,
     list_records,
     list_scores,
     run_arena_lists,
 )
-from recjudge.evaluators._arena_metrics import (
+from recjudge.evaluators.arena._metrics import (
     ASPECTS,
     LIST_DISCOUNTS,
     OPTIONS,
@@ -47,12 +47,12 @@ from recjudge.evaluators._arena_metrics import (
     urd,
     user_bootstrap,
 )
-from recjudge.evaluators._arena_prompts import (
+from recjudge.evaluators.arena._prompts import (
     ABSOLUTE,
     ASPECT_DEFINITIONS,
     arena_messages,
 )
-from recjudge.evaluators._arena_systems import (
+from recjudge.evaluators.arena._systems import (
     RecSystem,
     system_from_file,
 )

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from recjudge._util import chat
 
 if TYPE_CHECKING:
-    from recjudge.evaluators._gist_config import GistConfig
+    from recjudge.evaluators.gist._config import GistConfig
 
 GIST_PROMPT_VERSION = "gist-v1"
 GIST_PROMPT_FINGERPRINT = "gist-v1:39fa69db097acbd3"  # tests/test_prompt_versions.py
