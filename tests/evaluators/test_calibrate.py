@@ -87,7 +87,7 @@ def test_a_map_made_for_another_judge_is_refused(tmp_path):
 
 def test_calibrate_command_writes_the_map_that_impute_applies(tmp_path):
     from judged_folders import write_judged_folder
-    from recjudge.evaluators.offline._estimators import read_judged
+    from recjudge.evaluators.offline._evaluation import read_judged
     from recjudge.evaluators.offline._impute import _write_sidecar
 
     folder = tmp_path / "imputed"

@@ -11,11 +11,13 @@ import pytest
 from recjudge.data import DataError
 from recjudge.evaluators.offline._estimators import (
     ListLabels,
-    Propensities,
     estimate,
     estimate_user,
-    list_labels,
     metric_weights,
+)
+from recjudge.evaluators.offline._evaluation import list_labels
+from recjudge.evaluators.offline._propensities import (
+    Propensities,
     powerlaw_propensities,
     read_propensities,
 )
@@ -169,7 +171,7 @@ def test_a_propensity_file_reads_per_item_and_per_pair(tmp_path):
 
 # -- gold samples: PPI ----------------------------------------------------------------------
 def test_ppi_closed_forms():
-    from recjudge.evaluators.offline._estimators import ppi_mean
+    from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
     y, yhat, yu = np.array([1.0, 0, 1, 1]), np.array([0.5, 0.5, 0.5, 1]), np.array([0.2, 0.6])
     classic = ppi_mean(y, yhat, yu, lam=1.0)
@@ -183,7 +185,7 @@ def test_ppi_closed_forms():
 def test_ppi_intervals_cover_the_truth_with_a_biased_judge():
     """A judge whose probabilities are far off (p^3) still gives intervals at about their
     nominal 95 %: the gold sample corrects it."""
-    from recjudge.evaluators.offline._estimators import ppi_mean
+    from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
     g = np.random.default_rng(7)
     truth_p = g.random(5000)
@@ -200,7 +202,7 @@ def test_ppi_intervals_cover_the_truth_with_a_biased_judge():
 
 
 def test_gold_pairs_outside_the_runs_are_refused_by_row(tmp_path):
-    from recjudge.evaluators.offline._estimators import ppi_metric, read_gold
+    from recjudge.evaluators.offline._gold_ppi import ppi_metric, read_gold
     from recjudge.evaluators.offline._runs import RecRun, RunCheck
 
     run = RecRun("s", "", {"u": ["a", "b", "c"], "v": ["b", "c", "d"]}, {}, RunCheck())

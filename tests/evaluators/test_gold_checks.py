@@ -7,8 +7,9 @@ import pytest
 
 from recjudge.data import DataError
 from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
-from recjudge.evaluators.offline._estimators import Propensities, weight_diagnostics
+from recjudge.evaluators.offline._evaluation import weight_diagnostics
 from recjudge.evaluators.offline._gold import read_gold, write_gold
+from recjudge.evaluators.offline._propensities import Propensities
 
 
 def _run(name, lists):
@@ -72,7 +73,7 @@ def test_gold_drawn_for_other_runs_or_another_k_is_refused(tmp_path):
 def test_propensities_fitted_on_few_users_say_so_and_carry_a_standard_error():
     import numpy as np
 
-    from recjudge.evaluators.offline._estimators import fit_propensities
+    from recjudge.evaluators.offline._propensities import fit_propensities
 
     g = np.random.default_rng(0)
     items = [f"i{j}" for j in range(300)]

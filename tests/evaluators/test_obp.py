@@ -12,13 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from recjudge.evaluators.offline._estimators import (
-    ListLabels,
-    Propensities,
-    estimate,
-    export_obp,
-    to_obp,
-)
+from recjudge.evaluators.offline._estimators import ListLabels, estimate
+from recjudge.evaluators.offline._obp import export_obp, to_obp
+from recjudge.evaluators.offline._propensities import Propensities
 
 REFERENCE = json.loads((Path(__file__).parent / "data" / "obp_reference.json").read_text())
 

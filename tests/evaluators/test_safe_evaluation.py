@@ -17,19 +17,19 @@ import pytest
 
 from recjudge.data import DataError
 from recjudge.evaluators._circular import CircularJudgeError, circular_systems, list_overlap
-from recjudge.evaluators.offline._estimators import (
-    Propensities,
-    estimate_runs,
-    fit_propensities,
-    ppi_metric,
-    propensities_from,
-    read_propensities,
-)
 from recjudge.evaluators.offline._evaluate import EvaluateConfig, evaluate_runs
+from recjudge.evaluators.offline._evaluation import estimate_runs
 from recjudge.evaluators.offline._gold import GoldSample, listed_pairs, read_gold, sample_gold
+from recjudge.evaluators.offline._gold_ppi import ppi_metric
 from recjudge.evaluators.offline._impute import evaluation_users
 from recjudge.evaluators.offline._jobs import EvaluateJob, run_evaluate
 from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
+from recjudge.evaluators.offline._propensities import (
+    Propensities,
+    fit_propensities,
+    propensities_from,
+    read_propensities,
+)
 from recjudge.evaluators.offline._runs import RecRun, RunCheck
 
 GLIDE = json.loads((Path(__file__).parent / "data" / "glide_reference.json").read_text())
@@ -184,7 +184,7 @@ def test_clustered_ppi_covers_when_labels_cluster_by_user_and_iid_does_not():
         lab[gold] = y[gold]
         c = clustered_ppi_mean(lab.ravel(), p.ravel(), np.repeat(np.arange(n_users), k))
         hit["clustered"] += c["lo"] <= truth <= c["hi"]
-        from recjudge.evaluators.offline._estimators import ppi_mean
+        from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
         i = ppi_mean(y[gold].ravel(), p[gold].ravel(), p.ravel())
         hit["iid"] += i["lo"] <= truth <= i["hi"]

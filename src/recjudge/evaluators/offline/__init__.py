@@ -23,21 +23,11 @@ from recjudge.evaluators.offline._estimators import (
     Estimate,
     EstimatorSpec,
     ListLabels,
-    Propensities,
     estimate,
-    estimate_evaluation,
-    export_obp,
-    fit_propensities,
     linear_values,
     metric_weights,
     parse_metric,
-    powerlaw_propensities,
-    ppi_mean,
-    ppi_run,
-    propensities_from,
-    read_propensities,
     snips_normaliser,
-    to_obp,
 )
 from recjudge.evaluators.offline._evaluate import (
     QRELS_KINDS,
@@ -45,7 +35,9 @@ from recjudge.evaluators.offline._evaluate import (
     evaluate_runs,
     kendall_tau,
 )
+from recjudge.evaluators.offline._evaluation import estimate_evaluation
 from recjudge.evaluators.offline._gold import GoldSample, listed_pairs, sample_gold
+from recjudge.evaluators.offline._gold_ppi import ppi_mean, ppi_run
 from recjudge.evaluators.offline._impute import (
     ImputationPlan,
     ImputeConfig,
@@ -74,6 +66,14 @@ from recjudge.evaluators.offline._leakage import (
     gold_overlap,
     period_overlap,
     tuning_users,
+)
+from recjudge.evaluators.offline._obp import export_obp, to_obp
+from recjudge.evaluators.offline._propensities import (
+    Propensities,
+    fit_propensities,
+    powerlaw_propensities,
+    propensities_from,
+    read_propensities,
 )
 from recjudge.evaluators.offline._runs import (
     RUN_FORMATS,

@@ -243,7 +243,7 @@ def run_audit(
     audit.png into ``out``. Returns (results, report lines)."""
     from recjudge.data import DataError, load_dataset
     from recjudge.evaluators.offline._calibrate import read_labels
-    from recjudge.evaluators.offline._estimators import read_judged
+    from recjudge.evaluators.offline._evaluation import read_judged
     from recjudge.reporting import write_report
 
     judged = read_judged(Path(judgments) / "imputed.jsonl", raw=True)

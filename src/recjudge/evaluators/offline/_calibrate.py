@@ -291,7 +291,7 @@ def run_calibration(
     the report into ``out``. Raises ``DataError`` naming the file and the fix."""
     from recjudge._util import atomic_write_json
     from recjudge.data import DataError
-    from recjudge.evaluators.offline._estimators import read_judged
+    from recjudge.evaluators.offline._evaluation import read_judged
     from recjudge.reporting import write_report
 
     folder = Path(judgments)

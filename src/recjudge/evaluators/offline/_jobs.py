@@ -30,7 +30,6 @@ from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob, JudgeOptions, Warn
 from recjudge._registry import Registry
 from recjudge._util import atomic_write_json, json_loads
 from recjudge.evaluators.offline._augment import AugmentConfig, augment
-from recjudge.evaluators.offline._estimators import FRAGILE_TOP_SHARE, MIN_ESS
 from recjudge.evaluators.offline._evaluate import (
     QRELS_KINDS,
     EvaluateConfig,
@@ -38,6 +37,7 @@ from recjudge.evaluators.offline._evaluate import (
     plot_scores,
     report_lines,
 )
+from recjudge.evaluators.offline._evaluation import FRAGILE_TOP_SHARE, MIN_ESS
 from recjudge.evaluators.offline._impute import (
     ITEM_POPULARITY,
     ImputeConfig,
@@ -193,7 +193,7 @@ class GoldSampleJob(BaseModel):
 def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Draw ``job.n`` pairs under ``job.design`` (``_gold.sample_gold``) and write the
     labeller's CSV and its design record."""
-    from recjudge.evaluators.offline._estimators import read_judged
+    from recjudge.evaluators.offline._evaluation import read_judged
     from recjudge.evaluators.offline._gold import sample_gold, write_gold
 
     out = Path(job.out)
@@ -572,7 +572,8 @@ def _estimator_options(job: EvaluateJob, config: Any) -> tuple[list[str], list[s
             with a metric that has no estimator.
     """
     from recjudge._registry import suggest
-    from recjudge.evaluators.offline._estimators import ESTIMATORS, RANX_NAMES
+    from recjudge.evaluators.offline._estimators import ESTIMATORS
+    from recjudge.evaluators.offline._evaluation import RANX_NAMES
 
     explicit = bool(job.estimators)
     wanted = [e.strip() for e in (job.estimators or ",".join(ESTIMATORS)).split(",") if e.strip()]
@@ -599,13 +600,10 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
               summary: dict[str, Any]):  # fmt: skip
     """The estimators: the options checked, ``estimate_evaluation``, the lead estimator and
     its validation, the next step (gold pairs to label), and the obp export."""
-    from recjudge.evaluators.offline._estimators import (
-        estimate_evaluation,
-        export_obp,
-        propensities_from,
-        read_judged,
-    )
+    from recjudge.evaluators.offline._evaluation import estimate_evaluation, read_judged
     from recjudge.evaluators.offline._gold import listed_pairs, read_gold
+    from recjudge.evaluators.offline._obp import export_obp
+    from recjudge.evaluators.offline._propensities import propensities_from
 
     wanted, metrics, skipped = _estimator_options(job, config)
     popularity = read_item_popularity(Path(job.qrels or "") / ITEM_POPULARITY)

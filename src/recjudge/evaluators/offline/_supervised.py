@@ -300,7 +300,7 @@ def read_feature_rows(
     Raises:
         DataError: a line that is not such a record (file and line named).
     """
-    from recjudge.evaluators.offline._estimators import Refused, imputed_records
+    from recjudge.evaluators.offline._evaluation import Refused, imputed_records
 
     def parse(rec: dict) -> Any:
         feats = features_of(rec, popularity)
