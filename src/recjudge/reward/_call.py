@@ -247,8 +247,7 @@ def judge_call(
     c = judge.config
     if not c.uses_llm():
         return [cf_judgment(c, r, s) for r, s in zip(reqs, sigmas, strict=True)]  # type: ignore[arg-type]
-    role = judge.personas.role if judge.personas is not None else None
-    prompts = prompts_for(c, judge.llm, reqs, role, record)
+    prompts = prompts_for(c, judge.llm, reqs, judge.role, record)
     out: list[Judgment | Exception] = list(prompts)  # type: ignore[arg-type]
     ok = [i for i, p in enumerate(prompts) if isinstance(p, Prompt)]
 

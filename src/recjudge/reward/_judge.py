@@ -22,7 +22,7 @@ from recjudge.llm import (
     resolution_state,
     resolve_llm_config,
 )
-from recjudge.reward._call import decode_call, judge_call, prompts_for
+from recjudge.reward._call import Role, decode_call, judge_call, prompts_for
 from recjudge.reward._judge_config import JUDGES, JudgeConfig
 from recjudge.reward._judgment import DecodedCall, JudgeRequest, Judgment, RunSummary, error_text
 from recjudge.reward._keys import JudgeKeys
@@ -122,8 +122,7 @@ class Judge:
             cf.scaler.low, cf.scaler.high = -1.0, 1.0
         self.cf = cf
         self._llm = llm
-        role = self.personas.role if self.personas is not None else None
-        self.keys = JudgeKeys(self.config, cf_identity(cf), self._llm_settings, role)
+        self.keys = JudgeKeys(self.config, cf_identity(cf), self._llm_settings, self.role)
         from recjudge.llm import EngineStats
 
         self.stats = EngineStats()
@@ -133,6 +132,12 @@ class Judge:
     def simulator(self) -> Any:
         """The user simulator of a simulator mode (None for the judge modes)."""
         return self.personas.simulator if self.personas is not None else None
+
+    @property
+    def role(self) -> Role | None:
+        """What a request is asked in: a user simulator's role text (``Personas.role``); None
+        for the judge modes. Part of the prompt, its prefix group and the key."""
+        return self.personas.role if self.personas is not None else None
 
     @property
     def llm(self) -> Any:
@@ -214,8 +219,7 @@ class Judge:
 
     def prompts(self, reqs: Sequence[JudgeRequest]) -> list[Prompt]:
         """The requests' prompts, each prompt prefix rendered once (``reward._call``)."""
-        role = self.personas.role if self.personas is not None else None
-        return prompts_for(self.config, self.llm, reqs, role)  # type: ignore[return-value]
+        return prompts_for(self.config, self.llm, reqs, self.role)  # type: ignore[return-value]
 
     def prompt_text(self, req: JudgeRequest) -> str:
         """The full prompt as the model sees it (prefix + suffix tokens decoded)."""

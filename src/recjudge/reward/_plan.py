@@ -91,9 +91,8 @@ class JudgePlan:
                     plan.failed[i] = s
                 else:
                     plan.sigmas[i] = s
-        role = judge.personas.role if judge.personas is not None else None
         plan.calls = plan_calls(judge.config, reqs, [i for i in plan.todo if i in plan.sigmas],
-                                spread, role)  # fmt: skip
+                                spread, judge.role)  # fmt: skip
         return plan
 
     def _reuse(self, judge: Judge, store: ResultsStore | None, retry_failed: bool) -> None:

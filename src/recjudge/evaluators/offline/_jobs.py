@@ -48,7 +48,7 @@ from recjudge.evaluators.offline._impute import (
     logged_qrels,
     read_item_popularity,
 )
-from recjudge.evaluators.offline._judge_job import judge_text, run_judge
+from recjudge.evaluators.offline._judge_job import judge_of, judge_text, run_judge
 from recjudge.evaluators.offline._leakage import period_overlap, refuse_period
 from recjudge.evaluators.offline._runs import RecRun, read_qrels, read_run, restrict_to
 from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS
@@ -275,18 +275,11 @@ def _judge_and_store(
 ) -> tuple[Any, Any]:
     """The judge ``opts`` describe (checked against ``data``) and its store in ``out``;
     ``before_store(judge)`` runs first (a refusal there leaves no store behind)."""
-    from recjudge.cf_models import check_fits
     from recjudge.distributed import ray_executor
-    from recjudge.reward import ResultsStore, build_judge
+    from recjudge.reward import ResultsStore
 
     executor = ray_executor(opts.ray_config(), opts.model, "transformers", None, opts.device)
-    judge = build_judge(
-        opts.model, opts.mode, opts.cf, opts.beta, not opts.no_evidence,
-        batch_size=opts.batch_size, max_history=opts.max_history, dataset=data,
-        device=opts.device, executor=executor,
-    )  # fmt: skip
-    if judge.cf is not None:
-        check_fits(judge.cf, data, allow_mismatch=opts.allow_cf_mismatch)
+    judge = judge_of(opts, data, executor)
     if before_store is not None:
         before_store(judge)
     store_path = out / "store.sqlite"

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recjudge._judge_options import JudgeJob, Warn
+from recjudge._judge_options import JudgeJob, JudgeOptions, Warn
 from recjudge._util import json_loads
 
 
@@ -26,10 +26,9 @@ def run_judge(job: JudgeJob, progress: bool = True, warn: Warn | None = None) ->
         ValueError: bad input (named with its fix), a store that exists without
             ``resume``, a mode that needs ``--cf`` without it.
     """
-    from recjudge.cf_models import check_fits
     from recjudge.data import load_dataset
     from recjudge.distributed import ray_executor
-    from recjudge.reward import build_judge, request_for
+    from recjudge.reward import request_for
 
     warn = warn or (lambda m: None)
     if job.pairs is None and (job.user is None or job.candidate is None):
@@ -39,17 +38,37 @@ def run_judge(job: JudgeJob, progress: bool = True, warn: Warn | None = None) ->
     # checked against the backend and the cluster before any data or model is loaded
     executor = ray_executor(job.ray_config(), job.model, job.backend, job.server, job.device)
     ds = load_dataset(job.data)
-    judge = build_judge(
-        job.model, job.mode, job.cf, job.beta, not job.no_evidence, job.samples, job.seed,
-        job.batch_size, backend=job.backend, server=job.server, max_history=job.max_history,
-        dataset=ds, device=job.device, executor=executor,
-    )  # fmt: skip
-    if judge.cf is not None:
-        check_fits(judge.cf, ds, allow_mismatch=job.allow_cf_mismatch)
+    judge = judge_of(job, ds, executor, job.backend, job.server, job.samples, job.seed)
     if job.pairs is None:
         req = request_for(ds, job.user, candidate_id(ds, job.candidate))  # type: ignore[arg-type]
         return {"judgment": judge.judge(req).to_dict()}
     return _judge_file(job, judge, read_pairs(ds, job.pairs), progress, warn)
+
+
+def judge_of(
+    opts: JudgeOptions,
+    data: Any,
+    executor: Any = None,
+    backend: str = "transformers",
+    server: str | None = None,
+    samples: int = 0,
+    seed: int = 0,
+) -> Any:
+    """The judge a job's ``JudgeOptions`` describe (``reward.build_judge``), on ``executor``
+    (``distributed.ray_executor``, built by the caller before it loads anything), its CF
+    model checked against ``data`` (``allow_cf_mismatch``). The one place the options
+    become a judge, for ``judge``, ``impute`` and ``augment``."""
+    from recjudge.cf_models import check_fits
+    from recjudge.reward import build_judge
+
+    judge = build_judge(
+        opts.model, opts.mode, opts.cf, opts.beta, not opts.no_evidence, samples, seed,
+        opts.batch_size, backend=backend, server=server, max_history=opts.max_history,
+        dataset=data, device=opts.device, executor=executor,
+    )  # fmt: skip
+    if judge.cf is not None:
+        check_fits(judge.cf, data, allow_mismatch=opts.allow_cf_mismatch)
+    return judge
 
 
 def read_pairs(ds: Any, pairs: str) -> list[Any]:
