@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 from glide.estimators import ClusteredPPIMeanEstimator
 
-from recjudge.evaluators._ppi import clustered_ppi_mean
+from recjudge.evaluators.offline._ppi import clustered_ppi_mean
 
 OUT = Path(__file__).resolve().parents[1] / "tests/evaluators/data/glide_reference.json"
 g = np.random.default_rng(11)

@@ -25,7 +25,8 @@ from obp.ope import (
     SelfNormalizedInverseProbabilityWeighting,
 )
 
-from recjudge.evaluators._estimators import ListLabels, estimate, to_obp
+from recjudge.evaluators.offline._estimators import ListLabels, estimate
+from recjudge.evaluators.offline._obp import to_obp
 
 OUT = Path(__file__).resolve().parents[1] / "tests/evaluators/data/obp_reference.json"
 OBP = {

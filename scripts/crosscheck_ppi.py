@@ -11,7 +11,7 @@ Last run (2026-11-27, ppi-python 0.2.3): max abs difference 2.22e-16 over 20 pro
 import numpy as np
 from ppi_py import ppi_mean_ci, ppi_mean_pointestimate
 
-from recjudge.evaluators._estimators import ppi_mean
+from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
 g = np.random.default_rng(3)
 worst = 0

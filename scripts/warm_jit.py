@@ -66,8 +66,8 @@ for width in (1, 4):
 # recjudge evaluate itself (fixed-width item codes, evaluators._evaluate.ID_WIDTH): every
 # metric it offers, under each of its paired tests.
 from recjudge.evaluators import EvaluateConfig, evaluate_runs  # noqa: E402
-from recjudge.evaluators._evaluate import METRICS  # noqa: E402
-from recjudge.evaluators._runs import RecRun, RunCheck  # noqa: E402
+from recjudge.evaluators.offline._evaluate import METRICS  # noqa: E402
+from recjudge.evaluators.offline._runs import RecRun, RunCheck  # noqa: E402
 
 users = [str(u) for u in range(12)]
 ours = {"logged": {u: {f"m{(int(u) + j) % 30}": 1 for j in (0, 7)} for u in users}}
