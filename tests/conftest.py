@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 
 import pytest
 
@@ -77,3 +78,25 @@ def ml100k():
     from recjudge.data import load_dataset
 
     return load_dataset("ml-100k")
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """A tiny random Llama (2 layers of width 32) in a model folder with SmolLM2's tokenizer
+    files: tuning and scoring tests run on it in seconds."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from recjudge.llm import resolve_model_path
+
+    base = resolve_model_path("smollm2-135m")
+    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
+    cfg = LlamaConfig(vocab_size=49152, hidden_size=32, intermediate_size=64,
+                      num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                      max_position_embeddings=4096, tie_word_embeddings=True,
+                      bos_token_id=1, eos_token_id=2, pad_token_id=2)  # fmt: skip
+    torch.manual_seed(0)
+    LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(out, safe_serialization=True)
+    for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
+        shutil.copy2(base / f, out / f)
+    return out

@@ -63,6 +63,8 @@ class JudgeTuningConfig(BriefExperimentConfig):
         tune_decision_weight: the decision margin's loss weight (``--decision-weight``).
         tune_users: most training users.
         tune_validation_users: users held out for early stopping.
+        teacher_forced: run ``_tuning_check`` (where a validation gain goes: the adapter as
+            trained, the merged folder, other users, the evaluation pairs; one score).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -78,6 +80,7 @@ class JudgeTuningConfig(BriefExperimentConfig):
     tune_decision_weight: float = Field(0.0, ge=0)
     tune_users: int = Field(300, ge=1)
     tune_validation_users: int = Field(40, ge=2)
+    teacher_forced: bool = True
 
 
 def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str], out: Path,
@@ -174,6 +177,12 @@ def bench_judge_tuning(
             ratings, labels, config.bootstrap, (config.seed, a, b))
         for a, b in PAIRED
     }  # fmt: skip
+    check = None
+    if config.teacher_forced:
+        from recjudge.bench._tuning_check import teacher_forced_check
+
+        check = teacher_forced_check(config, ds, past, base.reqs, list(info["users"]), folder,
+                                     card)  # fmt: skip
     examples = card["steps"] * card["config"]["batch_size"]
     res = {
         "config": config.model_dump(),
@@ -196,6 +205,7 @@ def bench_judge_tuning(
         "rows": {name: {"relevance_auc": a["relevance_auc"], "pair_spearman": a["pair_spearman"],
                         "mean_p_yes": a["mean_p_yes"]} for name, a in analysis.items()},
         "paired": paired,
+        "teacher_forced": check,
         "wall_seconds": round(time.time() - t0, 1),
     }  # fmt: skip
     write_report(out, res, _lines(config, res))
@@ -261,4 +271,8 @@ def _lines(config: JudgeTuningConfig, r: dict[str, Any]) -> list[str]:
               f"judged now), tuned {sp['tuned']['judgments_per_second']} judgments/s "
               f"({sp['tuned']['judged_now']} judged now); a rerun reads the stores and judges "
               "nothing. Absolute figures hold for this machine only."]  # fmt: skip
+    if r.get("teacher_forced"):
+        from recjudge.bench._tuning_check import check_lines
+
+        lines += check_lines(r["teacher_forced"])
     return lines

@@ -211,9 +211,12 @@ def decision_scores(model: Any, examples: Sequence[Example], pad: int, device: s
                 for k, t in enumerate(tails):
                     ids[k, : len(t)] = torch.tensor(t, dtype=torch.long, device=device)
                     mask[k, len(prefix) : len(prefix) + len(t)] = 1
-                logits = model(input_ids=ids, attention_mask=mask, past_key_values=past).logits
+                # the LM head at each row's last real token only (not over every position)
+                at = torch.tensor([[len(t) - 1] for t in tails], device=device)
+                logits = model(input_ids=ids, attention_mask=mask, past_key_values=past,
+                               logits_to_keep=at).logits  # fmt: skip
                 for k, (n, e) in enumerate(zip(members[b : b + batch], part, strict=True)):
-                    row = logits[k, len(tails[k]) - 1].float()
+                    row = logits[k, 0].float()
                     out[n] = float(row[e.yes_token] - row[e.no_token])
     return out
 
@@ -444,6 +447,35 @@ def tune(
     return TuneResult(out, card)
 
 
+def tuning_pairs(config: TuneConfig, data: Any, exclude_users: Sequence[str] = ()) -> TunePairs:
+    """The pairs ``config`` builds from ``data`` (``build_pairs`` with its settings): the same
+    pairs whenever called with the same log, settings and excluded users (seeded)."""
+    from recjudge.reward._tune_pairs import build_pairs
+
+    return build_pairs(
+        data, future_fraction=config.future_fraction,
+        positives_per_user=config.positives_per_user,
+        negatives_per_positive=config.negatives_per_positive, min_rating=config.min_rating,
+        validation_users=config.validation_users, max_users=config.max_users,
+        exclude_users=exclude_users, before=config.before, min_history=config.min_history,
+        evidence_items=config.evidence_items, seed=config.seed,
+    )  # fmt: skip
+
+
+def prompting_judge(config: TuneConfig) -> Any:
+    """The judge whose prompts the tuning trains on (no-behavior, the tuning's history and
+    evidence caps). Only its tokenizer and templates are used: the model it loads is not
+    trained and is not kept in ``load_llm``'s cache (freed before training loads one)."""
+    from recjudge.llm import LLMConfig, load_llm
+    from recjudge.reward._judge import Judge
+    from recjudge.reward._judge_config import JudgeConfig
+
+    settings = JudgeConfig(model=config.model, mode="no-behavior",
+                           max_history=config.max_history, max_evidence=config.max_evidence)
+    return Judge(settings, llm=load_llm(LLMConfig(model=config.model, device="cpu"),
+                                        reuse=False))  # fmt: skip
+
+
 def _prepared(
     config: TuneConfig, data: Any, exclude_users: Sequence[str], log: Callable[[str], None]
 ) -> tuple[Any, dict[int, Example], list[Example], int, list[str]]:
@@ -454,30 +486,9 @@ def _prepared(
     Raises:
         ValueError: too few usable pairs to tune and validate.
     """
-    from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judge_config import JudgeConfig
-    from recjudge.reward._tune_pairs import build_pairs
-
-    pairs = build_pairs(
-        data, future_fraction=config.future_fraction,
-        positives_per_user=config.positives_per_user,
-        negatives_per_positive=config.negatives_per_positive, min_rating=config.min_rating,
-        validation_users=config.validation_users, max_users=config.max_users,
-        exclude_users=exclude_users, before=config.before, min_history=config.min_history,
-        evidence_items=config.evidence_items, seed=config.seed,
-    )  # fmt: skip
+    pairs = tuning_pairs(config, data, exclude_users)
     assert pairs.rule is not None
-    # The judge that renders the prompts (its tokenizer; the model it loads is not trained,
-    # and is not kept in load_llm's cache: it is freed before training loads one).
-    settings = JudgeConfig(
-        model=config.model,
-        mode="no-behavior",
-        max_history=config.max_history,
-        max_evidence=config.max_evidence,
-    )
-    judge = Judge(settings, llm=load_llm(LLMConfig(model=config.model, device="cpu"),
-                                         reuse=False))  # fmt: skip
+    judge = prompting_judge(config)
     skipped: list[str] = []
     # only the training pairs the steps read are rendered and tokenised
     train = _examples(judge, pairs.train, pairs.rule, skipped,
@@ -488,8 +499,13 @@ def _prepared(
     if not train or len({e.label for e in val}) < 2:
         raise ValueError("too few usable pairs to tune and validate (need training pairs and "
                          "validation pairs of both labels); use a larger log")  # fmt: skip
-    pad = int(judge.llm.tokenizer.pad_token_id or judge.llm.tokenizer.eos_token_id or 0)
-    return pairs, train, val, pad, skipped
+    return pairs, train, val, pad_id(judge), skipped
+
+
+def pad_id(judge: Any) -> int:
+    """The token right-padded batches are filled with (the tokenizer's pad, else its EOS)."""
+    tok = judge.llm.tokenizer
+    return int(tok.pad_token_id or tok.eos_token_id or 0)
 
 
 def _autocast(device: str, precision: str) -> Any:
