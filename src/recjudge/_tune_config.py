@@ -9,7 +9,9 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import stable_hash
 
-TUNE_VERSION = "tune-v2"  # v2: validation scores in fp32 (v1 scored them in bf16 autocast)
+#: v2: validation scores in fp32 (v1 scored them in bf16 autocast); v3: the decision margin
+#: over every token that commits to YES / NO (the read-out's), not the two target tokens
+TUNE_VERSION = "tune-v3"
 
 
 class TuneConfig(BaseModel):

@@ -149,7 +149,8 @@ def test_decision_scores_on_a_shared_prefix_equal_whole_sequences(tiny_dir, ml10
     with torch.no_grad():
         for e in examples:
             row = model(input_ids=torch.tensor([e.ids[: e.decision_at]])).logits[0, -1]
-            want.append(float(row[e.yes_token] - row[e.no_token]))
+            yes, no = row[list(e.yes_tokens)], row[list(e.no_tokens)]
+            want.append(float(torch.logsumexp(yes, 0) - torch.logsumexp(no, 0)))
     for batch in (1, 3, 8):
         got = decision_scores(model, examples, 2, "cpu", batch=batch)
         assert got == pytest.approx(want, abs=1e-4)
@@ -347,3 +348,31 @@ def test_judge_tune_from_the_command_line_then_judge_with_the_folder(tmp_path):
     assert r.code == 0, r.stderr
     got = json.loads(r.stdout)
     assert got["is_relevant"] in (True, False) and 0.0 <= got["p_yes"] <= 1.0
+
+
+def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, ml100k):
+    """The read-out's P(YES) is the mass of every token that commits to a non-empty evidence
+    list against every token that commits to an empty one; the tuning's score and loss use
+    the same classes, not only the two target tokens."""
+    from recjudge.llm import LLMConfig, load_llm
+    from recjudge.reward import Judge, JudgeConfig
+    from recjudge.reward._tune import _examples, branch_tokens
+
+    llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
+    judge = Judge(JudgeConfig(model=str(tiny_dir), mode="no-behavior", max_history=5), llm=llm)
+    pairs = _pairs(ml100k)
+    examples = list(_examples(judge, pairs.train[:6], pairs.rule, []).values())
+    tok = llm.tokenizer
+    for e in examples:
+        assert e.yes_token in e.yes_tokens and e.no_token in e.no_tokens
+        assert not set(e.yes_tokens) & set(e.no_tokens)
+        before = tok.decode(e.ids[e.prompt_len : e.decision_at])
+        for t in e.yes_tokens:
+            assert (before + tok.decode([t])).replace(" ", "").startswith('{"evidence":["')
+        for t in e.no_tokens:
+            assert (before + tok.decode([t])).replace(" ", "").startswith('{"evidence":[]')
+    yes, no = branch_tokens(tok, '{"evidence":')
+    texts = {tok.decode([t]) for t in no}
+    assert " []" in texts and " [" not in texts  # an open bracket alone commits nothing
+    with pytest.raises(ValueError, match="already commits"):
+        branch_tokens(tok, '{"evidence": []')

@@ -1,8 +1,10 @@
 """Where a tuning gain goes: ``bench judge-tuning``'s teacher-forced check.
 
 The tuning stops early on its validation users' AUC of the teacher-forced decision score
-(``logit(YES) - logit(NO)`` at the first token where the YES and NO answers differ, the base
-model with the LoRA adapter in fp32). The report's rows judge other pairs another way: the
+(at the first token where the YES and NO answers differ, ``logsumexp`` of the logits of the
+tokens that commit to YES minus that of those that commit to NO: the read-out's ``logit
+P(YES)`` at that step; before tune-v3, the two target tokens' logits alone), the base model
+with the LoRA adapter in fp32. The report's rows judge other pairs another way: the
 merged folder, loaded by the judge, reads P(YES) at the grammar's decision step on the
 evaluation users' held-out pairs. When the validation AUC rises and the rows' does not, one of
 four things differs, and this check measures each with the same score:
@@ -174,8 +176,9 @@ def check_lines(check: dict[str, Any]) -> list[str]:
     f = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
     c = check["card"]
     lines = ["", "## Where the tuning gain goes (teacher-forced decision score)", "",
-             "The score validation ranks by (`logit(YES) - logit(NO)` at the first token where "
-             "the YES and NO answers differ, fp32), on three pair sets: the tuning's validation "
+             "The score validation ranks by (at the first token where the YES and NO answers "
+             "differ, the logsumexp of the tokens committing to YES minus that of those "
+             "committing to NO, fp32), on three pair sets: the tuning's validation "
              "pairs (rebuilt), pairs built as the tuning builds them from the evaluation "
              "users' own past, and the evaluation pairs the rows above judge. Tuned minus base "
              "with a 95 % bootstrap over users. The card's validation AUC: "

@@ -25,6 +25,7 @@ from __future__ import annotations
 import copy
 import functools
 import json
+import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -62,8 +63,12 @@ class Example:
     label: int
     prefix_len: int  # the history's prefix, shared by every pair of its user (validation)
     decision_at: int  # index in ``ids`` of the first token where YES and NO answers differ
-    yes_token: int
-    no_token: int
+    yes_token: int  # the YES target's token there
+    no_token: int  # the NO target's token there
+    #: every token that commits the answer to YES / NO there (``branch_tokens``): the
+    #: read-out's P(YES) is the mass of the first set against the second's
+    yes_tokens: tuple[int, ...] = ()
+    no_tokens: tuple[int, ...] = ()
 
 
 def answer_text(titles: Sequence[str]) -> str:
@@ -94,6 +99,11 @@ def encode_pair(judge: Any, pair: TunePair, rule: EvidenceRule) -> Example:
         common += 1
     prompt = list(prefix) + list(suffix)
     target = yes_ids if pair.label else no_ids
+    tok = judge.llm.tokenizer
+    yes_set, no_set = branch_tokens(tok, tok.decode(yes_ids[:common]))
+    if yes_ids[common] not in yes_set or no_ids[common] not in no_set:
+        raise ValueError(f"the answer's decision tokens ({yes_ids[common]}, {no_ids[common]}) "
+                         "are not among the tokens that commit to YES / NO")  # fmt: skip
     return Example(
         ids=prompt + list(target),
         prompt_len=len(prompt),
@@ -102,7 +112,43 @@ def encode_pair(judge: Any, pair: TunePair, rule: EvidenceRule) -> Example:
         decision_at=len(prompt) + common,
         yes_token=yes_ids[common],
         no_token=no_ids[common],
+        yes_tokens=yes_set,
+        no_tokens=no_set,
     )
+
+
+#: an evidence-first answer committed to a non-empty list (YES) or an empty one (NO)
+_COMMITTED = {
+    "YES": re.compile(r'\{\s*"evidence"\s*:\s*\[\s*"'),
+    "NO": re.compile(r'\{\s*"evidence"\s*:\s*\[\s*\]'),
+}
+
+
+@functools.lru_cache(maxsize=8)
+def _vocab_texts(tokenizer: Any) -> tuple[str, ...]:
+    return tuple(tokenizer.decode([t]) for t in range(len(tokenizer)))
+
+
+@functools.lru_cache(maxsize=32)
+def branch_tokens(tokenizer: Any, before: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The tokens that, after the answer text ``before`` (which commits to neither branch),
+    commit an evidence-first answer to YES (a non-empty evidence list) or NO (an empty one).
+
+    These are the classes the grammar's decision step compares (``decoding``'s
+    ``BranchBiasProcessor``: P(YES) is the softmax mass of the YES tokens against the NO
+    tokens), so a score or loss over them is the read-out's own: the target's single token
+    alone (``" [\""`` vs ``" [],"`` for SmolLM2) leaves out ``" []"`` and ``" [])"``, whose
+    mass the read-out counts and a tuning on the target tokens never trains.
+    """
+    if any(p.match(before) for p in _COMMITTED.values()):
+        raise ValueError(f"{before!r} already commits the answer")
+    sets: dict[str, list[int]] = {"YES": [], "NO": []}
+    for t, text in enumerate(_vocab_texts(tokenizer)):
+        full = before + text
+        for name, pattern in _COMMITTED.items():
+            if pattern.match(full):
+                sets[name].append(t)
+    return tuple(sets["YES"]), tuple(sets["NO"])
 
 
 # -- the model ---------------------------------------------------------------------------------
@@ -174,7 +220,9 @@ def _batch(examples: Sequence[Example], pad: int, device: str, upto: str) -> tup
 
 def decision_scores(model: Any, examples: Sequence[Example], pad: int, device: str,
                     batch: int = 8) -> list[float]:  # fmt: skip
-    """Teacher-forced ``logit(YES) - logit(NO)`` at each example's decision token.
+    """Teacher-forced decision margin at each example's decision token: ``logsumexp`` of the
+    logits of the tokens that commit to YES minus that of those that commit to NO
+    (``_margin``, the read-out's ``logit P(YES)`` at that step).
 
     The examples that share a history prefix (a user's pairs) run it once: the prefix's
     key/value cache is repeated over up to ``batch`` of them and only their suffixes
@@ -216,23 +264,31 @@ def decision_scores(model: Any, examples: Sequence[Example], pad: int, device: s
                 logits = model(input_ids=ids, attention_mask=mask, past_key_values=past,
                                logits_to_keep=at).logits  # fmt: skip
                 for k, (n, e) in enumerate(zip(members[b : b + batch], part, strict=True)):
-                    row = logits[k, 0].float()
-                    out[n] = float(row[e.yes_token] - row[e.no_token])
+                    out[n] = float(_margin(logits[k, 0].float(), e))
     return out
 
 
-def decision_loss(logits: Any, batch: Sequence[Example]) -> Any:
-    """``mean softplus(-(2y - 1) * (logit(YES) - logit(NO)))`` at each example's decision
-    token (``logits`` of the right-padded batch ``_batch`` made): the logistic loss of the
-    margin ``decision_scores`` measures, in fp32."""
+def _margin(row: Any, e: Example) -> Any:
+    """The decision margin of one logits row: ``logsumexp`` of the YES tokens' logits minus
+    that of the NO tokens' (``branch_tokens``), i.e. the read-out's ``logit P(YES)``; the two
+    target tokens when the sets are unknown."""
     import torch
 
-    rows = torch.arange(len(batch), device=logits.device)
-    at = torch.tensor([e.decision_at - 1 for e in batch], device=logits.device)
-    picked = logits[rows, at].float()
-    yes = torch.tensor([e.yes_token for e in batch], device=logits.device)
-    no = torch.tensor([e.no_token for e in batch], device=logits.device)
-    margin = picked[rows, yes] - picked[rows, no]
+    if not e.yes_tokens:
+        return row[e.yes_token] - row[e.no_token]
+    yes = torch.tensor(e.yes_tokens, device=row.device)
+    no = torch.tensor(e.no_tokens, device=row.device)
+    return torch.logsumexp(row[yes], 0) - torch.logsumexp(row[no], 0)
+
+
+def decision_loss(logits: Any, batch: Sequence[Example]) -> Any:
+    """``mean softplus(-(2y - 1) * m)`` with ``m = logsumexp(YES tokens) - logsumexp(NO
+    tokens)`` at each example's decision token (``logits`` of the right-padded batch
+    ``_batch`` made): the logistic loss of the margin ``decision_scores`` measures, in fp32."""
+    import torch
+
+    margin = torch.stack([_margin(logits[n, e.decision_at - 1].float(), e)
+                          for n, e in enumerate(batch)])  # fmt: skip
     sign = torch.tensor([2.0 * e.label - 1.0 for e in batch], device=logits.device)
     return torch.nn.functional.softplus(-sign * margin).mean()
 
@@ -470,8 +526,12 @@ def prompting_judge(config: TuneConfig) -> Any:
     from recjudge.reward._judge import Judge
     from recjudge.reward._judge_config import JudgeConfig
 
-    settings = JudgeConfig(model=config.model, mode="no-behavior",
-                           max_history=config.max_history, max_evidence=config.max_evidence)
+    settings = JudgeConfig(
+        model=config.model,
+        mode="no-behavior",
+        max_history=config.max_history,
+        max_evidence=config.max_evidence,
+    )
     return Judge(settings, llm=load_llm(LLMConfig(model=config.model, device="cpu"),
                                         reuse=False))  # fmt: skip
 
