@@ -103,9 +103,8 @@ def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str
                     positives_per_user=2, seed=config.seed)  # fmt: skip
     log = ds.with_interactions(past, "judge-tuning: the past split")
     resume = (Path(f"{folder}.tune") / "state.json").is_file()
-    res = tune(tc, log, folder, exclude_users=users, resume=resume, progress=progress,
-               log=print)  # fmt: skip
-    return folder, res.card
+    tune(tc, log, folder, exclude_users=users, resume=resume, progress=progress, log=print)
+    return folder, read_card(folder)  # as written (with the folder's dtype and digests)
 
 
 def _supervised(reqs: list[Any], brief: list[Any], past: Any) -> tuple[list[Any], Any]:
