@@ -45,7 +45,8 @@ class TuneConfig(BaseModel):
         seed: pairs, order and dropout.
         device: ``auto`` (CUDA when available), ``cpu``, ``cuda`` or ``cuda:N``.
         decision_weight: ``w`` in ``loss = token loss + w * mean softplus(-(2y - 1) * m)``,
-            ``m = logit(YES) - logit(NO)`` at the decision token, ``y`` the pair's label:
+            ``m = logsumexp(YES tokens) - logsumexp(NO tokens)`` at the decision token (the
+            judge's read-out margin: every token committing to each branch), ``y`` the label:
             the token loss is spread over the evidence titles and the JSON, of which the
             verdict is one token; this term trains the score validation ranks by.
         precision: the training arithmetic (``resolved_precision``); the adapter, the
@@ -85,7 +86,8 @@ class TuneConfig(BaseModel):
     warmup: int = Field(10, ge=0, description="Warm-up steps.")
     decision_weight: float = Field(
         0.0, ge=0, description="Weight of a logistic loss on the decision margin "
-        "logit(YES) - logit(NO) beside the answer's token loss (0: the token loss only)."
+        "(the judge's P(YES) as a logit) beside the answer's token loss (0: the token loss "
+        "only)."
     )  # fmt: skip
     eval_every: int = Field(25, ge=1, description="Validation AUC every N steps.")
     patience: int = Field(3, ge=1, description="Evaluations without improvement before stopping.")

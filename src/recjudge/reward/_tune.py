@@ -686,7 +686,8 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
         "best_step": state["best_step"],
         "validation_auc": state["best_auc"],
         "validation_auc_before": state["history"][0]["val_auc"],
-        "validation_score": "teacher-forced logit(YES) - logit(NO) at the decision token",
+        "validation_score": "teacher-forced logsumexp(YES tokens) - logsumexp(NO tokens) at "
+        "the decision token (the judge's read-out margin)",
         "history": state["history"],
         "stopped": state["stopped"],
         "seconds": round(seconds, 1),
