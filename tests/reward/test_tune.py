@@ -356,6 +356,7 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
     the same classes, not only the two target tokens."""
     from recjudge.llm import LLMConfig, load_llm
     from recjudge.reward import Judge, JudgeConfig
+    from recjudge.decoding._schemas import NO_MARKER, YES_MARKER, DecisionSpec
     from recjudge.reward._tune import _examples, branch_tokens
 
     llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
@@ -371,8 +372,9 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
             assert (before + tok.decode([t])).replace(" ", "").startswith('{"evidence":["')
         for t in e.no_tokens:
             assert (before + tok.decode([t])).replace(" ", "").startswith('{"evidence":[]')
-    yes, no = branch_tokens(tok, '{"evidence":')
+    spec = DecisionSpec(("YES", "NO"), (YES_MARKER, NO_MARKER))
+    yes, no = branch_tokens(spec, tok, tuple(llm.encode('{"evidence":')))
     texts = {tok.decode([t]) for t in no}
     assert " []" in texts and " [" not in texts  # an open bracket alone commits nothing
-    with pytest.raises(ValueError, match="already commits"):
-        branch_tokens(tok, '{"evidence": []')
+    with pytest.raises(ValueError, match="not open to every branch"):
+        branch_tokens(spec, tok, tuple(llm.encode('{"evidence": []')))

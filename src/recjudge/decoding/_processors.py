@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from recjudge.decoding._compile import CompiledSchema
-from recjudge.decoding._schemas import DecisionSpec, json_literal
+from recjudge.decoding._schemas import DecisionSpec, json_literal, live_branches
 
 NEG_INF = float("-inf")
 
@@ -558,12 +558,7 @@ class BranchBiasProcessor:
 
     def _live(self, row: int, text: bytes) -> list[int]:
         """Branches ``text`` is still consistent with (all while outside the region)."""
-        markers = self._markers[row]
-        start = self.specs[row].region_start(text)
-        if start is None:
-            return list(range(len(markers)))
-        region = text[start:]
-        return [i for i, m in enumerate(markers) if region.startswith(m) or m.startswith(region)]
+        return live_branches(self._markers[row], self.specs[row].region_start, text)
 
     def _classify(self, row: int, text: bytes, token: int, live: list[int]) -> int:
         """-1 undecided, -2 partial (several but not all live branches), else branch index."""

@@ -93,6 +93,33 @@ class DecisionSpec:
     region_start: Callable[[bytes], int | None] = field(compare=False, default=lambda s: 0)
     quote_gate: Callable[[bytes], bool] | None = field(compare=False, default=None)
 
+    def committing_tokens(
+        self, token_bytes: Sequence[bytes], before: bytes
+    ) -> tuple[tuple[int, ...], ...]:
+        """Per branch, the tokens that commit text ``before`` (consistent with every branch)
+        to that branch alone: the classes the bias processor's decision step compares."""
+        markers = tuple(m.encode() for m in self.markers)
+        if len(live_branches(markers, self.region_start, before)) < len(markers):
+            raise ValueError(f"{before!r} is not open to every branch")
+        out: list[list[int]] = [[] for _ in markers]
+        for t, b in enumerate(token_bytes):
+            after = live_branches(markers, self.region_start, before + b)
+            if len(after) == 1:
+                out[after[0]].append(t)
+        return tuple(tuple(ids) for ids in out)
+
+
+def live_branches(
+    markers: Sequence[bytes], region_start: Callable[[bytes], int | None], text: bytes
+) -> list[int]:
+    """Indices of the branches ``text`` is still consistent with (every one while outside the
+    marker region): the one rule the bias processor and the tuning's margin share."""
+    start = region_start(text)
+    if start is None:
+        return list(range(len(markers)))
+    region = text[start:]
+    return [i for i, m in enumerate(markers) if region.startswith(m) or m.startswith(region)]
+
 
 class Schema:
     """Base class: a grammar plus a parser plus an optional decision point."""

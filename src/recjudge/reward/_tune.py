@@ -25,7 +25,6 @@ from __future__ import annotations
 import copy
 import functools
 import json
-import re
 import shutil
 import time
 from collections.abc import Callable, Sequence
@@ -99,8 +98,7 @@ def encode_pair(judge: Any, pair: TunePair, rule: EvidenceRule) -> Example:
         common += 1
     prompt = list(prefix) + list(suffix)
     target = yes_ids if pair.label else no_ids
-    tok = judge.llm.tokenizer
-    yes_set, no_set = branch_tokens(tok, tok.decode(yes_ids[:common]))
+    yes_set, no_set = branch_tokens(schema.decision(), judge.llm.tokenizer, tuple(yes_ids[:common]))
     if yes_ids[common] not in yes_set or no_ids[common] not in no_set:
         raise ValueError(f"the answer's decision tokens ({yes_ids[common]}, {no_ids[common]}) "
                          "are not among the tokens that commit to YES / NO")  # fmt: skip
@@ -117,38 +115,25 @@ def encode_pair(judge: Any, pair: TunePair, rule: EvidenceRule) -> Example:
     )
 
 
-#: an evidence-first answer committed to a non-empty list (YES) or an empty one (NO)
-_COMMITTED = {
-    "YES": re.compile(r'\{\s*"evidence"\s*:\s*\[\s*"'),
-    "NO": re.compile(r'\{\s*"evidence"\s*:\s*\[\s*\]'),
-}
-
-
-@functools.lru_cache(maxsize=8)
-def _vocab_texts(tokenizer: Any) -> tuple[str, ...]:
-    return tuple(tokenizer.decode([t]) for t in range(len(tokenizer)))
-
-
 @functools.lru_cache(maxsize=32)
-def branch_tokens(tokenizer: Any, before: str) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """The tokens that, after the answer text ``before`` (which commits to neither branch),
-    commit an evidence-first answer to YES (a non-empty evidence list) or NO (an empty one).
+def branch_tokens(
+    spec: Any, tokenizer: Any, before: tuple[int, ...]
+) -> tuple[tuple[int, ...], ...]:
+    """The tokens that, after the answer's tokens ``before`` (which commit to neither branch),
+    commit the answer to each branch of ``spec`` (the schema's ``DecisionSpec``: for
+    evidence-first, YES a non-empty evidence list, NO an empty one).
 
-    These are the classes the grammar's decision step compares (``decoding``'s
-    ``BranchBiasProcessor``: P(YES) is the softmax mass of the YES tokens against the NO
-    tokens), so a score or loss over them is the read-out's own: the target's single token
-    alone (``" [\""`` vs ``" [],"`` for SmolLM2) leaves out ``" []"`` and ``" [])"``, whose
-    mass the read-out counts and a tuning on the target tokens never trains.
+    These are the classes the grammar's decision step compares (``DecisionSpec.
+    committing_tokens`` over the grammar's token table, the bias processor's own rule: P(YES)
+    is the softmax mass of the YES tokens against the NO tokens), so a score or loss over them
+    is the read-out's own: the target's single token alone (``" [\""`` vs ``" [],"`` for
+    SmolLM2) leaves out ``" []"`` and ``" [])"``, whose mass the read-out counts and a tuning
+    on the target tokens never trains.
     """
-    if any(p.match(before) for p in _COMMITTED.values()):
-        raise ValueError(f"{before!r} already commits the answer")
-    sets: dict[str, list[int]] = {"YES": [], "NO": []}
-    for t, text in enumerate(_vocab_texts(tokenizer)):
-        full = before + text
-        for name, pattern in _COMMITTED.items():
-            if pattern.match(full):
-                sets[name].append(t)
-    return tuple(sets["YES"]), tuple(sets["NO"])
+    from recjudge.decoding._compile import GRAMMARS
+
+    token_bytes = GRAMMARS.table(tokenizer).token_bytes
+    return spec.committing_tokens(token_bytes, b"".join(token_bytes[t] for t in before))
 
 
 # -- the model ---------------------------------------------------------------------------------
