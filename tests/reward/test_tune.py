@@ -354,9 +354,9 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
     """The read-out's P(YES) is the mass of every token that commits to a non-empty evidence
     list against every token that commits to an empty one; the tuning's score and loss use
     the same classes, not only the two target tokens."""
+    from recjudge.decoding._schemas import NO_MARKER, YES_MARKER, DecisionSpec
     from recjudge.llm import LLMConfig, load_llm
     from recjudge.reward import Judge, JudgeConfig
-    from recjudge.decoding._schemas import NO_MARKER, YES_MARKER, DecisionSpec
     from recjudge.reward._tune import _examples, branch_tokens
 
     llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
