@@ -66,8 +66,8 @@ class Example:
     no_token: int  # the NO target's token there
     #: every token that commits the answer to YES / NO there (``branch_tokens``): the
     #: read-out's P(YES) is the mass of the first set against the second's
-    yes_tokens: tuple[int, ...] = ()
-    no_tokens: tuple[int, ...] = ()
+    yes_tokens: tuple[int, ...]
+    no_tokens: tuple[int, ...]
 
 
 def answer_text(titles: Sequence[str]) -> str:
@@ -255,12 +255,9 @@ def decision_scores(model: Any, examples: Sequence[Example], pad: int, device: s
 
 def _margin(row: Any, e: Example) -> Any:
     """The decision margin of one logits row: ``logsumexp`` of the YES tokens' logits minus
-    that of the NO tokens' (``branch_tokens``), i.e. the read-out's ``logit P(YES)``; the two
-    target tokens when the sets are unknown."""
+    that of the NO tokens' (``branch_tokens``), i.e. the read-out's ``logit P(YES)``."""
     import torch
 
-    if not e.yes_tokens:
-        return row[e.yes_token] - row[e.no_token]
     yes = torch.tensor(e.yes_tokens, device=row.device)
     no = torch.tensor(e.no_tokens, device=row.device)
     return torch.logsumexp(row[yes], 0) - torch.logsumexp(row[no], 0)
