@@ -226,3 +226,58 @@ def test_the_leniency_rule_flags_the_system_a_circular_judge_favours_and_only_it
     got = leniency_flags(w, observed, rows, sources, k=5)
     assert got["own"] == {"a": False, "b": False, "c": False}
     assert got["circ"]["a"] and not got["circ"]["b"] and not got["circ"]["c"]
+
+
+def test_dr_with_the_truth_as_imputer_is_the_narrowest_and_headroom_reads_it():
+    """``BOUND``: DR with the truth as imputer has no correction term (its value is the
+    drawn users' own metric), so no imputer's DR interval is narrower on average, and
+    ``headroom`` states each DR row's width over SNIPS's against the bound's."""
+    from recjudge.bench._offline_estimators import BOUND, headroom
+
+    w, _ = _world(seed=3, alpha=0.5)
+    w.imputers[BOUND] = (w.relevant.astype(float), w.relevant.astype(float))
+    truth = truth_of(w, ["precision@5"])
+    per = []
+    for t in range(30):
+        g = np.random.default_rng(500 + t)
+        r = resample(w, g.integers(0, len(w.users), len(w.users)))
+        observed, logged = simulate_log(r, g)
+        thetas, _ = propensity_sets(r, logged, 1e-6, 0.5)
+        cells = one_log(r, observed, ["precision@5"], thetas, selections(r, logged, 200, t))
+        # no correction left: DR with the truth is the drawn users' truth, whatever the log
+        sample_truth = truth_of(r, ["precision@5"])["precision@5"]
+        for system, (value, _, _) in cells[f"dr [{BOUND}, fit theta]"]["precision@5"].items():
+            assert value == pytest.approx(sample_truth[system], abs=1e-12)
+        per.append(cells)
+    s = summarise(per, truth)
+    room = headroom(s)["precision@5"]
+    bound = s[f"dr [{BOUND}, fit theta]"]["precision@5"]["ci_width"]
+    assert room["bound_width"] == bound
+    assert room["bound_ratio"] == pytest.approx(
+        bound / s["snips (fit theta)"]["precision@5"]["ci_width"]
+    )
+    assert set(room["dr_ratios"]) == {"dr [judge, fit theta]", "dr [judge+cal, fit theta]",
+                                      "dr [all-yes, fit theta]"}  # fmt: skip
+    assert all(ratio > room["bound_ratio"] for ratio in room["dr_ratios"].values())
+    assert headroom({}) == {}
+
+
+def test_sigma_per_user_equals_the_per_pair_signal():
+    import pandas as pd
+
+    from recjudge.bench._offline_estimators import _sigma_per_user
+    from recjudge.cf_models import MODELS
+
+    g = np.random.default_rng(0)
+    inter = pd.DataFrame({"user_id": g.integers(0, 30, 600).astype(str),
+                          "item_id": g.integers(0, 50, 600).astype(str)})  # fmt: skip
+    inter["rating"] = 5.0
+    inter["timestamp"] = np.arange(len(inter))
+    cls = MODELS.get("als")  # the world's CF: a fold-in per history
+    model = cls(cls.Config(factors=4, iterations=3)).train(inter, items=[str(i) for i in range(50)])
+    hist = {str(u): inter[inter.user_id == str(u)].item_id.tolist() for u in range(30)}
+    model.calibrate([hist[str(u)] for u in range(30)], [str(u) for u in range(30)])
+    pairs = [(str(u), str(i)) for u in range(30) for i in g.choice(50, 4, replace=False)]
+    got = _sigma_per_user(model, hist, pairs)
+    want = [model.sigma(hist[u], i, u) for u, i in pairs]
+    np.testing.assert_array_equal(got, want)

@@ -62,6 +62,9 @@ DR_THETAS = ("true", "fit")
 #: suffix of the rows computed on the users with a logged positive (``logged-positive``)
 LOGGED_POSITIVE = "logged-positive users"
 GOLD_DESIGNS = ("users", "uniform", "active")
+#: the imputer that *is* the truth (``bound``): DR with it has no correction left, so its
+#: interval is the users' own sampling variance, the narrowest any imputer can reach
+BOUND = "truth (bound)"
 GOLD_INTERVALS = ("auto", "iid")
 
 
@@ -87,6 +90,8 @@ class EstimatorCheckConfig(OfflineConfig):
         independent_cf: a CF model that is none of the systems, as an independent sigma
             source (None: not run).
         draws: user resamples of each interval.
+        bound: add the truth itself as an imputer (``BOUND``): the rows every imputer's
+            interval is held against (no imputer's DR interval can be narrower).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -102,6 +107,7 @@ class EstimatorCheckConfig(OfflineConfig):
     circular_system: str | None = "als"
     independent_cf: str | None = "fm"
     draws: int = Field(500, ge=10)
+    bound: bool = True
 
     @model_validator(mode="after")
     def _sources(self) -> EstimatorCheckConfig:
@@ -701,6 +707,7 @@ def bench_brief_offline_estimators(
             for r, d in summary.items()
         },  # fmt: skip
         "paired": _paired(summary, [i for i in world.imputers if i in PAIRED], config.metrics),
+        "headroom": headroom(summary),
         "gold": gold_summary(gold_logs),
         "gold_imputer": gold_imputer,
         "gold_imputers": imputer_summary(imputer_logs),
@@ -741,12 +748,27 @@ def _world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World,
     for src in sources:
         own = {u: src.model.recommend(hist[u], 10) for u in users}
         src.overlap = list_overlap(runs, own, users, 10)
-        sigma = np.array([src.model.sigma(hist[u], i, u) for u, i in world.pairs])
+        sigma = _sigma_per_user(src.model, hist, world.pairs)
         name = "cf" if src.kind == "judge's CF" else f"cf/{src.label}"
         world.imputers[name] = ((sigma + 1) / 2, (sigma > 0).astype(float))
     world.imputers = {"all-yes": (np.ones(len(world.pairs)), np.ones(len(world.pairs))),
                       **world.imputers}  # fmt: skip
+    if config.bound:
+        world.imputers[BOUND] = (world.relevant.astype(float), world.relevant.astype(float))
     return ds, past, users, world, sources
+
+
+def _sigma_per_user(model: Any, hist: Mapping[str, Sequence[str]],
+                    pairs: Sequence[tuple[str, str]]) -> np.ndarray:  # fmt: skip
+    """``model.sigma(hist[u], i, u)`` for every pair, the user's scores computed once for
+    all of their candidates (``sigmas``: equal to the per-pair call, one fold-in per user)."""
+    at: dict[str, list[int]] = {}
+    for n, (u, _) in enumerate(pairs):
+        at.setdefault(u, []).append(n)
+    out = np.zeros(len(pairs))
+    for u, ns in at.items():
+        out[ns] = model.sigmas(hist[u], [pairs[n][1] for n in ns], u)
+    return out
 
 
 def _evaluations(config, world, n_draw, truth, gold_imputer, progress, sources=()):
@@ -883,7 +905,8 @@ def verdict(cell: Mapping[str, Any]) -> str:
 
 def _report(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
     sections = (_report_setup, _report_method, _report_tables, _rule_section,
-                _source_section, _dr_section, _gold_section, _imputer_section)  # fmt: skip
+                _source_section, _dr_section, _bound_section, _gold_section,
+                _imputer_section)  # fmt: skip
     lines = [line for section in sections for line in section(config, r)]
     return [*lines, "", "![mean absolute error and coverage per estimator](estimators.png)"]
 
@@ -1029,6 +1052,63 @@ def _dr_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]
         for other, by_m in others.items():
             cells = [interval(c["mean"], c["lo"], c["hi"], nd=4) for c in by_m.values()]
             lines.append(f"| {row} | {other} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def headroom(
+    summary: Mapping[str, Mapping[str, Mapping[str, Any]]], reference: str = "snips (fit theta)"
+) -> dict[str, dict[str, Any]]:
+    """Per metric, how much narrower than ``reference`` (SNIPS, no judge, no gold) any
+    imputer's DR interval can get in this world: the width of DR with the truth as its
+    imputer (``BOUND``: no correction term is left, only the users' own sampling variance)
+    over the reference's, and each DR row's width over the reference's. An imputer meets
+    "``x`` % narrower than SNIPS" only if ``1 - x`` is above the bound's ratio."""
+    bound_row = f"dr [{BOUND}, fit theta]"
+    if bound_row not in summary or reference not in summary:
+        return {}
+    out: dict[str, dict[str, Any]] = {}
+    for metric, cell in summary[bound_row].items():
+        ref = summary[reference][metric]["ci_width"]
+        if not ref:
+            continue
+        rows = {row: d[metric]["ci_width"] / ref for row, d in summary.items()
+                if row.startswith("dr [") and "," in row and metric in d
+                and row.endswith("fit theta]") and row != bound_row}  # fmt: skip
+        out[metric] = {
+            "reference": reference,
+            "reference_width": ref,
+            "bound_width": cell["ci_width"],
+            "bound_ratio": cell["ci_width"] / ref,
+            "bound_coverage": cell["coverage"],
+            "dr_ratios": rows,
+        }
+    return out
+
+
+def _bound_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
+    """How narrow an imputer could make the interval here (``headroom``)."""
+    room = headroom(r["summary"])
+    if not room:
+        return []
+    lines = [
+        "",
+        "## How narrow an imputer could make the interval",
+        "",
+        f"DR with the truth itself as its imputer (`{BOUND}`) has no correction term left: "
+        "its interval is the drawn users' own sampling variance, the narrowest any imputer "
+        "(judge, tuned, supervised) can reach in this world. Width relative to SNIPS with "
+        "fitted propensities (no judge, no gold); an imputer can be 30 % narrower than SNIPS "
+        "only where the bound's ratio is below 0.70:",
+        "",
+        "| metric | SNIPS width | bound width (coverage) | bound / SNIPS | best DR row / SNIPS |",
+        "|---|---|---|---|---|",
+    ]
+    for metric, c in room.items():
+        best = min(c["dr_ratios"].items(), key=lambda kv: kv[1], default=None)
+        best_cell = f"{best[1]:.3f} ({best[0]})" if best else "-"
+        lines.append(f"| {metric} | {c['reference_width']:.4f} | {c['bound_width']:.4f} "
+                     f"({_pct(c['bound_coverage'])}) | {c['bound_ratio']:.3f} | "
+                     f"{best_cell} |")  # fmt: skip
     return lines
 
 
