@@ -960,12 +960,17 @@ def _report_method(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[s
     """The imputers, the intervals and what the run cost."""
     j = r["judging"]
     rate = j["judged_now"] / j["seconds"] if j["seconds"] else None
+    judges = (
+        f"judges `{config.model}` ({', '.join(config.judges)}; {config.sampling_note()}; beta "
+        f"{config.beta}, sigma from the judge's `{config.cf}`) with p = p_yes; "
+        "`judge:brief/sigma=X` = the brief judge with sigma from source X (below); "
+        if config.judges
+        else "no LLM judge in this run (`judges` is empty); "
+    )
+    bound = f"`{BOUND}` = the online truth itself (the bound, below); " if config.bound else ""
     return [
-        f"- Imputation models: judges `{config.model}` ({', '.join(config.judges)}; "
-        f"{config.sampling_note()}; beta {config.beta}, sigma from the judge's `{config.cf}`) "
-        "with p = p_yes; `judge:brief/sigma=X` = the brief judge with sigma from source X "
-        "(below); `cf` = (sigma + 1) / 2 of the judge's CF model, `cf/X` of source X; "
-        "`all-yes` = 1 everywhere; "
+        f"- Imputation models: {judges}`cf` = (sigma + 1) / 2 of the judge's CF model "
+        f"(`{config.cf}`), `cf/X` of source X; `all-yes` = 1 everywhere; {bound}"
         + (
             f"`+cal` = the imputer's p through an isotonic map fitted on the same "
             f"{config.calibration_gold} gold pairs (uniform over listed pairs, online labels; "
