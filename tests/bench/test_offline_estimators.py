@@ -281,3 +281,25 @@ def test_sigma_per_user_equals_the_per_pair_signal():
     got = _sigma_per_user(model, hist, pairs)
     want = [model.sigma(hist[u], i, u) for u, i in pairs]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("auc", [0.6, 0.8, 0.95])
+def test_a_synthetic_imputer_has_the_asked_auc_and_is_calibrated(auc):
+    """``synthetic_imputer``: the posterior of a noisy score of the truth, so its AUC is the
+    one asked and, being a posterior, it is calibrated (both up to sampling error over
+    40,000 pairs)."""
+    from scipy.stats import mannwhitneyu
+
+    from recjudge.bench._offline_estimators import synthetic_imputer
+
+    r = (np.random.default_rng(1).random(40_000) < 0.1).astype(float)
+    p = synthetic_imputer(r, auc, seed=0)
+    u = mannwhitneyu(p[r == 1], p[r == 0]).statistic
+    assert u / ((r == 1).sum() * (r == 0).sum()) == pytest.approx(auc, abs=0.015)
+    assert p.mean() == pytest.approx(r.mean(), abs=0.01)
+    # calibrated: in each fifth of the pairs by p, the relevant share is the mean p
+    for part in np.array_split(np.argsort(p), 5):
+        assert r[part].mean() == pytest.approx(p[part].mean(), abs=0.03)
+    np.testing.assert_array_equal(p, synthetic_imputer(r, auc, seed=0))  # fixed per seed
+    with pytest.raises(ValueError, match="bound_aucs"):
+        synthetic_imputer(r, 0.5, seed=0)

@@ -68,6 +68,11 @@ BOUND = "truth (bound)"
 GOLD_INTERVALS = ("auto", "iid")
 
 
+def synthetic_name(auc: float) -> str:
+    """The name of the synthetic imputer of discrimination ``auc`` (``synthetic_imputer``)."""
+    return f"calibrated, AUC {auc:g} (synthetic)"
+
+
 class EstimatorCheckConfig(OfflineConfig):
     """Settings of ``brief-offline-estimators`` (``brief-offline``'s, whose judges and store
     it reuses, plus the following).
@@ -92,6 +97,8 @@ class EstimatorCheckConfig(OfflineConfig):
         draws: user resamples of each interval.
         bound: add the truth itself as an imputer (``BOUND``): the rows every imputer's
             interval is held against (no imputer's DR interval can be narrower).
+        bound_aucs: with ``bound``, a perfectly calibrated synthetic imputer per AUC
+            (``synthetic_imputer``): how good an imputer must be to narrow the interval here.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -108,6 +115,7 @@ class EstimatorCheckConfig(OfflineConfig):
     independent_cf: str | None = "fm"
     draws: int = Field(500, ge=10)
     bound: bool = True
+    bound_aucs: tuple[float, ...] = (0.7, 0.8, 0.9, 0.95)
 
     @model_validator(mode="after")
     def _sources(self) -> EstimatorCheckConfig:
@@ -755,7 +763,32 @@ def _world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World,
                       **world.imputers}  # fmt: skip
     if config.bound:
         world.imputers[BOUND] = (world.relevant.astype(float), world.relevant.astype(float))
+        for auc in config.bound_aucs:
+            p = synthetic_imputer(world.relevant, auc, config.seed)
+            world.imputers[synthetic_name(auc)] = (p, (p > 0.5).astype(float))
     return ds, past, users, world, sources
+
+
+def synthetic_imputer(relevant: np.ndarray, auc: float, seed: int) -> np.ndarray:
+    """A perfectly calibrated imputer whose AUC against ``relevant`` is ``auc`` in
+    expectation: a score ``s = R + tau * z`` (``z`` standard normal, fixed per pair by
+    ``seed``) has AUC ``Phi(1 / (tau * sqrt 2))``, so ``tau = 1 / (sqrt 2 * Phi^-1(auc))``;
+    the imputer is the posterior ``P(R = 1 | s) = pi phi((s - 1) / tau) / (pi phi((s - 1) /
+    tau) + (1 - pi) phi(s / tau))`` with ``pi`` the relevant share. What a judge, tuned or
+    supervised imputer with that discrimination and a perfect calibration would give."""
+    from scipy.stats import norm
+
+    from recjudge._util import rng
+
+    if not 0.5 < auc < 1:
+        raise ValueError(f"bound_aucs: {auc} is not in (0.5, 1)")
+    r = np.asarray(relevant, dtype=float)
+    tau = 1.0 / (np.sqrt(2.0) * norm.ppf(auc))
+    s = r + tau * rng("synthetic-imputer", (seed, auc)).standard_normal(len(r))
+    pi = float(r.mean())
+    # the log-odds of the two normal densities, so large |s| / tau cannot overflow
+    log_odds = np.log(pi / (1 - pi)) + (2 * s - 1) / (2 * tau**2)
+    return 1.0 / (1.0 + np.exp(-log_odds))
 
 
 def _sigma_per_user(model: Any, hist: Mapping[str, Sequence[str]],
@@ -1091,29 +1124,39 @@ def headroom(
 
 
 def _bound_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
-    """How narrow an imputer could make the interval here (``headroom``)."""
+    """How narrow an imputer could make the interval here (``headroom``), and how narrow
+    calibrated imputers of a given AUC make it (``synthetic_imputer``)."""
     room = headroom(r["summary"])
     if not room:
         return []
+    aucs = [a for a in config.bound_aucs]
+    synth = {a: f"dr [{synthetic_name(a)}, fit theta]" for a in aucs}
     lines = [
         "",
         "## How narrow an imputer could make the interval",
         "",
         f"DR with the truth itself as its imputer (`{BOUND}`) has no correction term left: "
         "its interval is the drawn users' own sampling variance, the narrowest any imputer "
-        "(judge, tuned, supervised) can reach in this world. Width relative to SNIPS with "
+        "(judge, tuned, supervised) can reach in this world. Widths relative to SNIPS with "
         "fitted propensities (no judge, no gold); an imputer can be 30 % narrower than SNIPS "
-        "only where the bound's ratio is below 0.70:",
+        "only where the bound's ratio is below 0.70. The synthetic columns are DR with a "
+        "perfectly calibrated imputer of the stated AUC against the truth (a noisy score "
+        "of the truth through its exact posterior, `synthetic_imputer`): what an imputer "
+        "with that discrimination would give, calibration error aside.",
         "",
-        "| metric | SNIPS width | bound width (coverage) | bound / SNIPS | best DR row / SNIPS |",
-        "|---|---|---|---|---|",
+        "| metric | SNIPS width | bound width (coverage) | bound / SNIPS | best real DR row / "
+        "SNIPS | " + " | ".join(f"AUC {a:g} / SNIPS" for a in aucs) + " |",
+        "|---|---|---|---|---|" + "---|" * len(aucs),
     ]
     for metric, c in room.items():
-        best = min(c["dr_ratios"].items(), key=lambda kv: kv[1], default=None)
+        real = {k: v for k, v in c["dr_ratios"].items() if k not in synth.values()}
+        best = min(real.items(), key=lambda kv: kv[1], default=None)
         best_cell = f"{best[1]:.3f} ({best[0]})" if best else "-"
+        cells = [f"{c['dr_ratios'][row]:.3f}" if row in c["dr_ratios"] else "-"
+                 for row in synth.values()]  # fmt: skip
         lines.append(f"| {metric} | {c['reference_width']:.4f} | {c['bound_width']:.4f} "
-                     f"({_pct(c['bound_coverage'])}) | {c['bound_ratio']:.3f} | "
-                     f"{best_cell} |")  # fmt: skip
+                     f"({_pct(c['bound_coverage'])}) | {c['bound_ratio']:.3f} | {best_cell} | "
+                     + " | ".join(cells) + " |")  # fmt: skip
     return lines
 
 
