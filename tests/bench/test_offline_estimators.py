@@ -303,3 +303,26 @@ def test_a_synthetic_imputer_has_the_asked_auc_and_is_calibrated(auc):
     np.testing.assert_array_equal(p, synthetic_imputer(r, auc, seed=0))  # fixed per seed
     with pytest.raises(ValueError, match="bound_aucs"):
         synthetic_imputer(r, 0.5, seed=0)
+
+
+def test_the_ppi_limit_is_ppi_pluss_width_over_the_labels_alone():
+    """``ppi_limit``: with many more unlabelled pairs than gold ones, the power-tuned PPI++
+    interval for a mean (``ppi_mean``, equal to ppi_py's: scripts/crosscheck_ppi.py) over the
+    labels-only one (lambda 0) is ``sqrt(1 - rho^2)``."""
+    from recjudge.bench._offline_estimators import ppi_limit
+    from recjudge.evaluators.offline._gold_ppi import ppi_mean
+
+    g = np.random.default_rng(4)
+    y = (g.random(400_000) < 0.1).astype(float)
+    # lambda* = cov / var f = 0.027 / 0.0306, about 0.88: inside ppi_mean's [0, 1]
+    f = 0.1 + 0.3 * (y - 0.1) + g.normal(0, 0.15, len(y))
+    limit = ppi_limit(f, y)
+    n = 2000
+    tuned = ppi_mean(y[:n], f[:n], f[n:], lam=None, alpha=0.05)
+    alone = ppi_mean(y[:n], f[:n], f[n:], lam=0.0, alpha=0.05)
+    ratio = (tuned["hi"] - tuned["lo"]) / (alone["hi"] - alone["lo"])
+    # the gold sample's own correlation and fitted lambda: a few per cent from the limit
+    assert ratio == pytest.approx(limit["ppi_width_limit"], rel=0.05)
+    assert 0.3 < limit["ppi_width_limit"] < 0.9  # a case where the limit is not trivial
+    assert ppi_limit(y, y)["ppi_width_limit"] == pytest.approx(0.0, abs=1e-7)
+    assert ppi_limit(np.ones(10), y[:10]) == {"corr_vs_truth": None, "ppi_width_limit": None}

@@ -704,6 +704,7 @@ def bench_brief_offline_estimators(
                 "mean_p": float(p.mean()),
                 "yes_rate": float(h.mean()),
                 "auc_vs_truth": _auc(p, world.relevant),
+                **ppi_limit(p, world.relevant),
             }  # fmt: skip
             for n, (p, h) in world.imputers.items()
         },
@@ -896,6 +897,21 @@ def _bar(progress: bool, total: int) -> Any:
     return tqdm(total=total, desc="simulated evaluations", unit="log")
 
 
+def ppi_limit(p: np.ndarray, y: np.ndarray) -> dict[str, float | None]:
+    """An imputer's correlation ``rho`` with the truth over the listed pairs, and the width
+    PPI++ with it can reach relative to the gold labels alone: ``sqrt(1 - rho^2)``. With
+    power tuning (lambda = cov(y, f) / ((1 + n / N) var f); Angelopoulos, Duchi & Zrnic
+    2023, PPI++), the variance of a mean on ``n`` gold and ``N`` unlabelled pairs tends to
+    ``(var y - cov(y, f)^2 / var f) / n = var y (1 - rho^2) / n`` as ``N / n`` grows; uniform
+    gold pairs, no clustering, the imputer fixed (and ``cov / var f`` at most 1: ``ppi_mean``
+    clips lambda to [0, 1], so a sharper imputer than that is held to lambda 1). None for a
+    constant imputer."""
+    if np.std(p) == 0 or np.std(y) == 0:
+        return {"corr_vs_truth": None, "ppi_width_limit": None}
+    rho = float(np.corrcoef(p, y)[0, 1])
+    return {"corr_vs_truth": rho, "ppi_width_limit": float(np.sqrt(max(0.0, 1 - rho**2)))}
+
+
 def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
     from recjudge._stats import auc
 
@@ -1047,12 +1063,14 @@ def _report_tables(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[s
         "",
         "Imputation models against the online truth over every listed pair:",
         "",
-        "| imputer | mean p | YES rate | AUC vs truth |",
-        "|---|---|---|---|",
+        "| imputer | mean p | YES rate | AUC vs truth | correlation with truth | PPI++ width / "
+        "labels-only, limit (`ppi_limit`) |",
+        "|---|---|---|---|---|---|",
     ]
     for n, v in r["imputers"].items():
         lines.append(f"| {n} | {_f(v['mean_p'])} | {_f(v['yes_rate'])} | "
-                     f"{_f(v['auc_vs_truth'])} |")  # fmt: skip
+                     f"{_f(v['auc_vs_truth'])} | {_f(v.get('corr_vs_truth'))} | "
+                     f"{_f(v.get('ppi_width_limit'))} |")  # fmt: skip
     for metric in config.metrics:
         lines += [
             "",
