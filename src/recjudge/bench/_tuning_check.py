@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from recjudge._stats import auc, bootstrap_ci
+from recjudge._stats import auc, bootstrap_ci, user_draws
 
 #: the pair sets, in the order the report shows them
 SETS = ("validation", "evaluation users' past", "evaluation pairs")
@@ -76,10 +76,9 @@ def paired_auc(a: Sequence[float], b: Sequence[float], labels: Sequence[int],
     for n, u in enumerate(users):
         by_user.setdefault(u, []).append(n)
     groups = [np.asarray(v) for v in by_user.values()]
-    g = np.random.default_rng(seed)
     diffs = []
-    for _ in range(draws):
-        idx = np.concatenate([groups[k] for k in g.integers(0, len(groups), len(groups))])
+    for draw in user_draws(len(groups), draws, seed):  # the project's user resamples
+        idx = np.concatenate([groups[k] for k in draw])
         x, z = _auc_of(a[idx], y[idx]), _auc_of(b[idx], y[idx])
         if x is not None and z is not None:
             diffs.append(x - z)
