@@ -51,7 +51,7 @@ from recjudge.evaluators.offline._impute import (
 from recjudge.evaluators.offline._judge_job import judge_of, judge_text, run_judge
 from recjudge.evaluators.offline._leakage import period_overlap, refuse_period
 from recjudge.evaluators.offline._runs import RecRun, read_qrels, read_run, restrict_to
-from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS
+from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS, POWER
 from recjudge.evaluators.offline._tune_job import TuneJob, run_tune, tune_text
 from recjudge.reporting import interval
 
@@ -787,7 +787,11 @@ def estimator_lines(est: dict) -> list[str]:
             f"- transport check, {name}{how}: **{d['verdict']}**: calibration's mean residual "
             f"{d['mean_residual']:+.3f} [{lo:+.3f}, {hi:+.3f}] on {d['gold_pairs']} gold pairs "
             f"(p = {d['p']:.3g})" + ("; its calibrated level (dm, dr) is refused"
-                                     if d["verdict"] == "fails" else "")
+                                     if d["verdict"] == "fails" else
+                                     f"; this sample detects a residual of "
+                                     f"{d['detectable']:.3f} or more at {POWER:.0%} power, "
+                                     "not a smaller one"
+                                     if d.get("detectable") is not None else "")
         )  # fmt: skip
     if est.get("skipped_metrics"):
         lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "

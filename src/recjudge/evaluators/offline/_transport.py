@@ -45,7 +45,9 @@ import numpy as np
 __all__ = [
     "MIN_TRANSPORT_USERS",
     "Refit",
+    "POWER",
     "bound_levels",
+    "detectable_residual",
     "refuse_levels",
     "residual_interval",
     "transport_check",
@@ -115,8 +117,25 @@ def transport_check(
         p = float(2 * student.sf(abs(mean / se), g - 1)) if se > 0 else float(mean == 0)
         out[run.name] = {"verdict": "fails" if p < alpha else "ok", "gold_pairs": int(n),
                          "users": g, "mean_residual": mean,
-                         "ci": [mean - q * se, mean + q * se], "p": p, "map": how}  # fmt: skip
+                         "ci": [mean - q * se, mean + q * se], "p": p, "map": how,
+                         "detectable": detectable_residual(se, g, alpha)}  # fmt: skip
     return out
+
+
+#: the power at which ``detectable_residual`` is stated
+POWER = 0.8
+
+
+def detectable_residual(se: float, users: int, alpha: float = 0.05, power: float = POWER) -> float:
+    """The smallest mean residual the check flags with probability ``power``: ``(t_{1 -
+    alpha / 2} + t_power) * se`` with ``users - 1`` degrees of freedom (the usual minimum
+    detectable effect of a two-sided t-test; Bloom 1995, "Minimum detectable effects").
+    An ``ok`` verdict says little about a bias below it: on a small gold sample a lenient
+    system passes because the test cannot see it, not because the map transports."""
+    from scipy.stats import t as student
+
+    df = max(users - 1, 1)
+    return float((student.ppf(1 - alpha / 2, df) + student.ppf(power, df)) * se)
 
 
 def refuse_levels(systems: Mapping[str, Any], check: Mapping[str, Mapping[str, Any]]) -> None:
