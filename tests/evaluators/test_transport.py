@@ -152,3 +152,18 @@ def test_the_detectable_residual_is_flagged_at_the_stated_power():
     assert abs(rate - POWER) <= 0.12  # 150 samples: sd of the rate about 0.033
     half, _ = flagged(size / 2)
     assert half <= 0.5
+
+
+def test_a_pass_is_printed_with_what_the_sample_could_detect():
+    from recjudge.evaluators.offline import estimator_lines
+
+    est = {"propensity": "fit", "clipped": 0, "calibration": "isotonic", "gold": "300 pairs",
+           "systems": {},
+           "transport": {
+               "als": {"verdict": "ok", "mean_residual": 0.01, "ci": [-0.04, 0.06],
+                       "gold_pairs": 120, "users": 30, "p": 0.7, "detectable": 0.071},
+               "pop": {"verdict": "fails", "mean_residual": 0.2, "ci": [0.1, 0.3],
+                       "gold_pairs": 90, "users": 25, "p": 0.001, "detectable": 0.09}}}  # fmt: skip
+    lines = [x for x in estimator_lines(est) if x.startswith("- transport check")]
+    assert "detects a residual of 0.071 or more at 80% power" in lines[0]
+    assert "refused" in lines[1] and "detects" not in lines[1]
