@@ -168,6 +168,9 @@ def test_in_the_known_truth_world_it_narrows_ppi_against_labels_alone():
         "dr [supervised:logistic, fit theta]",
     }
     assert width["ppi [supervised:logistic]"] < 0.6 * width["ppi [labels-only]"]
+    # the transport rows say what the plant did to the level and what the check could see
+    tr = s["transport"]
+    assert 0 <= tr["planted_true_bias"] < 1 and tr["planted_detectable"] > 0
 
 
 def _evaluate_folder(tmp, users=40, k=5, seed=0):

@@ -244,7 +244,9 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     other systems that fail; and, unplanted, the share of systems that fail, overall and
     split by the pooled map's true bias on the system (``TRANSPORTS``, ``FAILS_TO_TRANSPORT``).
     Returns (planted flagged, others flagged, honest world flagged, flagged where it
-    transports, such systems, flagged where it does not, such systems)."""
+    transports, such systems, flagged where it does not, such systems, the planted system's
+    true bias under its leave-system-out map, the residual its check could detect at 80 %
+    power)."""
     from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
     from recjudge.evaluators.offline._transport import transport_check
 
@@ -269,6 +271,18 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
             return dict(zip(labels, apply_map(fx, fy, probs[gi]).tolist(), strict=True))
 
         got.append(transport_check(runs, world.users, judged, labels, k, refit=refit))
+    # what the plant does to the level the check tests: the map fitted on the other systems'
+    # gold pairs, applied to every listed pair of the planted system, against the truth
+    target_pairs = m[m >= 0]
+    others_gold = {key: v for key, v in labels.items() if not mine[index[key]]}
+    try:
+        fx, fy = fit_isotonic(planted[[index[key] for key in others_gold]],
+                              list(others_gold.values()))  # fmt: skip
+        planted_bias = abs(float(np.mean(world.relevant[target_pairs]
+                                         - apply_map(fx, fy, planted[target_pairs]))))  # fmt: skip
+    except ValueError:
+        planted_bias = np.nan
+    detectable = got[0][target].get("detectable")
     flagged = {n: d["verdict"] == "fails" for n, d in got[0].items()}
     others = [v for n, v in flagged.items() if n != target]
     honest = [d["verdict"] == "fails" for d in got[1].values()]
@@ -288,7 +302,8 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     mean = {c: float(np.mean(v)) if v else np.nan for c, v in cells.items()}
     return (float(flagged[target]), float(np.mean(others)) if others else np.nan,
             float(np.mean(honest)), mean["small"], len(cells["small"]), mean["big"],
-            len(cells["big"]))  # fmt: skip
+            len(cells["big"]), planted_bias,
+            float(detectable) if detectable is not None else np.nan)  # fmt: skip
 
 
 def imputer_summary(
@@ -318,7 +333,8 @@ def imputer_summary(
             "others_flagged": float(np.nanmean(a[:, 1])),
             "honest_world_flagged": float(np.nanmean(a[:, 2])), "samples": len(a),
             "flagged_where_it_transports": transports, "systems_where_it_transports": transports_n,
-            "flagged_where_it_does_not": fails, "systems_where_it_does_not": fails_n}  # fmt: skip
+            "flagged_where_it_does_not": fails, "systems_where_it_does_not": fails_n,
+            "planted_true_bias": _nanmean(a, 7), "planted_detectable": _nanmean(a, 8)}  # fmt: skip
     for (n, design, row), vals in aucs.items():
         a = [v[0] for v in vals if v[0] is not None]
         g = [v[1] for v in vals if v[1] is not None]
@@ -414,8 +430,10 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
               "and in which any system fails without the plant (goal <= 10 %):", "",
               "| gold pairs | design | samples | planted flagged | others flagged | "
               "honest world flagged | of them: where the map transports (true bias < "
-              f"{TRANSPORTS:g}) | where it does not (>= {FAILS_TO_TRANSPORT:g}) |",
-              "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+              f"{TRANSPORTS:g}) | where it does not (>= {FAILS_TO_TRANSPORT:g}) | planted: "
+              "true bias of its calibrated level | planted: residual its check detects at "
+              "80 % power |",
+              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     lines += _transport_rows(got)
     lines += ["", "The supervised imputers' discrimination (mean over the samples it was fitted "
               "on; the judge's own AUC against the truth over every listed pair: "
@@ -458,6 +476,18 @@ def _width_rows(got: Mapping[str, Any], metrics: Sequence[str], snips: Mapping) 
     return out
 
 
+def _nanmean(a: np.ndarray, col: int) -> float | None:
+    """The mean of column ``col`` over the samples that have it (None: none has; older
+    results have fewer columns)."""
+    if a.ndim != 2 or a.shape[1] <= col or not np.isfinite(a[:, col]).any():
+        return None
+    return float(np.nanmean(a[:, col]))
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}"
+
+
 def _transport_rows(got: Mapping[str, Any]) -> list[str]:
     """``imputer_section``'s transport table rows: per gold size and design."""
     out: list[str] = []
@@ -471,7 +501,9 @@ def _transport_rows(got: Mapping[str, Any]) -> list[str]:
                              f"{_pct(c.get('flagged_where_it_transports'))} of "
                              f"{c.get('systems_where_it_transports', 0)} | "
                              f"{_pct(c.get('flagged_where_it_does_not'))} of "
-                             f"{c.get('systems_where_it_does_not', 0)} |")  # fmt: skip
+                             f"{c.get('systems_where_it_does_not', 0)} | "
+                             f"{_num(c.get('planted_true_bias'))} | "
+                             f"{_num(c.get('planted_detectable'))} |")  # fmt: skip
     return out
 
 
