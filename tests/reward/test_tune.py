@@ -378,3 +378,28 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
     assert " []" in texts and " [" not in texts  # an open bracket alone commits nothing
     with pytest.raises(ValueError, match="not open to every branch"):
         branch_tokens(spec, tok, tuple(llm.encode('{"evidence": []')))
+
+
+def test_memory_freed_after_training_goes_back_to_the_os():
+    """``tune`` ends with ``release_freed_memory``: small freed blocks stay in the process's
+    heap until ``malloc_trim`` (measured: 30,000 tensors of 16 KB, RSS 705 MB allocated,
+    704 MB after ``del``, 225 MB after the trim). Run in a fresh process, so other tests'
+    heap does not blur it."""
+    import subprocess
+    import sys
+
+    code = (
+        "import os, torch\n"
+        "from recjudge._util import release_freed_memory\n"
+        "rss = lambda: int(open(f'/proc/{os.getpid()}/statm').read().split()[1]) * 4096\n"
+        "xs = [torch.randn(64, 64) for _ in range(8000)]\n"
+        "del xs\n"
+        "before = rss()\n"
+        "ran = release_freed_memory()\n"
+        "print(int(ran), before - rss())\n"
+    )
+    got = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, check=True).stdout.split()  # fmt: skip
+    if got[0] == "0":
+        pytest.skip("no malloc_trim here (not glibc)")
+    assert int(got[1]) > 64 * 2**20  # of ~128 MB freed, at least half handed back

@@ -26,7 +26,6 @@ interval over users (each user's pairs drawn together, the same draw for both mo
 
 from __future__ import annotations
 
-import gc
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from recjudge._stats import auc, bootstrap_ci, user_draws
+from recjudge._util import release_freed_memory
 
 #: the pair sets, in the order the report shows them
 SETS = ("validation", "evaluation users' past", "evaluation pairs")
@@ -157,7 +157,7 @@ def teacher_forced_check(
         scores[label] = {name: decision_scores(model, ex, pad, "cpu")
                          for name, (ex, _) in examples.items()}  # fmt: skip
         del model
-        gc.collect()
+        release_freed_memory()
     out: dict[str, Any] = {}
     for label in scores:
         out[label] = {

@@ -40,6 +40,7 @@ from recjudge._util import (
     atomic_write_bytes,
     atomic_write_json,
     json_loads,
+    release_freed_memory,
     sha256_file,
     stable_hash,
 )
@@ -482,6 +483,8 @@ def tune(
     card = _card(config, data, pairs, train, val, state, device, time.perf_counter() - t0,
                  len(skipped))  # fmt: skip
     _merge_and_save(model, config, out, card, _users_record(pairs))
+    del model, optimizer, params
+    release_freed_memory()  # the training's peak is not kept for what runs next
     return TuneResult(out, card)
 
 
