@@ -383,8 +383,9 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
 def test_memory_freed_after_training_goes_back_to_the_os():
     """``tune`` ends with ``release_freed_memory``: small freed blocks stay in the process's
     heap until ``malloc_trim`` (measured: 30,000 tensors of 16 KB, RSS 705 MB allocated,
-    704 MB after ``del``, 225 MB after the trim). Run in a fresh process, so other tests'
-    heap does not blur it."""
+    704 MB after ``del``, 225 MB after the trim; a SmolLM2 ``tune`` of 8 steps ends at 1,130
+    MB RSS with it, 6,423 MB without). Run in a fresh process, so other tests' heap does not
+    blur it."""
     import subprocess
     import sys
 
