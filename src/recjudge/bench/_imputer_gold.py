@@ -484,10 +484,6 @@ def _nanmean(a: np.ndarray, col: int) -> float | None:
     return float(np.nanmean(a[:, col]))
 
 
-def _num(v: float | None) -> str:
-    return "-" if v is None else f"{v:.3f}"
-
-
 def _transport_rows(got: Mapping[str, Any]) -> list[str]:
     """``imputer_section``'s transport table rows: per gold size and design."""
     out: list[str] = []

@@ -1128,8 +1128,8 @@ def headroom(
         if not ref:
             continue
         rows = {row: d[metric]["ci_width"] / ref for row, d in summary.items()
-                if row.startswith("dr [") and "," in row and metric in d
-                and row.endswith("fit theta]") and row != bound_row}  # fmt: skip
+                if row.startswith("dr [") and row.endswith(", fit theta]") and metric in d
+                and row != bound_row}  # fmt: skip
         out[metric] = {
             "reference": reference,
             "reference_width": ref,
@@ -1147,8 +1147,8 @@ def _bound_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[s
     room = headroom(r["summary"])
     if not room:
         return []
-    aucs = [a for a in config.bound_aucs]
-    synth = {a: f"dr [{synthetic_name(a)}, fit theta]" for a in aucs}
+    aucs = config.bound_aucs
+    synth = [f"dr [{synthetic_name(a)}, fit theta]" for a in aucs]
     lines = [
         "",
         "## How narrow an imputer could make the interval",
@@ -1167,11 +1167,11 @@ def _bound_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[s
         "|---|---|---|---|---|" + "---|" * len(aucs),
     ]
     for metric, c in room.items():
-        real = {k: v for k, v in c["dr_ratios"].items() if k not in synth.values()}
+        real = {k: v for k, v in c["dr_ratios"].items() if k not in synth}
         best = min(real.items(), key=lambda kv: kv[1], default=None)
         best_cell = f"{best[1]:.3f} ({best[0]})" if best else "-"
         cells = [f"{c['dr_ratios'][row]:.3f}" if row in c["dr_ratios"] else "-"
-                 for row in synth.values()]  # fmt: skip
+                 for row in synth]  # fmt: skip
         lines.append(f"| {metric} | {c['reference_width']:.4f} | {c['bound_width']:.4f} "
                      f"({_pct(c['bound_coverage'])}) | {c['bound_ratio']:.3f} | {best_cell} | "
                      + " | ".join(cells) + " |")  # fmt: skip
