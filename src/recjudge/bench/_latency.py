@@ -23,7 +23,10 @@ def _wall(cmd: list[str]) -> float:
 
 
 #: a fresh process that times, in the order a CLI judgment meets them, the parts of its start
-#: (the judgment's own compute is what is left of its wall time)
+#: (the judgment's own compute is what is left of its wall time), then the CLI's judgment in
+#: that process twice: first (kernels, the grammar compiler and the tokenizer's first uses
+#: inside) and again with the prefix cache emptied (the prefill and the answer alone: the
+#: compute floor)
 _PARTS = """
 import json, sys, time
 t = time.perf_counter()
@@ -33,13 +36,13 @@ def lap(name):
     now = time.perf_counter()
     parts[name] = now - t
     t = now
-model, impl = sys.argv[1], sys.argv[2]
+model, impl, user, candidate = sys.argv[1:5]
 import recjudge.cli
 lap("import_s")
 import torch
 lap("torch_import_s")
 from recjudge.data import load_dataset
-load_dataset("ml-1m")
+ds = load_dataset("ml-1m")
 lap("data_load_s")
 from recjudge.llm import LLMConfig, load_llm, resolve_model_path
 from recjudge.llm._native import native_support
@@ -51,11 +54,24 @@ if not native:  # transformers' tokenizer, config and modelling modules
     config = AutoConfig.from_pretrained(resolve_model_path(model))
     MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the model's modelling code
 lap("transformers_import_s")
-load_llm(LLMConfig(model=model, backend="transformers", implementation=impl))
+llm = load_llm(LLMConfig(model=model, backend="transformers", implementation=impl))
 lap("model_load_s")
+from recjudge.reward import Judge, JudgeConfig, clear_prefix_cache, request_for
+judge = Judge(JudgeConfig(model=model, mode="no-behavior"), llm=llm)
+req = request_for(ds, user, candidate)
+lap("judge_built_s")
+judge.judge(req)
+lap("first_judgment_s")
+clear_prefix_cache(llm)
+judge.judge(req)
+lap("warm_judgment_s")
 parts["native"] = native
 print(json.dumps(parts))
 """
+
+#: the parts of a cold CLI judgment's start (``_PARTS``), before the judgment itself
+START_PARTS = ("import_s", "torch_import_s", "data_load_s", "transformers_import_s",
+               "model_load_s")  # fmt: skip
 
 
 def _cold(model: str, user: str, candidate: str, repeats: int, impl: str) -> dict[str, Any]:
@@ -69,15 +85,35 @@ def _cold(model: str, user: str, candidate: str, repeats: int, impl: str) -> dic
     walls = [_wall(judge) for _ in range(repeats)]
     runs = []
     for _ in range(repeats):
-        proc = subprocess.run([sys.executable, "-c", _PARTS, model, impl], capture_output=True,
-                              text=True, check=True)  # fmt: skip
-        runs.append(json_loads(proc.stdout.splitlines()[-1]))
+        t0 = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-c", _PARTS, model, impl, user, candidate],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        wall = time.perf_counter() - t0
+        run = json_loads(proc.stdout.splitlines()[-1])
+        # the interpreter's start and its exit (modules torn down, torch's and xgrammar's
+        # threads joined): the process's wall time that none of its laps holds
+        run["start_exit_s"] = max(wall - sum(v for k, v in run.items() if k != "native"), 0.0)
+        runs.append(run)
+    return cold_summary(walls, runs)
+
+
+def cold_summary(walls: list[float], runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cold CLI judgment's wall (median of ``walls``), each part (median over the
+    ``_PARTS`` processes ``runs``), the judgment's share (the wall less the start's parts and
+    the interpreter's start and exit), the floor (those parts, start and exit, and the
+    judgment's compute alone: ``warm_judgment_s``) and the wall over the floor."""
     native = runs[0]["native"]  # the same checkpoint and setting in every run
     parts = {k: statistics.median(r[k] for r in runs) for k in runs[0] if k != "native"}
     wall = statistics.median(walls)
+    start = sum(parts[k] for k in START_PARTS)
+    # the floor: what any cold judgment must do (start and end a Python process, import
+    # its libraries, read the data and the weights) and the judgment's compute alone
+    # (prefill and answer, warm)
+    floor = start + parts["start_exit_s"] + parts["warm_judgment_s"]
     # The rest: options, the prompt, the grammar, the prefill and the answer's tokens.
     return {"cli_judgment_s": wall, "cli_judgment_runs_s": walls, **parts, "native": native,
-            "judgment_s": max(wall - sum(parts.values()), 0.0)}  # fmt: skip
+            "judgment_s": max(wall - start - parts["start_exit_s"], 0.0), "floor_s": floor,
+            "over_floor": wall / floor if floor > 0 else None}  # fmt: skip
 
 
 def _warm(model: str, users: list[str], history: int, seed: int) -> dict[str, Any]:
@@ -138,6 +174,12 @@ def bench_latency(
     results["cold"] = _cold(model, "1", "Toy Story (1995)", repeats, "auto")
     results["cold_transformers"] = _cold(model, "1", "Toy Story (1995)", repeats, "transformers")
     results["warm"] = _warm(model, chosen, history, seed)
+    write_report(out, results, _lines(results, model, repeats, history))
+    return results
+
+
+def _lines(results: dict[str, Any], model: str, repeats: int, history: int) -> list[str]:
+    """The report: the cold judgment's parts and floor per implementation, then warm."""
     c, t, w = results["cold"], results["cold_transformers"], results["warm"]
 
     def row(label: str, key: str) -> str:
@@ -163,7 +205,28 @@ def bench_latency(
             "transformers_import_s",
         ),
         row("of which: tokenizer and weights", "model_load_s"),
+        row(
+            "of which: the interpreter's start and exit (torn-down modules, joined threads)",
+            "start_exit_s",
+        ),
         row("of which: the judgment (prompt, grammar, prefill, answer; the rest)", "judgment_s"),
+        row(
+            "the same judgment in a fresh process after the start above: first", "first_judgment_s"
+        ),
+        row("the same judgment again, prefix cache emptied (its compute alone)", "warm_judgment_s"),
+        row(
+            "**floor**: the start's parts, start and exit, the judgment's compute alone", "floor_s"
+        ),
+        f"| **cold CLI judgment / floor** | **{c['over_floor']:.2f}x** | "
+        f"**{t['over_floor']:.2f}x** |",
+        "",
+        "The floor is what any cold judgment must do: start and end a Python process, import "
+        "the libraries, read the data and the weights, and compute the prompt's prefill and "
+        "the answer (timed warm, so first-use costs are not in it). Above it: the CLI's own "
+        "work (options, the request, the store check), and the first judgment's first uses "
+        "(kernel set-up, the grammar compiler, the tokenizer's first calls): the first "
+        "in-process judgment minus the warm one. Wall "
+        "seconds, medians of the runs.",
         "",
         f"Cold CLI judgment, default / transformers: "
         f"**{c['cli_judgment_s'] / t['cli_judgment_s']:.2f}x** the time.",
@@ -178,5 +241,4 @@ def bench_latency(
         "",
         f"Warm verdicts: {w['yes']} YES of {w['judgments']}.",
     ]
-    write_report(out, results, lines)
-    return results
+    return lines

@@ -134,8 +134,10 @@ def latency_text(r: dict[str, Any]) -> str:
     # Results written before the start was split further have only these two parts.
     names = {"import_s": "import", "torch_import_s": "torch", "data_load_s": "data",
              "transformers_import_s": "transformers", "model_load_s": "tokenizer + weights",
-             "judgment_s": "judgment"}  # fmt: skip
+             "start_exit_s": "start and exit", "judgment_s": "judgment"}  # fmt: skip
     parts = ", ".join(f"{n} {c[k]:.2f} s" for k, n in names.items() if k in c)
+    if c.get("over_floor") is not None:  # results before the floor was measured have none
+        parts += f"; {c['over_floor']:.2f}x its floor of {c['floor_s']:.2f} s"
     t = r.get("cold_transformers")  # results before the native forward have no such run
     versus = "" if t is None else (
         f"; on transformers' model {t['cli_judgment_s']:.2f} s "
