@@ -29,6 +29,9 @@ def test_driver_cost_counts_every_step(ml100k):
         "results parsed and merged (store)",
     }
     assert all(v > 0 for v in steps.values())
+    # the first pass (first uses inside) beside the table's, step by step
+    assert set(d["first_pass_us_per_judgment"]) == set(steps)
+    assert d["first_uses_s_per_run"] >= 0
     # the calls as a worker would get them: every pair once, with its key and sigma
     calls = d.pop("_calls")
     assert sorted(x["i"] for call in calls for x in call) == list(range(20))

@@ -72,6 +72,26 @@ def test_items_rendered_in_one_pass_equal_those_rendered_one_by_one():
         many.rendered_many(["1", "no-such-item"])
 
 
+def test_history_columns_are_the_history_rows_on_either_path():
+    """``history_columns`` answers the first lookups from ``history``'s scan and the rest
+    from one pass over the sorted table: the same ids, timestamps and ratings in the same
+    order either way (ties in time included), and an unknown user's KeyError names it."""
+    from recjudge.data import load_dataset
+
+    ds = load_dataset("ml-100k")
+    users = sorted(ds.interactions.user_id.astype(str).unique())[:12]
+    for u in users:  # the first ones before the table's pass, the rest after it
+        ids, ts, ratings = ds.history_columns(u)
+        rows = ds.interactions[ds.interactions["user_id"].astype(str) == u]
+        rows = rows.sort_values("timestamp", kind="stable")
+        assert ids == rows["item_id"].astype(str).tolist()
+        assert ts.tolist() == rows["timestamp"].tolist()
+        assert ratings == rows["rating"].tolist()
+    assert ds._columns is not None  # the pass was made, and answered the later users
+    with pytest.raises(KeyError, match="ghost"):
+        ds.history_columns("ghost")
+
+
 def test_event_mapping_tables():
     ml = movielens_event(pd.Series([1.0, 2, 3, 4, 5]))
     assert ml.tolist() == [

@@ -27,6 +27,7 @@ from recjudge.distributed import (
     RayConfig,
     RayExecutor,
     call_records,
+    call_units,
     is_loopback,
     request_from_record,
     request_record,
@@ -38,6 +39,7 @@ from recjudge.reward import (
     JudgeConfig,
     JudgePlan,
     ResultsStore,
+    history_sent,
     plan_calls,
     requests_for,
 )
@@ -57,9 +59,10 @@ def _requests(ds, users: int, per_user: int) -> list:
             if not isinstance(r, Exception)]  # fmt: skip
     reqs[1] = replace(reqs[1], candidate_text=reqs[1].candidate_text + " " + HOSTILE)
     h = reqs[per_user].history
-    bad = HistoryItem(h[0].item_id, h[0].title + HOSTILE, h[0].text + HOSTILE, h[0].rating)
+    # the most recent item: the prompt shows it (and a worker is sent it) in every path
+    bad = HistoryItem(h[-1].item_id, h[-1].title + HOSTILE, h[-1].text + HOSTILE, h[-1].rating)
     for k in range(per_user, 2 * per_user):  # the whole user: one prompt group
-        reqs[k] = replace(reqs[k], history=[bad, *h[1:]])
+        reqs[k] = replace(reqs[k], history=[*h[:-1], bad])
     return reqs
 
 
@@ -96,6 +99,64 @@ def test_a_call_sends_each_history_once_and_the_worker_rebuilds_every_request(ml
     # the same ids with another rating is another history: sent in full
     other = replace(reqs[1], history=[replace(h, rating=1.0) for h in reqs[1].history])
     assert "history" in call_records([reqs[0], other])[1]
+
+
+def test_a_worker_is_sent_only_what_the_prompt_shows(ml100k):
+    """With ``history_sent`` (an LLM mode: its ``max_history``), each history travels as its
+    most recent items, once per call; the rebuilt requests make the same prompt groups (what
+    the prompt shows) as the driver's, whose keys cover the whole history."""
+    from recjudge.reward import history_sent
+    from recjudge.reward._call import PromptGroups, prompt_group
+
+    config = JudgeConfig(mode="no-behavior", need_evidence=False, max_history=5)
+    shown = history_sent(config)
+    assert shown == 5 and history_sent(JudgeConfig(mode="cf-only")) is None
+    reqs = _requests(ml100k, 3, 4)
+    assert all(len(r.history) > 5 for r in reqs)
+    recs = json.loads(json.dumps(call_records(reqs, shown)))
+    sent = [len(x["history"]) for x in recs if "history" in x]
+    assert set(sent) == {5} and len(sent) < len(recs)  # the shared ones once
+    back: list = []
+    for x in recs:
+        back.append(request_from_record(x, back))
+    assert [b.history for b in back] == [r.history[-5:] for r in reqs]
+    assert [b.older for b in back] == [len(r.history) - 5 for r in reqs]
+    groups = PromptGroups(config)
+    assert [prompt_group(config, b) for b in back] == [groups(r) for r in reqs]
+    # the same prompt, "(N older items not shown.)" included
+    from recjudge.reward import build_messages
+
+    def shown(r):
+        return build_messages(r.history, r.candidate_text, max_items=5, older=r.older)
+
+    assert [shown(b) for b in back] == [shown(r) for r in reqs]
+    assert (
+        f"({len(reqs[0].history) - 5} older items not shown.)"
+        in shown(back[0]).messages[-1]["content"]
+    )
+    with pytest.raises(ValueError, match="driver"):  # its key is the driver's
+        Judge(config).key(back[0])
+    with pytest.raises(ValueError, match="shown"):
+        call_records(reqs, 0)
+
+
+def test_prompt_groups_are_computed_once_per_history_list(ml100k):
+    """``PromptGroups`` equals ``prompt_group`` request by request, a history of another
+    length is another group, and a list that grew since is grouped again, not by its old
+    group."""
+    from recjudge.reward._call import PromptGroups, prompt_group
+
+    config = JudgeConfig(mode="no-behavior", need_evidence=False, max_history=4)
+    reqs = _requests(ml100k, 3, 3)
+    groups = PromptGroups(config)
+    assert [groups(r) for r in reqs] == [prompt_group(config, r) for r in reqs]
+    # the same recent items after one older item fewer: the prompt counts the items it does
+    # not show, so it is another prefix (one prefix for both said "N older" to each)
+    shorter = replace(reqs[3], history=reqs[3].history[1:])
+    assert prompt_group(config, shorter) != prompt_group(config, reqs[3])
+    grown, before = reqs[0], prompt_group(config, reqs[0])
+    grown.history.append(grown.history[0])  # the same list object, one item longer
+    assert groups(grown) == prompt_group(config, grown) != before
 
 
 def test_blocks_hold_many_pairs_yet_keep_every_actor_busy():
@@ -171,9 +232,8 @@ def test_worker_unit_equals_one_process(ml100k, smollm32):
     want = judge.judge_many(reqs)
     worker = JudgeWorker(_config().model_dump_json(), FP32.model_dump_json(), record=True)
     worker._judge = Judge(_config(), llm=smollm32)  # the fixture's model: no second load
-    calls = [[{"i": i, "key": keys[i], "sigma": None, "req": rec}
-              for i, rec in zip(part, call_records([reqs[i] for i in part]), strict=True)]
-             for part in (range(3), range(3, len(reqs)))]  # fmt: skip
+    calls = call_units(reqs, [range(3), range(3, len(reqs))], keys, [None] * len(reqs),
+                       history_sent(_config()))  # fmt: skip
     got = json.loads(worker.unit(json.dumps(calls)))["results"]
     assert [g["i"] for g in got] == list(range(len(reqs)))
     for w, g in zip(want, got, strict=True):

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from recjudge.evaluators.arena._arena import ArenaConfig
+from recjudge.evaluators.arena._lists import ArenaListConfig
 from recjudge.evaluators.gist._config import GistConfig
 from recjudge.evaluators.usersum._usersum import UserSumConfig
 from recjudge.llm import LLMConfig, SamplingConfig, llm_key
@@ -20,7 +21,15 @@ from recjudge.reward import JudgeConfig, ResultsStore, StoredAsk, ask_key, ask_s
 CHECKPOINTS = Path(__file__).parents[2] / "checkpoints"
 
 
-STORE_CONFIGS = [LLMConfig, SamplingConfig, GistConfig, UserSumConfig, ArenaConfig, JudgeConfig]
+STORE_CONFIGS = [
+    LLMConfig,
+    SamplingConfig,
+    GistConfig,
+    UserSumConfig,
+    ArenaConfig,
+    ArenaListConfig,
+    JudgeConfig,
+]
 
 
 @pytest.mark.parametrize("config", STORE_CONFIGS, ids=lambda c: c.__name__)
@@ -202,3 +211,209 @@ def test_a_changed_setting_is_asked_again_and_an_unkeyed_one_is_not(
     config, stored = gist_ml1m
     keys = _extraction_keys(config.model_copy(update=update), monkeypatch, dtype)
     assert len(keys & stored) == (182 if reused else 0)
+
+
+# -- each declared field acts as declared: a keyed one moves the keys, an unkeyed one not ----
+
+
+def _moves_and_keeps(base: dict, other: dict, keyed: bool, field: str) -> None:
+    """``base``/``other``: question id -> key. Keyed: a question both runs ask has another
+    key in at least one case (or, where no question is shared, no key is). Unkeyed: the
+    runs share a question, and every shared one keeps its key."""
+    both = base.keys() & other.keys()
+    if keyed:
+        moved = any(base[q] != other[q] for q in both) if both else (
+            not set(base.values()) & set(other.values()))  # fmt: skip
+        assert moved and other, f"{field} is declared keyed but no key moved"
+    else:
+        assert both, f"{field}: the perturbation leaves no question to compare"
+        assert all(base[q] == other[q] for q in both), f"{field} moved a key it should keep"
+
+
+def _arena_questions(config) -> dict:
+    from recjudge.evaluators.arena import arena_asks
+
+    asks, _, _ = arena_asks(config, "ml-100k", {"dtype": "float32"})
+    return {tuple(sorted(a.request.items())): a.key for a in asks}
+
+
+def test_every_arena_field_acts_on_the_keys_as_declared(tmp_path):
+    """ArenaConfig: each KEYED field changed alone moves a comparison's key; each UNKEYED
+    one (changed alone, or with ``both_orders`` where the orders would share nothing) keeps
+    the key of every comparison both runs ask."""
+    base = ArenaConfig(model="smollm2-135m", systems=("pop", "als"), users=3, k=3,
+                       history_items=3, history_min_rating=4.0)  # fmt: skip
+    asked = _arena_questions(base)
+    # lists of the same system name from a file: other items for the same users
+    users = sorted({dict(q)["user_id"] for q in asked})
+    lists = tmp_path / "als-lists.csv"
+    lists.write_text("user_id,rank,item_id\n" + "".join(
+        f"{u},{r},{i}\n" for u in users for r, i in enumerate(["1", "2", "3"], 1)))  # fmt: skip
+    keyed = {"model": "qwen2.5-coder-0.5b", "systems": ("pop", f"als={lists}"), "k": 2,
+             "history_items": 2, "history_min_rating": 5.0, "analysis": "joint",
+             "analysis_chars": 100, "seed": 1}  # fmt: skip
+    unkeyed = {"design": {"design": "round-robin"}, "users": {"users": 4},
+               "reference": {"reference": "als", "both_orders": True},
+               "reference_position": {"reference_position": "A", "both_orders": True},
+               "both_orders": {"both_orders": True}, "swap_rule": {"swap_rule": "keep"},
+               "bootstrap": {"bootstrap": 10}, "similarity": {"similarity": "embedding"},
+               "absolute": {"absolute": True}, "batch_size": {"batch_size": 3}}  # fmt: skip
+    assert set(keyed) == ArenaConfig.KEYED and set(unkeyed) == ArenaConfig.UNKEYED
+    for field, value in keyed.items():
+        _moves_and_keeps(asked, _arena_questions(base.model_copy(update={field: value})),
+                         True, field)  # fmt: skip
+    for field, update in unkeyed.items():
+        mine = base.model_copy(update={"both_orders": True}) if "both_orders" in update and (
+            field != "both_orders") else base  # fmt: skip
+        _moves_and_keeps(_arena_questions(mine), _arena_questions(
+            mine.model_copy(update=update)), False, field)  # fmt: skip
+
+
+def _list_questions(config) -> dict:
+    from recjudge.evaluators.arena._lists import _judges, list_run
+
+    run = list_run(config, "ml-100k")
+    judges = _judges(config, None, run.cf)
+    return {(name, r.user_id, r.candidate_id): j.key(r) for name, j in judges.items()
+            for r in run.reqs}  # fmt: skip
+
+
+def test_every_list_arena_field_acts_on_the_keys_as_declared(monkeypatch):
+    """ArenaListConfig (its judgments are the judges'): each KEYED field changed alone moves
+    a judgment's key; each UNKEYED one keeps the key of every judgment both runs make."""
+    from recjudge.evaluators.arena import ArenaListConfig
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    base = ArenaListConfig(model="smollm2-135m", systems=("pop", "als"), users=3, k=3,
+                           history_items=5, dtype="float32")  # fmt: skip
+    asked = _list_questions(base)
+    keyed = {"model": "qwen2.5-coder-0.5b", "dtype": "bfloat16", "beta": 5.0,
+             "history_items": 2, "sigma_from": "bpr", "seed": 1}  # fmt: skip
+    unkeyed = {"systems": ("pop", "als", "itemknn"), "reference": "als", "users": 4,
+               "k": 2, "discount": "none", "tie_margin": 0.1, "bootstrap": 10,
+               "decode_rows": 3}  # fmt: skip
+    assert set(keyed) == ArenaListConfig.KEYED and set(unkeyed) == ArenaListConfig.UNKEYED
+    for field, value in {**keyed, **unkeyed}.items():
+        other = base.model_copy(update={field: value})
+        if field == "systems":  # itemknn is the default sigma_from: take another
+            other = other.model_copy(update={"sigma_from": "bpr"})
+            base_q = _list_questions(base.model_copy(update={"sigma_from": "bpr"}))
+        else:
+            base_q = asked
+        _moves_and_keeps(base_q, _list_questions(other), field in keyed, field)
+
+
+#: GistConfig's keyed fields that enter the questions after extraction (relevance,
+#: taxonomy, specificity): asked only with extraction's answers, so a model-free check sees
+#: them in the classification only; at extraction they must leave every key as it is
+GIST_LATER_STAGES = {"judge", "evidence_for_specificity", "options", "pool_size", "taxonomy",
+                     "shortlist"}  # fmt: skip
+
+
+def test_every_gist_field_acts_on_the_extraction_keys_as_declared(monkeypatch):
+    """GistConfig at its first stage (``gist_extraction_asks``, no model): each keyed field
+    of extraction moves a question's key; the keyed fields of the later stages and every
+    UNKEYED one keep the key of each extraction question both runs ask. (``seed`` draws the
+    users, so the runs share no question: its keying is at the later stages'.)"""
+    from recjudge.evaluators.gist._metrics import Predicate
+    from recjudge.evaluators.gist._pipeline import gist_extraction_asks
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+
+    def questions(config):
+        return {tuple(sorted(a.request.items())): a.key
+                for a in gist_extraction_asks(config, "ml-100k")}  # fmt: skip
+
+    base = GistConfig(models=("smollm2-135m",), judge="smollm2-135m", users=3)
+    asked = questions(base)
+    extraction = {"models": ("qwen2.5-coder-0.5b",), "max_history": 20, "chunk_size": 50,
+                  "max_interests": 5, "max_ids": 5, "extraction_tokens": 512,
+                  "words": (1, 4), "interest_example": "quiet family dramas",
+                  "deterministic": True, "max_citations": 3,
+                  "predicate": Predicate(imp_pos=2)}  # fmt: skip
+    later = {"judge": "qwen2.5-coder-0.5b", "evidence_for_specificity": 3, "options": 20,
+             "pool_size": 500, "taxonomy": "shortlist", "shortlist": 10}  # fmt: skip
+    unkeyed = {"users": 4, "min_history": 10, "enforce_citations": True,
+               "agreement_sample": 5, "batch_size": 3, "bootstrap": 10}  # fmt: skip
+    assert set(later) == GIST_LATER_STAGES
+    assert set(extraction) | set(later) | {"seed"} == GistConfig.KEYED
+    assert set(unkeyed) == GistConfig.UNKEYED
+    for field, value in {**extraction, **later, **unkeyed}.items():
+        other = questions(base.model_copy(update={field: value}))
+        _moves_and_keeps(asked, other, field in extraction, field)
+
+
+#: UserSumConfig's keyed fields that enter only the questions after each user's single
+#: summary (segments, critiques, QA, the predictor's options): asked with earlier answers,
+#: so a model-free check sees them in the classification only
+USERSUM_LATER_STAGES = {"predictor", "segmentation", "min_segment", "max_segments",
+                        "critique_rounds", "qa_pairs", "recent", "runs"}  # fmt: skip
+
+
+def test_every_usersum_field_acts_on_the_summary_keys_as_declared(monkeypatch):
+    """UserSumConfig at its first questions (``usersum_summary_asks``, no model): each keyed
+    field of a single summary moves a question's key; the later stages' keyed fields and
+    every UNKEYED one keep every key. (``seed`` draws the users: its keying is the options'.)"""
+    from recjudge.evaluators.usersum import usersum_summary_asks
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+
+    def questions(config):
+        return {json.dumps(a.messages): a.key for a in usersum_summary_asks(config, "ml-100k")}
+
+    base = UserSumConfig(model="smollm2-135m", predictor="smollm2-135m", users=3,
+                         max_activities=60, future=5)  # fmt: skip
+    asked = questions(base)
+    first = {"model": "qwen2.5-coder-0.5b", "max_activities": 50, "future": 6,
+             "word_limit": 100, "query": "What does this {domain} fan like?"}  # fmt: skip
+    later = {"predictor": "qwen2.5-coder-0.5b", "segmentation": "count", "min_segment": 10,
+             "max_segments": 2, "critique_rounds": 1, "qa_pairs": 2, "recent": 5,
+             "runs": 2}  # fmt: skip
+    unkeyed = {"summarizers": ("single",), "users": 4, "min_activities": 60, "m": 2,
+               "batch_size": 2, "bootstrap": 200}  # fmt: skip
+    assert set(later) == USERSUM_LATER_STAGES
+    assert set(first) | set(later) | {"seed"} == UserSumConfig.KEYED
+    assert set(unkeyed) == UserSumConfig.UNKEYED
+    for field, value in {**first, **later, **unkeyed}.items():
+        other = questions(base.model_copy(update={field: value}))
+        _moves_and_keeps(asked, other, field in first, field)
+
+
+@pytest.mark.parametrize("evaluator", ["gist", "usersum", "arena"])
+def test_an_evaluator_question_asked_of_a_server_finds_its_answer_under_the_former_key(
+    evaluator, monkeypatch, tmp_path
+):
+    """A server's key no longer holds the client's dtype guess (``llm_key``); a question a
+    client whose ``auto`` was fp32 stored under the former form is found and re-keyed, not
+    asked again (``formerly``, ``adopt_former``)."""
+    from recjudge.llm import former_llm_keys, llm_key, reset_llm_defaults, set_llm_defaults
+    from recjudge.reward import adopt_former
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    token = set_llm_defaults(backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
+    try:
+        if evaluator == "gist":
+            from recjudge.evaluators.gist._pipeline import gist_extraction_asks
+
+            asks = gist_extraction_asks(GistConfig(judge="smollm2-135m", users=2), "ml-100k")
+        elif evaluator == "usersum":
+            from recjudge.evaluators.usersum import usersum_summary_asks
+
+            asks = usersum_summary_asks(UserSumConfig(model="smollm2-135m", users=2,
+                                                      max_activities=60), "ml-100k")  # fmt: skip
+        else:
+            from recjudge.evaluators.arena import arena_asks
+            from recjudge.llm import resolve_llm_config
+
+            server = resolve_llm_config("smollm2-135m")
+            asks, _, _ = arena_asks(ArenaConfig(model="smollm2-135m", systems=("pop", "als"),
+                                                users=2, k=3), "ml-100k", llm_key(server),
+                                    former_llm_keys(server))  # fmt: skip
+    finally:
+        reset_llm_defaults(token)
+    assert asks and all(a.formerly for a in asks)
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        old = asks[0].formerly[-1]  # the former LLM form (after any budget forms)
+        store.put_many([(old, {"kind": "test"}, {"value": "stored before", "text": "x"})])
+        assert adopt_former(store, asks) == 1
+        assert store.get_many([asks[0].key])[asks[0].key]["value"] == "stored before"

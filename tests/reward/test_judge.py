@@ -395,3 +395,33 @@ def test_a_judgment_dict_holds_every_field_but_the_error_and_owns_its_lists():
     assert d == want and list(d) == list(want)
     d["evidence"].append("B")
     assert j.evidence == ["A"] and Judgment.from_dict(j.to_dict()) == j
+
+
+def test_requests_and_the_plan_are_built_with_the_collector_paused(ml100k, monkeypatch):
+    """``requests_for`` and ``JudgePlan.build`` allocate in bursts with Python's cyclic
+    collector off (``gc_paused``: each full collection walks the whole process), and leave
+    it as they found it, also when they raise."""
+    import gc
+
+    from recjudge._util import gc_paused
+    from recjudge.reward import Judge, JudgeConfig, JudgePlan, requests_for
+
+    seen: list[bool] = []
+    judge = Judge(JudgeConfig(mode="cf-only"))
+    real_key = judge.key
+    monkeypatch.setattr(judge, "key", lambda r, *a: seen.append(gc.isenabled()) or real_key(r, *a))
+    reqs = [r for r in requests_for(ml100k, [("1", "50"), ("2", "1"), ("ghost", "1")])
+            if not isinstance(r, Exception)]  # fmt: skip
+    assert gc.isenabled()
+    JudgePlan.build(judge, reqs, record=True)
+    assert seen == [False, False] and gc.isenabled()
+    with pytest.raises(KeyError), gc_paused():
+        assert not gc.isenabled()
+        raise KeyError("x")
+    assert gc.isenabled()
+    gc.disable()
+    try:  # a caller's own pause is kept
+        requests_for(ml100k, [("1", "50")])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -154,3 +154,61 @@ def test_every_keyed_judge_setting_moves_the_key(monkeypatch, sampled):
         assert (other.key(req) != judge.key(req)) == moves, field
         after = field in JudgeConfig.AFTER_DECISION or not moves
         assert (other.decision_key(req) != judge.decision_key(req)) == (not after), field
+
+
+def test_a_server_key_holds_no_client_dtype_guess_and_finds_answers_under_the_former(
+    monkeypatch, tmp_path
+):
+    """A server computes in its own dtype: the client's ``auto`` (bf16 on one machine, fp32
+    on another) is not in the key, a stated dtype is; a store written under the former form
+    (the client's guess, until 2026-12-06) answers today's key, copied once, not judged again."""
+    from recjudge.llm import LLMConfig, former_llm_keys, llm_key
+    from recjudge.reward import JudgePlan, Judgment, ResultsStore
+
+    server = LLMConfig(model="m", backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
+    judge = Judge(JudgeConfig(model="m"), llm_config=server)
+    req = _request()
+    keys = {}
+    for dtype in ("float32", "bfloat16"):
+        monkeypatch.setenv("RECJUDGE_DTYPE", dtype)
+        assert "dtype" not in llm_key(server)
+        assert former_llm_keys(server) == [{**llm_key(server), "dtype": dtype}]
+        keys[dtype] = Judge(JudgeConfig(model="m"), llm_config=server).key(req)
+    assert keys["float32"] == keys["bfloat16"]  # the client's machine does not move it
+    stated = server.model_copy(update={"dtype": "float16"})
+    assert llm_key(stated)["dtype"] == "float16" and former_llm_keys(stated) == []
+    assert former_llm_keys(LLMConfig(model="m")) == []  # transformers: nothing to migrate
+    # an answer stored under the former key (bf16 here) is today's answer
+    old_key = judge.keys.former(req)[0]
+    assert old_key != judge.key(req)
+    answer = Judgment("7", "i9", "brief", True, ["Up (2009)"], 0.8, 0.7, 0.25, 1.0, 0.3, "{}",
+                      evidence_ids=["i1"], key=old_key)  # fmt: skip
+    with ResultsStore(tmp_path / "s.sqlite") as store:
+        store.put_many([(old_key, {"user_id": "7"}, answer.to_dict())])
+        plan = JudgePlan.build(judge, [req], store)
+        assert plan.todo == [] and plan.done[judge.key(req)].p_yes == 0.8
+        assert plan.done[judge.key(req)].key == judge.key(req)
+        assert set(store.get_many([judge.key(req), old_key])) == {judge.key(req), old_key}
+        assert JudgePlan.build(judge, [req], store).todo == []  # idempotent
+
+
+def test_a_decision_record_under_a_former_key_is_adopted(monkeypatch, tmp_path):
+    """The sweep's decision records migrate as results do: one held only under the former
+    decision key (a server's, with the client's dtype guess) is copied to today's."""
+    from recjudge.llm import LLMConfig
+    from recjudge.reward import ResultsStore
+    from recjudge.reward._plan import adopt_former_keys
+    from recjudge.reward._sweep import decisions_store
+
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    server = LLMConfig(model="m", backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
+    judge, req = Judge(JudgeConfig(model="m"), llm_config=server), _request()
+    dkey, (old,) = judge.decision_key(req), judge.keys.former(req, bias=False)
+    assert old != dkey and old not in judge.keys.former(req)  # a decision key, not a result's
+    with ResultsStore(tmp_path / "s.sqlite") as store, decisions_store(store) as decisions:
+        decisions.put_many([(old, {"user_id": "7"}, {"record": "as stored"})])
+        stored = decisions.get_many([dkey])
+        adopt_former_keys(judge.keys, decisions, [req], [dkey], stored,
+                          lambda r: {"user_id": r.user_id}, bias=False)  # fmt: skip
+        assert stored == {dkey: {"record": "as stored"}}
+        assert decisions.get_many([dkey]) == stored

@@ -21,14 +21,15 @@ from recjudge.distributed._executor import (
     BLOCKS_PER_ACTOR,
     RayConfig,
     RayExecutor,
-    RayRun,
     WorkerFault,
     block_calls,
     ray_executor,
 )
+from recjudge.distributed._run import RayRun
 from recjudge.distributed._worker import (
     JudgeWorker,
     call_records,
+    call_units,
     request_from_record,
     request_record,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "WorkerFault",
     "block_calls",
     "call_records",
+    "call_units",
     "connect",
     "free_ports",
     "is_loopback",

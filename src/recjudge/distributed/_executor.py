@@ -37,14 +37,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from recjudge._ray_config import RayConfig
-from recjudge._util import RunFault, first_line
+from recjudge._util import RunFault, first_line, gc_paused
 from recjudge.distributed._cluster import RayClusterError, connect
-from recjudge.distributed._worker import JudgeWorker, call_records
+from recjudge.distributed._run import RayRun
+from recjudge.distributed._worker import JudgeWorker, call_units
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMConfig
     from recjudge.reward._judge import Judge
-    from recjudge.reward._judgment import JudgeRequest, Judgment
+    from recjudge.reward._judgment import Judgment
     from recjudge.reward._plan import JudgePlan
 
 log = logging.getLogger(__name__)
@@ -77,25 +78,6 @@ def block_calls(calls: Sequence[Sequence[Any]], actors: int) -> list[list[Any]]:
 
 class WorkerFault(RunFault, RuntimeError):
     """A fault of the whole run raised on a Ray worker (its text names the original)."""
-
-
-@dataclass(frozen=True)
-class RayRun:
-    """One Ray run's planned work, what both of its paths (our engine on Ray actors, vLLM
-    through Ray Data LLM) are given: the judge and its requests, their keys, the engine calls
-    planned from them (each request with its index, key and sigma), the LLM config the
-    workers load, and whether a request's error is recorded rather than raised."""
-
-    judge: Judge
-    reqs: Sequence[JudgeRequest]
-    keys: Sequence[str]
-    calls: list[list[dict[str, Any]]]
-    llm_config: LLMConfig
-    record: bool
-
-    def failure(self, i: int, error: str) -> Judgment:
-        """Request ``i``'s recorded failure, under its key."""
-        return self.judge.failure(self.reqs[i], error, self.keys[i])
 
 
 @dataclass(frozen=True)
@@ -173,6 +155,7 @@ class RayExecutor:
         self, judge: Judge, plan: JudgePlan, record: bool
     ) -> Iterator[tuple[list[int], list[Judgment]]]:
         from recjudge.llm import resolve_llm_config
+        from recjudge.reward import history_sent
 
         if judge.llm_loaded_here():
             raise ValueError(
@@ -182,17 +165,16 @@ class RayExecutor:
             )
         self._workers.clear()
         reqs, keys = plan.reqs, plan.keys
-        calls: list[list[dict[str, Any]]] = []
-        for call in plan.calls:  # the plan's calls, each request with its index, key, sigma
-            records = call_records([reqs[i] for i in call])
-            calls.append([{"i": i, "key": keys[i], "sigma": plan.sigmas[i], "req": rec}
-                          for i, rec in zip(call, records, strict=True)])  # fmt: skip
+        shown = history_sent(judge.config, judge.role)
+        with gc_paused():  # a burst of records (see gc_paused)
+            calls = call_units(reqs, plan.calls, keys, plan.sigmas, shown)
         llm_config = self.placed(resolve_llm_config(judge.llm_config_or_model()))
         run = RayRun(judge, reqs, keys, calls, llm_config, record)
         if llm_config.backend == "vllm" and self.config.vllm == "ray-data-llm":
             from recjudge.distributed._ray_data_llm import stream_on_ray_data_llm
 
-            yield from stream_on_ray_data_llm(self, run)
+            ray = self.ready(vllm_stage=True)
+            yield from stream_on_ray_data_llm(ray, self.config, run)
             return
         yield from self._stream(run)
 

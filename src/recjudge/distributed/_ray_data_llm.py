@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Any
 from recjudge._util import RunFault, first_line
 
 if TYPE_CHECKING:
-    from recjudge.distributed._executor import RayExecutor, RayRun
+    from recjudge._ray_config import RayConfig
+    from recjudge.distributed._run import RayRun
     from recjudge.llm import RayDataLLM
     from recjudge.reward._judge import Judge
     from recjudge.reward._judgment import Judgment
@@ -131,11 +132,12 @@ def _finished(call: EngineCall, run: RayRun) -> tuple[list[int], list[Judgment]]
 
 
 def stream_on_ray_data_llm(
-    ex: RayExecutor, run: RayRun
+    ray: Any, config: RayConfig, run: RayRun
 ) -> Iterator[tuple[list[int], list[Judgment]]]:
     """Judge ``run.calls`` (the executor's planned engine calls, each request with its
-    index, key and sigma) with vLLM on Ray Data LLM workers; (indices, judgments) per
-    finished call.
+    index, key and sigma) with vLLM on Ray Data LLM workers (``ray``: connected, with the
+    vLLM stage's runtime; ``config``: the actors, threads and GPUs); (indices, judgments)
+    per finished call.
 
     Raises:
         RayClusterError: the Ray run failed, or ended with calls whose results never came.
@@ -145,7 +147,6 @@ def stream_on_ray_data_llm(
     from recjudge.reward._judge import Judge
     from recjudge.reward._judgment import error_text
 
-    ray = ex.ready(vllm_stage=True)
     engine: RayDataLLM = RayDataLLM(run.llm_config)
     local = Judge(run.judge.config, llm=engine)  # prompts and replays on the driver
     calls, failed = engine_calls(local, run)
@@ -161,8 +162,8 @@ def stream_on_ray_data_llm(
                 waiting.setdefault(fp, []).append(call)
         todo = []
         try:
-            ran = run_requests(ray, run.llm_config, pending, actors=ex.config.actors,
-                               threads=ex.config.threads, gpus=ex.config.gpus)  # fmt: skip
+            ran = run_requests(ray, run.llm_config, pending, actors=config.actors,
+                               threads=config.threads, gpus=config.gpus)  # fmt: skip
             for fp, result in ran:  # (a rerun block's result comes again: already taken)
                 for call in waiting.pop(fp, []):
                     call.got[fp] = result

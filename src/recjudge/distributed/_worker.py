@@ -19,15 +19,22 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def request_record(req: JudgeRequest, history_of: int | None = None) -> dict[str, Any]:
+def request_record(
+    req: JudgeRequest, history_of: int | None = None, shown: int | None = None
+) -> dict[str, Any]:
     """What a worker needs of a request to render and decode it (its sigma travels beside
     it; ``meta`` stays on the driver). ``history_of``: the position, in the same call, of a
     request with this very history, sent in its place (one user's candidates share one
-    history: sent once per call, not once per pair)."""
+    history: sent once per call, not once per pair). ``shown``: only the history's most
+    recent ``shown`` items are sent (``reward.history_sent``: what the prompt can show; the
+    key, computed on the driver, covers the whole history); None: all of it."""
+    history = req.history if shown is None else req.history[-shown:]
+    older = req.older + len(req.history) - len(history)
     return {
         "user_id": req.user_id,
         **({"history_of": history_of} if history_of is not None else
-           {"history": [[h.item_id, h.title, h.text, h.rating] for h in req.history]}),
+           {"history": [[h.item_id, h.title, h.text, h.rating] for h in history],
+            **({"older": older} if older else {})}),
         "candidate_id": req.candidate_id,
         "candidate_text": req.candidate_text,
         "candidate_title": req.candidate_title,
@@ -35,17 +42,39 @@ def request_record(req: JudgeRequest, history_of: int | None = None) -> dict[str
     }  # fmt: skip
 
 
-def call_records(reqs: Sequence[JudgeRequest]) -> list[dict[str, Any]]:
-    """``request_record`` of one call's requests, each history sent once."""
+def call_records(reqs: Sequence[JudgeRequest], shown: int | None = None) -> list[dict[str, Any]]:
+    """``request_record`` of one call's requests, each history sent once (``shown``: as
+    there)."""
+    if shown is not None and shown < 1:
+        raise ValueError(f"shown must be >= 1 or None, got {shown}")
     out: list[dict[str, Any]] = []
     holders: dict[tuple[str, ...], int] = {}
+    by_list: dict[int, int] = {}  # a shared list is recognised at once, not item by item
     for n, req in enumerate(reqs):
-        ids = tuple(h.item_id for h in req.history)
-        j = holders.setdefault(ids, n)
-        # same ids, same texts and ratings (a shared list compares by identity, at once)
+        first = by_list.setdefault(id(req.history), n)
+        if first != n and reqs[first].history is req.history:
+            out.append(request_record(req, first, shown))
+            continue
+        j = holders.setdefault(tuple(h.item_id for h in req.history), n)
+        # same ids, same texts and ratings
         same = j if j != n and reqs[j].history == req.history else None
-        out.append(request_record(req, same))
+        out.append(request_record(req, same, shown))
     return out
+
+
+def call_units(
+    reqs: Sequence[JudgeRequest],
+    calls: Sequence[Sequence[int]],
+    keys: Sequence[str],
+    sigmas: Any,
+    shown: int | None = None,
+) -> list[list[dict[str, Any]]]:
+    """A plan's engine ``calls`` (indices into ``reqs``) as a worker reads them: each request
+    with its index, key and sigma (``keys[i]``, ``sigmas[i]``) and its record
+    (``call_records``: each history once per call, ``shown`` items of it)."""
+    return [[{"i": i, "key": keys[i], "sigma": sigmas[i], "req": rec}
+             for i, rec in zip(call, call_records([reqs[i] for i in call], shown), strict=True)]
+            for call in calls]  # fmt: skip
 
 
 def request_from_record(d: dict[str, Any], earlier: Sequence[JudgeRequest] = ()) -> JudgeRequest:
@@ -55,9 +84,11 @@ def request_from_record(d: dict[str, Any], earlier: Sequence[JudgeRequest] = ())
     from recjudge.reward._prompt import HistoryItem
 
     if "history_of" in d:
-        history = earlier[int(d["history_of"])].history
+        same = earlier[int(d["history_of"])]
+        history, older = same.history, same.older
     else:
         history = [HistoryItem(str(a), str(b), str(c), r) for a, b, c, r in d["history"]]
+        older = int(d.get("older", 0))
     return JudgeRequest(
         user_id=d["user_id"],
         history=history,
@@ -65,6 +96,7 @@ def request_from_record(d: dict[str, Any], earlier: Sequence[JudgeRequest] = ())
         candidate_text=d["candidate_text"],
         candidate_title=d["candidate_title"],
         domain=d["domain"],
+        older=older,
     )
 
 

@@ -244,9 +244,14 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
     were made under before they were keyed (transformers on the CPU) add nothing, so those
     keys stay as they were.
 
+    A server (``openai-compatible``) computes in its own dtype, which the client cannot
+    see: its key holds a dtype only where the user states one (``dtype`` not ``auto``), not
+    what ``auto`` would pick on the client's machine (until 2026-12-06 it did:
+    ``former_llm_keys``).
+
     ``LLMConfig.KEYED`` and ``UNKEYED`` classify every field.
     """
-    out: dict[str, Any] = {"dtype": config.resolved_dtype()}
+    out: dict[str, Any] = {} if _server_auto(config) else {"dtype": config.resolved_dtype()}
     from recjudge.llm._card import card_digest
 
     tuned = card_digest(config.model) if config.backend != "openai-compatible" else None
@@ -266,6 +271,20 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
     if args and config.backend == "vllm":
         out["vllm_args"] = args
     return out
+
+
+def _server_auto(config: LLMConfig) -> bool:
+    """A server whose dtype the user left to ``auto`` (the client cannot see the server's)."""
+    return config.backend == "openai-compatible" and config.dtype == "auto"
+
+
+def former_llm_keys(config: LLMConfig) -> list[dict[str, Any]]:
+    """``llm_key``'s earlier forms for ``config``, which a store may hold answers under (a
+    result found under one is the same answer, adopted under today's key): until 2026-12-06 a
+    server's key held the dtype ``auto`` resolves to on the client's machine."""
+    if _server_auto(config):
+        return [{**llm_key(config), "dtype": config.resolved_dtype()}]
+    return []
 
 
 def resolution_state() -> tuple[str | None, bool | None]:
@@ -307,6 +326,12 @@ def llm_settings_of(llm: Any, model: str | LLMConfig) -> dict[str, Any]:
     without a config (a test double), of what ``load_llm(model)`` would load."""
     config = loaded_config(llm)
     return llm_key(config if config is not None else resolve_llm_config(model))
+
+
+def former_llm_settings_of(llm: Any, model: str | LLMConfig) -> list[dict[str, Any]]:
+    """``former_llm_keys`` of the LLM ``llm_settings_of`` keys."""
+    config = loaded_config(llm)
+    return former_llm_keys(config if config is not None else resolve_llm_config(model))
 
 
 #: fields of ``LLMConfig`` a command line may set for every model a command loads

@@ -21,6 +21,7 @@ class LLMPool:
 
         self._llms: dict[str, Any] = dict(loaded or {})
         self._keys: dict[tuple[Any, ...], dict[str, Any]] = {}
+        self._former: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         check_models(n for n in needed if n not in self._llms)
 
     def get(self, name: str) -> Any:
@@ -40,6 +41,16 @@ class LLMPool:
         if state not in self._keys:
             self._keys[state] = llm_settings_of(self._llms.get(name), name)
         return self._keys[state]
+
+    def former(self, name: str) -> list[dict[str, Any]]:
+        """``key``'s earlier forms for model ``name`` (``former_llm_keys``; none for most),
+        resolved once per model and state, as ``key``."""
+        from recjudge.llm._config import former_llm_settings_of, resolution_state
+
+        state = (name, name in self._llms, *resolution_state())
+        if state not in self._former:
+            self._former[state] = former_llm_settings_of(self._llms.get(name), name)
+        return self._former[state]
 
     def release(self, name: str) -> None:
         """Forget ``name`` (its memory is freed once nothing else holds it)."""

@@ -2,6 +2,7 @@
 
 from recjudge.reward._ask import SLOT, ask, ask_shared, choose, choose_shared
 from recjudge.reward._build import build_judge
+from recjudge.reward._call import history_sent
 from recjudge.reward._judge import Judge, JudgeExecutor, cf_identity, clear_prefix_cache
 from recjudge.reward._judge_config import JUDGES, JudgeConfig
 from recjudge.reward._judgment import (
@@ -37,6 +38,7 @@ from recjudge.reward._stored import (
     LEGACY_LLM,
     StoredAsk,
     adopt_former,
+    adopt_rows,
     ask_key,
     ask_stored,
     by_prompt_length,
@@ -106,6 +108,7 @@ __all__ = [
     "choose",
     "choose_shared",
     "adopt_former",
+    "adopt_rows",
     "ask_stored",
     "by_prompt_length",
     "can_sweep",
@@ -124,6 +127,7 @@ __all__ = [
     "request_for",
     "run_stored",
     "plan_calls",
+    "history_sent",
     "requests_for",
     "repair_store",
     "salvage",

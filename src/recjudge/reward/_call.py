@@ -47,18 +47,51 @@ class Prompt:
 
 def prompt_group(config: JudgeConfig, req: JudgeRequest, role: Role | None = None) -> Hashable:
     """What a request's prompt prefix is made of besides the judge's settings: its history's
-    most recent ``max_history`` items and the domain (the candidate is in the suffix), and for
-    a user simulator the user and whole history (its persona and role are written from them).
-    Requests with equal groups share one prefix, rendered and encoded once per call."""
+    most recent ``max_history`` items, its length (the prompt counts the items not shown) and
+    the domain (the candidate is in the suffix), and for a user simulator the user and whole
+    history (its persona and role are written from them). Requests with equal groups share
+    one prefix, rendered and encoded once per call."""
     domain = config.domain or req.domain
     # the prompt shows the most recent max_history items at most (build_messages): two
-    # histories that agree on those render one prefix
+    # histories of one length that agree on those render one prefix
     shown = tuple(
         (h.item_id, h.title, h.text, h.rating) for h in req.history[-config.max_history :]
     )
     if role is None:
-        return (domain, shown)
+        return (domain, len(req.history) + req.older, shown)
     return (domain, shown, req.user_id, tuple(h.item_id for h in req.history))
+
+
+def history_sent(config: JudgeConfig, role: Role | None = None) -> int | None:
+    """How many of a history's most recent items an engine call needs: ``max_history`` for a
+    mode that prompts the LLM (its prompt shows at most those, ``prompt_group``); None (all)
+    for a user simulator (its role is written from the whole history) or a mode without the
+    LLM (its judgment counts the whole history)."""
+    return config.max_history if config.uses_llm() and role is None else None
+
+
+class PromptGroups:
+    """``prompt_group`` of many requests, computed once per history list: one user's
+    candidates share one list (``requests_for``, ``request_from_record``), and the group's
+    tuple of up to ``max_history`` items per request was most of planning a run's calls.
+
+    A list is recognised by identity and length (kept alive here, so its id is not reused);
+    like the keys' memo, it assumes a request's history is not edited in place after it is
+    built."""
+
+    def __init__(self, config: JudgeConfig, role: Role | None = None) -> None:
+        self.config, self.role = config, role
+        self._memo: dict[tuple[int, int, int, str, str], tuple[list[Any], Hashable]] = {}
+
+    def __call__(self, req: JudgeRequest) -> Hashable:
+        who = req.user_id if self.role is not None else ""
+        k = (id(req.history), len(req.history), req.older, req.domain, who)
+        got = self._memo.get(k)
+        if got is not None and got[0] is req.history:
+            return got[1]
+        g = prompt_group(self.config, req, self.role)
+        self._memo[k] = (req.history, g)
+        return g
 
 
 def _prefix(
@@ -80,6 +113,7 @@ def _prefix(
         count_tokens=count,
         token_budget=config.token_budget,
         max_items=config.max_history,
+        older=req.older,
     )
     text = llm.chat_prompt(rendered.messages)
     head, slot, tail = text.partition(" " + CANDIDATE_SLOT)
@@ -100,9 +134,10 @@ def prompts_for(
     back as its exception; a ``RunFault`` is raised."""
     prefixes: dict[Hashable, tuple[RenderedPrompt, list[int], str] | Exception] = {}
     out: list[Prompt | Exception] = []
+    group = PromptGroups(config, role)
     for r in reqs:
         try:
-            g = prompt_group(config, r, role)
+            g = group(r)
             if g not in prefixes:
                 try:
                     prefixes[g] = _prefix(config, llm, r, role)
@@ -230,7 +265,7 @@ def cf_judgment(config: JudgeConfig, r: JudgeRequest, sigma: float) -> Judgment:
     exceeds ``cf_threshold``, p_yes = (sigma + 1) / 2."""
     return Judgment(r.user_id, r.candidate_id, config.mode, bool(sigma > config.cf_threshold),
                     [], (sigma + 1) / 2, None, sigma, 0.0, 0.0, "",
-                    history_shown=len(r.history))  # fmt: skip
+                    history_shown=len(r.history) + r.older)  # fmt: skip
 
 
 def judge_call(

@@ -17,6 +17,7 @@ from recjudge.llm import (
     LLMConfig,
     ModelLoadError,
     capabilities_of,
+    former_llm_keys,
     llm_key,
     loaded_config,
     resolution_state,
@@ -122,7 +123,8 @@ class Judge:
             cf.scaler.low, cf.scaler.high = -1.0, 1.0
         self.cf = cf
         self._llm = llm
-        self.keys = JudgeKeys(self.config, cf_identity(cf), self._llm_settings, self.role)
+        self.keys = JudgeKeys(self.config, cf_identity(cf), self._llm_settings, self.role,
+                              self._former_llm_settings)  # fmt: skip
         from recjudge.llm import EngineStats
 
         self.stats = EngineStats()
@@ -174,6 +176,13 @@ class Judge:
         """What of the LLM changes an answer (``llm_key``), for the LLM this judge runs (or
         will load, or its workers will load). Computed once per state (LLM loaded or not,
         ``resolution_state``), not per key: resolving it was over half of a key's cost."""
+        return self._keyed_llm()[0]
+
+    def _former_llm_settings(self) -> list[dict[str, Any]]:
+        """``_llm_settings``' earlier forms (``llm.former_llm_keys``)."""
+        return self._keyed_llm()[1]
+
+    def _keyed_llm(self) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         state = (self._llm is None, *resolution_state())
         cached = self.__dict__.get("_llm_settings_cache")
         if cached is not None and cached[0] == state:
@@ -183,7 +192,7 @@ class Judge:
             llm_config = resolve_llm_config(self.llm_config_or_model())
         if self.executor is not None and self._llm is None:  # what its workers will load
             llm_config = self.executor.placed(llm_config)
-        out = llm_key(llm_config)
+        out = (llm_key(llm_config), former_llm_keys(llm_config))
         self._llm_settings_cache = (state, out)
         return out
 

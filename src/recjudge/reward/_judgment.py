@@ -17,7 +17,13 @@ if TYPE_CHECKING:
 
 @dataclass
 class JudgeRequest:
-    """One (user, candidate) question. ``sigma`` overrides the judge's CF model."""
+    """One (user, candidate) question. ``sigma`` overrides the judge's CF model.
+
+    ``older``: how many items the user's history holds before ``history`` that were left
+    out of this request: a Ray worker's request carries only what the prompt can show
+    (``history_sent``), and its prompt still counts the rest as not shown. 0 everywhere
+    else; a request with ``older`` has no key of its own (the driver's covers the whole
+    history)."""
 
     user_id: str
     history: list[HistoryItem]
@@ -27,6 +33,7 @@ class JudgeRequest:
     sigma: float | None = None
     domain: str = "generic"
     meta: dict[str, Any] = field(default_factory=dict)
+    older: int = 0
 
     def __post_init__(self) -> None:
         if not self.history:
@@ -34,6 +41,8 @@ class JudgeRequest:
                 f"user {self.user_id!r} has an empty history; the judge needs at "
                 "least one past item"
             )
+        if self.older < 0:
+            raise ValueError(f"older must be >= 0, got {self.older}")
 
 
 # Errors that belong to one request (its text, ids, grammar or sigma), recorded per request

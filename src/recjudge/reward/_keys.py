@@ -25,6 +25,8 @@ class JudgeKeys:
         llm_settings: what of the LLM changes an answer, now (a new object when it changes:
             the settings part is encoded again then).
         role: a user simulator's role text of a request (None for the judge modes).
+        former_llm_settings: earlier forms of ``llm_settings`` that stored results may be
+            keyed under (``llm.former_llm_keys``; ``former``).
     """
 
     #: histories whose key encoding is kept (a bound, not a tuning: one batch's users)
@@ -36,14 +38,36 @@ class JudgeKeys:
         cf_id: str | None,
         llm_settings: Callable[[], dict[str, Any]],
         role: Callable[[JudgeRequest], dict[str, str]] | None = None,
+        former_llm_settings: Callable[[], list[dict[str, Any]]] | None = None,
     ) -> None:
         self.config, self.cf_id = config, cf_id
         self._llm_settings, self._role = llm_settings, role
+        self._former_llm = former_llm_settings or list
         self._history_memo: dict[int, tuple[list[HistoryItem], int, str]] = {}
-        self._settings_memo: dict[bool, tuple[Any, str]] = {}
+        self._settings_memo: dict[tuple[bool, int], tuple[Any, str]] = {}
 
-    def key(self, req: JudgeRequest, bias: bool = True) -> str:
-        """The result key; without ``bias`` the decision key (``Judge.decision_key``)."""
+    def has_former(self) -> bool:
+        """Whether the LLM's settings have earlier forms at all (``former``: none for most)."""
+        return bool(self._former_llm())
+
+    def former(self, req: JudgeRequest, bias: bool = True) -> list[str]:
+        """The keys ``req``'s result (without ``bias``: its decision record) had under the
+        LLM settings' earlier forms (none for most LLMs): a store holding one holds today's
+        answer (``JudgePlan`` and the sweep adopt it)."""
+        return [self.key(req, bias, llm=f) for f in self._former_llm()]
+
+    def key(self, req: JudgeRequest, bias: bool = True, llm: dict[str, Any] | None = None) -> str:
+        """The result key; without ``bias`` the decision key (``Judge.decision_key``);
+        ``llm``: other LLM settings than the judge's (``former``).
+
+        Raises:
+            ValueError: the request carries part of its history (``older``: a worker's);
+                its key is the one the driver computed from the whole history.
+        """
+        if req.older:
+            raise ValueError(f"request ({req.user_id!r}, {req.candidate_id!r}) carries its "
+                             f"history's last {len(req.history)} items only; its key is the "
+                             "driver's, from the whole history")  # fmt: skip
         signal = (self.cf_id if req.sigma is None else None, req.sigma) if bias else ()
         # = stable_hash(PROMPT_VERSION, ["decision"], settings, *signal, user, candidate id
         # and text, [(item, text, rating) per history item], [role]), the settings and the
@@ -53,7 +77,7 @@ class JudgeKeys:
         return stable_hash_encoded(
             [
                 json_part(head)[1:-1],  # a list's items joined as the whole list joins them
-                self._settings_json(bias),
+                self._settings_json(bias, llm),
                 json_part(parts)[1:-1],
                 self._history_json(req.history),
                 *([json_part(self._role(req))] if self._role is not None else []),
@@ -61,11 +85,11 @@ class JudgeKeys:
             length=32,
         )
 
-    def _settings_json(self, bias: bool) -> str:
+    def _settings_json(self, bias: bool, llm: dict[str, Any] | None = None) -> str:
         """The key's settings part, encoded once while the LLM's settings stay (the config is
         frozen; ``llm_settings`` gives a new object when what it reads changes)."""
-        llm = self._llm_settings()
-        got = self._settings_memo.get(bias)
+        llm = self._llm_settings() if llm is None else llm
+        got = self._settings_memo.get((bias, id(llm)))
         if got is not None and got[0] is llm:
             return got[1]
         c = self.config
@@ -84,7 +108,9 @@ class JudgeKeys:
         if "decode_rows" in keyed:  # None runs (and so keys) as the invariant engine's 8
             settings["decode_rows"] = c.rows()
         enc = json_part(settings)
-        self._settings_memo[bias] = (llm, enc)
+        if len(self._settings_memo) >= 8:  # the LLM's settings changed since: old entries
+            self._settings_memo.clear()
+        self._settings_memo[(bias, id(llm))] = (llm, enc)
         return enc
 
     def _history_json(self, history: list[HistoryItem]) -> str:

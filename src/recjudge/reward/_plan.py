@@ -7,17 +7,21 @@ the same calls: a distributed run decodes the batches one process would."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from recjudge.reward._call import Role, prompt_group
+from recjudge._util import gc_paused
+from recjudge.reward._call import PromptGroups, Role
 from recjudge.reward._judge_config import JudgeConfig
 from recjudge.reward._judgment import JudgeRequest, Judgment, is_run_fault
+from recjudge.reward._requests import stored_request
 from recjudge.reward._store import ResultsStore, StoreError
+from recjudge.reward._stored import adopt_rows
 
 if TYPE_CHECKING:
     from recjudge.reward._judge import Judge
+    from recjudge.reward._keys import JudgeKeys
 
 _REQUIRED = ("user_id", "candidate_id", "mode", "is_relevant", "evidence", "p_yes", "raw_text")
 
@@ -79,6 +83,19 @@ class JudgePlan:
             record: a request whose sigma fails goes to ``failed`` (else it is raised).
             spread: the calls wanted at least, for as many workers (``plan_calls``).
         """
+        with gc_paused():  # a burst of keys and calls (see gc_paused)
+            return cls._build(judge, reqs, store, retry_failed, record, spread)
+
+    @classmethod
+    def _build(
+        cls,
+        judge: Judge,
+        reqs: Sequence[JudgeRequest],
+        store: ResultsStore | None,
+        retry_failed: bool,
+        record: bool,
+        spread: int,
+    ) -> JudgePlan:
         plan = cls(reqs, [judge.key(r) for r in reqs])
         plan._reuse(judge, store, retry_failed)
         plan.todo = _first_of_each_missing(plan.keys, plan.done)
@@ -100,7 +117,11 @@ class JudgePlan:
         if store is None:
             return
         reqs, keys = self.reqs, self.keys
-        self.done = {k: stored_judgment(store, k, v) for k, v in store.get_many(keys).items()}
+        rows = store.get_many(keys)
+        adopt_former_keys(judge.keys, store, reqs, keys, rows,
+                          lambda r: stored_request(r, judge.config),
+                          lambda k, row: {**row, "key": k})  # fmt: skip
+        self.done = {k: stored_judgment(store, k, v) for k, v in rows.items()}
         for i, k in enumerate(keys):  # a row imported from a checkpoint has no ids
             if k in self.done and self.done[k].user_id is None:
                 self.done[k] = replace(self.done[k], user_id=reqs[i].user_id,
@@ -140,12 +161,35 @@ def plan_calls(
         size = min(size, fill) if -(-len(todo) // size) < spread else size
         return [list(todo[b : b + size]) for b in range(0, len(todo), size)]
     groups: dict[Any, list[int]] = {}
+    group = PromptGroups(config, role)
     for i in todo:
-        groups.setdefault(prompt_group(config, reqs[i], role), []).append(i)
+        groups.setdefault(group(reqs[i]), []).append(i)
     calls = _pack(groups.values(), size)
     if len(calls) < spread:
         calls = _pack(groups.values(), size, fill)
     return calls
+
+
+def adopt_former_keys(
+    keys: JudgeKeys,
+    store: Any,
+    reqs: Sequence[JudgeRequest],
+    now: Sequence[str],
+    rows: dict[str, dict[str, Any]],
+    request_of: Callable[[JudgeRequest], dict[str, Any]],
+    row_for: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+    bias: bool = True,
+) -> None:
+    """The key migration for a judge's rows (``adopt_rows``): a result (``bias``) or
+    decision record (not ``bias``) that ``store`` holds only under one of a request's former
+    keys (``JudgeKeys.former``: the LLM settings' earlier forms) is copied to its key in
+    ``now``, in ``rows`` and in the store, with ``request_of(request)`` beside it. Nothing to
+    do for most LLMs."""
+    if not keys.has_former():
+        return
+    former = {k: (keys.former(r, bias), request_of(r))
+              for r, k in zip(reqs, now, strict=True) if k not in rows}  # fmt: skip
+    rows.update(adopt_rows(store, former, row_for))
 
 
 def _first_of_each_missing(keys: Sequence[str], have: Mapping[str, Any]) -> list[int]:

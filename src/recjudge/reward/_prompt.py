@@ -78,6 +78,7 @@ def build_messages(
     max_items: int = 50,
     system: str | None = None,
     question: str | None = None,
+    older: int = 0,
 ) -> RenderedPrompt:
     """Render the judge prompt.
 
@@ -92,6 +93,8 @@ def build_messages(
         max_items: most history items shown.
         system: replaces the judge's system message (the user simulators' role).
         question: replaces "Is the candidate below relevant to this user?".
+        older: items before ``history`` that were not passed (``JudgeRequest.older``),
+            counted with the items not shown.
     """
     words = DOMAINS.get(domain, DOMAINS["generic"])
     recent = citable(list(reversed(history))[:max_items])
@@ -108,7 +111,7 @@ def build_messages(
     else:
         keep = len(lines)
     shown = recent[:keep]
-    dropped = len(history) - keep
+    dropped = len(history) + older - keep
     body = "\n".join(lines[:keep])
     if dropped:
         body += f"\n({dropped} older {words['items']} not shown.)"

@@ -4,12 +4,13 @@ the candidate, the candidate resolved by id or title) and their stored form
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from recjudge._registry import suggest
+from recjudge._util import gc_paused
 from recjudge.reward._judge_config import JudgeConfig
 from recjudge.reward._judgment import JudgeRequest
 from recjudge.reward._prompt import HistoryItem
@@ -57,9 +58,11 @@ def _resolve_candidate(ds: Any, candidate: str) -> str:
     raise KeyError(_closest(candidate, titles, "item", ds.name))
 
 
-def _user_history(ds: Any, user_id: str) -> Any:
+def _of_user(read: Callable[[str], Any], ds: Any, user_id: str) -> Any:
+    """``read(user_id)`` (``ds.history`` or ``ds.history_columns``); an unknown user's
+    KeyError names the closest ids."""
     try:
-        return ds.history(user_id)
+        return read(user_id)
     except KeyError:
         raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
 
@@ -68,9 +71,13 @@ def _history_items(ds: Any, h: Any) -> list[HistoryItem]:
     """The history rows ``h`` as prompt items (each item rendered once per dataset)."""
     # str() per value, not Series.astype(str): that builds a string dtype per call, which
     # was a third of building a batch's requests
-    ids = [str(i) for i in h["item_id"].tolist()]
+    return _items_of(ds, [str(i) for i in h["item_id"].tolist()], h["rating"].tolist())
+
+
+def _items_of(ds: Any, ids: list[str], ratings: list[Any]) -> list[HistoryItem]:
+    """Prompt items of a history's item ids and ratings (NaN: none)."""
     return [HistoryItem(i, title, text, float(rt) if rt == rt else None)
-            for i, (title, text), rt in zip(ids, ds.rendered_many(ids), h["rating"].tolist(),
+            for i, (title, text), rt in zip(ids, ds.rendered_many(ids), ratings,
                                             strict=True)]  # fmt: skip
 
 
@@ -113,7 +120,7 @@ def request_for(
             interacted with it, else all of them; ``all``: everything except the candidate.
     """
     user_id = str(user_id)
-    h = _user_history(ds, user_id)
+    h = _of_user(ds.history, ds, user_id)
     candidate = _resolve_candidate(ds, candidate)
     ids = h["item_id"].astype(str).to_numpy()
     h = h[_shown(ids, h["timestamp"].to_numpy(), candidate, history)]
@@ -130,6 +137,13 @@ def requests_for(
     interacted with (those see the whole history under either ``history`` rule); a
     candidate in the history gets the rows ``request_for`` would show, taken from it.
     """
+    with gc_paused():  # a burst of history items (see gc_paused)
+        return _requests_for(ds, pairs, history)
+
+
+def _requests_for(
+    ds: Any, pairs: Sequence[tuple[str, str]], history: str
+) -> list[JudgeRequest | Exception]:
     shared: dict[str, Any] = {}
     out: list[JudgeRequest | Exception] = []
     # the candidates rendered in one pass over the item table (one at a time, a cold batch
@@ -140,10 +154,8 @@ def requests_for(
         try:
             if user not in shared:
                 try:
-                    h = _user_history(ds, user)
-                    ids = np.array([str(x) for x in h["item_id"].tolist()], dtype=object)
-                    shared[user] = (ids, h["timestamp"].to_numpy(), set(ids.tolist()),
-                                    _history_items(ds, h))  # fmt: skip
+                    ids, ts, ratings = _of_user(ds.history_columns, ds, user)
+                    shared[user] = (ids, ts, set(ids), _items_of(ds, ids, ratings))
                 except KeyError as e:
                     shared[user] = e
             got = shared[user]
@@ -152,7 +164,7 @@ def requests_for(
             item = _resolve_candidate(ds, cand)
             ids, ts, seen, items = got
             if item in seen:
-                keep = _shown(ids, ts, item, history)
+                keep = _shown(np.array(ids, dtype=object), ts, item, history)
                 shown = [x for x, k in zip(items, keep.tolist(), strict=True) if k]
                 out.append(_request(ds, user, shown, item, None, None))
             else:

@@ -96,25 +96,38 @@ def closed_form(result: dict[str, Any]) -> dict[str, Any]:
     return dict(result)
 
 
+def adopt_rows(
+    store: Any,
+    former: Mapping[str, tuple[Sequence[str], dict[str, Any]]],
+    row_for: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """The one key migration (stored questions, judgments, decision records): for each key
+    the store lacks, ``former`` gives the keys the same answer was stored under before the
+    key changed form and the request to store beside it; the first one found is copied to
+    the key (``row_for(key, row)`` first, where given; the old row stays, so an older
+    recjudge still reads the store). One transaction; idempotent. Returns the copied rows
+    by their new key."""
+    old = store.get_many([k for ks, _ in former.values() for k in ks]) if former else {}
+    moved: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
+    for key, (keys, request) in former.items():
+        row = next((old[k] for k in keys if k in old), None)
+        if row is not None:
+            moved[key] = (request, row if row_for is None else row_for(key, row))
+    if moved:
+        store.put_many([(k, req, row) for k, (req, row) in moved.items()])
+    return {k: row for k, (_, row) in moved.items()}
+
+
 def adopt_former(store: Any, asks: Sequence[StoredAsk]) -> int:
-    """The key migration: every question the store lacks under its ``key`` but holds under
-    one of its ``formerly`` keys gets that answer copied to ``key`` (request and title-free
-    form included; the old row stays, so an older recjudge still reads the store). Returns
-    how many were re-keyed. One transaction; idempotent; nothing to do without ``formerly``."""
+    """``adopt_rows`` for stored questions: every question the store lacks under its
+    ``key`` but holds under one of its ``formerly`` keys gets that answer (title-free form
+    included). Returns how many were re-keyed; nothing to do without ``formerly``."""
     pending = list({a.key: a for a in asks if a.formerly}.values())
     if not pending:
         return 0
     missing = set(store.missing([a.key for a in pending]))
-    pending = [a for a in pending if a.key in missing]
-    old = store.get_many([k for a in pending for k in a.formerly]) if pending else {}
-    moved = []
-    for a in pending:
-        found = next((old[k] for k in a.formerly if k in old), None)
-        if found is not None:
-            moved.append((a.key, a.request, found))
-    if moved:
-        store.put_many(moved)
-    return len(moved)
+    return len(adopt_rows(store, {a.key: (a.formerly, a.request) for a in pending
+                                  if a.key in missing}))  # fmt: skip
 
 
 def default_result(answer: ConstrainedOutput) -> dict[str, Any]:

@@ -21,7 +21,7 @@ from recjudge.llm import capabilities_of
 from recjudge.reward._judge import Judge
 from recjudge.reward._judgment import JudgeRequest, Judgment, parse_answer, parsed_evidence
 from recjudge.reward._modes import SWEEPABLE
-from recjudge.reward._plan import plan_calls
+from recjudge.reward._plan import adopt_former_keys, plan_calls
 
 # Settings that may differ between the judges of one sweep (everything else shapes the
 # prompt or the decoding and must be equal).
@@ -400,6 +400,9 @@ def _sweep_recorded(
     dkeys = [first.decision_key(r) for r in reqs]
     with decisions_store(store) as decisions:
         stored = decisions.get_many(dkeys)
+        adopt_former_keys(first.keys, decisions, reqs, dkeys, stored,
+                          lambda r: {"user_id": r.user_id, "candidate_id": r.candidate_id},
+                          bias=False)  # fmt: skip
         recorded: list[Any] = [
             Recorded.from_dict(stored[k]) if k in stored else None for k in dkeys
         ]

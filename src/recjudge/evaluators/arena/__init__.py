@@ -4,6 +4,7 @@ importable flat from ``recjudge.evaluators``)."""
 from recjudge.evaluators.arena._arena import (
     ArenaConfig,
     ArenaWorld,
+    arena_asks,
     arena_world,
     run_arena,
 )
@@ -60,6 +61,7 @@ from recjudge.evaluators.arena._systems import (
 __all__ = [
     "ArenaConfig",
     "ArenaWorld",
+    "arena_asks",
     "arena_world",
     "run_arena",
     "LIST_SCORERS",

@@ -296,9 +296,15 @@ def _verdicts_only(result: dict[str, Any]) -> dict[str, Any]:
     return {"value": value, "branches": result["branches"], "p": result["p"]}
 
 
-def _asks(arena: _Arena, sampling: Any, llm_settings: dict[str, Any]) -> list[Any]:
+def _asks(
+    arena: _Arena,
+    sampling: Any,
+    llm_settings: dict[str, Any],
+    former_llm: Sequence[dict[str, Any]] = (),
+) -> list[Any]:
     """Every stored question: one per (user, order), and the absolute ratings, keyed with
-    the answering LLM's settings (``llm_key``)."""
+    the answering LLM's settings (``llm_key``; ``former_llm``: their earlier forms, under
+    which a store may hold the answer)."""
     from recjudge.decoding import Choice, Verdicts
     from recjudge.reward import StoredAsk, ask_key, default_result
 
@@ -312,6 +318,7 @@ def _asks(arena: _Arena, sampling: Any, llm_settings: dict[str, Any]) -> list[An
     )
     # the sampling key, then the form keys had until 2026-12-02 (SamplingConfig.former_key)
     budgets = [sampling.key(), *[f for f in [sampling.former_key()] if f != sampling.key()]]
+    forms = [(b, f) for b in budgets for f in (llm_settings, *former_llm)]
     asks = []
     for u, (a, b) in itertools.product(arena.users, c.orders()):
         msgs = arena_messages(
@@ -330,10 +337,10 @@ def _asks(arena: _Arena, sampling: Any, llm_settings: dict[str, Any]) -> list[An
                 msgs,
                 budget,
                 schema.key(),
-                llm=llm_settings,
+                llm=llm,
                 length=32,
             )
-            for budget in budgets
+            for budget, llm in forms
         )
         req = {"user_id": u, "system_a": a, "system_b": b}
         asks.append(StoredAsk(key, req, msgs, schema, default_result, _verdicts_only,
@@ -344,11 +351,36 @@ def _asks(arena: _Arena, sampling: Any, llm_settings: dict[str, Any]) -> list[An
             msgs = absolute_messages(
                 arena.profiles[u], arena.history[u], arena.lists[s][u], arena.word
             )
-            key = ask_key(ARENA_PROMPT_VERSION, "absolute", c.model, msgs, llm=llm_settings,
-                          length=32)  # fmt: skip
+            key, *formerly = (
+                ask_key(ARENA_PROMPT_VERSION, "absolute", c.model, msgs, llm=llm, length=32)
+                for llm in (llm_settings, *former_llm)
+            )
             req = {"user_id": u, "system": s, "absolute": True}
-            asks.append(StoredAsk(key, req, msgs, rating, default_result, _verdicts_only))
+            asks.append(StoredAsk(key, req, msgs, rating, default_result, _verdicts_only,
+                                  formerly=tuple(formerly)))  # fmt: skip
     return asks
+
+
+def arena_sampling(config: ArenaConfig) -> Any:
+    """The greedy budget of a comparison: each analysis text's bound plus the JSON around."""
+    from recjudge.llm import SamplingConfig
+
+    n_texts = len(ASPECTS) if config.analysis == "per-aspect" else 1
+    return SamplingConfig(max_new_tokens=n_texts * config.analysis_chars + 120)
+
+
+def arena_asks(
+    config: ArenaConfig,
+    data: str,
+    llm_settings: dict[str, Any],
+    former_llm: Sequence[dict[str, Any]] = (),
+) -> tuple[list[Any], dict[str, Any], list[str]]:
+    """Every stored question of a run, without a model (the world built, the lists drawn,
+    the prompts and keys made): the asks, the systems' offline metrics and the users. The
+    LLM's part of each key is ``llm_settings`` (``llm_key`` of the answering model;
+    ``former_llm``: its earlier forms, ``former_llm_keys``)."""
+    arena, offline, users = _prepare(config, data)
+    return _asks(arena, arena_sampling(config), llm_settings, former_llm), offline, users
 
 
 def _records(asks: list[Any], done: dict[str, Any]) -> tuple[list[dict], dict[str, list[float]]]:
@@ -411,17 +443,16 @@ def run_arena(
     ``winrates.png`` under ``out``. Judgments are stored in ``out/store.sqlite``; a rerun
     resumes."""
     from recjudge.evaluators.arena._report import arena_report, plot_winrates
-    from recjudge.llm import SamplingConfig, llm_settings_of, load_llm
+    from recjudge.llm import former_llm_settings_of, llm_settings_of, load_llm
     from recjudge.reporting import write_report
     from recjudge.reward import ResultsStore, adopt_former, ask_stored
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    arena, offline, users = _prepare(config, data)
     llm = llm or load_llm(config.model)
-    n_texts = len(ASPECTS) if config.analysis == "per-aspect" else 1
-    sampling = SamplingConfig(max_new_tokens=n_texts * config.analysis_chars + 120)
-    asks = _asks(arena, sampling, llm_settings_of(llm, config.model))
+    asks, offline, users = arena_asks(config, data, llm_settings_of(llm, config.model),
+                                      former_llm_settings_of(llm, config.model))  # fmt: skip
+    sampling = arena_sampling(config)
     t0 = time.perf_counter()
     with ResultsStore(out / "store.sqlite") as store:
         keys = list({a.key for a in asks})

@@ -27,8 +27,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -90,6 +91,20 @@ class ArenaListConfig(BaseModel):
     decode_rows: int = Field(20, ge=1)
     dtype: Literal["auto", "bfloat16", "float32"] = "auto"
 
+    # Every field is classified (tests/evaluators/test_store_keys.py). The store holds the
+    # judges' judgments, keyed as any judgment: KEYED are what enters them (the model and
+    # its dtype, BRIEF's beta, the history shown, the CF model that gives sigma and its
+    # training seed). UNKEYED: which pairs are judged (systems, reference, users, k: an item
+    # listed by two systems is one judgment), how lists are scored from the judgments
+    # (discount, tie margin, bootstrap), speed (decode_rows).
+    KEYED: ClassVar[frozenset[str]] = frozenset(
+        {"model", "dtype", "beta", "history_items", "sigma_from", "seed"}
+    )
+    UNKEYED: ClassVar[frozenset[str]] = frozenset(
+        {"systems", "reference", "users", "k", "discount", "tie_margin", "bootstrap",
+         "decode_rows"}
+    )  # fmt: skip
+
     @model_validator(mode="after")
     def _check(self) -> ArenaListConfig:
         from recjudge.cf_models import MODELS
@@ -119,7 +134,51 @@ class ArenaListConfig(BaseModel):
         return self.reference or self.system_names[0]
 
 
+@dataclass(frozen=True)
+class ListRun:
+    """What a list-arena run judges, built without a model: the world (users, systems and
+    their offline metrics), each system's top-k per user, the distinct (user, item) pairs,
+    their requests on the train part (and the pairs that could not be built, with why) and
+    BRIEF's CF model."""
+
+    world: Any
+    lists: dict[str, dict[str, list[str]]]
+    pairs: list[tuple[str, str]]
+    reqs: list[Any]
+    unbuilt: list[dict[str, str]]
+    cf: Any
+
+
+def list_run(config: ArenaListConfig, data: str) -> ListRun:
+    """The model-free part of ``run_arena_lists`` (see ``ListRun``). BRIEF's CF model is
+    trained on the leave-one-out train part, as the compared systems are: trained on every
+    interaction, its sigma would know each user's held-out item, which the offline metrics
+    the list scores are compared with are computed on."""
+    from recjudge.cf_models import SideInfo, calibrated_cf
+    from recjudge.reward import requests_for
+
+    world = arena_world(data, config.systems, config.users, config.k, "genre", config.seed)
+    ds, users = world.ds, world.users
+    lists = {s: {u: r.lists[u][: config.k] for u in users} for s, r in world.systems.items()}
+    pairs = list(dict.fromkeys((u, i) for u in users for s in lists for i in lists[s][u]))
+    past = ds.with_interactions(world.split.train, note="leave-one-out train part")
+    built = requests_for(past, pairs)
+    reqs = [r for r in built if not isinstance(r, Exception)]
+    unbuilt = [
+        {"user_id": u, "item_id": i, "error": str(r)}
+        for (u, i), r in zip(pairs, built, strict=True)
+        if isinstance(r, Exception)
+    ]
+    items = ds.items["item_id"].astype(str).tolist()
+    cf = calibrated_cf(config.sigma_from, world.split.train, items, config.seed,
+                       SideInfo.of(ds))  # fmt: skip
+    return ListRun(world, lists, pairs, reqs, unbuilt, cf)
+
+
 def _judges(config: ArenaListConfig, llm: Any, cf: Any) -> dict[str, Any]:
+    """A judge per scorer (``LIST_SCORERS``) on ``llm``, a loaded backend, or, where it is
+    None, on ``LLMConfig(model, dtype)`` loaded at first use (their keys need no model)."""
+    from recjudge.llm import LLMConfig
     from recjudge.reward import Judge, JudgeConfig
 
     out = {}
@@ -135,7 +194,9 @@ def _judges(config: ArenaListConfig, llm: Any, cf: Any) -> dict[str, Any]:
             batch_size=config.decode_rows,
             decode_rows=config.decode_rows,
         )
-        out[name] = Judge(jc, llm=llm, cf=cf if jc.uses_cf() else None)
+        where = {"llm": llm} if llm is not None else {
+            "llm_config": LLMConfig(model=config.model, dtype=config.dtype)}  # fmt: skip
+        out[name] = Judge(jc, cf=cf if jc.uses_cf() else None, **where)
     return out
 
 
@@ -250,32 +311,21 @@ def run_arena_lists(
     ``results.json``, ``report.md`` and ``scores.png`` under ``out``. Judgments are stored in
     ``out/store.sqlite`` (their decision records beside it); a rerun resumes, and one failed
     item is recorded and counted, its list scored over the items that were judged."""
-    from recjudge.cf_models import SideInfo, calibrated_cf
     from recjudge.evaluators.arena._report import arena_lists_report, plot_list_scores
     from recjudge.llm import LLMConfig, load_llm
     from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore, judge_per_user, llm_made, requests_for
+    from recjudge.reward import ResultsStore, judge_per_user, llm_made
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    world = arena_world(data, config.systems, config.users, config.k, "genre", config.seed)
-    ds, users = world.ds, world.users
-    lists = {s: {u: r.lists[u][: config.k] for u in users} for s, r in world.systems.items()}
-    pairs = list(dict.fromkeys((u, i) for u in users for s in lists for i in lists[s][u]))
-    past = ds.with_interactions(world.split.train, note="leave-one-out train part")
-    built = requests_for(past, pairs)
-    reqs = [r for r in built if not isinstance(r, Exception)]
-    unbuilt = [
-        {"user_id": u, "item_id": i, "error": str(r)}
-        for (u, i), r in zip(pairs, built, strict=True)
-        if isinstance(r, Exception)
-    ]
-    items = ds.items["item_id"].astype(str).tolist()
-    cf = calibrated_cf(config.sigma_from, ds.interactions, items, config.seed, SideInfo.of(ds))
+    run = list_run(config, data)
+    world, users, lists, pairs, reqs, unbuilt = (
+        run.world, run.world.users, run.lists, run.pairs, run.reqs, run.unbuilt
+    )  # fmt: skip
     setup = time.perf_counter() - t0
     llm = llm or load_llm(LLMConfig(model=config.model, dtype=config.dtype))
-    judges = _judges(config, llm, cf)
+    judges = _judges(config, llm, run.cf)
     t1 = time.perf_counter()
     with ResultsStore(out / "store.sqlite") as store:
         got, counts, passes, replayed = judge_per_user(

@@ -97,18 +97,19 @@ class GistConfig(BaseModel):
     # Every field is classified (tests/evaluators/test_store_keys.py fails on one that is not).
     # KEYED: in a stored question's key, as a part or setting (models, judge, budget, engine)
     # or through the messages and schema hashed into it (history, chunks, caps, example,
-    # options and distractors, the seed that draws them). UNKEYED: which questions are asked
-    # (users, the agreement sample), what is computed from the answers (predicate, citation
-    # rule, bootstrap), or speed (batch_size: documented above).
+    # the citation limit and the verification rule the extraction prompt states, options
+    # and distractors, the seed that draws them). UNKEYED: which questions are asked (users,
+    # the agreement sample), what is computed from the answers (the citation rule's
+    # enforcement, bootstrap), or speed (batch_size: documented above).
     KEYED: ClassVar[frozenset[str]] = frozenset(
         {"models", "judge", "max_history", "chunk_size", "max_interests", "max_ids",
-         "extraction_tokens", "words", "interest_example", "max_citations",
+         "extraction_tokens", "words", "interest_example", "max_citations", "predicate",
          "evidence_for_specificity", "options", "pool_size", "taxonomy", "shortlist",
          "deterministic", "seed"}
     )  # fmt: skip
     UNKEYED: ClassVar[frozenset[str]] = frozenset(
-        {"users", "min_history", "enforce_citations", "predicate", "agreement_sample",
-         "batch_size", "bootstrap"}
+        {"users", "min_history", "enforce_citations", "agreement_sample", "batch_size",
+         "bootstrap"}
     )  # fmt: skip
 
     def deviations(self) -> list[str]:

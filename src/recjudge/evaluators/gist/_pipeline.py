@@ -99,6 +99,8 @@ class _Run:
     progress: bool
     llms: Any  # LLMPool
     cost: AskMeter = field(default_factory=AskMeter)
+    #: a question's keys under the LLM settings' earlier forms (``_key``), by its key
+    formerly: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def llm(self, name: str) -> Any:
         return self.llms.get(name)
@@ -123,9 +125,33 @@ def _key(run: _Run, model: str, *parts: Any, **settings: Any) -> str:
     """A GISTBench question's key: ``parts`` after the prompt version, the LLM settings of
     ``model`` (the one that answers), the batch-invariant engine, and ``settings`` (the
     extraction budget: a cut answer is another answer)."""
-    return ask_key(GIST_PROMPT_VERSION, *parts, llm=run.llms.key(model),
-                   settings={"deterministic": run.config.deterministic, **settings},
-                   legacy=LEGACY_SETTINGS)  # fmt: skip
+    settings = {"deterministic": run.config.deterministic, **settings}
+    key = ask_key(GIST_PROMPT_VERSION, *parts, llm=run.llms.key(model), settings=settings,
+                  legacy=LEGACY_SETTINGS)  # fmt: skip
+    former = tuple(ask_key(GIST_PROMPT_VERSION, *parts, llm=f, settings=settings,
+                           legacy=LEGACY_SETTINGS) for f in run.llms.former(model))  # fmt: skip
+    if former:
+        run.formerly[key] = former
+    return key
+
+
+def _with_formerly(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
+    """``asks`` with the keys ``_key`` recorded for them under former LLM settings as
+    ``formerly``."""
+    from dataclasses import replace
+
+    return [replace(a, formerly=(*a.formerly, *run.formerly[a.key])) if a.key in run.formerly
+            else a for a in asks]  # fmt: skip
+
+
+def _adopted(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
+    """``_with_formerly``, their former answers adopted in the store at once (before the
+    meter counts what it lacks)."""
+    from recjudge.reward import adopt_former
+
+    out = _with_formerly(run, asks)
+    adopt_former(run.store, out)
+    return out
 
 
 def _ask_stored(
@@ -139,6 +165,7 @@ def _ask_stored(
     """The reward core's stored loop with this run's store and batch size, metered under
     ``kind``. A batch decodes its rows together: on extraction answers (1.5B, 8 questions,
     ``recjudge bench run decode-rows``) 8 rows per step were 1.97x faster than 1."""
+    asks = _adopted(run, asks)
     run.cost.measure(
         kind,
         run.store,
@@ -161,6 +188,7 @@ def _judge_stored(
 ) -> dict[str, dict[str, Any]]:
     """``run_stored`` with a custom ``answer(batch) -> results`` (shared prefixes, whole-name
     choices), metered as judge questions; results by key, in the asks' order."""
+    asks = _adopted(run, asks)
     return run.cost.measure(
         "judge",
         run.store,
@@ -222,7 +250,7 @@ def gist_extraction_asks(config: GistConfig, data: str = "ml-1m") -> list[Stored
     users = _sampled_users(config, ds)
     histories, text, word, titles = _texts(ds, users, config.max_history)
     run = _Run(config, ds, users, histories, text, word, titles, None, False, LLMPool())
-    return _extraction_asks(run)
+    return _with_formerly(run, _extraction_asks(run))
 
 
 # -- 1. extraction -------------------------------------------------------------------------

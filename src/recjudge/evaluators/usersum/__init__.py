@@ -20,11 +20,13 @@ from recjudge.evaluators.usersum._usersum import (
     UserSumConfig,
     run_usersum,
     time_range,
+    usersum_summary_asks,
 )
 
 __all__ = [
     "UserSumConfig",
     "run_usersum",
+    "usersum_summary_asks",
     "time_range",
     "TASKS",
     "bleu",

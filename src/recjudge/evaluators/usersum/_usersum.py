@@ -151,10 +151,18 @@ class _Sum:
 
 
 def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool) -> _Sum:
-    from recjudge.data import load_dataset, render_item, sample_users
     from recjudge.reward import ResultsStore
 
     pool = LLMPool(llms, needed=(config.model, config.predictor))  # fail before any work
+    world = _world(config, data)
+    out.mkdir(parents=True, exist_ok=True)
+    return _Sum(config, *world, ResultsStore(out / "store.sqlite"), progress, pool)
+
+
+def _world(config: UserSumConfig, data: str) -> tuple[Any, ...]:
+    """``_Sum``'s users, timelines, item texts, genres, query and item word, from ``data``."""
+    from recjudge.data import load_dataset, render_item, sample_users
+
     ds = load_dataset(data)
     if "genres" not in ds.items or ds.items["genres"].isna().all():
         raise ValueError(
@@ -179,36 +187,56 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
             for i, r, t in zip(h["item_id"], h["rating"], h["timestamp"], strict=True)
         ]
         timelines[u] = (acts[: -config.future], acts[-config.future :])
-    out.mkdir(parents=True, exist_ok=True)
-    return _Sum(
-        config,
+    return (
         users,
         timelines,
         text,
         genres,
         config.query.format(domain=domain),
         {"movies": "movie", "books": "book"}.get(ds.domain, "item"),
-        ResultsStore(out / "store.sqlite"),
-        progress,
-        pool,
     )
+
+
+def usersum_summary_asks(config: UserSumConfig, data: str) -> list[Any]:
+    """The first questions ``run_usersum`` asks (each user's single summary), without a
+    model: nothing is asked or stored. The later stages' questions need these answers."""
+    users, timelines, text, genres, query, word = _world(config, data)
+    run = _Sum(config, users, timelines, text, genres, query, word, None, False, LLMPool())
+    return _gen_asks(run, _single_prompts(run))
+
+
+def _gen_asks(run: _Sum, prompts: Sequence[list[dict[str, str]]]) -> list[Any]:
+    """A stored free-text question per prompt, keyed with the summariser's settings and the
+    summary budget (and the key's form until 2026-12-02 as ``formerly``)."""
+    from recjudge.reward import StoredAsk, ask_key
+
+    c = run.config
+    budget = _gen_budget(c)
+
+    def key(m: list[dict[str, str]], sampling_key: dict[str, Any], llm: dict[str, Any]) -> str:
+        return ask_key(USERSUM_PROMPT_VERSION, "gen", c.model, m, sampling_key, llm=llm)
+
+    # formerly: the greedy sampling key's form until 2026-12-02 (SamplingConfig.former_key),
+    # and the LLM settings' earlier forms (a server's key held the client's dtype guess)
+    now, before = run.llms.key(c.model), run.llms.former(c.model)
+    forms = [(s, f) for s in (budget.key(), budget.former_key()) for f in (now, *before)][1:]
+    return [StoredAsk(key(m, budget.key(), now), {"kind": "gen"}, m,
+                      formerly=tuple(key(m, s, f) for s, f in forms)) for m in prompts]  # fmt: skip
+
+
+def _gen_budget(c: UserSumConfig) -> Any:
+    from recjudge.llm import SamplingConfig
+
+    return SamplingConfig(max_new_tokens=int(c.word_limit * 1.6) + 32)
 
 
 def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> list[str]:
     """Free-text generation by the summariser, stored per prompt."""
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import StoredAsk, adopt_former, ask_key, generate_stored
+    from recjudge.reward import adopt_former, generate_stored
 
     c = run.config
-    budget = SamplingConfig(max_new_tokens=int(c.word_limit * 1.6) + 32)
-
-    def key(m: list[dict[str, str]], sampling_key: dict[str, Any]) -> str:
-        return ask_key(USERSUM_PROMPT_VERSION, "gen", c.model, m, sampling_key,
-                       llm=run.llms.key(c.model))  # fmt: skip
-
-    # formerly: the greedy sampling key's form until 2026-12-02 (SamplingConfig.former_key)
-    asks = [StoredAsk(key(m, budget.key()), {"kind": "gen"}, m,
-                      formerly=(key(m, budget.former_key()),)) for m in prompts]  # fmt: skip
+    budget = _gen_budget(c)
+    asks = _gen_asks(run, prompts)
     adopt_former(run.store, asks)  # before the meter counts what the store lacks
     got = run.cost.measure(
         "free_text",
@@ -242,6 +270,10 @@ def _closed(
             m,
             s,
             _value_result,
+            formerly=tuple(
+                ask_key(USERSUM_PROMPT_VERSION, "ask", model, m, s.key(), llm=f)
+                for f in run.llms.former(model)
+            ),  # fmt: skip
         )
         for m, s in zip(prompts, schemas, strict=True)
     ]
@@ -293,10 +325,13 @@ def _segments(run: _Sum, u: str) -> list[list[dict]]:
     return [past[a:b] for a, b in bounds]
 
 
-def _single(run: _Sum) -> dict[str, dict[str, Any]]:
+def _single_prompts(run: _Sum) -> list[list[dict[str, str]]]:
     c = run.config
-    prompts = [summary_messages(run.timelines[u][0], run.query, c.word_limit) for u in run.users]
-    texts = _generate(run, prompts, "summarise: single")
+    return [summary_messages(run.timelines[u][0], run.query, c.word_limit) for u in run.users]
+
+
+def _single(run: _Sum) -> dict[str, dict[str, Any]]:
+    texts = _generate(run, _single_prompts(run), "summarise: single")
     return {u: {"text": t} for u, t in zip(run.users, texts, strict=True)}
 
 
