@@ -8,6 +8,9 @@ import os
 import sys
 from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
+from pathlib import Path
+
+from recjudge.cli._app import main
 
 
 @dataclass
@@ -33,7 +36,6 @@ def run_checked(*args: str, check: bool = True, **kw) -> CliResult:
 def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None) -> CliResult:
     """The command's exit code and output; argv, the working folder and the environment are
     restored afterwards."""
-    from recjudge.cli._app import main
 
     out, err = io.StringIO(), io.StringIO()
     old_argv, old_cwd, old_env = sys.argv, os.getcwd(), dict(os.environ)
@@ -57,7 +59,6 @@ def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None =
 
 def write_files(folder, files) -> None:
     """Write ``{relative name: text or bytes}`` under ``folder`` (parents created)."""
-    from pathlib import Path
 
     for name, content in files.items():
         p = Path(folder) / name

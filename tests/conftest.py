@@ -8,6 +8,9 @@ import shutil
 
 import pytest
 
+from recjudge.data import load_dataset
+from recjudge.llm import DTYPE_ENV, LLMConfig, auto_dtype, load_llm, resolve_model_path
+
 # The vLLM parity tests run only in the vLLM environment (`make test-vllm`).
 collect_ignore = [] if importlib.util.find_spec("vllm") else ["llm/test_vllm_parity.py"]
 
@@ -30,8 +33,6 @@ def pytest_xdist_auto_num_workers(config):
 
 
 def pytest_report_header(config):
-    from recjudge.llm import DTYPE_ENV, auto_dtype
-
     forced = os.environ.get(DTYPE_ENV)
     why = f"${DTYPE_ENV}={forced}" if forced else "this CPU's choice"
     return f"recjudge: dtype auto = {auto_dtype()} ({why})"
@@ -51,7 +52,6 @@ def smollm():
     """SmolLM2 in the auto dtype: bf16 on CPUs with native bf16, else fp32, or whatever
     ``$RECJUDGE_DTYPE`` forces (the suite's second leg). A test that takes it asserts what
     the code guarantees whatever the model writes in either dtype."""
-    from recjudge.llm import load_llm
 
     return load_llm("smollm2-135m")
 
@@ -61,22 +61,17 @@ def smollm32():
     """SmolLM2 in fp32 whatever the CPU: for tests that compare two computations of the same
     numbers (batch vs single, engine vs engine), where bf16 rounding (picked by ``dtype="auto"``
     on CPUs with native bf16) would differ by kernel and batch shape, not by mechanism."""
-    from recjudge.llm import LLMConfig, load_llm
 
     return load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
 
 
 @pytest.fixture(scope="session")
 def ml1m():
-    from recjudge.data import load_dataset
-
     return load_dataset("ml-1m")
 
 
 @pytest.fixture(scope="session")
 def ml100k():
-    from recjudge.data import load_dataset
-
     return load_dataset("ml-100k")
 
 
@@ -86,8 +81,6 @@ def tiny_dir(tmp_path_factory):
     files: tuning and scoring tests run on it in seconds."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
-
-    from recjudge.llm import resolve_model_path
 
     base = resolve_model_path("smollm2-135m")
     out = tmp_path_factory.mktemp("tiny") / "tiny-llama"

@@ -6,6 +6,7 @@ a web worker) and collect every console error and uncaught exception. Standard l
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import select
@@ -139,8 +140,6 @@ class Browser:
         raise TimeoutError(f"{expression} stayed false for {timeout} s")
 
     def screenshot(self) -> bytes:
-        import base64
-
         shot = self.call("Page.captureScreenshot", session=True, format="png")
         return base64.b64decode(shot["data"])
 

@@ -6,14 +6,15 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
+
+from recjudge.evaluators.offline._impute import _write_sidecar
+
 
 def write_judged_folder(folder: Path, labels: Path, n: int, seed: int = 0, power: float = 1.0):
     """``folder``: ``imputed.jsonl`` (as impute writes it) and ``summary.json`` of ``n``
     judgments with p_yes = truth ** power over 7 users; ``labels``: a CSV of labels drawn
     with P(1) = truth. Returns the judgments."""
-    import numpy as np
-
-    from recjudge.evaluators.offline._impute import _write_sidecar
 
     g = np.random.default_rng(seed)
     folder.mkdir(parents=True)

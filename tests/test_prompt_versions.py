@@ -9,12 +9,15 @@ from __future__ import annotations
 import pytest
 
 from recjudge._util import stable_hash
+from recjudge.evaluators.arena import _prompts as a
+from recjudge.evaluators.gist import _gist as g
+from recjudge.evaluators.usersum import _prompts as u
+from recjudge.reward import HistoryItem
+from recjudge.reward import _simulators as s
+from recjudge.reward._prompt import build_messages
 
 
 def _brief():
-    from recjudge.reward import HistoryItem
-    from recjudge.reward._prompt import build_messages
-
     h = [HistoryItem("i1", "Up (2009)", "Up (2009) | Animation", 4.0),
          HistoryItem("i2", "Fargo (1996)", "Fargo (1996) | Crime", None)]  # fmt: skip
     out = []
@@ -27,8 +30,6 @@ def _brief():
 
 
 def _usersum():
-    from recjudge.evaluators.usersum import _prompts as u
-
     acts = [{"text": "Up (2009)", "rating": 4.0}, {"text": "Fargo (1996)", "rating": float("nan")}]
     return [
         u.summary_messages(acts, "Summarise the user", 50),
@@ -44,8 +45,6 @@ def _usersum():
 
 
 def _arena():
-    from recjudge.evaluators.arena import _prompts as a
-
     return [
         a.arena_messages("a 25-year-old", ["Up"], ["A1", "A2"], ["B1", "B2"], 150, "movies", True),
         a.arena_messages("", ["Up"], ["A1"], ["B1"], 80, "books", False),
@@ -54,8 +53,6 @@ def _arena():
 
 
 def _gist():
-    from recjudge.evaluators.gist import _gist as g
-
     cfg = g.GistConfig()
     return [
         g.extraction_messages(["[1] implicit_positive - Up (2009)"], "movies", cfg),
@@ -67,9 +64,6 @@ def _gist():
 
 
 def _simulators():
-    from recjudge.reward import HistoryItem
-    from recjudge.reward import _simulators as s
-
     h = [HistoryItem("i1", "Up (2009)", "Up (2009) | Animation", 4.0),
          HistoryItem("i2", "Fargo (1996)", "Fargo (1996) | Crime", None),
          HistoryItem("i3", "Heat (1995)", "Heat (1995) | Crime", float("nan"))]  # fmt: skip

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from scipy.stats import t
 
+import recjudge
 from recjudge._stats import (
     arm_interval,
     bootstrap_ci,
@@ -132,10 +136,6 @@ def test_bootstrap_ci_percentile_and_basic_intervals():
 def test_no_module_computes_its_own_bootstrap_percentiles():
     """One rule for intervals from draws: only ``_stats.bootstrap_ci`` calls the 2.5/97.5
     percentiles (a second copy is how two reports came to use different intervals)."""
-    import re
-    from pathlib import Path
-
-    import recjudge
 
     src = Path(recjudge.__file__).parent
     rule = re.compile(r"percentile\([^)]*(2\.5|97\.5)")

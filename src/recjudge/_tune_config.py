@@ -7,7 +7,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge._util import stable_hash
+from recjudge._util import native_bf16, stable_hash
 
 #: v2: validation scores in fp32 (v1 scored them in bf16 autocast); v3: the decision margin
 #: over every token that commits to YES / NO (the read-out's), not the two target tokens
@@ -106,7 +106,6 @@ class TuneConfig(BaseModel):
         (1.7x faster than fp32 here), else fp32 (emulated bf16 is slower than fp32)."""
         if self.precision != "auto":
             return self.precision
-        from recjudge._util import native_bf16
 
         return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
 

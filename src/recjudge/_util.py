@@ -3,15 +3,22 @@ thread scopes."""
 
 from __future__ import annotations
 
+import ctypes.util
+import errno
+import gc
 import hashlib
+import ipaddress
 import json
 import os
+import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import numpy as np
 from pydantic import AfterValidator, ValidationInfo
@@ -104,7 +111,6 @@ def redact_uri(text: str) -> str:
     """``text`` with the password of every URI's credentials (``scheme://user:PASSWORD@host``)
     replaced by ``***``, and a bare token (``scheme://TOKEN@host``) likewise: what may be
     printed, logged or written into a report of a tracking, server or cluster address."""
-    import re
 
     def hide(m: re.Match[str]) -> str:  # user:PASSWORD@ keeps the user; TOKEN@ keeps nothing
         scheme, user, password = m.groups()
@@ -126,7 +132,6 @@ def os_error_line(e: OSError) -> str:
     """One line for a file-system error: the path, what is wrong and what to do (never a
     traceback). The fix follows the errno: a file where a folder is needed, a folder where a
     file is, a symlink loop, a missing parent, permissions, a full disk."""
-    import errno
 
     where = e.filename if e.filename is not None else "a path"
     if e.filename2 is not None:
@@ -155,7 +160,6 @@ def path_component(text: Any) -> str:
     card's name, a run's name, a system's) can never climb out of the folder it is joined to.
     Plain names (``ml-100k``, ``sasrec``) come back unchanged, so the paths built from them
     before stay the same; ``.`` and ``..`` on their own are encoded too."""
-    from urllib.parse import quote
 
     out = quote(str(text), safe="")
     return out.replace(".", "%2E") if out in (".", "..") else out
@@ -291,7 +295,6 @@ def torch_seeded(seed: int) -> Iterator[None]:
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
-    import ipaddress
 
     if host.lower() in ("localhost", "localhost.localdomain"):
         return True
@@ -321,10 +324,6 @@ def release_freed_memory() -> bool:
     ``malloc_trim(0)``). After training, the freed activations and optimiser state stay in
     the process's heap: the tuned model's judging and checks then run on top of the
     training's peak instead of beside it. True where the trim ran (Linux with glibc)."""
-    import ctypes
-    import ctypes.util
-    import gc
-    import sys
 
     gc.collect()
     if not sys.platform.startswith("linux"):
@@ -353,7 +352,6 @@ def gc_paused() -> Iterator[None]:
     counting still frees everything at once; only reference cycles made inside wait for the
     next collection after. Not for open-ended loops (a run's streaming): cycles made there
     would pile up."""
-    import gc
 
     was = gc.isenabled()
     gc.disable()

@@ -3,23 +3,49 @@
 from __future__ import annotations
 
 import json
+import math
+import sqlite3
+from types import SimpleNamespace
+from types import SimpleNamespace as NS
 
 import numpy as np
 import pytest
 
 from recjudge.bench import (
+    AugmentBenchConfig,
     BriefExperimentConfig,
+    OfflineConfig,
+    _brief,
     auc,
     auc_ci,
+    bench_brief_augment,
     bench_brief_beta,
+    bench_brief_offline,
     bench_brief_ratings,
+    gap,
     level_ci,
     level_correlations,
     level_table,
+    lift,
+    ranking_metrics,
     setting_difference,
     spearman_ci,
 )
-from recjudge.bench._brief import rating_level
+from recjudge.bench._augment import LABELLING, METHODS, choose
+from recjudge.bench._brief import _analyse, beta_optimum, paired_against_brief, rating_level
+from recjudge.bench._judging import judges_for
+from recjudge.bench._offline import (
+    _sasrec_note,
+    exposure_mask,
+    seed_interval,
+    trained_system,
+    untrained_system,
+)
+from recjudge.bench._vllm_worker import request_from_dict, request_to_dict
+from recjudge.cf_models import MODELS
+from recjudge.data import load_dataset, timeline_split
+from recjudge.evaluators import read_qrels
+from recjudge.reward import Judgment, ResultsStore, judge_per_user, request_for
 
 
 def test_level_table_and_correlations_by_hand():
@@ -63,7 +89,6 @@ def test_config_round_trip():
     assert BriefExperimentConfig.model_validate_json(cfg.model_dump_json()) == cfg
     with pytest.raises(ValueError):
         BriefExperimentConfig(sigma_source="both")
-    from recjudge.bench import OfflineConfig
 
     off = OfflineConfig(model="m", logging_seeds=(0, 1, 2), judges=("brief",))
     assert OfflineConfig.model_validate_json(off.model_dump_json()) == off
@@ -82,11 +107,6 @@ def test_the_judge_is_loaded_in_the_configs_dtype(smollm32):
 
 
 def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
-    from types import SimpleNamespace
-
-    from recjudge.bench._brief import _analyse
-    from recjudge.bench._judging import judges_for
-
     cfg = BriefExperimentConfig(model="smollm2-135m", sampling="paper", samples=4, bootstrap=0)
     judge = judges_for(cfg, smollm, None, ["no-behavior"])["no-behavior"]
     s = judge.config.sampling
@@ -111,11 +131,6 @@ def test_paper_sampling_reaches_every_judge_and_the_level_table(smollm):
 def test_greedy_rank_statistics_order_saturated_p_yes_by_log_odds():
     """Under a strong bias p_yes is exactly 1.0 for positives and negatives alike; the AUC and
     the pair Spearman must still see the judge's order (its log-odds), not a tie."""
-    import math
-    from types import SimpleNamespace
-
-    from recjudge.bench._brief import _analyse
-    from recjudge.reward import Judgment
 
     def j(p_sem: float, delta: float) -> Judgment:
         p_no = 1.0 / (1.0 + math.exp(math.log(p_sem / (1 - p_sem)) + 2 * delta))
@@ -148,8 +163,6 @@ def test_brief_beta_tiny_real_run(smollm, tmp_path):
 def test_ranking_metrics_match_ranx():
     from ranx import Qrels, Run
     from ranx import evaluate as rx
-
-    from recjudge.bench import ranking_metrics
 
     g = np.random.default_rng(1)
     qrels, run, ours = {}, {}, []
@@ -189,8 +202,6 @@ def test_ranking_metrics_match_ranx():
 
 
 def test_lift_and_gap_by_hand():
-    from recjudge.bench import gap, lift
-
     assert lift(0.2, 0.3) == pytest.approx(50.0)
     assert lift(0.0, 0.3) is None
     online = {"a": {"m": 0.2}, "b": {"m": 0.3}, "c": {"m": 0.1}}
@@ -200,8 +211,6 @@ def test_lift_and_gap_by_hand():
 
 
 def test_exposure_is_popularity_biased_and_seeded():
-    from recjudge.bench._offline import exposure_mask
-
     pop = {"hit": 1000, "niche": 10}
     items = ["hit"] * 200 + ["niche"] * 200
     m = exposure_mask(items, pop, 1.0, 0)
@@ -213,10 +222,6 @@ def test_exposure_is_popularity_biased_and_seeded():
 
 def test_vllm_worker_requests_round_trip_exactly(ml1m):
     """The vLLM throughput worker judges the very requests the parent built."""
-    import json
-
-    from recjudge.bench._vllm_worker import request_from_dict, request_to_dict
-    from recjudge.reward import request_for
 
     r = request_for(ml1m, "10", "Heat (1995)", sigma=-0.25, meta={"kind": "x"})
     again = request_from_dict(json.loads(json.dumps(request_to_dict(r))))
@@ -224,8 +229,6 @@ def test_vllm_worker_requests_round_trip_exactly(ml1m):
 
 
 def test_augment_labelling_methods_never_add_a_negative():
-    from recjudge.bench._augment import LABELLING, METHODS, choose
-
     cands = ["a", "b", "c", "d"]
     scores = {("u", "a"): 0.9, ("u", "b"): 0.8, ("u", "c"): 0.7, ("u", "d"): 0.95}
     yes = {("u", "b"), ("u", "c")}  # the judge said NO to a and d, though p_yes ranks them high
@@ -237,11 +240,6 @@ def test_augment_labelling_methods_never_add_a_negative():
 
 @pytest.mark.e2e
 def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
-    import sqlite3
-
-    from recjudge.bench import OfflineConfig, bench_brief_offline
-    from recjudge.evaluators import read_qrels
-
     cfg = OfflineConfig(
         model="smollm2-135m",
         data="ml-100k",
@@ -297,8 +295,6 @@ def test_brief_offline_imputes_through_the_evaluators_code(smollm, tmp_path):
 
 
 def test_brief_offline_cuts_only_sasrec_training_and_says_so():
-    from recjudge.bench._offline import OfflineConfig, _sasrec_note, untrained_system
-
     cfg = OfflineConfig(systems=("als", "sasrec"), sasrec_epochs=7)
     assert untrained_system(cfg, "sasrec").config.epochs == 7
     assert untrained_system(cfg, "als").config == type(untrained_system(cfg, "als").config)()
@@ -309,9 +305,6 @@ def test_brief_offline_cuts_only_sasrec_training_and_says_so():
 
 
 def test_brief_offline_systems_train_once_then_load(ml100k, tmp_path, monkeypatch):
-    from recjudge.bench._offline import OfflineConfig, trained_system
-    from recjudge.data import timeline_split
-
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
     cfg = OfflineConfig(data="ml-100k")
     past, _ = timeline_split(ml100k.interactions, fraction=cfg.future_fraction)
@@ -336,8 +329,6 @@ def test_brief_offline_systems_train_once_then_load(ml100k, tmp_path, monkeypatc
 
 
 def test_seed_interval_by_hand():
-    from recjudge.bench._offline import seed_interval
-
     ci = seed_interval([10.0, 12.0, 14.0, None])  # None (an undefined gap) is left out
     half = 4.302652729911275 * 2.0 / np.sqrt(3)  # t_{0.975, 2} * sd / sqrt(n)
     assert ci["n"] == 3 and ci["mean"] == pytest.approx(12.0) and ci["sd"] == pytest.approx(2.0)
@@ -347,9 +338,6 @@ def test_seed_interval_by_hand():
 
 
 def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
-    from recjudge.bench import AugmentBenchConfig, bench_brief_augment
-    from recjudge.data import load_dataset
-
     cfg = AugmentBenchConfig(
         model="smollm2-135m",
         data="ml-100k",
@@ -383,9 +371,6 @@ def test_brief_augment_labels_through_the_evaluators_code(smollm, tmp_path):
 
 @pytest.mark.e2e
 def test_brief_augment_resumes_without_retraining_or_judging_again(smollm, tmp_path, monkeypatch):
-    from recjudge.bench import AugmentBenchConfig, bench_brief_augment
-    from recjudge.cf_models import MODELS
-
     cfg = AugmentBenchConfig(
         model="smollm2-135m", data="ml-100k", users=2, candidates=3, add=1,
         methods=("none", "random", "brief"), retrain=("pop",), seeds=2, history_items=10,
@@ -456,10 +441,6 @@ def test_paired_difference_separates_a_large_effect_and_not_a_null_one():
 
 
 def test_paired_against_brief_compares_rows_that_share_a_sigma_source():
-    from types import SimpleNamespace
-
-    from recjudge.bench._brief import paired_against_brief
-
     reqs = [SimpleNamespace(meta={"kind": "rating", "level": lv, "rating": float(lv)})
             for lv in (1, 2, 3, 4, 5)] + [
         SimpleNamespace(meta={"kind": "relevance", "label": lab}) for lab in (1, 0)
@@ -501,9 +482,6 @@ def test_ratings_report_has_level_cis_paired_table_and_speed(smollm, tmp_path):
 
 @pytest.mark.e2e
 def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_path):
-    from recjudge.bench._judging import judges_for
-    from recjudge.reward import ResultsStore, judge_per_user, request_for
-
     reqs = []
     for user, cand, sigma in (("1", "Toy Story (1995)", 0.9), ("1", "Heat (1995)", -0.6),
                               ("2", "Toy Story (1995)", 0.1)):  # fmt: skip
@@ -539,10 +517,6 @@ def test_judge_per_user_decides_bias_settings_from_one_pass(smollm, ml1m, tmp_pa
 
 
 def test_beta_optimum_finds_the_peak_and_tests_it_against_beta_zero():
-    from types import SimpleNamespace as NS
-
-    from recjudge.bench._brief import beta_optimum
-
     ratings = [float(1 + i % 5) for i in range(40)]
     reqs = [NS(meta={"kind": "rating", "rating": r}) for r in ratings]
     reqs += [NS(meta={"kind": "relevance", "label": lab}) for lab in [1, 0] * 10]
@@ -583,8 +557,6 @@ def test_a_resumed_run_loads_its_sigma_models_instead_of_training_them(tmp_path,
     """The sigma models of a ratings/beta run are saved in its folder, keyed by what they
     were trained on: a restart loads them (no training) and gets the same sigmas; other
     training data gets its own."""
-    from recjudge.bench import _brief
-    from recjudge.data import load_dataset
 
     cfg = BriefExperimentConfig(model="smollm2-135m", data="ml-100k", users=3)
     ds = load_dataset("ml-100k")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
@@ -70,9 +72,6 @@ def test_gpu_check_on_the_cpu_reports_parity_and_rates(tmp_path):
 
 
 def test_cli_names_a_missing_gpu_in_one_line():
-    import subprocess
-    import sys
-
     import torch
 
     if torch.cuda.is_available():

@@ -7,24 +7,33 @@ truth on the ``listed`` users while the ``logged-positive`` rule biases it upwar
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from recjudge._stats import user_draws
 from recjudge.bench._offline_estimators import (
+    BOUND,
     EstimatorCheckConfig,
+    _sigma_per_user,
     estimator_rows,
     gold_on_log,
     gold_summary,
+    headroom,
+    leniency_flags,
     one_log,
+    ppi_limit,
     propensity_sets,
     resample,
     selections,
     simulate_log,
     summarise,
+    synthetic_imputer,
     truth_of,
     world_from,
 )
+from recjudge.cf_models import MODELS
 from recjudge.evaluators import ListLabels, estimate, propensities_from
+from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
 METRICS = ("precision@5", "ndcg_fixed@5", "dcg@3")
 
@@ -211,8 +220,6 @@ def test_sigma_sources_must_be_circular_and_independent_as_named():
 
 
 def test_the_leniency_rule_flags_the_system_a_circular_judge_favours_and_only_it():
-    from recjudge.bench._offline_estimators import leniency_flags
-
     w, _ = _world(3, users=60)
     g = np.random.default_rng(1)
     observed, _logged = simulate_log(w, g)
@@ -232,7 +239,6 @@ def test_dr_with_the_truth_as_imputer_is_the_narrowest_and_headroom_reads_it():
     """``BOUND``: DR with the truth as imputer has no correction term (its value is the
     drawn users' own metric), so no imputer's DR interval is narrower on average, and
     ``headroom`` states each DR row's width over SNIPS's against the bound's."""
-    from recjudge.bench._offline_estimators import BOUND, headroom
 
     w, _ = _world(seed=3, alpha=0.5)
     w.imputers[BOUND] = (w.relevant.astype(float), w.relevant.astype(float))
@@ -263,11 +269,6 @@ def test_dr_with_the_truth_as_imputer_is_the_narrowest_and_headroom_reads_it():
 
 
 def test_sigma_per_user_equals_the_per_pair_signal():
-    import pandas as pd
-
-    from recjudge.bench._offline_estimators import _sigma_per_user
-    from recjudge.cf_models import MODELS
-
     g = np.random.default_rng(0)
     inter = pd.DataFrame({"user_id": g.integers(0, 30, 600).astype(str),
                           "item_id": g.integers(0, 50, 600).astype(str)})  # fmt: skip
@@ -290,8 +291,6 @@ def test_a_synthetic_imputer_has_the_asked_auc_and_is_calibrated(auc):
     40,000 pairs)."""
     from scipy.stats import mannwhitneyu
 
-    from recjudge.bench._offline_estimators import synthetic_imputer
-
     r = (np.random.default_rng(1).random(40_000) < 0.1).astype(float)
     p = synthetic_imputer(r, auc, seed=0)
     u = mannwhitneyu(p[r == 1], p[r == 0]).statistic
@@ -309,8 +308,6 @@ def test_the_ppi_limit_is_ppi_pluss_width_over_the_labels_alone():
     """``ppi_limit``: with many more unlabelled pairs than gold ones, the power-tuned PPI++
     interval for a mean (``ppi_mean``, equal to ppi_py's: scripts/crosscheck_ppi.py) over the
     labels-only one (lambda 0) is ``sqrt(1 - rho^2)``."""
-    from recjudge.bench._offline_estimators import ppi_limit
-    from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
     g = np.random.default_rng(4)
     y = (g.random(400_000) < 0.1).astype(float)

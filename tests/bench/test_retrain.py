@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from recjudge.bench import AugmentBenchConfig
+from recjudge.bench import (
+    BENCHMARKS,
+    AugmentBenchConfig,
+    RetrainWorkersConfig,
+    bench_retrain_workers,
+)
+from recjudge.bench._augment import _deviations_note, _other_history
 from recjudge.bench._retrain import METRICS, RetrainData, RetrainJob, retrain_all
+from recjudge.cf_models import MODELS, SideInfo
+from recjudge.data import timeline_split
 
 
 @pytest.fixture(scope="module")
 def data(ml100k):
-    from recjudge.cf_models import SideInfo
-    from recjudge.data import timeline_split
-
     # 150 users' events: the properties hold on any log, and SASRec trains in a fraction of
     # the time it takes on all of ML-100K (six trainings per test).
     log = ml100k.interactions
@@ -45,8 +52,6 @@ def _jobs(data: RetrainData) -> list[RetrainJob]:
 
 
 def test_workers_change_no_number_and_results_are_kept(data, tmp_path, monkeypatch):
-    from recjudge.cf_models import MODELS
-
     cfg = AugmentBenchConfig(data="ml-100k", sasrec_epochs=1, workers=2)
     jobs = _jobs(data)
     one = retrain_all(cfg, data, jobs, tmp_path / "one", workers=1)
@@ -69,8 +74,6 @@ def test_workers_change_no_number_and_results_are_kept(data, tmp_path, monkeypat
 
 
 def test_score_from_picks_the_history_and_one_training_keeps_both(data, tmp_path, monkeypatch):
-    from recjudge.cf_models import MODELS
-
     cls = MODELS.get("sasrec")
     scored: list[list[str]] = []
     score_history = cls.score_history
@@ -118,10 +121,6 @@ def test_workers_must_be_positive(data, tmp_path):
 
 
 def test_bench_runs_the_same_jobs_under_each_setting(tmp_path):
-    import json
-
-    from recjudge.bench import BENCHMARKS, RetrainWorkersConfig, bench_retrain_workers
-
     cfg = RetrainWorkersConfig(data="ml-100k", users=4, rec="pop", seeds=2, workers=(1, 2))
     assert RetrainWorkersConfig.model_validate_json(cfg.model_dump_json()) == cfg
     assert BENCHMARKS.get("retrain-workers").config is RetrainWorkersConfig
@@ -137,8 +136,6 @@ def test_bench_runs_the_same_jobs_under_each_setting(tmp_path):
 
 
 def test_report_header_names_the_protocol_deviations():
-    from recjudge.bench._augment import _deviations_note
-
     note = _deviations_note(AugmentBenchConfig(retrain=("als", "sasrec"), sasrec_epochs=30,
                                           methods=("none", "brief")))  # fmt: skip
     assert "last training timestamp" in note and "30 epochs" in note
@@ -152,8 +149,6 @@ def test_report_header_names_the_protocol_deviations():
 
 
 def test_other_history_pairs_each_method_on_the_same_models():
-    from recjudge.bench._augment import _other_history
-
     rng = np.random.default_rng(0)
     none = [rng.random((5, len(METRICS))) for _ in range(2)]
     brief = [rng.random((5, len(METRICS))) for _ in range(2)]

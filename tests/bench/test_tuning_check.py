@@ -9,7 +9,12 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from recjudge.bench._tuning_check import SETS, paired_auc
+from recjudge._tune_config import TuneConfig
+from recjudge.bench._brief import _requests
+from recjudge.bench._tuning import JudgeTuningConfig
+from recjudge.bench._tuning_check import SETS, paired_auc, teacher_forced_check
+from recjudge.llm._card import read_card
+from recjudge.reward._tune import tune
 
 
 def test_paired_auc_is_antisymmetric_and_zero_on_equal_scores():
@@ -38,13 +43,6 @@ def test_paired_auc_resamples_users_not_pairs():
 
 
 def test_the_check_reproduces_the_cards_validation_auc(tiny_dir, ml100k, tmp_path):
-    from recjudge._tune_config import TuneConfig
-    from recjudge.bench._brief import _requests
-    from recjudge.bench._tuning import JudgeTuningConfig
-    from recjudge.bench._tuning_check import teacher_forced_check
-    from recjudge.llm._card import read_card
-    from recjudge.reward._tune import tune
-
     bench = JudgeTuningConfig(model=str(tiny_dir), data="ml-100k", users=4, history_items=5)
     reqs, info = _requests(bench, ml100k)
     past, users = info["past"], list(info["users"])

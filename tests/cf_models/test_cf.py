@@ -3,27 +3,41 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
 import pytest
+import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from recjudge.cf_models import (
+    ALS,
     MODELS,
+    CFModelError,
+    ItemItemSimilarity,
+    ItemKNN,
+    MFConfig,
     SASRec,
     SASRecConfig,
     SignalConfig,
     SignalScaler,
     TrainOptions,
+    calibration_pairs,
     evaluate_full,
     evaluate_sampled,
+    history_at_test,
     hit_ndcg,
+    item_item_for,
     load_model,
     rank_of_target,
+    train_cf,
 )
-from recjudge.cf_models._classic import ItemItemSimilarity
+from recjudge.cf_models._base import CFModel
+from recjudge.data import leave_one_out
 
 OPTS = TrainOptions(progress=False, seed=0, threads=1)
 
@@ -68,9 +82,6 @@ def test_checkerboard_heldout_diagonal_ranks_first(name, config, seed):
 def test_implicit_models_train_without_the_blas_thread_warning(name):
     """implicit warns when the BLAS pool has several threads (it parallelises itself); the
     model is built and trained inside a one-thread limit, so a user's log stays clean."""
-    import os
-    import subprocess
-    import sys
 
     # A fresh interpreter: implicit's first import loads a second OpenBLAS (scipy's), which
     # this process has already loaded by now, so only a first import shows the warning.
@@ -99,8 +110,6 @@ print(sum("threadpool" in str(w.message).lower() for w in seen))
 
 
 def test_train_names_a_missing_column():
-    from recjudge.cf_models import CFModelError
-
     df, items = checkerboard()
     with pytest.raises(CFModelError, match=r"no column\(s\) \['timestamp'\].*load_from_files"):
         MODELS.get("pop")().train(df.drop(columns="timestamp"), OPTS, items=items)
@@ -161,8 +170,6 @@ def test_torch_training_gives_the_process_its_thread_count_back():
 
 @pytest.fixture(scope="module")
 def trained(ml100k):
-    from recjudge.cf_models import train_cf
-
     small = ml100k
     out = {}
     for name, cfg in [
@@ -179,9 +186,6 @@ def trained(ml100k):
 
 
 def _cal(ds, model):
-    from recjudge.cf_models import calibration_pairs
-    from recjudge.data import leave_one_out
-
     s = leave_one_out(ds.interactions)
     return calibration_pairs(s.train, s.valid, model.items, max_users=200)
 
@@ -207,7 +211,6 @@ def test_itemknn_scores_candidates_as_its_whole_catalogue_scores_them(trained, m
     """ItemKNN scores only the candidates (the driver's sigma per user), bit for bit what
     ``score_history`` gives them: one candidate, a few, many, an empty history, an unknown
     item (NaN)."""
-    from recjudge.cf_models._base import CFModel
 
     m = trained["itemknn"]
     rng = np.random.default_rng(n)
@@ -336,8 +339,6 @@ def test_sasrec_resumes_from_checkpoint(tmp_path):
 
 
 def test_item_item_for_is_calibrated(trained, ml100k):
-    from recjudge.cf_models import item_item_for
-
     m = item_item_for(trained["als"], ml100k, top_k=3)
     assert m.name == "item-item" and m.scaler.low < m.scaler.high < 1.0
     h = ml100k.history("1").item_id.tolist()
@@ -346,8 +347,6 @@ def test_item_item_for_is_calibrated(trained, ml100k):
 
 
 def test_itemknn_refuses_huge_catalogues_with_advice():
-    from recjudge.cf_models import ItemKNN
-
     df, _ = checkerboard(4)
     items = [f"i{j}" for j in range(ItemKNN.MAX_ITEMS + 1)]
     with pytest.raises(ValueError, match="kcore"):
@@ -355,9 +354,6 @@ def test_itemknn_refuses_huge_catalogues_with_advice():
 
 
 def test_item_item_candidate_scores_equal_full_rows():
-    from recjudge.cf_models import ItemItemSimilarity
-    from recjudge.cf_models._base import CFModel
-
     g = np.random.default_rng(0)
 
     class Base:
@@ -376,9 +372,6 @@ def test_item_item_candidate_scores_equal_full_rows():
 
 
 def test_test_time_history_includes_the_validation_item_as_kang_and_mcauley():
-    from recjudge.cf_models import history_at_test
-    from recjudge.data import leave_one_out
-
     df = pd.DataFrame({"user_id": ["u"] * 5, "item_id": list("abcde"),
                        "timestamp": [1.0, 2, 3, 4, 5], "rating": 4.0})  # fmt: skip
     split = leave_one_out(df)
@@ -391,9 +384,6 @@ def test_test_time_history_includes_the_validation_item_as_kang_and_mcauley():
 def test_als_fold_in_solves_implicits_own_user_equation(ml100k):
     """Folding in a training user's own row gives implicit's recalculate_user (same confidence
     alpha * r and regularisation), and sigma never reads the stored training vector."""
-    import scipy.sparse as sp
-
-    from recjudge.cf_models import ALS, MFConfig
 
     m = ALS(MFConfig(iterations=5, alpha=10.0)).train(
         ml100k.interactions, TrainOptions(progress=False, threads=1)
@@ -418,8 +408,6 @@ def test_als_fold_in_solves_implicits_own_user_equation(ml100k):
 
 
 def test_resumed_training_reports_the_whole_training_time(tmp_path, ml100k):
-    from recjudge.cf_models import train_cf
-
     small = {"hidden": 8, "max_len": 8, "batch": 512}
     train_cf("sasrec", ml100k, tmp_path / "m", {**small, "epochs": 2}, OPTS)
     again = train_cf("sasrec", ml100k, tmp_path / "m", {**small, "epochs": 3}, OPTS)

@@ -4,6 +4,8 @@ trained parameters, and worlds where only the modelled signal can explain the da
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -11,6 +13,7 @@ import pytest
 
 from recjudge.cf_models import (
     FM,
+    MODELS,
     NRMS,
     DeepFM,
     DeepFMNoUser,
@@ -174,8 +177,6 @@ def test_lightgcn_builds_its_graph_without_warnings():
     """torch warns once per process that CSR tensors are beta; LightGCN's graph must not pass
     that on to its users (a fresh interpreter, so the warning is not already spent; ``-W
     error`` turns any warning into a failure)."""
-    import subprocess
-    import sys
 
     code = ("import numpy as np, torch\n"
             "from recjudge.cf_models._lightgcn import _csr\n"
@@ -251,8 +252,6 @@ def test_the_seed_decides_the_weights_whatever_the_process_did_before(name):
     model even after other draws from torch's generator, and the caller's generator state is
     left as it was."""
     import torch
-
-    from recjudge.cf_models import MODELS
 
     df, side = gender_world(seed=0)
     cls = MODELS.get(name)

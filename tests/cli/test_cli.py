@@ -10,9 +10,16 @@ import subprocess
 import sys
 
 import pytest
+import typer
 
+import recjudge.llm as llm
 from cli_in_process import run_checked as run
 from cli_in_process import run_cli
+from recjudge.cli import _app
+from recjudge.cli._app import _command_of
+from recjudge.llm import resolve_llm_config
+from recjudge.reporting import write_report
+from recjudge.reward import ResultsStore
 
 CLI = [sys.executable, "-m", "recjudge.cli._main"]
 
@@ -63,7 +70,6 @@ def test_a_command_that_computes_nothing_does_not_import_torch(args):
 
 def test_every_public_llm_name_resolves():
     """The names ``recjudge.llm`` imports on first use are the ones it lists."""
-    import recjudge.llm as llm
 
     for name in llm.__all__:
         assert getattr(llm, name) is not None
@@ -74,8 +80,6 @@ def test_every_public_llm_name_resolves():
 
 def test_report_footer_names_the_gpu_or_none(tmp_path):
     import torch
-
-    from recjudge.reporting import write_report
 
     write_report(tmp_path, {"x": 1}, ["# r"])
     env = json.loads((tmp_path / "results.json").read_text())["environment"]
@@ -218,8 +222,6 @@ def test_judge_against_an_unreachable_server_says_what_to_do():
 
 
 def test_store_export_and_import_round_trip_and_name_a_bad_file(tmp_path):
-    from recjudge.reward import ResultsStore
-
     src = tmp_path / "run" / "store.sqlite"
     row = {"user_id": "7", "candidate_id": "Heat (1995)", "mode": "zero-shot", "key": "k1",
            "is_relevant": False, "evidence": [], "p_yes": 0.2, "raw_text": ""}  # fmt: skip
@@ -248,9 +250,6 @@ def test_brief_augment_unknown_method_suggests_the_name():
 def test_ctrl_c_exits_130_and_says_finished_work_is_kept(monkeypatch, capsys):
     """Ctrl-C inside any command: exit code 130 (the shell's convention), no traceback, and
     one line saying what survives, through the same main() the console script calls."""
-    import typer
-
-    from recjudge.cli import _app
 
     fake = typer.Typer()
 
@@ -272,8 +271,6 @@ def test_root_llm_options_reach_every_model_a_command_loads():
     """``recjudge --server URL <command>``: the judge command (which has no --server of its
     own in use here) loads its LLM from that server: it reports the unreachable URL as one
     line, not a traceback, and the setting does not outlive the command."""
-    from recjudge.cli._app import _command_of
-    from recjudge.llm import resolve_llm_config
 
     assert _command_of(["--backend", "vllm", "--device", "cpu", "judge", "--user", "1"]) == "judge"
     r = run_cli("--server", "http://127.0.0.1:9/v1", "judge", "--user", "1", "--candidate",

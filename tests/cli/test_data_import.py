@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 
 from cli_in_process import run_cli as run
+from recjudge.data import load_dataset
 
 
 def test_ml100k_csv_round_trip_is_identical(ml100k, tmp_path):
@@ -26,7 +27,6 @@ def test_ml100k_csv_round_trip_is_identical(ml100k, tmp_path):
     assert r.returncode == 0, r.stderr
     info = json.loads(r.stdout)
     assert (info["interactions"], info["users"], info["items"]) == (100_000, 943, 1_682)
-    from recjudge.data import load_dataset
 
     back = load_dataset(str(out))  # what every --data option accepts
     cols = ["user_id", "item_id", "timestamp", "rating", "event_type"]

@@ -8,7 +8,11 @@ import click
 import pytest
 import typer
 
+import recjudge.cli._evaluators as ev
 from cli_in_process import run_cli
+from recjudge.cli._app import _register_extensions, app
+from recjudge.cli._gist import EXTRACTION_FIELDS
+from recjudge.cli._reference import commands
 from recjudge.evaluators import EVALUATORS, GistConfig
 
 #: evaluator -> (command group, command)
@@ -21,8 +25,6 @@ COMMANDS = {
 
 
 def _command(*path: str) -> click.Command:
-    from recjudge.cli._app import _register_extensions, app
-
     _register_extensions()
     cmd = typer.main.get_command(app)
     for name in path:
@@ -51,8 +53,6 @@ def test_an_evaluators_options_are_its_configs_fields_with_its_defaults(name):
 
 
 def test_gist_verify_takes_the_verification_settings_not_the_extraction_ones():
-    from recjudge.cli._gist import EXTRACTION_FIELDS
-
     cmd = _command("gist", "verify")
     names = {p.name for p in cmd.params}
     assert names == (set(GistConfig.model_fields) - set(EXTRACTION_FIELDS)) | {
@@ -64,7 +64,6 @@ def test_every_option_of_every_command_says_what_it_does():
     """A user reads --help: an option without a line of help is a field nobody documented.
     Every command and group (``judge`` has options of its own), read as the docs' CLI
     reference reads them (typer's parameters are not ``click.Option`` instances)."""
-    from recjudge.cli._reference import commands
 
     table = commands()
     missing = [
@@ -80,7 +79,6 @@ def test_every_option_of_every_command_says_what_it_does():
 @pytest.fixture
 def captured(monkeypatch):
     """The config each evaluator command builds (nothing is judged)."""
-    import recjudge.cli._evaluators as ev
 
     seen: dict = {}
 

@@ -10,6 +10,8 @@ import pytest
 import typer
 
 from cli_in_process import run_cli
+from recjudge.cli._app import COMMANDS, _register_extensions, app
+from recjudge.data import load_from_files
 from recjudge.evaluators import JOBS
 
 LOG = "user_id,item_id,timestamp,rating\n" + "".join(
@@ -19,8 +21,6 @@ ITEMS = "item_id,title\n" + "".join(f"i{i},Movie {i} (199{i})\n" for i in range(
 
 
 def _command(name: str) -> click.Command:
-    from recjudge.cli._app import _register_extensions, app
-
     _register_extensions()
     command = typer.main.get_command(app)
     for word in JOBS.get(name).command or (name,):  # `recjudge gold sample`
@@ -48,8 +48,6 @@ def test_the_registry_lists_the_jobs():
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    from recjudge.data import load_from_files
-
     t = tmp_path_factory.mktemp("jobs")
     (t / "log.csv").write_text(LOG)
     (t / "items.csv").write_text(ITEMS)
@@ -99,7 +97,6 @@ def test_run_names_a_close_job_or_evaluator():
 def test_every_top_level_command_names_its_module():
     """A run imports only its command's module (a faster cold start): the map must cover
     every command, or that command would be missing when called alone."""
-    from recjudge.cli._app import COMMANDS, _register_extensions, app
 
     _register_extensions()
     names = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from cli_in_process import run_checked
+from recjudge.data import load_dataset
 
 
 def rj(*args, cwd):
@@ -28,7 +30,6 @@ def test_tutorial(tmp_path, ml100k):
     rj("data", "export", "ml-100k", "--format", "csv", "--out", "csv", cwd=t)
     rj("data", "import", "csv/interactions.csv", "--items", "csv/items.csv", "--users",
        "csv/users.csv", "--domain", "movies", "--out", "data/ml100k", cwd=t)  # fmt: skip
-    from recjudge.data import load_dataset
 
     back = load_dataset(str(t / "data/ml100k"))
     cols = ["user_id", "item_id", "timestamp", "rating", "event_type"]
@@ -92,7 +93,6 @@ def test_tutorial(tmp_path, ml100k):
     index = json.loads((t / "obp/index.json").read_text())
     assert {(x["run"], x["metric"]) for x in index} == {
         (s, m) for s in ("als", "pop") for m in ("precision@2", "ndcg_fixed@2")}  # fmt: skip
-    import numpy as np
 
     for x in index:
         with np.load(t / "obp" / x["file"], allow_pickle=False) as z:

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import copy
+import gc
 import json
+import os
+import shutil
+import weakref
 
 import numpy as np
 import pytest
 import torch
+import xgrammar as xgr
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transformers import AutoTokenizer
 
 from recjudge.decoding import (
     GRAMMARS,
@@ -17,16 +24,19 @@ from recjudge.decoding import (
     CitedList,
     EvidenceFirst,
     GrammarLogitsProcessor,
+    Picks,
+    SchemaError,
+    Verdicts,
     compile_schema,
 )
+from recjudge.decoding._compile import GrammarCache, _table_key
+from recjudge.decoding._processors import veto_repeats
+from recjudge.llm import resolve_model_path
+from recjudge.reward import ask
 
 
 @pytest.fixture(scope="module")
 def tok():
-    from transformers import AutoTokenizer
-
-    from recjudge.llm import resolve_model_path
-
     return AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
 
 
@@ -200,8 +210,6 @@ def test_processor_validates_inputs(tok):
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31))
 def test_verdicts_random_logits(tok, seed):
-    from recjudge.decoding import Verdicts
-
     schema = Verdicts(
         ["accuracy", "novelty", "overall"], ["A wins", "B wins", "Tie"], analysis_chars=40
     )
@@ -217,8 +225,6 @@ def test_verdicts_random_logits(tok, seed):
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.integers(0, 2**31))
 def test_verdicts_with_one_analysis_per_field(tok, seed):
-    from recjudge.decoding import Verdicts
-
     schema = Verdicts(
         ["accuracy", "novelty", "overall"],
         ["A wins", "B wins", "Tie"],
@@ -235,8 +241,6 @@ def test_verdicts_with_one_analysis_per_field(tok, seed):
 
 
 def test_verdicts_decision_field_cannot_have_its_own_analysis():
-    from recjudge.decoding import Verdicts
-
     with pytest.raises(ValueError, match="decision field"):
         Verdicts(["a", "overall"], ["x", "y"], analysis_fields=["a", "overall"])
 
@@ -256,9 +260,6 @@ def test_finish_forced_jumps_to_the_end(tok):
 
 
 def test_picks_exactly_n_distinct_labels(smollm):
-    from recjudge.decoding import Picks
-    from recjudge.reward import ask
-
     labels = [str(i) for i in range(1, 13)]  # "1" is a prefix of "10", "11", "12"
     schema = Picks(labels, 4)
     # A prompt that invites repetition: distinctness must still hold.
@@ -272,7 +273,6 @@ def test_picks_exactly_n_distinct_labels(smollm):
     assert set(out.value) <= set(labels)
     with pytest.raises(ValueError):
         Picks(labels, 13)
-    from recjudge.decoding import SchemaError
 
     with pytest.raises(SchemaError):
         schema.parse('{"picks": ["1", "1", "2", "3"]}')
@@ -282,7 +282,6 @@ def test_free_text_rejects_utf16_surrogates(tok):
     """Byte tokens can spell ED A0 80 (a UTF-16 surrogate, not valid UTF-8); free text must
     not accept it, or an analysis decodes to replacement characters and overruns its limit
     (found by test_verdicts_random_logits, seed 2795)."""
-    import xgrammar as xgr
 
     compiled = compile_schema(Choice(["x"], analysis_chars=10), tok, 49152)
     byte_tok = {}
@@ -297,12 +296,6 @@ def test_free_text_rejects_utf16_surrogates(tok):
 
 
 def test_grammar_cache_follows_the_tokenizer_object_not_its_id(tok):
-    import copy
-    import gc
-    import weakref
-
-    from recjudge.decoding import Choice
-
     other = copy.deepcopy(tok)
     a, b = compile_schema(Choice(["YES", "NO"]), tok), compile_schema(Choice(["YES", "NO"]), other)
     assert a.table is not b.table  # a second tokenizer object gets its own table
@@ -336,7 +329,6 @@ def test_mask_on_the_allowed_columns_only_equals_the_full_mask(tok):
     """With ``columns`` (the head computed only for ``allowed``'s ids, the rest -inf), the
     grammar mask, the distinct-evidence veto and the branch bias give exactly the scores of
     the full-width path, at rows in different states (a title already cited included)."""
-    from recjudge.decoding import BranchBiasProcessor
 
     titles = ["Heat (1995)", "Heathers (1989)", "Fargo (1996)", "Up (2009)"]
     compiled = compile_schema(EvidenceFirst(titles), tok, len(tok))
@@ -384,7 +376,6 @@ def _reference_veto(tracker, allowed, token_bytes):
 
 def _veto_matches_reference(grammar, tracker, table, scores) -> list[int]:
     """Check the veto at the row's current state; returns the tokens it leaves."""
-    from recjudge.decoding._processors import veto_repeats
 
     grammar.trackers[0] = None  # the grammar alone
     grammar.mask(scores)
@@ -429,10 +420,6 @@ def test_token_tables_come_back_from_the_disk_cache_unchanged(tok, tmp_path, mon
     """A token table read back from ``$RECJUDGE_CACHE`` equals the one built from the
     tokenizer (bytes of every token, stop ids, the grammar masks it gives); a damaged cache
     is rebuilt, and a changed tokenizer file is a different key."""
-    import os
-    import shutil
-
-    from recjudge.decoding._compile import GrammarCache, _table_key
 
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path / "cache"))
     width = len(tok) + 64  # a logits width past the tokenizer, as models pad it

@@ -14,8 +14,10 @@ import json
 
 import pytest
 import torch
+import xgrammar as xgr
 
-from recjudge.decoding import Choice, EvidenceFirst, compile_schema
+from recjudge.decoding import BranchBias, Choice, EvidenceFirst, QAPairs, compile_schema
+from recjudge.decoding._decode import READOUT_STEPS
 from recjudge.decoding._remote import BiasPayload, RequestBias, replay_decision, watch_tokens
 from recjudge.decoding._schemas import (
     Picks,
@@ -24,8 +26,10 @@ from recjudge.decoding._schemas import (
     schema_from_spec,
     schema_spec,
 )
+from recjudge.distributed import RayRun
+from recjudge.distributed._ray_data_llm import _finished, engine_calls
 from recjudge.llm._vllm import EngineRequest, EngineResult, _EngineMixin
-from recjudge.reward import Judge, JudgeConfig, request_for
+from recjudge.reward import Judge, JudgeConfig, JudgePlan, ask, request_for
 
 PAIRS = [
     ("1", "Toy Story (1995)"),
@@ -44,8 +48,6 @@ class ReferenceEngine(_EngineMixin):
         self.sent: list[EngineRequest] = []
 
     def submit(self, requests):
-        import xgrammar as xgr
-
         table = compile_schema(Choice(["x"]), self.tokenizer, self.vocab_size).table
         out = []
         for r in requests:
@@ -142,7 +144,6 @@ def test_replay_recovers_the_processor_record(smollm):
     state = RequestBias(payload, compiled.table)
     gen, steps = [], []
     g = torch.Generator().manual_seed(0)
-    import xgrammar as xgr
 
     matcher = xgr.GrammarMatcher(compiled.grammar)
     for t in lead:
@@ -220,8 +221,6 @@ def test_bad_payloads_are_refused_clearly(bad, match):
 def test_ask_through_an_engine_backend_matches_local(smollm32):
     """Evaluators' questions (reward.ask) take the engine path too, including a schema whose
     grammar cannot start after the prefilled opening (QAPairs: the model decodes it)."""
-    from recjudge.decoding import QAPairs
-    from recjudge.reward import ask
 
     msgs = [[{"role": "user", "content": "Which is a fruit? A: apple, B: car"}]]
     engine = ReferenceEngine(smollm32)
@@ -237,7 +236,6 @@ def test_ask_through_an_engine_backend_matches_local(smollm32):
 def test_engine_readouts_stop_at_the_decision_and_match_local(smollm32, requests_):
     """A read-out on an engine backend asks for a few tokens, not the whole answer, and
     reads the same verdict and p_yes as the local engine."""
-    from recjudge.decoding._decode import READOUT_STEPS
 
     config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
     _, _, engine = _local_and_engine(smollm32, requests_[1:3], config)  # two users
@@ -246,8 +244,6 @@ def test_engine_readouts_stop_at_the_decision_and_match_local(smollm32, requests
 
 def test_the_payload_carries_every_field_of_branch_bias():
     """BiasPayload derives from BranchBias: a knob added there reaches the engine."""
-    from recjudge.decoding import BranchBias, Choice
-    from recjudge.decoding._remote import BiasPayload
 
     assert set(BranchBias.model_fields) <= set(BiasPayload.model_fields)
     bias = BranchBias(beta=3.0, adaptive=False, block_one_sided=False)
@@ -263,10 +259,6 @@ def test_ray_data_llm_calls_judge_as_submit_does_and_ask_again_only_where_needed
     built once, results fed back, no decoding again) give the judgments ``decode`` gives
     through ``submit``; a row whose round-1 result holds no decision (withheld here) is asked
     again alone, with the full budget, in a second round."""
-    from recjudge.decoding._decode import READOUT_STEPS
-    from recjudge.distributed import RayRun
-    from recjudge.distributed._ray_data_llm import _finished, engine_calls
-    from recjudge.reward import JudgePlan
 
     config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
     engine = ReferenceEngine(smollm32)

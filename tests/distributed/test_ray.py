@@ -16,22 +16,29 @@ import signal
 from dataclasses import replace
 from pathlib import Path
 
+import psutil
 import pytest
+from pydantic import ValidationError
 
-from cli_in_process import run_checked
+from cli_in_process import run_checked, run_cli
+from recjudge._util import cache_dir
 from recjudge.distributed import (
+    BLOCK_PAIRS,
+    BLOCKS_PER_ACTOR,
     LOOPBACK_ENV,
     JudgeWorker,
     LocalCluster,
     RayClusterError,
     RayConfig,
     RayExecutor,
+    block_calls,
     call_records,
     call_units,
     is_loopback,
     request_from_record,
     request_record,
 )
+from recjudge.distributed._cluster import connect, free_ports, worker_env_vars
 from recjudge.llm import LLMConfig
 from recjudge.reward import (
     HistoryItem,
@@ -39,10 +46,12 @@ from recjudge.reward import (
     JudgeConfig,
     JudgePlan,
     ResultsStore,
+    build_messages,
     history_sent,
     plan_calls,
     requests_for,
 )
+from recjudge.reward._call import PromptGroups, prompt_group
 
 PAGE = Path(__file__).resolve().parents[2] / "docs" / "scale.md"  # the docs page "Scale out"
 FP32 = LLMConfig(model="smollm2-135m", dtype="float32")
@@ -105,8 +114,6 @@ def test_a_worker_is_sent_only_what_the_prompt_shows(ml100k):
     """With ``history_sent`` (an LLM mode: its ``max_history``), each history travels as its
     most recent items, once per call; the rebuilt requests make the same prompt groups (what
     the prompt shows) as the driver's, whose keys cover the whole history."""
-    from recjudge.reward import history_sent
-    from recjudge.reward._call import PromptGroups, prompt_group
 
     config = JudgeConfig(mode="no-behavior", need_evidence=False, max_history=5)
     shown = history_sent(config)
@@ -124,7 +131,6 @@ def test_a_worker_is_sent_only_what_the_prompt_shows(ml100k):
     groups = PromptGroups(config)
     assert [prompt_group(config, b) for b in back] == [groups(r) for r in reqs]
     # the same prompt, "(N older items not shown.)" included
-    from recjudge.reward import build_messages
 
     def shown(r):
         return build_messages(r.history, r.candidate_text, max_items=5, older=r.older)
@@ -144,7 +150,6 @@ def test_prompt_groups_are_computed_once_per_history_list(ml100k):
     """``PromptGroups`` equals ``prompt_group`` request by request, a history of another
     length is another group, and a list that grew since is grouped again, not by its old
     group."""
-    from recjudge.reward._call import PromptGroups, prompt_group
 
     config = JudgeConfig(mode="no-behavior", need_evidence=False, max_history=4)
     reqs = _requests(ml100k, 3, 3)
@@ -160,8 +165,6 @@ def test_prompt_groups_are_computed_once_per_history_list(ml100k):
 
 
 def test_blocks_hold_many_pairs_yet_keep_every_actor_busy():
-    from recjudge.distributed import BLOCK_PAIRS, BLOCKS_PER_ACTOR, block_calls
-
     calls = [[{"i": 8 * c + k} for k in range(8)] for c in range(500)]  # 4,000 pairs
     for actors in (1, 2, 10, 40):
         blocks = block_calls(calls, actors)
@@ -182,7 +185,6 @@ def test_plan_keeps_a_user_together_and_the_executor_runs_the_local_calls(ml100k
     assert all(len(call) <= 3 for call in plan.calls)
     # one planner: the calls come from the model-free prompt groups, and requests of one
     # group render one tokenised prefix (what the engine encodes once per call)
-    from recjudge.reward._call import prompt_group
 
     for call in plan.calls:
         prompts = judge.prompts([reqs[i] for i in call])
@@ -210,14 +212,12 @@ def test_plan_spreads_a_small_run_over_the_workers(ml100k):
     cf = JudgeConfig(mode="cf-only")
     assert len(plan_calls(cf, reqs, todo, spread=8)) >= 8
     assert plan_calls(cf, reqs, todo, spread=1) == [todo]
-    from recjudge.distributed import BLOCKS_PER_ACTOR
 
     assert RayExecutor(RayConfig(actors=4)).calls_wanted() == 4 * BLOCKS_PER_ACTOR
 
 
 def test_free_ports_are_distinct():
     """Ray refuses two components on one port: a cluster's ports are chosen together."""
-    from recjudge.distributed._cluster import free_ports
 
     ports = free_ports(40)
     assert len(set(ports)) == 40 and all(0 < p < 65536 for p in ports)
@@ -260,8 +260,6 @@ def test_worker_fault_comes_back_as_data():
      ({"address": "host:abc"}, "HOST:PORT")],
 )  # fmt: skip
 def test_bad_addresses_are_one_line(fields, words):
-    from pydantic import ValidationError
-
     try:
         RayExecutor(RayConfig(**fields)).ready()
     except (RayClusterError, ValidationError) as e:
@@ -323,7 +321,6 @@ def test_vllm_workers_are_placed_and_keyed_as_vllm_and_a_server_is_refused(ml100
 def test_ray_with_the_root_server_option_is_refused_before_ray_starts(tmp_path):
     """A server given before the command (``recjudge --server URL judge ... --ray local``)
     is refused in one line before any Ray instance is started or output written."""
-    from cli_in_process import run_cli
 
     (tmp_path / "p.jsonl").write_text('{"user_id": "1", "item_id": "50"}\n')
     r = run_cli("--server", "http://127.0.0.1:1/v1", "judge", "--data", "ml-100k", "--pairs",
@@ -338,8 +335,6 @@ def test_ray_with_the_root_server_option_is_refused_before_ray_starts(tmp_path):
 
 
 def test_workers_get_the_drivers_cache_and_settings_but_no_secret(monkeypatch, tmp_path):
-    from recjudge.distributed._cluster import worker_env_vars
-
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     monkeypatch.setenv("RECJUDGE_API_KEY", "s3cret")
@@ -387,7 +382,6 @@ def cluster(tmp_path_factory):
         finally:
             pids, token = c.pids(), Path(c.env["RAY_AUTH_TOKEN_PATH"])
             c.stop()
-            import psutil
             import ray
 
             assert not ray.is_initialized()
@@ -398,8 +392,6 @@ def cluster(tmp_path_factory):
 
 
 def _workers(c: LocalCluster) -> list[int]:
-    import psutil
-
     out = []
     for pid in c.pids():
         try:
@@ -415,8 +407,6 @@ def test_a_task_on_the_cluster_sees_the_drivers_cache_and_niceness(cluster):
     """Issue 90: workers re-converted the model into their own ~/.cache (the driver's
     RECJUDGE_CACHE did not reach them) and the second waited on the build lock; and ran at
     nice 15."""
-    from recjudge._util import cache_dir
-    from recjudge.distributed._cluster import connect
 
     ray = connect(cluster.address)
 
@@ -432,7 +422,6 @@ def test_a_task_on_the_cluster_sees_the_drivers_cache_and_niceness(cluster):
 def test_a_local_cluster_listens_on_loopback_only(cluster):
     """No port of a one-machine cluster is open to the network (Ray binds every interface,
     without authentication, unless told otherwise; distributed._cluster.loopback_only)."""
-    import psutil
 
     ports = []
     for pid in cluster.pids():

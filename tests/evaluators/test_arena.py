@@ -10,24 +10,37 @@ import pytest
 
 from cli_in_process import run_cli
 from recjudge.evaluators import (
+    ASPECT_DEFINITIONS,
     ASPECTS,
     ArenaConfig,
+    arena_messages,
     bradley_terry,
     combine_orders,
+    correlations,
     ndcg_at,
+    order_averaged_preference,
+    order_averaged_preference_ci,
+    order_flip_by_system,
+    order_flip_by_system_ci,
     order_flip_ci,
     order_flip_rate,
     pair_counts,
+    pair_records,
+    position_shares,
     q_score,
     reference_q,
     reference_q_ci,
     run_arena,
     summarize,
+    swap_rule_records,
     system_q,
     urd,
 )
 from recjudge.evaluators.arena._metrics import OPTIONS
 from recjudge.evaluators.arena._prompts import ABSOLUTE
+from recjudge.evaluators.arena._report import _header
+from recjudge.evaluators.arena._systems import embedding_similarity
+from recjudge.reward import ResultsStore, export_portable, import_portable
 
 
 def rec(a, b, v, aspect="overall", u="1"):
@@ -192,7 +205,6 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
 
     # A title-free checkpoint carries the verdicts (not the analyses) to a fresh store,
     # and the run there needs no model.
-    from recjudge.reward import ResultsStore, export_portable, import_portable
 
     n = export_portable(tmp_path / "store.sqlite", tmp_path / "ck.gz")
     assert (n.results, n.left_out) == (4, 0)  # two orders, an absolute rating per system
@@ -251,8 +263,6 @@ def test_reference_design_puts_the_system_under_test_in_a_and_the_reference_in_b
 
 
 def test_report_header_names_the_orders_actually_judged():
-    from recjudge.evaluators.arena._report import _header
-
     one = "\n".join(_header(ArenaConfig(systems=("pop", "als")), "d", {"reference": "pop"}, 3))
     assert "one order per user (the paper's protocol)" in one
     cfg = ArenaConfig(systems=("pop", "als"), both_orders=True)
@@ -263,8 +273,6 @@ def test_report_header_names_the_orders_actually_judged():
 
 
 def test_reference_q_is_from_the_systems_side():
-    from recjudge.evaluators import reference_q
-
     recs = [
         rec("ref", "x", "B wins"),  # x beats the reference
         rec("ref", "x", "B wins"),
@@ -283,8 +291,6 @@ def test_reference_q_is_from_the_systems_side():
 
 
 def test_swap_rules_on_per_order_records():
-    from recjudge.evaluators import order_flip_rate, swap_rule_records
-
     per_order = [
         rec("ref", "x", "A wins", u="1"),
         rec("x", "ref", "A wins", u="1"),  # both prefer position A: a flip -> tie
@@ -303,8 +309,6 @@ def test_swap_rules_on_per_order_records():
 def test_correlations_report_p_values():
     from scipy.stats import pearsonr
 
-    from recjudge.evaluators import correlations
-
     x = {"a": 1.0, "b": 2.0, "c": 3.0, "d": 5.0}
     y = {"a": 0.6, "b": 0.7, "c": 0.65, "d": 0.9}
     c = correlations(x, y)
@@ -316,8 +320,6 @@ def test_correlations_report_p_values():
 
 
 def test_prompt_defines_the_six_aspects_and_asks_for_each_analysis():
-    from recjudge.evaluators import ASPECT_DEFINITIONS, arena_messages
-
     msgs = arena_messages("male, 25-34", ["Heat (1995)"], ["Alien (1979)"], ["Up (2009)"], 100)
     text = msgs[1]["content"]
     for aspect, definition in ASPECT_DEFINITIONS.items():
@@ -328,8 +330,6 @@ def test_prompt_defines_the_six_aspects_and_asks_for_each_analysis():
 
 
 def test_embedding_similarity_is_cosine():
-    from recjudge.evaluators.arena._systems import embedding_similarity
-
     class M:
         item_index = {"a": 0, "b": 1, "c": 2}
 
@@ -375,8 +375,6 @@ def test_order_flip_ci_resamples_users_not_records():
 
 
 def test_order_flip_by_system_and_position_shares():
-    from recjudge.evaluators import order_flip_by_system, order_flip_by_system_ci, position_shares
-
     per_order = []
     for i in range(10):  # x: position A always wins (flips); y: y wins from both sides
         u = str(i)
@@ -398,8 +396,6 @@ def test_order_flip_by_system_and_position_shares():
 
 
 def test_order_averaged_preference_cancels_the_position():
-    from recjudge.evaluators import order_averaged_preference, order_averaged_preference_ci
-
     def prec(a, b, pa, pb, u):
         p = {"A wins": pa, "B wins": pb, "Tie": 1.0 - pa - pb}
         return {**rec(a, b, "A wins" if pa > pb else "B wins", u=u), "p_overall": p}
@@ -432,8 +428,6 @@ def test_order_averaged_preference_cancels_the_position():
 
 
 def test_order_flip_rate_counts_each_pair_once_under_both_swap_rules():
-    from recjudge.evaluators import ASPECTS, order_flip_rate, pair_records
-
     def both(v):
         return {a: v for a in (*ASPECTS, "overall")}
 

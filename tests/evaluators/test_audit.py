@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from cli_in_process import run_cli
-from recjudge.evaluators.offline._audit import audit, quantile_bins
+from recjudge.data import load_from_files
+from recjudge.evaluators.offline._audit import audit, position_audit, quantile_bins
 
 
 def test_quantile_bins_keep_ties_together_and_cover_every_value():
@@ -38,8 +39,6 @@ def test_a_popularity_biased_judge_shows_a_rising_gap():
 
 
 def test_audit_command_on_an_impute_folder(tmp_path):
-    from recjudge.data import load_from_files
-
     log = "user_id,item_id\n" + "".join(f"u{u},i{i}\n" for u in range(4) for i in range(u + 2))
     (tmp_path / "log.csv").write_text(log)
     (tmp_path / "items.csv").write_text(
@@ -93,8 +92,6 @@ def _arena_records(judge):
 
 
 def test_a_judge_that_reads_only_the_position_flips_every_verdict():
-    from recjudge.evaluators.offline._audit import position_audit
-
     res = position_audit(_arena_records(lambda a, b, aspect: "A wins"))
     for aspect in ("accuracy", "overall"):
         c = res["aspects"][aspect]
@@ -103,8 +100,6 @@ def test_a_judge_that_reads_only_the_position_flips_every_verdict():
 
 
 def test_a_judge_that_reads_the_lists_wins_a_system_in_either_place():
-    from recjudge.evaluators.offline._audit import position_audit
-
     best = {"s1": 2, "ref": 1, "s2": 0}
     res = position_audit(_arena_records(
         lambda a, b, aspect: "A wins" if best[a] > best[b] else "B wins"))  # fmt: skip

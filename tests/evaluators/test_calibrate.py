@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from cli_in_process import run_cli
+from judged_folders import write_judged_folder
 from recjudge.data import DataError
 from recjudge.evaluators.offline._calibrate import (
     apply_map,
@@ -19,6 +20,8 @@ from recjudge.evaluators.offline._calibrate import (
     load_map,
     read_labels,
 )
+from recjudge.evaluators.offline._evaluation import read_judged
+from recjudge.evaluators.offline._impute import _write_sidecar
 
 
 def test_ece_and_kappa_by_hand():
@@ -86,10 +89,6 @@ def test_a_map_made_for_another_judge_is_refused(tmp_path):
 
 
 def test_calibrate_command_writes_the_map_that_impute_applies(tmp_path):
-    from judged_folders import write_judged_folder
-    from recjudge.evaluators.offline._evaluation import read_judged
-    from recjudge.evaluators.offline._impute import _write_sidecar
-
     folder = tmp_path / "imputed"
     judged = write_judged_folder(folder, tmp_path / "labels.csv", 200, seed=1, power=2.0)
     r = run_cli("calibrate", "--judgments", str(folder), "--labels", str(tmp_path / "labels.csv"),

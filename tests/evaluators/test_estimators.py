@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from recjudge.data import DataError
+from recjudge.evaluators.offline import ESTIMATOR_SPECS, ESTIMATORS
 from recjudge.evaluators.offline._estimators import (
     ListLabels,
     estimate,
@@ -16,11 +17,13 @@ from recjudge.evaluators.offline._estimators import (
     metric_weights,
 )
 from recjudge.evaluators.offline._evaluation import list_labels
+from recjudge.evaluators.offline._gold_ppi import ppi_mean, ppi_metric, read_gold
 from recjudge.evaluators.offline._propensities import (
     Propensities,
     powerlaw_propensities,
     read_propensities,
 )
+from recjudge.evaluators.offline._runs import RecRun, RunCheck
 
 CASE = ListLabels(
     observed=np.array([1, 0, 1]),
@@ -171,8 +174,6 @@ def test_a_propensity_file_reads_per_item_and_per_pair(tmp_path):
 
 # -- gold samples: PPI ----------------------------------------------------------------------
 def test_ppi_closed_forms():
-    from recjudge.evaluators.offline._gold_ppi import ppi_mean
-
     y, yhat, yu = np.array([1.0, 0, 1, 1]), np.array([0.5, 0.5, 0.5, 1]), np.array([0.2, 0.6])
     classic = ppi_mean(y, yhat, yu, lam=1.0)
     assert classic["value"] == pytest.approx(0.4 + (0.5 - 0.5 + 0.5 + 0) / 4)
@@ -185,7 +186,6 @@ def test_ppi_closed_forms():
 def test_ppi_intervals_cover_the_truth_with_a_biased_judge():
     """A judge whose probabilities are far off (p^3) still gives intervals at about their
     nominal 95 %: the gold sample corrects it."""
-    from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
     g = np.random.default_rng(7)
     truth_p = g.random(5000)
@@ -202,9 +202,6 @@ def test_ppi_intervals_cover_the_truth_with_a_biased_judge():
 
 
 def test_gold_pairs_outside_the_runs_are_refused_by_row(tmp_path):
-    from recjudge.evaluators.offline._gold_ppi import ppi_metric, read_gold
-    from recjudge.evaluators.offline._runs import RecRun, RunCheck
-
     run = RecRun("s", "", {"u": ["a", "b", "c"], "v": ["b", "c", "d"]}, {}, RunCheck())
     listed = {(u, i) for u, items in run.rankings.items() for i in items}
     (tmp_path / "g.csv").write_text("user_id,item_id,label\nu,a,1\nv,zz,0\n")
@@ -251,7 +248,6 @@ def test_every_estimator_is_one_spec_and_they_agree_where_the_truth_is_seen():
     """The estimators are records of one registry (what each reads, where it is defined);
     with every label observed at propensity 1 and a judge that is right (p = h = Y), every
     estimator of a linear metric is the true value, and the ones defined for hit@k too."""
-    from recjudge.evaluators.offline import ESTIMATOR_SPECS, ESTIMATORS
 
     assert tuple(ESTIMATOR_SPECS) == ESTIMATORS
     y = np.array([1.0, 0.0, 1.0, 1.0])

@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import sqlite3
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
+import pandas as pd
 import pytest
 
+import recjudge.llm as llm_api
 from cli_in_process import run_cli
+from recjudge._util import UserFacingError
+from recjudge.data import DataError, TitleScreen
 from recjudge.evaluators import (
     GistConfig,
     Predicate,
@@ -24,7 +31,22 @@ from recjudge.evaluators import (
     run_gist,
     specificity_options,
     user_scores,
+    verify_profiles,
 )
+from recjudge.evaluators.gist import _pipeline as _gist_pipeline
+from recjudge.evaluators.gist import _pipeline as gp
+from recjudge.evaluators.gist._gist import extraction_messages, specificity_evidence
+from recjudge.evaluators.gist._pipeline import (
+    _count_citations,
+    _Interest,
+    _spec_jobs,
+    _title_free_extraction,
+    read_profiles,
+    taxonomy_rule,
+)
+from recjudge.evaluators.gist._report import _pr_draw, _report_notes
+from recjudge.llm import ENGINE_CAPABILITIES, BackendError, Capabilities, _fast
+from recjudge.reward import ResultsStore, export_portable, import_portable
 
 
 def rec(user, model, cat, verified, correct=0, backing=0, interest=None):
@@ -92,9 +114,6 @@ def test_predicate_thresholds_are_configurable_and_described():
 def test_an_object_engaged_twice_counts_under_each_of_its_event_types(monkeypatch):
     """GISTBench's official code counts a cited object under every type it has; a history
     read as a dict kept only its oldest event (here the view, not the rating)."""
-    from types import SimpleNamespace
-
-    from recjudge.evaluators.gist import _pipeline as gp
 
     monkeypatch.setattr(gp, "_relevant", lambda run, pairs, desc: {p: (True, 0.9) for p in pairs})
     history = [("m1", "explicit_positive"), ("m2", "implicit_positive"),
@@ -194,7 +213,6 @@ def test_signal_names_are_counted_per_model_and_reported():
     s = gist_scores(recs)
     assert (s["m"]["signal_names"], s["m"]["signal_names_verified"]) == (2, 1)
     assert (s["n"]["signal_names"], s["n"]["signal_names_verified"]) == (0, 0)
-    from recjudge.evaluators.gist._report import _report_notes
 
     base = {"incomplete_extractions": 0, "filled_distractors": 0, "prompt_example": "x y"}
     lines = "\n".join(_report_notes(GistConfig(), {**base, "scores": s}))
@@ -213,8 +231,6 @@ def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
     import matplotlib.pyplot as plt
     from matplotlib.colors import to_rgb
 
-    from recjudge.evaluators.gist._report import _pr_draw
-
     users = {"u": {"ig_p": 0.5, "ig_r": 0.5}, "v": {"ig_p": 1.0, "ig_r": 0.0}}
     scores = {m: {"ig_p": 0.5, "ig_r": 0.5, "users": users} for m in ("a", "b", "c")}
     fig, ax = plt.subplots()
@@ -229,8 +245,6 @@ def test_the_pr_plot_draws_each_model_dots_and_median_in_one_colour():
 
 
 def test_the_extraction_prompt_speaks_of_the_domain_and_the_configured_example():
-    from recjudge.evaluators.gist._gist import extraction_messages
-
     lines = ["[1] explicit_positive - Emma by Jane Austen (1815)"]
     books = extraction_messages(lines, "books", GistConfig())[1]["content"]
     assert 'not "books"' in books and "movies" not in books
@@ -240,8 +254,6 @@ def test_the_extraction_prompt_speaks_of_the_domain_and_the_configured_example()
 
 
 def test_specificity_evidence_is_sampled_from_the_cited_set():
-    from recjudge.evaluators.gist._gist import specificity_evidence
-
     cited = [str(i) for i in range(12)]
     picks = {tuple(specificity_evidence(cited, 5, ("s", n))) for n in range(20)}
     assert all(len(p) == 5 and set(p) <= set(cited) for p in picks)
@@ -251,8 +263,6 @@ def test_specificity_evidence_is_sampled_from_the_cited_set():
 
 
 def test_citation_rule_is_instructed_and_counted_not_enforced_by_default():
-    from recjudge.evaluators.gist._pipeline import _count_citations, _Interest
-
     def interests():
         return [_Interest("u", "m", f"i{k}", ["x", "y"]) for k in range(3)]
 
@@ -432,7 +442,6 @@ def one_cited_interest(monkeypatch) -> None:
     interest), and a run with no cited interest never reaches the evidence filter. The
     extraction still decodes and stores the model's own answers; this only guarantees that the
     later stages have something to check, whatever the model wrote."""
-    from recjudge.evaluators.gist import _pipeline as _gist_pipeline
 
     real = _gist_pipeline._extract
 
@@ -451,7 +460,6 @@ def one_cited_interest(monkeypatch) -> None:
 @pytest.mark.e2e
 def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
     one_cited_interest(monkeypatch)
-    from recjudge.evaluators.gist import _pipeline as _gist_pipeline
 
     # The taxonomy's first 40 categories (the paper's ids and names): the wiring of the full
     # choice and its agreement with the shortlist is under test, not the size of one choice
@@ -519,10 +527,6 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
 def _carried_to_a_fresh_store(cfg, first, llms, ds, tmp_path):
     """A title-free checkpoint of the run resumes it in a fresh folder: every exported answer
     is read, not asked; only extraction answers that name a history title stayed behind."""
-    import gzip
-
-    from recjudge.data import TitleScreen
-    from recjudge.reward import ResultsStore, export_portable, import_portable
 
     n = export_portable(tmp_path / "store.sqlite", tmp_path / "ck.gz")
     text = gzip.decompress((tmp_path / "ck.gz").read_bytes()).decode()
@@ -545,9 +549,6 @@ def _carried_to_a_fresh_store(cfg, first, llms, ds, tmp_path):
 
 
 def test_an_extraction_answer_naming_a_history_title_stays_behind():
-    from recjudge.data import TitleScreen
-    from recjudge.evaluators.gist._pipeline import _title_free_extraction
-
     form = _title_free_extraction(TitleScreen(["Heat (1995)", "Godfather, The (1972)"]))
     clean = [{"interest": "Crime thrillers", "ids": ["1", "2"]}]
     answer = {"value": clean, "text": '[{"interest": "Crime thrillers", "ids": ["1", "2"]}]'}
@@ -595,9 +596,6 @@ def _profile_line(user, interests):
 
 
 def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
-    from recjudge.data import DataError
-    from recjudge.evaluators.gist._pipeline import read_profiles
-
     h = ml100k.history("1")["item_id"].astype(str).tolist()
     p = tmp_path / "mine.jsonl"
     p.write_text(
@@ -629,8 +627,6 @@ def test_profiles_rules_are_counted_and_bad_lines_named(ml100k, tmp_path):
 
 @pytest.mark.e2e
 def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp_path):
-    from recjudge.evaluators import verify_profiles
-
     h = ml100k.history("1")["item_id"].astype(str).tolist()
     a, b = tmp_path / "sys_a.jsonl", tmp_path / "sys_b.jsonl"
     a.write_text(_profile_line("1", [("classic films", h[:3]), ("science fiction", h[3:5])]))
@@ -656,12 +652,6 @@ def test_verify_profiles_writes_the_records_gist_score_reads(smollm, ml100k, tmp
 
 
 def test_distractor_candidates_exclude_the_users_whole_history():
-    from types import SimpleNamespace
-
-    import pandas as pd
-
-    from recjudge.evaluators.gist._pipeline import _spec_jobs
-
     history = [f"old{i}" for i in range(300)] + ["recent"]  # far beyond one chunk of 100
     ds = SimpleNamespace(history=lambda u: pd.DataFrame({"item_id": history}))
     run = SimpleNamespace(config=GistConfig(options=10), ds=ds)
@@ -677,11 +667,6 @@ def test_users_naming_the_same_interest_share_the_distractor_order():
     """The judge's (interest, object) verdicts are stored per pair, so two users (or models)
     with the same interest examine the pool in the same order (each without its own items),
     and a different interest in another."""
-    from types import SimpleNamespace
-
-    import pandas as pd
-
-    from recjudge.evaluators.gist._pipeline import _spec_jobs
 
     own = {"a": ["p0", "p3", "p8"], "b": ["p1", "p3", "p20"]}
     ds = SimpleNamespace(history=lambda u: pd.DataFrame({"item_id": own[u]}))
@@ -714,11 +699,6 @@ def test_a_missing_model_fails_before_any_work(tmp_path, smollm):
 
 
 def test_the_full_taxonomy_scores_whole_names_where_the_engine_allows(smollm):
-    from types import SimpleNamespace
-
-    from recjudge.evaluators.gist._pipeline import taxonomy_rule
-    from recjudge.llm import ENGINE_CAPABILITIES, BackendError
-
     assert taxonomy_rule(smollm) == "likelihood"
     # vLLM constrains in its own engine and scores no whole option: decoded token by token.
     vllm_like = SimpleNamespace(capabilities=ENGINE_CAPABILITIES, model=smollm.model)
@@ -740,10 +720,6 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
     and the run then never reaches the evidence filter), so the parsed interests are topped up
     with one that cites the user's most recent item: the extraction still decodes and stores
     the model's own answers, and the filter always has a question to ask."""
-    import sqlite3
-
-    import recjudge.llm as llm_api
-    from recjudge.llm import _fast
 
     one_cited_interest(monkeypatch)
 
@@ -802,12 +778,6 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
 def test_deterministic_is_refused_for_a_vllm_model_by_name(tmp_path):
     """A ready backend that batches in its own engine cannot give bit-identical answers: both
     entry points refuse it by name before they load data or open a store."""
-    from types import SimpleNamespace
-
-    from recjudge._util import UserFacingError
-    from recjudge.data import DataError
-    from recjudge.evaluators import verify_profiles
-    from recjudge.llm import ENGINE_CAPABILITIES, Capabilities
 
     vllm_like = SimpleNamespace(capabilities=ENGINE_CAPABILITIES)
     local = SimpleNamespace(capabilities=Capabilities())

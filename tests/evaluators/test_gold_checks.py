@@ -3,13 +3,17 @@ does not match the runs, k or row count it was drawn for."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from recjudge.data import DataError
 from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
+from recjudge.evaluators._circular import circular_systems, lenient_systems
 from recjudge.evaluators.offline._evaluation import weight_diagnostics
 from recjudge.evaluators.offline._gold import read_gold, write_gold
-from recjudge.evaluators.offline._propensities import Propensities
+from recjudge.evaluators.offline._impute import judge_record
+from recjudge.evaluators.offline._propensities import Propensities, fit_propensities
+from recjudge.reward import JudgeConfig
 
 
 def _run(name, lists):
@@ -71,10 +75,6 @@ def test_gold_drawn_for_other_runs_or_another_k_is_refused(tmp_path):
 
 
 def test_propensities_fitted_on_few_users_say_so_and_carry_a_standard_error():
-    import numpy as np
-
-    from recjudge.evaluators.offline._propensities import fit_propensities
-
     g = np.random.default_rng(0)
     items = [f"i{j}" for j in range(300)]
     pop = {i: int(g.integers(1, 500)) for i in items}
@@ -91,16 +91,11 @@ def test_propensities_fitted_on_few_users_say_so_and_carry_a_standard_error():
 
 
 def test_a_judge_without_an_llm_records_no_model():
-    from recjudge.evaluators.offline._impute import judge_record
-    from recjudge.reward import JudgeConfig
-
     assert judge_record(JudgeConfig(mode="cf-only"))["model"] is None
     assert judge_record(JudgeConfig(mode="brief"))["model"] == JudgeConfig().model
 
 
 def test_a_retrained_twin_of_the_judges_cf_is_circular_whatever_its_seed_or_folder():
-    from recjudge.evaluators._circular import circular_systems
-
     source = {"folder": "/runs/judge-cf", "model": "als", "fingerprint": "abc",
               "dataset": "ml-100k"}  # fmt: skip
     twin = RecRun("als", "als.jsonl", {}, {}, RunCheck(), provenance={
@@ -127,8 +122,6 @@ def test_a_retrained_twin_of_the_judges_cf_is_circular_whatever_its_seed_or_fold
 
 
 def test_a_system_the_judge_favours_far_beyond_its_log_is_lenient():
-    from recjudge.evaluators._circular import lenient_systems
-
     def row(yes, hit):
         return {"judge_yes_rate": yes, "logged_hit_rate": hit}
 

@@ -6,10 +6,14 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from cli_in_process import run_cli
 from recjudge._util import sha256_file
+from recjudge.data import Dataset, load_from_files
+from recjudge.evaluators import GoldSample
+from recjudge.evaluators.offline._jobs import _check_tuned_gold
 from recjudge.evaluators.offline._leakage import (
     TunedLeakageError,
     gold_overlap,
@@ -34,10 +38,6 @@ def fake_tuned(folder, last_time: dict[str, float]):
 
 
 def _feedback(rows):
-    import pandas as pd
-
-    from recjudge.data import Dataset
-
     inter = pd.DataFrame(rows, columns=["user_id", "item_id", "timestamp"])
     inter["rating"], inter["event_type"] = 5.0, "rating"
     items = pd.DataFrame({"item_id": sorted(set(inter["item_id"])), "title": "t"})
@@ -74,9 +74,6 @@ def test_a_users_record_that_is_not_the_cards_is_refused(tmp_path):
 
 
 def test_evaluate_refuses_gold_of_users_the_tuning_read(tmp_path):
-    from recjudge.evaluators import GoldSample
-    from recjudge.evaluators.offline._jobs import _check_tuned_gold
-
     model = fake_tuned(tmp_path / "m", {"a": 5.0})
     gold = GoldSample({("a", "x"): 1, ("e", "y"): 0})
     summary = {"judge": {"model": str(model)}, "tuned": {"period_overlap": 0}}
@@ -90,8 +87,6 @@ def test_evaluate_refuses_gold_of_users_the_tuning_read(tmp_path):
 
 
 def test_impute_refuses_a_judge_tuned_on_the_evaluated_period_in_one_line(tmp_path):
-    from recjudge.data import load_from_files
-
     log = "user_id,item_id,timestamp,rating\n" + "".join(
         f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(4) for i in range(8)
     )

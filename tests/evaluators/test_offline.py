@@ -16,6 +16,8 @@ from recjudge.evaluators import (
     AugmentConfig,
     EvaluateConfig,
     ImputeConfig,
+    RecRun,
+    RunCheck,
     augmented_interactions,
     evaluate_runs,
     evaluation_users,
@@ -114,8 +116,6 @@ def test_restrict_to_counts_unknown_users_items_and_short_lists(tmp_path):
 
 
 def _run(name, rankings):
-    from recjudge.evaluators import RecRun, RunCheck
-
     return RecRun(name, name, rankings, {u: [0.0] * len(v) for u, v in rankings.items()},
                   RunCheck())  # fmt: skip
 

@@ -19,8 +19,14 @@ from recjudge.data import DataError
 from recjudge.evaluators._circular import CircularJudgeError, circular_systems, list_overlap
 from recjudge.evaluators.offline._evaluate import EvaluateConfig, evaluate_runs
 from recjudge.evaluators.offline._evaluation import estimate_runs
-from recjudge.evaluators.offline._gold import GoldSample, listed_pairs, read_gold, sample_gold
-from recjudge.evaluators.offline._gold_ppi import ppi_metric
+from recjudge.evaluators.offline._gold import (
+    GoldSample,
+    listed_pairs,
+    read_gold,
+    sample_gold,
+    write_gold,
+)
+from recjudge.evaluators.offline._gold_ppi import ppi_mean, ppi_metric
 from recjudge.evaluators.offline._impute import evaluation_users
 from recjudge.evaluators.offline._jobs import EvaluateJob, run_evaluate
 from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
@@ -184,7 +190,6 @@ def test_clustered_ppi_covers_when_labels_cluster_by_user_and_iid_does_not():
         lab[gold] = y[gold]
         c = clustered_ppi_mean(lab.ravel(), p.ravel(), np.repeat(np.arange(n_users), k))
         hit["clustered"] += c["lo"] <= truth <= c["hi"]
-        from recjudge.evaluators.offline._gold_ppi import ppi_mean
 
         i = ppi_mean(y[gold].ravel(), p[gold].ravel(), p.ravel())
         hit["iid"] += i["lo"] <= truth <= i["hi"]
@@ -206,7 +211,6 @@ def test_gold_sample_designs_record_inclusion_probabilities_and_read_back(tmp_pa
         if design == "users":  # whole lists of the sampled users
             chosen = {u for u, _ in pairs}
             assert {p for p in frame if p[0] in chosen} == set(pairs) and len(pairs) >= 20
-    from recjudge.evaluators.offline._gold import write_gold
 
     rows = sample_gold([a, b], users, 4, 20, design="users", seed=1)
     path = write_gold(rows, tmp_path / "gold.csv", {"design": "users"})

@@ -8,15 +8,33 @@ from __future__ import annotations
 import gzip
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from recjudge.evaluators.arena._arena import ArenaConfig
-from recjudge.evaluators.arena._lists import ArenaListConfig
+from recjudge._util import stable_hash
+from recjudge.evaluators.arena import ArenaListConfig, arena_asks
+from recjudge.evaluators.arena._arena import ARENA_PROMPT_VERSION, ArenaConfig, _asks
+from recjudge.evaluators.arena._lists import _judges, list_run
+from recjudge.evaluators.arena._prompts import arena_messages
 from recjudge.evaluators.gist._config import GistConfig
+from recjudge.evaluators.gist._metrics import Predicate
+from recjudge.evaluators.gist._pipeline import gist_extraction_asks
+from recjudge.evaluators.usersum import usersum_summary_asks
 from recjudge.evaluators.usersum._usersum import UserSumConfig
-from recjudge.llm import LLMConfig, SamplingConfig, llm_key
-from recjudge.reward import JudgeConfig, ResultsStore, StoredAsk, ask_key, ask_stored
+from recjudge.llm import (
+    Capabilities,
+    LLMConfig,
+    SamplingConfig,
+    former_llm_keys,
+    llm_key,
+    llm_settings_of,
+    loaded_config,
+    reset_llm_defaults,
+    resolve_llm_config,
+    set_llm_defaults,
+)
+from recjudge.reward import JudgeConfig, ResultsStore, StoredAsk, adopt_former, ask_key, ask_stored
 
 CHECKPOINTS = Path(__file__).parents[2] / "checkpoints"
 
@@ -66,7 +84,6 @@ def test_llm_key_follows_the_classification(monkeypatch):
 def test_a_loaded_backend_is_keyed_by_the_device_it_declares(monkeypatch):
     """``Capabilities.device`` (where the model computes) decides the key's device, not
     what ``auto`` would resolve to now; a stand-in refusing any use is read statically."""
-    from recjudge.llm import Capabilities, llm_settings_of, loaded_config
 
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
 
@@ -119,7 +136,6 @@ def test_an_answer_stored_under_a_former_key_is_rekeyed_not_asked_again(tmp_path
         got = ask_stored(_NoModel(), store, [new], progress=False)
         assert got == {"new-key": {"value": "A", "branches": None, "p": None}}
         assert store.missing(["new-key", "old-key"]) == []  # copied; the old row stays
-        from recjudge.reward import adopt_former
 
         assert adopt_former(store, [new]) == 0  # idempotent
         assert adopt_former(store, [fresh]) == 0 and store.missing(["fresh-key"])
@@ -128,10 +144,6 @@ def test_an_answer_stored_under_a_former_key_is_rekeyed_not_asked_again(tmp_path
 def test_arena_keys_its_budget_once_and_finds_answers_under_the_former_form():
     """The arena's greedy budget entered its keys in the short form until 2026-12-02 (the
     committed arena checkpoints' keys): each question names that key as ``formerly``."""
-    from types import SimpleNamespace
-
-    from recjudge.evaluators.arena._arena import ARENA_PROMPT_VERSION, _asks
-    from recjudge.evaluators.arena._prompts import arena_messages
 
     config = ArenaConfig(model="m", systems=("pop", "itemknn"), users=1, absolute=False)
     arena = SimpleNamespace(config=config, users=["7"], profiles={"7": "age 25"},
@@ -156,8 +168,6 @@ def test_arena_keys_its_budget_once_and_finds_answers_under_the_former_form():
 
 
 def test_legacy_settings_add_nothing_to_a_key_and_any_other_value_is_its_own_key():
-    from recjudge._util import stable_hash
-
     parts = ("v1", "extract", "m", [{"role": "user", "content": "hi"}])
     legacy = {"deterministic": False, "extraction_tokens": 1024}
     old = stable_hash(*parts)
@@ -183,8 +193,6 @@ def gist_ml1m():
 
 
 def _extraction_keys(config, monkeypatch, dtype="bfloat16"):
-    from recjudge.evaluators.gist._pipeline import gist_extraction_asks
-
     monkeypatch.setenv("RECJUDGE_DTYPE", dtype)
     return {a.key for a in gist_extraction_asks(config, "ml-1m")}
 
@@ -231,8 +239,6 @@ def _moves_and_keeps(base: dict, other: dict, keyed: bool, field: str) -> None:
 
 
 def _arena_questions(config) -> dict:
-    from recjudge.evaluators.arena import arena_asks
-
     asks, _, _ = arena_asks(config, "ml-100k", {"dtype": "float32"})
     return {tuple(sorted(a.request.items())): a.key for a in asks}
 
@@ -270,8 +276,6 @@ def test_every_arena_field_acts_on_the_keys_as_declared(tmp_path):
 
 
 def _list_questions(config) -> dict:
-    from recjudge.evaluators.arena._lists import _judges, list_run
-
     run = list_run(config, "ml-100k")
     judges = _judges(config, None, run.cf)
     return {(name, r.user_id, r.candidate_id): j.key(r) for name, j in judges.items()
@@ -281,7 +285,6 @@ def _list_questions(config) -> dict:
 def test_every_list_arena_field_acts_on_the_keys_as_declared(monkeypatch):
     """ArenaListConfig (its judgments are the judges'): each KEYED field changed alone moves
     a judgment's key; each UNKEYED one keeps the key of every judgment both runs make."""
-    from recjudge.evaluators.arena import ArenaListConfig
 
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     base = ArenaListConfig(model="smollm2-135m", systems=("pop", "als"), users=3, k=3,
@@ -315,8 +318,6 @@ def test_every_gist_field_acts_on_the_extraction_keys_as_declared(monkeypatch):
     of extraction moves a question's key; the keyed fields of the later stages and every
     UNKEYED one keep the key of each extraction question both runs ask. (``seed`` draws the
     users, so the runs share no question: its keying is at the later stages'.)"""
-    from recjudge.evaluators.gist._metrics import Predicate
-    from recjudge.evaluators.gist._pipeline import gist_extraction_asks
 
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
 
@@ -354,7 +355,6 @@ def test_every_usersum_field_acts_on_the_summary_keys_as_declared(monkeypatch):
     """UserSumConfig at its first questions (``usersum_summary_asks``, no model): each keyed
     field of a single summary moves a question's key; the later stages' keyed fields and
     every UNKEYED one keep every key. (``seed`` draws the users: its keying is the options'.)"""
-    from recjudge.evaluators.usersum import usersum_summary_asks
 
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
 
@@ -386,25 +386,16 @@ def test_an_evaluator_question_asked_of_a_server_finds_its_answer_under_the_form
     """A server's key no longer holds the client's dtype guess (``llm_key``); a question a
     client whose ``auto`` was fp32 stored under the former form is found and re-keyed, not
     asked again (``formerly``, ``adopt_former``)."""
-    from recjudge.llm import former_llm_keys, llm_key, reset_llm_defaults, set_llm_defaults
-    from recjudge.reward import adopt_former
 
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     token = set_llm_defaults(backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
     try:
         if evaluator == "gist":
-            from recjudge.evaluators.gist._pipeline import gist_extraction_asks
-
             asks = gist_extraction_asks(GistConfig(judge="smollm2-135m", users=2), "ml-100k")
         elif evaluator == "usersum":
-            from recjudge.evaluators.usersum import usersum_summary_asks
-
             asks = usersum_summary_asks(UserSumConfig(model="smollm2-135m", users=2,
                                                       max_activities=60), "ml-100k")  # fmt: skip
         else:
-            from recjudge.evaluators.arena import arena_asks
-            from recjudge.llm import resolve_llm_config
-
             server = resolve_llm_config("smollm2-135m")
             asks, _, _ = arena_asks(ArenaConfig(model="smollm2-135m", systems=("pop", "als"),
                                                 users=2, k=3), "ml-100k", llm_key(server),

@@ -6,10 +6,23 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+from test_offline_estimators import _all, _world
 
+from recjudge._stats import auc
+from recjudge.bench._imputer_gold import imputer_summary, imputers_on_gold
+from recjudge.bench._offline_estimators import (
+    propensity_sets,
+    runs_of,
+    simulate_log,
+    truth_of,
+)
+from recjudge.data import DataError
+from recjudge.evaluators import EvaluateJob, run_evaluate
 from recjudge.evaluators.offline._supervised import (
     design_matrix,
     features_of,
@@ -82,7 +95,6 @@ def test_it_learns_from_the_signals_beside_the_judge():
     assert "sigma" in fitted.features and "log_popularity" in fitted.features
     assert fitted.oof["auc"] > fitted.oof["auc_raw"] + 0.15  # raw p_yes is noise here
     # and on pairs it never saw
-    from recjudge._stats import auc
 
     rest = [k for k in truth if k not in gold]
     pos = [fitted.p[k] for k in rest if truth[k]]
@@ -106,8 +118,6 @@ def test_too_little_or_one_class_gold_is_refused():
 
 
 def test_a_bad_sidecar_line_names_the_file_and_row(tmp_path):
-    from recjudge.data import DataError
-
     good = {"user_id": "u", "item_id": "i", "label": 1, "p_yes": 0.7, "sigma": 0.1}
     path = tmp_path / "imputed.jsonl"
     path.write_text(json.dumps(good) + "\n" + json.dumps({"user_id": "u", "error": "x"})
@@ -122,19 +132,8 @@ def test_in_the_known_truth_world_it_narrows_ppi_against_labels_alone():
     """The bench's gold machinery on a synthetic world where the CF signal carries the
     relevance and the judge does not: the supervised imputer's PPI interval is narrower
     than the labels-only one, whose interval the judge's noise cannot narrow."""
-    import sys
-    from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
-    from test_offline_estimators import _all, _world
-
-    from recjudge.bench._imputer_gold import imputer_summary, imputers_on_gold
-    from recjudge.bench._offline_estimators import (
-        propensity_sets,
-        runs_of,
-        simulate_log,
-        truth_of,
-    )
 
     w, _ = _world(users=80)
     g = np.random.default_rng(1)
@@ -206,8 +205,6 @@ def _evaluate_folder(tmp, users=40, k=5, seed=0):
 
 
 def test_evaluate_fits_the_imputer_on_the_gold_and_names_it(tmp_path):
-    from recjudge.evaluators import EvaluateJob, run_evaluate
-
     runs = _evaluate_folder(tmp_path / "imp")
     job = dict(runs=runs, qrels=str(tmp_path / "imp"), k=5, metrics="precision@5",
                gold=str(tmp_path / "imp" / "gold.csv"))  # fmt: skip

@@ -7,8 +7,14 @@ import numpy as np
 import pytest
 
 from recjudge.evaluators import RecRun, RunCheck
+from recjudge.evaluators.offline import estimator_lines
 from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
-from recjudge.evaluators.offline._transport import refuse_levels, transport_check
+from recjudge.evaluators.offline._transport import (
+    POWER,
+    detectable_residual,
+    refuse_levels,
+    transport_check,
+)
 
 
 def _world(seed: int, lenient: float, n_users: int = 200, k: int = 10):
@@ -127,7 +133,6 @@ def test_the_detectable_residual_is_flagged_at_the_stated_power():
     ``POWER`` (80 %) of gold samples, one at half of it far less often; with many users it
     is ``(1.96 + 0.84) se``. Measured at 600 gold pairs: detectable 0.085, flagged 82.7 % of
     150 samples at it, 24.7 % at half, 5 % without a shift."""
-    from recjudge.evaluators.offline._transport import POWER, detectable_residual
 
     assert detectable_residual(0.01, 10_000) == pytest.approx(0.028, abs=2e-4)
     assert detectable_residual(0.01, 5) > detectable_residual(0.01, 50)  # t, not normal
@@ -155,8 +160,6 @@ def test_the_detectable_residual_is_flagged_at_the_stated_power():
 
 
 def test_a_pass_is_printed_with_what_the_sample_could_detect():
-    from recjudge.evaluators.offline import estimator_lines
-
     est = {"propensity": "fit", "clipped": 0, "calibration": "isotonic", "gold": "300 pairs",
            "systems": {},
            "transport": {

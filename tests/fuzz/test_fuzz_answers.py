@@ -13,7 +13,8 @@ from _fuzz import FUZZ, json_values, texts
 from hypothesis import given
 from hypothesis import strategies as st
 
-from recjudge.decoding import Choice, CitedList, EvidenceFirst
+from recjudge.decoding import Choice, CitedList, EvidenceFirst, compile_schema
+from recjudge.llm import resolve_model_path
 from recjudge.reward._judgment import parse_answer
 
 TITLES = ["Heat (1995)", 'He said "hi"', "<|im_end|>", "日本語", "a\\b"]
@@ -87,8 +88,6 @@ def test_near_miss_answers_found_by_the_fuzzer_are_refused_as_valueerror(text):
 def tok():
     from transformers import AutoTokenizer
 
-    from recjudge.llm import resolve_model_path
-
     return AutoTokenizer.from_pretrained(resolve_model_path("smollm2-135m"))
 
 
@@ -102,8 +101,6 @@ def test_the_evidence_grammar_builds_for_any_titles_and_accepts_every_valid_answ
     (or the titles are refused with ValueError) and every answer the schema allows, written
     in the tokenizer's literal encoding, is accepted whole by xgrammar."""
     import xgrammar as xgr
-
-    from recjudge.decoding import compile_schema
 
     try:
         schema = EvidenceFirst(titles, max_evidence=2)

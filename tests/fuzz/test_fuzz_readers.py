@@ -18,6 +18,10 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from recjudge._util import UserFacingError
+from recjudge.data import load_from_files
+from recjudge.evaluators.offline import read_qrels, read_run
+from recjudge.evaluators.offline._calibrate import read_labels
+from recjudge.reward import import_portable
 
 ids = st.one_of(st.sampled_from(["1", "u 1", "a,b", '"q"', "\t", "", "é", "1e3", "-0"]), texts)
 numbers = st.one_of(st.integers(-5, 5).map(str), st.sampled_from(["nan", "inf", "-inf", "1e999",
@@ -78,20 +82,14 @@ def _read(reader, data: bytes, suffix: str):
 
 
 def _run_reader(fmt: str):
-    from recjudge.evaluators.offline import read_run
-
     return lambda p: read_run(p, fmt=fmt)
 
 
 def _labels(p):
-    from recjudge.evaluators.offline._calibrate import read_labels
-
     return read_labels(p)
 
 
 def _log(p):
-    from recjudge.data import load_from_files
-
     return load_from_files(p)
 
 
@@ -118,15 +116,11 @@ def test_a_reader_returns_or_says_what_is_wrong_in_one_line(name, data):
 @example(b"\x80", ".trec")  # found by this target: UnicodeDecodeError
 @example(b'{"u": {"i": 1e999}}', ".json")  # OverflowError
 def test_qrels_reader(data, suffix):
-    from recjudge.evaluators.offline import read_qrels
-
     _read(read_qrels, data, suffix)
 
 
 @pytest.mark.parametrize("grade", ["1.5", "1e999", '"1"', "[1]"])
 def test_a_qrels_grade_that_is_not_an_integer_is_refused_not_truncated(tmp_path, grade):
-    from recjudge.evaluators.offline import read_qrels
-
     path = tmp_path / "q.json"
     path.write_text('{"u": {"i": ' + grade + "}}")
     with pytest.raises(UserFacingError, match="not an integer"):
@@ -145,8 +139,6 @@ def test_a_qrels_grade_that_is_not_an_integer_is_refused_not_truncated(tmp_path,
     )
 )
 def test_checkpoint_import_refuses_what_it_cannot_verify(data):
-    from recjudge.reward import import_portable
-
     with tempfile.TemporaryDirectory() as d:
         ckpt = Path(d) / "x.ckpt"
         ckpt.write_bytes(data)

@@ -3,6 +3,9 @@ for the fast engine, the engine's for decoding's requests (no ``getattr`` probin
 
 from __future__ import annotations
 
+import importlib
+import typing
+
 from recjudge.llm import BACKENDS, EngineBackend, LLMBackend, LLMConfig, LocalModel
 
 
@@ -13,8 +16,6 @@ def test_the_local_backend_is_a_local_model_and_not_an_engine(smollm):
 
 
 def test_the_engine_backends_declare_what_decoding_sends_them():
-    import importlib
-
     for name in ("vllm", "openai-compatible"):
         module, cls = BACKENDS.get(name).target.split(":")
         backend = getattr(importlib.import_module(module), cls)
@@ -25,7 +26,5 @@ def test_the_engine_backends_declare_what_decoding_sends_them():
 
 
 def test_the_backend_registry_holds_every_backend_llmconfig_accepts():
-    import typing
-
     names = typing.get_args(LLMConfig.model_fields["backend"].annotation)
     assert sorted(names) == sorted(BACKENDS.names())

@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
+import copy
+from dataclasses import replace
+
 import pytest
 import torch
 from _choice_data import FILLS, OPTIONS
 
+import recjudge.llm._vllm as vllm_mod
+from recjudge.decoding import CapabilityError, OptionJob, decode
 from recjudge.evaluators.gist._gist import taxonomy_full_messages
 from recjudge.llm import OptionTrie, best_options, option_tokens
+from recjudge.llm._vllm import SCORING_ENGINE, _EngineMixin
 from recjudge.reward import SLOT, choose, choose_shared
 
 TOL = 2e-2  # summed fp32 log-probabilities of ~10 tokens; kernels round differently
@@ -22,7 +28,6 @@ def _exhaustive(llm, fill: str) -> list[float]:
     """Every option's summed log-probability: the shared prompt once through HF's own
     forward with its KV cache, then each option's tokens on a copy of that cache (plain
     transformers, none of the engine's code)."""
-    import copy
 
     text = llm.chat_prompt(_messages()).replace(" " + SLOT, " " + fill)
     base = llm.encode(text + '{"category')
@@ -107,22 +112,17 @@ def test_the_trie_refuses_empty_and_duplicate_options():
 
 
 def test_a_backend_without_option_scoring_is_refused(smollm32, monkeypatch):
-    from dataclasses import replace
-
     off = replace(smollm32.capabilities, option_scoring=False)
     monkeypatch.setattr(smollm32, "capabilities", off)
     with pytest.raises(ValueError, match="does not score whole options"):
         best_options(smollm32, [1, 2], [[3]], OptionTrie([[4]]))
     # through decoding's one entry point: a fault of the whole run, in one line
-    from recjudge.decoding import CapabilityError, OptionJob, decode
 
     with pytest.raises(CapabilityError, match="whole-option scoring.*does not declare"):
         decode(smollm32, OptionJob([1, 2], [[3]], OptionTrie([[4]])))
 
 
 def test_an_option_job_is_best_options_behind_decode(smollm32):
-    from recjudge.decoding import OptionJob, decode
-
     prefix = smollm32.encode("Pick a colour: red, green or blue. Answer:")
     trie = OptionTrie([smollm32.encode(w) for w in (" red", " green", " blue")])
     ctxs = [smollm32.encode(" I pick"), smollm32.encode(" The sky is")]
@@ -139,8 +139,6 @@ class _ForwardEngine:
     search, its watch-list split included (``MAX_WATCH`` lowered), without vLLM."""
 
     def __init__(self, hf):
-        from recjudge.llm._vllm import SCORING_ENGINE, _EngineMixin
-
         self.hf, self.name, self.calls = hf, "forward-engine", 0
         self.tokenizer, self.encode, self.chat_prompt = hf.tokenizer, hf.encode, hf.chat_prompt
         self.capabilities = SCORING_ENGINE
@@ -153,7 +151,6 @@ class _ForwardEngine:
         the first prompt asked read from HF's KV cache of it (as vLLM's prefix caching
         would: every prompt of the search is the question plus a short continuation; a
         full forward of each made this test ~10x slower on fp32 CPUs without AMX)."""
-        import copy
 
         if self._first is None:
             self._first = list(p)
@@ -180,8 +177,6 @@ class _ForwardEngine:
 
 
 def test_the_engine_search_finds_the_local_searchs_options(smollm32, monkeypatch):
-    import recjudge.llm._vllm as vllm_mod
-
     monkeypatch.setattr(vllm_mod, "MAX_WATCH", 3)  # the root's children come in parts
     engine = _ForwardEngine(smollm32)
     fills = FILLS[:2]  # each prompt of the engine path is a forward of its own here

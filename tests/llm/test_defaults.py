@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from recjudge.llm import LLMConfig, reset_llm_defaults, resolve_llm_config, set_llm_defaults
+from recjudge.reward import Judge, JudgeConfig
 
 
 @pytest.fixture
@@ -56,7 +57,6 @@ def test_bad_defaults_are_refused(bad):
 def test_judgments_made_under_defaults_are_keyed_by_that_llm(defaults):
     """A judge loaded through a server default keys its results as one given that server's
     LLMConfig itself, and apart from the in-process judge's."""
-    from recjudge.reward import Judge, JudgeConfig
 
     cfg = JudgeConfig(model="smollm2-135m", mode="no-behavior")
     local = Judge(cfg)._llm_settings()

@@ -12,7 +12,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import recjudge
-from recjudge.llm import LLMConfig
+from cli_in_process import run_cli
+from recjudge.decoding import BranchBias, EvidenceFirst, constrained_generate
+from recjudge.llm import DeviceError, LLMConfig, OptionTrie, SamplingConfig, best_options, load_llm
+from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, request_for
 
 #: recjudge's own source folder, from the package's location (not a substring of the path:
 #: a clone in a folder named ``recjudge`` holds ``.venv/.../xgrammar`` under ``/recjudge/``)
@@ -48,8 +51,6 @@ class _NoHostFactories(TorchFunctionMode):
 
 @pytest.fixture(scope="module")
 def requests(ml1m):
-    from recjudge.reward import request_for
-
     reqs = [request_for(ml1m, "1", c) for c in ("Toy Story (1995)", "Heat (1995)")]
     for r, s in zip(reqs, (0.6, -0.4), strict=True):
         r.sigma = s
@@ -66,9 +67,6 @@ def requests(ml1m):
     ],
 )
 def test_the_engines_create_every_tensor_on_the_models_device(smollm32, requests, settings):
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import Judge, JudgeConfig
-
     extra = (
         {"sampling": SamplingConfig.paper(seed=3, max_new_tokens=64)}
         if "samples" in settings
@@ -83,9 +81,6 @@ def test_the_engines_create_every_tensor_on_the_models_device(smollm32, requests
 
 
 def test_naive_generate_and_the_option_choice_name_the_device(smollm32):
-    from recjudge.decoding import BranchBias, EvidenceFirst, constrained_generate
-    from recjudge.llm import OptionTrie, best_options
-
     prompt = smollm32.chat_prompt([{"role": "user", "content": "Would I like Heat (1995)?"}])
     with _NoHostFactories() as mode:
         constrained_generate(smollm32, [prompt], EvidenceFirst(["Fargo (1996)"], 1),
@@ -103,8 +98,6 @@ def test_device_settings():
     with pytest.raises(ValueError, match="use auto, cpu, cuda or cuda:N"):
         LLMConfig(device="gpu")
     if not torch.cuda.is_available():
-        from recjudge.llm import DeviceError, load_llm
-
         with pytest.raises(DeviceError, match="torch sees no CUDA GPU"):
             load_llm(LLMConfig(model="smollm2-135m", device="cuda"))
 
@@ -112,7 +105,6 @@ def test_device_settings():
 def test_a_gpu_judgment_is_keyed_apart_and_computes_in_bf16(monkeypatch):
     """Without a GPU at hand: what auto resolves to on one (bf16), and that its results get
     their own keys, while the CPU keys stay as they were."""
-    from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
     monkeypatch.delenv("RECJUDGE_DTYPE", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
@@ -127,8 +119,6 @@ def test_a_gpu_judgment_is_keyed_apart_and_computes_in_bf16(monkeypatch):
 
 
 def test_the_device_option_of_the_commands():
-    from cli_in_process import run_cli
-
     r = run_cli("judge", "--data", "ml-100k", "--user", "1", "--candidate", "1",
                 "--mode", "zero-shot", "--device", "gpu")  # fmt: skip
     assert r.code == 2 and "--device: device 'gpu': use auto, cpu, cuda or cuda:N" in r.stderr

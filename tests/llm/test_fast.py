@@ -5,15 +5,21 @@ from __future__ import annotations
 import pytest
 import torch
 
-from recjudge.llm import EngineJob, SamplingConfig
+import recjudge.llm._fast as fast
+import recjudge.llm._fast_attention as attn
+import recjudge.llm._fast_loop as fast_loop
+from recjudge.llm import EngineJob, SamplingConfig, _fast, _fast_loop
+from recjudge.llm._engine import EngineStats
 from recjudge.llm._fast import (
     PrefixLRU,
     decode_prompts,
     decode_shared,
     encode_prefix,
+    fast_decode,
     fast_shared_prefix_decode,
     supports_fast,
 )
+from recjudge.reward import Judge, JudgeConfig, request_for
 
 ATOL = 2e-3  # fp32 logits of magnitude ~20; different kernels round differently
 
@@ -48,7 +54,6 @@ def _record(n_rows: int, stop_after: dict[int, int]):
 
 def _use_kernel(monkeypatch, kernel: str) -> None:
     """The CPU flash kernels ("flash") or the sdpa/matmul path other devices take."""
-    import recjudge.llm._fast_attention as attn
 
     if kernel == "sdpa":
         monkeypatch.setattr(attn, "_FLASH_CPU", None)
@@ -63,7 +68,6 @@ def test_smollm2_is_supported(llm32):
 @pytest.mark.parametrize("room", [64, 2])
 def test_every_step_matches_a_full_forward_with_rows_leaving(llm32, monkeypatch, room):
     """(``room`` 2: the rows' buffers grow twice while the rows decode.)"""
-    import recjudge.llm._fast_loop as fast_loop
 
     monkeypatch.setattr(fast_loop, "FIRST_ROOM", room)
     prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 6)
@@ -108,7 +112,6 @@ def test_rows_of_several_prefixes_decode_together_as_full_forwards(llm32, monkey
     stop = {0: 3, 1: 6, 2: 4, 3: 2, 4: 5}
     scores, tokens, step, accept, finished = _record(5, stop)
     kvs = [encode_prefix(llm32, p) for p in prefixes]
-    from recjudge.llm._fast import fast_decode
 
     out = fast_decode(
         llm32,
@@ -132,8 +135,6 @@ def test_drafts_give_the_steps_of_one_token_at_a_time(llm32, monkeypatch, kernel
     step's scores still equal a full forward of that row's own prompt and tokens, each token
     is its step's argmax, the hooks see one token at a time in order, a row stops where
     ``finished`` says even inside a draft, and the drafts taken save forwards."""
-    import recjudge.llm._fast as fast
-    from recjudge.llm._engine import EngineStats
 
     _use_kernel(monkeypatch, kernel)
     prefixes = [
@@ -286,8 +287,6 @@ def test_free_text_generate_is_greedy_under_a_full_forward(llm32):
 def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypatch):
     """The LM head restricted to the grammar's allowed tokens gives the judge's answers and
     probabilities of the full head (the masked scores are -inf either way)."""
-    from recjudge.llm import _fast, _fast_loop
-    from recjudge.reward import Judge, JudgeConfig, request_for
 
     reqs = [request_for(ml1m, "10", c, sigma=s) for c, s in
             (("Heat (1995)", 0.4), ("Fargo (1996)", -0.3), ("Big (1988)", 0.9))]  # fmt: skip
@@ -340,8 +339,6 @@ def test_the_prefix_lru_holds_one_calls_prefixes_and_no_more():
 def test_sampled_rows_draw_the_same_tokens_with_drafts(llm32):
     """Sampling reads a draft's positions in order with the row's own generator, one draw
     per token as without drafts: the same seeds give the same tokens (fp32)."""
-    import recjudge.llm._fast as fast
-    from recjudge.llm._engine import EngineStats
 
     prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 2)
     suffixes = [llm32.encode(f" Would they watch {t}? Say why:") for t in ("Up", "Big", "Jaws")]

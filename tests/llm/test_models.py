@@ -2,19 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import json as _json
 import os
 import signal
+import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
+import recjudge.llm._models as m
+import recjudge.llm._vllm as v
 from recjudge._registry import Registry, UnknownNameError
-from recjudge._util import UserFacingError
+from recjudge._util import UserFacingError, sha256_file
 from recjudge.llm import (
     PRESETS,
     LLMConfig,
@@ -23,7 +29,9 @@ from recjudge.llm import (
     ModelNotInstalledError,
     ModelPreset,
     SamplingConfig,
+    _models,
     check_models,
+    verify_cache,
 )
 from recjudge.llm._models import (
     CACHE_FORMAT,
@@ -31,6 +39,7 @@ from recjudge.llm._models import (
     _drop_killed_builds,
     _valid_cache,
     resolve_model_path,
+    safetensors_header,
 )
 
 
@@ -244,9 +253,6 @@ def test_next_token_logits_width_is_model_vocab(smollm):
 def test_concurrent_first_loads_build_the_cache_once(tmp_path: Path, monkeypatch):
     """Two loaders of a preset whose cache is missing: one builds, the other waits for it
     (before the lock, the second deleted the first one's half-built files and crashed)."""
-    import threading
-
-    import recjudge.llm._models as m
 
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
     preset = PRESETS.get("smollm2-135m")
@@ -278,8 +284,6 @@ def test_concurrent_first_loads_build_the_cache_once(tmp_path: Path, monkeypatch
 def test_verify_finds_damage_that_keeps_the_size(tmp_path: Path, monkeypatch):
     """A flipped block keeps a weight file's size (so every load still trusts the cache);
     the digests recorded at write time catch it."""
-    import recjudge.llm._models as m
-    from recjudge.llm import verify_cache
 
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
     preset = PRESETS.get("smollm2-135m")
@@ -305,9 +309,6 @@ def test_verify_finds_damage_that_keeps_the_size(tmp_path: Path, monkeypatch):
 
 
 def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(tmp_path: Path, monkeypatch):
-    import recjudge.llm._vllm as v
-    from recjudge.llm import _models
-
     # An invalid cache is removed before a rebuild: point at an empty cache, never the real
     # one (this test once deleted the machine's converted 1.5B on every run).
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
@@ -325,12 +326,6 @@ def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(tmp_path: Path, monkeyp
 
 def _fake_cache(folder):
     """A cache folder as build_cache writes it: small files, one safetensors, the marker."""
-    import hashlib
-    import json as _json
-    import struct
-
-    from recjudge._util import sha256_file
-    from recjudge.llm._models import CACHE_FORMAT, CACHE_MARKER, safetensors_header
 
     folder.mkdir()
     (folder / "config.json").write_text('{"rms_norm_eps": 1e-05, "torch_dtype": "bfloat16"}')
@@ -350,8 +345,6 @@ def _fake_cache(folder):
 
 @pytest.mark.parametrize("edit", ["config-eps", "header-dtype", "none"])
 def test_a_same_size_edit_of_the_model_cache_is_caught_at_load(tmp_path, edit):
-    from recjudge.llm._models import _valid_cache
-
     folder = _fake_cache(tmp_path / "cache")
     if edit == "config-eps":
         p = folder / "config.json"

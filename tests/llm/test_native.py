@@ -8,6 +8,8 @@ import sys
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from recjudge._util import UserFacingError
 from recjudge.llm import LLMConfig, load_llm
@@ -17,7 +19,7 @@ from recjudge.llm._native import (
     load_native,
     native_support,
 )
-from recjudge.llm._tokenizer import load_transformers_tokenizer
+from recjudge.llm._tokenizer import NativeTokenizer, load_transformers_tokenizer
 
 TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 
@@ -25,7 +27,6 @@ TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 def _tiny(tmp_path, model_type: str, **extra):
     """A random transformers model of ``model_type`` saved as safetensors: its folder and
     the model."""
-    from transformers import AutoConfig, AutoModelForCausalLM
 
     cfg = AutoConfig.for_model(
         model_type, vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
@@ -87,8 +88,6 @@ def test_smollm_native_matches_its_transformers_twin(smollm):
 
 
 def test_tokenizer_is_the_one_autotokenizer_loads():
-    from transformers import AutoTokenizer
-
     for preset in ("smollm2-135m",):
         folder = resolve_model_path(preset)
         mine = load_transformers_tokenizer(folder)
@@ -125,7 +124,6 @@ def test_what_does_not_fit_loads_through_transformers(tmp_path):
 def test_the_tokenizer_follows_the_implementation(tmp_path, monkeypatch):
     """The native tokenizer by default; transformers' with ``implementation="transformers"``
     (a like-for-like path that is transformers' throughout)."""
-    from recjudge.llm._tokenizer import NativeTokenizer
 
     folder, _ = _tiny(tmp_path, "llama")
     smol = resolve_model_path("smollm2-135m")
@@ -146,8 +144,6 @@ def test_native_insisted_on_where_it_does_not_fit_says_why(tmp_path):
 
 
 def test_weights_that_do_not_fit_the_config_are_named(tmp_path):
-    from safetensors.torch import load_file, save_file
-
     folder, _ = _tiny(tmp_path, "llama")
     state = load_file(str(folder / "model.safetensors"))
     gone = state.pop("model.layers.1.mlp.up_proj.weight")

@@ -17,6 +17,7 @@ from recjudge.llm import (
     LLMConfig,
     RayDataLLM,
     SamplingConfig,
+    model_source,
 )
 from recjudge.llm._ray_data_llm import engine_row, fingerprint, processor_config, result_row
 
@@ -53,8 +54,6 @@ def test_the_driver_backend_builds_requests_and_runs_nothing(engine):
 
 def test_the_driver_reads_the_tokenizer_and_vocabulary_vllm_would(engine):
     from transformers import AutoConfig
-
-    from recjudge.llm import model_source
 
     src, _ = model_source("smollm2-135m")
     assert engine.vocab_size == AutoConfig.from_pretrained(src).vocab_size

@@ -9,7 +9,17 @@ import pytest
 
 from recjudge.cf_models import CFMismatchError, Pop, TrainOptions, check_fits
 from recjudge.data import DataError, load_from_files
-from recjudge.reward import request_for
+from recjudge.reward import (
+    HistoryItem,
+    Judge,
+    JudgeConfig,
+    JudgeRequest,
+    ResultsStore,
+    StoreError,
+    request_for,
+    salvage,
+)
+from recjudge.reward._prompt import citable
 
 
 @pytest.mark.parametrize(
@@ -59,8 +69,6 @@ def test_cf_model_from_other_data_is_refused(ml100k):
 
 
 def test_unreadable_store_is_named_and_repair_keeps_readable_rows(tmp_path):
-    from recjudge.reward import ResultsStore, StoreError, salvage
-
     garbage = tmp_path / "garbage.sqlite"
     garbage.write_bytes(b"this is not a database" * 100)
     with pytest.raises(StoreError, match=f"{garbage}.*--repair"):
@@ -77,15 +85,6 @@ def test_unreadable_store_is_named_and_repair_keeps_readable_rows(tmp_path):
 
 
 def test_stored_result_with_missing_fields_is_named(smollm, tmp_path):
-    from recjudge.reward import (
-        HistoryItem,
-        Judge,
-        JudgeConfig,
-        JudgeRequest,
-        ResultsStore,
-        StoreError,
-    )
-
     hist = [HistoryItem("a", "Heat (1995)", "Heat (1995)", 4.0)]
     req = JudgeRequest("u", hist, "b", "Up (2009)", "Up (2009)")
     judge = Judge(JudgeConfig(mode="zero-shot"), llm=smollm)
@@ -96,16 +95,6 @@ def test_stored_result_with_missing_fields_is_named(smollm, tmp_path):
 
 
 def test_hand_edited_stored_result_is_refused_and_repair_rejudges_it(smollm, tmp_path):
-    from recjudge.reward import (
-        HistoryItem,
-        Judge,
-        JudgeConfig,
-        JudgeRequest,
-        ResultsStore,
-        StoreError,
-        salvage,
-    )
-
     hist = [HistoryItem("a", "Heat (1995)", "Heat (1995)", 4.0)]
     reqs = [JudgeRequest("u", hist, c, t, t) for c, t in [("b", "Up (2009)"), ("c", "Jaws (1975)")]]
     judge = Judge(JudgeConfig(mode="zero-shot"), llm=smollm)
@@ -125,8 +114,6 @@ def test_hand_edited_stored_result_is_refused_and_repair_rejudges_it(smollm, tmp
 
 
 def test_long_titles_equal_after_truncation_stay_distinct_and_resolve(tmp_path):
-    from recjudge.reward._prompt import citable
-
     log, items = tmp_path / "log.csv", tmp_path / "items.csv"
     stem = "An Extremely Long Title " * 20  # 480 characters, cut to 200 when shown
     log.write_text("user_id,item_id,timestamp\nu1,a,1\nu1,b,2\nu1,c,3\n")

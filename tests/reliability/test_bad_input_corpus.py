@@ -15,6 +15,8 @@ import pytest
 
 from cli_in_process import run_cli
 from cli_in_process import write_files as _write
+from recjudge.cf_models import TrainOptions, train_cf
+from recjudge.data import load_dataset, load_from_files
 
 LOG = "user_id,item_id,timestamp,rating\n" + "".join(
     f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(3) for i in range(6)
@@ -35,8 +37,6 @@ def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A small dataset (files and folder), a past/future split, a run and a trained Pop."""
-    from recjudge.cf_models import TrainOptions, train_cf
-    from recjudge.data import load_dataset, load_from_files
 
     t = tmp_path_factory.mktemp("world")
     (t / "log.csv").write_text(LOG)

@@ -8,6 +8,7 @@ import pytest
 # The command through the CLI's entry point in this process (exit code, stdout, stderr as a
 # user sees them; no interpreter start-up per case).
 from cli_in_process import run_cli as run
+from recjudge.data import DataError, load_from_files
 
 
 def _clear_failure(r, *words):
@@ -48,8 +49,6 @@ def test_data_info_on_a_damaged_dataset_folder(tmp_path, ml100k, broken):
 
 
 def test_users_file_without_user_id(tmp_path):
-    from recjudge.data import DataError, load_from_files
-
     log, users = tmp_path / "log.csv", tmp_path / "users.csv"
     log.write_text("user_id,item_id\nu1,a\n")
     users.write_text("uid,age\nu1,30\n")

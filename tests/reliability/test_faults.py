@@ -8,7 +8,14 @@ import math
 import pytest
 
 from recjudge.llm import LLMConfig, NonFiniteLogitsError, load_llm
-from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, ResultsStore
+from recjudge.reward import (
+    HistoryItem,
+    Judge,
+    JudgeConfig,
+    JudgeRequest,
+    ResultsStore,
+    is_run_fault,
+)
 
 HISTORY = [HistoryItem(t, t, t, 4.0) for t in ("Heat (1995)", "Alien (1979)", "Fargo (1996)")]
 CANDIDATES = ["Up (2009)", "Jaws (1975)", "Rocky (1976)", "Big (1988)"]
@@ -86,7 +93,6 @@ def test_resume_judges_again_what_an_earlier_whole_run_fault_recorded(smollm, tm
     """A store of an earlier version recorded a missing model per pair; once the model is
     there, --resume judges those pairs again (counted) without --retry-failed, while a
     per-pair failure (its own bad input) stays recorded until asked."""
-    from recjudge.reward import is_run_fault
 
     assert is_run_fault("ModelNotInstalledError: model 'x' needs packages")
     assert is_run_fault("ServerError: http://h/v1 answered 500") and is_run_fault("DeviceError: x")

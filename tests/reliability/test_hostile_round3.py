@@ -9,12 +9,36 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
+import tracemalloc
 from pathlib import Path
 
+import ir_measures
 import pytest
 
 from cli_in_process import run_cli
 from cli_in_process import write_files as _write
+from recjudge.data import load_dataset, load_from_files
+from recjudge.evaluators import (
+    from_trec_id,
+    logged_qrels,
+    read_qrels,
+    read_run,
+    trec_id,
+    write_qrels,
+)
+from recjudge.evaluators.gist._pipeline import PROFILE_INTEREST_CAP, read_profiles
+from recjudge.reward import (
+    HistoryItem,
+    Judge,
+    JudgeConfig,
+    JudgeRequest,
+    PortableError,
+    ResultsStore,
+    export_portable,
+    import_portable,
+)
+from recjudge.reward._portable import _write as write_checkpoint
 
 LOG = "user_id,item_id,timestamp,rating\n" + "".join(
     f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(3) for i in range(6)
@@ -41,9 +65,6 @@ ROWS = [
 
 def _checkpoint(rows=ROWS, *, head=None, env_key=None, tmp: Path | None = None) -> bytes:
     """A checkpoint file's bytes as `recjudge store export` writes it (through its writer)."""
-    import os
-
-    from recjudge.reward._portable import _write as write_checkpoint
 
     counts = {t: sum(r.get("table") == t for r in rows) for t in ("results", "decisions")}
     out = (tmp or Path(".")) / "_ck.gz"
@@ -183,8 +204,6 @@ def test_a_version_1_file_imports_only_when_trusted_and_says_so(tmp_path):
 
 
 def test_an_imported_row_that_changes_a_stored_verdict_is_counted_and_not_applied(tmp_path):
-    from recjudge.reward import ResultsStore
-
     store = tmp_path / "s.sqlite"
     with ResultsStore(store) as s:  # the store already says YES under the key the file says NO
         s.put_many([("a" * 32, {}, {**_judgment("a" * 32, True, 0.9), "user_id": "1"})])
@@ -196,9 +215,6 @@ def test_an_imported_row_that_changes_a_stored_verdict_is_counted_and_not_applie
 
 def test_the_decompression_bomb_stays_within_memory(tmp_path):
     """Refused at the size bound, streamed: far less memory than the inflated size."""
-    import tracemalloc
-
-    from recjudge.reward import PortableError, import_portable
 
     (tmp_path / "ck.gz").write_bytes(_many_lines())
     tracemalloc.start()
@@ -259,8 +275,6 @@ def test_a_reseal_of_a_verified_file_stays_verified(tmp_path):
 
 
 def test_an_exported_store_round_trips_through_the_manifest(tmp_path):
-    from recjudge.reward import ResultsStore, export_portable, import_portable
-
     with ResultsStore(tmp_path / "a.sqlite") as s:
         s.put_many([(r["key"], {"user_id": "1"}, r["result"]) for r in ROWS[:2]])
     n = export_portable(tmp_path / "a.sqlite", tmp_path / "ck.gz")
@@ -299,7 +313,6 @@ ENVS = {"dtype-env-bogus": {"RECJUDGE_DTYPE": "fp8"}}
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A small dataset folder, a run, and a dataset whose item 'i3' is titled 'i2'."""
-    from recjudge.data import load_from_files
 
     t = tmp_path_factory.mktemp("world3")
     (t / "log.csv").write_text(LOG)
@@ -343,8 +356,6 @@ def test_a_toml_mapping_file_that_is_right_imports(world, tmp_path):
 def test_ids_with_whitespace_import_and_their_qrels_stay_four_fields(world, tmp_path):
     """data import accepts ids with spaces and tabs (ML-1M's items are titles); the qrels
     written for them have four fields a line and read back as they were."""
-    from recjudge.data import load_dataset
-    from recjudge.evaluators import logged_qrels, read_qrels, write_qrels
 
     log = 'user_id,item_id,rating\n"u 1",Heat (1995),5\n"u 1","Up\tx",4\n'
     _write(tmp_path, {"l.csv": log})
@@ -374,10 +385,7 @@ HOSTILE_IDS = [
 
 @pytest.mark.parametrize(("case", "item"), HOSTILE_IDS, ids=[c[0] for c in HOSTILE_IDS])
 def test_qrels_with_a_hostile_id_read_back_identically(tmp_path, monkeypatch, case, item):
-    import ir_measures
     from ranx import Qrels
-
-    from recjudge.evaluators import from_trec_id, read_qrels, write_qrels
 
     q = {"user 1": {item: 1, "plain": 0}, "2": {item: 1}}
     trec, js = write_qrels(q, tmp_path / "qrels_imputed")
@@ -400,10 +408,7 @@ def test_qrels_with_a_hostile_id_read_back_identically(tmp_path, monkeypatch, ca
 
 def test_ml1m_qrels_read_back_identically_by_every_reader(ml1m, tmp_path, monkeypatch):
     """What impute writes on ML-1M (items are titles): every title, through write_qrels."""
-    import ir_measures
     from ranx import Qrels
-
-    from recjudge.evaluators import from_trec_id, read_qrels, write_qrels
 
     items = ml1m.items["item_id"].astype(str).tolist()
     q = {str(u): {i: (u + n) % 2 for n, i in enumerate(items[u::7])} for u in range(1, 8)}
@@ -419,8 +424,6 @@ def test_ml1m_qrels_read_back_identically_by_every_reader(ml1m, tmp_path, monkey
 
 
 def test_a_trec_run_with_encoded_ids_reads_back_as_written(tmp_path):
-    from recjudge.evaluators import read_run, trec_id
-
     items = ["Heat (1995)", "x\n1 Q0 forged 1 9 t", "plain"]
     (tmp_path / "r.trec").write_text(
         "".join(
@@ -433,8 +436,6 @@ def test_a_trec_run_with_encoded_ids_reads_back_as_written(tmp_path):
 
 # -- gist verify: what the rules did is counted and said before judging -----------------------
 def test_profiles_empty_and_oversized_are_counted(ml100k, tmp_path):
-    from recjudge.evaluators.gist._pipeline import PROFILE_INTEREST_CAP, read_profiles
-
     user = str(ml100k.interactions["user_id"].iloc[0])
     item = str(ml100k.history(user)["item_id"].iloc[0])
     big = [{"name": f"interest {k}", "object_ids": [item]} for k in range(10_000)]
@@ -449,14 +450,6 @@ def test_profiles_empty_and_oversized_are_counted(ml100k, tmp_path):
 
 def test_a_judgment_reused_from_an_imported_checkpoint_is_counted_as_such(tmp_path):
     """A verified checkpoint's rows are reused, and the run says how many came from it."""
-    from recjudge.reward import (
-        HistoryItem,
-        Judge,
-        JudgeConfig,
-        JudgeRequest,
-        ResultsStore,
-        import_portable,
-    )
 
     h = [HistoryItem("i1", "Up (2009)", "Up (2009)", None)]
     req = JudgeRequest("7", h, "i9", "Heat (1995)", sigma=0.3)

@@ -5,14 +5,33 @@ traceback before), and whole-run faults end the run."""
 # ruff: noqa: E501  (the case tables keep one case per line, for reading)
 from __future__ import annotations
 
+import gzip
+import importlib.util
 import json
+import os
 import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from test_hostile_round3 import ITEMS, LOG  # round 3's small world, the same files
 
 from cli_in_process import run_cli
 from cli_in_process import write_files as _write
+from judged_folders import write_judged_folder
+from recjudge.data import load_dataset, load_from_files
+from recjudge.evaluators import AugmentConfig, ImputeConfig, augment, impute, read_run
+from recjudge.evaluators.offline._calibrate import load_map
+from recjudge.evaluators.offline._impute import JobFailedError
+from recjudge.llm._models import resolve_model_path
+from recjudge.reward import Judge, JudgeConfig, ResultsStore, export_portable, import_portable
+from recjudge.reward._portable import _write as write_checkpoint
+from recjudge.reward._store import personas_path
+from recjudge.reward._stored import PORTABLE_FORM
 
 DEEP = "[" * 100_000 + "]" * 100_000
 RUN = "".join(json.dumps({"user_id": f"u{u}", "item_id": f"i{i}", "score": 8 - i}) + "\n"
@@ -22,7 +41,6 @@ RUN = "".join(json.dumps({"user_id": f"u{u}", "item_id": f"i{i}", "score": 8 - i
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A small dataset folder, a run, an impute-like folder and a trained CF model."""
-    from recjudge.data import load_from_files
 
     t = tmp_path_factory.mktemp("world4")
     (t / "log.csv").write_text(LOG)
@@ -67,9 +85,6 @@ def test_deeply_nested_json_is_one_line_naming_the_file(world, tmp_path, case, f
 def _deep_checkpoint(tmp_path, where: str) -> bytes:
     """A checkpoint whose manifest line or one row is DEEP, its digest right (written by
     `store export`'s own writer), so the parse, not the digest, has to refuse it."""
-    import gzip
-
-    from recjudge.reward._portable import _write as write_checkpoint
 
     row = {"table": "results", "key": "a" * 32, "result": {"is_relevant": True}}
     out = tmp_path / "_ck.gz"
@@ -130,7 +145,6 @@ def _bad_model_folders(bad):
     """Model folders a user might point --model at, each broken one way, built from the
     embedded model's cache: weights only as a pickle, a tokenizer.json that is no tokenizer,
     truncated safetensors."""
-    from recjudge.llm._models import resolve_model_path
 
     good = resolve_model_path("smollm2-135m")
     small = [f for f in good.iterdir() if f.suffix in (".json", ".jinja")]
@@ -191,14 +205,11 @@ def test_a_whole_run_fault_ends_the_run_with_one_line_and_no_output(split, tmp_p
     text = " ".join(r.stderr.split())
     for w in words:
         assert fill(w).lower() in text.lower(), text
-    from pathlib import Path
 
     for o in outputs:
         assert not Path(fill(o)).exists(), f"{o} written as if finished"
     assert not (split / "bad" / "pickle-ran").exists(), "an untrusted pickle was executed"
     for store in tmp_path.rglob("*.sqlite"):  # nothing recorded as a per-pair failure
-        import sqlite3
-
         with sqlite3.connect(store) as db:
             assert db.execute("SELECT count(*) FROM failures").fetchone()[0] == 0
 
@@ -207,10 +218,6 @@ def test_a_run_where_every_pair_fails_is_not_a_success(split, smollm, tmp_path):
     """Per-pair errors on every pair (here: no sigma for any candidate): impute and augment
     end with the most common error once and its count, and write no output that looks
     finished."""
-    from recjudge.data import load_dataset
-    from recjudge.evaluators import AugmentConfig, ImputeConfig, augment, impute, read_run
-    from recjudge.evaluators.offline._impute import JobFailedError
-    from recjudge.reward import Judge, JudgeConfig
 
     class Broken(Judge):
         def sigma_for(self, req):
@@ -252,7 +259,6 @@ SURFACE_CASES = [
                          ids=[c[0] for c in SURFACE_CASES])  # fmt: skip
 def test_new_surfaces_refuse_bad_input_in_one_line(world, tmp_path, case, files, setup, argv,
                                                    words):  # fmt: skip
-    from pathlib import Path
 
     _write(tmp_path, files)
     if setup:
@@ -269,8 +275,6 @@ def test_new_surfaces_refuse_bad_input_in_one_line(world, tmp_path, case, files,
 
 
 def test_backend_vllm_where_it_is_not_installed_is_one_line(world):
-    import importlib.util
-
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vLLM is installed in this environment")
     r = run_cli("--backend", "vllm", "judge", "--data", str(world / "ds"), "--user", "u0",
@@ -292,10 +296,6 @@ with ResultsStore(path) as s:
 def test_two_processes_writing_one_store_lose_and_double_nothing(tmp_path):
     """Two writers at once, with 200 keys in common: every key once, the first answer of a
     shared key kept whole (a row is never a mix of both), no error in either process."""
-    import subprocess
-    import sys
-
-    from recjudge.reward import ResultsStore
 
     path = tmp_path / "s.sqlite"
     ResultsStore(path).close()  # the schema first (both would create it otherwise)
@@ -320,7 +320,6 @@ def test_two_processes_writing_one_store_lose_and_double_nothing(tmp_path):
 def test_sigkill_during_evaluate_leaves_no_half_written_report(world, tmp_path, after):
     """Each file of the report is written to a temp name and renamed: killed at any moment,
     what sits under a report's name is a whole file (or none)."""
-    import sys
 
     out = tmp_path / "ev"
     cmd = [sys.executable, "-m", "recjudge.cli._main", "evaluate", "--runs",
@@ -332,10 +331,6 @@ def test_sigkill_during_evaluate_leaves_no_half_written_report(world, tmp_path, 
 
 def _killed_after(cmd: list[str], after: float, env=None) -> None:
     """Run ``cmd``; SIGKILL it ``after`` seconds in if it is still running."""
-    import os
-    import signal
-    import subprocess
-    import time
 
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     time.sleep(after)
@@ -366,10 +361,6 @@ def test_sigkill_during_calibrate_leaves_no_half_written_output(tmp_path, after)
     """calibrate writes calibration.json (what impute --calibration reads), the report and
     the PNG each to a temp name, then renames: killed at any moment, each is whole or absent,
     and a calibration.json that is there loads as a map."""
-    import sys
-
-    from judged_folders import write_judged_folder
-    from recjudge.evaluators.offline._calibrate import load_map
 
     folder = tmp_path / "imputed"
     write_judged_folder(folder, tmp_path / "labels.csv", 20_000)  # a kill can land inside it
@@ -386,7 +377,6 @@ def test_sigkill_during_calibrate_leaves_no_half_written_output(tmp_path, after)
 def test_audit_refuses_a_dataset_the_judgments_were_not_made_on(split, tmp_path):
     """Ids that overlap (as ML-100K's and ML-1M's do) are not enough: the judged items'
     counts must equal the training counts impute recorded."""
-    from recjudge.data import load_from_files
 
     imp = tmp_path / "imp"
     r = run_cli("impute", "--data", str(split / "split" / "past"), "--feedback",
@@ -413,11 +403,6 @@ def test_audit_refuses_a_dataset_the_judgments_were_not_made_on(split, tmp_path)
 def test_sigkill_during_store_import_loses_nothing_a_rerun_cannot_finish(tmp_path, after):
     """Each table goes in one transaction: killed at any moment, the store opens, holds
     whole rows only, and importing again completes it to exactly what one import gives."""
-    import os
-    import sys
-    from pathlib import Path
-
-    from recjudge.reward import ResultsStore, import_portable
 
     ck = Path(__file__).parents[2] / "checkpoints" / "brief-ratings-ml1m-1.5b" / "store.ckpt.gz"
     ref = import_portable(ck, tmp_path / "ref.sqlite", trust_unsigned=False)
@@ -441,8 +426,6 @@ def test_sigkill_during_store_import_loses_nothing_a_rerun_cannot_finish(tmp_pat
 def _persona_checkpoint(tmp_path, personas, *, counts=None) -> str:
     """A checkpoint (one judgment + ``personas`` rows) written by `store export`'s own
     writer, so its digest is right and only the rows themselves can be refused."""
-    from recjudge.reward._portable import _write as write_checkpoint
-    from recjudge.reward._stored import PORTABLE_FORM
 
     judgment = {"mode": "brief", "is_relevant": False, "p_yes": 0.2, "p_yes_semantic": 0.2,
                 "sigma": 0.1, "delta": 1.0, "entropy": 0.5,
@@ -485,9 +468,6 @@ def test_a_personas_table_is_checked_row_by_row_on_import(tmp_path, case, person
 def test_clean_personas_import_and_chat_markup_is_never_exported(tmp_path):
     """The same rule both ways: a plain persona goes in; one with chat markup in a store is
     left out of an export (counted), so a checkpoint never carries it."""
-    from recjudge.reward import ResultsStore, export_portable, import_portable
-    from recjudge.reward._store import personas_path
-    from recjudge.reward._stored import PORTABLE_FORM
 
     ck = _persona_checkpoint(tmp_path, ["A calm viewer of 1990s thrillers."])
     got = import_portable(ck, tmp_path / "s.sqlite")

@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
+import typer
+from pydantic import ValidationError
 
 from cli_in_process import run_cli
+from recjudge.cli._app import fail
+from recjudge.llm import LLMConfig
 
 PLANTED = "PLANTED-pw-91"
 
@@ -44,10 +48,6 @@ def test_a_planted_password_is_in_no_output_and_nothing_is_written(tmp_path, pai
 
 
 def test_a_server_url_with_credentials_is_refused_by_the_config():
-    from pydantic import ValidationError
-
-    from recjudge.llm import LLMConfig
-
     with pytest.raises(ValidationError) as e:
         LLMConfig(backend="openai-compatible", base_url=f"https://u:{PLANTED}@x/v1")
     assert PLANTED not in str(e.value) and "RECJUDGE_API_KEY" in str(e.value)
@@ -55,10 +55,6 @@ def test_a_server_url_with_credentials_is_refused_by_the_config():
 
 
 def test_every_cli_error_line_is_redacted(capsys):
-    import typer
-
-    from recjudge.cli._app import fail
-
     with pytest.raises(typer.Exit):
         fail(f"cannot reach ray://admin:{PLANTED}@head:10001 nor https://{PLANTED}@x/v1")
     err = capsys.readouterr().err

@@ -17,7 +17,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from test_server_security import NO, YES, _CompletionServer
 
+from cli_in_process import run_cli
+from recjudge._util import path_component
+from recjudge.cf_models import cached_cf
+from recjudge.data import load_from_files
+from recjudge.llm import LLMConfig
+from recjudge.llm._models import resolve_model_path
+from recjudge.llm._vllm import OpenAICompatibleBackend
 from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
 SRC = Path(__file__).parents[2] / "src" / "recjudge"
@@ -97,8 +105,6 @@ def test_an_injected_persona_adds_no_special_token_and_keeps_the_verdict_plain(s
 @pytest.mark.parametrize("name", ["../../escaped", "/etc/passwd", "..", ".", "a/../../b",
                                   "..\\..\\win", "ml-100k", "sasrec"])  # fmt: skip
 def test_a_name_from_data_is_one_path_component(tmp_path, name):
-    from recjudge._util import path_component
-
     part = path_component(name)
     target = (tmp_path / "root" / part).resolve()
     assert target.parent == (tmp_path / "root").resolve()  # inside, one level down
@@ -110,8 +116,6 @@ def test_a_name_from_data_is_one_path_component(tmp_path, name):
 def test_a_dataset_named_to_escape_trains_its_cf_model_inside_the_cache(tmp_path, monkeypatch):
     """A dataset card's name is data: ``../../..`` in it stays one folder name under
     ``$RECJUDGE_CACHE/cf``."""
-    from recjudge.cf_models import cached_cf
-    from recjudge.data import load_from_files
 
     cache = tmp_path / "cache"
     monkeypatch.setenv("RECJUDGE_CACHE", str(cache))
@@ -132,8 +136,6 @@ def test_a_dataset_named_to_escape_trains_its_cf_model_inside_the_cache(tmp_path
 def test_a_shard_index_that_leaves_the_model_folder_is_refused(tmp_path):
     """``model.safetensors.index.json`` names the weight files; one that names a path out of
     the folder ends the run with one line, nothing outside is read."""
-    from cli_in_process import run_cli
-    from recjudge.llm._models import resolve_model_path
 
     smollm_path = resolve_model_path("smollm2-135m")
     folder = tmp_path / "model"
@@ -199,10 +201,6 @@ def test_the_api_key_reaches_no_file_a_run_writes(tmp_path):
     """A judge run against a (stand-in) server with a key: the key goes in the Authorization
     header only; the output, the store, the sidecars and anything else under the run's
     folders hold no byte of it."""
-    from test_server_security import NO, YES, _CompletionServer
-
-    from recjudge.llm import LLMConfig
-    from recjudge.llm._vllm import OpenAICompatibleBackend
 
     key = "sk-SECRET-7c1d9e2f-never-written"
     tok = OpenAICompatibleBackend(

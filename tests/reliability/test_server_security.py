@@ -4,6 +4,7 @@ another host, no redirect followed with the key, and HTTP errors as one clear li
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import subprocess
 import sys
@@ -11,7 +12,9 @@ import threading
 
 import pytest
 
-from recjudge._util import is_loopback
+from recjudge._util import is_loopback, redact
+from recjudge.decoding import EvidenceFirst
+from recjudge.decoding._remote import bias_probe_due, engine_constrained
 from recjudge.llm import LLMConfig
 from recjudge.llm._vllm import OpenAICompatibleBackend, ServerError, check_key_transport
 
@@ -155,8 +158,6 @@ class _CompletionServer(_Loopback):
         super().__init__()
 
     def respond(self, h):
-        import json
-
         body = json.loads(h.rfile.read(int(h.headers["Content-Length"])))
         raw = (body.get("vllm_xargs") or {}).get("recjudge")
         text = self.answer(json.loads(raw) if raw else None)
@@ -182,9 +183,6 @@ NO = '{"evidence": [], "is_relevant": "NO"}'
      (lambda p: YES, False)],
 )  # fmt: skip
 def test_a_server_without_the_bias_processor_is_refused(answer, ok):
-    from recjudge.decoding import EvidenceFirst
-    from recjudge.decoding._remote import bias_probe_due, engine_constrained
-
     backend = OpenAICompatibleBackend(
         LLMConfig(
             model="smollm2-135m", backend="openai-compatible", base_url="http://127.0.0.1:1/v1"
@@ -249,7 +247,5 @@ def test_json_that_is_not_a_completion_is_a_server_error(client):
 
 
 def test_redact_by_hand():
-    from recjudge._util import redact
-
     assert redact("key=abcd1234 again abcd1234", "abcd1234") == "key=[redacted] again [redacted]"
     assert redact("a b c", "") == "a b c" and redact("yes no", "no") == "yes no"

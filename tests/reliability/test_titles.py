@@ -13,8 +13,9 @@ import json
 
 import pytest
 
+from recjudge.data import load_from_files
 from recjudge.decoding import EvidenceFirst, GrammarLogitsProcessor, compile_schema
-from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
+from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, request_for
 
 ADVERSARIAL = {
     "cjk": "東京物語 (1953)",
@@ -111,8 +112,6 @@ def test_items_sharing_a_title_are_citable_apart_and_evidence_resolves_to_ids(sm
 def test_lone_surrogates_and_10kb_titles_from_files(smollm, tmp_path):
     """A JSONL items file holding a lone surrogate (legal JSON escape, not a character) and a
     10 kB title: imported, judged, and every output string is valid UTF-8 naming one item."""
-    from recjudge.data import load_from_files
-    from recjudge.reward import request_for
 
     log, items = tmp_path / "log.jsonl", tmp_path / "items.jsonl"
     log.write_text("".join(json.dumps({"user_id": "u1", "item_id": i, "timestamp": t}) + "\n"

@@ -14,6 +14,7 @@ from report_world import write_toy_world
 from cli_in_process import run_cli
 from headless import chromium, needs_chromium
 from recjudge.reporting import interval_svg, markdown_to_html, render_html, write_report
+from recjudge.reporting._html import _inline
 
 HOSTILE = '<script>alert("x")</script> & "Heat" (1995)'
 
@@ -197,7 +198,6 @@ def test_every_committed_report_renders(tmp_path):
 def test_a_line_of_50000_brackets_renders_at_once_and_links_still_work():
     """Issue 91: 50,000 "[" then 50,000 "](" on one report line took minutes (every "["
     rescanned the line); each match attempt now stops at the next bracket."""
-    from recjudge.reporting._html import _inline
 
     hostile = "[" * 50_000 + "](" * 50_000
     out = _inline(hostile, None)

@@ -11,6 +11,7 @@ import pytest
 from report_world import write_toy_world
 
 from cli_in_process import run_cli
+from recjudge._util import redact_uri
 
 mlflow = pytest.importorskip("mlflow")
 
@@ -80,8 +81,6 @@ def test_a_password_in_the_uri_is_never_printed_and_the_uri_is_checked_before_th
 
 
 def test_redact_uri_hides_passwords_and_tokens_in_any_uri():
-    from recjudge._util import redact_uri
-
     text = "a http://u:pw1234@h:9/x b postgresql://v:p%40ss@db/m c https://tok@h.org d file:///x"
     got = redact_uri(text)
     assert "pw1234" not in got and "p%40ss" not in got and "tok@" not in got

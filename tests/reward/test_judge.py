@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -10,25 +11,30 @@ import sqlite3
 import subprocess
 import sys
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 
+import recjudge.reward._keys as jm
 from cli_in_process import run_cli
-from recjudge.llm import SamplingConfig
+from recjudge._util import gc_paused
+from recjudge.cf_models import TrainOptions, train_cf
+from recjudge.llm import LLMConfig, SamplingConfig
 from recjudge.reward import (
     MODES,
     SIMULATOR_MODES,
     HistoryItem,
     Judge,
     JudgeConfig,
+    JudgePlan,
     JudgeRequest,
     Judgment,
     ResultsStore,
     build_messages,
     plan_calls,
     request_for,
+    requests_for,
 )
 
 PAIRS = [
@@ -41,8 +47,6 @@ PAIRS = [
 
 @pytest.fixture(scope="module")
 def als(ml1m, tmp_path_factory):
-    from recjudge.cf_models import TrainOptions, train_cf
-
     path = tmp_path_factory.mktemp("cf") / "als"
     return train_cf(
         "als", ml1m, path, {"factors": 16, "iterations": 3}, TrainOptions(progress=False, threads=2)
@@ -185,7 +189,6 @@ def test_keys_change_with_every_keyed_setting(als, requests, monkeypatch):
     assert len(det_keys) == 2 and k0 not in det_keys
     assert Judge(base, llm=object(), cf=als[0]).key(requests[1]) != k0
     assert Judge(base, llm=object(), cf=None).key(req) != k0  # another CF model
-    from recjudge.llm import LLMConfig
 
     class _Remote:  # a loaded backend is identified by its config
         def __init__(self, url):
@@ -194,7 +197,6 @@ def test_keys_change_with_every_keyed_setting(als, requests, monkeypatch):
     a, b = (Judge(base, llm=_Remote(u), cf=als[0]).key(req)
             for u in ("http://127.0.0.1:8000/v1", "http://127.0.0.1:9000/v1"))  # fmt: skip
     assert len({k0, a, b}) == 3  # another endpoint may serve another build of the model
-    import recjudge.reward._keys as jm
 
     monkeypatch.setattr(jm, "PROMPT_VERSION", "brief-v2")
     assert Judge(base, llm=object(), cf=als[0]).key(req) != k0
@@ -219,8 +221,6 @@ def test_bad_requests(ml1m):
 
 
 def test_sigmas_for_scores_once_per_user_and_equals_sigma_for(ml1m, als):
-    from recjudge.reward import requests_for
-
     cf = als[0]
     judge = Judge(JudgeConfig(mode="brief"), llm=object(), cf=cf)
     seen = ml1m.history("1")["item_id"].astype(str).tolist()
@@ -357,8 +357,6 @@ def test_sigkill_mid_run_then_resume_matches_uninterrupted(tmp_path, ml1m, smoll
 
 @pytest.mark.parametrize("history", ["all", "before"])
 def test_requests_for_equals_request_for_pair_by_pair(ml100k, history):
-    from recjudge.reward import requests_for
-
     seen = ml100k.history("1")["item_id"].astype(str).tolist()
     pairs = [("1", "1682"), ("1", seen[3]), ("2", "50"), ("ghost", "1"), ("1", "no-such"),
              ("1", "Toy Story (1995)"), ("1", "1681"), ("1", seen[-1])]  # fmt: skip
@@ -385,8 +383,6 @@ def test_requests_for_equals_request_for_pair_by_pair(ml100k, history):
 
 
 def test_a_judgment_dict_holds_every_field_but_the_error_and_owns_its_lists():
-    from dataclasses import asdict
-
     j = Judgment("u", "i", "brief", True, ["A"], 0.9, 0.6, 0.2, 3.1, 0.7, "{}",
                  evidence_ids=["a"], key="k")  # fmt: skip
     d = j.to_dict()
@@ -401,10 +397,6 @@ def test_requests_and_the_plan_are_built_with_the_collector_paused(ml100k, monke
     """``requests_for`` and ``JudgePlan.build`` allocate in bursts with Python's cyclic
     collector off (``gc_paused``: each full collection walks the whole process), and leave
     it as they found it, also when they raise."""
-    import gc
-
-    from recjudge._util import gc_paused
-    from recjudge.reward import Judge, JudgeConfig, JudgePlan, requests_for
 
     seen: list[bool] = []
     judge = Judge(JudgeConfig(mode="cf-only"))

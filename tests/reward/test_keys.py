@@ -7,8 +7,19 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from recjudge.llm import SamplingConfig
-from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
+from recjudge._util import json_part, stable_hash, stable_hash_encoded
+from recjudge.llm import LLMConfig, SamplingConfig, former_llm_keys, llm_key
+from recjudge.reward import (
+    HistoryItem,
+    Judge,
+    JudgeConfig,
+    JudgePlan,
+    JudgeRequest,
+    Judgment,
+    ResultsStore,
+)
+from recjudge.reward._plan import adopt_former_keys
+from recjudge.reward._sweep import decisions_store
 
 
 def test_every_judge_setting_is_classified_as_keyed_or_not():
@@ -69,7 +80,6 @@ def test_unkeyed_and_conditional_settings_act_as_classified(monkeypatch):
 def test_a_greedy_judgment_key_ignores_the_warpers_and_the_sample_count(monkeypatch):
     """One sampling key (``SamplingConfig.key``): greedy decodes once and ignores the
     warpers, so they and ``samples`` change no greedy key; with sampling each does."""
-    from recjudge.llm import SamplingConfig
 
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     req = _request()
@@ -107,8 +117,6 @@ def test_rows_from_the_work_keep_the_keys_of_the_old_fixed_defaults(monkeypatch)
     max_leaves=8), min_size=1, max_size=6))  # fmt: skip
 @settings(max_examples=60, deadline=None, database=None)
 def test_a_key_hashed_from_encoded_parts_equals_stable_hash(parts):
-    from recjudge._util import json_part, stable_hash, stable_hash_encoded
-
     assert stable_hash_encoded([json_part(p) for p in parts], length=32) == stable_hash(
         *parts, length=32)  # fmt: skip
     # items of a list joined as the list joins them (how _key encodes its small parts)
@@ -162,8 +170,6 @@ def test_a_server_key_holds_no_client_dtype_guess_and_finds_answers_under_the_fo
     """A server computes in its own dtype: the client's ``auto`` (bf16 on one machine, fp32
     on another) is not in the key, a stated dtype is; a store written under the former form
     (the client's guess, until 2026-12-06) answers today's key, copied once, not judged again."""
-    from recjudge.llm import LLMConfig, former_llm_keys, llm_key
-    from recjudge.reward import JudgePlan, Judgment, ResultsStore
 
     server = LLMConfig(model="m", backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
     judge = Judge(JudgeConfig(model="m"), llm_config=server)
@@ -195,10 +201,6 @@ def test_a_server_key_holds_no_client_dtype_guess_and_finds_answers_under_the_fo
 def test_a_decision_record_under_a_former_key_is_adopted(monkeypatch, tmp_path):
     """The sweep's decision records migrate as results do: one held only under the former
     decision key (a server's, with the client's dtype guess) is copied to today's."""
-    from recjudge.llm import LLMConfig
-    from recjudge.reward import ResultsStore
-    from recjudge.reward._plan import adopt_former_keys
-    from recjudge.reward._sweep import decisions_store
 
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     server = LLMConfig(model="m", backend="openai-compatible", base_url="http://127.0.0.1:9/v1")

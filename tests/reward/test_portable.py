@@ -17,7 +17,7 @@ from recjudge.reward import (
     request_for,
     sweep_into_store,
 )
-from recjudge.reward._portable import portable_decision, portable_result
+from recjudge.reward._portable import MAX_PERSONA, check_row, portable_decision, portable_result
 from recjudge.reward._stored import PORTABLE_FORM
 
 PAIRS = [("1", "Toy Story (1995)", 0.9), ("1", "Heat (1995)", -0.8), ("2", "Fargo (1996)", 0.05)]
@@ -122,7 +122,6 @@ def test_a_damaged_or_foreign_checkpoint_is_a_clear_error(tmp_path):
     ):
         import_portable(bad, tmp_path / "s.sqlite")
     # A persona row is one bounded text in its declared form, nothing else.
-    from recjudge.reward._portable import MAX_PERSONA, check_row
 
     ok = {"text": "calm", PORTABLE_FORM: {"text": "calm"}}
     assert check_row({"table": "personas", "key": "k", "result": ok}) is None

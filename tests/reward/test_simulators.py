@@ -23,7 +23,7 @@ from recjudge.reward import (
     import_portable,
     requests_for,
 )
-from recjudge.reward._simulators import title_free_persona
+from recjudge.reward._simulators import SIMULATORS, title_free_persona
 
 
 def test_diversity_counts_top_genres_up_to_80_percent_as_agent4rec():
@@ -148,7 +148,6 @@ def test_a_persona_is_portable_only_if_it_names_no_title_of_its_history():
 def test_a_persona_prompt_carries_titles_verbatim_braces_included(name):
     """The persona task is a template filled with the history; a title that looks like a
     template field is text, not a field (and the most recent ``limit`` items are shown)."""
-    from recjudge.reward._simulators import SIMULATORS
 
     odd = "{history} {0} {user_id!r}"
     h = [HistoryItem("a", "Old", "Old (1950)", 3.0), HistoryItem("b", odd, odd, None)]

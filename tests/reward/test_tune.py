@@ -8,23 +8,44 @@ with the merged folder on both in-process implementations."""
 from __future__ import annotations
 
 import json
+import math
+import subprocess
+import sys
 
 import numpy as np
+import pandas as pd
 import pytest
 
-from recjudge.data import split_past_future
+import recjudge.reward._tune as t
+from cli_in_process import run_cli
+from recjudge._tune_config import TuneConfig
+from recjudge.data import sample_users, split_past_future
+from recjudge.decoding import EvidenceFirst
+from recjudge.decoding._schemas import NO_MARKER, YES_MARKER, DecisionSpec
+from recjudge.llm import LLMConfig, ModelLoadError, llm_key, load_llm, resolve_model_path
+from recjudge.llm._card import card_digest, read_card
+from recjudge.reward import Judge, JudgeConfig, request_for
+from recjudge.reward._tune import (
+    _batch,
+    _examples,
+    answer_text,
+    branch_tokens,
+    decision_loss,
+    decision_scores,
+    learning_rate,
+    order_of,
+    tune,
+    used_examples,
+)
+from recjudge.reward._tune_pairs import EvidenceRule, build_pairs
 
 
 def _pairs(ds, **kw):
-    from recjudge.reward._tune_pairs import build_pairs
-
     kw = {"validation_users": 5, "max_users": 30, "positives_per_user": 2, **kw}
     return build_pairs(ds, **kw)
 
 
 def test_pairs_never_touch_the_evaluated_future_or_the_excluded_users(ml100k):
-    from recjudge.data import sample_users
-
     past, future = split_past_future(ml100k, fraction=0.2)
     evaluated = sample_users(future.interactions["user_id"], 60, "eval")
     got = _pairs(past, exclude_users=evaluated, max_users=None, validation_users=20)
@@ -73,10 +94,6 @@ def test_before_keeps_the_period_out(ml100k):
 
 
 def test_the_evidence_rule_cites_the_most_similar_shown_items():
-    import pandas as pd
-
-    from recjudge.reward._tune_pairs import EvidenceRule
-
     # c co-occurs with a (3 users) more than with b (1 user); d never with c
     rows = [(u, i) for u, items in {"1": "ac", "2": "ac", "3": "acb", "4": "bd", "5": "d"}.items()
             for i in items]  # fmt: skip
@@ -90,18 +107,12 @@ def test_the_evidence_rule_cites_the_most_similar_shown_items():
 
 @pytest.mark.parametrize("titles", [["A"], ['He said "no" \\ then', "x\u2028y"], []])
 def test_the_target_is_an_answer_the_grammar_allows(titles):
-    from recjudge.decoding import EvidenceFirst
-    from recjudge.reward._tune import answer_text
-
     schema = EvidenceFirst(titles or ["Other"], 5)
     got = schema.parse(answer_text(titles))
     assert got["evidence"] == titles and got["is_relevant"] == ("YES" if titles else "NO")
 
 
 def test_the_schedule_and_the_order_depend_only_on_the_step():
-    from recjudge._tune_config import TuneConfig
-    from recjudge.reward._tune import learning_rate, order_of
-
     c = TuneConfig(steps=10, warmup=2, lr=1e-3, batch_size=3)
     assert learning_rate(c, 0) == pytest.approx(5e-4) and learning_rate(c, 1) == 1e-3
     assert learning_rate(c, 10) == 0.0
@@ -113,8 +124,6 @@ def test_the_schedule_and_the_order_depend_only_on_the_step():
 def test_only_the_pairs_the_steps_read_are_encoded():
     """A log gives tens of thousands of pairs; 60 steps of 4 read 240 of them: those are the
     ones encoded, in order of first use, the same the steps take."""
-    from recjudge._tune_config import TuneConfig
-    from recjudge.reward._tune import order_of, used_examples
 
     c = TuneConfig(steps=5, batch_size=4)
     want = [i for s in range(5) for i in order_of(1000, c, s)]
@@ -130,10 +139,6 @@ def test_decision_scores_on_a_shared_prefix_equal_whole_sequences(tiny_dir, ml10
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-
-    from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reward import Judge, JudgeConfig
-    from recjudge.reward._tune import _examples, decision_scores
 
     pairs = _pairs(ml100k, max_users=6, validation_users=2)
     llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
@@ -161,15 +166,10 @@ def test_decision_scores_on_a_shared_prefix_equal_whole_sequences(tiny_dir, ml10
 def test_the_decision_loss_is_the_logistic_loss_of_the_validation_score(tiny_dir, ml100k):
     """``decision_loss`` on a training batch's logits is ``mean softplus(-(2y-1) s)`` of the
     scores validation ranks by (``decision_scores``), for both labels."""
-    import math
 
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-
-    from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reward import Judge, JudgeConfig
-    from recjudge.reward._tune import _batch, _examples, decision_loss, decision_scores
 
     pairs = _pairs(ml100k, max_users=6, validation_users=2)
     llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
@@ -191,8 +191,6 @@ def test_the_decision_loss_is_the_logistic_loss_of_the_validation_score(tiny_dir
 
 
 def _tiny_config(tiny_dir, **kw):
-    from recjudge._tune_config import TuneConfig
-
     return TuneConfig(
         **{
             "model": str(tiny_dir),
@@ -214,11 +212,6 @@ def _tiny_config(tiny_dir, **kw):
 def test_a_tuned_folder_loads_on_both_implementations_with_its_card_in_the_key(
     tiny_dir, ml100k, tmp_path
 ):
-    from recjudge.llm import LLMConfig, llm_key, load_llm
-    from recjudge.llm._card import card_digest, read_card
-    from recjudge.reward import Judge, JudgeConfig, request_for
-    from recjudge.reward._tune import tune
-
     res = tune(_tiny_config(tiny_dir), ml100k, tmp_path / "tuned", progress=False)
     card = read_card(tmp_path / "tuned")
     assert card["base_model"] == str(tiny_dir) and card["steps"] == 6
@@ -247,14 +240,11 @@ def test_a_tuned_folder_loads_on_both_implementations_with_its_card_in_the_key(
 def test_an_early_stop_counts_the_pairs_its_steps_read_and_says_the_base_was_kept(
     tiny_dir, ml100k, tmp_path, monkeypatch
 ):
-    import recjudge.reward._tune as t
-
     aucs = iter([0.6, 0.55, 0.5, 0.45])  # every evaluation worse than the base model's
     monkeypatch.setattr(t, "validation_auc", lambda *a, **k: next(aucs))
     config = _tiny_config(tiny_dir, steps=8, eval_every=2, patience=1)
     said: list[str] = []
     t.tune(config, ml100k, tmp_path / "t", progress=False, log=said.append)
-    from recjudge.llm._card import read_card
 
     card = read_card(tmp_path / "t")
     assert card["steps"] == 2 and card["best_step"] == 0 and card["stopped"]
@@ -266,9 +256,6 @@ def test_an_early_stop_counts_the_pairs_its_steps_read_and_says_the_base_was_kep
 
 
 def test_the_decision_weight_enters_the_training_and_the_card(tiny_dir, ml100k, tmp_path):
-    from recjudge.llm._card import read_card
-    from recjudge.reward._tune import tune
-
     cards = []
     for w in (0.0, 5.0):
         tune(_tiny_config(tiny_dir, steps=2, decision_weight=w), ml100k, tmp_path / f"w{w}",
@@ -280,9 +267,6 @@ def test_the_decision_weight_enters_the_training_and_the_card(tiny_dir, ml100k, 
 
 
 def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):
-    from recjudge.llm import ModelLoadError, resolve_model_path
-    from recjudge.reward._tune import tune
-
     tune(_tiny_config(tiny_dir, steps=2), ml100k, tmp_path / "t", progress=False)
     assert resolve_model_path(str(tmp_path / "t")) == tmp_path / "t"
     weights = tmp_path / "t" / "model.safetensors"
@@ -296,8 +280,6 @@ def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):
 def test_an_interrupted_tuning_resumes_to_the_same_adapter(tiny_dir, ml100k, tmp_path,
                                                            monkeypatch):  # fmt: skip
     from safetensors.torch import load_file
-
-    import recjudge.reward._tune as t
 
     config = _tiny_config(tiny_dir)
     t.tune(config, ml100k, tmp_path / "whole", progress=False)
@@ -332,7 +314,6 @@ def test_an_interrupted_tuning_resumes_to_the_same_adapter(tiny_dir, ml100k, tmp
 @pytest.mark.model
 def test_judge_tune_from_the_command_line_then_judge_with_the_folder(tmp_path):
     """The README's command on the embedded SmolLM2 (a few steps), then `judge --model DIR`."""
-    from cli_in_process import run_cli
 
     out = tmp_path / "tuned"
     r = run_cli("judge", "tune", "--data", "ml-100k", "--out", str(out), "--steps", "2",
@@ -354,10 +335,6 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
     """The read-out's P(YES) is the mass of every token that commits to a non-empty evidence
     list against every token that commits to an empty one; the tuning's score and loss use
     the same classes, not only the two target tokens."""
-    from recjudge.decoding._schemas import NO_MARKER, YES_MARKER, DecisionSpec
-    from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reward import Judge, JudgeConfig
-    from recjudge.reward._tune import _examples, branch_tokens
 
     llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
     judge = Judge(JudgeConfig(model=str(tiny_dir), mode="no-behavior", max_history=5), llm=llm)
@@ -368,10 +345,10 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
         assert e.yes_token in e.yes_tokens and e.no_token in e.no_tokens
         assert not set(e.yes_tokens) & set(e.no_tokens)
         before = tok.decode(e.ids[e.prompt_len : e.decision_at])
-        for t in e.yes_tokens:
-            assert (before + tok.decode([t])).replace(" ", "").startswith('{"evidence":["')
-        for t in e.no_tokens:
-            assert (before + tok.decode([t])).replace(" ", "").startswith('{"evidence":[]')
+        for token in e.yes_tokens:
+            assert (before + tok.decode([token])).replace(" ", "").startswith('{"evidence":["')
+        for token in e.no_tokens:
+            assert (before + tok.decode([token])).replace(" ", "").startswith('{"evidence":[]')
     spec = DecisionSpec(("YES", "NO"), (YES_MARKER, NO_MARKER))
     yes, no = branch_tokens(spec, tok, tuple(llm.encode('{"evidence":')))
     texts = {tok.decode([t]) for t in no}
@@ -386,8 +363,6 @@ def test_memory_freed_after_training_goes_back_to_the_os():
     704 MB after ``del``, 225 MB after the trim; a SmolLM2 ``tune`` of 8 steps ends at 1,130
     MB RSS with it, 6,423 MB without). Run in a fresh process, so other tests' heap does not
     blur it."""
-    import subprocess
-    import sys
 
     code = (
         "import os, torch\n"

@@ -19,8 +19,10 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import ConfigDict, Field, field_validator
 
+from recjudge._registry import suggest
+from recjudge._stats import paired_comparisons, paired_difference, user_draws, verdict
 from recjudge._util import rng
-from recjudge.bench._judging import JudgeSampling
+from recjudge.bench._judging import SIMULATORS, JudgeSampling, judges_for
 from recjudge.bench._retrain import (
     METRICS,
     RetrainData,
@@ -29,7 +31,12 @@ from recjudge.bench._retrain import (
     other_score_from,
     retrain_all,
 )
-from recjudge.reward import SIMULATOR_MODES
+from recjudge.cf_models import SideInfo, calibrated_cf, item_item_for
+from recjudge.data import Dataset, load_dataset, sample_users, timeline_split
+from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
+from recjudge.evaluators import RecRun, RunCheck, augment, augment_plan
+from recjudge.reporting import figure, interval, write_report
+from recjudge.reward import SIMULATOR_MODES, Population, ResultsStore, judge_per_user, llm_made
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -108,8 +115,6 @@ class AugmentBenchConfig(JudgeSampling):
     @field_validator("methods")
     @classmethod
     def _known_methods(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from recjudge._registry import suggest
-
         for m in v:
             if m not in METHODS:
                 near = suggest(m, list(METHODS))
@@ -148,7 +153,6 @@ class _World:
 
     def retrain_data(self) -> RetrainData:
         """What every retraining trains and scores on (``recjudge.bench._retrain``)."""
-        from recjudge.cf_models import SideInfo
 
         return RetrainData(
             self.past, self.items, SideInfo.of(self.ds), self.users, self.hist, self.test
@@ -156,9 +160,6 @@ class _World:
 
 
 def _world(config: AugmentBenchConfig) -> _World:
-    from recjudge.cf_models import SideInfo, calibrated_cf
-    from recjudge.data import load_dataset, sample_users, timeline_split
-
     ds = load_dataset(config.data)
     past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
     test = future[future["rating"] >= config.positive_rating]
@@ -198,12 +199,6 @@ def _judge_choices(
         "requests", "passes", "per_second"}`` (LLM judgments made in this call, requests,
         decoding passes).
     """
-    from recjudge.bench._judging import SIMULATORS, judges_for
-    from recjudge.cf_models import item_item_for
-    from recjudge.data import Dataset, load_dataset
-    from recjudge.evaluators import AugmentConfig as EvalAugmentConfig
-    from recjudge.evaluators import RecRun, RunCheck, augment, augment_plan
-    from recjudge.reward import Population, ResultsStore, judge_per_user, llm_made
 
     methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
     cost: dict[str, Any] = {"seconds": 0.0, "judged_now": 0, "requests": 0, "passes": 0,
@@ -333,7 +328,6 @@ def _other_history(config: AugmentBenchConfig, runs: Runs, twins: Runs) -> dict[
     """The same trained models scored from the other history: their table, every method
     minus no augmentation, and per method this run's history minus the other (paired on
     seeds and users; one set of user resamples for all)."""
-    from recjudge._stats import paired_comparisons, paired_difference, user_draws
 
     if not twins:
         return None
@@ -371,8 +365,6 @@ def bench_brief_augment(
     runs; its dataset folders are under ``out/augment/<method>``); the judgments are kept in
     ``out/store.sqlite`` and each retraining's per-user metrics under ``out/retrain``, so an
     interrupted run resumes where it stopped."""
-    from recjudge._stats import paired_comparisons
-    from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)
@@ -498,8 +490,6 @@ def _cost_note(r: Mapping[str, Any]) -> str:
 
 
 def _ci(c: Mapping[str, Any]) -> str:
-    from recjudge.reporting import interval
-
     return interval(None, c["lo"], c["hi"], nd=4, signed=True)
 
 
@@ -526,7 +516,6 @@ def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@
 def _diff_table(rows: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
     """Per row, each metric's difference with its seed and user intervals, and the verdict
     on the first metric's user interval."""
-    from recjudge._stats import verdict
 
     head = (
         "| method | "
@@ -582,8 +571,6 @@ def _other_history_lines(config: AugmentBenchConfig, oh: Mapping[str, Any]) -> l
 
 
 def _plot(table: Mapping[str, Any], path: Path, config: AugmentBenchConfig) -> None:
-    from recjudge.reporting import figure
-
     recs = list(table)
     with figure(path, size=(6 * len(recs), 4.5), dpi=120, grid=(1, len(recs))) as axes:
         for ax, rec in zip(axes[0], recs, strict=True):

@@ -15,10 +15,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 from pydantic import ConfigDict, Field, field_validator
 
 from recjudge._stats import bootstrap_ci
-from recjudge._util import rng
+from recjudge._util import path_component, rng, stable_hash
 from recjudge.bench._brief_stats import auc, level_ci, setting_difference, spearman_or_none
 from recjudge.bench._judging import (
     CF_MODES,
@@ -26,10 +27,33 @@ from recjudge.bench._judging import (
     JudgeSampling,
     judges_for,
 )
-from recjudge.cf_models import calibrated_cf
-from recjudge.reporting import interval
+from recjudge.cf_models import (
+    CFModelError,
+    ItemItemSimilarity,
+    SideInfo,
+    calibrated_cf,
+    calibration_pairs,
+    load_model,
+)
+from recjudge.data import (
+    item_title,
+    leave_one_out,
+    load_dataset,
+    render_item,
+    sample_users,
+    timeline_split,
+)
+from recjudge.reporting import figure, interval, write_report
+from recjudge.reward import (
+    JUDGES,
+    MODES,
+    HistoryItem,
+    JudgeRequest,
+    Population,
+    ResultsStore,
+    judge_per_user,
+)
 from recjudge.reward import LLM_MODES as _LLM_MODES
-from recjudge.reward import MODES, judge_per_user
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -87,8 +111,6 @@ class BriefExperimentConfig(JudgeSampling):
     @field_validator("modes")
     @classmethod
     def _known_modes(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        from recjudge.reward import JUDGES
-
         for m in v:
             JUDGES.get(m)  # an unknown mode is an error with a did-you-mean
         return v
@@ -162,7 +184,6 @@ def auc_ci(
 # -- preparation --------------------------------------------------------------------------------
 def item_texts(ds: Any) -> tuple[dict[str, str], dict[str, str]]:
     """(prompt text, citable title) per item id."""
-    from recjudge.data import item_title, render_item
 
     rows = ds.items.set_index(ds.items["item_id"].astype(str)).to_dict("index")
     return (
@@ -173,7 +194,6 @@ def item_texts(ds: Any) -> tuple[dict[str, str], dict[str, str]]:
 
 def history_of(rows: Any, text: Mapping[str, str], titles: Mapping[str, str]) -> list[Any]:
     """HistoryItems of interaction rows (ratings of 0, i.e. implicit, are not shown)."""
-    from recjudge.reward import HistoryItem
 
     return [
         HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
@@ -189,7 +209,6 @@ def candidate_requests(
 ) -> list[Any]:
     """One JudgeRequest per (user, candidate), the history being the user's most recent
     ``history_items`` past interactions."""
-    from recjudge.reward import JudgeRequest
 
     text, titles = item_texts(ds)
     reqs = []
@@ -201,8 +220,6 @@ def candidate_requests(
 
 def _requests(config: BriefExperimentConfig, ds: Any) -> tuple[list[Any], dict[str, Any]]:
     """Held-out rating pairs and relevance pairs for the sampled users, as JudgeRequests."""
-    from recjudge.data import sample_users, timeline_split
-    from recjudge.reward import JudgeRequest
 
     inter = ds.interactions
     explicit = inter[inter["rating"] > 0] if ds.name.startswith("bookcrossing") else inter
@@ -288,14 +305,6 @@ def _train_sigma_models(
     With ``folder`` (the run's), both are saved under ``folder/cf`` keyed by what they were
     trained on and loaded by a resumed run instead of trained again (Book-Crossing's took
     ~24 CPU minutes of each restart of a 450-user run)."""
-    from recjudge.cf_models import (
-        CFModelError,
-        ItemItemSimilarity,
-        SideInfo,
-        calibration_pairs,
-        load_model,
-    )
-    from recjudge.data import leave_one_out
 
     scale_max = float(ds.interactions["rating"].max())
     pos = config.positive_rating or (4.0 if scale_max <= 5 else 8.0)
@@ -330,9 +339,6 @@ def _sigma_folder(
 ) -> Path:
     """Where one source's sigma models are saved: keyed by the CF model, the seed and the
     content of the interactions and item list they were trained on."""
-    import pandas as pd
-
-    from recjudge._util import path_component, stable_hash
 
     cols = df[["user_id", "item_id", "rating"]].astype(str)
     content = int(pd.util.hash_pandas_object(cols, index=False).sum())
@@ -536,8 +542,6 @@ def _run(
     """Shared by the ratings and beta experiments: build the held-out requests, train the
     sigma models, judge every request under each ``(name, mode, source, beta)`` setting
     (through ``out/store.sqlite``) and analyse."""
-    from recjudge.data import load_dataset
-    from recjudge.reward import Population, ResultsStore
 
     out.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(config.data)
@@ -592,7 +596,6 @@ def bench_brief_ratings(
 ) -> dict[str, Any]:
     """BRIEF Table 6 on held-out ratings, plus the relevance AUC, for every mode and both CF
     sources; writes report.md, results.json and ratings.png under ``out``."""
-    from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)
@@ -676,7 +679,6 @@ def bench_brief_beta(
     progress: bool = True,
 ) -> dict[str, Any]:
     """BRIEF Figure 3: Spearman (and relevance AUC) against beta for the brief judge."""
-    from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)
@@ -747,8 +749,6 @@ def _optimum_lines(opt: Mapping[str, Any]) -> list[str]:
 
 
 def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimentConfig) -> None:
-    from recjudge.reporting import figure
-
     with figure(path, size=(9, 5), dpi=120) as ax:
         n = len(analysis)
         for k, (name, a) in enumerate(analysis.items()):
@@ -766,7 +766,6 @@ def _plot_levels(analysis: Mapping[str, Any], path: Path, config: BriefExperimen
 
 def _plot_beta(config: BriefExperimentConfig, analysis: Mapping[str, Any], path: Path) -> None:
     """Figure 3: level rho and tau against beta; per-pair measures in a second panel."""
-    from recjudge.reporting import figure
 
     def nan(values: Sequence[float | None]) -> list[float]:
         return [np.nan if v is None else v for v in values]

@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._stats import auc as _auc
 from recjudge._stats import bootstrap_ci
 from recjudge._util import rng
 
@@ -58,7 +59,6 @@ def spearman_or_none(x: np.ndarray, y: np.ndarray) -> float | None:
 
 def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     """P(score of a positive > score of a negative), ties count one half: ``_stats.auc``."""
-    from recjudge._stats import auc as _auc
 
     return _auc(pos, neg)
 

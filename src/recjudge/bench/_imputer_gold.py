@@ -27,6 +27,20 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._stats import bootstrap_ci
+from recjudge.bench._offline_estimators import (
+    GOLD_DESIGNS,
+    _auc,
+    _gather,
+    _padded_weights,
+    draw_gold,
+    gold_summary,
+)
+from recjudge.evaluators import linear_values, listed_pairs, parse_metric, ppi_run
+from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
+from recjudge.evaluators.offline._supervised import fit_imputer, logit, refit_draws
+from recjudge.evaluators.offline._transport import bound_levels, residual_interval, transport_check
+
 #: the supervised imputers compared (``evaluators.offline._supervised`` methods)
 SUPERVISED = ("logistic", "boosting")
 LABELS_ONLY = "labels-only"
@@ -36,7 +50,6 @@ def feature_rows(world: Any, judge: str) -> dict[tuple[str, str], dict[str, Any]
     """Per listed pair, the supervised imputer's features the simulated world holds: the
     judge's log-odds, the unbiased LLM's (``judge:no-behavior``, when judged), sigma (the
     judge's CF model) and the item's log training popularity."""
-    from recjudge.evaluators.offline._supervised import logit
 
     p = world.imputers[judge][0]
     sem = world.imputers.get("judge:no-behavior", (None, None))[0]
@@ -58,9 +71,6 @@ def _dr_cells(world: Any, observed: np.ndarray, theta: np.ndarray, p: np.ndarray
               metric: str, chosen: tuple[np.ndarray, np.ndarray]) -> dict[str, tuple]:  # fmt: skip
     """DR of ``metric`` per system with imputer probabilities ``p`` (hard label p > 0.5) and
     propensities ``theta``: ``(value, lo, hi)`` as ``one_log`` computes its rows."""
-    from recjudge._stats import bootstrap_ci
-    from recjudge.bench._offline_estimators import _gather, _padded_weights
-    from recjudge.evaluators import linear_values
 
     users, idx = chosen
     y_all = world.relevant * observed
@@ -91,9 +101,6 @@ def imputers_on_gold(
     fitted propensities per pair, the ``listed`` users and their resamples). Returns
     ``{(size, design, row, metric): [(abs error, covered, width, gold pairs, refused)]}``,
     one entry per system (``gold_on_log``'s form)."""
-    from recjudge.bench._offline_estimators import GOLD_DESIGNS, _auc, draw_gold
-    from recjudge.evaluators import listed_pairs, parse_metric
-    from recjudge.evaluators.offline._supervised import fit_imputer
 
     observed, theta, chosen = log
     p, h = world.imputers[judge]
@@ -169,12 +176,6 @@ def _oua_cells(world, rows, gold, runs, metrics, truth, observed, theta, chosen,
     Returns ``{(row, metric): [(truth, value, ci)]}``, one entry per system."""
     from scipy.stats import t as student
 
-    from recjudge._stats import bootstrap_ci
-    from recjudge.bench._offline_estimators import _gather, _padded_weights
-    from recjudge.evaluators import listed_pairs, parse_metric
-    from recjudge.evaluators.offline._supervised import fit_imputer, refit_draws
-    from recjudge.evaluators.offline._transport import bound_levels, residual_interval
-
     labels = gold.labels
 
     try:
@@ -229,8 +230,6 @@ def _oua_cells(world, rows, gold, runs, metrics, truth, observed, theta, chosen,
 def _vals(est: str, cell: tuple, p: np.ndarray, users: np.ndarray) -> np.ndarray:
     """Per chosen user, ``est``'s value of a system's metric with imputer probabilities ``p``
     (``cell``: the system's weights, observations, labels, slots, valid mask, zeros, theta)."""
-    from recjudge.bench._offline_estimators import _gather
-    from recjudge.evaluators import linear_values
 
     w, o, y, m, valid, zero, t = cell
     return linear_values(est, w, o, y, _gather(p, m) * valid, zero, t)[users]
@@ -247,8 +246,6 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     transports, such systems, flagged where it does not, such systems, the planted system's
     true bias under its leave-system-out map, the residual its check could detect at 80 %
     power)."""
-    from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
-    from recjudge.evaluators.offline._transport import transport_check
 
     target = runs[0].name
     mine = np.zeros(len(world.pairs), dtype=bool)
@@ -313,7 +310,6 @@ def imputer_summary(
     intervals, refused}}}}}`` over the evaluations and systems (``gold_summary``'s form),
     and per size and design each supervised imputer's mean AUC against the truth on the
     pairs it imputed (``auc``) and out of fold on the gold pairs (``auc_gold``)."""
-    from recjudge.bench._offline_estimators import gold_summary
 
     out = gold_summary([{k: v for k, v in log.items() if k[3] != "-"} for log in per_log])
     aucs: dict[tuple[str, str, str], list[tuple]] = {}
@@ -370,7 +366,6 @@ def _estimate_cells(
     """``imputers_on_gold``'s cells of one gold sample and metric: PPI++ on each imputer
     (labels alone included) and DR with fitted propensities on each judge's probabilities,
     per system; ``add(row, truth, value, ci)`` (a refused estimate: value and ci None)."""
-    from recjudge.evaluators import ppi_run
 
     observed, theta, chosen = log
     for name, jd in judged.items():

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge.llm import LLMConfig, SamplingConfig, load_llm
 from recjudge.reward import CF_MODES as _CF_MODES
-from recjudge.reward import SIMULATOR_MODES
+from recjudge.reward import SIMULATOR_MODES, Judge, JudgeConfig
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -45,7 +46,6 @@ class JudgeSampling(BaseModel):
 
     def judge_llm(self, model: str) -> Any:
         """The judge LLM ``model`` loaded in this config's dtype."""
-        from recjudge.llm import LLMConfig, load_llm
 
         return load_llm(LLMConfig(model=model, dtype=self.dtype))
 
@@ -77,8 +77,6 @@ def judges_for(
     ``history_items`` and ``decode_rows`` (and, from ``JudgeSampling``, ``sampled`` and
     ``samples``). ``population``: what the agent4rec and recagent simulators read about the
     training data (``reward.Population.of``)."""
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import Judge, JudgeConfig
 
     paper = getattr(config, "sampled", False)
     decoding = (

@@ -10,7 +10,11 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import json_loads
+from recjudge.cf_models import cached_cf
+from recjudge.data import load_dataset, sample_users
+from recjudge.llm import PRESETS, LLMConfig, load_llm, resolve_model_path
 from recjudge.reporting import write_report
+from recjudge.reward import Judge, JudgeConfig, request_for
 
 
 def _wall(cmd: list[str]) -> float:
@@ -120,10 +124,6 @@ def _warm(model: str, users: list[str], history: int, seed: int) -> dict[str, An
     """In one process with the model loaded: a new user's first judgment (its history
     prefix encoded) and a second candidate of the same user (prefix reused), with
     evidence, BRIEF with ALS sigma."""
-    from recjudge.cf_models import cached_cf
-    from recjudge.data import load_dataset
-    from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reward import Judge, JudgeConfig, request_for
 
     ds = load_dataset("ml-1m")
     cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=seed)
@@ -160,8 +160,6 @@ def bench_latency(
     out: str | Path = "reports/latency",
 ) -> dict[str, Any]:
     """Cold CLI judgment (wall, fresh process) and warm in-process judgments with evidence."""
-    from recjudge.data import load_dataset, sample_users
-    from recjudge.llm import PRESETS, resolve_model_path
 
     if model not in PRESETS and not Path(model).expanduser().exists():
         resolve_model_path(model)  # a mistyped name: "did you mean", before any process starts

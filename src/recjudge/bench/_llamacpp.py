@@ -14,13 +14,14 @@ import importlib.util
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from recjudge.bench._methods import Answer, Runner, _answer, processors_for
+from recjudge.llm import PRESETS, assemble_gguf
 
 
 def _load(model: str, threads: int) -> Any:
     from llama_cpp import Llama
-
-    from recjudge.llm import PRESETS, assemble_gguf
 
     gguf = assemble_gguf(PRESETS.get(model))
     return Llama(
@@ -33,7 +34,6 @@ def _load(model: str, threads: int) -> Any:
 
 
 def _judge_one(lcpp: Any, judge: Any, r: Any, readout: bool, max_new_tokens: int) -> Answer:
-    import numpy as np
     import torch
 
     prompt, schema, grammar, proc = processors_for(judge, r)
@@ -75,7 +75,6 @@ def llamacpp_runners(
 ) -> dict[str, Runner]:
     """llama.cpp full-answer and read-out methods, or none when it is not installed or the
     model is not a preset with a GGUF file."""
-    from recjudge.llm import PRESETS
 
     if importlib.util.find_spec("llama_cpp") is None or model not in PRESETS:
         return {}

@@ -10,6 +10,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from recjudge.decoding import EVIDENCE_OPEN, make_processors
+from recjudge.llm import SamplingConfig
+from recjudge.reward import Judge, JudgeConfig, clear_prefix_cache, judge_sweep
+
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
 
@@ -39,7 +43,6 @@ class Runner:
 def processors_for(judge: Any, r: Any) -> tuple[list[int], Any, Any, Any]:
     """One request as a baseline method runs it: its full prompt ids, its schema, and fresh
     grammar and bias processors with the judge's settings and the request's sigma."""
-    from recjudge.decoding import make_processors
 
     c = judge.config
     rp, prefix, suffix = judge.prompt_ids(r)
@@ -110,7 +113,6 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
 
 def _answer(schema: Any, text: str, readout: bool) -> Answer:
     """The Answer in a naive or llama.cpp output text."""
-    from recjudge.decoding import EVIDENCE_OPEN
 
     body = text.strip().replace(" ", "")
     opened = EVIDENCE_OPEN.replace(" ", "")
@@ -124,8 +126,6 @@ def _answer(schema: Any, text: str, readout: bool) -> Answer:
 
 
 def _engine(judge: Any, full: bool) -> Callable[[list[Any]], list[Answer]]:
-    from recjudge.reward import clear_prefix_cache
-
     def run(reqs: list[Any]) -> list[Answer]:
         clear_prefix_cache(judge.llm)  # every method encodes the user's prefix itself
         res = judge.judge_many(reqs)
@@ -135,8 +135,6 @@ def _engine(judge: Any, full: bool) -> Callable[[list[Any]], list[Answer]]:
 
 
 def _sweep(judges: dict[str, Any], label: str, full: bool) -> Callable[[list[Any]], list[Answer]]:
-    from recjudge.reward import clear_prefix_cache, judge_sweep
-
     def run(reqs: list[Any]) -> list[Answer]:
         clear_prefix_cache(judges[label].llm)
         res = judge_sweep(judges, reqs)[label]  # compared through the one main setting
@@ -147,7 +145,6 @@ def _sweep(judges: dict[str, Any], label: str, full: bool) -> Callable[[list[Any
 
 def sweep_judges(base: Any, cf: Any, item_item: Any, full: bool) -> dict[str, Any]:
     """brief, non-adaptive and item-item at every beta of ``BETAS``, and no-behavior: 28."""
-    from recjudge.reward import Judge
 
     out = {}
     c = base.config.model_copy(update={"need_evidence": full})
@@ -170,8 +167,6 @@ def method_runners(
     only: Sequence[str] | None = None,
 ) -> dict[str, Runner]:
     """Every available method, by name (``naive_*`` first: the references)."""
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import Judge, JudgeConfig
 
     base = JudgeConfig(
         model=model,
@@ -230,7 +225,8 @@ def method_runners(
             settings=len(sweep_full),
         ),
     }
-    from recjudge.bench._llamacpp import llamacpp_runners
+    # import cycle: _llamacpp builds its runners on this module's
+    from recjudge.bench._llamacpp import llamacpp_runners  # noqa: PLC0415
 
     runners.update(llamacpp_runners(model, full, readout, max_new_tokens))
     if only:

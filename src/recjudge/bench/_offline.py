@@ -12,6 +12,7 @@ between offline and online relative lifts over recommender pairs.
 from __future__ import annotations
 
 import itertools
+import shutil
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -19,14 +20,19 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pandas as pd
 from pydantic import ConfigDict, Field
 
 from recjudge._metrics import ranking_metrics  # one function per formula, shared
 from recjudge._stats import seed_interval
-from recjudge._util import rng
-from recjudge.bench._judging import JudgeSampling
+from recjudge._util import cache_dir, path_component, rng, stable_hash
+from recjudge.bench._judging import SIMULATORS, JudgeSampling, judges_for
 from recjudge.bench._offline_stats import gap_intervals
-from recjudge.reporting import interval
+from recjudge.cf_models import MODELS, SideInfo, TrainOptions, calibrated_cf, load_model
+from recjudge.data import Dataset, load_dataset, sample_users, timeline_split
+from recjudge.evaluators import ImputeConfig, RecRun, RunCheck, imputation_plan, impute, read_qrels
+from recjudge.reporting import figure, interval, write_report
+from recjudge.reward import Population, ResultsStore, judge_per_user, llm_made
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -152,7 +158,6 @@ def _simulate_log(config: OfflineConfig, ds: Any, log_seed: int) -> _Log:
     users (sampled with ``config.seed``) need ``min_future`` relevant future items and at
     least one of them logged (the offline rule ``impute`` applies: a user with no logged
     positive is not evaluated)."""
-    from recjudge.data import sample_users, timeline_split
 
     past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
     if config.positive_rating is not None:
@@ -189,7 +194,6 @@ def _simulate_log(config: OfflineConfig, ds: Any, log_seed: int) -> _Log:
 def untrained_system(config: OfflineConfig, name: str) -> Any:
     """A recommender under test with its default settings, but SASRec cut to
     ``config.sasrec_epochs``."""
-    from recjudge.cf_models import MODELS
 
     cls = MODELS.get(name)
     return cls(cls.Config(epochs=config.sasrec_epochs) if name == "sasrec" else cls.Config())
@@ -199,10 +203,6 @@ def trained_system(config: OfflineConfig, ds: Any, past: Any, name: str) -> Any:
     """A recommender under test trained on the past, once per (model settings, data, past,
     seed); a resumed or extended run loads it from ``$RECJUDGE_CACHE/cf`` (SASRec trains for
     minutes). A folder that does not load (an interrupted save) is trained again."""
-    import shutil
-
-    from recjudge._util import cache_dir, path_component, stable_hash
-    from recjudge.cf_models import SideInfo, TrainOptions, load_model
 
     model = untrained_system(config, name)
     tag = stable_hash(
@@ -225,7 +225,6 @@ def trained_system(config: OfflineConfig, ds: Any, past: Any, name: str) -> Any:
 def _train_runs(config: OfflineConfig, ds: Any, logs: Sequence[_Log]) -> list[Any]:
     """The recommenders under test, trained on the past (the same under every log), as runs
     (top ``max(KS)``) for the users of every log."""
-    from recjudge.evaluators import RecRun, RunCheck
 
     hist = {u: h for log in logs for u, h in log.hist.items()}
     runs = []
@@ -259,11 +258,6 @@ def _impute_all(
         The labels per imputer, and ``{"judged_now", "requests", "passes"}``: the judge
         modes' judgments made in this call, their requests, and the decoding passes made.
     """
-    import pandas as pd
-
-    from recjudge.data import Dataset
-    from recjudge.evaluators import ImputeConfig, imputation_plan, impute, read_qrels
-    from recjudge.reward import judge_per_user, llm_made
 
     past_ds = Dataset(ds.name, log.past, ds.items, ds.users, domain=ds.domain)
     rows = [(u, i) for u in log.users for i in log.logged[u]]
@@ -415,10 +409,6 @@ def bench_brief_offline(
     gap.png under ``out``. The judges impute through ``recjudge.evaluators.impute`` (qrels
     under ``out/impute/seed-<s>/<mode>``), all seeds through one store (a pair two logs
     share is judged once)."""
-    from recjudge.cf_models import SideInfo, calibrated_cf
-    from recjudge.data import load_dataset
-    from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore
 
     t0 = time.time()
     out = Path(out)
@@ -482,8 +472,6 @@ def _imputer_judges(config: OfflineConfig, ds: Any, past: Any, cf: Any, llm: LLM
     """The judge modes that impute (none: no model is loaded)."""
     if not config.judges:
         return {}
-    from recjudge.bench._judging import SIMULATORS, judges_for
-    from recjudge.reward import Population
 
     llm = llm or config.judge_llm(config.model)
     population = Population.of(ds, past) if set(config.judges) & set(SIMULATORS) else None
@@ -611,8 +599,6 @@ def _bootstrap_lines(b: Mapping[str, Any]) -> list[str]:
 def _plot_gap(
     gaps: Mapping[str, Mapping[str, float | None]], path: Path, config: OfflineConfig
 ) -> None:
-    from recjudge.reporting import figure
-
     methods = list(gaps)
     metrics = list(next(iter(gaps.values())))
     with figure(path, size=(10, 4.5), dpi=120) as ax:

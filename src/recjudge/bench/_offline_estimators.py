@@ -45,10 +45,42 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from pydantic import ConfigDict, Field, model_validator
+from tqdm.auto import tqdm
 
-from recjudge._stats import bootstrap_ci
-from recjudge.bench._offline import OfflineConfig, exposure_probability, gap
-from recjudge.reporting import interval
+from recjudge._stats import auc, bootstrap_ci, seed_interval, user_draws
+from recjudge._util import rng
+from recjudge.bench._judging import SIMULATORS, judges_for
+from recjudge.bench._offline import (
+    OfflineConfig,
+    _simulate_log,
+    _train_runs,
+    exposure_probability,
+    gap,
+    trained_system,
+)
+from recjudge.cf_models import SideInfo, calibrate_on, calibrated_cf
+from recjudge.data import Dataset, leave_one_out, load_dataset
+from recjudge.evaluators import (
+    GoldSample,
+    RecRun,
+    RunCheck,
+    apply_map,
+    evaluation_users,
+    fit_isotonic,
+    kendall_tau,
+    linear_values,
+    list_overlap,
+    listed_pairs,
+    metric_weights,
+    parse_metric,
+    ppi_run,
+    propensities_from,
+    sample_gold,
+    snips_normaliser,
+)
+from recjudge.evaluators._circular import LENIENCY_LIMIT, lenient_systems
+from recjudge.reporting import figure, interval, write_report
+from recjudge.reward import Population, ResultsStore, judge_per_user, requests_for
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -252,7 +284,6 @@ def propensity_sets(
     """Per listed pair, theta clipped to ``[clip, 1]``: ``true`` (the exposure model),
     ``fit`` and ``powerlaw`` (``evaluate``'s ``--propensities fit`` and
     ``powerlaw:EXP``, through ``propensities_from`` on the log). Also the fit's record."""
-    from recjudge.evaluators import propensities_from
 
     out = {"true": np.clip(world.theta, clip, 1.0)}
     fit = propensities_from("fit", logged, clip, world.item_popularity)
@@ -264,7 +295,6 @@ def propensity_sets(
 
 def runs_of(world: World, k: int | None = None) -> list[Any]:
     """The world's lists as ``RecRun`` objects (what ``evaluate`` reads from run files)."""
-    from recjudge.evaluators import RecRun, RunCheck
 
     out = []
     for name, m in world.slots.items():
@@ -285,8 +315,6 @@ def selections(
     """The evaluation users under ``evaluate``'s rules (``evaluation_users``: ``listed``,
     and ``logged-positive``) as row indices, each with its bootstrap resamples (``runs``:
     ``runs_of(world)`` when the caller has it)."""
-    from recjudge._stats import user_draws
-    from recjudge.evaluators import evaluation_users
 
     runs = runs if runs is not None else runs_of(world)
     row = {u: r for r, u in enumerate(world.users)}
@@ -334,7 +362,6 @@ def one_log(
     """Every estimator row on one log: ``{row: {metric: {system: (value, lo, hi)}}}``, each
     the mean over the row's users (``chosen[rule]``: row indices and their [draws, users]
     resamples) with its 95 % percentile interval over the resamples."""
-    from recjudge.evaluators import linear_values, parse_metric, snips_normaliser
 
     y_all = world.relevant * observed
     out: dict[str, dict[str, dict[str, tuple[float, float, float]]]] = {}
@@ -365,7 +392,6 @@ def one_log(
 
 def _padded_weights(metric: str, width: int) -> np.ndarray:
     """``metric``'s position weights over ``width`` ranks (0 past its cut-off)."""
-    from recjudge.evaluators import metric_weights, parse_metric
 
     base, k = parse_metric(metric)
     w = np.zeros(width)
@@ -392,7 +418,6 @@ def summarise(
     Kendall tau of the system order, coverage of the 95 % intervals (overall and per
     system) and their mean width; plus the per-evaluation mean absolute error (for paired
     comparisons)."""
-    from recjudge.evaluators import kendall_tau
 
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in logs[0]:
@@ -441,7 +466,6 @@ def paired_errors(
 ) -> dict[str, float | None]:
     """Mean absolute error of row ``a`` minus row ``b`` over the evaluations, with its 95 %
     t-interval over them (independent draws of users and log; judgments fixed)."""
-    from recjudge._stats import seed_interval
 
     d = np.subtract(
         summary[a][metric]["abs_error_per_log"], summary[b][metric]["abs_error_per_log"]
@@ -466,7 +490,6 @@ def gold_on_log(
     ``{(size, design, intervals, metric): [(abs error, covered, width, gold pairs, failed)]}``
     with one entry per system (``failed`` 1 where the estimator refused, e.g. one class);
     ``runs``: ``runs_of(world)`` when the caller has it."""
-    from recjudge.evaluators import listed_pairs, parse_metric, ppi_run
 
     p, h = world.imputers[imputer]
     judged = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
@@ -502,7 +525,6 @@ def draw_gold(world: World, runs: Sequence[Any], k: int, n: int, design: str, se
     with the online truth (``index``: pair -> its row in ``world.pairs``), as the
     ``GoldSample`` ``evaluate --gold`` reads; ``judged``: the judge's probabilities (the
     ``active`` design draws from them)."""
-    from recjudge.evaluators import GoldSample, sample_gold
 
     rows = sample_gold(runs, world.users, k, n, design=design, seed=seed, judged=judged)
     keys = [(r["user_id"], r["item_id"]) for r in rows]
@@ -537,7 +559,6 @@ def gold_summary(
 def calibrated(world: World, imputer: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``imputer``'s probabilities through an isotonic map fitted on ``n`` gold pairs drawn
     uniformly from the listed pairs (labels: the online truth); hard label p > 0.5."""
-    from recjudge.evaluators import apply_map, fit_isotonic
 
     g = np.random.default_rng(seed)
     gold = g.choice(len(world.pairs), min(n, len(world.pairs)), replace=False)
@@ -552,9 +573,6 @@ def calibrated_system(config: EstimatorCheckConfig, ds: Any, past: Any, positive
     """The compared system ``name``'s own trained model (``brief-offline``'s, from its
     cache), its sigma scale calibrated like the judge's CF model (validation items of the
     positive past's leave-one-out split and random unseen items): the circular source."""
-    from recjudge.bench._offline import trained_system
-    from recjudge.cf_models import calibrate_on
-    from recjudge.data import leave_one_out
 
     return calibrate_on(trained_system(config, ds, past, name), leave_one_out(positives),
                         config.seed)  # fmt: skip
@@ -574,7 +592,6 @@ class SigmaSource:
 def sigma_sources(config: EstimatorCheckConfig, ds: Any, past: Any, positives: Any,
                   cf: Any) -> list[SigmaSource]:  # fmt: skip
     """The judge's own CF model and, as configured, the circular and independent ones."""
-    from recjudge.cf_models import SideInfo, calibrated_cf
 
     out = [SigmaSource(config.cf, cf, "judge's CF")]
     if config.circular_system:
@@ -602,9 +619,6 @@ def _judge_world(
     sigma source on every listed pair, through the store; fills ``world.imputers``. The
     settings that differ only in their bias are decided from one greedy pass per pair
     (stored decision records replay them without the model)."""
-    from recjudge.bench._judging import SIMULATORS, judges_for
-    from recjudge.data import Dataset
-    from recjudge.reward import Population, ResultsStore, judge_per_user, requests_for
 
     judged = {"requests": 0, "judged_now": 0, "passes": 0, "replayed": 0, "failed": 0,
               "seconds": 0.0}  # fmt: skip
@@ -657,8 +671,8 @@ def bench_brief_offline_estimators(
     """Judge every listed pair (through the store), then run every estimator over
     ``config.simulated_logs`` evaluations (users and log redrawn each time) and the gold
     samples; write report.md, results.json and estimators.png under ``out``."""
-    from recjudge.bench._imputer_gold import imputer_summary
-    from recjudge.reporting import write_report
+    # import cycle: _imputer_gold builds on this module's world and estimators
+    from recjudge.bench._imputer_gold import imputer_summary  # noqa: PLC0415
 
     t0 = time.time()
     out = Path(out)
@@ -732,10 +746,6 @@ def bench_brief_offline_estimators(
 def _world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World, list]:
     """The simulated world: the data, the logs' shared past, the users, every listed pair
     with its truth and propensity, the CF imputers (one per sigma source) and all-yes."""
-    from recjudge.bench._offline import _simulate_log, _train_runs
-    from recjudge.cf_models import SideInfo, calibrated_cf
-    from recjudge.data import load_dataset
-    from recjudge.evaluators import list_overlap, parse_metric
 
     k = max(parse_metric(m)[1] for m in config.metrics)
     ds = load_dataset(config.data)
@@ -779,8 +789,6 @@ def synthetic_imputer(relevant: np.ndarray, auc: float, seed: int) -> np.ndarray
     supervised imputer with that discrimination and a perfect calibration would give."""
     from scipy.stats import norm
 
-    from recjudge._util import rng
-
     if not 0.5 < auc < 1:
         raise ValueError(f"bound_aucs: {auc} is not in (0.5, 1)")
     r = np.asarray(relevant, dtype=float)
@@ -810,8 +818,8 @@ def _evaluations(config, world, n_draw, truth, gold_imputer, progress, sources=(
     log simulated again: every estimator's values (and the gold samples' for the first
     ``gold_draws``), the fitted propensity exponents, the share of users kept by the
     logged-positive rule, and the leniency rule's flags per sigma source."""
-    from recjudge._util import rng
-    from recjudge.bench._imputer_gold import imputers_on_gold
+    # import cycle: _imputer_gold builds on this module's world and estimators
+    from recjudge.bench._imputer_gold import imputers_on_gold  # noqa: PLC0415
 
     per_log, gold_logs, fits, kept, imputer_logs, lenient = [], [], [], [], [], []
     by_source = {
@@ -853,7 +861,6 @@ def leniency_flags(
     ``users`` (row indices): the logged hit rate (relevant among the pairs the log
     observed) and the judge's YES rate on the pairs it did not (``imputers``: source ->
     the imputer judged with that source's sigma)."""
-    from recjudge.evaluators._circular import lenient_systems
 
     out: dict[str, dict[str, bool]] = {}
     for source, imputer in imputers.items():
@@ -892,7 +899,6 @@ PAIRED = ("judge:brief", "judge:brief+cal", "cf+cal")
 def _bar(progress: bool, total: int) -> Any:
     if not progress:
         return None
-    from tqdm.auto import tqdm
 
     return tqdm(total=total, desc="simulated evaluations", unit="log")
 
@@ -913,8 +919,6 @@ def ppi_limit(p: np.ndarray, y: np.ndarray) -> dict[str, float | None]:
 
 
 def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
-    from recjudge._stats import auc
-
     return auc(p[y > 0].tolist(), p[y == 0].tolist())
 
 
@@ -1240,7 +1244,6 @@ def _source_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[
 
 def _leniency_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
     """The leniency rule's flags per sigma source and system."""
-    from recjudge.evaluators._circular import LENIENCY_LIMIT
 
     got = r.get("leniency") or {}
     if not got:
@@ -1293,14 +1296,13 @@ def _gold_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[st
 
 
 def _imputer_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
-    from recjudge.bench._imputer_gold import imputer_section
+    # import cycle: _imputer_gold builds on this module's world and estimators
+    from recjudge.bench._imputer_gold import imputer_section  # noqa: PLC0415
 
     return imputer_section(r, config.metrics, config.gold_draws)
 
 
 def _plot(summary: Mapping[str, Any], config: EstimatorCheckConfig, path: Path) -> None:
-    from recjudge.reporting import figure
-
     metric = config.metrics[-1]
     rows = list(summary)
     err = [summary[r][metric]["abs_error"] for r in rows]

@@ -30,13 +30,29 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._util import gc_paused
+from recjudge.cf_models import calibrated_cf
+from recjudge.data import load_dataset
+from recjudge.distributed import LocalCluster, RayConfig, RayExecutor, block_calls, call_units
+from recjudge.llm import LLMConfig
 from recjudge.reporting import write_report
+from recjudge.reward import (
+    Judge,
+    JudgeConfig,
+    Judgment,
+    ResultsStore,
+    history_sent,
+    plan_calls,
+    requests_for,
+    stored_request,
+)
 
 
 class RayScalingConfig(BaseModel):
@@ -80,8 +96,6 @@ class RayScalingConfig(BaseModel):
 
 
 def _workload(ds: Any, users: int, candidates: int, seed: int) -> list[Any]:
-    from recjudge.reward import requests_for
-
     rng = np.random.default_rng(seed)
     uids = sorted(ds.interactions.user_id.astype(str).unique())
     pick = [uids[i] for i in rng.choice(len(uids), size=min(users, len(uids)), replace=False)]
@@ -91,8 +105,6 @@ def _workload(ds: Any, users: int, candidates: int, seed: int) -> list[Any]:
 
 
 def _with_sigma(reqs: list[Any], seed: int) -> list[Any]:
-    from dataclasses import replace
-
     rng = np.random.default_rng(seed + 1)
     return [replace(r, sigma=float(s)) for r, s in zip(reqs, rng.uniform(-1, 1, len(reqs)),
                                                         strict=True)]  # fmt: skip
@@ -126,10 +138,6 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
     pass (this process's first uses: the per-user index, every item's first render, the
     key settings) and a second pass on other users (what each judgment costs in a long run,
     whose first uses are spread over all of its pairs; the table's figures)."""
-    from recjudge.cf_models import calibrated_cf
-    from recjudge.distributed import RayConfig, RayExecutor
-    from recjudge.llm import LLMConfig
-    from recjudge.reward import Judge
 
     items = ds.items.item_id.astype(str).tolist()
     cf = calibrated_cf(c.cf, ds.interactions, items, c.seed)
@@ -157,9 +165,6 @@ def _driver_pass(
     them. Keys, sigma and the calls run with the garbage collector paused, as
     ``JudgePlan.build`` and ``RayExecutor.run`` run them (``requests_for`` pauses it
     itself)."""
-    from recjudge._util import gc_paused
-    from recjudge.distributed import block_calls, call_units
-    from recjudge.reward import Judgment, ResultsStore, history_sent, plan_calls, stored_request
 
     t = {}
     t0 = time.perf_counter()
@@ -238,8 +243,6 @@ def _ray_data_cost(calls: list[Any], actors: int, pool: int) -> dict[str, Any]:
     slope was not above zero (the per-block cost lost in noise: reported as 0)."""
     import ray
 
-    from recjudge.distributed import block_calls
-
     def stream(blocks: list[str]) -> tuple[float, float]:
         c0, t0 = time.process_time(), time.perf_counter()
         ds = ray.data.from_items([{"unit": b} for b in blocks], override_num_blocks=len(blocks))
@@ -272,11 +275,6 @@ def _ray_data_cost(calls: list[Any], actors: int, pool: int) -> dict[str, Any]:
 def bench_ray_scaling(c: RayScalingConfig, out: str | Path, progress: bool = True) -> dict:
     """Run ``bench ray-scaling`` (see the module) and write its report under ``out``."""
     import ray
-
-    from recjudge.data import load_dataset
-    from recjudge.distributed import LocalCluster, RayConfig, RayExecutor
-    from recjudge.llm import LLMConfig
-    from recjudge.reward import Judge, JudgeConfig
 
     ds = load_dataset(c.data)
     reqs = _with_sigma(_workload(ds, c.users, c.candidates, c.seed), c.seed)

@@ -9,6 +9,18 @@ from typing import Any
 from pydantic import BaseModel
 
 from recjudge._registry import Registry
+from recjudge.bench._augment import AugmentBenchConfig, bench_brief_augment
+from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
+from recjudge.bench._offline import OfflineConfig, bench_brief_offline
+from recjudge.bench._offline_estimators import (
+    EstimatorCheckConfig,
+    bench_brief_offline_estimators,
+)
+from recjudge.bench._ray_scaling import RayScalingConfig, bench_ray_scaling
+from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
+from recjudge.bench._speed import SPEED
+from recjudge.bench._tuning import JudgeTuningConfig, bench_judge_tuning
+from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
 
 
 @dataclass(frozen=True)
@@ -76,19 +88,6 @@ def _tuning_text(r: dict[str, Any]) -> str:
 
 
 def _register() -> None:
-    from recjudge.bench._augment import AugmentBenchConfig, bench_brief_augment
-    from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
-    from recjudge.bench._offline import OfflineConfig, bench_brief_offline
-    from recjudge.bench._offline_estimators import (
-        EstimatorCheckConfig,
-        bench_brief_offline_estimators,
-    )
-    from recjudge.bench._ray_scaling import RayScalingConfig, bench_ray_scaling
-    from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
-    from recjudge.bench._speed import SPEED
-    from recjudge.bench._tuning import JudgeTuningConfig, bench_judge_tuning
-    from recjudge.bench._workers import RetrainWorkersConfig, bench_retrain_workers
-
     for name, spec in {
         "brief-ratings": BenchSpec(
             BriefExperimentConfig, bench_brief_ratings,

@@ -21,8 +21,13 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from threadpoolctl import threadpool_limits
+from tqdm.auto import tqdm
 
-from recjudge._util import json_loads
+from recjudge._metrics import ranking_metrics
+from recjudge._util import atomic_write_json, json_loads, path_component, stable_hash
+from recjudge.bench._offline import untrained_system
+from recjudge.cf_models import TrainOptions
 
 AUG_KS = (5, 10, 15, 20)
 #: the retrained recommenders' metrics on the augmented users' future
@@ -97,8 +102,6 @@ def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> 
     """Where ``job``'s result is kept: named by everything it depends on (the recommender's
     settings, the data split, the users, the seed and the added pairs), so two methods that
     add the same items share one retraining."""
-    from recjudge._util import path_component, stable_hash
-    from recjudge.bench._offline import untrained_system
 
     model = untrained_system(config, job.rec)
     added = job.pairs(data.users)
@@ -135,8 +138,6 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
     scoring costs seconds, a SASRec training minutes), and the two settings compare on one
     trained model.
     """
-    from recjudge.bench._offline import untrained_system
-    from recjudge.cf_models import TrainOptions
 
     model = untrained_system(config, job.rec)
     added = job.pairs(data.users)
@@ -167,7 +168,6 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
 def _scored(model: Any, data: RetrainData, job: RetrainJob) -> np.ndarray:
     """A trained model's metrics ``[users, METRICS]`` on the augmented users' future, each
     user scored from ``job.history``."""
-    from recjudge._metrics import ranking_metrics
 
     rows = []
     for u in data.users:
@@ -185,7 +185,6 @@ def _scored(model: Any, data: RetrainData, job: RetrainJob) -> np.ndarray:
 def _keep(path: Path, job: RetrainJob, per_user: np.ndarray) -> None:
     """Write a retraining's result to ``path``: numbers only (no ids or titles), so the file
     can travel with a checkpoint."""
-    from recjudge._util import atomic_write_json
 
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {"recommender": job.rec, "seed": job.seed, "metrics": list(METRICS),
@@ -210,7 +209,6 @@ def _one_thread() -> None:
     """A worker's start: every thread pool (torch, BLAS, OpenMP) on one thread for the whole
     process, not only during training, so workers never compete for the same cores."""
     import torch
-    from threadpoolctl import threadpool_limits
 
     threadpool_limits(1)
     torch.set_num_threads(1)
@@ -276,8 +274,6 @@ def retrain_all(
             pending.setdefault(path, job)  # identical jobs (the same added pairs) train once
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(set(paths)), initial=len(results), desc="retrain", unit="model")
 
     def done(path: Path, per_user: np.ndarray) -> None:

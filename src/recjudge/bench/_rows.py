@@ -11,6 +11,7 @@ the report counts the answers identical to the first setting's.
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -19,7 +20,11 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import DistinctPositiveInts
+from recjudge.bench._memory import PeakRSS
+from recjudge.evaluators import GistConfig, gist_extraction_asks
+from recjudge.llm import LLMConfig, SamplingConfig, load_llm
 from recjudge.reporting import write_report
+from recjudge.reward import ResultsStore, ask_stored
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -72,10 +77,6 @@ def bench_decode_rows(
     """
     import torch
 
-    from recjudge.bench._throughput import PeakRSS
-    from recjudge.evaluators import GistConfig, gist_extraction_asks
-    from recjudge.llm import LLMConfig, load_llm
-
     torch.set_num_threads(config.threads)
     gist = GistConfig(
         models=(config.model,),
@@ -126,8 +127,6 @@ def _one_pass(
     llm: LLMBackend, asks: list[Any], rows: int, config: DecodeRowsConfig, progress: bool
 ) -> dict[str, Any]:
     """Ask every question into a fresh store; the seconds and the stored answers."""
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import ResultsStore, ask_stored
 
     with tempfile.TemporaryDirectory() as tmp:
         store = ResultsStore(Path(tmp) / "store.sqlite")
@@ -151,7 +150,6 @@ def _one_pass(
 
 def _setting(passes: list[dict], reference: dict, llm: LLMBackend, peak: int) -> dict[str, Any]:
     """One setting's medians over passes, and its answers' agreement with ``reference``."""
-    import statistics
 
     answers = passes[0]["answers"]
     tokens = sum(len(llm.encode(a["text"])) for a in answers)

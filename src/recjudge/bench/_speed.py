@@ -10,12 +10,20 @@ prints.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from recjudge._util import comma_list, json_loads
+from recjudge._util import atomic_write_json, comma_list, json_loads
+from recjudge.bench._cf import bench_cf
+from recjudge.bench._decoding import bench_decoding
+from recjudge.bench._estimator_speed import bench_estimator_speed
+from recjudge.bench._gpu_check import gpu_check, qwen_tokenizer
+from recjudge.bench._latency import bench_latency
+from recjudge.bench._throughput import bench_throughput
+from recjudge.llm import LLMConfig, require_device
 
 __all__ = [
     "CfBenchConfig",
@@ -34,8 +42,6 @@ class _Bench(BaseModel):
 def _recorded(c: BaseModel, out: str | Path, r: dict[str, Any]) -> dict[str, Any]:
     """``r`` with the config, also written into ``out/results.json`` (so ``bench run NAME
     --config OUT/results.json`` reruns the benchmark)."""
-
-    from recjudge._util import atomic_write_json
 
     r = {**r, "config": c.model_dump(mode="json")}
     path = Path(out) / "results.json"
@@ -85,16 +91,12 @@ class ThroughputConfig(_Bench):
 
 
 def _throughput_out(c: ThroughputConfig) -> str:
-    from recjudge.llm import LLMConfig
-
     resolved = LLMConfig(model=c.model, dtype=c.dtype).resolved_dtype()
     suffix = "" if resolved == "bfloat16" else "-fp32" if resolved == "float32" else f"-{resolved}"
     return f"reports/throughput/{c.model}{suffix}"
 
 
 def run_throughput(c: ThroughputConfig, out: str | Path) -> dict[str, Any]:
-    from recjudge.bench._throughput import bench_throughput
-
     return _recorded(c, out, bench_throughput(c, out))
 
 
@@ -124,8 +126,6 @@ class LatencyConfig(_Bench):
 
 
 def run_latency(c: LatencyConfig, out: str | Path) -> dict[str, Any]:
-    from recjudge.bench._latency import bench_latency
-
     return _recorded(c, out, bench_latency(**c.model_dump(), out=out))
 
 
@@ -159,8 +159,6 @@ class EstimatorSpeedConfig(_Bench):
 
 
 def run_estimator_speed(c: EstimatorSpeedConfig, out: str | Path) -> dict[str, Any]:
-    from recjudge.bench._estimator_speed import bench_estimator_speed
-
     return _recorded(c, out, bench_estimator_speed(**c.model_dump(), out=out))
 
 
@@ -184,9 +182,6 @@ class GpuCheckConfig(_Bench):
 
 
 def run_gpu_check(c: GpuCheckConfig, out: str | Path) -> dict[str, Any]:
-    from recjudge.bench._gpu_check import gpu_check, qwen_tokenizer
-    from recjudge.llm import LLMConfig, require_device
-
     # a device torch cannot use is said before the Qwen tokenizer's preset is fetched and
     # built (a machine without it would otherwise first be told to install that model)
     require_device(LLMConfig(model="random", device=c.device).resolved_device())
@@ -207,8 +202,6 @@ class DecodingBenchConfig(_Bench):
 
 
 def run_decoding(c: DecodingBenchConfig, out: str | Path) -> dict[str, Any]:
-    from recjudge.bench._decoding import bench_decoding
-
     args = c.model_dump()
     return _recorded(c, out, bench_decoding(n_titles=args.pop("titles"), **args, out=out))
 
@@ -250,8 +243,6 @@ class CfBenchConfig(_Bench):
 
 
 def run_cf(c: CfBenchConfig, out: str | Path) -> dict[str, Any]:
-    from recjudge.bench._cf import bench_cf
-
     saved = {n.strip(): d.strip() for n, _, d in (p.partition("=") for p in c.saved)}
     r = bench_cf(c.sasrec, c.data, c.seed, c.threads, out, saved=saved, train=c.train)
     return _recorded(c, out, r)
@@ -267,8 +258,6 @@ def cf_text(r: dict[str, Any]) -> str:
 
 
 def json_text(r: dict[str, Any]) -> str:
-    import json
-
     return json.dumps(r, indent=2, ensure_ascii=False, default=str)
 
 

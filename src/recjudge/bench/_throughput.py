@@ -10,71 +10,30 @@ read-outs.
 
 from __future__ import annotations
 
-import contextlib
+import json
 import os
+import signal
 import statistics
-import threading
+import subprocess
+import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recjudge._util import json_loads
+import psutil
+
+from recjudge._util import json_loads, rng
+from recjudge.bench._memory import PeakRSS
 from recjudge.bench._methods import Answer, method_runners
+from recjudge.bench._vllm_worker import plain_requests, request_to_dict
+from recjudge.cf_models import cached_cf, item_item_for
+from recjudge.data import load_dataset, sample_users
+from recjudge.llm import LLMConfig, load_llm
 from recjudge.reporting import write_report
+from recjudge.reward import Judge, JudgeConfig, request_for
 
 if TYPE_CHECKING:
     from recjudge.bench._speed import ThroughputConfig
-
-
-class PeakRSS:
-    """Samples this process's resident memory in a thread; ``phase(name)`` records peaks.
-
-    ``tree``: the sum over this process and its descendants (engines that compute in child
-    processes, such as vLLM's engine core).
-    """
-
-    def __init__(self, every: float = 0.02, tree: bool = False) -> None:
-        import psutil
-
-        self._proc = psutil.Process()
-        self.tree = tree
-        self.every = every
-        self.peaks: dict[str, int] = {}
-        self._current: str | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-        self._thread.start()
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            if self._current is not None:
-                rss = self._rss()
-                self.peaks[self._current] = max(self.peaks.get(self._current, 0), rss)
-            time.sleep(self.every)
-
-    def _rss(self) -> int:
-        import psutil
-
-        procs = [self._proc] + (self._proc.children(recursive=True) if self.tree else [])
-        total = 0
-        for p in procs:
-            with contextlib.suppress(psutil.Error):  # a child that just exited
-                total += p.memory_info().rss
-        return total
-
-    @contextmanager
-    def phase(self, name: str) -> Iterator[None]:
-        self._current = name
-        try:
-            yield
-        finally:
-            self._current = None
-
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join()
 
 
 def matmul_flops(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "bfloat16") -> float:
@@ -96,9 +55,6 @@ def matmul_flops(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "bf
 def _requests(ds: Any, users: int, candidates: int, history: int, seed: int) -> list[list[Any]]:
     """Per user: ``candidates`` judge requests over one fixed ``history``-item past, half
     the user's real future items and half random items the user never rated."""
-    from recjudge._util import rng
-    from recjudge.data import sample_users
-    from recjudge.reward import request_for
 
     out = []
     pool = [
@@ -189,7 +145,6 @@ def worker_env(cores: list[int], kv_cache_gib: int = WORKER_KV_CACHE_GIB) -> dic
 
 def process_binding() -> dict[str, Any]:
     """This process's threads and cores as the OS reports them (not as configured)."""
-    import psutil
     import torch
 
     me = psutil.Process()
@@ -222,10 +177,6 @@ def bench_throughput(
     a time either way.
     """
     import torch
-
-    from recjudge.cf_models import cached_cf, item_item_for
-    from recjudge.data import load_dataset
-    from recjudge.llm import LLMConfig, load_llm
 
     c = config
     unknown = [w for w in c.workloads if w not in WORKLOADS]
@@ -306,7 +257,6 @@ def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new
                 cores):  # fmt: skip
     """Plain vLLM (no recjudge processor) on the same prompts and grammars, in the worker;
     {} with the reason when the vLLM environment is missing or the worker fails."""
-    from recjudge.bench._vllm_worker import plain_requests
 
     if vllm_python is None or not Path(vllm_python).exists():
         return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
@@ -378,8 +328,6 @@ def _row(name, kind, settings, seconds, got, peak_mb, engine, *, n, answers) -> 
 def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens, warmup,
                cores):  # fmt: skip
     """Run the workload in the vLLM environment's worker; {} when it is not set up."""
-    from recjudge.bench._vllm_worker import request_to_dict
-    from recjudge.reward import Judge, JudgeConfig
 
     if vllm_python is None or not Path(vllm_python).exists():
         return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
@@ -407,9 +355,6 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str,
     """``spec`` through ``recjudge.bench._vllm_worker`` in the vLLM environment: its results
     with one row per output kind (``PREFIX_full``, ``PREFIX_readout``), or ``{"failed":
     why}``."""
-    import json
-    import subprocess
-    import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
@@ -442,7 +387,6 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str,
 
 def _signal_cause(signum: int, stderr: str) -> str:
     """Why a worker killed by signal ``signum`` stopped, in words a user can act on."""
-    import signal
 
     try:
         name = signal.Signals(signum).name

@@ -33,7 +33,22 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from recjudge.bench._brief import BriefExperimentConfig
+from recjudge.bench._brief import (
+    BriefExperimentConfig,
+    _analyse,
+    _requests,
+    _run,
+    _scores,
+    _speed,
+    _targets,
+)
+from recjudge.bench._brief_stats import setting_difference
+from recjudge.bench._tuning_check import check_lines, teacher_forced_check
+from recjudge.data import load_dataset
+from recjudge.evaluators.offline._supervised import features_of, fit_imputer
+from recjudge.llm._card import read_card
+from recjudge.reporting import write_report
+from recjudge.reward import TuneConfig, tune
 
 #: the rows judged with the base model and with the tuned folder: (name, mode, CF source)
 BASE_ROWS = (("zero-shot", "zero-shot", "-"), ("no-behavior", "no-behavior", "-"),
@@ -87,8 +102,6 @@ def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str
                   progress: bool) -> tuple[Path, dict[str, Any]]:  # fmt: skip
     """The tuned model (reused when ``out/tuned-model`` holds one; resumed when its checkpoint
     folder is there) and its card."""
-    from recjudge.llm._card import read_card
-    from recjudge.reward import TuneConfig, tune
 
     folder = out / "tuned-model"
     card = read_card(folder) if folder.is_dir() else None
@@ -110,7 +123,6 @@ def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str
 def _supervised(reqs: list[Any], brief: list[Any], past: Any) -> tuple[list[Any], Any]:
     """The supervised imputer's pseudo-judgments per request (cross-fitted over users on the
     relevance labels) and the fit."""
-    from recjudge.evaluators.offline._supervised import features_of, fit_imputer
 
     pop = past["item_id"].astype(str).value_counts().to_dict()
     rows, gold = {}, {}
@@ -143,10 +155,6 @@ def bench_judge_tuning(
     progress: bool = True,
 ) -> dict[str, Any]:
     """The module's protocol; writes report.md and results.json under ``out``."""
-    from recjudge.bench._brief import _analyse, _requests, _run, _scores, _speed, _targets
-    from recjudge.bench._brief_stats import setting_difference
-    from recjudge.data import load_dataset
-    from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)
@@ -178,8 +186,6 @@ def bench_judge_tuning(
     }  # fmt: skip
     check = None
     if config.teacher_forced:
-        from recjudge.bench._tuning_check import teacher_forced_check
-
         check = teacher_forced_check(config, ds, past, base.reqs, list(info["users"]), folder,
                                      card)  # fmt: skip
     examples = card["steps"] * card["config"]["batch_size"]
@@ -271,7 +277,5 @@ def _lines(config: JudgeTuningConfig, r: dict[str, Any]) -> list[str]:
               f"({sp['tuned']['judged_now']} judged now); a rerun reads the stores and judges "
               "nothing. Absolute figures hold for this machine only."]  # fmt: skip
     if r.get("teacher_forced"):
-        from recjudge.bench._tuning_check import check_lines
-
         lines += check_lines(r["teacher_forced"])
     return lines

@@ -34,6 +34,19 @@ import numpy as np
 
 from recjudge._stats import auc, bootstrap_ci, user_draws
 from recjudge._util import release_freed_memory
+from recjudge.llm._backend import _quiet_loading
+from recjudge.reward import TuneConfig, TunePair
+from recjudge.reward._tune import (
+    BEST_FILE,
+    _base_folder,
+    _examples,
+    _set_lora,
+    decision_scores,
+    load_trainable,
+    pad_id,
+    prompting_judge,
+    tuning_pairs,
+)
 
 #: the pair sets, in the order the report shows them
 SETS = ("validation", "evaluation users' past", "evaluation pairs")
@@ -43,8 +56,6 @@ def _fp32(folder: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    from recjudge.llm._backend import _quiet_loading
-
     with _quiet_loading():
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
@@ -52,7 +63,6 @@ def _fp32(folder: Path) -> Any:
 def _adapter(tc: Any, work: Path) -> Any | None:
     """The fp32 base with the best step's LoRA weights, as validation scored it; None when
     the tuning's checkpoint folder is gone."""
-    from recjudge.reward._tune import BEST_FILE, _set_lora, load_trainable
 
     if not (work / BEST_FILE).is_file():
         return None
@@ -91,8 +101,6 @@ def paired_auc(a: Sequence[float], b: Sequence[float], labels: Sequence[int],
 
 def _sets(tc: Any, ds: Any, past: Any, reqs: Sequence[Any], users: Sequence[str]) -> tuple:
     """The three pair sets (``SETS``) and the evidence rule the tuning's targets use."""
-    from recjudge.reward import TunePair
-    from recjudge.reward._tune import tuning_pairs
 
     log = ds.with_interactions(past, "judge-tuning: the past split")
     tuning = tuning_pairs(tc, log, exclude_users=users)
@@ -123,14 +131,6 @@ def teacher_forced_check(
         {...paired_auc against the base}}}, "card": {"validation_auc_before",
         "validation_auc"}}``.
     """
-    from recjudge.reward import TuneConfig
-    from recjudge.reward._tune import (
-        _base_folder,
-        _examples,
-        decision_scores,
-        pad_id,
-        prompting_judge,
-    )
 
     tc = TuneConfig(**card["config"])
     pair_sets, rule = _sets(tc, ds, past, reqs, users)

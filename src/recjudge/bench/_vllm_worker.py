@@ -20,13 +20,27 @@ that reach the decision (``READOUT_STEPS``) and read the verdict from the list's
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from recjudge._util import json_loads
+from recjudge.bench._memory import PeakRSS
+from recjudge.decoding import READOUT_STEPS, ebnf_literal
+from recjudge.llm import (
+    ENGINE_CAPABILITIES,
+    EngineResult,
+    LLMConfig,
+    SamplingConfig,
+    load_llm,
+    model_source,
+)
+from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 
 
 def request_to_dict(r: Any) -> dict[str, Any]:
@@ -37,8 +51,6 @@ def request_to_dict(r: Any) -> dict[str, Any]:
 
 
 def request_from_dict(d: dict[str, Any]) -> Any:
-    from recjudge.reward import HistoryItem, JudgeRequest
-
     return JudgeRequest(**{**d, "history": [HistoryItem(**h) for h in d["history"]]})
 
 
@@ -47,8 +59,6 @@ class _Recorder:
     grammar per request): the plain-vLLM method gets exactly the Judge's requests."""
 
     def __init__(self, llm: Any) -> None:
-        from recjudge.llm import ENGINE_CAPABILITIES
-
         self.tokenizer, self.vocab_size, self.name = llm.tokenizer, llm.vocab_size, llm.name
         self.capabilities = ENGINE_CAPABILITIES
         self.needs_bias_probe = False
@@ -56,8 +66,6 @@ class _Recorder:
         self.sent: list[Any] = []
 
     def submit(self, requests: list[Any]) -> list[Any]:
-        from recjudge.llm import EngineResult
-
         self.sent.extend(requests)
         return [EngineResult([], []) for _ in requests]
 
@@ -78,7 +86,6 @@ def forced_branch(grammar: str, branch: str) -> str:
 
 def ebnf_no() -> str:
     """The empty-list alternative of the evidence-first grammar, as it writes it."""
-    from recjudge.decoding import ebnf_literal
 
     return ebnf_literal('[], "is_relevant": "NO"}')
 
@@ -87,7 +94,6 @@ def plain_requests(judge: Any, reqs: list[Any], branches: list[str] | None = Non
     """``[prompt ids, grammar]`` per request, as ``judge`` would send them to an engine (its
     prompt, jump-forward lead and remainder grammar); with ``branches``, each grammar allows
     only that branch (``forced_branch``)."""
-    from recjudge.reward import Judge
 
     rec = _Recorder(judge.llm)
     Judge(judge.config, llm=rec, cf=judge.cf).judge_many(reqs)
@@ -116,9 +122,6 @@ def binding() -> dict[str, Any]:
     """How this worker's process tree computes, read from the OS (not from settings): per
     process, its threads' CPU affinities; ``pinned_cores``: the cores some thread is bound to
     alone (vLLM's OpenMP threads, one core each, as ``VLLM_CPU_OMP_THREADS_BIND`` says)."""
-    import os
-
-    import psutil
 
     procs = []
     for p in [psutil.Process(), *psutil.Process().children(recursive=True)]:
@@ -139,10 +142,6 @@ def run_plain(spec: dict[str, Any]) -> dict[str, Any]:
     """Plain vLLM on ``spec["plain_requests"]``: full answers, then read-outs."""
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
-
-    from recjudge.bench._throughput import PeakRSS
-    from recjudge.decoding import READOUT_STEPS
-    from recjudge.llm import model_source
 
     mem = PeakRSS(tree=True)
     source, gguf = model_source(spec["model"])
@@ -194,9 +193,6 @@ def run(spec: dict[str, Any]) -> dict[str, Any]:
     """Judge ``spec["requests"]`` with vLLM, full answers and read-outs."""
     if spec.get("plain"):
         return run_plain(spec)
-    from recjudge.bench._throughput import PeakRSS
-    from recjudge.llm import LLMConfig, SamplingConfig, load_llm
-    from recjudge.reward import Judge, JudgeConfig
 
     reqs = [request_from_dict(d) for d in spec["requests"]]
     mem = PeakRSS(tree=True)

@@ -11,6 +11,7 @@ to the first setting's.
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +21,8 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge._util import DistinctPositiveInts
+from recjudge.bench._augment import AugmentBenchConfig, _heuristic_choice, _world
+from recjudge.bench._retrain import RetrainJob, retrain_all
 from recjudge.reporting import write_report
 
 
@@ -64,10 +67,6 @@ def bench_retrain_workers(
 ) -> dict[str, Any]:
     """Wall time of the same retraining jobs under each ``workers`` setting, with the share of
     jobs whose per-user metrics equal the first setting's; writes report.md and results.json."""
-    import os
-
-    from recjudge.bench._augment import AugmentBenchConfig, _heuristic_choice, _world
-    from recjudge.bench._retrain import RetrainJob, retrain_all
 
     aug = AugmentBenchConfig(
         data=config.data,

@@ -8,6 +8,7 @@ import numpy as np
 import pandas as pd
 import scipy.sparse as sp
 from pydantic import BaseModel, ConfigDict, Field
+from threadpoolctl import threadpool_limits
 
 from recjudge.cf_models._base import MODELS, CFModel, TrainOptions
 
@@ -50,7 +51,6 @@ class _MF(CFModel):
         # Its first import loads scipy's own OpenBLAS, which a limit entered before that load
         # does not cover: import it first.
         import implicit.cpu  # noqa: F401
-        from threadpoolctl import threadpool_limits
 
         with threadpool_limits(1, "blas"):
             model = self._make(options)

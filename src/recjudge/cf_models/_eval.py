@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -11,7 +13,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from recjudge._util import atomic_write_json, cache_dir, path_component, rng, stable_hash
+from recjudge._metrics import discount, rel_from_ranks
+from recjudge._metrics import ndcg as ndcg_at
+from recjudge._util import (
+    atomic_write_json,
+    cache_dir,
+    path_component,
+    rng,
+    sha256_file,
+    stable_hash,
+)
 from recjudge.cf_models._base import (
     MODELS,
     CFModel,
@@ -20,6 +31,7 @@ from recjudge.cf_models._base import (
     TrainOptions,
     load_model,
 )
+from recjudge.cf_models._classic import ItemItemConfig, ItemItemSimilarity
 from recjudge.data import Dataset, leave_one_out
 
 
@@ -31,7 +43,6 @@ def rank_of_target(target: float, others: np.ndarray) -> int:
 def hit_ndcg(ranks: np.ndarray, k: int) -> tuple[float, float]:
     """HR@k = mean[rank < k]; NDCG@k = mean[discount at rank if rank < k] (one target each:
     its ideal DCG is 1; ``recjudge._metrics``)."""
-    from recjudge._metrics import discount
 
     ranks = np.asarray(ranks, dtype=int)
     hit = ranks < k
@@ -104,8 +115,6 @@ def evaluate_full(
 
     With one held-out item per user, Recall@k equals HR@k.
     """
-    from recjudge._metrics import ndcg as ndcg_at
-    from recjudge._metrics import rel_from_ranks
 
     hist = _histories(train)
     seen_extra = _histories(extra_seen) if extra_seen is not None else {}
@@ -238,8 +247,6 @@ def cached_cf(
         try:
             return load_model(path), path, False
         except (FileNotFoundError, ValueError):  # CFModelError: a half-written folder
-            import shutil
-
             shutil.rmtree(path, ignore_errors=True)
     model = train_cf(name, dataset, path, config, TrainOptions(seed=seed, threads=threads))
     return model, path, True
@@ -278,7 +285,6 @@ def item_item_for(
 ) -> CFModel:
     """The item-item sigma model on ``base``'s item embeddings, calibrated like the others
     (validation items and random unseen items of the leave-one-out split)."""
-    from recjudge.cf_models._classic import ItemItemConfig, ItemItemSimilarity
 
     model = ItemItemSimilarity.from_model(base, ItemItemConfig(top_k=top_k))
     return calibrate_on(model, leave_one_out(dataset.interactions), seed, signal)
@@ -343,9 +349,6 @@ def top_k_lists(
 def model_fingerprint(path: str | Path) -> str:
     """A saved CF model's identity: sha256 over its ``model.json`` and ``model.safetensors``
     (the same bytes give the same fingerprint, wherever the folder is)."""
-    import hashlib
-
-    from recjudge._util import sha256_file
 
     path = Path(path)
     h = hashlib.sha256()

@@ -12,6 +12,7 @@ from typing import Any, Literal
 import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
+from tqdm.auto import tqdm
 
 from recjudge._util import json_loads
 from recjudge.cf_models._base import MODELS, CFModel, TrainOptions
@@ -139,7 +140,6 @@ class SASRec(CFModel):
 
     def _fit(self, df: pd.DataFrame, options: TrainOptions) -> None:
         import torch
-        from tqdm.auto import tqdm
 
         c: SASRecConfig = self.config  # torch's generator is seeded by CFModel.train
         rng = np.random.default_rng(options.seed)

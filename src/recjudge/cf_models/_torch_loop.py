@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
+from tqdm.auto import tqdm
 
 
 def fit_epochs(
@@ -32,7 +33,6 @@ def fit_epochs(
         FloatingPointError: the loss became NaN or infinite (lower the learning rate).
     """
     import torch
-    from tqdm.auto import tqdm
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)

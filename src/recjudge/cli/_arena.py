@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import typer
@@ -31,7 +32,6 @@ arena_app.command("lists")(evaluator_command(
 
 def _auc_map(path: str) -> dict[str, float]:
     """``--auc``'s JSON object of system -> finite AUC (one line naming the bad entry)."""
-    import math
 
     try:
         got = json_loads(Path(path).read_text(encoding="utf-8"))

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import typer
 
+from recjudge.bench import BENCHMARKS
 from recjudge.cli._app import app, emit, fail
+from recjudge.cli._jobs import JOB_ERRORS
+from recjudge.cli._options import command_from_config, flag, text_option
 
 bench_app = typer.Typer(help="Benchmarks and experiments that write reports.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
@@ -15,10 +19,6 @@ app.add_typer(bench_app, name="bench")
 def run_bench(name: str, config: Any, out: str | None, as_json: bool = False) -> None:
     """Run a registered benchmark on a checked config and print what it prints (one-line
     errors for bad input)."""
-    from pathlib import Path
-
-    from recjudge.bench import BENCHMARKS
-    from recjudge.cli._jobs import JOB_ERRORS
 
     spec = BENCHMARKS.get(name)
     target = out or spec.out_for(name, config)
@@ -38,8 +38,6 @@ def run_bench(name: str, config: Any, out: str | None, as_json: bool = False) ->
 def _register() -> None:
     """``recjudge bench NAME`` for every registered benchmark, its options its config's
     fields (``cli._options``) plus ``--out`` and ``--json``."""
-    from recjudge.bench import BENCHMARKS
-    from recjudge.cli._options import command_from_config, flag, text_option
 
     for name, spec in BENCHMARKS.items():
 

@@ -6,8 +6,12 @@ import dataclasses
 import time
 from typing import Any
 
+import numpy as np
 import typer
+from rich.console import Console
+from rich.table import Table
 
+from recjudge._util import rng
 from recjudge.cli._app import app
 
 
@@ -23,8 +27,6 @@ def demo(
 ) -> None:
     """Train (or load) a CF model on ML-1M and judge real users' held-out and random
     candidates with the BRIEF judge, printing verdicts, evidence, sigma and Delta."""
-    import numpy as np
-    from rich.console import Console
 
     from recjudge.cf_models import cached_cf
     from recjudge.data import load_dataset
@@ -68,7 +70,6 @@ def demo(
 def _demo_requests(ds: Any, users: int, seed: int) -> list[Any]:
     """Per sampled user: the held-out (leave-one-out test) item and a random unseen item,
     both against the same past."""
-    from recjudge._util import rng
     from recjudge.data import leave_one_out, sample_users
     from recjudge.reward import request_for
 
@@ -92,8 +93,6 @@ def _demo_requests(ds: Any, users: int, seed: int) -> list[Any]:
 
 
 def _demo_table(reqs: list[Any], results: list[Any], title: str) -> Any:
-    from rich.table import Table
-
     table = Table(title=title)
     columns = ("user", "candidate", "kind", "verdict", "p_yes (LLM)", "sigma", "Delta", "p_yes",
                "evidence")  # fmt: skip

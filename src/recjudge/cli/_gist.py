@@ -10,8 +10,17 @@ from pydantic import ValidationError
 from recjudge._util import comma_list
 from recjudge.cli._app import app, emit, fail, option_errors
 from recjudge.cli._evaluators import evaluator_command
+from recjudge.cli._jobs import JOB_ERRORS
 from recjudge.cli._options import command_from_config, flag, text_option
-from recjudge.evaluators import GistConfig
+from recjudge.evaluators import (
+    EVALUATORS,
+    GistConfig,
+    gist_intervals,
+    gist_scores,
+    read_interest_records,
+    read_oracle,
+    verify_profiles,
+)
 from recjudge.reporting import interval
 
 gist_app = typer.Typer(
@@ -34,8 +43,6 @@ EXTRACTION_FIELDS = ("models", "users", "min_history", "max_history", "chunk_siz
 def _verify(cfg: GistConfig, data: str, profiles: str, oracle: str | None, out: str,
             as_json: bool) -> None:  # fmt: skip
     """Verify interest profiles from your own system: IG precision/recall/F1 and IS."""
-    from recjudge.cli._jobs import JOB_ERRORS
-    from recjudge.evaluators import EVALUATORS, read_oracle, verify_profiles
 
     try:
         files = list(comma_list(profiles))
@@ -91,12 +98,6 @@ def gist_score(
 ) -> None:
     """Scores from per-interest records alone (no model needed): medians over users with
     95 % intervals over users (under each model's ``ci``)."""
-    from recjudge.evaluators import (
-        gist_intervals,
-        gist_scores,
-        read_interest_records,
-        read_oracle,
-    )
 
     try:
         records = read_interest_records(interests)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import typer
 
+from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob
+from recjudge._tune_config import TuneJob
 from recjudge.cli._app import group
+from recjudge.cli._options import command_from_config, flag
 
 judge_app = group("judge", "Judge (user, candidate) pairs; `recjudge judge tune` tunes the "
                   "judge's model on your log.", no_args_is_help=False)  # fmt: skip
@@ -24,10 +28,6 @@ def _register_judge() -> None:
     """``recjudge judge``: the registered job ``judge`` (evaluators' ``JOBS``), its options
     from ``JudgeJob`` (torch-free, so ``recjudge judge --help`` stays fast), as the callback
     of the ``judge`` group (so ``judge tune`` is its subcommand)."""
-    import inspect
-
-    from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob
-    from recjudge.cli._options import command_from_config, flag
 
     ctx = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
     json_flag = flag("as_json", "--json", "Print the results as JSON.")
@@ -47,8 +47,6 @@ def _tune(job: Any, as_json: bool) -> None:
 def _register_tune() -> None:
     """``recjudge judge tune``: the registered job ``judge-tune`` (evaluators' ``JOBS``), its
     options from ``TuneJob`` (torch-free, so ``recjudge judge --help`` stays fast)."""
-    from recjudge._tune_config import TuneJob
-    from recjudge.cli._options import command_from_config, flag
 
     summary = (
         "Tune the judge's model on your log (LoRA on the BRIEF prompt and the "

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 
 import typer
 
+from recjudge.cli._app import _register_extensions, app
+
 __all__ = ["CommandDoc", "OptionDoc", "commands", "reference_markdown", "resolve"]
 
 
@@ -44,7 +46,6 @@ class CommandDoc:
 
 def _tree():
     # Every command module attached (a bare `recjudge --help` does the same).
-    from recjudge.cli._app import _register_extensions, app
 
     _register_extensions()
     return typer.main.get_command(app)

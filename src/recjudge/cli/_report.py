@@ -7,6 +7,7 @@ from pathlib import Path
 
 import typer
 
+from recjudge._util import atomic_write_text
 from recjudge.cli._app import app, fail
 
 report_app = typer.Typer(help="Tables and pages from a report's results.json.",
@@ -29,7 +30,6 @@ def report_latex(
 ) -> None:
     """Systems x metrics with intervals from an `evaluate` report: best value bold, the
     estimator named in the caption."""
-    from recjudge._util import atomic_write_text
     from recjudge.reporting import paper_table, read_results, to_csv, to_latex
 
     if fmt not in ("latex", "csv"):

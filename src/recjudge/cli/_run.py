@@ -8,10 +8,16 @@ from pathlib import Path
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 
+from recjudge._registry import suggest
 from recjudge._util import json_loads, os_error_line
+from recjudge.bench import BENCHMARKS
 from recjudge.cli._app import app, emit, fail, option_errors
-from recjudge.cli._bench import bench_app
+from recjudge.cli._bench import bench_app, run_bench
+from recjudge.cli._evaluators import run_evaluator
+from recjudge.cli._jobs import run_job
+from recjudge.evaluators import EVALUATORS, JOBS
 
 CONFIG_HELP = (
     "A JSON file with the config (the 'config' of a results.json also works); options not in "
@@ -25,7 +31,6 @@ def _read_config(
     """(config, the data name a results.json records) from a JSON file (a results.json: its
     ``job``, else its ``config``), with ``overrides`` (the command line's) on top; defaults
     if None."""
-    from pydantic import ValidationError
 
     raw: dict[str, Any] = {}
     data = None
@@ -94,7 +99,6 @@ def evaluators_list(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """List the evaluators ``recjudge run`` can run."""
-    from recjudge.evaluators import EVALUATORS
 
     _list(EVALUATORS, as_json)
 
@@ -104,7 +108,6 @@ def jobs_list(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """List the jobs on your files (``recjudge NAME`` or ``recjudge run NAME --config``)."""
-    from recjudge.evaluators import JOBS
 
     _list(JOBS, as_json)
 
@@ -123,9 +126,6 @@ def run_cmd(
 ) -> None:
     """Run an evaluator or a job by name from a saved config (resumable, like its own
     command)."""
-    from recjudge._registry import suggest
-    from recjudge.cli._jobs import run_job
-    from recjudge.evaluators import EVALUATORS, JOBS
 
     if name in JOBS:
         cls = JOBS.get(name).config
@@ -140,7 +140,6 @@ def run_cmd(
         close = suggest(name, known)
         hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
         fail(f"unknown evaluator or job {name!r}.{hint} Known: {', '.join(sorted(known))}.")
-    from recjudge.cli._evaluators import run_evaluator
 
     cfg, saved_data = _read_config(config, EVALUATORS.get(name).config)
     run_evaluator(name, cfg, data or saved_data or "ml-1m", out, as_json)
@@ -151,7 +150,6 @@ def bench_list(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """List the benchmarks ``recjudge bench run`` can run from a config."""
-    from recjudge.bench import BENCHMARKS
 
     _list(BENCHMARKS, as_json)
 
@@ -163,8 +161,6 @@ def bench_run_cmd(
     out: str = typer.Option(None, "--out", help="Default: reports/<name>/<data>-<model>."),
 ) -> None:
     """Run a benchmark by name from a saved config (e.g. a report's results.json)."""
-    from recjudge.bench import BENCHMARKS
-    from recjudge.cli._bench import run_bench
 
     spec = BENCHMARKS.get(name)
     cfg, _ = _read_config(config, spec.config)

@@ -8,7 +8,6 @@ import typer
 
 from recjudge._util import is_loopback
 from recjudge.cli._app import app, fail
-from recjudge.llm import serve_command
 
 
 def _shown(name: str, value: str) -> str:
@@ -46,6 +45,8 @@ def serve_cmd(
     --server http://HOST:PORT/v1`, or LLMConfig(backend="openai-compatible", base_url=...).
     The API key, if any, is read from $RECJUDGE_API_KEY on both sides.
     """
+    from recjudge.llm import serve_command
+
     try:
         cmd, env = serve_command(model, host, port, dtype, runner, list(ctx.args))
     except (ValueError, FileNotFoundError) as e:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict
+from pathlib import Path
 
 import typer
 
@@ -64,7 +65,6 @@ def store_import(
     and nothing is imported.
     """
     # The store is created if missing; keys it already has are kept as they are.
-    from pathlib import Path
 
     from recjudge.reward import PortableError, StoreError, import_portable
 

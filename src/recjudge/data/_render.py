@@ -7,6 +7,8 @@ import unicodedata
 from collections.abc import Mapping
 from typing import Any
 
+import pandas as pd
+
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _SPACES = re.compile(r"\s+")
 _YEAR_SUFFIX = re.compile(r"\(\d{4}\)\s*$")
@@ -31,8 +33,6 @@ def _present(v: Any) -> bool:
     if v is None:
         return False
     try:
-        import pandas as pd
-
         if pd.isna(v):
             return False
     except (TypeError, ValueError):

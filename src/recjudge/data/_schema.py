@@ -9,8 +9,11 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow
 
+from recjudge._registry import suggest
 from recjudge._util import UserFacingError, atomic_dir, json_loads
+from recjudge.data._render import item_title, render_item
 
 EVENT_TYPES: tuple[str, ...] = (
     "explicit_positive",
@@ -221,8 +224,6 @@ class Dataset:
         key = str(item_id)
         got = self._rendered.get(key)
         if got is None:
-            from recjudge.data._render import item_title, render_item
-
             row = self.item_row(key).to_dict()
             got = self._rendered[key] = (item_title(row), render_item(row, self.domain))
         return got
@@ -234,8 +235,6 @@ class Dataset:
         memo = self._rendered
         missing = list(dict.fromkeys(i for i in item_ids if i not in memo))
         if len(missing) > 1:
-            from recjudge.data._render import item_title, render_item
-
             pos = self._item_index.get_indexer(missing)
             known = [(i, p) for i, p in zip(missing, pos, strict=True) if p >= 0]
             rows = self.items.iloc[[p for _, p in known]].to_dict("records")
@@ -309,8 +308,6 @@ class Dataset:
                 return rows.sort_values("timestamp", kind="stable")
         groups = self._groups()
         if str(user_id) not in groups:
-            from recjudge._registry import suggest
-
             close = suggest(str(user_id), list(groups)[:100000])
             hint = f" Closest ids: {', '.join(close)}." if close else ""
             raise KeyError(f"user {user_id!r} is not in dataset {self.name!r}.{hint}")
@@ -390,7 +387,6 @@ class Dataset:
         Raises:
             DataError: a missing, unreadable or incomplete file, named.
         """
-        import pyarrow
 
         path = Path(path)
         users = path / "users.parquet"

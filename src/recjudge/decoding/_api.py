@@ -16,6 +16,7 @@ from recjudge.decoding._processors import (
     zero_signal,
 )
 from recjudge.decoding._schemas import Schema
+from recjudge.llm import capabilities_of
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -97,13 +98,13 @@ def constrained_generate(
     Returns:
         One ConstrainedOutput per prompt, in order.
     """
-    from recjudge.llm import capabilities_of
 
     schemas = [schemas] * len(prompts) if isinstance(schemas, Schema) else list(schemas)
     if len(schemas) != len(prompts):
         raise ValueError(f"{len(schemas)} schemas for {len(prompts)} prompts")
     if capabilities_of(llm).engine_constraints:  # no generate() to run: the engine's path
-        from recjudge.decoding._decode import DecodeJob, decode
+        # import cycle: _decode takes its bias type from this module
+        from recjudge.decoding._decode import DecodeJob, decode  # noqa: PLC0415
 
         job = DecodeJob([llm.encode(p) for p in prompts], schemas, signal=signal, bias=bias,
                         sampling=sampling, jump_forward=False)  # fmt: skip

@@ -8,9 +8,14 @@ import threading
 import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from recjudge._util import CacheDirError, atomic_dir, cache_dir, stable_hash
 from recjudge.decoding._schemas import Schema, json_literal
+from recjudge.llm import VOCAB_FILES, file_stamps, transformers_tokenizer_of
 
 _TABLE_IDS = itertools.count(1)
 
@@ -127,8 +132,6 @@ class GrammarCache:
         if got is not None and len(got[1]) == width:
             info, token_bytes = got
         else:
-            from recjudge.llm import transformers_tokenizer_of
-
             # xgrammar reads transformers' tokenizer internals: a native tokenizer's twin
             # (built once per tokenizer and machine: the table is cached below)
             info = xgr.TokenizerInfo.from_huggingface(transformers_tokenizer_of(tokenizer),
@@ -185,11 +188,8 @@ def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None
     tokenizer. The key covers the folder's tokenizer files (size and modification time),
     the tokenizer's length and special ids (tokens added in memory change it), the logits
     width, the stop ids and the xgrammar version."""
-    from pathlib import Path
 
     import xgrammar as xgr
-
-    from recjudge.llm import VOCAB_FILES, file_stamps
 
     folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
     if not str(folder) or not folder.is_dir():
@@ -197,7 +197,6 @@ def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None
     files = file_stamps(folder, VOCAB_FILES)
     if not files:
         return None
-    from recjudge._util import stable_hash
 
     special = sorted(int(i) for i in getattr(tokenizer, "all_special_ids", []))
     return stable_hash(TABLE_VERSION, str(folder.resolve()), files, len(tokenizer), special,
@@ -205,18 +204,13 @@ def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None
 
 
 def _table_folder(key: str) -> Any:
-    from recjudge._util import cache_dir
-
     return cache_dir() / "token-tables" / key
 
 
 def _read_table(key: str) -> tuple[Any, list[bytes]] | None:
     """A cached ``(TokenizerInfo, token bytes)``, or None (absent, unreadable or not the
     expected shape: then the table is built anew)."""
-    import numpy as np
     import xgrammar as xgr
-
-    from recjudge._util import CacheDirError
 
     try:
         folder = _table_folder(key)
@@ -236,9 +230,6 @@ def _write_table(key: str, info: Any, token_bytes: list[bytes]) -> None:
     """Write the table's parts in a temporary folder renamed into place (``atomic_dir``:
     readers never see a half-written table, a damaged one is replaced); a cache that
     cannot be written (or an xgrammar without serialization) is skipped."""
-    import numpy as np
-
-    from recjudge._util import CacheDirError, atomic_dir
 
     try:
         with atomic_dir(_table_folder(key)) as tmp:

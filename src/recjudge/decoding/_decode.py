@@ -34,13 +34,23 @@ caller changes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from recjudge._util import RunFault
 from recjudge.decoding._api import BranchBias, ConstrainedOutput, make_processors
+from recjudge.decoding._remote import bias_probe_due, engine_batch, probe_bias
 from recjudge.decoding._schemas import Schema
+from recjudge.llm import (
+    EngineJob,
+    SamplingConfig,
+    best_options,
+    capabilities_of,
+    decode_prompts,
+    decode_shared,
+)
 
 if TYPE_CHECKING:
     from recjudge.llm import BestOption, LLMBackend
@@ -142,7 +152,6 @@ def draft_ids(llm: LLMBackend, grammar: Any) -> Any:
     never a changed answer. A draft stops before any token without text (a title spelling
     ``<|im_end|>`` encodes to that special token: untrusted text is never fed to the model
     as one). Encodings are cached by text (rows share their keys)."""
-    import functools
 
     texts = grammar.table.token_bytes
 
@@ -215,8 +224,6 @@ class EngineStage:
         self._batch: Any = self._batch_for(self._rows, first)
 
     def _batch_for(self, rows: list[int], sampling: Any) -> Any:
-        from recjudge.decoding._remote import engine_batch
-
         j = self._job
         return engine_batch(
             self._llm, [self._prompts[i] for i in rows], [j.schemas[i] for i in rows],
@@ -351,7 +358,6 @@ def decode(
     Raises:
         CapabilityError: the job asks for what the backend does not declare (``require``).
     """
-    from recjudge.llm import SamplingConfig, best_options, capabilities_of
 
     caps = capabilities_of(llm)
     name = getattr(llm, "name", type(llm).__name__)
@@ -407,7 +413,6 @@ def engine_stage(llm: Any, job: DecodeJob, *, stats: Any = None) -> EngineStage:
         CapabilityError: ``llm`` does not declare engine constraints, or the job asks for
             what it does not declare.
     """
-    from recjudge.llm import SamplingConfig, capabilities_of
 
     caps = capabilities_of(llm)
     name = getattr(llm, "name", type(llm).__name__)
@@ -425,7 +430,6 @@ def engine_stage(llm: Any, job: DecodeJob, *, stats: Any = None) -> EngineStage:
 def _on_engine(llm, job, grouped, suffixes, leads, sampling, proc, stats):
     """``decode`` on a backend whose engine applies the grammar and the bias: the job's
     ``EngineStage``, each round sent with ``llm.submit``."""
-    from recjudge.decoding._remote import bias_probe_due, probe_bias
 
     stage = _stage(llm, job, grouped, suffixes, leads, sampling, proc, stats)
     if bias_probe_due(llm):
@@ -447,7 +451,6 @@ def _stage(llm, job, grouped, suffixes, leads, sampling, proc, stats) -> EngineS
 def _on_local_engine(llm, job, grouped, suffixes, grammar, proc, step, accept, sampling, stats):
     """``decode`` on recjudge's own engines (shared-prefix or per prompt): the tokens of
     each row, stopped at the decision when asked or when the rest is forced."""
-    from recjudge.llm import EngineJob, decode_prompts, decode_shared
 
     def finished(row: int) -> bool:
         if grammar.finish_forced(row):  # the rest is forced: no more model steps

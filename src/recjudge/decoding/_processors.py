@@ -182,7 +182,8 @@ class GrammarLogitsProcessor:
     def __init__(
         self, compiled: CompiledSchema | Sequence[CompiledSchema], batch_size: int | None = None
     ) -> None:
-        import xgrammar as xgr
+        # xgrammar loads with the first grammar, not with this module
+        import xgrammar as xgr  # noqa: PLC0415
 
         if isinstance(compiled, CompiledSchema):
             if batch_size is None or batch_size < 1:

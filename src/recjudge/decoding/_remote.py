@@ -29,23 +29,26 @@ import torch
 from pydantic import ConfigDict, Field, ValidationError
 
 from recjudge._util import json_loads
-from recjudge.decoding._api import BranchBias
-from recjudge.decoding._compile import CompiledSchema, TokenTable
+from recjudge.decoding._api import BranchBias, ConstrainedOutput
+from recjudge.decoding._compile import CompiledSchema, TokenTable, compile_schema
 from recjudge.decoding._processors import (
     NEG_INF,
     BranchBiasProcessor,
     DecisionRecord,
+    GrammarLogitsProcessor,
     _EvidenceTracker,
     veto_repeats,
     zero_signal,
 )
 from recjudge.decoding._schemas import (
     WIRE_KINDS,
+    EvidenceFirst,
     Schema,
     remainder_ebnf,
     schema_from_spec,
     schema_spec,
 )
+from recjudge.llm import EngineRequest, SamplingConfig, ServerError
 
 if TYPE_CHECKING:
     from recjudge.llm import EngineBackend
@@ -229,7 +232,8 @@ class RequestBias:
 
 # -- client side ---------------------------------------------------------------------------
 def _allowed(matcher: Any, width: int) -> list[int]:
-    import xgrammar as xgr
+    # xgrammar loads with the first grammar, not with this module
+    import xgrammar as xgr  # noqa: PLC0415
 
     mask = xgr.allocate_token_bitmask(1, width)
     matcher.fill_next_token_bitmask(mask, 0)
@@ -248,7 +252,8 @@ def watch_tokens(
     ``replay_decision`` needs. Returns (token ids, complete); ``complete`` is False when the
     walk was cut at ``max_states`` or the set exceeds vLLM's limit of 128 ids.
     """
-    import xgrammar as xgr
+    # xgrammar loads with the first grammar, not with this module
+    import xgrammar as xgr  # noqa: PLC0415
 
     table = compiled.table
     spec = compiled.decision()
@@ -303,7 +308,6 @@ def replay_decision(
     The record's ``extra["coverage"]`` is the smallest probability mass the watched tokens
     held at a pre-decision step (1.0 when the watch set covered every allowed token).
     """
-    from recjudge.decoding._processors import GrammarLogitsProcessor
 
     table = compiled.table
     bias = _bias_processor(payload, compiled.schema, table)
@@ -360,9 +364,6 @@ def probe_bias(llm: EngineBackend) -> None:
     Raises:
         ServerError: the verdicts did not follow the bias.
     """
-    from recjudge.decoding._api import BranchBias
-    from recjudge.decoding._schemas import EvidenceFirst
-    from recjudge.llm import ServerError
 
     _PROBED[llm] = "probing"  # the probe's own requests must not probe again
     try:
@@ -402,7 +403,6 @@ class EngineBatch:
     def finish(self, results: Sequence[Any]) -> list[ConstrainedOutput]:
         """The engine's results (one per request, in order) as ``ConstrainedOutput``s: text,
         parsed value and replayed decision record."""
-        from recjudge.decoding._api import ConstrainedOutput
 
         return [_replayed(c, p, r, lead, ConstrainedOutput)
                 for c, p, r, lead in zip(self.compiled, self.payloads, results, self.leads,
@@ -433,8 +433,6 @@ def engine_batch(
             prompt): one list for all prompts, or one list per prompt.
         seeds: per-prompt sampling seeds (sampled decoding only).
     """
-    from recjudge.decoding._compile import compile_schema
-    from recjudge.llm import EngineRequest, SamplingConfig
 
     sampling = sampling or SamplingConfig()
     bias = bias or BranchBias(beta=0.0)

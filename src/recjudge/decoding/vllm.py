@@ -25,6 +25,7 @@ from vllm.v1.worker.gpu.sample.logits_processor.interface import (
     LogitsProcessor as V2LogitsProcessor,
 )
 
+from recjudge.decoding._compile import GRAMMARS
 from recjudge.decoding._remote import BiasPayload, RequestBias
 from recjudge.llm import PROCESSORS, SPEC_DECODE_ERROR
 
@@ -38,9 +39,8 @@ def processor_fqcn(v2: bool) -> str:
 
 def _token_table(vllm_config: Any) -> Any:
     """The token byte table for the served model's tokenizer (built once per process)."""
-    from transformers import AutoTokenizer
-
-    from recjudge.decoding._compile import GRAMMARS
+    # transformers loads with a model, not with this module
+    from transformers import AutoTokenizer  # noqa: PLC0415
 
     mc = vllm_config.model_config
     if vllm_config.speculative_config is not None:

@@ -20,7 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from recjudge._util import RunFault, first_line
+import psutil
+
+from recjudge._util import RunFault, cache_dir, first_line
 
 if TYPE_CHECKING:
     pass
@@ -92,7 +94,6 @@ def worker_env_vars() -> dict[str, str]:
     model again, silently, and the second waited on the build lock) and every other
     ``RECJUDGE_*`` setting (the forced dtype, ...), secrets left out; and the driver's
     niceness (``RAY_worker_niceness``)."""
-    from recjudge._util import cache_dir
 
     env = {k: v for k, v in os.environ.items()
            if k.startswith("RECJUDGE_") and k not in _SECRET_ENV}  # fmt: skip
@@ -338,7 +339,6 @@ class LocalCluster:
 
     def pids(self) -> list[int]:
         """The head's process and every process it started (workers included)."""
-        import psutil
 
         if self.process is None:
             return []
@@ -351,7 +351,6 @@ class LocalCluster:
     def stop(self) -> None:
         """Disconnect this process's driver from the cluster, SIGTERM the head's process
         group, then SIGKILL whatever of it is left; remove its token."""
-        import psutil
 
         if self.process is None:
             self._forget_token()
@@ -392,8 +391,6 @@ class LocalCluster:
 
 
 def _proc(pid: int) -> Any:
-    import psutil
-
     try:
         return psutil.Process(pid)
     except psutil.NoSuchProcess:

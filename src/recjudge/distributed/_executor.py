@@ -39,8 +39,12 @@ from typing import TYPE_CHECKING, Any
 from recjudge._ray_config import RayConfig
 from recjudge._util import RunFault, first_line, gc_paused
 from recjudge.distributed._cluster import RayClusterError, connect
+from recjudge.distributed._ray_data_llm import stream_on_ray_data_llm
 from recjudge.distributed._run import RayRun
 from recjudge.distributed._worker import JudgeWorker, call_units
+from recjudge.llm import LLMConfig, resolve_llm_config
+from recjudge.reward import history_sent
+from recjudge.reward._judgment import Judgment
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMConfig
@@ -154,9 +158,6 @@ class RayExecutor:
     def run(
         self, judge: Judge, plan: JudgePlan, record: bool
     ) -> Iterator[tuple[list[int], list[Judgment]]]:
-        from recjudge.llm import resolve_llm_config
-        from recjudge.reward import history_sent
-
         if judge.llm_loaded_here():
             raise ValueError(
                 "--ray loads the model on the workers; a backend loaded here cannot be shipped "
@@ -171,8 +172,6 @@ class RayExecutor:
         llm_config = self.placed(resolve_llm_config(judge.llm_config_or_model()))
         run = RayRun(judge, reqs, keys, calls, llm_config, record)
         if llm_config.backend == "vllm" and self.config.vllm == "ray-data-llm":
-            from recjudge.distributed._ray_data_llm import stream_on_ray_data_llm
-
             ray = self.ready(vllm_stage=True)
             yield from stream_on_ray_data_llm(ray, self.config, run)
             return
@@ -236,7 +235,6 @@ def _merge_block(
 ) -> tuple[list, list]:
     """One worker block's answers as (indices, judgments), each request kept once (a
     retried block's second answer is dropped); a fault there ends the run."""
-    from recjudge.reward._judgment import Judgment
 
     if "fault" in got:
         if got.get("run_fault", True):
@@ -264,7 +262,6 @@ def ray_executor(
     and the cluster, before anything is written or started."""
     if ray is None:
         return None
-    from recjudge.llm import LLMConfig, resolve_llm_config
 
     given = {"backend": backend} if backend != "transformers" else {}
     if server:

@@ -20,6 +20,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from recjudge._util import RunFault, first_line
+from recjudge.decoding import engine_stage
+from recjudge.distributed._cluster import RayClusterError
+from recjudge.llm import RayDataLLM, fingerprint, run_requests
+from recjudge.reward._call import call_job, decoded, judgment_of, prompts_for
+from recjudge.reward._judge import Judge
+from recjudge.reward._judgment import RECORDED_ERRORS, error_text
 
 if TYPE_CHECKING:
     from recjudge._ray_config import RayConfig
@@ -51,7 +57,6 @@ class EngineCall:
 
     def ask(self) -> dict[str, Any]:
         """This round's requests by fingerprint (noted for ``complete``)."""
-        from recjudge.llm import fingerprint
 
         reqs = self.stage.requests
         self.fps, self.got = [fingerprint(r) for r in reqs], {}
@@ -67,9 +72,6 @@ def engine_calls(local: Judge, run: RayRun) -> tuple[list[EngineCall], list[tupl
     judge whose LLM is the ``RayDataLLM``), and the requests that failed before any engine
     ran (prompt or grammar; recorded with ``run.record``, else raised). A call that cannot
     be built whole is built request by request, so only the failing ones fail."""
-    from recjudge.decoding import engine_stage
-    from recjudge.reward._call import call_job, decoded, judgment_of, prompts_for
-    from recjudge.reward._judgment import RECORDED_ERRORS
 
     c = local.config
     calls: list[EngineCall] = []
@@ -115,7 +117,6 @@ def _finished(call: EngineCall, run: RayRun) -> tuple[list[int], list[Judgment]]
     """Feed a call whose round is complete: its (indices, judgments) when it is done, None
     when it asks for another round. An error while replaying it fails its requests (with
     ``run.record``; else it is raised)."""
-    from recjudge.reward._judgment import RECORDED_ERRORS, error_text
 
     try:
         call.stage.feed([call.got[fp] for fp in call.fps])
@@ -142,10 +143,6 @@ def stream_on_ray_data_llm(
     Raises:
         RayClusterError: the Ray run failed, or ended with calls whose results never came.
     """
-    from recjudge.distributed._cluster import RayClusterError
-    from recjudge.llm import RayDataLLM, run_requests
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judgment import error_text
 
     engine: RayDataLLM = RayDataLLM(run.llm_config)
     local = Judge(run.judge.config, llm=engine)  # prompts and replays on the driver

@@ -11,7 +11,14 @@ import socket
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from recjudge._util import RunFault
+from recjudge.llm import LLMConfig
+from recjudge.reward._judge import Judge
+from recjudge.reward._judge_config import JudgeConfig
+from recjudge.reward._judgment import JudgeRequest, Judgment, error_text
+from recjudge.reward._prompt import HistoryItem
 
 if TYPE_CHECKING:
     from recjudge.reward._judgment import JudgeRequest
@@ -80,8 +87,6 @@ def call_units(
 def request_from_record(d: dict[str, Any], earlier: Sequence[JudgeRequest] = ()) -> JudgeRequest:
     """The request of ``request_record``'s ``d``; ``earlier``: the call's requests before it
     (where a ``history_of`` points)."""
-    from recjudge.reward._judgment import JudgeRequest
-    from recjudge.reward._prompt import HistoryItem
 
     if "history_of" in d:
         same = earlier[int(d["history_of"])]
@@ -119,10 +124,6 @@ class JudgeWorker:
 
     def _load(self) -> Any:
         if self._judge is None:
-            from recjudge.llm import LLMConfig
-            from recjudge.reward._judge import Judge
-            from recjudge.reward._judge_config import JudgeConfig
-
             llm_config = LLMConfig.model_validate_json(self._llm_config)
             judge = Judge(JudgeConfig.model_validate_json(self._config), llm_config=llm_config)
             judge.warm_up()
@@ -130,14 +131,11 @@ class JudgeWorker:
         return self._judge
 
     def __call__(self, batch: dict[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
         out = [self.unit(str(text)) for text in batch["unit"]]
         return {"result": np.array(out, dtype=object)}
 
     def unit(self, text: str) -> str:
         """One block's engine calls (JSON) -> their results (JSON)."""
-        from recjudge.reward._judgment import Judgment, error_text
 
         results: list[dict[str, Any]] = []
         try:

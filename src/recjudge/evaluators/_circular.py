@@ -30,11 +30,13 @@ system's lists beside the logged hit rate so a lenient judge is visible.
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from recjudge._util import UserFacingError, json_loads
+from recjudge.cf_models import model_fingerprint
 
 __all__ = [
     "OVERLAP_LIMIT",
@@ -88,8 +90,6 @@ def sigma_source(
     judges), or None when the judge uses no CF model."""
     if not cf or not uses_cf:
         return None
-
-    from recjudge.cf_models import model_fingerprint
 
     path = Path(cf)
     try:
@@ -146,7 +146,6 @@ def lenient_systems(by_system: Mapping[str, Mapping[str, Any]]) -> dict[str, str
     """``{system: why}`` for each system the leniency rule (module docstring) finds: its
     judge YES rate over its logged hit rate at least ``LENIENCY_LIMIT`` times the median of
     the other systems' (systems without both rates are not compared)."""
-    import statistics
 
     ratio = {n: d["judge_yes_rate"] / d["logged_hit_rate"] for n, d in by_system.items()
              if d.get("judge_yes_rate") is not None and d.get("logged_hit_rate")}  # fmt: skip

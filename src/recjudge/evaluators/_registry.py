@@ -9,6 +9,11 @@ from typing import Any
 from pydantic import BaseModel
 
 from recjudge._registry import Registry
+from recjudge.evaluators.arena._arena import ArenaConfig, run_arena
+from recjudge.evaluators.arena._lists import ArenaListConfig, run_arena_lists
+from recjudge.evaluators.gist._config import GistConfig
+from recjudge.evaluators.gist._pipeline import run_gist
+from recjudge.evaluators.usersum._usersum import UserSumConfig, run_usersum
 
 
 @dataclass(frozen=True)
@@ -46,12 +51,6 @@ EVALUATORS: Registry[EvaluatorSpec] = Registry("evaluator")
 
 
 def _register() -> None:
-    from recjudge.evaluators.arena._arena import ArenaConfig, run_arena
-    from recjudge.evaluators.arena._lists import ArenaListConfig, run_arena_lists
-    from recjudge.evaluators.gist._config import GistConfig
-    from recjudge.evaluators.gist._pipeline import run_gist
-    from recjudge.evaluators.usersum._usersum import UserSumConfig, run_usersum
-
     EVALUATORS.register("arena", EvaluatorSpec(
         ArenaConfig, run_arena, "RecSys Arena: systems judged pairwise against a reference",
         "reports/arena"))  # fmt: skip

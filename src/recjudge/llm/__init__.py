@@ -6,6 +6,7 @@ that never compute with a model (``store``, ``data``, a command's ``--help``) wo
 torch's ~2 s import for nothing.
 """
 
+import importlib
 from typing import TYPE_CHECKING, Any
 
 from recjudge.llm._backend import (
@@ -109,7 +110,6 @@ _LAZY = {
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
 
     value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     globals()[name] = value  # later reads skip this hook

@@ -21,6 +21,7 @@ from recjudge.llm._config import (
     LLMConfig,
     SamplingConfig,
 )
+from recjudge.llm._job import EngineJob
 from recjudge.llm._models import ModelLoadError, resolve_model_path
 
 ZERO_WIDTH_SPACE = "\u200b"
@@ -124,8 +125,8 @@ class TransformersBackend:
     def __init__(self, config: LLMConfig | None = None) -> None:
         import torch
 
-        from recjudge.llm._native import load_native, native_support
-        from recjudge.llm._tokenizer import load_tokenizer
+        # torch loads here, on first use: this module is imported at the CLI's start
+        from recjudge.llm._native import load_native, native_support  # noqa: PLC0415
 
         self.config = config or LLMConfig()
         if self.config.num_threads:
@@ -150,6 +151,9 @@ class TransformersBackend:
         # the tokenizer runs without transformers wherever it can (``_tokenizer``), unless
         # transformers was asked for
         with _load_errors(self.config.model, "tokenizer"):
+            # tokenizers and jinja2 wait for the first tokenizer (a command without a model)
+            from recjudge.llm._tokenizer import load_tokenizer  # noqa: PLC0415
+
             tokenizer = load_tokenizer(source, native=impl != "transformers", **kwargs)
         with _load_errors(self.config.model, "weights"):
             if impl != "transformers" and why is None:
@@ -169,7 +173,8 @@ class TransformersBackend:
         """The model as a transformers module, for what only transformers does
         (``generate()`` with logits processors, the naive baselines of the benchmarks). A
         native model's transformers twin is loaded on first use and shares its weights."""
-        from recjudge.llm._native import NativeCausalLM
+        # torch loads here, on first use: this module is imported at the CLI's start
+        from recjudge.llm._native import NativeCausalLM  # noqa: PLC0415
 
         if not isinstance(self.model, NativeCausalLM):
             return self.model
@@ -208,7 +213,8 @@ class TransformersBackend:
         self.device = require_device(self.config.resolved_device())
         self.model.to(self.device)
         self.model.eval()
-        from recjudge.llm._fast import supports_fast
+        # torch loads here, on first use: this module is imported at the CLI's start
+        from recjudge.llm._fast import supports_fast  # noqa: PLC0415
 
         # Step scores and the batch-invariant engine work with any causal LM; exact option
         # scoring needs the fast engine's forward.
@@ -262,7 +268,8 @@ class TransformersBackend:
 
         sampling = sampling or SamplingConfig()
         if not processors:
-            from recjudge.llm._fast import supports_fast
+            # torch loads here, on first use: this module is imported at the CLI's start
+            from recjudge.llm._fast import supports_fast  # noqa: PLC0415
 
             if supports_fast(self.model):
                 return self._generate_fast(prompts, sampling)
@@ -302,8 +309,8 @@ class TransformersBackend:
 
     def _generate_fast(self, prompts: Sequence[str], sampling: SamplingConfig) -> list[Generation]:
         """Free text on the fast engine, until an end-of-sequence token or the budget."""
-        from recjudge.llm._fast import decode_prompts
-        from recjudge.llm._job import EngineJob
+        # torch loads here, on first use: this module is imported at the CLI's start
+        from recjudge.llm._fast import decode_prompts  # noqa: PLC0415
 
         ids = [self.encode(p) for p in prompts]
         eos = self.model.generation_config.eos_token_id

@@ -31,7 +31,16 @@ from typing import Any
 
 import torch
 
+from recjudge.llm._config import capabilities_of
 from recjudge.llm._engine import EngineStats
+from recjudge.llm._fast import (
+    encode_prefix,
+    extend_prefix,
+    fast_attention,
+    prefill_rows,
+    prefixes_of,
+)
+from recjudge.llm._fast_loop import _Head
 
 __all__ = ["BestOption", "OptionTrie", "best_options", "option_tokens"]
 
@@ -100,7 +109,6 @@ def best_options(
     Needs a backend that declares ``option_scoring`` (a model the fast engine supports, or
     an engine backend with ``next_logprobs``).
     """
-    from recjudge.llm._config import capabilities_of
 
     if width < 1:
         raise ValueError("width must be >= 1")
@@ -159,13 +167,6 @@ def _advance(search: Any, sent: Any, key: Any, pending: dict, out: dict) -> None
 
 def _local_options(backend, prefix_ids, contexts, trie, width, stats) -> list[BestOption]:
     """The search on the fast engine: the prefix encoded once, each context extending it."""
-    from recjudge.llm._fast import (
-        encode_prefix,
-        extend_prefix,
-        fast_attention,
-        prefill_rows,
-        prefixes_of,
-    )
 
     kv = prefixes_of(backend).get(
         "fast", prefix_ids, lambda: encode_prefix(backend, prefix_ids), stats
@@ -194,7 +195,6 @@ def _local_options(backend, prefix_ids, contexts, trie, width, stats) -> list[Be
 def _logprobs(backend: Any, hidden: torch.Tensor) -> torch.Tensor:
     """Next-token log-probabilities over the whole vocabulary (not renormalised to the
     trie's tokens: an option is scored by what the model would write unconstrained)."""
-    from recjudge.llm._fast_loop import _Head
 
     with torch.inference_mode():  # the engine's LM head, full width, NaN/inf checked
         logits, _ = _Head(backend.model, None, backend.name)(hidden, [])

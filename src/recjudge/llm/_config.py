@@ -7,15 +7,19 @@ import it; it imports none of them, so no import cycle runs through the layer.
 from __future__ import annotations
 
 import contextvars
+import inspect
 import os
 import re
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from recjudge._util import RunFault, native_bf16
+from recjudge._util import RunFault, native_bf16, redact_uri
+from recjudge.llm._card import card_digest
 from recjudge.llm._models import DEFAULT_MODEL
 
 DTYPE_ENV = "RECJUDGE_DTYPE"
@@ -178,7 +182,6 @@ class LLMConfig(BaseModel):
     def _no_credentials(cls, value: str | None) -> str | None:
         # A password in the URL would reach result keys, report headers and error lines; the
         # key goes in the environment (sent as a bearer token, never over plain http).
-        from urllib.parse import urlsplit
 
         if value is not None:
             try:
@@ -187,8 +190,6 @@ class LLMConfig(BaseModel):
             except ValueError as e:
                 raise ValueError(f"server URL is not a URL ({e})") from None
             if has_credentials:
-                from recjudge._util import redact_uri
-
                 raise ValueError(
                     f"server URL {redact_uri(value)} holds credentials: give the URL without "
                     "them and put the API key in $RECJUDGE_API_KEY (or the variable api_key_env "
@@ -252,7 +253,6 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
     ``LLMConfig.KEYED`` and ``UNKEYED`` classify every field.
     """
     out: dict[str, Any] = {} if _server_auto(config) else {"dtype": config.resolved_dtype()}
-    from recjudge.llm._card import card_digest
 
     tuned = card_digest(config.model) if config.backend != "openai-compatible" else None
     if tuned is not None:  # a folder of `judge tune`: its card (base, data, weights) is keyed
@@ -291,7 +291,6 @@ def resolution_state() -> tuple[str | None, bool | None]:
     """What resolving an ``LLMConfig`` (``auto`` dtype and device) reads from the process:
     ``$RECJUDGE_DTYPE`` and whether torch sees a GPU (None before torch is imported): a
     cache of ``llm_key`` is valid while this is unchanged."""
-    import sys
 
     torch = sys.modules.get("torch")
     return os.environ.get(DTYPE_ENV), torch.cuda.is_available() if torch is not None else None
@@ -303,7 +302,6 @@ def loaded_config(llm: Any) -> LLMConfig | None:
     model really is, not what ``auto`` would pick now); ``None`` for ``None`` or an object
     without a config (a test double). Attributes are read without running the object's own
     ``__getattr__`` (a stand-in may refuse any use)."""
-    import inspect
 
     def static(name: str) -> Any:
         try:

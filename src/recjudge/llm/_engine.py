@@ -24,6 +24,7 @@ independent of batching.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -271,8 +272,6 @@ def prefix_cache(backend: Any, prefix_ids: Sequence[int]) -> Any:
 
 
 def _copy_cache(cache: Any, rows: int) -> Any:
-    import copy
-
     new = copy.deepcopy(cache)
     new.batch_repeat_interleave(rows)
     return new

@@ -50,6 +50,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
+from recjudge.llm._engine import constrained_decode, prefix_cache, shared_prefix_decode
 from recjudge.llm._fast_attention import ATTN_NAME, fast_attention
 from recjudge.llm._fast_loop import (
     extend_prefix,
@@ -96,7 +97,6 @@ def decode_shared(
     text): the fast engine feeds them with the row's token and keeps those the model chooses
     (``_loop``); the invariant engine ignores them.
     """
-    from recjudge.llm._engine import prefix_cache, shared_prefix_decode
 
     n = len(suffix_ids)
     if len(prefix_of) != n or any(not 0 <= g < len(prefixes) for g in prefix_of):
@@ -126,7 +126,6 @@ def decode_prompts(
     shares its longest common token prefix (chat templates and instructions usually give
     one) and only the rest is prefilled per row (``job.allowed`` is for shared prefixes and
     not used here)."""
-    from recjudge.llm._engine import constrained_decode
 
     if job.deterministic or not supports_fast(backend.model):
         return constrained_decode(backend, prompt_ids, job)

@@ -362,7 +362,8 @@ def _register(model: Any) -> None:
     module's import)."""
     if isinstance(model, NativeCausalLM):
         return
-    from transformers import AttentionInterface
+    # transformers loads with a model, not with this module
+    from transformers import AttentionInterface  # noqa: PLC0415
 
     if ATTN_NAME not in AttentionInterface._global_mapping:
         AttentionInterface.register(ATTN_NAME, _prefix_attention)

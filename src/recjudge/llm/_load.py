@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from recjudge._registry import Registry
+from recjudge.llm._backend import BackendNotInstalledError
 from recjudge.llm._config import LLMBackend, LLMConfig, resolve_llm_config
 from recjudge.llm._models import DEFAULT_MODEL, PRESETS, resolve_model_path
 
@@ -34,8 +35,6 @@ class BackendSpec:
     install: str = ""
 
     def load(self, config: LLMConfig) -> LLMBackend:
-        from recjudge.llm._backend import BackendNotInstalledError
-
         if self.needs and importlib.util.find_spec(self.needs) is None:
             raise BackendNotInstalledError(
                 f"backend {config.backend!r} needs {self.label or self.needs}, which is not "

@@ -10,6 +10,7 @@ half-written or stale cache is detected and rebuilt.
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import hashlib
 import importlib.metadata as md
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from recjudge._registry import Registry
 from recjudge._util import RunFault, atomic_dir, cache_dir, json_loads, sha256_file
+from recjudge.llm._card import TunedCardError, check_tuned
 
 log = logging.getLogger(__name__)
 
@@ -352,7 +354,9 @@ def build_cache(preset: ModelPreset) -> Path:
         )
     if gguf.parent == cache_dir() / "gguf":
         gguf.unlink(missing_ok=True)  # the bf16 folder replaces the assembled copy
-    from recjudge.llm._tokenizer import load_tokenizer
+
+    # tokenizers and jinja2 wait for the first tokenizer (a command without a model)
+    from recjudge.llm._tokenizer import load_tokenizer  # noqa: PLC0415
 
     load_tokenizer(final)  # caches the tokenizer: a first judgment need not import transformers
     return final
@@ -361,7 +365,6 @@ def build_cache(preset: ModelPreset) -> Path:
 @contextmanager
 def _build_lock(path: Path) -> Iterator[None]:
     """An exclusive lock beside the cache folder ``path`` while it is built."""
-    import fcntl
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f".{path.name}.lock"), "w") as f:
@@ -411,7 +414,6 @@ def _drop_killed_builds(path: Path) -> list[Path]:
 
 def _check_tuned(folder: Path) -> None:
     """A tuned folder's weights against its card (``llm._card``), as one load error."""
-    from recjudge.llm._card import TunedCardError, check_tuned
 
     try:
         check_tuned(folder)

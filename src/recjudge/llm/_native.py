@@ -349,7 +349,8 @@ def new_cache(model: Any) -> Any:
     ``DynamicCache`` for a transformers one."""
     if isinstance(model, NativeCausalLM):
         return NativeCache()
-    from transformers import DynamicCache
+    # transformers loads with a model, not with this module
+    from transformers import DynamicCache  # noqa: PLC0415
 
     return DynamicCache(config=model.config)
 
@@ -452,7 +453,8 @@ def load_native(folder: Path, dtype: torch.dtype) -> NativeCausalLM:
         ValueError: the weights do not match the architecture (a missing or unexpected
             tensor, a wrong shape), naming the tensor.
     """
-    from safetensors.torch import load_file
+    # safetensors loads with the weights, not with this module
+    from safetensors.torch import load_file  # noqa: PLC0415
 
     cfg = read_config(folder)
     # built with uninitialised tensors (``Linear.reset_parameters`` does nothing: no random

@@ -5,6 +5,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from recjudge.llm._config import former_llm_settings_of, llm_settings_of, resolution_state
+from recjudge.llm._load import load_llm
+from recjudge.llm._models import check_models
+
 
 class LLMPool:
     """Backends by model name for one evaluator run (an explicit object, not a global cache).
@@ -17,16 +21,12 @@ class LLMPool:
     """
 
     def __init__(self, loaded: Mapping[str, Any] | None = None, needed: Iterable[str] = ()) -> None:
-        from recjudge.llm._models import check_models
-
         self._llms: dict[str, Any] = dict(loaded or {})
         self._keys: dict[tuple[Any, ...], dict[str, Any]] = {}
         self._former: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
         check_models(n for n in needed if n not in self._llms)
 
     def get(self, name: str) -> Any:
-        from recjudge.llm import load_llm
-
         if name not in self._llms:
             self._llms[name] = load_llm(name)
         return self._llms[name]
@@ -34,7 +34,6 @@ class LLMPool:
     def key(self, name: str) -> dict[str, Any]:
         """``llm_key`` of model ``name``: of the backend it is (or was given as), else of the
         config ``load_llm`` will load it with. Stored answers key what ran them."""
-        from recjudge.llm._config import llm_settings_of, resolution_state
 
         # once per model (and resolution state), not per stored question: a run keys 10^4
         state = (name, name in self._llms, *resolution_state())
@@ -45,7 +44,6 @@ class LLMPool:
     def former(self, name: str) -> list[dict[str, Any]]:
         """``key``'s earlier forms for model ``name`` (``former_llm_keys``; none for most),
         resolved once per model and state, as ``key``."""
-        from recjudge.llm._config import former_llm_settings_of, resolution_state
 
         state = (name, name in self._llms, *resolution_state())
         if state not in self._former:

@@ -28,15 +28,23 @@ use (``transformers_tokenizer()``): the same answers, at the old cost.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import json_loads
+import jinja2
+import jinja2.ext
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+from recjudge._util import CacheDirError, atomic_dir, cache_dir, json_loads, stable_hash
 
 log = logging.getLogger(__name__)
 
@@ -106,11 +114,6 @@ def _template_env() -> Any:
     ``lstrip_blocks``, loop controls; ``tojson`` without HTML escaping; ``raise_exception``,
     ``strftime_now``; a ``dict`` and a ``namespace`` that refuse underscore names). Chat
     templates are untrusted code: the sandbox, not the template, decides what they can reach."""
-    from datetime import datetime
-
-    import jinja2
-    import jinja2.ext
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message: str) -> None:
         raise jinja2.exceptions.TemplateError(message)
@@ -179,8 +182,6 @@ class NativeTokenizer:
     """
 
     def __init__(self, spec: TokenizerSpec, source: Path | str, twin: Any = None) -> None:
-        from tokenizers import Tokenizer
-
         meta = spec.meta
         tk = Tokenizer.from_str(spec.backend)
         # transformers turns both off for a call that asks for neither
@@ -422,8 +423,6 @@ class NativeTokenizer:
         if self._template is None:
             template: Any = False
             if isinstance(self.chat_template, str):
-                import jinja2
-
                 try:
                     template = _template_env().from_string(self.chat_template)
                 except jinja2.TemplateSyntaxError:
@@ -525,9 +524,6 @@ def file_stamps(folder: Path, names: Iterable[str]) -> list[tuple[str, int, int]
 
 def tokenizer_key(folder: Path) -> str | None:
     """The cache key of ``folder``'s tokenizer, or None (no tokenizer files)."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    from recjudge._util import stable_hash
 
     files = file_stamps(folder, TOKENIZER_FILES)
     if not any(name == "tokenizer.json" for name, *_ in files):
@@ -541,14 +537,11 @@ def tokenizer_key(folder: Path) -> str | None:
 
 
 def _cache_folder(key: str) -> Path:
-    from recjudge._util import cache_dir
-
     return cache_dir() / "tokenizers" / key
 
 
 def read_tokenizer_spec(key: str) -> TokenizerSpec | None:
     """A cached description, or None (absent, unreadable, or not one this version wrote)."""
-    from recjudge._util import CacheDirError
 
     try:
         folder = _cache_folder(key)
@@ -579,7 +572,6 @@ def _spec_digest(backend: str, meta: dict[str, Any], key: str) -> str:
     the cache entry is written, checked at every read (~10 ms for Qwen2.5's 11 MB
     tokenizer). The key makes an entry valid only where it was written: a whole entry of
     another tokenizer moved into this one's folder is self-consistent but fails here."""
-    import hashlib
 
     body = {k: v for k, v in meta.items() if k != "content_sha256"}
     h = hashlib.sha256(key.encode("utf-8") + b"\n")
@@ -590,7 +582,6 @@ def _spec_digest(backend: str, meta: dict[str, Any], key: str) -> str:
 
 def write_tokenizer_spec(key: str, spec: TokenizerSpec) -> None:
     """Cache ``spec`` (atomically; a cache that cannot be written is skipped)."""
-    from recjudge._util import CacheDirError, atomic_dir
 
     try:
         with atomic_dir(_cache_folder(key)) as tmp:

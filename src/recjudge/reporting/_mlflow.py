@@ -18,6 +18,7 @@ logged.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -25,7 +26,15 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError, first_line
+from recjudge import __version__
+from recjudge._util import (
+    UserFacingError,
+    atomic_write_json,
+    first_line,
+    json_loads,
+    redact,
+    redact_uri,
+)
 from recjudge.reporting._results import estimates_grid, finite, scores_grid
 
 __all__ = ["ENV_URI", "TrackingError", "check_tracking", "log_report", "tracking_uri"]
@@ -96,7 +105,6 @@ def _config(results: Mapping[str, Any]) -> dict[str, Any]:
 
 def report_params(results: Mapping[str, Any]) -> dict[str, str]:
     """The config (``job`` or ``config`` of the results) flattened, values as text."""
-    from recjudge._util import redact
 
     secret = os.environ.get("RECJUDGE_API_KEY")
     out = {}
@@ -108,8 +116,6 @@ def report_params(results: Mapping[str, Any]) -> dict[str, str]:
 
 def report_tags(results: Mapping[str, Any], title: str) -> dict[str, str]:
     """The judge's identity and what produced the report."""
-    from recjudge import __version__
-    from recjudge._util import redact
 
     tags = {"recjudge.version": __version__, "recjudge.report": title[:250]}
     for part in ("judge", "job", "config"):
@@ -145,9 +151,6 @@ def _mlflow() -> Any:
 def _resumed_run(client: Any, memo: Path, uri: str, mlflow: Any) -> str | None:
     """The run a report folder logged to before (``mlflow_run.json``), if it is in this
     tracking store still; None: start one."""
-    import json
-
-    from recjudge._util import json_loads, redact_uri
 
     try:
         saved = json_loads(memo.read_text(encoding="utf-8")) if memo.is_file() else {}
@@ -165,7 +168,6 @@ def _client(uri: str) -> tuple[Any, Any]:
         TrackingError: MLflow missing, or the store does not open (the URI's password
             redacted in the message).
     """
-    from recjudge._util import redact_uri
 
     if "://" not in uri or uri.startswith("file:"):
         # A local folder store: MLflow 3 keeps it in maintenance mode behind an opt-in; a
@@ -216,8 +218,6 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
     Raises:
         TrackingError: MLflow missing, or the tracking store refused the run.
     """
-
-    from recjudge._util import atomic_write_json, redact_uri
 
     uri = uri or tracking_uri()
     if not uri:

@@ -13,10 +13,13 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from recjudge._util import json_loads
 from recjudge.reporting._results import estimates_grid, scores_grid
 
 __all__ = ["PaperTable", "latex_escape", "paper_table", "read_results", "to_csv", "to_latex"]
@@ -154,10 +157,6 @@ def read_results(run: str) -> dict[str, Any]:
     Raises:
         ValueError: no results.json there, or one that is not a JSON object (named).
     """
-    import json
-    from pathlib import Path
-
-    from recjudge._util import json_loads
 
     path = Path(run)
     if path.is_dir():

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import atomic_write_json, atomic_write_text
+from recjudge._util import atomic_write_json, atomic_write_text, native_bf16
 from recjudge.reporting._html import write_html
 from recjudge.reporting._mlflow import log_report, tracking_uri
 
@@ -15,8 +15,6 @@ from recjudge.reporting._mlflow import log_report, tracking_uri
 def environment() -> dict[str, Any]:
     import torch
     import transformers
-
-    from recjudge._util import native_bf16
 
     return {
         "python": platform.python_version(),

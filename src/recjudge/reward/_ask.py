@@ -6,8 +6,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from recjudge.decoding import BranchBias, ConstrainedOutput, DecodeJob, Schema, decode
-from recjudge.llm import BestOption, SamplingConfig, escape_special
+from recjudge.decoding import (
+    BranchBias,
+    ConstrainedOutput,
+    DecodeJob,
+    OptionJob,
+    Schema,
+    decode,
+    json_literal,
+)
+from recjudge.llm import BestOption, OptionTrie, SamplingConfig, escape_special, option_tokens
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -108,7 +116,6 @@ def choose_shared(
         answer_key: the JSON key of the answer.
         width: open paths expanded per batched forward.
     """
-    from recjudge.decoding import OptionJob, decode
 
     if not fills:
         return []
@@ -127,7 +134,6 @@ def choose(
 ) -> list[BestOption]:
     """``choose_shared`` for independent questions, each with its own options (e.g. a
     per-question shortlist): each chat is encoded once, then searched as there."""
-    from recjudge.decoding import OptionJob, decode
 
     if len(options) != len(messages):
         raise ValueError(f"{len(options)} option lists for {len(messages)} questions")
@@ -142,8 +148,6 @@ def choose(
 
 def _answer_trie(llm: LLMBackend, options: Sequence[str], answer_key: str) -> tuple[str, Any]:
     """The answer's lead (``{"<key>``) and the trie of every option's rest of the answer."""
-    from recjudge.decoding import json_literal
-    from recjudge.llm import OptionTrie, option_tokens
 
     # Cut after the key's last letter, as ``decoding.lead_ids`` does: the model then
     # writes the merged '": "' tokens itself, as part of every option's text.

@@ -5,6 +5,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from recjudge.cf_models import item_item_for, load_model, trained_on
+from recjudge.data import load_dataset
+from recjudge.llm import LLMConfig, SamplingConfig, load_llm
+from recjudge.reward._judge import Judge
+from recjudge.reward._judge_config import JUDGES, JudgeConfig
+from recjudge.reward._modes import SIMULATOR_MODES
+from recjudge.reward._simulators import Population
+
 if TYPE_CHECKING:
     from recjudge.reward._judge import Judge, JudgeExecutor
 
@@ -33,11 +41,6 @@ def build_judge(
     (``distributed.ray_executor`` for ``--ray``; None: in this process). Raises ValueError
     for a mode that needs a CF model without one, pydantic's ValidationError for a bad
     device."""
-    from recjudge.llm import LLMConfig, SamplingConfig, load_llm
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judge_config import JUDGES, JudgeConfig
-    from recjudge.reward._modes import SIMULATOR_MODES
-    from recjudge.reward._simulators import Population
 
     JUDGES.get(mode)
     sampling = SamplingConfig.paper(seed=seed) if sample else SamplingConfig(max_new_tokens=256)
@@ -82,13 +85,9 @@ def _cf_model(cf: str | None, mode: str, seed: int) -> Any:
     judge without a CF model never imports the CF models' modules.)"""
     if not cf:
         return None
-    from recjudge.cf_models import load_model
 
     cf_model = load_model(cf)
     if mode == "item-item" and cf_model.name != "item-item":
-        from recjudge.cf_models import item_item_for, trained_on
-        from recjudge.data import load_dataset
-
         dataset = trained_on(cf_model)
         cf_model = item_item_for(cf_model, load_dataset(dataset), seed=seed)
     return cf_model

@@ -11,15 +11,22 @@ import logging
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
+from tqdm.auto import tqdm
+
 from recjudge._registry import UnknownNameError
 from recjudge._util import stable_hash
+from recjudge.cf_models import ItemItemSimilarity
+from recjudge.decoding import GRAMMARS
 from recjudge.llm import (
+    EngineStats,
     LLMConfig,
     ModelLoadError,
     capabilities_of,
     former_llm_keys,
     llm_key,
+    load_llm,
     loaded_config,
+    prefixes_of,
     resolution_state,
     resolve_llm_config,
 )
@@ -28,9 +35,11 @@ from recjudge.reward._judge_config import JUDGES, JudgeConfig
 from recjudge.reward._judgment import DecodedCall, JudgeRequest, Judgment, RunSummary, error_text
 from recjudge.reward._keys import JudgeKeys
 from recjudge.reward._modes import SIMULATOR_MODES
+from recjudge.reward._personas import Personas
 from recjudge.reward._plan import JudgePlan
 from recjudge.reward._requests import stored_request
 from recjudge.reward._sigma import sigma_for, sigmas_for
+from recjudge.reward._simulators import SIMULATORS
 from recjudge.reward._store import ResultsStore
 
 if TYPE_CHECKING:
@@ -43,7 +52,6 @@ log = logging.getLogger(__name__)
 
 def clear_prefix_cache(llm: LLMBackend) -> None:
     """Forget ``llm``'s shared prefix caches (benchmarks time each method from a cold start)."""
-    from recjudge.llm import prefixes_of
 
     prefixes_of(llm).clear()
 
@@ -100,9 +108,6 @@ class Judge:
         self.population = population
         self.personas: Personas | None = None  # a user simulator's (SIMULATOR_MODES)
         if self.config.mode in SIMULATOR_MODES:
-            from recjudge.reward._personas import Personas
-            from recjudge.reward._simulators import SIMULATORS
-
             simulator = SIMULATORS.get(self.config.mode)()
             if simulator.needs_population and population is None:
                 raise ValueError(
@@ -112,8 +117,6 @@ class Judge:
             self.personas = Personas(simulator, population, self.config, lambda: self.llm,
                                      self._llm_settings)  # fmt: skip
         if self.config.mode == "item-item" and cf is not None and cf.name != "item-item":
-            from recjudge.cf_models import ItemItemSimilarity
-
             # Uncalibrated: the cosine range [-1, 1] maps to sigma as is. For a scale fitted
             # on validation pairs use cf_models.item_item_for(base, dataset).
             log.warning("item-item mode: wrapping %s without calibration", cf.name)
@@ -125,7 +128,6 @@ class Judge:
         self._llm = llm
         self.keys = JudgeKeys(self.config, cf_identity(cf), self._llm_settings, self.role,
                               self._former_llm_settings)  # fmt: skip
-        from recjudge.llm import EngineStats
 
         self.stats = EngineStats()
         self.last_run: RunSummary | None = None
@@ -144,8 +146,6 @@ class Judge:
     @property
     def llm(self) -> Any:
         if self._llm is None:
-            from recjudge.llm import load_llm
-
             try:
                 self._llm = load_llm(self.llm_config_or_model())
             except UnknownNameError as e:  # a misspelt model: every request would fail alike
@@ -158,7 +158,6 @@ class Judge:
         a cold CLI judgment overlaps the two."""
         if not self.config.uses_llm() or self.executor is not None:  # (its workers load it)
             return
-        from recjudge.decoding import GRAMMARS
 
         llm = self.llm
         if not capabilities_of(llm).engine_constraints:
@@ -283,8 +282,6 @@ class Judge:
         imported = len(store.imported(list(results))) if store is not None and results else 0
         bar = None
         if progress:
-            from tqdm.auto import tqdm
-
             bar = tqdm(total=len(reqs), initial=len(reqs) - len(plan.todo), desc="judge",
                        unit="pair")  # fmt: skip
         for batch, judged in self._stream(plan, record):

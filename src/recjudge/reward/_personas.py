@@ -9,7 +9,9 @@ from typing import Any
 from recjudge.llm import SamplingConfig
 from recjudge.reward._judge_config import JudgeConfig
 from recjudge.reward._judgment import JudgeRequest
+from recjudge.reward._simulators import persona_asks, persona_key
 from recjudge.reward._store import ResultsStore, personas_path
+from recjudge.reward._stored import generate_stored
 
 
 class Personas:
@@ -40,7 +42,6 @@ class Personas:
 
     def key(self, req: JudgeRequest) -> str:
         """The persona key of this request's user and history."""
-        from recjudge.reward._simulators import persona_key
 
         return persona_key(self.simulator, req, self._settings(), self.config.max_history)
 
@@ -63,8 +64,6 @@ class Personas:
     ) -> None:
         """Write (or read back from ``store``'s personas file) the persona of every distinct
         user history among ``reqs``."""
-        from recjudge.reward._simulators import persona_asks
-        from recjudge.reward._stored import generate_stored
 
         c = self.config
         asks = persona_asks(self.simulator, reqs, self.population, self._settings(),

@@ -46,7 +46,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import UserFacingError, json_loads
+from recjudge import __version__
+from recjudge._util import UserFacingError, atomic_write_bytes, json_loads
+from recjudge.reward._store import ResultsStore, decisions_path, personas_path
+from recjudge.reward._stored import PORTABLE_FORM
 
 PORTABLE_FORMAT = "recjudge-portable-store"
 PORTABLE_VERSION = 2  # 2: a manifest with a digest (and an optional signature) in the header
@@ -109,7 +112,6 @@ def _title_free(text: Any) -> bool:
 def portable_result(result: dict[str, Any]) -> dict[str, Any] | None:
     """A judgment without its ids, an evaluator answer's declared title-free form, or None
     if the answer holds item text."""
-    from recjudge.reward._stored import PORTABLE_FORM
 
     if PORTABLE_FORM in result:  # declared by the question itself (StoredAsk.portable)
         form = result[PORTABLE_FORM]
@@ -133,7 +135,6 @@ def portable_decision(record: dict[str, Any]) -> dict[str, Any] | None:
 def portable_persona(result: dict[str, Any]) -> dict[str, Any] | None:
     """A stored persona as it was declared title-free when written (``StoredAsk.portable``),
     or None (it names a title, or it was stored before personas declared a form)."""
-    from recjudge.reward._stored import PORTABLE_FORM
 
     form = result.get(PORTABLE_FORM)
     if not isinstance(form, dict) or set(form) != {"text"} or form["text"] != result.get("text"):
@@ -146,7 +147,6 @@ def portable_persona(result: dict[str, Any]) -> dict[str, Any] | None:
 def _table_paths(store: Path) -> dict[str, Path]:
     """Each checkpoint table's file for ``store`` (the store itself, then the files beside it),
     for export and import alike."""
-    from recjudge.reward._store import decisions_path, personas_path
 
     return {"results": store, "decisions": decisions_path(store), "personas": personas_path(store)}
 
@@ -155,7 +155,6 @@ def export_portable(store: str | Path, out: str | Path) -> PortableCount:
     """Write the title-free rows of ``store`` (and of ``<store>.decisions`` and
     ``<store>.personas`` where they exist) to ``out`` (gzip JSON lines; a header line, then
     one row per line)."""
-    from recjudge.reward._store import ResultsStore
 
     store = Path(store)
     if not store.exists():
@@ -190,8 +189,6 @@ def _write(
     """A checkpoint file: the manifest line (format, version, counts, producer, digest and,
     with ``$RECJUDGE_CHECKPOINT_KEY`` set, an HMAC signature; ``resealed``: the mark of a file
     resealed from one that did not verify), then one row per line."""
-    from recjudge import __version__
-    from recjudge._util import atomic_write_bytes
 
     body = "".join(line + "\n" for line in lines)
     if not counts.get("personas"):  # a checkpoint without personas reads as before they existed
@@ -366,8 +363,6 @@ def _check_decision(result: dict[str, Any]) -> str | None:
 
 
 def _check_persona(result: dict[str, Any]) -> str | None:
-    from recjudge.reward._stored import PORTABLE_FORM
-
     form = result.get(PORTABLE_FORM)
     text = form.get("text") if isinstance(form, dict) else None
     markup = CHAT_MARKUP.search(text) if isinstance(text, str) else None
@@ -382,7 +377,6 @@ def _check_persona(result: dict[str, Any]) -> str | None:
 
 def _check_result(result: dict[str, Any]) -> str | None:
     """A judgment, or an evaluator's answer (its declared portable form and nothing else)."""
-    from recjudge.reward._stored import PORTABLE_FORM
 
     if PORTABLE_FORM in result:
         form = result[PORTABLE_FORM]
@@ -566,8 +560,6 @@ def import_portable(
     written without ids (``user_id``/``candidate_id`` null): the judge fills them from the
     request that asks for the key.
     """
-    from recjudge.reward._store import ResultsStore
-    from recjudge.reward._stored import PORTABLE_FORM
 
     path, store = Path(path), Path(store)
     rows, verified = _read(path, trust_unsigned=trust_unsigned, max_inflated=max_inflated)

@@ -18,7 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 
 from recjudge._registry import Registry
-from recjudge._util import chat
+from recjudge._util import chat, stable_hash
+from recjudge.data import TitleScreen
+from recjudge.reward._stored import StoredAsk
 
 SIMULATOR_VERSION = "sim-v1"  # part of every persona and judgment key: bump on prompt change
 SIMULATOR_FINGERPRINT = "sim-v1:b3201c3ff1bb7afd"  # tests/test_prompt_versions.py
@@ -271,7 +273,6 @@ class RecAgent(Simulator):
 
 def persona_key(simulator: Simulator, request: Any, settings: dict[str, Any], limit: int) -> str:
     """The stored persona's key: simulator, model settings, user and history."""
-    from recjudge._util import stable_hash
 
     history = [(h.item_id, h.text, h.rating) for h in request.history]
     return stable_hash(SIMULATOR_VERSION, simulator.name, settings, request.user_id, history,
@@ -291,8 +292,6 @@ def persona_asks(
     names no title of the history it was written from (``title_free_persona``); one that does
     stays behind and a resumed run writes it again.
     """
-    from recjudge.data import TitleScreen
-    from recjudge.reward._stored import StoredAsk
 
     asks: dict[str, Any] = {}
     for r in requests:

@@ -10,6 +10,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from recjudge._util import RunFault, json_loads
 
 SCHEMA = """
@@ -278,8 +280,6 @@ class ResultsStore:
         return path
 
     def export_parquet(self, path: str | Path) -> Path:
-        import pandas as pd
-
         path = Path(path)
         flat = [
             {

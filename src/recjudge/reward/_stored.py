@@ -12,7 +12,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from tqdm.auto import tqdm
+
+from recjudge._util import stable_hash
 from recjudge.decoding import ConstrainedOutput, Schema
+from recjudge.reward._ask import ask
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -71,7 +75,6 @@ def ask_key(
     committed checkpoints' among them, stay the keys of the same questions asked the same
     way, and any other value (fp32, a GPU, a server, another budget) is a key of its own.
     """
-    from recjudge._util import stable_hash
 
     missing = object()
     before = {**LEGACY_LLM, **(legacy or {})}
@@ -165,8 +168,6 @@ def run_stored(
         todo = order(todo)
     bar = None
     if progress and todo:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc=desc)
     for b in range(0, len(todo), batch_size):
         part = todo[b : b + batch_size]
@@ -225,7 +226,6 @@ def ask_stored(
         deterministic: ``ask``'s batch-invariant engine (``decode_rows`` is then the fixed
             row count, so a question asked again in a smaller batch gets the same answer).
     """
-    from recjudge.reward._ask import ask
 
     def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
         outs = ask(

@@ -16,12 +16,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any, Literal
 
+from tqdm.auto import tqdm
+
 from recjudge.decoding import DecisionRecord, DecisionStep, replay_greedy
 from recjudge.llm import capabilities_of
 from recjudge.reward._judge import Judge
-from recjudge.reward._judgment import JudgeRequest, Judgment, parse_answer, parsed_evidence
+from recjudge.reward._judgment import (
+    RECORDED_ERRORS,
+    JudgeRequest,
+    Judgment,
+    parse_answer,
+    parsed_evidence,
+)
 from recjudge.reward._modes import SWEEPABLE
 from recjudge.reward._plan import adopt_former_keys, plan_calls
+from recjudge.reward._store import ResultsStore, decisions_path
 
 # Settings that may differ between the judges of one sweep (everything else shapes the
 # prompt or the decoding and must be equal).
@@ -134,8 +143,6 @@ def _record(
     recorded: list[Any] = [None] * len(reqs)
     bar = None
     if progress:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(reqs), desc="record", unit="pair")
     # On an engine backend (vLLM, a server) the pass cannot go on past a decision the
     # unbiased model commits at: its records come from the engine's decision-step
@@ -346,7 +353,6 @@ def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
 def decisions_store(store: Any) -> Any:
     """The store of unbiased decision records beside ``store`` (``<name>.decisions``; never
     in it: its rows are all judgments)."""
-    from recjudge.reward._store import ResultsStore, decisions_path
 
     path = str(store.path)
     return ResultsStore(path if path == ":memory:" else decisions_path(store.path))
@@ -454,7 +460,6 @@ def judge_per_user(
     swept = {name: judges[name] for name in can_sweep(judges)}
     counts = {name: {"new": 0, "total": 0} for name in judges}
     passes = replayed = 0
-    from tqdm.auto import tqdm
 
     bar = tqdm(total=len(users), desc=f"judge ({len(judges)} settings)", unit="user",
                disable=not progress)  # fmt: skip
@@ -487,7 +492,6 @@ def _sweep_user(
     """One user's swept settings from one decoding pass per request (``sweep_into_store``),
     their new judgments added to ``counts``; (passes decoded, requests replayed). A pass that
     fails with ``errors="record"`` leaves them to ``judge_many``, setting by setting."""
-    from recjudge.reward._judgment import RECORDED_ERRORS
 
     try:
         fill = sweep_into_store(swept, sub, store)

@@ -22,6 +22,7 @@ enters every result key; the grammar and the CF bias apply on top, as for any mo
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import functools
 import json
@@ -33,7 +34,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from tqdm import tqdm
 
+from recjudge._stats import auc
 from recjudge._tune_config import TUNE_VERSION, TuneConfig
 from recjudge._util import (
     atomic_dir,
@@ -43,8 +46,16 @@ from recjudge._util import (
     release_freed_memory,
     sha256_file,
     stable_hash,
+    torch_seeded,
 )
-from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs
+from recjudge.decoding._compile import GRAMMARS
+from recjudge.decoding._schemas import json_literal
+from recjudge.llm import PRESETS, LLMConfig, load_llm, require_device, resolve_model_path
+from recjudge.llm._backend import _quiet_loading
+from recjudge.llm._card import TUNED_CARD, TUNED_FORMAT, USERS_FILE, card_digest, user_hash
+from recjudge.reward._judge import Judge
+from recjudge.reward._judge_config import JudgeConfig
+from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
 
 __all__ = ["TUNE_VERSION", "TuneConfig", "TuneResult", "tune"]
 
@@ -73,7 +84,6 @@ class Example:
 
 def answer_text(titles: Sequence[str]) -> str:
     """The evidence-first answer the grammar allows: YES with ``titles``, NO without."""
-    from recjudge.decoding._schemas import json_literal
 
     if not titles:
         return '{"evidence": [], "is_relevant": "NO"}'
@@ -131,7 +141,6 @@ def branch_tokens(
     SmolLM2) leaves out ``" []"`` and ``" [])"``, whose mass the read-out counts and a tuning
     on the target tokens never trains.
     """
-    from recjudge.decoding._compile import GRAMMARS
 
     token_bytes = GRAMMARS.table(tokenizer).token_bytes
     return spec.committing_tokens(token_bytes, b"".join(token_bytes[t] for t in before))
@@ -139,8 +148,6 @@ def branch_tokens(
 
 # -- the model ---------------------------------------------------------------------------------
 def _base_folder(model: str) -> Path:
-    from recjudge.llm import resolve_model_path
-
     path = resolve_model_path(model)
     if not isinstance(path, Path) or not path.is_dir():
         raise ValueError(f"--model {model!r}: tuning needs a local model folder or a preset "
@@ -151,8 +158,6 @@ def _base_folder(model: str) -> Path:
 def base_digest(model: str) -> str:
     """The base model's identity: a preset's GGUF sha256, a tuned folder's card digest, else
     the sha256 of the folder's weight files' digests."""
-    from recjudge.llm import PRESETS
-    from recjudge.llm._card import card_digest
 
     if model in PRESETS:
         return PRESETS.get(model).sha256
@@ -169,9 +174,6 @@ def load_trainable(config: TuneConfig, device: str) -> Any:
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
-
-    from recjudge._util import torch_seeded
-    from recjudge.llm._backend import _quiet_loading
 
     with _quiet_loading():
         base = AutoModelForCausalLM.from_pretrained(_base_folder(config.model),
@@ -278,7 +280,6 @@ def decision_loss(logits: Any, batch: Sequence[Example]) -> Any:
 
 def validation_auc(model: Any, examples: Sequence[Example], pad: int, device: str) -> float | None:
     """AUC of the decision scores against the validation labels (Mann-Whitney)."""
-    from recjudge._stats import auc
 
     s = decision_scores(model, examples, pad, device)
     pos = [v for v, e in zip(s, examples, strict=True) if e.label]
@@ -397,7 +398,6 @@ class TuneResult:
 def _users_record(pairs: TunePairs) -> dict[str, Any]:
     """The users the tuning read (sha256 of each id, never the id) with the latest timestamp
     read for each, and the validation users: what ``evaluate``'s leakage check reads."""
-    from recjudge.llm._card import user_hash
 
     return {
         "format": "recjudge-tuning-users",
@@ -447,8 +447,6 @@ def tune(
     """
     import torch
 
-    from recjudge.llm import LLMConfig, require_device
-
     log = log or (lambda m: None)
     out = Path(out)
     work = Path(f"{out}.tune")
@@ -491,7 +489,6 @@ def tune(
 def tuning_pairs(config: TuneConfig, data: Any, exclude_users: Sequence[str] = ()) -> TunePairs:
     """The pairs ``config`` builds from ``data`` (``build_pairs`` with its settings): the same
     pairs whenever called with the same log, settings and excluded users (seeded)."""
-    from recjudge.reward._tune_pairs import build_pairs
 
     return build_pairs(
         data, future_fraction=config.future_fraction,
@@ -507,9 +504,6 @@ def prompting_judge(config: TuneConfig) -> Any:
     """The judge whose prompts the tuning trains on (no-behavior, the tuning's history and
     evidence caps). Only its tokenizer and templates are used: the model it loads is not
     trained and is not kept in ``load_llm``'s cache (freed before training loads one)."""
-    from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judge_config import JudgeConfig
 
     settings = JudgeConfig(
         model=config.model,
@@ -556,7 +550,6 @@ def pad_id(judge: Any) -> int:
 def _autocast(device: str, precision: str) -> Any:
     """bf16 autocast for ``precision == "bfloat16"`` (matmuls in bf16, weights and the
     adapter's updates fp32), else nothing."""
-    import contextlib
 
     import torch
 
@@ -571,9 +564,6 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
     stop; returns the final state (also on disk). ``train`` maps the indices of the ``n``
     training pairs to their examples (a pair that could not be encoded is absent: its step
     trains on the rest of its batch)."""
-    from tqdm import tqdm
-
-    from recjudge._util import torch_seeded
 
     precision = config.resolved_precision(device)
 
@@ -635,7 +625,6 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
 
 def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> dict[str, Any]:
     """The card's fields (``llm._card``; the weight digests are added when saved)."""
-    from recjudge.llm._card import TUNED_FORMAT
 
     # the distinct pairs the steps that ran read (an early stop reads fewer than were encoded)
     read = [i for i in used_examples(len(pairs.train), config, state["step"]) if i in train]
@@ -693,8 +682,6 @@ def _merge_and_save(model: Any, config: TuneConfig, out: Path, card: dict[str, A
     """The adapter merged into the base weights, in the base's dtype, saved with the base's
     tokenizer files, the users record and the card (written last), atomically."""
     import torch
-
-    from recjudge.llm._card import TUNED_CARD, USERS_FILE
 
     base = _base_folder(config.model)
     merged = model.merge_and_unload()

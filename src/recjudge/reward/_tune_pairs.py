@@ -28,9 +28,12 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+from scipy.sparse import csr_matrix
 
 from recjudge._util import rng
+from recjudge.data import sample_users, timeline_split
 from recjudge.reward._judgment import JudgeRequest
+from recjudge.reward._requests import _history_items, _request
 
 
 @dataclass(frozen=True)
@@ -64,7 +67,6 @@ class TunePairs:
 
 def _cooccurrence(log: pd.DataFrame) -> tuple[dict[str, int], Any, np.ndarray]:
     """(item index, binary item x user matrix (CSR), per-item norms) of ``log``."""
-    from scipy.sparse import csr_matrix
 
     items = {i: n for n, i in enumerate(sorted(log["item_id"].astype(str).unique()))}
     users = {u: n for n, u in enumerate(sorted(log["user_id"].astype(str).unique()))}
@@ -156,8 +158,6 @@ def build_pairs(
     Raises:
         ValueError: no user is left to tune on (the message says which filter emptied it).
     """
-    from recjudge.data import timeline_split
-    from recjudge.reward._requests import _history_items, _request
 
     log = _readable_log(ds, before, exclude_users)
     history, later = timeline_split(log, fraction=future_fraction)
@@ -243,7 +243,6 @@ def _split_users(
     Raises:
         ValueError: fewer than two such users.
     """
-    from recjudge.data import sample_users
 
     n_hist = history.groupby("user_id", observed=True).size()
     n_later = later.groupby("user_id", observed=True).size()

@@ -28,6 +28,9 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from recjudge._registry import suggest
+from recjudge.data import leave_one_out, load_dataset, render_item, sample_users
+from recjudge.decoding import Choice, Verdicts
 from recjudge.evaluators.arena._metrics import (
     ASPECTS,
     OPTIONS,
@@ -48,7 +51,18 @@ from recjudge.evaluators.arena._prompts import (
     arena_messages,
     user_profile,
 )
+from recjudge.evaluators.arena._report import arena_report, plot_winrates
 from recjudge.evaluators.arena._systems import build_systems, offline_metrics
+from recjudge.llm import SamplingConfig, former_llm_settings_of, llm_settings_of, load_llm
+from recjudge.reporting import write_report
+from recjudge.reward import (
+    ResultsStore,
+    StoredAsk,
+    adopt_former,
+    ask_key,
+    ask_stored,
+    default_result,
+)
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -64,8 +78,6 @@ def check_systems(names: Sequence[str], reference: str | None) -> None:
     if len(names) < 2:
         raise ValueError("systems: at least two systems are needed to compare")
     if reference is not None and reference not in names:
-        from recjudge._registry import suggest
-
         close = suggest(reference, list(names))
         hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
         raise ValueError(f"reference {reference!r} is not one of the systems {list(names)}{hint}")
@@ -250,7 +262,6 @@ def arena_world(
     """Load ``data``, sample ``users`` users with a held-out test item (sha256 of the id and
     ``seed``), build ``systems`` on the leave-one-out train split and their offline metrics
     on those users."""
-    from recjudge.data import leave_one_out, load_dataset, sample_users
 
     ds = load_dataset(data)
     split = leave_one_out(ds.interactions)
@@ -262,8 +273,6 @@ def arena_world(
 
 
 def _prepare(config: ArenaConfig, data: str) -> tuple[_Arena, dict[str, Any], list[str]]:
-    from recjudge.data import render_item
-
     world = arena_world(
         data, config.systems, config.users, config.k, config.similarity, config.seed
     )
@@ -305,8 +314,6 @@ def _asks(
     """Every stored question: one per (user, order), and the absolute ratings, keyed with
     the answering LLM's settings (``llm_key``; ``former_llm``: their earlier forms, under
     which a store may hold the answer)."""
-    from recjudge.decoding import Choice, Verdicts
-    from recjudge.reward import StoredAsk, ask_key, default_result
 
     c = arena.config
     per_aspect = c.analysis == "per-aspect"
@@ -363,7 +370,6 @@ def _asks(
 
 def arena_sampling(config: ArenaConfig) -> Any:
     """The greedy budget of a comparison: each analysis text's bound plus the JSON around."""
-    from recjudge.llm import SamplingConfig
 
     n_texts = len(ASPECTS) if config.analysis == "per-aspect" else 1
     return SamplingConfig(max_new_tokens=n_texts * config.analysis_chars + 120)
@@ -442,10 +448,6 @@ def run_arena(
     record per judged order and aspect), ``results.json``, ``report.md`` and
     ``winrates.png`` under ``out``. Judgments are stored in ``out/store.sqlite``; a rerun
     resumes."""
-    from recjudge.evaluators.arena._report import arena_report, plot_winrates
-    from recjudge.llm import former_llm_settings_of, llm_settings_of, load_llm
-    from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore, adopt_former, ask_stored
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -34,6 +34,10 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from recjudge._stats import arm_interval, paired_difference, user_draws
+from recjudge._util import atomic_write_text
+from recjudge.cf_models import MODELS, SideInfo, calibrated_cf
+from recjudge.evaluators._circular import circular_message
 from recjudge.evaluators.arena._arena import arena_world, check_systems
 from recjudge.evaluators.arena._metrics import (
     correlations,
@@ -42,6 +46,10 @@ from recjudge.evaluators.arena._metrics import (
     reference_q,
     reference_q_ci,
 )
+from recjudge.evaluators.arena._report import arena_lists_report, plot_list_scores
+from recjudge.llm import LLMConfig, load_llm
+from recjudge.reporting import write_report
+from recjudge.reward import Judge, JudgeConfig, ResultsStore, judge_per_user, llm_made, requests_for
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -107,13 +115,10 @@ class ArenaListConfig(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> ArenaListConfig:
-        from recjudge.cf_models import MODELS
-
         names = self.system_names
         check_systems(names, self.reference)
         if self.sigma_from in names:
             others = [m for m in ("itemknn", "als", "bpr", "sasrec") if m not in names]
-            from recjudge.evaluators._circular import circular_message
 
             raise ValueError(
                 circular_message(
@@ -154,8 +159,6 @@ def list_run(config: ArenaListConfig, data: str) -> ListRun:
     trained on the leave-one-out train part, as the compared systems are: trained on every
     interaction, its sigma would know each user's held-out item, which the offline metrics
     the list scores are compared with are computed on."""
-    from recjudge.cf_models import SideInfo, calibrated_cf
-    from recjudge.reward import requests_for
 
     world = arena_world(data, config.systems, config.users, config.k, "genre", config.seed)
     ds, users = world.ds, world.users
@@ -178,8 +181,6 @@ def list_run(config: ArenaListConfig, data: str) -> ListRun:
 def _judges(config: ArenaListConfig, llm: Any, cf: Any) -> dict[str, Any]:
     """A judge per scorer (``LIST_SCORERS``) on ``llm``, a loaded backend, or, where it is
     None, on ``LLMConfig(model, dtype)`` loaded at first use (their keys need no model)."""
-    from recjudge.llm import LLMConfig
-    from recjudge.reward import Judge, JudgeConfig
 
     out = {}
     for name, mode in LIST_SCORERS.items():
@@ -247,7 +248,6 @@ def _summarize_scorer(
 ) -> dict[str, Any]:
     """Mean list score per system and each system minus the reference (user bootstrap over
     the users every system has a score for), Q with its CI, and both against AUC."""
-    from recjudge._stats import arm_interval, paired_difference, user_draws
 
     ref = config.reference_name
     users = [u for u in per_system[ref] if all(v[u] is not None for v in per_system.values())]
@@ -289,7 +289,6 @@ def _p_yes_by_scorer(got: Mapping[str, list[Any]], reqs: list[Any]) -> tuple[dic
 def _write_scores(path: Path, scores: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
     """``scores.jsonl``: one line per (user, system, scorer) list score, ids only; written
     to a temp name and renamed (a killed run leaves no half file under the name)."""
-    from recjudge._util import atomic_write_text
 
     atomic_write_text(path, "".join(
         json.dumps({"user_id": u, "system": s, "scorer": scorer, "score": v}) + "\n"
@@ -311,10 +310,6 @@ def run_arena_lists(
     ``results.json``, ``report.md`` and ``scores.png`` under ``out``. Judgments are stored in
     ``out/store.sqlite`` (their decision records beside it); a rerun resumes, and one failed
     item is recorded and counted, its list scored over the items that were judged."""
-    from recjudge.evaluators.arena._report import arena_lists_report, plot_list_scores
-    from recjudge.llm import LLMConfig, load_llm
-    from recjudge.reporting import write_report
-    from recjudge.reward import ResultsStore, judge_per_user, llm_made
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

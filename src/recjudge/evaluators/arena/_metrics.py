@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._metrics import ndcg
+from recjudge._registry import suggest
 from recjudge._stats import bootstrap_ci
 from recjudge._util import rng
 
@@ -443,8 +445,6 @@ def summarize(
     if reference is not None:
         systems = sorted({s for r in records for s in (r["system_a"], r["system_b"])})
         if reference not in systems:
-            from recjudge._registry import suggest
-
             close = suggest(reference, systems)
             hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
             raise ValueError(
@@ -487,7 +487,6 @@ def urd(items: Sequence[str], sim: Callable[[str, str], float]) -> float:
 
 def ndcg_at(items: Sequence[str], targets: set[str], k: int = 5) -> float:
     """nDCG@k with binary relevance (``recjudge._metrics.ndcg``)."""
-    from recjudge._metrics import ndcg
 
     return ndcg([int(it in targets) for it in items], len(targets), k)
 

@@ -8,11 +8,12 @@ from typing import Any
 
 import numpy as np
 
+from recjudge.reporting import figure, interval
+
 
 def plot_winrates(summary: dict[str, Any], path: Path) -> None:
     """Stacked win/tie/lose bars: each system against the reference (reference design) or
     every pair (round-robin), overall verdicts."""
-    from recjudge.reporting import figure
 
     ref = summary.get("reference")
     if ref is not None:
@@ -101,7 +102,6 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
 
 def _pct_band(v: float | None, ci: Any) -> str:
     """A rate in percent with its CI, "-" when undefined (results written before the rate)."""
-    from recjudge.reporting import interval
 
     if v is None:
         return "-"
@@ -110,7 +110,6 @@ def _pct_band(v: float | None, ci: Any) -> str:
 
 def _p_band(v: float | None, ci: Any) -> str:
     """A probability to 4 places with its CI (judges' probabilities sit close to 0 or 1)."""
-    from recjudge.reporting import interval
 
     if v is None:
         return "-"
@@ -253,7 +252,6 @@ _SCORER_WORDS = {
 def plot_list_scores(results: dict[str, Any], path: Path) -> None:
     """Per scorer, each system's mean list score (95 % user-bootstrap interval) against its
     AUC on the held-out item."""
-    from recjudge.reporting import figure
 
     summary, offline = results["summary"], results["offline"]
     scorers = list(summary)
@@ -319,7 +317,6 @@ def _scorer_section(
     """One scorer's section: the systems by AUC with their list scores, differences to the
     reference, win/tie/lose and Q with intervals, then Q's and the score's correlation with
     AUC."""
-    from recjudge.reporting import interval
 
     lines: list[str] = []
     lines += [

@@ -8,7 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
+from recjudge.cf_models import ALS, MODELS, SideInfo, TrainOptions, load_model
+from recjudge.data import DataError
 from recjudge.evaluators.arena._metrics import auc_of, ndcg_at, urd
 
 
@@ -25,7 +28,6 @@ class RecSystem:
 
 def system_from_file(name: str, path: str | Path) -> RecSystem:
     """Lists from ``user_id, rank, item_id`` rows (JSONL or CSV)."""
-    import pandas as pd
 
     path = Path(path)
     df = (
@@ -35,8 +37,6 @@ def system_from_file(name: str, path: str | Path) -> RecSystem:
     )
     missing = {"user_id", "rank", "item_id"} - set(df.columns)
     if missing:
-        from recjudge.data import DataError
-
         raise DataError(
             f"missing column(s) {sorted(missing)}",
             source=str(path),
@@ -92,7 +92,6 @@ def build_systems(
 ) -> dict[str, RecSystem]:
     """Systems from specs: a CF model name (trained here on the train split), ``name=DIR``
     (a saved CF model) or ``name=FILE`` (lists as user_id, rank, item_id)."""
-    from recjudge.cf_models import MODELS, SideInfo, TrainOptions, load_model
 
     hist = (
         split.train.sort_values(["user_id", "timestamp"], kind="stable")
@@ -138,8 +137,6 @@ def offline_metrics(
     if similarity == "genre":
         sim = genre_similarity(ds)
     elif similarity == "embedding":
-        from recjudge.cf_models import ALS, TrainOptions
-
         als = ALS().train(
             split.train,
             TrainOptions(seed=seed, progress=False),

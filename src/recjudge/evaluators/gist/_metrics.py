@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._stats import bootstrap_ci, user_draws
 from recjudge._util import json_loads
 
 if TYPE_CHECKING:
@@ -226,7 +227,6 @@ def gist_intervals(
     Returns:
         ``{model: {metric: {"lo", "hi"}, "p_minus_r": {"estimate", "lo", "hi"}}}``.
     """
-    from recjudge._stats import bootstrap_ci, user_draws
 
     out: dict[str, dict[str, Any]] = {}
     per_user = _per_user_values(scores)
@@ -284,7 +284,6 @@ def gist_differences(
         ``{"A minus B": {metric: {"estimate", "lo", "hi"}}}`` for every pair in ``scores``'
         order (A before B).
     """
-    from recjudge._stats import bootstrap_ci, user_draws
 
     per_user = _per_user_values(scores)
     if not per_user or draws <= 0:

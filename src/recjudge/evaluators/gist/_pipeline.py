@@ -15,11 +15,22 @@ import re
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from recjudge._util import json_loads, rng
+from tqdm.auto import tqdm
+
+from recjudge._util import UserFacingError, atomic_write_json, atomic_write_text, json_loads, rng
+from recjudge.data import (
+    DataError,
+    TitleScreen,
+    item_title,
+    load_dataset,
+    render_item,
+    sample_users,
+)
+from recjudge.decoding import Choice, CitedList, Picks
 from recjudge.evaluators._cost import AskMeter
 from recjudge.evaluators.gist._gist import (
     EVENT_SIGNAL,
@@ -47,8 +58,20 @@ from recjudge.evaluators.gist._gist import (
 )
 from recjudge.evaluators.gist._report import gist_report, plot_pr
 from recjudge.evaluators.offline._runs import Tally
-from recjudge.llm import LLMPool
-from recjudge.reward import StoredAsk, ask_key, ask_stored, closed_form, run_stored
+from recjudge.llm import LLMPool, SamplingConfig, capabilities_of
+from recjudge.reporting import write_report
+from recjudge.reward import (
+    ResultsStore,
+    StoredAsk,
+    adopt_former,
+    ask_key,
+    ask_shared,
+    ask_stored,
+    choose,
+    choose_shared,
+    closed_form,
+    run_stored,
+)
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -70,12 +93,9 @@ def _open_pool(config: GistConfig, llms: Mapping[str, Any] | None, needed: Seque
     ready backend that batches in its own engine (vLLM, an OpenAI-compatible server) in a
     deterministic run, which could not keep its promise. Models given by name load on
     transformers, so the ready ones are all there is to check."""
-    from recjudge.llm import capabilities_of
 
     for name, llm in (llms or {}).items():
         if config.deterministic and not capabilities_of(llm).batch_invariant:
-            from recjudge._util import UserFacingError
-
             raise UserFacingError(
                 f"deterministic runs need transformers backends: {name} runs in its own "
                 "engine (vLLM or an OpenAI-compatible server), which batches requests on its "
@@ -112,7 +132,6 @@ class _Run:
     def bar(self, total: int, desc: str) -> Any:
         if not (self.progress and total):
             return None
-        from tqdm.auto import tqdm
 
         return tqdm(total=total, desc=desc)
 
@@ -138,7 +157,6 @@ def _key(run: _Run, model: str, *parts: Any, **settings: Any) -> str:
 def _with_formerly(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
     """``asks`` with the keys ``_key`` recorded for them under former LLM settings as
     ``formerly``."""
-    from dataclasses import replace
 
     return [replace(a, formerly=(*a.formerly, *run.formerly[a.key])) if a.key in run.formerly
             else a for a in asks]  # fmt: skip
@@ -147,7 +165,6 @@ def _with_formerly(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
 def _adopted(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
     """``_with_formerly``, their former answers adopted in the store at once (before the
     meter counts what it lacks)."""
-    from recjudge.reward import adopt_former
 
     out = _with_formerly(run, asks)
     adopt_former(run.store, out)
@@ -205,8 +222,6 @@ def _judge_stored(
 
 
 def _open_run(config, ds, users, out: Path, pool, progress, max_history) -> _Run:
-    from recjudge.reward import ResultsStore
-
     histories, text, word, titles = _texts(ds, users, max_history)
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "store.sqlite")
@@ -216,7 +231,6 @@ def _open_run(config, ds, users, out: Path, pool, progress, max_history) -> _Run
 def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str, dict]:
     """Each user's history (most recent first), every item's text, the domain's word and
     every item's title."""
-    from recjudge.data import item_title, render_item
 
     histories = {}
     for u in users:
@@ -233,7 +247,6 @@ def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], di
 
 def _sampled_users(config: GistConfig, ds: Any) -> list[str]:
     """``config.users`` users with at least ``min_history`` interactions (sha256 order)."""
-    from recjudge.data import sample_users
 
     lengths = ds.interactions.groupby("user_id", observed=True).size()
     eligible = sorted(str(u) for u, n in lengths.items() if n >= config.min_history)
@@ -244,7 +257,6 @@ def gist_extraction_asks(config: GistConfig, data: str = "ml-1m") -> list[Stored
     """The extraction questions ``run_gist`` asks for ``config`` on ``data`` (every model,
     sampled user and history chunk), for benchmarks that time the engine on GISTBench's
     longest answers. Nothing is asked or stored."""
-    from recjudge.data import load_dataset
 
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
@@ -278,8 +290,6 @@ def _title_free_extraction(screen: Any) -> Any:
 def _extraction_asks(run: _Run) -> list[StoredAsk]:
     """One stored extraction question per (model, user, chunk of ``chunk_size``); the
     request records model and user."""
-    from recjudge.data import TitleScreen
-    from recjudge.decoding import CitedList
 
     c = run.config
     screens = {
@@ -316,7 +326,6 @@ def _extraction_asks(run: _Run) -> list[StoredAsk]:
 
 def _extract(run: _Run) -> tuple[list[_Interest], int]:
     """Interests per (model, user), merged over chunks; and how many answers were cut."""
-    from recjudge.llm import SamplingConfig
 
     c = run.config
     asks = _extraction_asks(run)
@@ -377,9 +386,6 @@ def _relevant(
     run: _Run, pairs: Sequence[tuple[str, str]], desc: str
 ) -> dict[tuple[str, str], tuple[bool, float]]:
     """(interest, item_id) -> the judge's YES/NO and P(YES); shared prefix per interest."""
-    from recjudge.decoding import Choice
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import ask_shared
 
     c = run.config
     asks = sorted(
@@ -515,9 +521,6 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
     'Comedy and ...' -> 'Comedy Challenges'); that rule is left only for other judges
     (vLLM, ...), with a warning, and ``taxonomy_rule`` in the results says which ran.
     """
-    from recjudge.decoding import Choice
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import ask_shared, choose_shared
 
     c = run.config
     cat_ids, cat_names = list(categories), list(categories.values())
@@ -567,7 +570,6 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
 def taxonomy_rule(judge: Any) -> str:
     """How the full taxonomy picks a category with this judge: ``likelihood`` (whole names,
     where the backend scores whole options) or ``greedy`` (grammar-constrained decoding)."""
-    from recjudge.llm import capabilities_of
 
     return "likelihood" if capabilities_of(judge).option_scoring else "greedy"
 
@@ -575,8 +577,6 @@ def taxonomy_rule(judge: Any) -> str:
 def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:
     """The judge picks among ``shortlist`` categories preselected by similarity (faster; a
     deviation from the paper), by the rule of ``taxonomy_rule`` as the full choice."""
-    from recjudge.decoding import Choice
-    from recjudge.llm import SamplingConfig
 
     c = run.config
     cat_ids, cat_names = list(categories), list(categories.values())
@@ -616,7 +616,6 @@ def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[in
 
 def _choose_stored(run: _Run, asks: list[StoredAsk], cat_ids: list[int], cat_names: list[str]):
     """Each shortlist question answered by whole-name likelihood (``reward.choose``)."""
-    from recjudge.reward import choose
 
     def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
         got = choose(
@@ -726,8 +725,6 @@ def _spec_jobs(run: _Run, records: list[dict[str, Any]], pool: Sequence[str]) ->
 def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
     """Ask the judge to find each interest's n evidence objects among distractors; sets
     ``correct``, ``backing``, ``distractors``, ``filled``. Returns the pool size."""
-    from recjudge.decoding import Picks
-    from recjudge.llm import SamplingConfig
 
     c = run.config
     by_user = run.ds.interactions.groupby("user_id", observed=True)["item_id"]
@@ -778,8 +775,6 @@ def _finish(
 
     ``models``: the models under test, scored even if they wrote no interest at all.
     """
-    from recjudge._util import atomic_write_json, atomic_write_text
-    from recjudge.reporting import write_report
 
     oracle = build_oracle(records) if oracle is None else oracle
     scores = gist_scores(records, oracle, run.users, models)
@@ -822,7 +817,6 @@ def run_gist(
     Args:
         llms: already loaded backends by model name (tests); others are loaded on demand.
     """
-    from recjudge.data import load_dataset
 
     t0 = time.time()
     out = Path(out)
@@ -880,7 +874,6 @@ class ProfileCheck(Tally):
 
 def _profile_line(path: Path, n: int, line: str) -> tuple[str, list[Any]]:
     """Line ``n`` of a profile file as (user id, its interests), or a DataError naming it."""
-    from recjudge.data import DataError
 
     try:
         rec = json_loads(line)
@@ -899,7 +892,6 @@ def _profile_line(path: Path, n: int, line: str) -> tuple[str, list[Any]]:
 def _merge_interest(path, n, k, entry, user, model, history, merged, check) -> None:
     """Interest ``k`` of line ``n`` merged into ``merged`` (same user, same normalised name:
     one interest), its objects kept where they are in the user's history (counted if not)."""
-    from recjudge.data import DataError
 
     name = " ".join(str(entry.get("name", "")).split()) if isinstance(entry, dict) else ""
     ids = entry.get("object_ids", []) if isinstance(entry, dict) else None
@@ -926,7 +918,6 @@ def read_profiles(
     Raises:
         DataError: a line that is not a profile (names the file, line and field).
     """
-    from recjudge.data import DataError
 
     path = Path(path)
     model = model or path.stem
@@ -982,7 +973,6 @@ def verify_profiles(
     IG recall is against ``oracle`` if given, else the union of verified categories over the
     given files. ``config.models`` and the extraction settings are not used.
     """
-    from recjudge.data import load_dataset
 
     t0 = time.time()
     out = Path(out)
@@ -992,8 +982,6 @@ def verify_profiles(
     for p in profiles:
         its, check = read_profiles(p, ds)
         if check.unknown_users == check.profiles:
-            from recjudge.data import DataError
-
             raise DataError(
                 f"no user of it is in dataset {ds.name!r} "
                 f"(e.g. {check.examples['unknown_users'][0]}).",

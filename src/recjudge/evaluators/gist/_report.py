@@ -7,7 +7,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from recjudge.evaluators._cost import cost_sentence
 from recjudge.evaluators.gist._metrics import GIST_METRICS
+from recjudge.reporting import figure, interval
 
 if TYPE_CHECKING:
     from recjudge.evaluators.gist._config import GistConfig
@@ -40,28 +42,21 @@ def _pr_draw(ax: Any, scores: Mapping[str, Any], data: str) -> None:
 
 
 def plot_pr(scores: Mapping[str, Any], path: Path, data: str) -> None:
-    from recjudge.reporting import figure
-
     with figure(path, size=(6, 5), dpi=120) as ax:
         _pr_draw(ax, scores, data)
 
 
 def _iv(c: Mapping[str, float] | None) -> str:
-    from recjudge.reporting import interval
-
     return "" if not c else " " + interval(None, c["lo"], c["hi"])
 
 
 def _signed(d: Mapping[str, float]) -> str:
     """A difference with its interval, signed: ``+0.123 [+0.010, +0.240]``."""
-    from recjudge.reporting import interval
 
     return interval(d["estimate"], d["lo"], d["hi"], signed=True)
 
 
 def _cost_line(results: Mapping[str, Any]) -> str:
-    from recjudge.evaluators._cost import cost_sentence
-
     labels = {
         "extraction": "extraction answers (models under test)",
         "judge": "judge questions (evidence filter, taxonomy, specificity)",

@@ -19,6 +19,7 @@ system about as often in A as in B.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,12 @@ from typing import Any
 import numpy as np
 
 from recjudge._util import json_loads
+from recjudge.data import DataError, item_title, load_dataset
+from recjudge.evaluators.arena._metrics import OPTIONS, order_flip_rate, position_shares
+from recjudge.evaluators.offline._calibrate import read_labels
+from recjudge.evaluators.offline._evaluation import read_judged
+from recjudge.evaluators.offline._impute import ITEM_POPULARITY, read_item_popularity
+from recjudge.reporting import figure, write_report
 
 FACTORS = ("item_popularity", "history_length", "title_length")
 
@@ -90,7 +97,6 @@ def audit(
 
 def audit_factors(ds: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, list[float]]:
     """The audit's factor values for each pair, from the dataset the judge read."""
-    from recjudge.data import item_title
 
     inter = ds.interactions
     pop = inter["item_id"].astype(str).value_counts().to_dict()
@@ -128,7 +134,6 @@ def audit_lines(result: Mapping[str, Any], header: Sequence[str]) -> list[str]:
 
 def plot_audit(result: Mapping[str, Any], path: str | Path) -> None:
     """YES rate (and observed rate where labelled) per bin, one line per factor."""
-    from recjudge.reporting import figure
 
     with figure(path, size=(6.5, 4)) as ax:
         for name, rows in result.items():
@@ -155,7 +160,6 @@ def position_audit(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ValueError: a record without ``system_a``, ``system_b``, ``aspect`` or a known
             ``verdict`` (names the record).
     """
-    from recjudge.evaluators.arena._metrics import OPTIONS, order_flip_rate, position_shares
 
     recs = [dict(r) for r in records]
     for n, r in enumerate(recs, 1):
@@ -216,7 +220,6 @@ def position_lines(result: Mapping[str, Any], header: Sequence[str]) -> list[str
 
 def plot_positions(result: Mapping[str, Any], path: str | Path) -> None:
     """Shares of "A wins", "B wins" and "Tie" per aspect, stacked."""
-    from recjudge.reporting import figure
 
     aspects = list(result["aspects"])
     with figure(path, size=(7, 3.5)) as ax:
@@ -241,10 +244,6 @@ def run_audit(
     """``recjudge audit``: YES rate (and, with labels, calibration) of an ``impute`` folder's
     judgments by item popularity, history length and title length; writes the report and
     audit.png into ``out``. Returns (results, report lines)."""
-    from recjudge.data import DataError, load_dataset
-    from recjudge.evaluators.offline._calibrate import read_labels
-    from recjudge.evaluators.offline._evaluation import read_judged
-    from recjudge.reporting import write_report
 
     judged = read_judged(Path(judgments) / "imputed.jsonl", raw=True)
     if not judged:
@@ -283,13 +282,11 @@ def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, sourc
         DataError: a judged user without a history in ``ds``, or a judged item it lacks
             (counted, with an example).
     """
-    from recjudge.data import DataError
 
     users = set(ds.interactions["user_id"].astype(str))
     items = set(ds.items["item_id"].astype(str))
     bad_u = [u for u, _ in pairs if u not in users]
     bad_i = [i for _, i in pairs if i not in items]
-    from recjudge.evaluators.offline._impute import ITEM_POPULARITY, read_item_popularity
 
     counts = read_item_popularity(Path(source).parent / ITEM_POPULARITY)
     if counts is not None and not (bad_u or bad_i):
@@ -317,8 +314,6 @@ def read_verdicts(run: str | Path) -> list[dict[str, Any]]:
     """An arena run's ``verdicts.jsonl`` as records; ``DataError`` names the file, the row
     and the fix."""
 
-    from recjudge.data import DataError
-
     path = Path(run) / "verdicts.jsonl"
     fix = "pass the --out folder of a finished `recjudge arena run` (it holds verdicts.jsonl)"
     if not path.is_file():
@@ -338,9 +333,6 @@ def verdict_records(path: str | Path, fix: str) -> tuple[list[dict[str, Any]], i
         DataError: a file that is not UTF-8, a line that is not JSON or not a record, or a
             field of the wrong type (file, row and field named).
     """
-    import json
-
-    from recjudge.data import DataError
 
     path = Path(path)
     try:
@@ -377,8 +369,6 @@ def verdict_records(path: str | Path, fix: str) -> tuple[list[dict[str, Any]], i
 def run_position_audit(run: str | Path, out: str | Path) -> tuple[dict[str, Any], list[str]]:
     """``recjudge audit --arena``: an arena run's verdicts by list position per aspect and
     the order-flip rates; writes the report and audit.png into ``out``."""
-    from recjudge.data import DataError
-    from recjudge.reporting import write_report
 
     path = Path(run) / "verdicts.jsonl"
     records = read_verdicts(run)

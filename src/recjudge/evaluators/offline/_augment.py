@@ -21,9 +21,10 @@ import numpy as np
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field
 
-from recjudge.data import Dataset
+from recjudge.data import Dataset, sample_users
 from recjudge.evaluators.offline._impute import require_some_judged
 from recjudge.evaluators.offline._runs import RecRun
+from recjudge.reward import requests_for
 
 
 class AugmentConfig(BaseModel):
@@ -105,8 +106,6 @@ class AugmentPlan:
 def augment_plan(data: Dataset, candidates: RecRun, config: AugmentConfig) -> AugmentPlan:
     """The users and candidate requests ``augment`` judges (deterministic): per sampled user,
     the run's top-``k`` items the user has not interacted with."""
-    from recjudge.data import sample_users
-    from recjudge.reward import requests_for
 
     users = sample_users(list(candidates.rankings), config.users or len(candidates.rankings),
                          config.seed)  # fmt: skip

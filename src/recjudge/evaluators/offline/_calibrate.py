@@ -29,7 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from recjudge._util import json_loads
+from recjudge._stats import auc
+from recjudge._util import atomic_write_json, json_loads
+from recjudge.data import DataError, read_table
+from recjudge.reporting import figure, write_report
 
 CALIBRATION_FORMAT = "recjudge-calibration"
 # The judge settings a calibration map is only valid for.
@@ -116,7 +119,6 @@ def read_labels(path: str | Path) -> dict[tuple[str, str], int]:
     Raises:
         DataError: a missing file or column, or a label that is not 0/1 (file and row named).
     """
-    from recjudge.data import DataError, read_table
 
     path = Path(path)
     fix = "write user_id,item_id,label rows with label 0 or 1"
@@ -167,7 +169,6 @@ def calibrate(
     Raises:
         ValueError: fewer than 10 shared pairs, or labels of one class only.
     """
-    from recjudge._stats import auc
 
     shared = sorted(set(judged) & set(labels))
     if len(shared) < 10:
@@ -211,7 +212,6 @@ def load_map(path: str | Path, judge: Mapping[str, Any]) -> tuple[list[float], l
     Raises:
         DataError: not a calibration file, or one made for other judge settings (named).
     """
-    from recjudge.data import DataError
 
     path = Path(path)
     fix = "make one for this judge: recjudge calibrate --judgments DIR --labels FILE --out FILE"
@@ -245,7 +245,6 @@ def load_map(path: str | Path, judge: Mapping[str, Any]) -> tuple[list[float], l
 def plot_reliability(result: Mapping[str, Any], path: str | Path) -> None:
     """The reliability diagram: observed rate against mean p_yes per bin, raw and
     cross-fitted calibrated, with the diagonal."""
-    from recjudge.reporting import figure
 
     with figure(path, size=(5, 5)) as ax:
         ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="perfect")
@@ -289,10 +288,8 @@ def run_calibration(
     """``recjudge calibrate``: the judgments of an ``impute`` folder against labelled pairs;
     writes calibration.json (the map ``impute --calibration`` reads), reliability.png and
     the report into ``out``. Raises ``DataError`` naming the file and the fix."""
-    from recjudge._util import atomic_write_json
-    from recjudge.data import DataError
-    from recjudge.evaluators.offline._evaluation import read_judged
-    from recjudge.reporting import write_report
+    # import cycle: _evaluation reads its gold labels through this module (via _gold)
+    from recjudge.evaluators.offline._evaluation import read_judged  # noqa: PLC0415
 
     folder = Path(judgments)
     summary_path = folder / "summary.json"

@@ -54,8 +54,9 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._metrics import discount
 from recjudge._registry import Registry
-from recjudge._stats import bootstrap_ci
+from recjudge._stats import bootstrap_ci, user_draws
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,6 @@ NONLINEAR = ("hit", "mrr")
 
 def metric_weights(metric: str, k: int) -> np.ndarray:
     """Position weights ``w_1 .. w_k`` of a linear metric (see the module docstring)."""
-    from recjudge._metrics import discount
 
     if metric == "precision":
         return np.full(k, 1.0 / k)
@@ -311,7 +311,6 @@ def estimate(
     Returns:
         ``{metric: {estimator: Estimate}}``.
     """
-    from recjudge._stats import user_draws
 
     users = sorted(lists)
     if not users:

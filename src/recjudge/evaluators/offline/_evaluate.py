@@ -14,10 +14,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from recjudge._registry import suggest
+from recjudge._stats import bootstrap_ci, bootstrap_ranks, user_draws
 from recjudge._util import comma_list
 from recjudge.evaluators.offline._runs import Qrels, RecRun
+from recjudge.reporting import figure, interval
 
 QRELS_KINDS = ("logged", "imputed")
 # ranx's binary-relevance metrics (``name@k``; ``ndcg_burges`` is ranx's exp-gain nDCG).
@@ -57,8 +61,6 @@ class EvaluateConfig(BaseModel):
     @field_validator("metrics")
     @classmethod
     def _known(cls, metrics: tuple[str, ...]) -> tuple[str, ...]:
-        from recjudge._registry import suggest
-
         if not metrics:
             raise ValueError("give at least one metric, e.g. ndcg@10")
         for m in metrics:
@@ -138,7 +140,6 @@ def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
 
 def _difference(d: Any, idx: Any) -> dict[str, Any]:
     """A paired difference over users: its mean and 95 % user bootstrap interval."""
-    from recjudge._stats import bootstrap_ci
 
     ci = list(bootstrap_ci(d[idx].mean(axis=1))) if idx is not None else None
     return {"value": float(d.mean()), "ci": ci}
@@ -168,11 +169,8 @@ def evaluate_runs(
         95 % percentile intervals over ``draws`` user resamples (``_stats.user_draws``, the
         same resamples for every system, metric and qrels kind, so differences are paired).
     """
-    import numpy as np
     from ranx import compare
     from ranx import evaluate as ranx_evaluate
-
-    from recjudge._stats import bootstrap_ci, user_draws
 
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
@@ -236,9 +234,6 @@ def _orderings_agree(
     ``{kind: {metric: [systems, draws]}}``). With an interval or not at all: tau between
     two orderings whose differences all sit inside their intervals is noise (+-1 from a coin
     flip with two systems)."""
-    import numpy as np
-
-    from recjudge._stats import bootstrap_ci
 
     tau = {m: kendall_tau([scores["logged"][n][m] for n in names],
                           [scores["imputed"][n][m] for n in names]) for m in metrics}  # fmt: skip
@@ -255,7 +250,6 @@ def _ranks(boot: Mapping[str, Any], names: Sequence[str],
            scores: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Per system and metric: its rank and rank interval (``_stats.bootstrap_ranks``) over
     the shared user resamples (``boot[metric]``: [systems, draws])."""
-    from recjudge._stats import bootstrap_ranks
 
     out: dict[str, dict[str, Any]] = {n: {} for n in names}
     for m, b in boot.items():
@@ -268,7 +262,6 @@ def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
     """Markdown: the ranx metrics of each qrels kind with their 95 % user intervals side by
     side (``imputed`` is the BRIEF paper's protocol: biased, see the estimators), the paired
     differences between systems with intervals and p-values, and Kendall's tau."""
-    from recjudge.reporting import interval
 
     kinds = list(res["scores"])
     systems = list(res["scores"][kinds[0]])
@@ -317,9 +310,6 @@ def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
 
 def plot_scores(res: Mapping[str, Any], path: str | Path) -> None:
     """Grouped bars: per metric, each system's logged-only and imputed value."""
-    import numpy as np
-
-    from recjudge.reporting import figure
 
     kinds = list(res["scores"])
     systems = list(res["scores"][kinds[0]])

@@ -5,6 +5,7 @@ rank intervals, the transport check and the weight diagnostics."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ import numpy as np
 
 from recjudge._stats import bootstrap_ranks
 from recjudge._util import json_loads
+from recjudge.data import DataError
 from recjudge.evaluators.offline._estimators import (
     ESTIMATORS,
     LINEAR,
@@ -24,8 +26,15 @@ from recjudge.evaluators.offline._estimators import (
     metric_weights,
     parse_metric,
 )
+from recjudge.evaluators.offline._gold import GoldSample, listed_pairs
 from recjudge.evaluators.offline._gold_ppi import MIN_TUNED_CLUSTERS, ppi_run
 from recjudge.evaluators.offline._propensities import Propensities
+from recjudge.evaluators.offline._transport import (
+    bound_levels,
+    refuse_levels,
+    residual_interval,
+    transport_check,
+)
 
 if TYPE_CHECKING:
     from recjudge.evaluators.offline._transport import Refit
@@ -72,9 +81,6 @@ def imputed_records(path: str | Path, parse: Callable[[dict], Any], what: str) -
         DataError: a missing file, or a line ``parse`` cannot read (``what`` it should be,
             the file and line named).
     """
-    import json
-
-    from recjudge.data import DataError
 
     path = Path(path)
     fix = "pass the --out folder of `recjudge impute` (it holds imputed.jsonl)"
@@ -258,7 +264,6 @@ def estimate_evaluation(
     leave-system-out when ``refit`` refits the calibration on given labels, else on the pooled
     map's residuals): a failing system's ``dm``/``dr`` are refused, and every ``dm`` interval
     becomes the transport-bounded one (``bound_levels``)."""
-    from recjudge.evaluators.offline._gold import GoldSample, listed_pairs
 
     got = estimate_runs(runs, logged, judged, propensities, users, metrics, estimators,
                         refits=refits)  # fmt: skip
@@ -304,12 +309,6 @@ def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[s
                      metrics: Sequence[str], frame: int, refit: Refit | None,
                      dm_df: float | None) -> None:  # fmt: skip
     """``estimate_evaluation``'s transport step (its docstring), in place on ``got``."""
-    from recjudge.evaluators.offline._transport import (
-        bound_levels,
-        refuse_levels,
-        residual_interval,
-        transport_check,
-    )
 
     k = max(parse_metric(m)[1] for m in metrics)
     got["transport"] = transport_check(runs, users, judged, gold.labels, k, refit=refit)

@@ -40,8 +40,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
-from recjudge._util import json_loads
+from recjudge._util import atomic_write_json, atomic_write_text, json_loads, rng
+from recjudge.data import DataError, read_table
+from recjudge.evaluators.offline._calibrate import read_labels
 
 __all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_gold",
            "write_gold"]  # fmt: skip
@@ -103,7 +106,6 @@ def sample_gold(
     Raises:
         ValueError: an unknown design, ``n`` < 2, or no listed pair.
     """
-    from recjudge._util import rng
 
     if design not in GOLD_DESIGNS:
         raise ValueError(f"unknown gold design {design!r}; use one of {', '.join(GOLD_DESIGNS)}")
@@ -211,9 +213,6 @@ def write_gold(
 ) -> Path:
     """The labeller's CSV (module docstring) and ``PATH.design.json``, each written then
     renamed. ``data`` (a ``Dataset``) adds the item's title and the user's recent titles."""
-    import pandas as pd
-
-    from recjudge._util import atomic_write_json, atomic_write_text
 
     path = Path(path)
     titles: dict[str, str] = {}
@@ -257,8 +256,6 @@ def read_gold(
             evaluated runs do not list together, a bad inclusion probability (file and
             row named), or a file that does not match its design record.
     """
-    from recjudge.data import DataError
-    from recjudge.evaluators.offline._calibrate import read_labels
 
     labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
     if not labels:
@@ -286,7 +283,6 @@ def read_gold(
 def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence[str] | None,
                   k: int | None) -> None:  # fmt: skip
     """The gold file against ``gold sample``'s design record beside it (``rec``)."""
-    from recjudge.data import DataError
 
     sidecar = Path(f"{path}.design.json")
     drawn = rec.get("pairs")
@@ -327,7 +323,6 @@ def _inclusion_and_design(
     """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1]),
     its design (the ``.design.json`` beside it, else the file's ``design`` column, else
     ``unknown``) and that design record (None without one)."""
-    from recjudge.data import DataError, read_table
 
     df = read_table(path)
     inclusion: dict[tuple[str, str], float] = {}

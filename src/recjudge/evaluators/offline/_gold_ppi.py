@@ -11,7 +11,10 @@ from typing import Any
 
 import numpy as np
 
+from recjudge.data import DataError
+from recjudge.evaluators.offline._calibrate import read_labels
 from recjudge.evaluators.offline._estimators import LINEAR, Estimate, metric_weights, parse_metric
+from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
 
 
 def ppi_mean(
@@ -60,8 +63,6 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
         DataError: a bad label, or a pair for a user or item outside the evaluated runs
             (file and row named).
     """
-    from recjudge.data import DataError
-    from recjudge.evaluators.offline._calibrate import read_labels
 
     gold = read_labels(path)
     known = set(users)
@@ -173,7 +174,6 @@ def ppi_run(
         ValueError: as the estimator chosen does (too few gold pairs), or a run whose gold
             pairs are all of one class (the message says how many more pairs to label).
     """
-    from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
 
     base, k = parse_metric(metric)
     w = metric_weights(base, k)

@@ -17,7 +17,9 @@ computed on this same set.
 
 from __future__ import annotations
 
+import json
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,8 +28,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._util import UserFacingError, atomic_write_json, atomic_write_text, json_loads
-from recjudge.data import POSITIVE_EVENTS, Dataset, sample_users
+from recjudge.cf_models import CFModel, top_k_lists
+from recjudge.data import POSITIVE_EVENTS, DataError, Dataset, sample_users
+from recjudge.evaluators._circular import circular_systems, list_overlap, refuse_circular
+from recjudge.evaluators.offline._calibrate import apply_map
 from recjudge.evaluators.offline._runs import Qrels, RecRun, write_qrels
+from recjudge.reward import MODE_SPECS, PROMPT_VERSION, requests_for
 
 
 class ImputeConfig(BaseModel):
@@ -151,7 +157,6 @@ def imputation_plan(
     data: Dataset, feedback: Dataset, runs: Sequence[RecRun], config: ImputeConfig
 ) -> ImputationPlan:
     """The users, pairs and requests ``impute`` judges for these runs (deterministic)."""
-    from recjudge.reward import requests_for
 
     logged = logged_qrels(feedback, config.min_rating)
     users = evaluation_users(runs, logged, config.users, config.seed, config.user_rule)
@@ -298,9 +303,6 @@ def read_item_popularity(path: str | Path) -> dict[str, int] | None:
     Raises:
         DataError: a file that is not ``{item_id: count}`` with non-negative integer counts.
     """
-    import json
-
-    from recjudge.data import DataError
 
     path = Path(path)
     if not path.is_file():
@@ -331,7 +333,6 @@ def require_some_judged(judged: Sequence[Any], unbuilt: Sequence[str], what: str
     Raises:
         JobFailedError: nothing judged; an output from this run would look finished.
     """
-    from collections import Counter
 
     errors = [j.error for j in judged] + list(unbuilt)
     if not errors or any(j.error is None for j in judged):
@@ -356,8 +357,6 @@ def circular_check(
     """``_circular``'s rule for this judge and these runs: the summary's fields
     (``circular``, ``allow_circular``, ``overlap_with_judge_cf``), or the refusal
     (``CircularJudgeError``)."""
-    from recjudge.cf_models import CFModel, top_k_lists
-    from recjudge.evaluators._circular import circular_systems, list_overlap, refuse_circular
 
     overlap = None
     if judge.config.uses_cf() and isinstance(judge.cf, CFModel):
@@ -379,10 +378,6 @@ def _write_sidecar(
     calibration=None,
     history: Mapping[tuple[str, str], int] | None = None,
 ) -> None:
-    import json
-
-    from recjudge.evaluators.offline._calibrate import apply_map
-
     lines = []
     for j in judged:
         if j.error is not None:
@@ -414,7 +409,6 @@ def _write_sidecar(
 
 def _prompt_version() -> str:
     """The judge prompts' version, part of every result key (the report names it)."""
-    from recjudge.reward import PROMPT_VERSION
 
     return PROMPT_VERSION
 
@@ -423,7 +417,6 @@ def judge_record(config: Any) -> dict[str, Any]:
     """The judge's config as the summary (and every report header built on it) records it;
     a mode without an LLM (``cf-only``) records ``model: None`` and ``llm: "none"``, so no
     header names a model that was never run."""
-    from recjudge.reward import MODE_SPECS
 
     rec = config.model_dump(mode="json")
     if not MODE_SPECS.get(rec["mode"]).uses_llm:

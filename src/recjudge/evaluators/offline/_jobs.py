@@ -24,12 +24,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob, JudgeOptions, Warn
-from recjudge._registry import Registry
+from recjudge._registry import Registry, suggest
 from recjudge._util import atomic_write_json, json_loads
+from recjudge.data import DataError, load_dataset
+from recjudge.distributed import ray_executor
+from recjudge.evaluators._circular import (
+    circular_systems,
+    judge_by_system,
+    lenient_systems,
+    refuse_circular,
+    sigma_source,
+)
 from recjudge.evaluators.offline._augment import AugmentConfig, augment
+from recjudge.evaluators.offline._calibrate import load_map
+from recjudge.evaluators.offline._estimators import ESTIMATORS, metric_weights, parse_metric
 from recjudge.evaluators.offline._evaluate import (
     QRELS_KINDS,
     EvaluateConfig,
@@ -37,7 +49,14 @@ from recjudge.evaluators.offline._evaluate import (
     plot_scores,
     report_lines,
 )
-from recjudge.evaluators.offline._evaluation import FRAGILE_TOP_SHARE, MIN_ESS
+from recjudge.evaluators.offline._evaluation import (
+    FRAGILE_TOP_SHARE,
+    MIN_ESS,
+    RANX_NAMES,
+    estimate_evaluation,
+    read_judged,
+)
+from recjudge.evaluators.offline._gold import listed_pairs, read_gold, sample_gold, write_gold
 from recjudge.evaluators.offline._impute import (
     ITEM_POPULARITY,
     ImputeConfig,
@@ -49,11 +68,23 @@ from recjudge.evaluators.offline._impute import (
     read_item_popularity,
 )
 from recjudge.evaluators.offline._judge_job import judge_of, judge_text, run_judge
-from recjudge.evaluators.offline._leakage import period_overlap, refuse_period
+from recjudge.evaluators.offline._leakage import (
+    TunedLeakageError,
+    gold_overlap,
+    period_overlap,
+    refuse_gold,
+    refuse_period,
+)
+from recjudge.evaluators.offline._obp import export_obp
+from recjudge.evaluators.offline._ppi import gold_units_needed
+from recjudge.evaluators.offline._propensities import propensities_from
 from recjudge.evaluators.offline._runs import RecRun, read_qrels, read_run, restrict_to
+from recjudge.evaluators.offline._supervised import fit_imputer, read_feature_rows, refit_draws
 from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS, POWER
 from recjudge.evaluators.offline._tune_job import TuneJob, run_tune, tune_text
-from recjudge.reporting import interval
+from recjudge.evaluators.offline._validation import validation_of
+from recjudge.reporting import interval, write_report
+from recjudge.reward import JudgeConfig, ResultsStore
 
 __all__ = [
     "JOBS",
@@ -193,8 +224,6 @@ class GoldSampleJob(BaseModel):
 def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Draw ``job.n`` pairs under ``job.design`` (``_gold.sample_gold``) and write the
     labeller's CSV and its design record."""
-    from recjudge.evaluators.offline._evaluation import read_judged
-    from recjudge.evaluators.offline._gold import sample_gold, write_gold
 
     out = Path(job.out)
     if out.is_dir():
@@ -213,8 +242,6 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
                        judged=judged)  # fmt: skip
     data = None
     if job.data:
-        from recjudge.data import load_dataset
-
         data = load_dataset(job.data)
     design = {
         "design": job.design,
@@ -275,8 +302,6 @@ def _judge_and_store(
 ) -> tuple[Any, Any]:
     """The judge ``opts`` describe (checked against ``data``) and its store in ``out``;
     ``before_store(judge)`` runs first (a refusal there leaves no store behind)."""
-    from recjudge.distributed import ray_executor
-    from recjudge.reward import ResultsStore
 
     executor = ray_executor(opts.ray_config(), opts.model, "transformers", None, opts.device)
     judge = judge_of(opts, data, executor)
@@ -294,9 +319,6 @@ def _judge_and_store(
 def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) -> dict[str, Any]:
     """Label every unlabelled (user, item) in the runs' top-k with the judge; write qrels
     (``impute``'s files in ``job.out``). Returns its summary."""
-    from recjudge.data import load_dataset
-    from recjudge.evaluators._circular import sigma_source
-    from recjudge.reward import JudgeConfig
 
     warn = warn or warnings.warn
     config = _sub(job, ImputeConfig)
@@ -316,8 +338,6 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
     judge, store = _judge_and_store(data, job, Path(job.out), circular)
     cmap = None
     if job.calibration:
-        from recjudge.evaluators.offline._calibrate import load_map
-
         cmap = load_map(job.calibration, judge.config.model_dump(mode="json"))
     with store:
         summary = impute(judge, data, fb, recs, config, job.out, store=store,
@@ -337,7 +357,6 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
 def write_impute_report(job: ImputeJob, s: dict[str, Any]) -> None:
     """``impute``'s report.md / report.html / results.json (the summary with the job): what
     was judged, by which judge, with what outcome, and the next command."""
-    from recjudge.reporting import write_report
 
     j = s.get("judge") or {}
     circ = f"CIRCULAR JUDGE allowed for {', '.join(s['circular'])}. " if s.get("circular") else ""
@@ -407,8 +426,6 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
         users = sorted(q["imputed"])
         summary = _impute_summary(Path(job.qrels))
     elif job.feedback:
-        from recjudge.data import load_dataset
-
         q = {"logged": logged_qrels(load_dataset(job.feedback), job.min_rating)}
         users = evaluation_users(recs, q["logged"])
     else:
@@ -416,8 +433,6 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
     circular = _circular_runs(summary, recs, job.allow_circular)
     by_system = _judge_by_system(job, q, recs, users, config) if job.qrels else {}
     if summary.get("sigma_source"):  # a judge with a CF signal: is it lenient to one system?
-        from recjudge.evaluators._circular import lenient_systems, refuse_circular
-
         lenient = lenient_systems(by_system)
         refuse_circular(lenient, job.allow_circular)
         circular = {**circular, **lenient}
@@ -451,8 +466,6 @@ def _impute_summary(folder: Path) -> dict[str, Any]:
     try:
         got = json_loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError):
-        from recjudge.data import DataError
-
         raise DataError(
             "not impute's summary (JSON).",
             source=str(path),
@@ -464,7 +477,6 @@ def _impute_summary(folder: Path) -> dict[str, Any]:
 def _circular_runs(summary: dict[str, Any], recs: Sequence[RecRun], allow: bool) -> dict:
     """``_circular``'s rule on the runs evaluated now, from what ``impute`` recorded (its
     judge's sigma source and its CF model's overlap with each run, by run path or name)."""
-    from recjudge.evaluators._circular import circular_systems, refuse_circular
 
     source = summary.get("sigma_source")
     recorded = summary.get("overlap_with_judge_cf") or {}
@@ -492,8 +504,6 @@ def _sidecar_records(path: Path) -> dict[tuple[str, str], dict[str, Any]]:
 
 
 def _judge_by_system(job: EvaluateJob, q: dict, recs, users, config) -> dict[str, Any]:
-    from recjudge.evaluators._circular import judge_by_system
-
     side = Path(job.qrels or "") / "imputed.jsonl"
     if not side.is_file():
         return {}
@@ -564,9 +574,6 @@ def _estimator_options(job: EvaluateJob, config: Any) -> tuple[list[str], list[s
         ValueError: an unknown estimator (with the closest name), or ``--estimators`` given
             with a metric that has no estimator.
     """
-    from recjudge._registry import suggest
-    from recjudge.evaluators.offline._estimators import ESTIMATORS
-    from recjudge.evaluators.offline._evaluation import RANX_NAMES
 
     explicit = bool(job.estimators)
     wanted = [e.strip() for e in (job.estimators or ",".join(ESTIMATORS)).split(",") if e.strip()]
@@ -593,10 +600,6 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
               summary: dict[str, Any]):  # fmt: skip
     """The estimators: the options checked, ``estimate_evaluation``, the lead estimator and
     its validation, the next step (gold pairs to label), and the obp export."""
-    from recjudge.evaluators.offline._evaluation import estimate_evaluation, read_judged
-    from recjudge.evaluators.offline._gold import listed_pairs, read_gold
-    from recjudge.evaluators.offline._obp import export_obp
-    from recjudge.evaluators.offline._propensities import propensities_from
 
     wanted, metrics, skipped = _estimator_options(job, config)
     popularity = read_item_popularity(Path(job.qrels or "") / ITEM_POPULARITY)
@@ -614,13 +617,11 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         if gold is None:
             raise ValueError(f"--calibration {job.calibration} fits the judge to gold labels: "
                              "give --gold FILE (`recjudge gold sample`, labelled)")  # fmt: skip
-        from recjudge.evaluators.offline._supervised import fit_imputer, read_feature_rows
 
         rows = read_feature_rows(Path(job.qrels or "") / "imputed.jsonl", popularity)
         fitted = fit_imputer(rows, gold.labels, job.calibration)
         judged = {k: (fitted.p[k], hard) for k, (_, hard) in judged.items() if k in fitted.p}
         calibrated = True
-        from recjudge.evaluators.offline._supervised import refit_draws
 
         refits = refit_draws(rows, gold.labels, job.calibration,
                              OUA_DRAWS.get(job.calibration, 1000))  # fmt: skip
@@ -659,7 +660,6 @@ OUA_DRAWS = {"isotonic": 1000, "logistic": 1000, "boosting": 200}
 def _check_tuned_gold(summary: dict[str, Any], gold: Any, allow: bool) -> None:
     """Refuse gold labels of users the judge's tuning read (``_leakage``); the outcome goes
     into ``summary['tuned']`` for the report's header."""
-    from recjudge.evaluators.offline._leakage import TunedLeakageError, gold_overlap, refuse_gold
 
     tuned = summary.get("tuned")
     model = (summary.get("judge") or {}).get("model")
@@ -684,7 +684,6 @@ def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: b
     runs it (estimated propensities; the judge calibrated or not: uncalibrated, DR inherits
     the judge's bias), quoting its measured error and coverage; without the bench's results,
     dr for a calibrated judge, else snips. The BRIEF paper's ``imputed`` is never the lead."""
-    from recjudge.evaluators.offline._validation import validation_of
 
     defined = [e for e in (("dr", "snips", "ips") if calibrated else ("snips", "ips", "dr"))
                if e in wanted and all((by.get(metric, {}).get(e) or {}).get("value") is not None
@@ -706,11 +705,6 @@ def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
     metric spread under the judge's probabilities (per user, the spread of the judge's
     values plus the Bernoulli variance of its labels), ``gold_units_needed`` users, times the
     mean listed pairs per user (the ``users`` design labels all of them)."""
-    import numpy as np
-
-    from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
-    from recjudge.evaluators.offline._gold import listed_pairs
-    from recjudge.evaluators.offline._ppi import gold_units_needed
 
     base, k = parse_metric(metric)
     if base not in ("precision", "dcg", "ndcg_fixed") or len(users) < 2:
@@ -830,7 +824,6 @@ def estimator_lines(est: dict) -> list[str]:
 def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJob, out: str):
     """``evaluate``'s report folder: report.md, results.json (with the job, so ``recjudge run
     evaluate --config results.json`` reruns it), evaluate.png."""
-    from recjudge.reporting import write_report
 
     source, note = job.qrels or job.feedback or "", job.note
     header = [
@@ -849,7 +842,6 @@ def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJ
 def run_augment(job: AugmentJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Add the judge's top-M YES candidates per user as pseudo-positives; the augmented
     dataset goes to ``job.out`` (``cf train`` reads it), the judge's store beside it."""
-    from recjudge.data import load_dataset
 
     warn = warn or warnings.warn
     data = load_dataset(job.data)

@@ -16,6 +16,10 @@ from typing import Any
 
 from recjudge._judge_options import JudgeJob, JudgeOptions, Warn
 from recjudge._util import json_loads
+from recjudge.cf_models import check_fits
+from recjudge.data import load_dataset
+from recjudge.distributed import ray_executor
+from recjudge.reward import ResultsStore, build_judge, repair_store, request_for
 
 
 def run_judge(job: JudgeJob, progress: bool = True, warn: Warn | None = None) -> dict[str, Any]:
@@ -26,9 +30,6 @@ def run_judge(job: JudgeJob, progress: bool = True, warn: Warn | None = None) ->
         ValueError: bad input (named with its fix), a store that exists without
             ``resume``, a mode that needs ``--cf`` without it.
     """
-    from recjudge.data import load_dataset
-    from recjudge.distributed import ray_executor
-    from recjudge.reward import request_for
 
     warn = warn or (lambda m: None)
     if job.pairs is None and (job.user is None or job.candidate is None):
@@ -58,8 +59,6 @@ def judge_of(
     (``distributed.ray_executor``, built by the caller before it loads anything), its CF
     model checked against ``data`` (``allow_cf_mismatch``). The one place the options
     become a judge, for ``judge``, ``impute`` and ``augment``."""
-    from recjudge.cf_models import check_fits
-    from recjudge.reward import build_judge
 
     judge = build_judge(
         opts.model, opts.mode, opts.cf, opts.beta, not opts.no_evidence, samples, seed,
@@ -73,7 +72,6 @@ def judge_of(
 
 def read_pairs(ds: Any, pairs: str) -> list[Any]:
     """One request per ``{"user_id", "item_id", ...}`` line (other keys go to ``meta``)."""
-    from recjudge.reward import request_for
 
     reqs = []
     for n, line in enumerate(Path(pairs).read_text().splitlines(), 1):
@@ -96,15 +94,12 @@ def _judge_file(
     job: JudgeJob, judge: Any, reqs: list[Any], progress: bool, warn: Warn
 ) -> dict[str, Any]:
     """Judge ``reqs`` through the store (resumable), write ``out`` atomically, count."""
-    from recjudge.reward import ResultsStore
 
     out = str(job.out)
     store_path = Path(job.store or f"{out}.sqlite")
     if store_path.exists() and not job.resume:
         raise ValueError(f"{store_path} exists; pass --resume to continue it, or remove it")
     if job.repair and store_path.exists():
-        from recjudge.reward import repair_store
-
         warn(repair_store(store_path))
     t0 = time.perf_counter()
     with ResultsStore(store_path) as st:

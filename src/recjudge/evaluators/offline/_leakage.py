@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import UserFacingError, json_loads, sha256_file
+from recjudge.llm._card import USERS_FILE, read_card, user_hash
 
 FIX = ("tune with --exclude-users FILE (the users you evaluate or label) and --before "
        "TIMESTAMP (the start of the evaluated period), or pass --allow-tuned-overlap to go on "
@@ -40,7 +41,6 @@ def tuning_users(model: str | Path) -> dict[str, Any] | None:
     Raises:
         TunedLeakageError: the record is missing or is not the one the card lists.
     """
-    from recjudge.llm._card import USERS_FILE, read_card
 
     card = read_card(model)
     if card is None:
@@ -61,7 +61,6 @@ def tuning_users(model: str | Path) -> dict[str, Any] | None:
 def period_overlap(model: str | Path, feedback: Any, users: Iterable[str]) -> dict[str, Any] | None:
     """How many evaluated ``users`` the tuning read at or after their first held-out
     interaction in ``feedback`` (a Dataset); None when ``model`` is not a tuned folder."""
-    from recjudge.llm._card import user_hash
 
     rec = tuning_users(model)
     if rec is None:
@@ -78,7 +77,6 @@ def period_overlap(model: str | Path, feedback: Any, users: Iterable[str]) -> di
 
 def gold_overlap(model: str | Path, gold_users: Iterable[str]) -> dict[str, Any] | None:
     """How many gold users the tuning read; None when ``model`` is not a tuned folder."""
-    from recjudge.llm._card import user_hash
 
     rec = tuning_users(model)
     if rec is None:

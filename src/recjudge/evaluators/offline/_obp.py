@@ -3,12 +3,15 @@
 
 from __future__ import annotations
 
+import io
+import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from recjudge._util import atomic_write_bytes, atomic_write_text, path_component
 from recjudge.evaluators.offline._estimators import LINEAR, ListLabels, metric_weights, parse_metric
 from recjudge.evaluators.offline._evaluation import run_lists
 from recjudge.evaluators.offline._propensities import Propensities
@@ -84,10 +87,6 @@ def export_obp(
     archive: load it with ``np.load(path, allow_pickle=False)`` and pass its arrays to obp's
     ``estimate_policy_value``), listed in ``folder/index.json`` with the run name, metric and
     propensity model. File names percent-encode the run name (any id is safe)."""
-    import io
-    import json
-
-    from recjudge._util import atomic_write_bytes, atomic_write_text, path_component
 
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

@@ -10,6 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+
+from recjudge.data import DataError, read_table
 
 
 @dataclass(frozen=True)
@@ -45,8 +48,6 @@ class Propensities:
         if theta is None:
             theta = self.per_item.get(item, self.default)
         if theta is None:
-            from recjudge.data import DataError
-
             raise DataError(
                 f"no propensity for user {user!r}, item {item!r}, which an evaluated run lists.",
                 source=self.source or self.model,
@@ -95,9 +96,6 @@ def read_propensities(path: str | Path, clip: float = 0.01) -> Propensities:
         DataError: a missing file or column, or a propensity that is not a number in (0, 1]
             (names the file and row).
     """
-    import pandas as pd
-
-    from recjudge.data import DataError, read_table
 
     path = Path(path)
     fix = "write item_id,propensity (or user_id,item_id,propensity) rows with 0 < propensity <= 1"

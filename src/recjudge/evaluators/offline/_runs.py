@@ -31,8 +31,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
+from urllib.parse import unquote
 
-from recjudge._util import json_loads
+import pandas as pd
+
+from recjudge._util import atomic_write_json, atomic_write_text, json_loads
 from recjudge.data import DataError
 
 RUN_FORMATS = ("auto", "trec", "ranx", "jsonl", "parquet")
@@ -62,7 +65,6 @@ def from_trec_id(field: str) -> str:
     """The id a TREC field written by ``trec_id`` stands for (``%XX`` decoded)."""
     if "%" not in field:
         return field
-    from urllib.parse import unquote
 
     try:
         return unquote(field, errors="strict")
@@ -208,8 +210,6 @@ def _raw_rows(path: Path, fmt: str) -> Iterable[tuple[int, str, str, float]]:
                                     fix=_FIX) from None  # fmt: skip
         return _rows_records(path, recs)
     if fmt == "parquet":
-        import pandas as pd
-
         try:
             df = pd.read_parquet(path)
         except Exception as e:  # pyarrow raises many types for a damaged file
@@ -277,7 +277,6 @@ def read_run(path: str | Path, fmt: str = "auto", name: str | None = None) -> Re
 
 def _provenance(path: Path) -> dict[str, Any] | None:
     """The run's provenance record, if one was written beside it (``cf recommend``)."""
-    import json
 
     side = Path(f"{path}.provenance.json")
     if not side.is_file():
@@ -334,7 +333,6 @@ def write_qrels(qrels: Mapping[str, Mapping[str, int]], stem: str | Path) -> lis
     docstring): every line has exactly four fields whatever the ids hold, and ``read_qrels``
     gives back the ids as they were.
     """
-    from recjudge._util import atomic_write_json, atomic_write_text
 
     stem = Path(stem)
     lines = "".join(

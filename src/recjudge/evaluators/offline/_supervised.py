@@ -37,6 +37,11 @@ from typing import Any, Literal
 
 import numpy as np
 
+from recjudge._stats import auc
+from recjudge.data import user_order_key
+from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
+from recjudge.evaluators.offline._evaluation import Refused, imputed_records
+
 METHODS = ("logistic", "boosting", "isotonic")
 #: fewest gold users cross-fitting is done on (``brief-offline-estimators``: with 1-5 labelled
 #: users, PPI on the cross-fitted imputer gave intervals 10x the labels-only width)
@@ -107,14 +112,10 @@ class _Isotonic:
     """The PAV map of the first column (``logit_p_yes``), as a model with ``predict_proba``."""
 
     def fit(self, x: np.ndarray, y: np.ndarray) -> _Isotonic:
-        from recjudge.evaluators.offline._calibrate import fit_isotonic
-
         self.xs, self.ys = fit_isotonic(x[:, 0], y)
         return self
 
     def predict_proba(self, x: np.ndarray) -> np.ndarray:
-        from recjudge.evaluators.offline._calibrate import apply_map
-
         p = apply_map(self.xs, self.ys, x[:, 0])
         return np.column_stack([1 - p, p])
 
@@ -184,8 +185,6 @@ def fit_imputer(
             one class only,
             an unknown method, or no usable feature.
     """
-    from recjudge._stats import auc
-    from recjudge.data import user_order_key
 
     if method not in METHODS:
         raise ValueError(f"unknown imputer {method!r}; use one of {', '.join(METHODS)}")
@@ -300,7 +299,6 @@ def read_feature_rows(
     Raises:
         DataError: a line that is not such a record (file and line named).
     """
-    from recjudge.evaluators.offline._evaluation import Refused, imputed_records
 
     def parse(rec: dict) -> Any:
         feats = features_of(rec, popularity)

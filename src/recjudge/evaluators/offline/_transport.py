@@ -42,6 +42,8 @@ from typing import Any
 
 import numpy as np
 
+from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
+
 __all__ = [
     "MIN_TRANSPORT_USERS",
     "Refit",
@@ -208,8 +210,6 @@ def residual_interval(
     pairs of the run.
     """
     from scipy.stats import t as student
-
-    from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
 
     base, k = parse_metric(metric)
     w = metric_weights(base, k)

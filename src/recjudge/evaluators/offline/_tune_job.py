@@ -7,6 +7,8 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._tune_config import TuneConfig, TuneJob
+from recjudge.data import DataError, load_dataset, read_table
+from recjudge.reward._tune import tune
 
 __all__ = ["TuneJob", "read_user_ids", "run_tune", "tune_text"]
 
@@ -17,7 +19,6 @@ def read_user_ids(path: str | Path) -> list[str]:
     Raises:
         DataError: a missing file, or a table without ``user_id`` (file and fix named).
     """
-    from recjudge.data import DataError, read_table
 
     path = Path(path)
     fix = "give a CSV/JSONL/Parquet file with a user_id column, or one user id per line"
@@ -40,8 +41,6 @@ def run_tune(job: TuneJob, progress: bool = True,
              warn: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Tune the judge's model on ``job.data`` and write the merged folder (see ``reward.tune``);
     returns the card."""
-    from recjudge.data import load_dataset
-    from recjudge.reward._tune import tune
 
     config = TuneConfig(**{f: getattr(job, f) for f in TuneConfig.model_fields})
     excluded = read_user_ids(job.exclude_users) if job.exclude_users else []

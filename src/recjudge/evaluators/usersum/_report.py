@@ -8,10 +8,13 @@ from typing import Any
 
 import numpy as np
 
+from recjudge._stats import verdict
+from recjudge.evaluators._cost import cost_sentence
+from recjudge.reporting import figure, interval
+
 
 def plot_metrics(table: Mapping[str, Any], path: Path) -> None:
     """QM, IFM and mean task accuracy per summariser (mean +- sd over prediction runs)."""
-    from recjudge.reporting import figure
 
     names = list(table)
     metrics = ("qm", "ifm", "task_accuracy")
@@ -78,7 +81,6 @@ def usersum_report(config: Any, data: str, results: Mapping[str, Any]) -> list[s
 
 def _cost_line(results: Mapping[str, Any]) -> str:
     """Wall time, and what this run asked the models (the rest was read from the store)."""
-    from recjudge.evaluators._cost import cost_sentence
 
     labels = {
         "free_text": "free-text answers (summaries, regenerations)",
@@ -88,8 +90,6 @@ def _cost_line(results: Mapping[str, Any]) -> str:
 
 
 def _ci(c: Mapping[str, Any], scale: float = 1.0) -> str:
-    from recjudge.reporting import interval
-
     return interval(None, c["lo"], c["hi"], signed=True, scale=scale)
 
 
@@ -98,7 +98,6 @@ _LABELS = {"qm": "QM", "ifm": "IFM", "idm": "IDM (x1000)", "task_accuracy": "tas
 
 def _interval_lines(results: Mapping[str, Any]) -> list[str]:
     """Each summariser's 95 % intervals, and hierarchy minus single paired on users and runs."""
-    from recjudge._stats import verdict
 
     iv = results.get("intervals")
     if not iv:

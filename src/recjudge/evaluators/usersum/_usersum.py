@@ -25,7 +25,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._stats import arm_interval, paired_comparisons, user_draws
 from recjudge._util import rng
+from recjudge.data import load_dataset, render_item, sample_users
+from recjudge.decoding import Choice, QAPairs, Verdicts
 from recjudge.evaluators._cost import AskMeter
 from recjudge.evaluators.usersum._metrics import (
     LETTERS,
@@ -49,7 +52,17 @@ from recjudge.evaluators.usersum._prompts import (
     regenerate_messages,
     summary_messages,
 )
-from recjudge.llm import LLMPool
+from recjudge.evaluators.usersum._report import plot_metrics, usersum_report
+from recjudge.llm import LLMPool, SamplingConfig
+from recjudge.reporting import write_report
+from recjudge.reward import (
+    ResultsStore,
+    StoredAsk,
+    adopt_former,
+    ask_key,
+    ask_stored,
+    generate_stored,
+)
 
 
 # -- configuration ------------------------------------------------------------------------------
@@ -151,8 +164,6 @@ class _Sum:
 
 
 def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool) -> _Sum:
-    from recjudge.reward import ResultsStore
-
     pool = LLMPool(llms, needed=(config.model, config.predictor))  # fail before any work
     world = _world(config, data)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,7 +172,6 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
 
 def _world(config: UserSumConfig, data: str) -> tuple[Any, ...]:
     """``_Sum``'s users, timelines, item texts, genres, query and item word, from ``data``."""
-    from recjudge.data import load_dataset, render_item, sample_users
 
     ds = load_dataset(data)
     if "genres" not in ds.items or ds.items["genres"].isna().all():
@@ -208,7 +218,6 @@ def usersum_summary_asks(config: UserSumConfig, data: str) -> list[Any]:
 def _gen_asks(run: _Sum, prompts: Sequence[list[dict[str, str]]]) -> list[Any]:
     """A stored free-text question per prompt, keyed with the summariser's settings and the
     summary budget (and the key's form until 2026-12-02 as ``formerly``)."""
-    from recjudge.reward import StoredAsk, ask_key
 
     c = run.config
     budget = _gen_budget(c)
@@ -225,14 +234,11 @@ def _gen_asks(run: _Sum, prompts: Sequence[list[dict[str, str]]]) -> list[Any]:
 
 
 def _gen_budget(c: UserSumConfig) -> Any:
-    from recjudge.llm import SamplingConfig
-
     return SamplingConfig(max_new_tokens=int(c.word_limit * 1.6) + 32)
 
 
 def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> list[str]:
     """Free-text generation by the summariser, stored per prompt."""
-    from recjudge.reward import adopt_former, generate_stored
 
     c = run.config
     budget = _gen_budget(c)
@@ -259,8 +265,6 @@ def _closed(
     run: _Sum, model: str, prompts: Sequence[Any], schemas: Sequence[Any], kind: str, budget: int
 ) -> list[Any]:
     """Grammar-constrained questions to ``model``, stored; the parsed values in order."""
-    from recjudge.llm import SamplingConfig
-    from recjudge.reward import StoredAsk, ask_key, ask_stored
 
     asks = [
         StoredAsk(
@@ -338,7 +342,6 @@ def _single(run: _Sum) -> dict[str, dict[str, Any]]:
 def _verify(run: _Sum, segs: dict, jobs: list, seg_text: dict) -> tuple[dict, list]:
     """The self-critique verifier on the pending segment summaries: the query check and the
     question-answer checks. Returns (job -> failed checks as lines, audit rows)."""
-    from recjudge.decoding import Choice, QAPairs, Verdicts
 
     c = run.config
     qc = _closed(
@@ -556,7 +559,6 @@ def _score(run: _Sum, summaries: Mapping, questions: Sequence[_Question], letter
 def _uncertainty(config: UserSumConfig, per_user: Mapping[str, list[np.ndarray]]) -> dict:
     """Each summariser's metrics with intervals over prediction runs and over users, and
     hierarchy minus single paired on both (``recjudge._stats``)."""
-    from recjudge._stats import arm_interval, paired_comparisons, user_draws
 
     n_users = next(iter(per_user.values()))[0].shape[0]
     idx = user_draws(n_users, config.bootstrap, config.seed)
@@ -581,9 +583,6 @@ def run_usersum(
     ``config.runs`` times, and write ``summaries.jsonl``, ``results.json``, ``report.md`` and
     ``metrics.png`` under ``out``. Every LLM answer is stored (``out/store.sqlite``), so a
     rerun resumes."""
-    from recjudge.decoding import Choice
-    from recjudge.evaluators.usersum._report import plot_metrics, usersum_report
-    from recjudge.reporting import write_report
 
     t0 = time.time()
     out = Path(out)
