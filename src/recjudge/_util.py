@@ -360,3 +360,20 @@ def gc_paused() -> Iterator[None]:
     finally:
         if was:
             gc.enable()
+
+
+@contextmanager
+def imports_paused(freeze: bool = False) -> Iterator[None]:
+    """Imports with the cyclic collector off (``gc_paused``); with ``freeze``, everything
+    alive after them moved to the collector's permanent generation (``gc.freeze``).
+
+    A library's import allocates hundreds of thousands of objects that live as long as the
+    process, and with torch loaded each full collection meanwhile walks the whole heap:
+    importing ``recjudge.evaluators`` after torch and the judge took 0.17-0.21 s with the
+    collector on and 0.04 s with it off (2-core Xeon, four runs each). Freezing makes later
+    collections skip what the imports built. ``freeze`` is for a program's own start (the
+    command line), never for a library call, where it would pin its caller's objects."""
+    with gc_paused():
+        yield
+    if freeze:
+        gc.freeze()

@@ -280,3 +280,33 @@ def test_root_llm_options_reach_every_model_a_command_loads():
     assert resolve_llm_config("smollm2-135m").backend == "transformers"
     bad = run_cli("--vllm-args", "[1", "models", "list")
     assert bad.code == 2 and "--vllm-args" in bad.stderr
+
+
+_PAUSED = (
+    "import gc, json\n"
+    "from recjudge._util import imports_paused\n"
+    "seen = []\n"
+    "with imports_paused():\n    seen.append(gc.isenabled())\n"
+    "after, before = gc.isenabled(), gc.get_freeze_count()\n"
+    "with imports_paused(freeze=True):\n    import recjudge.reporting\n"
+    "frozen = gc.get_freeze_count()\n"
+    "try:\n    with imports_paused():\n        import recjudge_no_such_module\n"
+    "except ImportError:\n    pass\n"
+    "print(json.dumps([seen, after, before, frozen, gc.isenabled()]))\n"
+)
+
+
+def test_the_start_imports_with_the_collector_paused_and_then_frozen():
+    """``imports_paused`` turns the cyclic collector off for its imports and back on after
+    (also when an import fails); with ``freeze`` what exists after is in the permanent
+    generation, which later collections skip. A command's start leaves the collector on."""
+    out = subprocess.run([sys.executable, "-c", _PAUSED], capture_output=True, text=True,
+                         check=True).stdout  # fmt: skip
+    seen, after, before, frozen, enabled = json.loads(out.splitlines()[-1])
+    assert seen == [False] and after and enabled
+    assert frozen > before
+    script = _IMPORTS_TORCH.replace("print('torch' in sys.modules)",
+                                    "import gc\nprint(gc.isenabled())")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", script, "data", "list"], capture_output=True,
+                         text=True, check=True).stdout  # fmt: skip
+    assert out.splitlines()[-1] == "True"

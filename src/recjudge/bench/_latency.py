@@ -30,9 +30,11 @@ def _wall(cmd: list[str]) -> float:
 #: (the judgment's own compute is what is left of its wall time), then the CLI's judgment in
 #: that process twice: first (kernels, the grammar compiler and the tokenizer's first uses
 #: inside) and again with the prefix cache emptied (the prefill and the answer alone: the
-#: compute floor)
+#: compute floor). Its imports run with the cyclic collector paused, and what they built is
+#: frozen, as the command line does (``_util.imports_paused``): the floor's parts are timed
+#: the way the CLI meets them
 _PARTS = """
-import json, sys, time
+import gc, json, sys, time
 t = time.perf_counter()
 parts = {}
 def lap(name):
@@ -43,11 +45,15 @@ def lap(name):
 model, impl, user, candidate = sys.argv[1:5]
 import recjudge.cli
 lap("import_s")
+gc.disable()  # the start's imports with the collector paused, as the CLI's (after its own)
 import torch
 lap("torch_import_s")
 from recjudge.data import load_dataset
+gc.freeze()
+gc.enable()
 ds = load_dataset("ml-1m")
 lap("data_load_s")
+gc.disable()
 from recjudge.llm import LLMConfig, load_llm, resolve_model_path
 from recjudge.llm._native import native_support
 native = impl != "transformers" and native_support(resolve_model_path(model)) is None
@@ -57,10 +63,13 @@ if not native:  # transformers' tokenizer, config and modelling modules
     from transformers import MODEL_FOR_CAUSAL_LM_MAPPING, AutoConfig
     config = AutoConfig.from_pretrained(resolve_model_path(model))
     MODEL_FOR_CAUSAL_LM_MAPPING[type(config)]  # imports the model's modelling code
+gc.enable()
 lap("transformers_import_s")
 llm = load_llm(LLMConfig(model=model, backend="transformers", implementation=impl))
 lap("model_load_s")
+gc.disable()
 from recjudge.reward import Judge, JudgeConfig, clear_prefix_cache, request_for
+gc.enable()
 judge = Judge(JudgeConfig(model=model, mode="no-behavior"), llm=llm)
 req = request_for(ds, user, candidate)
 lap("judge_built_s")
@@ -223,8 +232,9 @@ def _lines(results: dict[str, Any], model: str, repeats: int, history: int) -> l
         "the answer (timed warm, so first-use costs are not in it). Above it: the CLI's own "
         "work (options, the request, the store check), and the first judgment's first uses "
         "(kernel set-up, the grammar compiler, the tokenizer's first calls): the first "
-        "in-process judgment minus the warm one. Wall "
-        "seconds, medians of the runs.",
+        "in-process judgment minus the warm one. The start's imports run with Python's "
+        "cyclic collector paused, in the CLI and in the floor's timing alike "
+        "(`imports_paused`). Wall seconds, medians of the runs.",
         "",
         f"Cold CLI judgment, default / transformers: "
         f"**{c['cli_judgment_s'] / t['cli_judgment_s']:.2f}x** the time.",

@@ -14,7 +14,7 @@ from typing import Any
 import typer
 
 from recjudge._registry import UnknownNameError
-from recjudge._util import UserFacingError, json_loads, os_error_line, redact_uri
+from recjudge._util import UserFacingError, imports_paused, json_loads, os_error_line, redact_uri
 
 app = typer.Typer(
     name="recjudge",
@@ -460,8 +460,9 @@ def _register_extensions(argv: list[str] | None = None) -> None:
         first = _command_of(argv)
         if first in COMMANDS:
             modules = COMMANDS[first]
-    for m in modules:
-        importlib.import_module(f"recjudge.cli.{m}")
+    with imports_paused(freeze=True):  # the start's imports: see its docstring
+        for m in modules:
+            importlib.import_module(f"recjudge.cli.{m}")
 
 
 def main() -> None:

@@ -11,6 +11,7 @@ import typer
 from pydantic import BaseModel, ValidationError
 
 from recjudge._registry import UnknownNameError
+from recjudge._util import imports_paused
 from recjudge.cli._app import app, emit, fail, group, option_errors
 from recjudge.cli._options import command_from_config, flag
 
@@ -20,7 +21,8 @@ JOB_ERRORS = (UnknownNameError, KeyError, ValueError, FileNotFoundError, Connect
 
 def run_job(name: str, job: BaseModel, as_json: bool) -> None:
     """Run a registered job on a checked config and print its results (one-line errors)."""
-    from recjudge.evaluators import JOBS
+    with imports_paused(freeze=True):  # the evaluators, the judge and torch: the start's
+        from recjudge.evaluators import JOBS
 
     spec = JOBS.get(name)
     try:
@@ -36,7 +38,8 @@ def run_job(name: str, job: BaseModel, as_json: bool) -> None:
 
 
 def _register() -> None:
-    from recjudge.evaluators import JOBS
+    with imports_paused(freeze=True):
+        from recjudge.evaluators import JOBS
 
     for name, spec in JOBS.items():
         if not spec.cli_jobs:

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from recjudge._util import CacheDirError, atomic_dir, cache_dir, stable_hash
+from recjudge._util import CacheDirError, atomic_dir, cache_dir, imports_paused, stable_hash
 from recjudge.decoding._schemas import Schema, json_literal
 from recjudge.llm import VOCAB_FILES, file_stamps, transformers_tokenizer_of
 
@@ -119,7 +119,8 @@ class GrammarCache:
         self.misses = 0
 
     def table(self, tokenizer: Any, width: int | None = None) -> TokenTable:
-        import xgrammar as xgr
+        with imports_paused():  # the first table imports xgrammar (and transformers' package)
+            import xgrammar as xgr
 
         width = int(width or len(tokenizer))
         with self._lock:
