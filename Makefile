@@ -156,8 +156,8 @@ test-vllm: setup-vllm
 	$(BIN)/python -m pytest -q -n 0 -m vllm tests/bench/test_throughput_binding.py
 
 lint: setup
-	$(BIN)/ruff check src tests
-	$(BIN)/ruff format --check src tests
+	$(BIN)/ruff check src tests scripts
+	$(BIN)/ruff format --check src tests scripts
 	@# Every module src/recjudge imports is a declared dependency or extra ([tool.deptry]).
 	$(BIN)/deptry src
 

@@ -9,11 +9,12 @@ import subprocess
 import sys
 
 lock = sys.argv[1]
-pinned = {
-    re.split(r"[=<>\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-")
-    for line in open(lock)
-    if line[:1].isalnum()
-}
+with open(lock) as f:
+    pinned = {
+        re.split(r"[=<>\[ ;]", line, maxsplit=1)[0].lower().replace("_", "-")
+        for line in f
+        if line[:1].isalnum()
+    }
 out = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True)
 bad = [
     line

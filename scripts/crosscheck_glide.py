@@ -39,8 +39,9 @@ for _ in range(24):
         )
         ci = r.confidence_interval
         answers[name] = [float(ci.mean), float(ci.lower_bound), float(ci.upper_bound)]
-        ours = clustered_ppi_mean(y_true, proxy, clusters, lam=None if tune else 1.0,
-                                   quantile="normal")
+        ours = clustered_ppi_mean(
+            y_true, proxy, clusters, lam=None if tune else 1.0, quantile="normal"
+        )
         worst = max(
             worst,
             *(

@@ -78,8 +78,10 @@ def main() -> None:
             worst = max(worst, *(abs(ours[e].value - v) for e, v in theirs.items()))
             cases.append({"metric": metric, "obp": theirs, **prob})
     OUT.write_text(json.dumps({"obp_version": obp.__version__, "cases": cases}) + "\n")
-    print(f"obp {obp.__version__} vs recjudge, {len(cases)} problems x {len(OBP)} "
-          f"estimators: max abs difference {worst:.2e}; wrote {OUT}")
+    print(
+        f"obp {obp.__version__} vs recjudge, {len(cases)} problems x {len(OBP)} "
+        f"estimators: max abs difference {worst:.2e}; wrote {OUT}"
+    )
 
 
 if __name__ == "__main__":

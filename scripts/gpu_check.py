@@ -34,7 +34,8 @@ def main() -> None:
     ap.add_argument("--layers", type=int, default=None, help="fewer layers: a quick look")
     ap.add_argument("--out", default=None)
     a = ap.parse_args()
-    from recjudge.bench._gpu_check import gpu_check, qwen_tokenizer
+    # after sys.path names the packed sources (above), and after --help
+    from recjudge.bench._gpu_check import gpu_check, qwen_tokenizer  # noqa: PLC0415
 
     packed = ROOT / "tokenizer"
     tokenizer = a.tokenizer or (packed if (packed / "tokenizer.json").exists() else None)
