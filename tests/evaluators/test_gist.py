@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import recjudge.llm as llm_api
+import recjudge.decoding._decode as decode_module
 from cli_in_process import run_cli
 from recjudge._util import UserFacingError
 from recjudge.data import DataError, TitleScreen
@@ -731,8 +731,8 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
             seen.append((_name, a[-1].deterministic))
             return _real(*a, **kw)
 
-        # decoding reaches the engines through llm's public facade
-        monkeypatch.setattr(llm_api, name, spy)
+        # where decoding calls the engines (``decoding._decode`` imports them at its top)
+        monkeypatch.setattr(decode_module, name, spy)
 
     # Two chunks of 5 decoded two rows a step (the invariant engine's fixed row count), one
     # interest citing at most 3 items, short answers: the work stays small whatever the
