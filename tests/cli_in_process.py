@@ -36,7 +36,6 @@ def run_checked(*args: str, check: bool = True, **kw) -> CliResult:
 def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None = None) -> CliResult:
     """The command's exit code and output; argv, the working folder and the environment are
     restored afterwards."""
-
     out, err = io.StringIO(), io.StringIO()
     old_argv, old_cwd, old_env = sys.argv, os.getcwd(), dict(os.environ)
     sys.argv = ["recjudge", *args]
@@ -59,7 +58,6 @@ def run_cli(*args: str, cwd: str | os.PathLike | None = None, env: dict | None =
 
 def write_files(folder, files) -> None:
     """Write ``{relative name: text or bytes}`` under ``folder`` (parents created)."""
-
     for name, content in files.items():
         p = Path(folder) / name
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -52,7 +52,6 @@ def smollm():
     """SmolLM2 in the auto dtype: bf16 on CPUs with native bf16, else fp32, or whatever
     ``$RECJUDGE_DTYPE`` forces (the suite's second leg). A test that takes it asserts what
     the code guarantees whatever the model writes in either dtype."""
-
     return load_llm("smollm2-135m")
 
 
@@ -61,7 +60,6 @@ def smollm32():
     """SmolLM2 in fp32 whatever the CPU: for tests that compare two computations of the same
     numbers (batch vs single, engine vs engine), where bf16 rounding (picked by ``dtype="auto"``
     on CPUs with native bf16) would differ by kernel and batch shape, not by mechanism."""
-
     return load_llm(LLMConfig(model="smollm2-135m", dtype="float32"))
 
 

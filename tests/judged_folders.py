@@ -15,7 +15,6 @@ def write_judged_folder(folder: Path, labels: Path, n: int, seed: int = 0, power
     """``folder``: ``imputed.jsonl`` (as impute writes it) and ``summary.json`` of ``n``
     judgments with p_yes = truth ** power over 7 users; ``labels``: a CSV of labels drawn
     with P(1) = truth. Returns the judgments."""
-
     g = np.random.default_rng(seed)
     folder.mkdir(parents=True)
     judged, rows = [], ["user_id,item_id,label"]

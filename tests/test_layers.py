@@ -76,7 +76,6 @@ def test_the_scripts_import_what_exists():
     """``scripts/`` runs outside the suite (set-up runs ``warm_jit.py``, the cross-checks run
     against obp, ppi_py and glide-py), so a module moved in ``src`` breaks them silently; every
     ``from recjudge.X import Y`` there must name a module and names that exist."""
-
     missing = []
     for path in sorted((ROOT.parents[1] / "scripts").glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):

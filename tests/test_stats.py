@@ -136,7 +136,6 @@ def test_bootstrap_ci_percentile_and_basic_intervals():
 def test_no_module_computes_its_own_bootstrap_percentiles():
     """One rule for intervals from draws: only ``_stats.bootstrap_ci`` calls the 2.5/97.5
     percentiles (a second copy is how two reports came to use different intervals)."""
-
     src = Path(recjudge.__file__).parent
     rule = re.compile(r"percentile\([^)]*(2\.5|97\.5)")
     offenders = [

@@ -132,7 +132,6 @@ def os_error_line(e: OSError) -> str:
     """One line for a file-system error: the path, what is wrong and what to do (never a
     traceback). The fix follows the errno: a file where a folder is needed, a folder where a
     file is, a symlink loop, a missing parent, permissions, a full disk."""
-
     where = e.filename if e.filename is not None else "a path"
     if e.filename2 is not None:
         where = f"{where} -> {e.filename2}"
@@ -160,7 +159,6 @@ def path_component(text: Any) -> str:
     card's name, a run's name, a system's) can never climb out of the folder it is joined to.
     Plain names (``ml-100k``, ``sasrec``) come back unchanged, so the paths built from them
     before stay the same; ``.`` and ``..`` on their own are encoded too."""
-
     out = quote(str(text), safe="")
     return out.replace(".", "%2E") if out in (".", "..") else out
 
@@ -295,7 +293,6 @@ def torch_seeded(seed: int) -> Iterator[None]:
 
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine only (127.0.0.0/8, ::1, localhost)."""
-
     if host.lower() in ("localhost", "localhost.localdomain"):
         return True
     try:
@@ -324,7 +321,6 @@ def release_freed_memory() -> bool:
     ``malloc_trim(0)``). After training, the freed activations and optimiser state stay in
     the process's heap: the tuned model's judging and checks then run on top of the
     training's peak instead of beside it. True where the trim ran (Linux with glibc)."""
-
     gc.collect()
     if not sys.platform.startswith("linux"):
         return False
@@ -352,7 +348,6 @@ def gc_paused() -> Iterator[None]:
     counting still frees everything at once; only reference cycles made inside wait for the
     next collection after. Not for open-ended loops (a run's streaming): cycles made there
     would pile up."""
-
     was = gc.isenabled()
     gc.disable()
     try:

@@ -222,7 +222,6 @@ def test_exposure_is_popularity_biased_and_seeded():
 
 def test_vllm_worker_requests_round_trip_exactly(ml1m):
     """The vLLM throughput worker judges the very requests the parent built."""
-
     r = request_for(ml1m, "10", "Heat (1995)", sigma=-0.25, meta={"kind": "x"})
     again = request_from_dict(json.loads(json.dumps(request_to_dict(r))))
     assert again == r
@@ -557,7 +556,6 @@ def test_a_resumed_run_loads_its_sigma_models_instead_of_training_them(tmp_path,
     """The sigma models of a ratings/beta run are saved in its folder, keyed by what they
     were trained on: a restart loads them (no training) and gets the same sigmas; other
     training data gets its own."""
-
     cfg = BriefExperimentConfig(model="smollm2-135m", data="ml-100k", users=3)
     ds = load_dataset("ml-100k")
     _, info = _brief._requests(cfg, ds)

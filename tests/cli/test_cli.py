@@ -70,7 +70,6 @@ def test_a_command_that_computes_nothing_does_not_import_torch(args):
 
 def test_every_public_llm_name_resolves():
     """The names ``recjudge.llm`` imports on first use are the ones it lists."""
-
     for name in llm.__all__:
         assert getattr(llm, name) is not None
     assert set(llm.__all__) <= set(dir(llm))
@@ -250,7 +249,6 @@ def test_brief_augment_unknown_method_suggests_the_name():
 def test_ctrl_c_exits_130_and_says_finished_work_is_kept(monkeypatch, capsys):
     """Ctrl-C inside any command: exit code 130 (the shell's convention), no traceback, and
     one line saying what survives, through the same main() the console script calls."""
-
     fake = typer.Typer()
 
     @fake.command()
@@ -271,7 +269,6 @@ def test_root_llm_options_reach_every_model_a_command_loads():
     """``recjudge --server URL <command>``: the judge command (which has no --server of its
     own in use here) loads its LLM from that server: it reports the unreachable URL as one
     line, not a traceback, and the setting does not outlive the command."""
-
     assert _command_of(["--backend", "vllm", "--device", "cpu", "judge", "--user", "1"]) == "judge"
     r = run_cli("--server", "http://127.0.0.1:9/v1", "judge", "--user", "1", "--candidate",
                 "Toy Story (1995)", "--mode", "no-behavior", "--no-evidence")  # fmt: skip

@@ -64,7 +64,6 @@ def test_every_option_of_every_command_says_what_it_does():
     """A user reads --help: an option without a line of help is a field nobody documented.
     Every command and group (``judge`` has options of its own), read as the docs' CLI
     reference reads them (typer's parameters are not ``click.Option`` instances)."""
-
     table = commands()
     missing = [
         " ".join(path) + " " + o.names[0]
@@ -79,7 +78,6 @@ def test_every_option_of_every_command_says_what_it_does():
 @pytest.fixture
 def captured(monkeypatch):
     """The config each evaluator command builds (nothing is judged)."""
-
     seen: dict = {}
 
     def fake(name, config, data, out, as_json):

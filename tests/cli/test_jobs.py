@@ -97,7 +97,6 @@ def test_run_names_a_close_job_or_evaluator():
 def test_every_top_level_command_names_its_module():
     """A run imports only its command's module (a faster cold start): the map must cover
     every command, or that command would be missing when called alone."""
-
     _register_extensions()
     names = set(typer.main.get_command(app).commands)  # type: ignore[attr-defined]
     assert names == set(COMMANDS)

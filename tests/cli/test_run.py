@@ -46,7 +46,6 @@ def test_registries_hold_the_paper_experiments():
 def test_a_speed_bench_command_is_its_config_and_reruns_from_results_json(tmp_path):
     """``bench decoding`` from its options, then ``bench run decoding --config results.json``:
     the same config, recorded in results.json (a tiny run: 5 titles, 2 steps)."""
-
     args = ["--model", "smollm2-135m", "--titles", "5", "--steps", "2", "--repeats", "1"]
     r = run_cli("bench", "decoding", *args, "--batch", "1", "--out", str(tmp_path / "a"))
     assert r.code == 0, r.stderr
@@ -64,7 +63,6 @@ def test_a_speed_bench_command_is_its_config_and_reruns_from_results_json(tmp_pa
 def test_every_bench_command_is_built_from_its_config(name):
     """``recjudge bench NAME`` takes exactly its config's fields (plus --out, --json); a flag
     that is on by default can be turned off."""
-
     _register_extensions()
     bench = typer.main.get_command(app).commands["bench"]  # type: ignore[attr-defined]
     cmd = bench.commands[name]
@@ -79,7 +77,6 @@ def test_every_bench_command_is_built_from_its_config(name):
 def test_a_shared_config_may_not_write_outside_the_current_folder(tmp_path):
     """Issue 91: `run evaluate --config results.json` whose out was ../../../../etc/rj_out
     exited 0 and created /etc/rj_out."""
-
     work = tmp_path / "work"
     work.mkdir()
     cfg = work / "results.json"
@@ -95,7 +92,6 @@ def test_a_shared_config_may_not_write_outside_the_current_folder(tmp_path):
 def test_ray_for_a_single_judgment_is_refused_before_any_cluster_starts():
     """Issue 91: `judge --user 1 --candidate 50 --ray local` started Ray and surfaced its
     start-up timeout as a traceback."""
-
     r = run_cli("judge", "--user", "1", "--candidate", "50", "--ray", "local")
     assert r.code == 2 and "--ray judges a --pairs file" in r.stderr
     assert "Traceback" not in r.stderr

@@ -65,7 +65,6 @@ def test_ml100k_original_ids(ml100k):
 def test_items_rendered_in_one_pass_equal_those_rendered_one_by_one():
     """``rendered_many`` reads the items it has not rendered in one pass over the table:
     the same (title, text) as ``rendered`` gives each alone, repeats and all."""
-
     one, many = load_dataset("ml-100k"), load_dataset("ml-100k")
     ids = one.items.item_id.astype(str).tolist()
     ids = ids[::-1] + ids[:7]  # another order, and repeats
@@ -78,7 +77,6 @@ def test_history_columns_are_the_history_rows_on_either_path():
     """``history_columns`` answers the first lookups from ``history``'s scan and the rest
     from one pass over the sorted table: the same ids, timestamps and ratings in the same
     order either way (ties in time included), and an unknown user's KeyError names it."""
-
     ds = load_dataset("ml-100k")
     users = sorted(ds.interactions.user_id.astype(str).unique())[:12]
     for u in users:  # the first ones before the table's pass, the rest after it
@@ -354,7 +352,6 @@ def test_dataset_save_load_round_trip(tmp_path, ml100k):
 def test_event_types_read_back_by_value_whatever_the_stored_categories():
     """A stored column's categories may come in any order, hold values outside
     EVENT_TYPES or be missing: each row keeps its own value, in EVENT_TYPES' categories."""
-
     values = ["explicit_negative", None, "implicit_positive", "bogus", "explicit_negative"]
     for stored in (
         pd.Series(values, dtype="string"),
@@ -386,7 +383,6 @@ def test_bookcrossing_from_wheel():
 def test_parsed_cache_round_trips_exactly(tmp_path, monkeypatch):
     """The parquet copy of a registered dataset equals a fresh parse, and a damaged copy is
     rebuilt instead of trusted."""
-
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
     fresh = load_dataset("ml-100k", cache=False)
     first = load_dataset("ml-100k")  # parses and writes the copy
@@ -406,7 +402,6 @@ def test_parsed_cache_round_trips_exactly(tmp_path, monkeypatch):
 def test_history_by_scan_equals_the_per_user_index(tmp_path):
     """The first lookups scan (a single judgment needs one user); later ones use the index;
     both give the same rows in the same order, ties in time kept in file order."""
-
     log = "user_id,item_id,timestamp,rating\n" + "".join(
         f"u{u},i{(u * 7 + k) % 11},{k // 2},{1 + k % 5}\n" for u in range(6) for k in range(9)
     )

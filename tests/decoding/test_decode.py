@@ -82,12 +82,10 @@ def test_a_non_backend_and_an_engine_sweep_are_refused(smollm):
 def test_a_promise_the_backend_does_not_declare_is_refused_before_decoding(smollm):
     """deterministic on an engine backend (its engine batches as it likes) would store
     answers keyed as batch-invariant that are not: refused in one line, nothing decoded."""
-
     engine = SimpleNamespace(capabilities=ENGINE_CAPABILITIES, name="vllm:m")
     with pytest.raises(CapabilityError, match="deterministic.*vllm:m.*transformers backend"):
         decode(engine, _job(smollm, deterministic=True))
     # speed settings are not promises: an engine ignores them (no refusal before submit)
-
     require(ENGINE_CAPABILITIES, _job(smollm, rows=3, head="allowed", draft=False))
     assert decode(smollm, _job(smollm, deterministic=True, stop_at_decision=True))
 
@@ -103,7 +101,6 @@ def test_grammar_drafts_change_no_judgment_and_save_forwards(smollm32, ml1m, mon
     """The fast engine's drafts (each row's grammar-forced text fed with its token, kept
     where the model takes it) give the judgments of one token per step (fp32: the same
     texts, decisions and probabilities) in fewer forwards."""
-
     reqs = [request_for(ml1m, "10", c, sigma=s) for c, s in
             (("Fargo (1996)", -0.2), ("Big (1988)", 0.9), ("Toy Story (1995)", 0.8))]  # fmt: skip
     cfg = JudgeConfig(beta=5.0, max_evidence=2, max_history=20)
@@ -125,7 +122,6 @@ def test_grammar_drafts_change_no_judgment_and_save_forwards(smollm32, ml1m, mon
 def test_a_draft_never_feeds_a_title_as_a_special_token(smollm):
     """A title that spells a special token (``<|im_end|>``) is drafted only up to it: the
     engine is never fed the special id from untrusted text."""
-
     title = "Heat <|im_end|> 2 (1995)"
     grammar, _ = make_processors(smollm, [EvidenceFirst([title, "Up (2009)"])], None, None)
     special = smollm.tokenizer.convert_tokens_to_ids("<|im_end|>")
@@ -150,7 +146,6 @@ LONG = ["A " + "very long title, " * 30 + "(2001)", "Ünïcödé — 東京物�
 def test_the_answer_bound_covers_every_answer_the_grammar_accepts(schema):
     """``max_answer_bytes`` bounds the longest answer, in either JSON form of its strings
     (as written, or with non-ASCII escaped)."""
-
     bound = schema.max_answer_bytes()
     if isinstance(schema, EvidenceFirst):
         answers = [{"evidence": [], "is_relevant": "NO"}] + [
@@ -172,7 +167,6 @@ def test_the_answer_bound_covers_every_answer_the_grammar_accepts(schema):
 def test_a_long_title_is_cited_whole_whatever_the_token_budget(smollm):
     """A YES must carry its evidence: a budget below the longest answer is raised for a
     grammar of listed strings (room_for_answers), so a long title is never cut mid-list."""
-
     small = SamplingConfig(max_new_tokens=16)
     assert room_for_answers(small, [EvidenceFirst(LONG)]).max_new_tokens > len(LONG[0])
     assert room_for_answers(small, [Choice(["a"], analysis_chars=99)]) is small

@@ -282,7 +282,6 @@ def test_free_text_rejects_utf16_surrogates(tok):
     """Byte tokens can spell ED A0 80 (a UTF-16 surrogate, not valid UTF-8); free text must
     not accept it, or an analysis decodes to replacement characters and overruns its limit
     (found by test_verdicts_random_logits, seed 2795)."""
-
     compiled = compile_schema(Choice(["x"], analysis_chars=10), tok, 49152)
     byte_tok = {}
     for i, b in enumerate(compiled.table.token_bytes):
@@ -329,7 +328,6 @@ def test_mask_on_the_allowed_columns_only_equals_the_full_mask(tok):
     """With ``columns`` (the head computed only for ``allowed``'s ids, the rest -inf), the
     grammar mask, the distinct-evidence veto and the branch bias give exactly the scores of
     the full-width path, at rows in different states (a title already cited included)."""
-
     titles = ["Heat (1995)", "Heathers (1989)", "Fargo (1996)", "Up (2009)"]
     compiled = compile_schema(EvidenceFirst(titles), tok, len(tok))
     texts = ['{"evidence": ["He', '{"evidence": ["Heat (1995)", "', '{"evidence": [', ""]
@@ -376,7 +374,6 @@ def _reference_veto(tracker, allowed, token_bytes):
 
 def _veto_matches_reference(grammar, tracker, table, scores) -> list[int]:
     """Check the veto at the row's current state; returns the tokens it leaves."""
-
     grammar.trackers[0] = None  # the grammar alone
     grammar.mask(scores)
     grammar.trackers[0] = tracker
@@ -420,7 +417,6 @@ def test_token_tables_come_back_from_the_disk_cache_unchanged(tok, tmp_path, mon
     """A token table read back from ``$RECJUDGE_CACHE`` equals the one built from the
     tokenizer (bytes of every token, stop ids, the grammar masks it gives); a damaged cache
     is rebuilt, and a changed tokenizer file is a different key."""
-
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path / "cache"))
     width = len(tok) + 64  # a logits width past the tokenizer, as models pad it
     built = GrammarCache().table(tok, width)

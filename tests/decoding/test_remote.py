@@ -221,7 +221,6 @@ def test_bad_payloads_are_refused_clearly(bad, match):
 def test_ask_through_an_engine_backend_matches_local(smollm32):
     """Evaluators' questions (reward.ask) take the engine path too, including a schema whose
     grammar cannot start after the prefilled opening (QAPairs: the model decodes it)."""
-
     msgs = [[{"role": "user", "content": "Which is a fruit? A: apple, B: car"}]]
     engine = ReferenceEngine(smollm32)
     for schema in [Choice(["A", "B"]), QAPairs(1)]:
@@ -236,7 +235,6 @@ def test_ask_through_an_engine_backend_matches_local(smollm32):
 def test_engine_readouts_stop_at_the_decision_and_match_local(smollm32, requests_):
     """A read-out on an engine backend asks for a few tokens, not the whole answer, and
     reads the same verdict and p_yes as the local engine."""
-
     config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
     _, _, engine = _local_and_engine(smollm32, requests_[1:3], config)  # two users
     assert {r.sampling.max_new_tokens for r in engine.sent} == {READOUT_STEPS}
@@ -244,7 +242,6 @@ def test_engine_readouts_stop_at_the_decision_and_match_local(smollm32, requests
 
 def test_the_payload_carries_every_field_of_branch_bias():
     """BiasPayload derives from BranchBias: a knob added there reaches the engine."""
-
     assert set(BranchBias.model_fields) <= set(BiasPayload.model_fields)
     bias = BranchBias(beta=3.0, adaptive=False, block_one_sided=False)
     p = BiasPayload.build(Choice(["YES", "NO"]), [1, 2], 0.5, bias)
@@ -259,7 +256,6 @@ def test_ray_data_llm_calls_judge_as_submit_does_and_ask_again_only_where_needed
     built once, results fed back, no decoding again) give the judgments ``decode`` gives
     through ``submit``; a row whose round-1 result holds no decision (withheld here) is asked
     again alone, with the full budget, in a second round."""
-
     config = JudgeConfig(model="smollm2-135m", beta=25.0, max_history=10, need_evidence=False)
     engine = ReferenceEngine(smollm32)
     judge = Judge(config, llm=engine)

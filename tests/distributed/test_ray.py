@@ -114,7 +114,6 @@ def test_a_worker_is_sent_only_what_the_prompt_shows(ml100k):
     """With ``history_sent`` (an LLM mode: its ``max_history``), each history travels as its
     most recent items, once per call; the rebuilt requests make the same prompt groups (what
     the prompt shows) as the driver's, whose keys cover the whole history."""
-
     config = JudgeConfig(mode="no-behavior", need_evidence=False, max_history=5)
     shown = history_sent(config)
     assert shown == 5 and history_sent(JudgeConfig(mode="cf-only")) is None
@@ -130,8 +129,8 @@ def test_a_worker_is_sent_only_what_the_prompt_shows(ml100k):
     assert [b.older for b in back] == [len(r.history) - 5 for r in reqs]
     groups = PromptGroups(config)
     assert [prompt_group(config, b) for b in back] == [groups(r) for r in reqs]
-    # the same prompt, "(N older items not shown.)" included
 
+    # the same prompt, "(N older items not shown.)" included
     def shown(r):
         return build_messages(r.history, r.candidate_text, max_items=5, older=r.older)
 
@@ -150,7 +149,6 @@ def test_prompt_groups_are_computed_once_per_history_list(ml100k):
     """``PromptGroups`` equals ``prompt_group`` request by request, a history of another
     length is another group, and a list that grew since is grouped again, not by its old
     group."""
-
     config = JudgeConfig(mode="no-behavior", need_evidence=False, max_history=4)
     reqs = _requests(ml100k, 3, 3)
     groups = PromptGroups(config)
@@ -185,7 +183,6 @@ def test_plan_keeps_a_user_together_and_the_executor_runs_the_local_calls(ml100k
     assert all(len(call) <= 3 for call in plan.calls)
     # one planner: the calls come from the model-free prompt groups, and requests of one
     # group render one tokenised prefix (what the engine encodes once per call)
-
     for call in plan.calls:
         prompts = judge.prompts([reqs[i] for i in call])
         by_group: dict = {}
@@ -218,7 +215,6 @@ def test_plan_spreads_a_small_run_over_the_workers(ml100k):
 
 def test_free_ports_are_distinct():
     """Ray refuses two components on one port: a cluster's ports are chosen together."""
-
     ports = free_ports(40)
     assert len(set(ports)) == 40 and all(0 < p < 65536 for p in ports)
 
@@ -321,7 +317,6 @@ def test_vllm_workers_are_placed_and_keyed_as_vllm_and_a_server_is_refused(ml100
 def test_ray_with_the_root_server_option_is_refused_before_ray_starts(tmp_path):
     """A server given before the command (``recjudge --server URL judge ... --ray local``)
     is refused in one line before any Ray instance is started or output written."""
-
     (tmp_path / "p.jsonl").write_text('{"user_id": "1", "item_id": "50"}\n')
     r = run_cli("--server", "http://127.0.0.1:1/v1", "judge", "--data", "ml-100k", "--pairs",
                 str(tmp_path / "p.jsonl"), "--out", str(tmp_path / "o.jsonl"), "--mode",
@@ -407,7 +402,6 @@ def test_a_task_on_the_cluster_sees_the_drivers_cache_and_niceness(cluster):
     """Issue 90: workers re-converted the model into their own ~/.cache (the driver's
     RECJUDGE_CACHE did not reach them) and the second waited on the build lock; and ran at
     nice 15."""
-
     ray = connect(cluster.address)
 
     @ray.remote(num_cpus=0)
@@ -422,7 +416,6 @@ def test_a_task_on_the_cluster_sees_the_drivers_cache_and_niceness(cluster):
 def test_a_local_cluster_listens_on_loopback_only(cluster):
     """No port of a one-machine cluster is open to the network (Ray binds every interface,
     without authentication, unless told otherwise; distributed._cluster.loopback_only)."""
-
     ports = []
     for pid in cluster.pids():
         try:

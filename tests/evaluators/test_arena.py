@@ -205,7 +205,6 @@ def test_arena_end_to_end_one_user(smollm, tmp_path):
 
     # A title-free checkpoint carries the verdicts (not the analyses) to a fresh store,
     # and the run there needs no model.
-
     n = export_portable(tmp_path / "store.sqlite", tmp_path / "ck.gz")
     assert (n.results, n.left_out) == (4, 0)  # two orders, an absolute rating per system
     text = gzip.decompress((tmp_path / "ck.gz").read_bytes()).decode()

@@ -186,7 +186,6 @@ def test_ppi_closed_forms():
 def test_ppi_intervals_cover_the_truth_with_a_biased_judge():
     """A judge whose probabilities are far off (p^3) still gives intervals at about their
     nominal 95 %: the gold sample corrects it."""
-
     g = np.random.default_rng(7)
     truth_p = g.random(5000)
     y_all = (g.random(5000) < truth_p).astype(float)
@@ -248,7 +247,6 @@ def test_every_estimator_is_one_spec_and_they_agree_where_the_truth_is_seen():
     """The estimators are records of one registry (what each reads, where it is defined);
     with every label observed at propensity 1 and a judge that is right (p = h = Y), every
     estimator of a linear metric is the true value, and the ones defined for hit@k too."""
-
     assert tuple(ESTIMATOR_SPECS) == ESTIMATORS
     y = np.array([1.0, 0.0, 1.0, 1.0])
     seen = ListLabels(observed=np.ones(4), label=y, p=y, hard=y, propensity=np.ones(4))

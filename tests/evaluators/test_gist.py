@@ -114,7 +114,6 @@ def test_predicate_thresholds_are_configurable_and_described():
 def test_an_object_engaged_twice_counts_under_each_of_its_event_types(monkeypatch):
     """GISTBench's official code counts a cited object under every type it has; a history
     read as a dict kept only its oldest event (here the view, not the rating)."""
-
     monkeypatch.setattr(gp, "_relevant", lambda run, pairs, desc: {p: (True, 0.9) for p in pairs})
     history = [("m1", "explicit_positive"), ("m2", "implicit_positive"),
                ("m1", "implicit_positive")]  # most recent first  # fmt: skip
@@ -442,7 +441,6 @@ def one_cited_interest(monkeypatch) -> None:
     interest), and a run with no cited interest never reaches the evidence filter. The
     extraction still decodes and stores the model's own answers; this only guarantees that the
     later stages have something to check, whatever the model wrote."""
-
     real = _gist_pipeline._extract
 
     def extract(run):
@@ -527,7 +525,6 @@ def test_gist_end_to_end_one_real_user(smollm, ml100k, tmp_path, monkeypatch):
 def _carried_to_a_fresh_store(cfg, first, llms, ds, tmp_path):
     """A title-free checkpoint of the run resumes it in a fresh folder: every exported answer
     is read, not asked; only extraction answers that name a history title stayed behind."""
-
     n = export_portable(tmp_path / "store.sqlite", tmp_path / "ck.gz")
     text = gzip.decompress((tmp_path / "ck.gz").read_bytes()).decode()
     titles = dict(zip(ds.items["item_id"].astype(str), ds.items["title"], strict=True))
@@ -667,7 +664,6 @@ def test_users_naming_the_same_interest_share_the_distractor_order():
     """The judge's (interest, object) verdicts are stored per pair, so two users (or models)
     with the same interest examine the pool in the same order (each without its own items),
     and a different interest in another."""
-
     own = {"a": ["p0", "p3", "p8"], "b": ["p1", "p3", "p20"]}
     ds = SimpleNamespace(history=lambda u: pd.DataFrame({"item_id": own[u]}))
     run = SimpleNamespace(config=GistConfig(options=10), ds=ds)
@@ -720,7 +716,6 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
     and the run then never reaches the evidence filter), so the parsed interests are topped up
     with one that cites the user's most recent item: the extraction still decodes and stores
     the model's own answers, and the filter always has a question to ask."""
-
     one_cited_interest(monkeypatch)
 
     seen = []
@@ -778,7 +773,6 @@ def test_a_deterministic_run_repeats_an_answer_asked_again_in_another_batch(
 def test_deterministic_is_refused_for_a_vllm_model_by_name(tmp_path):
     """A ready backend that batches in its own engine cannot give bit-identical answers: both
     entry points refuse it by name before they load data or open a store."""
-
     vllm_like = SimpleNamespace(capabilities=ENGINE_CAPABILITIES)
     local = SimpleNamespace(capabilities=Capabilities())
     cfg = GistConfig(models=("m",), judge="j", deterministic=True)

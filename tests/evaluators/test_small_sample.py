@@ -91,7 +91,6 @@ def test_intervals_at_100_gold_pairs_of_uniform_pairs_hold_or_are_refused():
 def test_whole_users_below_the_cluster_floor_are_refused_with_how_many_more_to_label():
     """About 100 gold pairs of whole users are 3-4 users: the bench measured 87 % coverage
     there; the interval is refused and the message says how many users (and pairs) more."""
-
     runs, users, rel, judged, truth = _world(100)
     frame = len(listed_pairs(runs, users, 10))
     gold = _gold(runs, users, rel, 100, "users", 0)

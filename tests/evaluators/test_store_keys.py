@@ -84,7 +84,6 @@ def test_llm_key_follows_the_classification(monkeypatch):
 def test_a_loaded_backend_is_keyed_by_the_device_it_declares(monkeypatch):
     """``Capabilities.device`` (where the model computes) decides the key's device, not
     what ``auto`` would resolve to now; a stand-in refusing any use is read statically."""
-
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
 
     class Loaded:
@@ -144,7 +143,6 @@ def test_an_answer_stored_under_a_former_key_is_rekeyed_not_asked_again(tmp_path
 def test_arena_keys_its_budget_once_and_finds_answers_under_the_former_form():
     """The arena's greedy budget entered its keys in the short form until 2026-12-02 (the
     committed arena checkpoints' keys): each question names that key as ``formerly``."""
-
     config = ArenaConfig(model="m", systems=("pop", "itemknn"), users=1, absolute=False)
     arena = SimpleNamespace(config=config, users=["7"], profiles={"7": "age 25"},
                             history={"7": ["Up (2009)"]}, word="movies",
@@ -285,7 +283,6 @@ def _list_questions(config) -> dict:
 def test_every_list_arena_field_acts_on_the_keys_as_declared(monkeypatch):
     """ArenaListConfig (its judgments are the judges'): each KEYED field changed alone moves
     a judgment's key; each UNKEYED one keeps the key of every judgment both runs make."""
-
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     base = ArenaListConfig(model="smollm2-135m", systems=("pop", "als"), users=3, k=3,
                            history_items=5, dtype="float32")  # fmt: skip
@@ -318,7 +315,6 @@ def test_every_gist_field_acts_on_the_extraction_keys_as_declared(monkeypatch):
     of extraction moves a question's key; the keyed fields of the later stages and every
     UNKEYED one keep the key of each extraction question both runs ask. (``seed`` draws the
     users, so the runs share no question: its keying is at the later stages'.)"""
-
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
 
     def questions(config):
@@ -355,7 +351,6 @@ def test_every_usersum_field_acts_on_the_summary_keys_as_declared(monkeypatch):
     """UserSumConfig at its first questions (``usersum_summary_asks``, no model): each keyed
     field of a single summary moves a question's key; the later stages' keyed fields and
     every UNKEYED one keep every key. (``seed`` draws the users: its keying is the options'.)"""
-
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
 
     def questions(config):
@@ -386,7 +381,6 @@ def test_an_evaluator_question_asked_of_a_server_finds_its_answer_under_the_form
     """A server's key no longer holds the client's dtype guess (``llm_key``); a question a
     client whose ``auto`` was fp32 stored under the former form is found and re-keyed, not
     asked again (``formerly``, ``adopt_former``)."""
-
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     token = set_llm_defaults(backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
     try:

@@ -95,7 +95,6 @@ def test_it_learns_from_the_signals_beside_the_judge():
     assert "sigma" in fitted.features and "log_popularity" in fitted.features
     assert fitted.oof["auc"] > fitted.oof["auc_raw"] + 0.15  # raw p_yes is noise here
     # and on pairs it never saw
-
     rest = [k for k in truth if k not in gold]
     pos = [fitted.p[k] for k in rest if truth[k]]
     neg = [fitted.p[k] for k in rest if not truth[k]]
@@ -132,7 +131,6 @@ def test_in_the_known_truth_world_it_narrows_ppi_against_labels_alone():
     """The bench's gold machinery on a synthetic world where the CF signal carries the
     relevance and the judge does not: the supervised imputer's PPI interval is narrower
     than the labels-only one, whose interval the judge's noise cannot narrow."""
-
     sys.path.insert(0, str(Path(__file__).parents[1] / "bench"))
 
     w, _ = _world(users=80)

@@ -133,7 +133,6 @@ def test_the_detectable_residual_is_flagged_at_the_stated_power():
     ``POWER`` (80 %) of gold samples, one at half of it far less often; with many users it
     is ``(1.96 + 0.84) se``. Measured at 600 gold pairs: detectable 0.085, flagged 82.7 % of
     150 samples at it, 24.7 % at half, 5 % without a shift."""
-
     assert detectable_residual(0.01, 10_000) == pytest.approx(0.028, abs=2e-4)
     assert detectable_residual(0.01, 5) > detectable_residual(0.01, 50)  # t, not normal
 

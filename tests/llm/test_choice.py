@@ -28,7 +28,6 @@ def _exhaustive(llm, fill: str) -> list[float]:
     """Every option's summed log-probability: the shared prompt once through HF's own
     forward with its KV cache, then each option's tokens on a copy of that cache (plain
     transformers, none of the engine's code)."""
-
     text = llm.chat_prompt(_messages()).replace(" " + SLOT, " " + fill)
     base = llm.encode(text + '{"category')
     with torch.inference_mode():
@@ -117,7 +116,6 @@ def test_a_backend_without_option_scoring_is_refused(smollm32, monkeypatch):
     with pytest.raises(ValueError, match="does not score whole options"):
         best_options(smollm32, [1, 2], [[3]], OptionTrie([[4]]))
     # through decoding's one entry point: a fault of the whole run, in one line
-
     with pytest.raises(CapabilityError, match="whole-option scoring.*does not declare"):
         decode(smollm32, OptionJob([1, 2], [[3]], OptionTrie([[4]])))
 
@@ -151,7 +149,6 @@ class _ForwardEngine:
         the first prompt asked read from HF's KV cache of it (as vLLM's prefix caching
         would: every prompt of the search is the question plus a short continuation; a
         full forward of each made this test ~10x slower on fp32 CPUs without AMX)."""
-
         if self._first is None:
             self._first = list(p)
         same = [a == b for a, b in zip(p, self._first, strict=False)]

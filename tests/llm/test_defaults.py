@@ -57,7 +57,6 @@ def test_bad_defaults_are_refused(bad):
 def test_judgments_made_under_defaults_are_keyed_by_that_llm(defaults):
     """A judge loaded through a server default keys its results as one given that server's
     LLMConfig itself, and apart from the in-process judge's."""
-
     cfg = JudgeConfig(model="smollm2-135m", mode="no-behavior")
     local = Judge(cfg)._llm_settings()
     url = "http://127.0.0.1:8000/v1"

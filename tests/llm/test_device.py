@@ -105,7 +105,6 @@ def test_device_settings():
 def test_a_gpu_judgment_is_keyed_apart_and_computes_in_bf16(monkeypatch):
     """Without a GPU at hand: what auto resolves to on one (bf16), and that its results get
     their own keys, while the CPU keys stay as they were."""
-
     monkeypatch.delenv("RECJUDGE_DTYPE", raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert LLMConfig(device="auto").resolved_dtype() == "bfloat16"

@@ -54,7 +54,6 @@ def _record(n_rows: int, stop_after: dict[int, int]):
 
 def _use_kernel(monkeypatch, kernel: str) -> None:
     """The CPU flash kernels ("flash") or the sdpa/matmul path other devices take."""
-
     if kernel == "sdpa":
         monkeypatch.setattr(attn, "_FLASH_CPU", None)
     elif attn._FLASH_CPU is None:
@@ -68,7 +67,6 @@ def test_smollm2_is_supported(llm32):
 @pytest.mark.parametrize("room", [64, 2])
 def test_every_step_matches_a_full_forward_with_rows_leaving(llm32, monkeypatch, room):
     """(``room`` 2: the rows' buffers grow twice while the rows decode.)"""
-
     monkeypatch.setattr(fast_loop, "FIRST_ROOM", room)
     prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 6)
     suffixes = [
@@ -135,7 +133,6 @@ def test_drafts_give_the_steps_of_one_token_at_a_time(llm32, monkeypatch, kernel
     step's scores still equal a full forward of that row's own prompt and tokens, each token
     is its step's argmax, the hooks see one token at a time in order, a row stops where
     ``finished`` says even inside a draft, and the drafts taken save forwards."""
-
     _use_kernel(monkeypatch, kernel)
     prefixes = [
         llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 3),
@@ -287,7 +284,6 @@ def test_free_text_generate_is_greedy_under_a_full_forward(llm32):
 def test_head_for_allowed_tokens_only_equals_the_full_head(llm32, ml1m, monkeypatch):
     """The LM head restricted to the grammar's allowed tokens gives the judge's answers and
     probabilities of the full head (the masked scores are -inf either way)."""
-
     reqs = [request_for(ml1m, "10", c, sigma=s) for c, s in
             (("Heat (1995)", 0.4), ("Fargo (1996)", -0.3), ("Big (1988)", 0.9))]  # fmt: skip
     cfg = JudgeConfig(beta=5.0, max_evidence=2, max_history=15)
@@ -339,7 +335,6 @@ def test_the_prefix_lru_holds_one_calls_prefixes_and_no_more():
 def test_sampled_rows_draw_the_same_tokens_with_drafts(llm32):
     """Sampling reads a draft's positions in order with the row's own generator, one draw
     per token as without drafts: the same seeds give the same tokens (fp32)."""
-
     prefix = llm32.encode("A user watched Heat (1995), Casino (1995) and Fargo (1996). " * 2)
     suffixes = [llm32.encode(f" Would they watch {t}? Say why:") for t in ("Up", "Big", "Jaws")]
     kv = encode_prefix(llm32, prefix)

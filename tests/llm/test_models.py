@@ -253,7 +253,6 @@ def test_next_token_logits_width_is_model_vocab(smollm):
 def test_concurrent_first_loads_build_the_cache_once(tmp_path: Path, monkeypatch):
     """Two loaders of a preset whose cache is missing: one builds, the other waits for it
     (before the lock, the second deleted the first one's half-built files and crashed)."""
-
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
     preset = PRESETS.get("smollm2-135m")
     builds = []
@@ -284,7 +283,6 @@ def test_concurrent_first_loads_build_the_cache_once(tmp_path: Path, monkeypatch
 def test_verify_finds_damage_that_keeps_the_size(tmp_path: Path, monkeypatch):
     """A flipped block keeps a weight file's size (so every load still trusts the cache);
     the digests recorded at write time catch it."""
-
     monkeypatch.setenv("RECJUDGE_CACHE", str(tmp_path))
     preset = PRESETS.get("smollm2-135m")
     final = preset.cache_path()
@@ -326,7 +324,6 @@ def test_a_broken_preset_never_becomes_a_hub_id_for_vllm(tmp_path: Path, monkeyp
 
 def _fake_cache(folder):
     """A cache folder as build_cache writes it: small files, one safetensors, the marker."""
-
     folder.mkdir()
     (folder / "config.json").write_text('{"rms_norm_eps": 1e-05, "torch_dtype": "bfloat16"}')
     header = _json.dumps({"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}})

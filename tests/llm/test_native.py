@@ -27,7 +27,6 @@ TOL = {torch.float32: 1e-4, torch.bfloat16: 3e-2}
 def _tiny(tmp_path, model_type: str, **extra):
     """A random transformers model of ``model_type`` saved as safetensors: its folder and
     the model."""
-
     cfg = AutoConfig.for_model(
         model_type, vocab_size=96, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
         num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=128,
@@ -124,7 +123,6 @@ def test_what_does_not_fit_loads_through_transformers(tmp_path):
 def test_the_tokenizer_follows_the_implementation(tmp_path, monkeypatch):
     """The native tokenizer by default; transformers' with ``implementation="transformers"``
     (a like-for-like path that is transformers' throughout)."""
-
     folder, _ = _tiny(tmp_path, "llama")
     smol = resolve_model_path("smollm2-135m")
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):

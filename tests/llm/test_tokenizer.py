@@ -144,7 +144,6 @@ def test_a_class_that_rebuilds_the_pipeline_is_followed_not_the_file(tmp_path, s
     """The case the cache exists for: the file's own pipeline tokenizes decomposed accents
     differently from transformers' Qwen2Tokenizer (NFC), and the native tokenizer follows
     transformers."""
-
     folder = _tokenizer_folder(tmp_path, smol, "Qwen2Tokenizer")
     text = TEXTS[3]
     hf = load_transformers_tokenizer(folder)
@@ -213,7 +212,6 @@ def test_an_edited_cache_entry_is_caught_by_its_digest_and_rebuilt(tmp_path, smo
 def test_another_tokenizers_whole_entry_moved_in_is_caught_and_rebuilt(tmp_path, smol):
     """An entry is valid only under the key it was written for: another tokenizer's entry
     (self-consistent, its own digest right) copied over this one's is rebuilt, not used."""
-
     own = _tokenizer_folder(tmp_path, smol)
     other = tmp_path / "other"
     shutil.copytree(own, other)

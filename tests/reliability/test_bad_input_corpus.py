@@ -37,7 +37,6 @@ def cli(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A small dataset (files and folder), a past/future split, a run and a trained Pop."""
-
     t = tmp_path_factory.mktemp("world")
     (t / "log.csv").write_text(LOG)
     (t / "items.csv").write_text(ITEMS)

@@ -93,7 +93,6 @@ def test_resume_judges_again_what_an_earlier_whole_run_fault_recorded(smollm, tm
     """A store of an earlier version recorded a missing model per pair; once the model is
     there, --resume judges those pairs again (counted) without --retry-failed, while a
     per-pair failure (its own bad input) stays recorded until asked."""
-
     assert is_run_fault("ModelNotInstalledError: model 'x' needs packages")
     assert is_run_fault("ServerError: http://h/v1 answered 500") and is_run_fault("DeviceError: x")
     assert not is_run_fault("ValueError: no sigma for Jaws (1975)")

@@ -65,7 +65,6 @@ ROWS = [
 
 def _checkpoint(rows=ROWS, *, head=None, env_key=None, tmp: Path | None = None) -> bytes:
     """A checkpoint file's bytes as `recjudge store export` writes it (through its writer)."""
-
     counts = {t: sum(r.get("table") == t for r in rows) for t in ("results", "decisions")}
     out = (tmp or Path(".")) / "_ck.gz"
     old = os.environ.pop("RECJUDGE_CHECKPOINT_KEY", None)
@@ -215,7 +214,6 @@ def test_an_imported_row_that_changes_a_stored_verdict_is_counted_and_not_applie
 
 def test_the_decompression_bomb_stays_within_memory(tmp_path):
     """Refused at the size bound, streamed: far less memory than the inflated size."""
-
     (tmp_path / "ck.gz").write_bytes(_many_lines())
     tracemalloc.start()
     with pytest.raises(PortableError, match="inflates past 1 MiB"):
@@ -313,7 +311,6 @@ ENVS = {"dtype-env-bogus": {"RECJUDGE_DTYPE": "fp8"}}
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A small dataset folder, a run, and a dataset whose item 'i3' is titled 'i2'."""
-
     t = tmp_path_factory.mktemp("world3")
     (t / "log.csv").write_text(LOG)
     (t / "items.csv").write_text(ITEMS)
@@ -356,7 +353,6 @@ def test_a_toml_mapping_file_that_is_right_imports(world, tmp_path):
 def test_ids_with_whitespace_import_and_their_qrels_stay_four_fields(world, tmp_path):
     """data import accepts ids with spaces and tabs (ML-1M's items are titles); the qrels
     written for them have four fields a line and read back as they were."""
-
     log = 'user_id,item_id,rating\n"u 1",Heat (1995),5\n"u 1","Up\tx",4\n'
     _write(tmp_path, {"l.csv": log})
     r = run_cli(*IMPORT, str(tmp_path / "l.csv"), "--out", str(tmp_path / "o"))
@@ -450,7 +446,6 @@ def test_profiles_empty_and_oversized_are_counted(ml100k, tmp_path):
 
 def test_a_judgment_reused_from_an_imported_checkpoint_is_counted_as_such(tmp_path):
     """A verified checkpoint's rows are reused, and the run says how many came from it."""
-
     h = [HistoryItem("i1", "Up (2009)", "Up (2009)", None)]
     req = JudgeRequest("7", h, "i9", "Heat (1995)", sigma=0.3)
     judge = Judge(JudgeConfig(mode="no-behavior", need_evidence=False), llm=object())

@@ -41,7 +41,6 @@ RUN = "".join(json.dumps({"user_id": f"u{u}", "item_id": f"i{i}", "score": 8 - i
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A small dataset folder, a run, an impute-like folder and a trained CF model."""
-
     t = tmp_path_factory.mktemp("world4")
     (t / "log.csv").write_text(LOG)
     (t / "items.csv").write_text(ITEMS)
@@ -85,7 +84,6 @@ def test_deeply_nested_json_is_one_line_naming_the_file(world, tmp_path, case, f
 def _deep_checkpoint(tmp_path, where: str) -> bytes:
     """A checkpoint whose manifest line or one row is DEEP, its digest right (written by
     `store export`'s own writer), so the parse, not the digest, has to refuse it."""
-
     row = {"table": "results", "key": "a" * 32, "result": {"is_relevant": True}}
     out = tmp_path / "_ck.gz"
     rows = [json.dumps(row), DEEP] if where == "row" else [json.dumps(row)]
@@ -145,7 +143,6 @@ def _bad_model_folders(bad):
     """Model folders a user might point --model at, each broken one way, built from the
     embedded model's cache: weights only as a pickle, a tokenizer.json that is no tokenizer,
     truncated safetensors."""
-
     good = resolve_model_path("smollm2-135m")
     small = [f for f in good.iterdir() if f.suffix in (".json", ".jinja")]
     for name in ("pickled", "tokenizer", "truncated"):
@@ -296,7 +293,6 @@ with ResultsStore(path) as s:
 def test_two_processes_writing_one_store_lose_and_double_nothing(tmp_path):
     """Two writers at once, with 200 keys in common: every key once, the first answer of a
     shared key kept whole (a row is never a mix of both), no error in either process."""
-
     path = tmp_path / "s.sqlite"
     ResultsStore(path).close()  # the schema first (both would create it otherwise)
     procs = [subprocess.Popen([sys.executable, "-c", _WRITER, str(path), str(start), "600"],
@@ -320,7 +316,6 @@ def test_two_processes_writing_one_store_lose_and_double_nothing(tmp_path):
 def test_sigkill_during_evaluate_leaves_no_half_written_report(world, tmp_path, after):
     """Each file of the report is written to a temp name and renamed: killed at any moment,
     what sits under a report's name is a whole file (or none)."""
-
     out = tmp_path / "ev"
     cmd = [sys.executable, "-m", "recjudge.cli._main", "evaluate", "--runs",
            f"a={world}/run.jsonl,b={world}/run.jsonl", "--feedback", str(world / "ds"),
@@ -331,7 +326,6 @@ def test_sigkill_during_evaluate_leaves_no_half_written_report(world, tmp_path, 
 
 def _killed_after(cmd: list[str], after: float, env=None) -> None:
     """Run ``cmd``; SIGKILL it ``after`` seconds in if it is still running."""
-
     p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     time.sleep(after)
     if p.poll() is None:
@@ -361,7 +355,6 @@ def test_sigkill_during_calibrate_leaves_no_half_written_output(tmp_path, after)
     """calibrate writes calibration.json (what impute --calibration reads), the report and
     the PNG each to a temp name, then renames: killed at any moment, each is whole or absent,
     and a calibration.json that is there loads as a map."""
-
     folder = tmp_path / "imputed"
     write_judged_folder(folder, tmp_path / "labels.csv", 20_000)  # a kill can land inside it
     out = tmp_path / "cal"
@@ -377,7 +370,6 @@ def test_sigkill_during_calibrate_leaves_no_half_written_output(tmp_path, after)
 def test_audit_refuses_a_dataset_the_judgments_were_not_made_on(split, tmp_path):
     """Ids that overlap (as ML-100K's and ML-1M's do) are not enough: the judged items'
     counts must equal the training counts impute recorded."""
-
     imp = tmp_path / "imp"
     r = run_cli("impute", "--data", str(split / "split" / "past"), "--feedback",
                 str(split / "split" / "future"), "--runs", f"a={split}/run.jsonl", "--k", "2",
@@ -403,7 +395,6 @@ def test_audit_refuses_a_dataset_the_judgments_were_not_made_on(split, tmp_path)
 def test_sigkill_during_store_import_loses_nothing_a_rerun_cannot_finish(tmp_path, after):
     """Each table goes in one transaction: killed at any moment, the store opens, holds
     whole rows only, and importing again completes it to exactly what one import gives."""
-
     ck = Path(__file__).parents[2] / "checkpoints" / "brief-ratings-ml1m-1.5b" / "store.ckpt.gz"
     ref = import_portable(ck, tmp_path / "ref.sqlite", trust_unsigned=False)
     cmd = [sys.executable, "-m", "recjudge.cli._main", "store", "import", str(ck), "--into",
@@ -426,7 +417,6 @@ def test_sigkill_during_store_import_loses_nothing_a_rerun_cannot_finish(tmp_pat
 def _persona_checkpoint(tmp_path, personas, *, counts=None) -> str:
     """A checkpoint (one judgment + ``personas`` rows) written by `store export`'s own
     writer, so its digest is right and only the rows themselves can be refused."""
-
     judgment = {"mode": "brief", "is_relevant": False, "p_yes": 0.2, "p_yes_semantic": 0.2,
                 "sigma": 0.1, "delta": 1.0, "entropy": 0.5,
                 "raw_text": '{"evidence": [], "is_relevant": "NO"}', "decision_steps": 1,
@@ -468,7 +458,6 @@ def test_a_personas_table_is_checked_row_by_row_on_import(tmp_path, case, person
 def test_clean_personas_import_and_chat_markup_is_never_exported(tmp_path):
     """The same rule both ways: a plain persona goes in; one with chat markup in a store is
     left out of an export (counted), so a checkpoint never carries it."""
-
     ck = _persona_checkpoint(tmp_path, ["A calm viewer of 1990s thrillers."])
     got = import_portable(ck, tmp_path / "s.sqlite")
     assert got.personas == 1 and got.results == 1

@@ -116,7 +116,6 @@ def test_a_name_from_data_is_one_path_component(tmp_path, name):
 def test_a_dataset_named_to_escape_trains_its_cf_model_inside_the_cache(tmp_path, monkeypatch):
     """A dataset card's name is data: ``../../..`` in it stays one folder name under
     ``$RECJUDGE_CACHE/cf``."""
-
     cache = tmp_path / "cache"
     monkeypatch.setenv("RECJUDGE_CACHE", str(cache))
     (tmp_path / "log.csv").write_text(
@@ -136,7 +135,6 @@ def test_a_dataset_named_to_escape_trains_its_cf_model_inside_the_cache(tmp_path
 def test_a_shard_index_that_leaves_the_model_folder_is_refused(tmp_path):
     """``model.safetensors.index.json`` names the weight files; one that names a path out of
     the folder ends the run with one line, nothing outside is read."""
-
     smollm_path = resolve_model_path("smollm2-135m")
     folder = tmp_path / "model"
     folder.mkdir()
@@ -201,7 +199,6 @@ def test_the_api_key_reaches_no_file_a_run_writes(tmp_path):
     """A judge run against a (stand-in) server with a key: the key goes in the Authorization
     header only; the output, the store, the sidecars and anything else under the run's
     folders hold no byte of it."""
-
     key = "sk-SECRET-7c1d9e2f-never-written"
     tok = OpenAICompatibleBackend(
         LLMConfig(

@@ -112,7 +112,6 @@ def test_items_sharing_a_title_are_citable_apart_and_evidence_resolves_to_ids(sm
 def test_lone_surrogates_and_10kb_titles_from_files(smollm, tmp_path):
     """A JSONL items file holding a lone surrogate (legal JSON escape, not a character) and a
     10 kB title: imported, judged, and every output string is valid UTF-8 naming one item."""
-
     log, items = tmp_path / "log.jsonl", tmp_path / "items.jsonl"
     log.write_text("".join(json.dumps({"user_id": "u1", "item_id": i, "timestamp": t}) + "\n"
                            for t, i in enumerate("abc")))  # fmt: skip

@@ -10,7 +10,6 @@ from recjudge.data import load_from_files
 
 def write_toy_world(folder: Path, users: int = 12) -> Path:
     """``folder/ds`` (logged ratings), ``folder/a.jsonl`` and ``folder/b.jsonl`` (top-5)."""
-
     log = "user_id,item_id,timestamp,rating\n" + "".join(
         f"u{u},i{i},{10 * u + i},{1 + (u + i) % 5}\n" for u in range(users) for i in range(8)
     )

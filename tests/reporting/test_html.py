@@ -198,7 +198,6 @@ def test_every_committed_report_renders(tmp_path):
 def test_a_line_of_50000_brackets_renders_at_once_and_links_still_work():
     """Issue 91: 50,000 "[" then 50,000 "](" on one report line took minutes (every "["
     rescanned the line); each match attempt now stops at the next bracket."""
-
     hostile = "[" * 50_000 + "](" * 50_000
     out = _inline(hostile, None)
     assert out.count("[") == 50_000 and out.count("](") == 50_000  # nothing taken as a link

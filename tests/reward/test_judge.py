@@ -397,7 +397,6 @@ def test_requests_and_the_plan_are_built_with_the_collector_paused(ml100k, monke
     """``requests_for`` and ``JudgePlan.build`` allocate in bursts with Python's cyclic
     collector off (``gc_paused``: each full collection walks the whole process), and leave
     it as they found it, also when they raise."""
-
     seen: list[bool] = []
     judge = Judge(JudgeConfig(mode="cf-only"))
     real_key = judge.key

@@ -80,7 +80,6 @@ def test_unkeyed_and_conditional_settings_act_as_classified(monkeypatch):
 def test_a_greedy_judgment_key_ignores_the_warpers_and_the_sample_count(monkeypatch):
     """One sampling key (``SamplingConfig.key``): greedy decodes once and ignores the
     warpers, so they and ``samples`` change no greedy key; with sampling each does."""
-
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     req = _request()
 
@@ -170,7 +169,6 @@ def test_a_server_key_holds_no_client_dtype_guess_and_finds_answers_under_the_fo
     """A server computes in its own dtype: the client's ``auto`` (bf16 on one machine, fp32
     on another) is not in the key, a stated dtype is; a store written under the former form
     (the client's guess, until 2026-12-06) answers today's key, copied once, not judged again."""
-
     server = LLMConfig(model="m", backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
     judge = Judge(JudgeConfig(model="m"), llm_config=server)
     req = _request()
@@ -201,7 +199,6 @@ def test_a_server_key_holds_no_client_dtype_guess_and_finds_answers_under_the_fo
 def test_a_decision_record_under_a_former_key_is_adopted(monkeypatch, tmp_path):
     """The sweep's decision records migrate as results do: one held only under the former
     decision key (a server's, with the client's dtype guess) is copied to today's."""
-
     monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
     server = LLMConfig(model="m", backend="openai-compatible", base_url="http://127.0.0.1:9/v1")
     judge, req = Judge(JudgeConfig(model="m"), llm_config=server), _request()

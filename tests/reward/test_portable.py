@@ -122,7 +122,6 @@ def test_a_damaged_or_foreign_checkpoint_is_a_clear_error(tmp_path):
     ):
         import_portable(bad, tmp_path / "s.sqlite")
     # A persona row is one bounded text in its declared form, nothing else.
-
     ok = {"text": "calm", PORTABLE_FORM: {"text": "calm"}}
     assert check_row({"table": "personas", "key": "k", "result": ok}) is None
     for result, why in [

@@ -148,7 +148,6 @@ def test_a_persona_is_portable_only_if_it_names_no_title_of_its_history():
 def test_a_persona_prompt_carries_titles_verbatim_braces_included(name):
     """The persona task is a template filled with the history; a title that looks like a
     template field is text, not a field (and the most recent ``limit`` items are shown)."""
-
     odd = "{history} {0} {user_id!r}"
     h = [HistoryItem("a", "Old", "Old (1950)", 3.0), HistoryItem("b", odd, odd, None)]
     system, user = SIMULATORS.get(name)().profile_messages("u1", h, None, 1)

@@ -124,7 +124,6 @@ def test_the_schedule_and_the_order_depend_only_on_the_step():
 def test_only_the_pairs_the_steps_read_are_encoded():
     """A log gives tens of thousands of pairs; 60 steps of 4 read 240 of them: those are the
     ones encoded, in order of first use, the same the steps take."""
-
     c = TuneConfig(steps=5, batch_size=4)
     want = [i for s in range(5) for i in order_of(1000, c, s)]
     assert used_examples(1000, c) == list(dict.fromkeys(want)) and len(want) == 20
@@ -166,7 +165,6 @@ def test_decision_scores_on_a_shared_prefix_equal_whole_sequences(tiny_dir, ml10
 def test_the_decision_loss_is_the_logistic_loss_of_the_validation_score(tiny_dir, ml100k):
     """``decision_loss`` on a training batch's logits is ``mean softplus(-(2y-1) s)`` of the
     scores validation ranks by (``decision_scores``), for both labels."""
-
     import torch
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
@@ -314,7 +312,6 @@ def test_an_interrupted_tuning_resumes_to_the_same_adapter(tiny_dir, ml100k, tmp
 @pytest.mark.model
 def test_judge_tune_from_the_command_line_then_judge_with_the_folder(tmp_path):
     """The README's command on the embedded SmolLM2 (a few steps), then `judge --model DIR`."""
-
     out = tmp_path / "tuned"
     r = run_cli("judge", "tune", "--data", "ml-100k", "--out", str(out), "--steps", "2",
                 "--batch-size", "1", "--eval-every", "2", "--max-history", "5",
@@ -335,7 +332,6 @@ def test_the_decision_margin_counts_every_token_that_commits_a_branch(tiny_dir, 
     """The read-out's P(YES) is the mass of every token that commits to a non-empty evidence
     list against every token that commits to an empty one; the tuning's score and loss use
     the same classes, not only the two target tokens."""
-
     llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
     judge = Judge(JudgeConfig(model=str(tiny_dir), mode="no-behavior", max_history=5), llm=llm)
     pairs = _pairs(ml100k)
@@ -363,7 +359,6 @@ def test_memory_freed_after_training_goes_back_to_the_os():
     704 MB after ``del``, 225 MB after the trim; a SmolLM2 ``tune`` of 8 steps ends at 1,130
     MB RSS with it, 6,423 MB without). Run in a fresh process, so other tests' heap does not
     blur it."""
-
     code = (
         "import os, torch\n"
         "from recjudge._util import release_freed_memory\n"

@@ -153,7 +153,6 @@ class _World:
 
     def retrain_data(self) -> RetrainData:
         """What every retraining trains and scores on (``recjudge.bench._retrain``)."""
-
         return RetrainData(
             self.past, self.items, SideInfo.of(self.ds), self.users, self.hist, self.test
         )
@@ -199,7 +198,6 @@ def _judge_choices(
         "requests", "passes", "per_second"}`` (LLM judgments made in this call, requests,
         decoding passes).
     """
-
     methods = [m for m in config.methods if m in LABELLING and m != "cf-only"]
     cost: dict[str, Any] = {"seconds": 0.0, "judged_now": 0, "requests": 0, "passes": 0,
                             "per_second": None}  # fmt: skip
@@ -328,7 +326,6 @@ def _other_history(config: AugmentBenchConfig, runs: Runs, twins: Runs) -> dict[
     """The same trained models scored from the other history: their table, every method
     minus no augmentation, and per method this run's history minus the other (paired on
     seeds and users; one set of user resamples for all)."""
-
     if not twins:
         return None
     other = other_score_from(config.score_from)
@@ -365,7 +362,6 @@ def bench_brief_augment(
     runs; its dataset folders are under ``out/augment/<method>``); the judgments are kept in
     ``out/store.sqlite`` and each retraining's per-user metrics under ``out/retrain``, so an
     interrupted run resumes where it stopped."""
-
     t0 = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -516,7 +512,6 @@ def _paired_lines(rec: str, paired: Mapping[str, Any], keys=("recall@10", "ndcg@
 def _diff_table(rows: Mapping[str, Any], keys: Sequence[str]) -> list[str]:
     """Per row, each metric's difference with its seed and user intervals, and the verdict
     on the first metric's user interval."""
-
     head = (
         "| method | "
         + " | ".join(f"{k} diff | seeds 95 % CI | users 95 % CI" for k in keys)

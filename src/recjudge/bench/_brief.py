@@ -184,7 +184,6 @@ def auc_ci(
 # -- preparation --------------------------------------------------------------------------------
 def item_texts(ds: Any) -> tuple[dict[str, str], dict[str, str]]:
     """(prompt text, citable title) per item id."""
-
     rows = ds.items.set_index(ds.items["item_id"].astype(str)).to_dict("index")
     return (
         {i: render_item(r, ds.domain) for i, r in rows.items()},
@@ -194,7 +193,6 @@ def item_texts(ds: Any) -> tuple[dict[str, str], dict[str, str]]:
 
 def history_of(rows: Any, text: Mapping[str, str], titles: Mapping[str, str]) -> list[Any]:
     """HistoryItems of interaction rows (ratings of 0, i.e. implicit, are not shown)."""
-
     return [
         HistoryItem(str(i), titles[str(i)], text[str(i)], float(r) if r > 0 else None)
         for i, r in zip(rows["item_id"], rows["rating"], strict=True)
@@ -209,7 +207,6 @@ def candidate_requests(
 ) -> list[Any]:
     """One JudgeRequest per (user, candidate), the history being the user's most recent
     ``history_items`` past interactions."""
-
     text, titles = item_texts(ds)
     reqs = []
     for u, cands in candidates.items():
@@ -220,7 +217,6 @@ def candidate_requests(
 
 def _requests(config: BriefExperimentConfig, ds: Any) -> tuple[list[Any], dict[str, Any]]:
     """Held-out rating pairs and relevance pairs for the sampled users, as JudgeRequests."""
-
     inter = ds.interactions
     explicit = inter[inter["rating"] > 0] if ds.name.startswith("bookcrossing") else inter
     scale_max = float(explicit["rating"].max())
@@ -305,7 +301,6 @@ def _train_sigma_models(
     With ``folder`` (the run's), both are saved under ``folder/cf`` keyed by what they were
     trained on and loaded by a resumed run instead of trained again (Book-Crossing's took
     ~24 CPU minutes of each restart of a 450-user run)."""
-
     scale_max = float(ds.interactions["rating"].max())
     pos = config.positive_rating or (4.0 if scale_max <= 5 else 8.0)
     out = {}
@@ -339,7 +334,6 @@ def _sigma_folder(
 ) -> Path:
     """Where one source's sigma models are saved: keyed by the CF model, the seed and the
     content of the interactions and item list they were trained on."""
-
     cols = df[["user_id", "item_id", "rating"]].astype(str)
     content = int(pd.util.hash_pandas_object(cols, index=False).sum())
     tag = stable_hash(config.cf, config.seed, source, len(df), content, list(items), length=12)
@@ -542,7 +536,6 @@ def _run(
     """Shared by the ratings and beta experiments: build the held-out requests, train the
     sigma models, judge every request under each ``(name, mode, source, beta)`` setting
     (through ``out/store.sqlite``) and analyse."""
-
     out.mkdir(parents=True, exist_ok=True)
     ds = load_dataset(config.data)
     reqs, info = _requests(config, ds)
@@ -596,7 +589,6 @@ def bench_brief_ratings(
 ) -> dict[str, Any]:
     """BRIEF Table 6 on held-out ratings, plus the relevance AUC, for every mode and both CF
     sources; writes report.md, results.json and ratings.png under ``out``."""
-
     t0 = time.time()
     out = Path(out)
     settings = []
@@ -679,7 +671,6 @@ def bench_brief_beta(
     progress: bool = True,
 ) -> dict[str, Any]:
     """BRIEF Figure 3: Spearman (and relevance AUC) against beta for the brief judge."""
-
     t0 = time.time()
     out = Path(out)
     settings = [(f"beta={b:g}", "brief", config.sigma_source, float(b)) for b in config.betas]

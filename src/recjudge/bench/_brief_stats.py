@@ -59,7 +59,6 @@ def spearman_or_none(x: np.ndarray, y: np.ndarray) -> float | None:
 
 def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     """P(score of a positive > score of a negative), ties count one half: ``_stats.auc``."""
-
     return _auc(pos, neg)
 
 

@@ -49,7 +49,6 @@ def bench_cf(
         saved: other saved model folders by row name (FM, DeepFM, LightGCN, NRMS, ...).
         train: registered models trained here with their default configs.
     """
-
     with torch_threads(threads):
         ds = load_dataset(data)
         split = leave_one_out(ds.interactions)
@@ -84,7 +83,6 @@ def _models(
     threads: int,
 ) -> tuple[dict[str, Any], dict[str, float | None]]:
     """The models by row name and their whole training time (seconds)."""
-
     models: dict[str, Any] = {"sasrec": load_model(sasrec_dir)}
     models.update({name: load_model(path) for name, path in saved.items()})
     seconds = {name: training_seconds(m.train_info) for name, m in models.items()}

@@ -91,7 +91,6 @@ def _compile_times(
 ) -> tuple[list[float], list[str]]:
     """Grammar compile time (ms) of ``n_titles`` titles of different users, each with a
     fresh cache; and those users."""
-
     tok = llm.tokenizer
     compile_ms = []
     users = [u for u in sample_users(ds.user_ids(), 50, seed) if len(ds.history(u)) >= n_titles]

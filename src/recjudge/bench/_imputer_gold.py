@@ -50,7 +50,6 @@ def feature_rows(world: Any, judge: str) -> dict[tuple[str, str], dict[str, Any]
     """Per listed pair, the supervised imputer's features the simulated world holds: the
     judge's log-odds, the unbiased LLM's (``judge:no-behavior``, when judged), sigma (the
     judge's CF model) and the item's log training popularity."""
-
     p = world.imputers[judge][0]
     sem = world.imputers.get("judge:no-behavior", (None, None))[0]
     cf = world.imputers.get("cf", (None, None))[0]
@@ -71,7 +70,6 @@ def _dr_cells(world: Any, observed: np.ndarray, theta: np.ndarray, p: np.ndarray
               metric: str, chosen: tuple[np.ndarray, np.ndarray]) -> dict[str, tuple]:  # fmt: skip
     """DR of ``metric`` per system with imputer probabilities ``p`` (hard label p > 0.5) and
     propensities ``theta``: ``(value, lo, hi)`` as ``one_log`` computes its rows."""
-
     users, idx = chosen
     y_all = world.relevant * observed
     h_all = (p > 0.5).astype(float)
@@ -101,7 +99,6 @@ def imputers_on_gold(
     fitted propensities per pair, the ``listed`` users and their resamples). Returns
     ``{(size, design, row, metric): [(abs error, covered, width, gold pairs, refused)]}``,
     one entry per system (``gold_on_log``'s form)."""
-
     observed, theta, chosen = log
     p, h = world.imputers[judge]
     base = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
@@ -230,7 +227,6 @@ def _oua_cells(world, rows, gold, runs, metrics, truth, observed, theta, chosen,
 def _vals(est: str, cell: tuple, p: np.ndarray, users: np.ndarray) -> np.ndarray:
     """Per chosen user, ``est``'s value of a system's metric with imputer probabilities ``p``
     (``cell``: the system's weights, observations, labels, slots, valid mask, zeros, theta)."""
-
     w, o, y, m, valid, zero, t = cell
     return linear_values(est, w, o, y, _gather(p, m) * valid, zero, t)[users]
 
@@ -246,7 +242,6 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     transports, such systems, flagged where it does not, such systems, the planted system's
     true bias under its leave-system-out map, the residual its check could detect at 80 %
     power)."""
-
     target = runs[0].name
     mine = np.zeros(len(world.pairs), dtype=bool)
     m = world.slots[target]
@@ -310,7 +305,6 @@ def imputer_summary(
     intervals, refused}}}}}`` over the evaluations and systems (``gold_summary``'s form),
     and per size and design each supervised imputer's mean AUC against the truth on the
     pairs it imputed (``auc``) and out of fold on the gold pairs (``auc_gold``)."""
-
     out = gold_summary([{k: v for k, v in log.items() if k[3] != "-"} for log in per_log])
     aucs: dict[tuple[str, str, str], list[tuple]] = {}
     transport: dict[tuple[str, str], list[tuple]] = {}
@@ -366,7 +360,6 @@ def _estimate_cells(
     """``imputers_on_gold``'s cells of one gold sample and metric: PPI++ on each imputer
     (labels alone included) and DR with fitted propensities on each judge's probabilities,
     per system; ``add(row, truth, value, ci)`` (a refused estimate: value and ci None)."""
-
     observed, theta, chosen = log
     for name, jd in judged.items():
         for run in runs:

@@ -46,7 +46,6 @@ class JudgeSampling(BaseModel):
 
     def judge_llm(self, model: str) -> Any:
         """The judge LLM ``model`` loaded in this config's dtype."""
-
         return load_llm(LLMConfig(model=model, dtype=self.dtype))
 
     @property
@@ -77,7 +76,6 @@ def judges_for(
     ``history_items`` and ``decode_rows`` (and, from ``JudgeSampling``, ``sampled`` and
     ``samples``). ``population``: what the agent4rec and recagent simulators read about the
     training data (``reward.Population.of``)."""
-
     paper = getattr(config, "sampled", False)
     decoding = (
         {"sampling": SamplingConfig.paper(config.seed), "samples": config.samples} if paper else {}

@@ -133,7 +133,6 @@ def _warm(model: str, users: list[str], history: int, seed: int) -> dict[str, An
     """In one process with the model loaded: a new user's first judgment (its history
     prefix encoded) and a second candidate of the same user (prefix reused), with
     evidence, BRIEF with ALS sigma."""
-
     ds = load_dataset("ml-1m")
     cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=seed)
     t0 = time.perf_counter()
@@ -169,7 +168,6 @@ def bench_latency(
     out: str | Path = "reports/latency",
 ) -> dict[str, Any]:
     """Cold CLI judgment (wall, fresh process) and warm in-process judgments with evidence."""
-
     if model not in PRESETS and not Path(model).expanduser().exists():
         resolve_model_path(model)  # a mistyped name: "did you mean", before any process starts
     ds = load_dataset("ml-1m")

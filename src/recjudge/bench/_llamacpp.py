@@ -75,7 +75,6 @@ def llamacpp_runners(
 ) -> dict[str, Runner]:
     """llama.cpp full-answer and read-out methods, or none when it is not installed or the
     model is not a preset with a GGUF file."""
-
     if importlib.util.find_spec("llama_cpp") is None or model not in PRESETS:
         return {}
     lcpp = _load(model, threads)

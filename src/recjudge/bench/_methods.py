@@ -43,7 +43,6 @@ class Runner:
 def processors_for(judge: Any, r: Any) -> tuple[list[int], Any, Any, Any]:
     """One request as a baseline method runs it: its full prompt ids, its schema, and fresh
     grammar and bias processors with the judge's settings and the request's sigma."""
-
     c = judge.config
     rp, prefix, suffix = judge.prompt_ids(r)
     schema = c.schema_for(rp)
@@ -113,7 +112,6 @@ def _naive(judge: Any, readout: bool, max_new_tokens: int) -> Callable[[list[Any
 
 def _answer(schema: Any, text: str, readout: bool) -> Answer:
     """The Answer in a naive or llama.cpp output text."""
-
     body = text.strip().replace(" ", "")
     opened = EVIDENCE_OPEN.replace(" ", "")
     if readout:
@@ -145,7 +143,6 @@ def _sweep(judges: dict[str, Any], label: str, full: bool) -> Callable[[list[Any
 
 def sweep_judges(base: Any, cf: Any, item_item: Any, full: bool) -> dict[str, Any]:
     """brief, non-adaptive and item-item at every beta of ``BETAS``, and no-behavior: 28."""
-
     out = {}
     c = base.config.model_copy(update={"need_evidence": full})
     for mode, model in (("brief", cf), ("non-adaptive", cf), ("item-item", item_item)):
@@ -167,7 +164,6 @@ def method_runners(
     only: Sequence[str] | None = None,
 ) -> dict[str, Runner]:
     """Every available method, by name (``naive_*`` first: the references)."""
-
     base = JudgeConfig(
         model=model,
         mode="brief",

@@ -158,7 +158,6 @@ def _simulate_log(config: OfflineConfig, ds: Any, log_seed: int) -> _Log:
     users (sampled with ``config.seed``) need ``min_future`` relevant future items and at
     least one of them logged (the offline rule ``impute`` applies: a user with no logged
     positive is not evaluated)."""
-
     past, future = timeline_split(ds.interactions, fraction=config.future_fraction)
     if config.positive_rating is not None:
         future = future[future["rating"] >= config.positive_rating]
@@ -194,7 +193,6 @@ def _simulate_log(config: OfflineConfig, ds: Any, log_seed: int) -> _Log:
 def untrained_system(config: OfflineConfig, name: str) -> Any:
     """A recommender under test with its default settings, but SASRec cut to
     ``config.sasrec_epochs``."""
-
     cls = MODELS.get(name)
     return cls(cls.Config(epochs=config.sasrec_epochs) if name == "sasrec" else cls.Config())
 
@@ -203,7 +201,6 @@ def trained_system(config: OfflineConfig, ds: Any, past: Any, name: str) -> Any:
     """A recommender under test trained on the past, once per (model settings, data, past,
     seed); a resumed or extended run loads it from ``$RECJUDGE_CACHE/cf`` (SASRec trains for
     minutes). A folder that does not load (an interrupted save) is trained again."""
-
     model = untrained_system(config, name)
     tag = stable_hash(
         name, model.config.model_dump(), config.data, len(past), config.future_fraction,
@@ -225,7 +222,6 @@ def trained_system(config: OfflineConfig, ds: Any, past: Any, name: str) -> Any:
 def _train_runs(config: OfflineConfig, ds: Any, logs: Sequence[_Log]) -> list[Any]:
     """The recommenders under test, trained on the past (the same under every log), as runs
     (top ``max(KS)``) for the users of every log."""
-
     hist = {u: h for log in logs for u, h in log.hist.items()}
     runs = []
     for name in config.systems:
@@ -258,7 +254,6 @@ def _impute_all(
         The labels per imputer, and ``{"judged_now", "requests", "passes"}``: the judge
         modes' judgments made in this call, their requests, and the decoding passes made.
     """
-
     past_ds = Dataset(ds.name, log.past, ds.items, ds.users, domain=ds.domain)
     rows = [(u, i) for u in log.users for i in log.logged[u]]
     fb = pd.DataFrame(
@@ -409,7 +404,6 @@ def bench_brief_offline(
     gap.png under ``out``. The judges impute through ``recjudge.evaluators.impute`` (qrels
     under ``out/impute/seed-<s>/<mode>``), all seeds through one store (a pair two logs
     share is judged once)."""
-
     t0 = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

@@ -284,7 +284,6 @@ def propensity_sets(
     """Per listed pair, theta clipped to ``[clip, 1]``: ``true`` (the exposure model),
     ``fit`` and ``powerlaw`` (``evaluate``'s ``--propensities fit`` and
     ``powerlaw:EXP``, through ``propensities_from`` on the log). Also the fit's record."""
-
     out = {"true": np.clip(world.theta, clip, 1.0)}
     fit = propensities_from("fit", logged, clip, world.item_popularity)
     fixed = propensities_from(f"powerlaw:{exponent:g}", logged, clip)
@@ -295,7 +294,6 @@ def propensity_sets(
 
 def runs_of(world: World, k: int | None = None) -> list[Any]:
     """The world's lists as ``RecRun`` objects (what ``evaluate`` reads from run files)."""
-
     out = []
     for name, m in world.slots.items():
         m = m if k is None else m[:, :k]
@@ -315,7 +313,6 @@ def selections(
     """The evaluation users under ``evaluate``'s rules (``evaluation_users``: ``listed``,
     and ``logged-positive``) as row indices, each with its bootstrap resamples (``runs``:
     ``runs_of(world)`` when the caller has it)."""
-
     runs = runs if runs is not None else runs_of(world)
     row = {u: r for r, u in enumerate(world.users)}
     out = {}
@@ -362,7 +359,6 @@ def one_log(
     """Every estimator row on one log: ``{row: {metric: {system: (value, lo, hi)}}}``, each
     the mean over the row's users (``chosen[rule]``: row indices and their [draws, users]
     resamples) with its 95 % percentile interval over the resamples."""
-
     y_all = world.relevant * observed
     out: dict[str, dict[str, dict[str, tuple[float, float, float]]]] = {}
     rows = estimator_rows(list(world.imputers))
@@ -392,7 +388,6 @@ def one_log(
 
 def _padded_weights(metric: str, width: int) -> np.ndarray:
     """``metric``'s position weights over ``width`` ranks (0 past its cut-off)."""
-
     base, k = parse_metric(metric)
     w = np.zeros(width)
     w[:k] = metric_weights(base, k)[:width]
@@ -418,7 +413,6 @@ def summarise(
     Kendall tau of the system order, coverage of the 95 % intervals (overall and per
     system) and their mean width; plus the per-evaluation mean absolute error (for paired
     comparisons)."""
-
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for row in logs[0]:
         out[row] = {}
@@ -466,7 +460,6 @@ def paired_errors(
 ) -> dict[str, float | None]:
     """Mean absolute error of row ``a`` minus row ``b`` over the evaluations, with its 95 %
     t-interval over them (independent draws of users and log; judgments fixed)."""
-
     d = np.subtract(
         summary[a][metric]["abs_error_per_log"], summary[b][metric]["abs_error_per_log"]
     )
@@ -490,7 +483,6 @@ def gold_on_log(
     ``{(size, design, intervals, metric): [(abs error, covered, width, gold pairs, failed)]}``
     with one entry per system (``failed`` 1 where the estimator refused, e.g. one class);
     ``runs``: ``runs_of(world)`` when the caller has it."""
-
     p, h = world.imputers[imputer]
     judged = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
     index = {pair: n for n, pair in enumerate(world.pairs)}
@@ -525,7 +517,6 @@ def draw_gold(world: World, runs: Sequence[Any], k: int, n: int, design: str, se
     with the online truth (``index``: pair -> its row in ``world.pairs``), as the
     ``GoldSample`` ``evaluate --gold`` reads; ``judged``: the judge's probabilities (the
     ``active`` design draws from them)."""
-
     rows = sample_gold(runs, world.users, k, n, design=design, seed=seed, judged=judged)
     keys = [(r["user_id"], r["item_id"]) for r in rows]
     labels = {key: int(world.relevant[index[key]]) for key in keys}
@@ -559,7 +550,6 @@ def gold_summary(
 def calibrated(world: World, imputer: str, n: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """``imputer``'s probabilities through an isotonic map fitted on ``n`` gold pairs drawn
     uniformly from the listed pairs (labels: the online truth); hard label p > 0.5."""
-
     g = np.random.default_rng(seed)
     gold = g.choice(len(world.pairs), min(n, len(world.pairs)), replace=False)
     p = world.imputers[imputer][0]
@@ -573,7 +563,6 @@ def calibrated_system(config: EstimatorCheckConfig, ds: Any, past: Any, positive
     """The compared system ``name``'s own trained model (``brief-offline``'s, from its
     cache), its sigma scale calibrated like the judge's CF model (validation items of the
     positive past's leave-one-out split and random unseen items): the circular source."""
-
     return calibrate_on(trained_system(config, ds, past, name), leave_one_out(positives),
                         config.seed)  # fmt: skip
 
@@ -592,7 +581,6 @@ class SigmaSource:
 def sigma_sources(config: EstimatorCheckConfig, ds: Any, past: Any, positives: Any,
                   cf: Any) -> list[SigmaSource]:  # fmt: skip
     """The judge's own CF model and, as configured, the circular and independent ones."""
-
     out = [SigmaSource(config.cf, cf, "judge's CF")]
     if config.circular_system:
         model = calibrated_system(config, ds, past, positives, config.circular_system)
@@ -619,7 +607,6 @@ def _judge_world(
     sigma source on every listed pair, through the store; fills ``world.imputers``. The
     settings that differ only in their bias are decided from one greedy pass per pair
     (stored decision records replay them without the model)."""
-
     judged = {"requests": 0, "judged_now": 0, "passes": 0, "replayed": 0, "failed": 0,
               "seconds": 0.0}  # fmt: skip
     if not config.judges:
@@ -746,7 +733,6 @@ def bench_brief_offline_estimators(
 def _world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World, list]:
     """The simulated world: the data, the logs' shared past, the users, every listed pair
     with its truth and propensity, the CF imputers (one per sigma source) and all-yes."""
-
     k = max(parse_metric(m)[1] for m in config.metrics)
     ds = load_dataset(config.data)
     logs = [_simulate_log(config, ds, s) for s in config.log_seeds()]
@@ -861,7 +847,6 @@ def leniency_flags(
     ``users`` (row indices): the logged hit rate (relevant among the pairs the log
     observed) and the judge's YES rate on the pairs it did not (``imputers``: source ->
     the imputer judged with that source's sigma)."""
-
     out: dict[str, dict[str, bool]] = {}
     for source, imputer in imputers.items():
         h = world.imputers[imputer][1]
@@ -1244,7 +1229,6 @@ def _source_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[
 
 def _leniency_section(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[str]:
     """The leniency rule's flags per sigma source and system."""
-
     got = r.get("leniency") or {}
     if not got:
         return []

@@ -138,7 +138,6 @@ def _driver_cost(c: RayScalingConfig, ds: Any, config: Any) -> dict[str, Any]:
     pass (this process's first uses: the per-user index, every item's first render, the
     key settings) and a second pass on other users (what each judgment costs in a long run,
     whose first uses are spread over all of its pairs; the table's figures)."""
-
     items = ds.items.item_id.astype(str).tolist()
     cf = calibrated_cf(c.cf, ds.interactions, items, c.seed)
     judge = Judge(config.model_copy(update={"mode": "brief"}), cf=cf,
@@ -165,7 +164,6 @@ def _driver_pass(
     them. Keys, sigma and the calls run with the garbage collector paused, as
     ``JudgePlan.build`` and ``RayExecutor.run`` run them (``requests_for`` pauses it
     itself)."""
-
     t = {}
     t0 = time.perf_counter()
     reqs = _workload(ds, c.driver_users, c.driver_candidates, seed)

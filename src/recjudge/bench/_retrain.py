@@ -102,7 +102,6 @@ def _kept_path(config: Any, data: RetrainData, job: RetrainJob, cache: Path) -> 
     """Where ``job``'s result is kept: named by everything it depends on (the recommender's
     settings, the data split, the users, the seed and the added pairs), so two methods that
     add the same items share one retraining."""
-
     model = untrained_system(config, job.rec)
     added = job.pairs(data.users)
     # Scoring from the logged history is named in the key only when something was added:
@@ -138,7 +137,6 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
     scoring costs seconds, a SASRec training minutes), and the two settings compare on one
     trained model.
     """
-
     model = untrained_system(config, job.rec)
     added = job.pairs(data.users)
     extra = pd.DataFrame(
@@ -168,7 +166,6 @@ def retrain(config: Any, data: RetrainData, job: RetrainJob, path: Path) -> np.n
 def _scored(model: Any, data: RetrainData, job: RetrainJob) -> np.ndarray:
     """A trained model's metrics ``[users, METRICS]`` on the augmented users' future, each
     user scored from ``job.history``."""
-
     rows = []
     for u in data.users:
         # Only real past interactions are excluded from the list (whatever the history scored
@@ -185,7 +182,6 @@ def _scored(model: Any, data: RetrainData, job: RetrainJob) -> np.ndarray:
 def _keep(path: Path, job: RetrainJob, per_user: np.ndarray) -> None:
     """Write a retraining's result to ``path``: numbers only (no ids or titles), so the file
     can travel with a checkpoint."""
-
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_json(path, {"recommender": job.rec, "seed": job.seed, "metrics": list(METRICS),
                              "per_user": per_user.tolist()})  # fmt: skip

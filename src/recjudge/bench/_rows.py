@@ -127,7 +127,6 @@ def _one_pass(
     llm: LLMBackend, asks: list[Any], rows: int, config: DecodeRowsConfig, progress: bool
 ) -> dict[str, Any]:
     """Ask every question into a fresh store; the seconds and the stored answers."""
-
     with tempfile.TemporaryDirectory() as tmp:
         store = ResultsStore(Path(tmp) / "store.sqlite")
         try:
@@ -150,7 +149,6 @@ def _one_pass(
 
 def _setting(passes: list[dict], reference: dict, llm: LLMBackend, peak: int) -> dict[str, Any]:
     """One setting's medians over passes, and its answers' agreement with ``reference``."""
-
     answers = passes[0]["answers"]
     tokens = sum(len(llm.encode(a["text"])) for a in answers)
     seconds = statistics.median(p["seconds"] for p in passes)

@@ -55,7 +55,6 @@ def matmul_flops(threads: int, n: int = 2048, repeats: int = 5, dtype: str = "bf
 def _requests(ds: Any, users: int, candidates: int, history: int, seed: int) -> list[list[Any]]:
     """Per user: ``candidates`` judge requests over one fixed ``history``-item past, half
     the user's real future items and half random items the user never rated."""
-
     out = []
     pool = [
         u
@@ -257,7 +256,6 @@ def _plain_rows(vllm_python, model, dtype, groups, naive, answers, beta, max_new
                 cores):  # fmt: skip
     """Plain vLLM (no recjudge processor) on the same prompts and grammars, in the worker;
     {} with the reason when the vLLM environment is missing or the worker fails."""
-
     if vllm_python is None or not Path(vllm_python).exists():
         return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
     judge = naive.judge  # the naive reference's Judge: its prompts, lead and grammar
@@ -328,7 +326,6 @@ def _row(name, kind, settings, seconds, got, peak_mb, engine, *, n, answers) -> 
 def _vllm_rows(vllm_python, model, dtype, groups, cf, beta, history, max_new_tokens, warmup,
                cores):  # fmt: skip
     """Run the workload in the vLLM environment's worker; {} when it is not set up."""
-
     if vllm_python is None or not Path(vllm_python).exists():
         return {"skipped": f"no vLLM environment at {vllm_python} (make setup-vllm)"}
     sigma = Judge(JudgeConfig(mode="brief"), llm=object(), cf=cf)
@@ -355,7 +352,6 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str,
     """``spec`` through ``recjudge.bench._vllm_worker`` in the vLLM environment: its results
     with one row per output kind (``PREFIX_full``, ``PREFIX_readout``), or ``{"failed":
     why}``."""
-
     with tempfile.TemporaryDirectory() as tmp:
         spec_path, out_path = Path(tmp) / "spec.json", Path(tmp) / "out.json"
         spec_path.write_text(json.dumps(spec))
@@ -387,7 +383,6 @@ def _run_worker(vllm_python: Any, spec: dict[str, Any], prefix: str, how: str,
 
 def _signal_cause(signum: int, stderr: str) -> str:
     """Why a worker killed by signal ``signum`` stopped, in words a user can act on."""
-
     try:
         name = signal.Signals(signum).name
     except ValueError:

@@ -102,7 +102,6 @@ def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str
                   progress: bool) -> tuple[Path, dict[str, Any]]:  # fmt: skip
     """The tuned model (reused when ``out/tuned-model`` holds one; resumed when its checkpoint
     folder is there) and its card."""
-
     folder = out / "tuned-model"
     card = read_card(folder) if folder.is_dir() else None
     if card is not None:
@@ -123,7 +122,6 @@ def _tuned_folder(config: JudgeTuningConfig, ds: Any, past: Any, users: list[str
 def _supervised(reqs: list[Any], brief: list[Any], past: Any) -> tuple[list[Any], Any]:
     """The supervised imputer's pseudo-judgments per request (cross-fitted over users on the
     relevance labels) and the fit."""
-
     pop = past["item_id"].astype(str).value_counts().to_dict()
     rows, gold = {}, {}
     for r, j in zip(reqs, brief, strict=True):
@@ -155,7 +153,6 @@ def bench_judge_tuning(
     progress: bool = True,
 ) -> dict[str, Any]:
     """The module's protocol; writes report.md and results.json under ``out``."""
-
     t0 = time.time()
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

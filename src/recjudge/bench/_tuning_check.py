@@ -63,7 +63,6 @@ def _fp32(folder: Path) -> Any:
 def _adapter(tc: Any, work: Path) -> Any | None:
     """The fp32 base with the best step's LoRA weights, as validation scored it; None when
     the tuning's checkpoint folder is gone."""
-
     if not (work / BEST_FILE).is_file():
         return None
     model = load_trainable(tc, "cpu")
@@ -101,7 +100,6 @@ def paired_auc(a: Sequence[float], b: Sequence[float], labels: Sequence[int],
 
 def _sets(tc: Any, ds: Any, past: Any, reqs: Sequence[Any], users: Sequence[str]) -> tuple:
     """The three pair sets (``SETS``) and the evidence rule the tuning's targets use."""
-
     log = ds.with_interactions(past, "judge-tuning: the past split")
     tuning = tuning_pairs(tc, log, exclude_users=users)
     keep = past["user_id"].astype(str).isin({str(u) for u in users})
@@ -131,7 +129,6 @@ def teacher_forced_check(
         {...paired_auc against the base}}}, "card": {"validation_auc_before",
         "validation_auc"}}``.
     """
-
     tc = TuneConfig(**card["config"])
     pair_sets, rule = _sets(tc, ds, past, reqs, users)
     judge = prompting_judge(tc)

@@ -86,7 +86,6 @@ def forced_branch(grammar: str, branch: str) -> str:
 
 def ebnf_no() -> str:
     """The empty-list alternative of the evidence-first grammar, as it writes it."""
-
     return ebnf_literal('[], "is_relevant": "NO"}')
 
 
@@ -94,7 +93,6 @@ def plain_requests(judge: Any, reqs: list[Any], branches: list[str] | None = Non
     """``[prompt ids, grammar]`` per request, as ``judge`` would send them to an engine (its
     prompt, jump-forward lead and remainder grammar); with ``branches``, each grammar allows
     only that branch (``forced_branch``)."""
-
     rec = _Recorder(judge.llm)
     Judge(judge.config, llm=rec, cf=judge.cf).judge_many(reqs)
     if len(rec.sent) != len(reqs):
@@ -122,7 +120,6 @@ def binding() -> dict[str, Any]:
     """How this worker's process tree computes, read from the OS (not from settings): per
     process, its threads' CPU affinities; ``pinned_cores``: the cores some thread is bound to
     alone (vLLM's OpenMP threads, one core each, as ``VLLM_CPU_OMP_THREADS_BIND`` says)."""
-
     procs = []
     for p in [psutil.Process(), *psutil.Process().children(recursive=True)]:
         try:

@@ -67,7 +67,6 @@ def bench_retrain_workers(
 ) -> dict[str, Any]:
     """Wall time of the same retraining jobs under each ``workers`` setting, with the share of
     jobs whose per-user metrics equal the first setting's; writes report.md and results.json."""
-
     aug = AugmentBenchConfig(
         data=config.data,
         users=config.users,

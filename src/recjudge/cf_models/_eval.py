@@ -43,7 +43,6 @@ def rank_of_target(target: float, others: np.ndarray) -> int:
 def hit_ndcg(ranks: np.ndarray, k: int) -> tuple[float, float]:
     """HR@k = mean[rank < k]; NDCG@k = mean[discount at rank if rank < k] (one target each:
     its ideal DCG is 1; ``recjudge._metrics``)."""
-
     ranks = np.asarray(ranks, dtype=int)
     hit = ranks < k
     gain = discount(k)[np.minimum(ranks, k - 1)] if k > 0 else np.zeros(len(ranks))
@@ -115,7 +114,6 @@ def evaluate_full(
 
     With one held-out item per user, Recall@k equals HR@k.
     """
-
     hist = _histories(train)
     seen_extra = _histories(extra_seen) if extra_seen is not None else {}
     tests = test.groupby(test["user_id"].astype(str))["item_id"].apply(
@@ -285,7 +283,6 @@ def item_item_for(
 ) -> CFModel:
     """The item-item sigma model on ``base``'s item embeddings, calibrated like the others
     (validation items and random unseen items of the leave-one-out split)."""
-
     model = ItemItemSimilarity.from_model(base, ItemItemConfig(top_k=top_k))
     return calibrate_on(model, leave_one_out(dataset.interactions), seed, signal)
 
@@ -349,7 +346,6 @@ def top_k_lists(
 def model_fingerprint(path: str | Path) -> str:
     """A saved CF model's identity: sha256 over its ``model.json`` and ``model.safetensors``
     (the same bytes give the same fingerprint, wherever the folder is)."""
-
     path = Path(path)
     h = hashlib.sha256()
     for name in ("model.json", "model.safetensors"):

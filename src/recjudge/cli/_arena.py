@@ -32,7 +32,6 @@ arena_app.command("lists")(evaluator_command(
 
 def _auc_map(path: str) -> dict[str, float]:
     """``--auc``'s JSON object of system -> finite AUC (one line naming the bad entry)."""
-
     try:
         got = json_loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:

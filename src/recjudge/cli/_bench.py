@@ -19,7 +19,6 @@ app.add_typer(bench_app, name="bench")
 def run_bench(name: str, config: Any, out: str | None, as_json: bool = False) -> None:
     """Run a registered benchmark on a checked config and print what it prints (one-line
     errors for bad input)."""
-
     spec = BENCHMARKS.get(name)
     target = out or spec.out_for(name, config)
     try:
@@ -38,7 +37,6 @@ def run_bench(name: str, config: Any, out: str | None, as_json: bool = False) ->
 def _register() -> None:
     """``recjudge bench NAME`` for every registered benchmark, its options its config's
     fields (``cli._options``) plus ``--out`` and ``--json``."""
-
     for name, spec in BENCHMARKS.items():
 
         def body(config: Any, out: str | None, as_json: bool, name: str = name) -> None:

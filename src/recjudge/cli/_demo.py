@@ -27,7 +27,6 @@ def demo(
 ) -> None:
     """Train (or load) a CF model on ML-1M and judge real users' held-out and random
     candidates with the BRIEF judge, printing verdicts, evidence, sigma and Delta."""
-
     from recjudge.cf_models import cached_cf
     from recjudge.data import load_dataset
     from recjudge.reward import Judge, JudgeConfig

@@ -43,7 +43,6 @@ EXTRACTION_FIELDS = ("models", "users", "min_history", "max_history", "chunk_siz
 def _verify(cfg: GistConfig, data: str, profiles: str, oracle: str | None, out: str,
             as_json: bool) -> None:  # fmt: skip
     """Verify interest profiles from your own system: IG precision/recall/F1 and IS."""
-
     try:
         files = list(comma_list(profiles))
         r = verify_profiles(cfg, data, files, out, read_oracle(oracle) if oracle else None)
@@ -98,7 +97,6 @@ def gist_score(
 ) -> None:
     """Scores from per-interest records alone (no model needed): medians over users with
     95 % intervals over users (under each model's ``ci``)."""
-
     try:
         records = read_interest_records(interests)
         s = gist_scores(records, read_oracle(oracle) if oracle else None)

@@ -21,8 +21,7 @@ JOB_ERRORS = (UnknownNameError, KeyError, ValueError, FileNotFoundError, Connect
 
 def run_job(name: str, job: BaseModel, as_json: bool) -> None:
     """Run a registered job on a checked config and print its results (one-line errors)."""
-    with imports_paused(freeze=True):  # the evaluators, the judge and torch: the start's
-        from recjudge.evaluators import JOBS
+    from recjudge.evaluators import JOBS  # imported already, by this module's ``_register``
 
     spec = JOBS.get(name)
     try:
@@ -38,6 +37,7 @@ def run_job(name: str, job: BaseModel, as_json: bool) -> None:
 
 
 def _register() -> None:
+    # the evaluators, the judge and torch: the start's imports (``imports_paused``)
     with imports_paused(freeze=True):
         from recjudge.evaluators import JOBS
 

@@ -28,7 +28,6 @@ def _register_judge() -> None:
     """``recjudge judge``: the registered job ``judge`` (evaluators' ``JOBS``), its options
     from ``JudgeJob`` (torch-free, so ``recjudge judge --help`` stays fast), as the callback
     of the ``judge`` group (so ``judge tune`` is its subcommand)."""
-
     ctx = inspect.Parameter("ctx", inspect.Parameter.KEYWORD_ONLY, annotation=typer.Context)
     json_flag = flag("as_json", "--json", "Print the results as JSON.")
     command = command_from_config(JudgeJob, _judge, JUDGE_SUMMARY, "judge", [json_flag, ctx])
@@ -47,7 +46,6 @@ def _tune(job: Any, as_json: bool) -> None:
 def _register_tune() -> None:
     """``recjudge judge tune``: the registered job ``judge-tune`` (evaluators' ``JOBS``), its
     options from ``TuneJob`` (torch-free, so ``recjudge judge --help`` stays fast)."""
-
     summary = (
         "Tune the judge's model on your log (LoRA on the BRIEF prompt and the "
         "evidence-first answer), merged into a folder every backend loads (--model DIR)."

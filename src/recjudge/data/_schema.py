@@ -387,7 +387,6 @@ class Dataset:
         Raises:
             DataError: a missing, unreadable or incomplete file, named.
         """
-
         path = Path(path)
         users = path / "users.parquet"
         current = path / "card.json"

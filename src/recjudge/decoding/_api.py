@@ -98,7 +98,6 @@ def constrained_generate(
     Returns:
         One ConstrainedOutput per prompt, in order.
     """
-
     schemas = [schemas] * len(prompts) if isinstance(schemas, Schema) else list(schemas)
     if len(schemas) != len(prompts):
         raise ValueError(f"{len(schemas)} schemas for {len(prompts)} prompts")

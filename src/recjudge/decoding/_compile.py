@@ -189,7 +189,6 @@ def _table_key(tokenizer: Any, width: int, stop: list[int] | None) -> str | None
     tokenizer. The key covers the folder's tokenizer files (size and modification time),
     the tokenizer's length and special ids (tokens added in memory change it), the logits
     width, the stop ids and the xgrammar version."""
-
     import xgrammar as xgr
 
     folder = Path(str(getattr(tokenizer, "name_or_path", "") or ""))
@@ -231,7 +230,6 @@ def _write_table(key: str, info: Any, token_bytes: list[bytes]) -> None:
     """Write the table's parts in a temporary folder renamed into place (``atomic_dir``:
     readers never see a half-written table, a damaged one is replaced); a cache that
     cannot be written (or an xgrammar without serialization) is skipped."""
-
     try:
         with atomic_dir(_table_folder(key)) as tmp:
             (tmp / "info.json").write_text(info.serialize_json(), encoding="utf-8")

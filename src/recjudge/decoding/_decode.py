@@ -152,7 +152,6 @@ def draft_ids(llm: LLMBackend, grammar: Any) -> Any:
     never a changed answer. A draft stops before any token without text (a title spelling
     ``<|im_end|>`` encodes to that special token: untrusted text is never fed to the model
     as one). Encodings are cached by text (rows share their keys)."""
-
     texts = grammar.table.token_bytes
 
     @functools.lru_cache(maxsize=4096)
@@ -358,7 +357,6 @@ def decode(
     Raises:
         CapabilityError: the job asks for what the backend does not declare (``require``).
     """
-
     caps = capabilities_of(llm)
     name = getattr(llm, "name", type(llm).__name__)
     if isinstance(job, OptionJob):
@@ -413,7 +411,6 @@ def engine_stage(llm: Any, job: DecodeJob, *, stats: Any = None) -> EngineStage:
         CapabilityError: ``llm`` does not declare engine constraints, or the job asks for
             what it does not declare.
     """
-
     caps = capabilities_of(llm)
     name = getattr(llm, "name", type(llm).__name__)
     if not caps.engine_constraints:
@@ -430,7 +427,6 @@ def engine_stage(llm: Any, job: DecodeJob, *, stats: Any = None) -> EngineStage:
 def _on_engine(llm, job, grouped, suffixes, leads, sampling, proc, stats):
     """``decode`` on a backend whose engine applies the grammar and the bias: the job's
     ``EngineStage``, each round sent with ``llm.submit``."""
-
     stage = _stage(llm, job, grouped, suffixes, leads, sampling, proc, stats)
     if bias_probe_due(llm):
         probe_bias(llm)

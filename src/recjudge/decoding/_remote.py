@@ -308,7 +308,6 @@ def replay_decision(
     The record's ``extra["coverage"]`` is the smallest probability mass the watched tokens
     held at a pre-decision step (1.0 when the watch set covered every allowed token).
     """
-
     table = compiled.table
     bias = _bias_processor(payload, compiled.schema, table)
     if bias is None:
@@ -364,7 +363,6 @@ def probe_bias(llm: EngineBackend) -> None:
     Raises:
         ServerError: the verdicts did not follow the bias.
     """
-
     _PROBED[llm] = "probing"  # the probe's own requests must not probe again
     try:
         prompt = llm.encode(llm.chat_prompt([{
@@ -403,7 +401,6 @@ class EngineBatch:
     def finish(self, results: Sequence[Any]) -> list[ConstrainedOutput]:
         """The engine's results (one per request, in order) as ``ConstrainedOutput``s: text,
         parsed value and replayed decision record."""
-
         return [_replayed(c, p, r, lead, ConstrainedOutput)
                 for c, p, r, lead in zip(self.compiled, self.payloads, results, self.leads,
                                          strict=True)]  # fmt: skip
@@ -433,7 +430,6 @@ def engine_batch(
             prompt): one list for all prompts, or one list per prompt.
         seeds: per-prompt sampling seeds (sampled decoding only).
     """
-
     sampling = sampling or SamplingConfig()
     bias = bias or BranchBias(beta=0.0)
     per_row = bool(lead_ids) and not isinstance(lead_ids[0], int)

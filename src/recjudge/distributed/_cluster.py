@@ -94,7 +94,6 @@ def worker_env_vars() -> dict[str, str]:
     model again, silently, and the second waited on the build lock) and every other
     ``RECJUDGE_*`` setting (the forced dtype, ...), secrets left out; and the driver's
     niceness (``RAY_worker_niceness``)."""
-
     env = {k: v for k, v in os.environ.items()
            if k.startswith("RECJUDGE_") and k not in _SECRET_ENV}  # fmt: skip
     env["RECJUDGE_CACHE"] = str(cache_dir())
@@ -339,7 +338,6 @@ class LocalCluster:
 
     def pids(self) -> list[int]:
         """The head's process and every process it started (workers included)."""
-
         if self.process is None:
             return []
         try:
@@ -351,7 +349,6 @@ class LocalCluster:
     def stop(self) -> None:
         """Disconnect this process's driver from the cluster, SIGTERM the head's process
         group, then SIGKILL whatever of it is left; remove its token."""
-
         if self.process is None:
             self._forget_token()
             return

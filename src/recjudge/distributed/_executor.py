@@ -235,7 +235,6 @@ def _merge_block(
 ) -> tuple[list, list]:
     """One worker block's answers as (indices, judgments), each request kept once (a
     retried block's second answer is dropped); a fault there ends the run."""
-
     if "fault" in got:
         if got.get("run_fault", True):
             raise WorkerFault(f"on a Ray worker: {got['fault']}")

@@ -57,7 +57,6 @@ class EngineCall:
 
     def ask(self) -> dict[str, Any]:
         """This round's requests by fingerprint (noted for ``complete``)."""
-
         reqs = self.stage.requests
         self.fps, self.got = [fingerprint(r) for r in reqs], {}
         return dict(zip(self.fps, reqs, strict=True))
@@ -72,7 +71,6 @@ def engine_calls(local: Judge, run: RayRun) -> tuple[list[EngineCall], list[tupl
     judge whose LLM is the ``RayDataLLM``), and the requests that failed before any engine
     ran (prompt or grammar; recorded with ``run.record``, else raised). A call that cannot
     be built whole is built request by request, so only the failing ones fail."""
-
     c = local.config
     calls: list[EngineCall] = []
     failed: list[tuple[int, Exception]] = []
@@ -117,7 +115,6 @@ def _finished(call: EngineCall, run: RayRun) -> tuple[list[int], list[Judgment]]
     """Feed a call whose round is complete: its (indices, judgments) when it is done, None
     when it asks for another round. An error while replaying it fails its requests (with
     ``run.record``; else it is raised)."""
-
     try:
         call.stage.feed([call.got[fp] for fp in call.fps])
         if not call.stage.done:
@@ -143,7 +140,6 @@ def stream_on_ray_data_llm(
     Raises:
         RayClusterError: the Ray run failed, or ended with calls whose results never came.
     """
-
     engine: RayDataLLM = RayDataLLM(run.llm_config)
     local = Judge(run.judge.config, llm=engine)  # prompts and replays on the driver
     calls, failed = engine_calls(local, run)

@@ -87,7 +87,6 @@ def call_units(
 def request_from_record(d: dict[str, Any], earlier: Sequence[JudgeRequest] = ()) -> JudgeRequest:
     """The request of ``request_record``'s ``d``; ``earlier``: the call's requests before it
     (where a ``history_of`` points)."""
-
     if "history_of" in d:
         same = earlier[int(d["history_of"])]
         history, older = same.history, same.older
@@ -136,7 +135,6 @@ class JudgeWorker:
 
     def unit(self, text: str) -> str:
         """One block's engine calls (JSON) -> their results (JSON)."""
-
         results: list[dict[str, Any]] = []
         try:
             judge = self._load()

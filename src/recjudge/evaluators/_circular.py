@@ -146,7 +146,6 @@ def lenient_systems(by_system: Mapping[str, Mapping[str, Any]]) -> dict[str, str
     """``{system: why}`` for each system the leniency rule (module docstring) finds: its
     judge YES rate over its logged hit rate at least ``LENIENCY_LIMIT`` times the median of
     the other systems' (systems without both rates are not compared)."""
-
     ratio = {n: d["judge_yes_rate"] / d["logged_hit_rate"] for n, d in by_system.items()
              if d.get("judge_yes_rate") is not None and d.get("logged_hit_rate")}  # fmt: skip
     out = {}

@@ -109,7 +109,6 @@ def best_options(
     Needs a backend that declares ``option_scoring`` (a model the fast engine supports, or
     an engine backend with ``next_logprobs``).
     """
-
     if width < 1:
         raise ValueError("width must be >= 1")
     caps = capabilities_of(backend)
@@ -167,7 +166,6 @@ def _advance(search: Any, sent: Any, key: Any, pending: dict, out: dict) -> None
 
 def _local_options(backend, prefix_ids, contexts, trie, width, stats) -> list[BestOption]:
     """The search on the fast engine: the prefix encoded once, each context extending it."""
-
     kv = prefixes_of(backend).get(
         "fast", prefix_ids, lambda: encode_prefix(backend, prefix_ids), stats
     )
@@ -195,7 +193,6 @@ def _local_options(backend, prefix_ids, contexts, trie, width, stats) -> list[Be
 def _logprobs(backend: Any, hidden: torch.Tensor) -> torch.Tensor:
     """Next-token log-probabilities over the whole vocabulary (not renormalised to the
     trie's tokens: an option is scored by what the model would write unconstrained)."""
-
     with torch.inference_mode():  # the engine's LM head, full width, NaN/inf checked
         logits, _ = _Head(backend.model, None, backend.name)(hidden, [])
     return torch.log_softmax(logits, -1)

@@ -182,7 +182,6 @@ class LLMConfig(BaseModel):
     def _no_credentials(cls, value: str | None) -> str | None:
         # A password in the URL would reach result keys, report headers and error lines; the
         # key goes in the environment (sent as a bearer token, never over plain http).
-
         if value is not None:
             try:
                 parts = urlsplit(value)
@@ -291,7 +290,6 @@ def resolution_state() -> tuple[str | None, bool | None]:
     """What resolving an ``LLMConfig`` (``auto`` dtype and device) reads from the process:
     ``$RECJUDGE_DTYPE`` and whether torch sees a GPU (None before torch is imported): a
     cache of ``llm_key`` is valid while this is unchanged."""
-
     torch = sys.modules.get("torch")
     return os.environ.get(DTYPE_ENV), torch.cuda.is_available() if torch is not None else None
 

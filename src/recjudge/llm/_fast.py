@@ -97,7 +97,6 @@ def decode_shared(
     text): the fast engine feeds them with the row's token and keeps those the model chooses
     (``_loop``); the invariant engine ignores them.
     """
-
     n = len(suffix_ids)
     if len(prefix_of) != n or any(not 0 <= g < len(prefixes) for g in prefix_of):
         raise ValueError(f"prefix_of must give each of {n} rows one of {len(prefixes)} prefixes")
@@ -126,7 +125,6 @@ def decode_prompts(
     shares its longest common token prefix (chat templates and instructions usually give
     one) and only the rest is prefilled per row (``job.allowed`` is for shared prefixes and
     not used here)."""
-
     if job.deterministic or not supports_fast(backend.model):
         return constrained_decode(backend, prompt_ids, job)
 

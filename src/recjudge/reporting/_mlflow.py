@@ -105,7 +105,6 @@ def _config(results: Mapping[str, Any]) -> dict[str, Any]:
 
 def report_params(results: Mapping[str, Any]) -> dict[str, str]:
     """The config (``job`` or ``config`` of the results) flattened, values as text."""
-
     secret = os.environ.get("RECJUDGE_API_KEY")
     out = {}
     for k, v in _flatten(_config(results)):
@@ -116,7 +115,6 @@ def report_params(results: Mapping[str, Any]) -> dict[str, str]:
 
 def report_tags(results: Mapping[str, Any], title: str) -> dict[str, str]:
     """The judge's identity and what produced the report."""
-
     tags = {"recjudge.version": __version__, "recjudge.report": title[:250]}
     for part in ("judge", "job", "config"):
         d = results.get(part)
@@ -151,7 +149,6 @@ def _mlflow() -> Any:
 def _resumed_run(client: Any, memo: Path, uri: str, mlflow: Any) -> str | None:
     """The run a report folder logged to before (``mlflow_run.json``), if it is in this
     tracking store still; None: start one."""
-
     try:
         saved = json_loads(memo.read_text(encoding="utf-8")) if memo.is_file() else {}
         if isinstance(saved, dict) and saved.get("tracking_uri") == redact_uri(uri):
@@ -168,7 +165,6 @@ def _client(uri: str) -> tuple[Any, Any]:
         TrackingError: MLflow missing, or the store does not open (the URI's password
             redacted in the message).
     """
-
     if "://" not in uri or uri.startswith("file:"):
         # A local folder store: MLflow 3 keeps it in maintenance mode behind an opt-in; a
         # user who names a folder has opted in (a database URI needs mlflow's SQL extras).

@@ -157,7 +157,6 @@ def read_results(run: str) -> dict[str, Any]:
     Raises:
         ValueError: no results.json there, or one that is not a JSON object (named).
     """
-
     path = Path(run)
     if path.is_dir():
         path = path / "results.json"

@@ -116,7 +116,6 @@ def choose_shared(
         answer_key: the JSON key of the answer.
         width: open paths expanded per batched forward.
     """
-
     if not fills:
         return []
     lead, trie = _answer_trie(llm, options, answer_key)
@@ -134,7 +133,6 @@ def choose(
 ) -> list[BestOption]:
     """``choose_shared`` for independent questions, each with its own options (e.g. a
     per-question shortlist): each chat is encoded once, then searched as there."""
-
     if len(options) != len(messages):
         raise ValueError(f"{len(options)} option lists for {len(messages)} questions")
     out = []
@@ -148,7 +146,6 @@ def choose(
 
 def _answer_trie(llm: LLMBackend, options: Sequence[str], answer_key: str) -> tuple[str, Any]:
     """The answer's lead (``{"<key>``) and the trie of every option's rest of the answer."""
-
     # Cut after the key's last letter, as ``decoding.lead_ids`` does: the model then
     # writes the merged '": "' tokens itself, as part of every option's text.
     lead = "{" + json_literal(answer_key)[:-1]

@@ -41,7 +41,6 @@ def build_judge(
     (``distributed.ray_executor`` for ``--ray``; None: in this process). Raises ValueError
     for a mode that needs a CF model without one, pydantic's ValidationError for a bad
     device."""
-
     JUDGES.get(mode)
     sampling = SamplingConfig.paper(seed=seed) if sample else SamplingConfig(max_new_tokens=256)
     config = JudgeConfig(

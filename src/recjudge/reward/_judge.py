@@ -52,7 +52,6 @@ log = logging.getLogger(__name__)
 
 def clear_prefix_cache(llm: LLMBackend) -> None:
     """Forget ``llm``'s shared prefix caches (benchmarks time each method from a cold start)."""
-
     prefixes_of(llm).clear()
 
 

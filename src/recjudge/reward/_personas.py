@@ -42,7 +42,6 @@ class Personas:
 
     def key(self, req: JudgeRequest) -> str:
         """The persona key of this request's user and history."""
-
         return persona_key(self.simulator, req, self._settings(), self.config.max_history)
 
     def persona(self, req: JudgeRequest) -> str:
@@ -64,7 +63,6 @@ class Personas:
     ) -> None:
         """Write (or read back from ``store``'s personas file) the persona of every distinct
         user history among ``reqs``."""
-
         c = self.config
         asks = persona_asks(self.simulator, reqs, self.population, self._settings(),
                             c.max_history)  # fmt: skip

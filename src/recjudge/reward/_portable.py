@@ -112,7 +112,6 @@ def _title_free(text: Any) -> bool:
 def portable_result(result: dict[str, Any]) -> dict[str, Any] | None:
     """A judgment without its ids, an evaluator answer's declared title-free form, or None
     if the answer holds item text."""
-
     if PORTABLE_FORM in result:  # declared by the question itself (StoredAsk.portable)
         form = result[PORTABLE_FORM]
         return {**form, PORTABLE_FORM: form} if isinstance(form, dict) else None
@@ -135,7 +134,6 @@ def portable_decision(record: dict[str, Any]) -> dict[str, Any] | None:
 def portable_persona(result: dict[str, Any]) -> dict[str, Any] | None:
     """A stored persona as it was declared title-free when written (``StoredAsk.portable``),
     or None (it names a title, or it was stored before personas declared a form)."""
-
     form = result.get(PORTABLE_FORM)
     if not isinstance(form, dict) or set(form) != {"text"} or form["text"] != result.get("text"):
         return None
@@ -147,7 +145,6 @@ def portable_persona(result: dict[str, Any]) -> dict[str, Any] | None:
 def _table_paths(store: Path) -> dict[str, Path]:
     """Each checkpoint table's file for ``store`` (the store itself, then the files beside it),
     for export and import alike."""
-
     return {"results": store, "decisions": decisions_path(store), "personas": personas_path(store)}
 
 
@@ -155,7 +152,6 @@ def export_portable(store: str | Path, out: str | Path) -> PortableCount:
     """Write the title-free rows of ``store`` (and of ``<store>.decisions`` and
     ``<store>.personas`` where they exist) to ``out`` (gzip JSON lines; a header line, then
     one row per line)."""
-
     store = Path(store)
     if not store.exists():
         raise PortableError(f"{store}: no such results store; pass the store.sqlite of a run")
@@ -189,7 +185,6 @@ def _write(
     """A checkpoint file: the manifest line (format, version, counts, producer, digest and,
     with ``$RECJUDGE_CHECKPOINT_KEY`` set, an HMAC signature; ``resealed``: the mark of a file
     resealed from one that did not verify), then one row per line."""
-
     body = "".join(line + "\n" for line in lines)
     if not counts.get("personas"):  # a checkpoint without personas reads as before they existed
         counts = {k: v for k, v in counts.items() if k != "personas"}
@@ -377,7 +372,6 @@ def _check_persona(result: dict[str, Any]) -> str | None:
 
 def _check_result(result: dict[str, Any]) -> str | None:
     """A judgment, or an evaluator's answer (its declared portable form and nothing else)."""
-
     if PORTABLE_FORM in result:
         form = result[PORTABLE_FORM]
         if not isinstance(form, dict) or {**form, PORTABLE_FORM: form} != result:
@@ -560,7 +554,6 @@ def import_portable(
     written without ids (``user_id``/``candidate_id`` null): the judge fills them from the
     request that asks for the key.
     """
-
     path, store = Path(path), Path(store)
     rows, verified = _read(path, trust_unsigned=trust_unsigned, max_inflated=max_inflated)
     origin = {"imported_from": path.name, "verified": verified}

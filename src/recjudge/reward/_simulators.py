@@ -273,7 +273,6 @@ class RecAgent(Simulator):
 
 def persona_key(simulator: Simulator, request: Any, settings: dict[str, Any], limit: int) -> str:
     """The stored persona's key: simulator, model settings, user and history."""
-
     history = [(h.item_id, h.text, h.rating) for h in request.history]
     return stable_hash(SIMULATOR_VERSION, simulator.name, settings, request.user_id, history,
                        limit, length=32)  # fmt: skip
@@ -292,7 +291,6 @@ def persona_asks(
     names no title of the history it was written from (``title_free_persona``); one that does
     stays behind and a resumed run writes it again.
     """
-
     asks: dict[str, Any] = {}
     for r in requests:
         key = persona_key(simulator, r, settings, limit)

@@ -75,7 +75,6 @@ def ask_key(
     committed checkpoints' among them, stay the keys of the same questions asked the same
     way, and any other value (fp32, a GPU, a server, another budget) is a key of its own.
     """
-
     missing = object()
     before = {**LEGACY_LLM, **(legacy or {})}
     extra = {k: v for k, v in {**llm, **(settings or {})}.items()

@@ -353,7 +353,6 @@ def can_sweep(judges: Mapping[str, Judge]) -> list[str]:
 def decisions_store(store: Any) -> Any:
     """The store of unbiased decision records beside ``store`` (``<name>.decisions``; never
     in it: its rows are all judgments)."""
-
     path = str(store.path)
     return ResultsStore(path if path == ":memory:" else decisions_path(store.path))
 
@@ -492,7 +491,6 @@ def _sweep_user(
     """One user's swept settings from one decoding pass per request (``sweep_into_store``),
     their new judgments added to ``counts``; (passes decoded, requests replayed). A pass that
     fails with ``errors="record"`` leaves them to ``judge_many``, setting by setting."""
-
     try:
         fill = sweep_into_store(swept, sub, store)
     except RECORDED_ERRORS:

@@ -84,7 +84,6 @@ class Example:
 
 def answer_text(titles: Sequence[str]) -> str:
     """The evidence-first answer the grammar allows: YES with ``titles``, NO without."""
-
     if not titles:
         return '{"evidence": [], "is_relevant": "NO"}'
     return '{"evidence": [' + ", ".join(json_literal(t) for t in titles) + \
@@ -141,7 +140,6 @@ def branch_tokens(
     SmolLM2) leaves out ``" []"`` and ``" [])"``, whose mass the read-out counts and a tuning
     on the target tokens never trains.
     """
-
     token_bytes = GRAMMARS.table(tokenizer).token_bytes
     return spec.committing_tokens(token_bytes, b"".join(token_bytes[t] for t in before))
 
@@ -158,7 +156,6 @@ def _base_folder(model: str) -> Path:
 def base_digest(model: str) -> str:
     """The base model's identity: a preset's GGUF sha256, a tuned folder's card digest, else
     the sha256 of the folder's weight files' digests."""
-
     if model in PRESETS:
         return PRESETS.get(model).sha256
     folder = _base_folder(model)
@@ -280,7 +277,6 @@ def decision_loss(logits: Any, batch: Sequence[Example]) -> Any:
 
 def validation_auc(model: Any, examples: Sequence[Example], pad: int, device: str) -> float | None:
     """AUC of the decision scores against the validation labels (Mann-Whitney)."""
-
     s = decision_scores(model, examples, pad, device)
     pos = [v for v, e in zip(s, examples, strict=True) if e.label]
     neg = [v for v, e in zip(s, examples, strict=True) if not e.label]
@@ -398,7 +394,6 @@ class TuneResult:
 def _users_record(pairs: TunePairs) -> dict[str, Any]:
     """The users the tuning read (sha256 of each id, never the id) with the latest timestamp
     read for each, and the validation users: what ``evaluate``'s leakage check reads."""
-
     return {
         "format": "recjudge-tuning-users",
         "hash": "sha256(user_id)[:16]",
@@ -489,7 +484,6 @@ def tune(
 def tuning_pairs(config: TuneConfig, data: Any, exclude_users: Sequence[str] = ()) -> TunePairs:
     """The pairs ``config`` builds from ``data`` (``build_pairs`` with its settings): the same
     pairs whenever called with the same log, settings and excluded users (seeded)."""
-
     return build_pairs(
         data, future_fraction=config.future_fraction,
         positives_per_user=config.positives_per_user,
@@ -504,7 +498,6 @@ def prompting_judge(config: TuneConfig) -> Any:
     """The judge whose prompts the tuning trains on (no-behavior, the tuning's history and
     evidence caps). Only its tokenizer and templates are used: the model it loads is not
     trained and is not kept in ``load_llm``'s cache (freed before training loads one)."""
-
     settings = JudgeConfig(
         model=config.model,
         mode="no-behavior",
@@ -550,7 +543,6 @@ def pad_id(judge: Any) -> int:
 def _autocast(device: str, precision: str) -> Any:
     """bf16 autocast for ``precision == "bfloat16"`` (matmuls in bf16, weights and the
     adapter's updates fp32), else nothing."""
-
     import torch
 
     if precision != "bfloat16":
@@ -564,7 +556,6 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
     stop; returns the final state (also on disk). ``train`` maps the indices of the ``n``
     training pairs to their examples (a pair that could not be encoded is absent: its step
     trains on the rest of its batch)."""
-
     precision = config.resolved_precision(device)
 
     bar = tqdm(total=config.steps, initial=state["step"], desc="tune", unit="step",
@@ -625,7 +616,6 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
 
 def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> dict[str, Any]:
     """The card's fields (``llm._card``; the weight digests are added when saved)."""
-
     # the distinct pairs the steps that ran read (an early stop reads fewer than were encoded)
     read = [i for i in used_examples(len(pairs.train), config, state["step"]) if i in train]
     n_pos = sum(train[i].label for i in read)

@@ -67,7 +67,6 @@ class TunePairs:
 
 def _cooccurrence(log: pd.DataFrame) -> tuple[dict[str, int], Any, np.ndarray]:
     """(item index, binary item x user matrix (CSR), per-item norms) of ``log``."""
-
     items = {i: n for n, i in enumerate(sorted(log["item_id"].astype(str).unique()))}
     users = {u: n for n, u in enumerate(sorted(log["user_id"].astype(str).unique()))}
     pairs = log[["item_id", "user_id"]].astype(str).drop_duplicates()
@@ -158,7 +157,6 @@ def build_pairs(
     Raises:
         ValueError: no user is left to tune on (the message says which filter emptied it).
     """
-
     log = _readable_log(ds, before, exclude_users)
     history, later = timeline_split(log, fraction=future_fraction)
     val_users, train_users = _split_users(history, later, min_history, validation_users,
@@ -243,7 +241,6 @@ def _split_users(
     Raises:
         ValueError: fewer than two such users.
     """
-
     n_hist = history.groupby("user_id", observed=True).size()
     n_later = later.groupby("user_id", observed=True).size()
     eligible = [str(u) for u in n_later.index if n_hist.get(u, 0) >= min_history]

@@ -262,7 +262,6 @@ def arena_world(
     """Load ``data``, sample ``users`` users with a held-out test item (sha256 of the id and
     ``seed``), build ``systems`` on the leave-one-out train split and their offline metrics
     on those users."""
-
     ds = load_dataset(data)
     split = leave_one_out(ds.interactions)
     eligible = set(split.test["user_id"].astype(str))
@@ -314,7 +313,6 @@ def _asks(
     """Every stored question: one per (user, order), and the absolute ratings, keyed with
     the answering LLM's settings (``llm_key``; ``former_llm``: their earlier forms, under
     which a store may hold the answer)."""
-
     c = arena.config
     per_aspect = c.analysis == "per-aspect"
     schema = Verdicts(
@@ -370,7 +368,6 @@ def _asks(
 
 def arena_sampling(config: ArenaConfig) -> Any:
     """The greedy budget of a comparison: each analysis text's bound plus the JSON around."""
-
     n_texts = len(ASPECTS) if config.analysis == "per-aspect" else 1
     return SamplingConfig(max_new_tokens=n_texts * config.analysis_chars + 120)
 
@@ -448,7 +445,6 @@ def run_arena(
     record per judged order and aspect), ``results.json``, ``report.md`` and
     ``winrates.png`` under ``out``. Judgments are stored in ``out/store.sqlite``; a rerun
     resumes."""
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     llm = llm or load_llm(config.model)

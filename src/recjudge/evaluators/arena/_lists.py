@@ -159,7 +159,6 @@ def list_run(config: ArenaListConfig, data: str) -> ListRun:
     trained on the leave-one-out train part, as the compared systems are: trained on every
     interaction, its sigma would know each user's held-out item, which the offline metrics
     the list scores are compared with are computed on."""
-
     world = arena_world(data, config.systems, config.users, config.k, "genre", config.seed)
     ds, users = world.ds, world.users
     lists = {s: {u: r.lists[u][: config.k] for u in users} for s, r in world.systems.items()}
@@ -181,7 +180,6 @@ def list_run(config: ArenaListConfig, data: str) -> ListRun:
 def _judges(config: ArenaListConfig, llm: Any, cf: Any) -> dict[str, Any]:
     """A judge per scorer (``LIST_SCORERS``) on ``llm``, a loaded backend, or, where it is
     None, on ``LLMConfig(model, dtype)`` loaded at first use (their keys need no model)."""
-
     out = {}
     for name, mode in LIST_SCORERS.items():
         jc = JudgeConfig(
@@ -248,7 +246,6 @@ def _summarize_scorer(
 ) -> dict[str, Any]:
     """Mean list score per system and each system minus the reference (user bootstrap over
     the users every system has a score for), Q with its CI, and both against AUC."""
-
     ref = config.reference_name
     users = [u for u in per_system[ref] if all(v[u] is not None for v in per_system.values())]
     arrays = {s: [np.array([[v[u]] for u in users], dtype=float)] for s, v in per_system.items()}
@@ -289,7 +286,6 @@ def _p_yes_by_scorer(got: Mapping[str, list[Any]], reqs: list[Any]) -> tuple[dic
 def _write_scores(path: Path, scores: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> None:
     """``scores.jsonl``: one line per (user, system, scorer) list score, ids only; written
     to a temp name and renamed (a killed run leaves no half file under the name)."""
-
     atomic_write_text(path, "".join(
         json.dumps({"user_id": u, "system": s, "scorer": scorer, "score": v}) + "\n"
         for scorer, per_system in scores.items()
@@ -310,7 +306,6 @@ def run_arena_lists(
     ``results.json``, ``report.md`` and ``scores.png`` under ``out``. Judgments are stored in
     ``out/store.sqlite`` (their decision records beside it); a rerun resumes, and one failed
     item is recorded and counted, its list scored over the items that were judged."""
-
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()

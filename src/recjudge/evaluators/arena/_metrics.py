@@ -487,7 +487,6 @@ def urd(items: Sequence[str], sim: Callable[[str, str], float]) -> float:
 
 def ndcg_at(items: Sequence[str], targets: set[str], k: int = 5) -> float:
     """nDCG@k with binary relevance (``recjudge._metrics.ndcg``)."""
-
     return ndcg([int(it in targets) for it in items], len(targets), k)
 
 

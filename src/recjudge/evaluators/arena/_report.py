@@ -14,7 +14,6 @@ from recjudge.reporting import figure, interval
 def plot_winrates(summary: dict[str, Any], path: Path) -> None:
     """Stacked win/tie/lose bars: each system against the reference (reference design) or
     every pair (round-robin), overall verdicts."""
-
     ref = summary.get("reference")
     if ref is not None:
         rows = {f"{s} vs {ref}": c for s, c in summary["reference_q"]["overall"].items()}
@@ -102,7 +101,6 @@ def _header(config: Any, data: str, summary: dict[str, Any], n_users: int) -> li
 
 def _pct_band(v: float | None, ci: Any) -> str:
     """A rate in percent with its CI, "-" when undefined (results written before the rate)."""
-
     if v is None:
         return "-"
     return interval(v, *(ci or (None, None)), nd=1, scale=100, unit=" %")
@@ -110,7 +108,6 @@ def _pct_band(v: float | None, ci: Any) -> str:
 
 def _p_band(v: float | None, ci: Any) -> str:
     """A probability to 4 places with its CI (judges' probabilities sit close to 0 or 1)."""
-
     if v is None:
         return "-"
     return interval(v, *(ci or (None, None)), nd=4)
@@ -252,7 +249,6 @@ _SCORER_WORDS = {
 def plot_list_scores(results: dict[str, Any], path: Path) -> None:
     """Per scorer, each system's mean list score (95 % user-bootstrap interval) against its
     AUC on the held-out item."""
-
     summary, offline = results["summary"], results["offline"]
     scorers = list(summary)
     with figure(path, size=(4.2 * len(scorers), 3.8), dpi=120, grid=(1, len(scorers))) as axes:
@@ -317,7 +313,6 @@ def _scorer_section(
     """One scorer's section: the systems by AUC with their list scores, differences to the
     reference, win/tie/lose and Q with intervals, then Q's and the score's correlation with
     AUC."""
-
     lines: list[str] = []
     lines += [
         f"## {scorer}",

@@ -28,7 +28,6 @@ class RecSystem:
 
 def system_from_file(name: str, path: str | Path) -> RecSystem:
     """Lists from ``user_id, rank, item_id`` rows (JSONL or CSV)."""
-
     path = Path(path)
     df = (
         pd.read_json(path, lines=True, dtype=False)
@@ -92,7 +91,6 @@ def build_systems(
 ) -> dict[str, RecSystem]:
     """Systems from specs: a CF model name (trained here on the train split), ``name=DIR``
     (a saved CF model) or ``name=FILE`` (lists as user_id, rank, item_id)."""
-
     hist = (
         split.train.sort_values(["user_id", "timestamp"], kind="stable")
         .groupby("user_id")["item_id"]

@@ -227,7 +227,6 @@ def gist_intervals(
     Returns:
         ``{model: {metric: {"lo", "hi"}, "p_minus_r": {"estimate", "lo", "hi"}}}``.
     """
-
     out: dict[str, dict[str, Any]] = {}
     per_user = _per_user_values(scores)
     if not per_user or draws <= 0:
@@ -284,7 +283,6 @@ def gist_differences(
         ``{"A minus B": {metric: {"estimate", "lo", "hi"}}}`` for every pair in ``scores``'
         order (A before B).
     """
-
     per_user = _per_user_values(scores)
     if not per_user or draws <= 0:
         return {}

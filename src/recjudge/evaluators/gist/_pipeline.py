@@ -93,7 +93,6 @@ def _open_pool(config: GistConfig, llms: Mapping[str, Any] | None, needed: Seque
     ready backend that batches in its own engine (vLLM, an OpenAI-compatible server) in a
     deterministic run, which could not keep its promise. Models given by name load on
     transformers, so the ready ones are all there is to check."""
-
     for name, llm in (llms or {}).items():
         if config.deterministic and not capabilities_of(llm).batch_invariant:
             raise UserFacingError(
@@ -157,7 +156,6 @@ def _key(run: _Run, model: str, *parts: Any, **settings: Any) -> str:
 def _with_formerly(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
     """``asks`` with the keys ``_key`` recorded for them under former LLM settings as
     ``formerly``."""
-
     return [replace(a, formerly=(*a.formerly, *run.formerly[a.key])) if a.key in run.formerly
             else a for a in asks]  # fmt: skip
 
@@ -165,7 +163,6 @@ def _with_formerly(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
 def _adopted(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
     """``_with_formerly``, their former answers adopted in the store at once (before the
     meter counts what it lacks)."""
-
     out = _with_formerly(run, asks)
     adopt_former(run.store, out)
     return out
@@ -231,7 +228,6 @@ def _open_run(config, ds, users, out: Path, pool, progress, max_history) -> _Run
 def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str, dict]:
     """Each user's history (most recent first), every item's text, the domain's word and
     every item's title."""
-
     histories = {}
     for u in users:
         h = ds.history(u).iloc[::-1]
@@ -247,7 +243,6 @@ def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], di
 
 def _sampled_users(config: GistConfig, ds: Any) -> list[str]:
     """``config.users`` users with at least ``min_history`` interactions (sha256 order)."""
-
     lengths = ds.interactions.groupby("user_id", observed=True).size()
     eligible = sorted(str(u) for u, n in lengths.items() if n >= config.min_history)
     return sample_users(eligible, config.users, config.seed)
@@ -257,7 +252,6 @@ def gist_extraction_asks(config: GistConfig, data: str = "ml-1m") -> list[Stored
     """The extraction questions ``run_gist`` asks for ``config`` on ``data`` (every model,
     sampled user and history chunk), for benchmarks that time the engine on GISTBench's
     longest answers. Nothing is asked or stored."""
-
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
     histories, text, word, titles = _texts(ds, users, config.max_history)
@@ -290,7 +284,6 @@ def _title_free_extraction(screen: Any) -> Any:
 def _extraction_asks(run: _Run) -> list[StoredAsk]:
     """One stored extraction question per (model, user, chunk of ``chunk_size``); the
     request records model and user."""
-
     c = run.config
     screens = {
         u: _title_free_extraction(
@@ -326,7 +319,6 @@ def _extraction_asks(run: _Run) -> list[StoredAsk]:
 
 def _extract(run: _Run) -> tuple[list[_Interest], int]:
     """Interests per (model, user), merged over chunks; and how many answers were cut."""
-
     c = run.config
     asks = _extraction_asks(run)
     budget = SamplingConfig(max_new_tokens=c.extraction_tokens)
@@ -386,7 +378,6 @@ def _relevant(
     run: _Run, pairs: Sequence[tuple[str, str]], desc: str
 ) -> dict[tuple[str, str], tuple[bool, float]]:
     """(interest, item_id) -> the judge's YES/NO and P(YES); shared prefix per interest."""
-
     c = run.config
     asks = sorted(
         (
@@ -521,7 +512,6 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
     'Comedy and ...' -> 'Comedy Challenges'); that rule is left only for other judges
     (vLLM, ...), with a warning, and ``taxonomy_rule`` in the results says which ran.
     """
-
     c = run.config
     cat_ids, cat_names = list(categories), list(categories.values())
     msgs = taxonomy_full_messages(cat_names)
@@ -570,14 +560,12 @@ def _taxonomy_full(run: _Run, interests: Sequence[str], categories: dict[int, st
 def taxonomy_rule(judge: Any) -> str:
     """How the full taxonomy picks a category with this judge: ``likelihood`` (whole names,
     where the backend scores whole options) or ``greedy`` (grammar-constrained decoding)."""
-
     return "likelihood" if capabilities_of(judge).option_scoring else "greedy"
 
 
 def _taxonomy_shortlist(run: _Run, interests: Sequence[str], categories: dict[int, str]) -> dict:
     """The judge picks among ``shortlist`` categories preselected by similarity (faster; a
     deviation from the paper), by the rule of ``taxonomy_rule`` as the full choice."""
-
     c = run.config
     cat_ids, cat_names = list(categories), list(categories.values())
     rule = taxonomy_rule(run.judge)
@@ -725,7 +713,6 @@ def _spec_jobs(run: _Run, records: list[dict[str, Any]], pool: Sequence[str]) ->
 def _specificity(run: _Run, records: list[dict[str, Any]]) -> int:
     """Ask the judge to find each interest's n evidence objects among distractors; sets
     ``correct``, ``backing``, ``distractors``, ``filled``. Returns the pool size."""
-
     c = run.config
     by_user = run.ds.interactions.groupby("user_id", observed=True)["item_id"]
     pool = global_pool({str(u): sorted(map(str, s)) for u, s in by_user}, c.pool_size, c.seed)
@@ -775,7 +762,6 @@ def _finish(
 
     ``models``: the models under test, scored even if they wrote no interest at all.
     """
-
     oracle = build_oracle(records) if oracle is None else oracle
     scores = gist_scores(records, oracle, run.users, models)
     atomic_write_text(
@@ -817,7 +803,6 @@ def run_gist(
     Args:
         llms: already loaded backends by model name (tests); others are loaded on demand.
     """
-
     t0 = time.time()
     out = Path(out)
     pool = _open_pool(config, llms, (*config.models, config.judge))
@@ -874,7 +859,6 @@ class ProfileCheck(Tally):
 
 def _profile_line(path: Path, n: int, line: str) -> tuple[str, list[Any]]:
     """Line ``n`` of a profile file as (user id, its interests), or a DataError naming it."""
-
     try:
         rec = json_loads(line)
     except json.JSONDecodeError as e:
@@ -892,7 +876,6 @@ def _profile_line(path: Path, n: int, line: str) -> tuple[str, list[Any]]:
 def _merge_interest(path, n, k, entry, user, model, history, merged, check) -> None:
     """Interest ``k`` of line ``n`` merged into ``merged`` (same user, same normalised name:
     one interest), its objects kept where they are in the user's history (counted if not)."""
-
     name = " ".join(str(entry.get("name", "")).split()) if isinstance(entry, dict) else ""
     ids = entry.get("object_ids", []) if isinstance(entry, dict) else None
     if not name or not isinstance(ids, list):
@@ -918,7 +901,6 @@ def read_profiles(
     Raises:
         DataError: a line that is not a profile (names the file, line and field).
     """
-
     path = Path(path)
     model = model or path.stem
     check = ProfileCheck()
@@ -973,7 +955,6 @@ def verify_profiles(
     IG recall is against ``oracle`` if given, else the union of verified categories over the
     given files. ``config.models`` and the extraction settings are not used.
     """
-
     t0 = time.time()
     out = Path(out)
     pool = _open_pool(config, llms, (config.judge,))

@@ -43,7 +43,6 @@ def extraction_messages(
 
 def relevance_messages(interest: str, domain_word: str) -> list[dict[str, str]]:
     """Judge prompt with the object in the slot at the very end (shared prefix per interest)."""
-
     return chat(
         "You check evidence for a person's interests.",
         (
@@ -86,7 +85,6 @@ def taxonomy_messages(interest: str, names: Sequence[str]) -> list[dict[str, str
 def taxonomy_full_messages(names: Sequence[str]) -> list[dict[str, str]]:
     """The taxonomy question over every category, with the interest in the slot at the very
     end (so the long category list is a prefix shared by all interests)."""
-
     return chat(
         "You file interests under a category.",
         "Categories:\n"

@@ -52,7 +52,6 @@ def _iv(c: Mapping[str, float] | None) -> str:
 
 def _signed(d: Mapping[str, float]) -> str:
     """A difference with its interval, signed: ``+0.123 [+0.010, +0.240]``."""
-
     return interval(d["estimate"], d["lo"], d["hi"], signed=True)
 
 

@@ -97,7 +97,6 @@ def audit(
 
 def audit_factors(ds: Any, pairs: Sequence[tuple[str, str]]) -> dict[str, list[float]]:
     """The audit's factor values for each pair, from the dataset the judge read."""
-
     inter = ds.interactions
     pop = inter["item_id"].astype(str).value_counts().to_dict()
     hist = inter["user_id"].astype(str).value_counts().to_dict()
@@ -134,7 +133,6 @@ def audit_lines(result: Mapping[str, Any], header: Sequence[str]) -> list[str]:
 
 def plot_audit(result: Mapping[str, Any], path: str | Path) -> None:
     """YES rate (and observed rate where labelled) per bin, one line per factor."""
-
     with figure(path, size=(6.5, 4)) as ax:
         for name, rows in result.items():
             x = np.arange(1, len(rows) + 1)
@@ -160,7 +158,6 @@ def position_audit(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         ValueError: a record without ``system_a``, ``system_b``, ``aspect`` or a known
             ``verdict`` (names the record).
     """
-
     recs = [dict(r) for r in records]
     for n, r in enumerate(recs, 1):
         if not {"system_a", "system_b", "aspect", "verdict"} <= set(r) or (
@@ -220,7 +217,6 @@ def position_lines(result: Mapping[str, Any], header: Sequence[str]) -> list[str
 
 def plot_positions(result: Mapping[str, Any], path: str | Path) -> None:
     """Shares of "A wins", "B wins" and "Tie" per aspect, stacked."""
-
     aspects = list(result["aspects"])
     with figure(path, size=(7, 3.5)) as ax:
         left = np.zeros(len(aspects))
@@ -244,7 +240,6 @@ def run_audit(
     """``recjudge audit``: YES rate (and, with labels, calibration) of an ``impute`` folder's
     judgments by item popularity, history length and title length; writes the report and
     audit.png into ``out``. Returns (results, report lines)."""
-
     judged = read_judged(Path(judgments) / "imputed.jsonl", raw=True)
     if not judged:
         raise DataError("no judged pair in it.", source=str(Path(judgments) / "imputed.jsonl"),
@@ -282,7 +277,6 @@ def check_audit_data(ds: Any, pairs: Sequence[tuple[str, str]], data: str, sourc
         DataError: a judged user without a history in ``ds``, or a judged item it lacks
             (counted, with an example).
     """
-
     users = set(ds.interactions["user_id"].astype(str))
     items = set(ds.items["item_id"].astype(str))
     bad_u = [u for u, _ in pairs if u not in users]
@@ -333,7 +327,6 @@ def verdict_records(path: str | Path, fix: str) -> tuple[list[dict[str, Any]], i
         DataError: a file that is not UTF-8, a line that is not JSON or not a record, or a
             field of the wrong type (file, row and field named).
     """
-
     path = Path(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -369,7 +362,6 @@ def verdict_records(path: str | Path, fix: str) -> tuple[list[dict[str, Any]], i
 def run_position_audit(run: str | Path, out: str | Path) -> tuple[dict[str, Any], list[str]]:
     """``recjudge audit --arena``: an arena run's verdicts by list position per aspect and
     the order-flip rates; writes the report and audit.png into ``out``."""
-
     path = Path(run) / "verdicts.jsonl"
     records = read_verdicts(run)
     try:

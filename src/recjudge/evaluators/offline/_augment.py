@@ -106,7 +106,6 @@ class AugmentPlan:
 def augment_plan(data: Dataset, candidates: RecRun, config: AugmentConfig) -> AugmentPlan:
     """The users and candidate requests ``augment`` judges (deterministic): per sampled user,
     the run's top-``k`` items the user has not interacted with."""
-
     users = sample_users(list(candidates.rankings), config.users or len(candidates.rankings),
                          config.seed)  # fmt: skip
     pairs = []

@@ -119,7 +119,6 @@ def read_labels(path: str | Path) -> dict[tuple[str, str], int]:
     Raises:
         DataError: a missing file or column, or a label that is not 0/1 (file and row named).
     """
-
     path = Path(path)
     fix = "write user_id,item_id,label rows with label 0 or 1"
     if not path.is_file():
@@ -169,7 +168,6 @@ def calibrate(
     Raises:
         ValueError: fewer than 10 shared pairs, or labels of one class only.
     """
-
     shared = sorted(set(judged) & set(labels))
     if len(shared) < 10:
         raise ValueError(
@@ -212,7 +210,6 @@ def load_map(path: str | Path, judge: Mapping[str, Any]) -> tuple[list[float], l
     Raises:
         DataError: not a calibration file, or one made for other judge settings (named).
     """
-
     path = Path(path)
     fix = "make one for this judge: recjudge calibrate --judgments DIR --labels FILE --out FILE"
     try:
@@ -245,7 +242,6 @@ def load_map(path: str | Path, judge: Mapping[str, Any]) -> tuple[list[float], l
 def plot_reliability(result: Mapping[str, Any], path: str | Path) -> None:
     """The reliability diagram: observed rate against mean p_yes per bin, raw and
     cross-fitted calibrated, with the diagonal."""
-
     with figure(path, size=(5, 5)) as ax:
         ax.plot([0, 1], [0, 1], color="grey", lw=1, ls="--", label="perfect")
         for key, name in (("reliability", "raw p_yes"),

@@ -130,7 +130,6 @@ NONLINEAR = ("hit", "mrr")
 
 def metric_weights(metric: str, k: int) -> np.ndarray:
     """Position weights ``w_1 .. w_k`` of a linear metric (see the module docstring)."""
-
     if metric == "precision":
         return np.full(k, 1.0 / k)
     gain = discount(k)
@@ -311,7 +310,6 @@ def estimate(
     Returns:
         ``{metric: {estimator: Estimate}}``.
     """
-
     users = sorted(lists)
     if not users:
         raise ValueError("no evaluation user: every system needs at least one ranked list")

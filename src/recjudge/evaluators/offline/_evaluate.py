@@ -140,7 +140,6 @@ def kendall_tau(a: Sequence[float], b: Sequence[float]) -> float | None:
 
 def _difference(d: Any, idx: Any) -> dict[str, Any]:
     """A paired difference over users: its mean and 95 % user bootstrap interval."""
-
     ci = list(bootstrap_ci(d[idx].mean(axis=1))) if idx is not None else None
     return {"value": float(d.mean()), "ci": ci}
 
@@ -234,7 +233,6 @@ def _orderings_agree(
     ``{kind: {metric: [systems, draws]}}``). With an interval or not at all: tau between
     two orderings whose differences all sit inside their intervals is noise (+-1 from a coin
     flip with two systems)."""
-
     tau = {m: kendall_tau([scores["logged"][n][m] for n in names],
                           [scores["imputed"][n][m] for n in names]) for m in metrics}  # fmt: skip
     ci: dict[str, Any] = {}
@@ -250,7 +248,6 @@ def _ranks(boot: Mapping[str, Any], names: Sequence[str],
            scores: Mapping[str, Mapping[str, float]]) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Per system and metric: its rank and rank interval (``_stats.bootstrap_ranks``) over
     the shared user resamples (``boot[metric]``: [systems, draws])."""
-
     out: dict[str, dict[str, Any]] = {n: {} for n in names}
     for m, b in boot.items():
         for n, r in zip(names, bootstrap_ranks(b, [scores[n][m] for n in names]), strict=True):
@@ -262,7 +259,6 @@ def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
     """Markdown: the ranx metrics of each qrels kind with their 95 % user intervals side by
     side (``imputed`` is the BRIEF paper's protocol: biased, see the estimators), the paired
     differences between systems with intervals and p-values, and Kendall's tau."""
-
     kinds = list(res["scores"])
     systems = list(res["scores"][kinds[0]])
     named = {"imputed": "imputed, BRIEF protocol, biased"}
@@ -310,7 +306,6 @@ def report_lines(res: Mapping[str, Any], header: Sequence[str]) -> list[str]:
 
 def plot_scores(res: Mapping[str, Any], path: str | Path) -> None:
     """Grouped bars: per metric, each system's logged-only and imputed value."""
-
     kinds = list(res["scores"])
     systems = list(res["scores"][kinds[0]])
     metrics = res["metrics"]

@@ -81,7 +81,6 @@ def imputed_records(path: str | Path, parse: Callable[[dict], Any], what: str) -
         DataError: a missing file, or a line ``parse`` cannot read (``what`` it should be,
             the file and line named).
     """
-
     path = Path(path)
     fix = "pass the --out folder of `recjudge impute` (it holds imputed.jsonl)"
     if not path.is_file():
@@ -264,7 +263,6 @@ def estimate_evaluation(
     leave-system-out when ``refit`` refits the calibration on given labels, else on the pooled
     map's residuals): a failing system's ``dm``/``dr`` are refused, and every ``dm`` interval
     becomes the transport-bounded one (``bound_levels``)."""
-
     got = estimate_runs(runs, logged, judged, propensities, users, metrics, estimators,
                         refits=refits)  # fmt: skip
     got["propensity_fit"] = dict(propensities.fit) if propensities.fit else None
@@ -309,7 +307,6 @@ def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[s
                      metrics: Sequence[str], frame: int, refit: Refit | None,
                      dm_df: float | None) -> None:  # fmt: skip
     """``estimate_evaluation``'s transport step (its docstring), in place on ``got``."""
-
     k = max(parse_metric(m)[1] for m in metrics)
     got["transport"] = transport_check(runs, users, judged, gold.labels, k, refit=refit)
     refuse_levels(got["systems"], got["transport"])

@@ -106,7 +106,6 @@ def sample_gold(
     Raises:
         ValueError: an unknown design, ``n`` < 2, or no listed pair.
     """
-
     if design not in GOLD_DESIGNS:
         raise ValueError(f"unknown gold design {design!r}; use one of {', '.join(GOLD_DESIGNS)}")
     if n < 2:
@@ -213,7 +212,6 @@ def write_gold(
 ) -> Path:
     """The labeller's CSV (module docstring) and ``PATH.design.json``, each written then
     renamed. ``data`` (a ``Dataset``) adds the item's title and the user's recent titles."""
-
     path = Path(path)
     titles: dict[str, str] = {}
     hist: dict[str, list[str]] = {}
@@ -256,7 +254,6 @@ def read_gold(
             evaluated runs do not list together, a bad inclusion probability (file and
             row named), or a file that does not match its design record.
     """
-
     labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
     if not labels:
         raise DataError("the gold file holds no labelled pair.", source=str(path),
@@ -283,7 +280,6 @@ def read_gold(
 def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence[str] | None,
                   k: int | None) -> None:  # fmt: skip
     """The gold file against ``gold sample``'s design record beside it (``rec``)."""
-
     sidecar = Path(f"{path}.design.json")
     drawn = rec.get("pairs")
     redraw = (f"`recjudge gold sample` with --seed {rec.get('seed')} --n {rec.get('n')} "
@@ -323,7 +319,6 @@ def _inclusion_and_design(
     """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1]),
     its design (the ``.design.json`` beside it, else the file's ``design`` column, else
     ``unknown``) and that design record (None without one)."""
-
     df = read_table(path)
     inclusion: dict[tuple[str, str], float] = {}
     design = "unknown"

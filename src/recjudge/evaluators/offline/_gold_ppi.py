@@ -63,7 +63,6 @@ def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str
         DataError: a bad label, or a pair for a user or item outside the evaluated runs
             (file and row named).
     """
-
     gold = read_labels(path)
     known = set(users)
     items = {i for _, i in listed}
@@ -174,7 +173,6 @@ def ppi_run(
         ValueError: as the estimator chosen does (too few gold pairs), or a run whose gold
             pairs are all of one class (the message says how many more pairs to label).
     """
-
     base, k = parse_metric(metric)
     w = metric_weights(base, k)
     labels = gold.labels

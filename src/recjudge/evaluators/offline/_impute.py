@@ -157,7 +157,6 @@ def imputation_plan(
     data: Dataset, feedback: Dataset, runs: Sequence[RecRun], config: ImputeConfig
 ) -> ImputationPlan:
     """The users, pairs and requests ``impute`` judges for these runs (deterministic)."""
-
     logged = logged_qrels(feedback, config.min_rating)
     users = evaluation_users(runs, logged, config.users, config.seed, config.user_rule)
     pairs = pairs_to_impute(runs, logged, users, config.k, config.judge_logged)
@@ -303,7 +302,6 @@ def read_item_popularity(path: str | Path) -> dict[str, int] | None:
     Raises:
         DataError: a file that is not ``{item_id: count}`` with non-negative integer counts.
     """
-
     path = Path(path)
     if not path.is_file():
         return None
@@ -333,7 +331,6 @@ def require_some_judged(judged: Sequence[Any], unbuilt: Sequence[str], what: str
     Raises:
         JobFailedError: nothing judged; an output from this run would look finished.
     """
-
     errors = [j.error for j in judged] + list(unbuilt)
     if not errors or any(j.error is None for j in judged):
         return
@@ -357,7 +354,6 @@ def circular_check(
     """``_circular``'s rule for this judge and these runs: the summary's fields
     (``circular``, ``allow_circular``, ``overlap_with_judge_cf``), or the refusal
     (``CircularJudgeError``)."""
-
     overlap = None
     if judge.config.uses_cf() and isinstance(judge.cf, CFModel):
         # the evaluation users are users the runs list, so these are the lists compared
@@ -409,7 +405,6 @@ def _write_sidecar(
 
 def _prompt_version() -> str:
     """The judge prompts' version, part of every result key (the report names it)."""
-
     return PROMPT_VERSION
 
 
@@ -417,7 +412,6 @@ def judge_record(config: Any) -> dict[str, Any]:
     """The judge's config as the summary (and every report header built on it) records it;
     a mode without an LLM (``cf-only``) records ``model: None`` and ``llm: "none"``, so no
     header names a model that was never run."""
-
     rec = config.model_dump(mode="json")
     if not MODE_SPECS.get(rec["mode"]).uses_llm:
         rec.update(model=None, llm="none (the CF signal alone decides)")

@@ -224,7 +224,6 @@ class GoldSampleJob(BaseModel):
 def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Draw ``job.n`` pairs under ``job.design`` (``_gold.sample_gold``) and write the
     labeller's CSV and its design record."""
-
     out = Path(job.out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder; give the CSV file to write, e.g. "
@@ -302,7 +301,6 @@ def _judge_and_store(
 ) -> tuple[Any, Any]:
     """The judge ``opts`` describe (checked against ``data``) and its store in ``out``;
     ``before_store(judge)`` runs first (a refusal there leaves no store behind)."""
-
     executor = ray_executor(opts.ray_config(), opts.model, "transformers", None, opts.device)
     judge = judge_of(opts, data, executor)
     if before_store is not None:
@@ -319,7 +317,6 @@ def _judge_and_store(
 def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) -> dict[str, Any]:
     """Label every unlabelled (user, item) in the runs' top-k with the judge; write qrels
     (``impute``'s files in ``job.out``). Returns its summary."""
-
     warn = warn or warnings.warn
     config = _sub(job, ImputeConfig)
     data, fb = load_dataset(job.data), load_dataset(job.feedback)
@@ -357,7 +354,6 @@ def run_impute(job: ImputeJob, progress: bool = True, warn: Warn | None = None) 
 def write_impute_report(job: ImputeJob, s: dict[str, Any]) -> None:
     """``impute``'s report.md / report.html / results.json (the summary with the job): what
     was judged, by which judge, with what outcome, and the next command."""
-
     j = s.get("judge") or {}
     circ = f"CIRCULAR JUDGE allowed for {', '.join(s['circular'])}. " if s.get("circular") else ""
     lines = [
@@ -477,7 +473,6 @@ def _impute_summary(folder: Path) -> dict[str, Any]:
 def _circular_runs(summary: dict[str, Any], recs: Sequence[RecRun], allow: bool) -> dict:
     """``_circular``'s rule on the runs evaluated now, from what ``impute`` recorded (its
     judge's sigma source and its CF model's overlap with each run, by run path or name)."""
-
     source = summary.get("sigma_source")
     recorded = summary.get("overlap_with_judge_cf") or {}
     paths = {name: (r or {}).get("path") for name, r in (summary.get("runs") or {}).items()}
@@ -574,7 +569,6 @@ def _estimator_options(job: EvaluateJob, config: Any) -> tuple[list[str], list[s
         ValueError: an unknown estimator (with the closest name), or ``--estimators`` given
             with a metric that has no estimator.
     """
-
     explicit = bool(job.estimators)
     wanted = [e.strip() for e in (job.estimators or ",".join(ESTIMATORS)).split(",") if e.strip()]
     bad = [e for e in wanted if e not in ESTIMATORS]
@@ -600,7 +594,6 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
               summary: dict[str, Any]):  # fmt: skip
     """The estimators: the options checked, ``estimate_evaluation``, the lead estimator and
     its validation, the next step (gold pairs to label), and the obp export."""
-
     wanted, metrics, skipped = _estimator_options(job, config)
     popularity = read_item_popularity(Path(job.qrels or "") / ITEM_POPULARITY)
     props = propensities_from(job.propensities, q["logged"], job.clip, popularity)
@@ -660,7 +653,6 @@ OUA_DRAWS = {"isotonic": 1000, "logistic": 1000, "boosting": 200}
 def _check_tuned_gold(summary: dict[str, Any], gold: Any, allow: bool) -> None:
     """Refuse gold labels of users the judge's tuning read (``_leakage``); the outcome goes
     into ``summary['tuned']`` for the report's header."""
-
     tuned = summary.get("tuned")
     model = (summary.get("judge") or {}).get("model")
     if not tuned or not model:
@@ -684,7 +676,6 @@ def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: b
     runs it (estimated propensities; the judge calibrated or not: uncalibrated, DR inherits
     the judge's bias), quoting its measured error and coverage; without the bench's results,
     dr for a calibrated judge, else snips. The BRIEF paper's ``imputed`` is never the lead."""
-
     defined = [e for e in (("dr", "snips", "ips") if calibrated else ("snips", "ips", "dr"))
                if e in wanted and all((by.get(metric, {}).get(e) or {}).get("value") is not None
                                       for by in got["systems"].values())]  # fmt: skip
@@ -705,7 +696,6 @@ def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
     metric spread under the judge's probabilities (per user, the spread of the judge's
     values plus the Bernoulli variance of its labels), ``gold_units_needed`` users, times the
     mean listed pairs per user (the ``users`` design labels all of them)."""
-
     base, k = parse_metric(metric)
     if base not in ("precision", "dcg", "ndcg_fixed") or len(users) < 2:
         return None
@@ -824,7 +814,6 @@ def estimator_lines(est: dict) -> list[str]:
 def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJob, out: str):
     """``evaluate``'s report folder: report.md, results.json (with the job, so ``recjudge run
     evaluate --config results.json`` reruns it), evaluate.png."""
-
     source, note = job.qrels or job.feedback or "", job.note
     header = [
         "# Offline evaluation: estimators, logged-only and imputed feedback",
@@ -842,7 +831,6 @@ def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJ
 def run_augment(job: AugmentJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Add the judge's top-M YES candidates per user as pseudo-positives; the augmented
     dataset goes to ``job.out`` (``cf train`` reads it), the judge's store beside it."""
-
     warn = warn or warnings.warn
     data = load_dataset(job.data)
     run = restrict_to(read_run(job.candidates, job.run_format), data)

@@ -30,7 +30,6 @@ def run_judge(job: JudgeJob, progress: bool = True, warn: Warn | None = None) ->
         ValueError: bad input (named with its fix), a store that exists without
             ``resume``, a mode that needs ``--cf`` without it.
     """
-
     warn = warn or (lambda m: None)
     if job.pairs is None and (job.user is None or job.candidate is None):
         raise ValueError("give --user and --candidate, or --pairs FILE --out FILE")
@@ -59,7 +58,6 @@ def judge_of(
     (``distributed.ray_executor``, built by the caller before it loads anything), its CF
     model checked against ``data`` (``allow_cf_mismatch``). The one place the options
     become a judge, for ``judge``, ``impute`` and ``augment``."""
-
     judge = build_judge(
         opts.model, opts.mode, opts.cf, opts.beta, not opts.no_evidence, samples, seed,
         opts.batch_size, backend=backend, server=server, max_history=opts.max_history,
@@ -72,7 +70,6 @@ def judge_of(
 
 def read_pairs(ds: Any, pairs: str) -> list[Any]:
     """One request per ``{"user_id", "item_id", ...}`` line (other keys go to ``meta``)."""
-
     reqs = []
     for n, line in enumerate(Path(pairs).read_text().splitlines(), 1):
         if not line.strip():
@@ -94,7 +91,6 @@ def _judge_file(
     job: JudgeJob, judge: Any, reqs: list[Any], progress: bool, warn: Warn
 ) -> dict[str, Any]:
     """Judge ``reqs`` through the store (resumable), write ``out`` atomically, count."""
-
     out = str(job.out)
     store_path = Path(job.store or f"{out}.sqlite")
     if store_path.exists() and not job.resume:

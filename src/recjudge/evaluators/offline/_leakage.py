@@ -41,7 +41,6 @@ def tuning_users(model: str | Path) -> dict[str, Any] | None:
     Raises:
         TunedLeakageError: the record is missing or is not the one the card lists.
     """
-
     card = read_card(model)
     if card is None:
         return None
@@ -61,7 +60,6 @@ def tuning_users(model: str | Path) -> dict[str, Any] | None:
 def period_overlap(model: str | Path, feedback: Any, users: Iterable[str]) -> dict[str, Any] | None:
     """How many evaluated ``users`` the tuning read at or after their first held-out
     interaction in ``feedback`` (a Dataset); None when ``model`` is not a tuned folder."""
-
     rec = tuning_users(model)
     if rec is None:
         return None
@@ -77,7 +75,6 @@ def period_overlap(model: str | Path, feedback: Any, users: Iterable[str]) -> di
 
 def gold_overlap(model: str | Path, gold_users: Iterable[str]) -> dict[str, Any] | None:
     """How many gold users the tuning read; None when ``model`` is not a tuned folder."""
-
     rec = tuning_users(model)
     if rec is None:
         return None

@@ -87,7 +87,6 @@ def export_obp(
     archive: load it with ``np.load(path, allow_pickle=False)`` and pass its arrays to obp's
     ``estimate_policy_value``), listed in ``folder/index.json`` with the run name, metric and
     propensity model. File names percent-encode the run name (any id is safe)."""
-
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     linear = [m for m in metrics if parse_metric(m)[0] in LINEAR]

@@ -96,7 +96,6 @@ def read_propensities(path: str | Path, clip: float = 0.01) -> Propensities:
         DataError: a missing file or column, or a propensity that is not a number in (0, 1]
             (names the file and row).
     """
-
     path = Path(path)
     fix = "write item_id,propensity (or user_id,item_id,propensity) rows with 0 < propensity <= 1"
     if not path.is_file():

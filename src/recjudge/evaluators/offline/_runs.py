@@ -277,7 +277,6 @@ def read_run(path: str | Path, fmt: str = "auto", name: str | None = None) -> Re
 
 def _provenance(path: Path) -> dict[str, Any] | None:
     """The run's provenance record, if one was written beside it (``cf recommend``)."""
-
     side = Path(f"{path}.provenance.json")
     if not side.is_file():
         return None
@@ -333,7 +332,6 @@ def write_qrels(qrels: Mapping[str, Mapping[str, int]], stem: str | Path) -> lis
     docstring): every line has exactly four fields whatever the ids hold, and ``read_qrels``
     gives back the ids as they were.
     """
-
     stem = Path(stem)
     lines = "".join(
         f"{trec_id(str(u))} 0 {trec_id(str(i))} {int(r)}\n"

@@ -185,7 +185,6 @@ def fit_imputer(
             one class only,
             an unknown method, or no usable feature.
     """
-
     if method not in METHODS:
         raise ValueError(f"unknown imputer {method!r}; use one of {', '.join(METHODS)}")
     keys = list(rows)

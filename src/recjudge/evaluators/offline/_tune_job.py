@@ -19,7 +19,6 @@ def read_user_ids(path: str | Path) -> list[str]:
     Raises:
         DataError: a missing file, or a table without ``user_id`` (file and fix named).
     """
-
     path = Path(path)
     fix = "give a CSV/JSONL/Parquet file with a user_id column, or one user id per line"
     if not path.is_file():
@@ -41,7 +40,6 @@ def run_tune(job: TuneJob, progress: bool = True,
              warn: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
     """Tune the judge's model on ``job.data`` and write the merged folder (see ``reward.tune``);
     returns the card."""
-
     config = TuneConfig(**{f: getattr(job, f) for f in TuneConfig.model_fields})
     excluded = read_user_ids(job.exclude_users) if job.exclude_users else []
     data = load_dataset(job.data)

@@ -15,7 +15,6 @@ from recjudge.reporting import figure, interval
 
 def plot_metrics(table: Mapping[str, Any], path: Path) -> None:
     """QM, IFM and mean task accuracy per summariser (mean +- sd over prediction runs)."""
-
     names = list(table)
     metrics = ("qm", "ifm", "task_accuracy")
     with figure(path, size=(7, 4), dpi=120) as ax:
@@ -81,7 +80,6 @@ def usersum_report(config: Any, data: str, results: Mapping[str, Any]) -> list[s
 
 def _cost_line(results: Mapping[str, Any]) -> str:
     """Wall time, and what this run asked the models (the rest was read from the store)."""
-
     labels = {
         "free_text": "free-text answers (summaries, regenerations)",
         "closed": "closed questions (predictions, verifier checks)",
@@ -98,7 +96,6 @@ _LABELS = {"qm": "QM", "ifm": "IFM", "idm": "IDM (x1000)", "task_accuracy": "tas
 
 def _interval_lines(results: Mapping[str, Any]) -> list[str]:
     """Each summariser's 95 % intervals, and hierarchy minus single paired on users and runs."""
-
     iv = results.get("intervals")
     if not iv:
         return []

@@ -172,7 +172,6 @@ def _load(config: UserSumConfig, data: str, out: Path, llms: Any, progress: bool
 
 def _world(config: UserSumConfig, data: str) -> tuple[Any, ...]:
     """``_Sum``'s users, timelines, item texts, genres, query and item word, from ``data``."""
-
     ds = load_dataset(data)
     if "genres" not in ds.items or ds.items["genres"].isna().all():
         raise ValueError(
@@ -218,7 +217,6 @@ def usersum_summary_asks(config: UserSumConfig, data: str) -> list[Any]:
 def _gen_asks(run: _Sum, prompts: Sequence[list[dict[str, str]]]) -> list[Any]:
     """A stored free-text question per prompt, keyed with the summariser's settings and the
     summary budget (and the key's form until 2026-12-02 as ``formerly``)."""
-
     c = run.config
     budget = _gen_budget(c)
 
@@ -239,7 +237,6 @@ def _gen_budget(c: UserSumConfig) -> Any:
 
 def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> list[str]:
     """Free-text generation by the summariser, stored per prompt."""
-
     c = run.config
     budget = _gen_budget(c)
     asks = _gen_asks(run, prompts)
@@ -265,7 +262,6 @@ def _closed(
     run: _Sum, model: str, prompts: Sequence[Any], schemas: Sequence[Any], kind: str, budget: int
 ) -> list[Any]:
     """Grammar-constrained questions to ``model``, stored; the parsed values in order."""
-
     asks = [
         StoredAsk(
             # the budget is no part: one constant per kind of question, with its schema
@@ -342,7 +338,6 @@ def _single(run: _Sum) -> dict[str, dict[str, Any]]:
 def _verify(run: _Sum, segs: dict, jobs: list, seg_text: dict) -> tuple[dict, list]:
     """The self-critique verifier on the pending segment summaries: the query check and the
     question-answer checks. Returns (job -> failed checks as lines, audit rows)."""
-
     c = run.config
     qc = _closed(
         run,
@@ -559,7 +554,6 @@ def _score(run: _Sum, summaries: Mapping, questions: Sequence[_Question], letter
 def _uncertainty(config: UserSumConfig, per_user: Mapping[str, list[np.ndarray]]) -> dict:
     """Each summariser's metrics with intervals over prediction runs and over users, and
     hierarchy minus single paired on both (``recjudge._stats``)."""
-
     n_users = next(iter(per_user.values()))[0].shape[0]
     idx = user_draws(n_users, config.bootstrap, config.seed)
     out: dict[str, Any] = {
@@ -583,7 +577,6 @@ def run_usersum(
     ``config.runs`` times, and write ``summaries.jsonl``, ``results.json``, ``report.md`` and
     ``metrics.png`` under ``out``. Every LLM answer is stored (``out/store.sqlite``), so a
     rerun resumes."""
-
     t0 = time.time()
     out = Path(out)
     run = _load(config, data, out, llms, progress)
