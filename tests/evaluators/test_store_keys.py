@@ -10,21 +10,26 @@ import json
 from pathlib import Path
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 
 from recjudge._util import stable_hash
+from recjudge.data import load_dataset
 from recjudge.evaluators.arena import ArenaListConfig, arena_asks
 from recjudge.evaluators.arena._arena import ARENA_PROMPT_VERSION, ArenaConfig, _asks
 from recjudge.evaluators.arena._lists import _judges, list_run
 from recjudge.evaluators.arena._prompts import arena_messages
+from recjudge.evaluators.gist import _pipeline as _gist
 from recjudge.evaluators.gist._config import GistConfig
+from recjudge.evaluators.gist._gist import load_categories
 from recjudge.evaluators.gist._metrics import Predicate
 from recjudge.evaluators.gist._pipeline import gist_extraction_asks
-from recjudge.evaluators.usersum import usersum_summary_asks
+from recjudge.evaluators.usersum import _usersum, usersum_summary_asks
 from recjudge.evaluators.usersum._usersum import UserSumConfig
 from recjudge.llm import (
     Capabilities,
     LLMConfig,
+    LLMPool,
     SamplingConfig,
     former_llm_keys,
     llm_key,
@@ -34,7 +39,15 @@ from recjudge.llm import (
     resolve_llm_config,
     set_llm_defaults,
 )
-from recjudge.reward import JudgeConfig, ResultsStore, StoredAsk, adopt_former, ask_key, ask_stored
+from recjudge.reward import (
+    JudgeConfig,
+    ResultsStore,
+    StoredAsk,
+    adopt_former,
+    ask_key,
+    ask_stored,
+    run_stored,
+)
 
 CHECKPOINTS = Path(__file__).parents[2] / "checkpoints"
 
@@ -304,8 +317,8 @@ def test_every_list_arena_field_acts_on_the_keys_as_declared(monkeypatch):
 
 
 #: GistConfig's keyed fields that enter the questions after extraction (relevance,
-#: taxonomy, specificity): asked only with extraction's answers, so a model-free check sees
-#: them in the classification only; at extraction they must leave every key as it is
+#: taxonomy, specificity): at extraction they must leave every key as it is; their own
+#: stages are checked on fixed interests (``test_every_gist_field_acts_on_the_later_...``)
 GIST_LATER_STAGES = {"judge", "evidence_for_specificity", "options", "pool_size", "taxonomy",
                      "shortlist"}  # fmt: skip
 
@@ -341,10 +354,10 @@ def test_every_gist_field_acts_on_the_extraction_keys_as_declared(monkeypatch):
 
 
 #: UserSumConfig's keyed fields that enter only the questions after each user's single
-#: summary (segments, critiques, QA, the predictor's options): asked with earlier answers,
-#: so a model-free check sees them in the classification only
+#: summary (segments, critiques, QA, the predictor's options): checked through every stage
+#: with stand-in answers (``test_every_usersum_field_acts_on_the_later_stages_...``)
 USERSUM_LATER_STAGES = {"predictor", "segmentation", "min_segment", "max_segments",
-                        "critique_rounds", "qa_pairs", "recent", "runs"}  # fmt: skip
+                        "critique_rounds", "qa_pairs", "recent"}  # fmt: skip
 
 
 def test_every_usersum_field_acts_on_the_summary_keys_as_declared(monkeypatch):
@@ -362,10 +375,10 @@ def test_every_usersum_field_acts_on_the_summary_keys_as_declared(monkeypatch):
     first = {"model": "qwen2.5-coder-0.5b", "max_activities": 50, "future": 6,
              "word_limit": 100, "query": "What does this {domain} fan like?"}  # fmt: skip
     later = {"predictor": "qwen2.5-coder-0.5b", "segmentation": "count", "min_segment": 10,
-             "max_segments": 2, "critique_rounds": 1, "qa_pairs": 2, "recent": 5,
-             "runs": 2}  # fmt: skip
+             "max_segments": 2, "critique_rounds": 1, "qa_pairs": 2,
+             "recent": 5}  # fmt: skip
     unkeyed = {"summarizers": ("single",), "users": 4, "min_activities": 60, "m": 2,
-               "batch_size": 2, "bootstrap": 200}  # fmt: skip
+               "batch_size": 2, "bootstrap": 200, "runs": 2}  # fmt: skip
     assert set(later) == USERSUM_LATER_STAGES
     assert set(first) | set(later) | {"seed"} == UserSumConfig.KEYED
     assert set(unkeyed) == UserSumConfig.UNKEYED
@@ -402,3 +415,166 @@ def test_an_evaluator_question_asked_of_a_server_finds_its_answer_under_the_form
         store.put_many([(old, {"kind": "test"}, {"value": "stored before", "text": "x"})])
         assert adopt_former(store, asks) == 1
         assert store.get_many([asks[0].key])[asks[0].key]["value"] == "stored before"
+
+
+# -- the later stages: every question asked, answered at the store by a stand-in ------------
+
+
+class _KeysOnly(LLMPool):
+    """Keys each model as ``load_llm`` would load it; never loads one (any use fails)."""
+
+    def get(self, name):
+        return _NoModel()
+
+
+def _stand_in(part: list[StoredAsk]) -> list[dict]:
+    """An answer per question, by its kind, in the stored form its stage reads (for
+    ``run_stored``, in place of the model). Free choices follow from the key, so a question
+    asked under the same key gets the same answer and what depends on it is asked alike."""
+    names = {n: i for i, n in load_categories().items()}
+    out = []
+    for q in part:
+        h, kind = int(stable_hash(q.key), 16), q.request["kind"]
+        if kind == "relevant":
+            out.append({"yes": h % 3 == 0, "p": [(h % 97) / 97]})
+        elif kind.startswith("taxonomy"):
+            name = q.request.get("options", list(names))[h % 3]
+            out.append({"category_id": names[name], "category": name, "logprob": -1.0})
+        elif kind == "specificity":
+            out.append({"picks": list(q.schema.labels[: q.schema.n])})
+        elif kind == "gen":
+            out.append({"text": f"Enjoys the kind of film numbered {h % 1000}."})
+        elif kind == "qg":
+            qa = [{"question": f"Which {n}?", "answer": f"{h % 10}"} for n in range(q.schema.n)]
+            out.append({"value": qa, "p": None})
+        else:  # the verifier's checks always fail (every summary is regenerated every
+            # round), the predictor answers from the key
+            value = {"query_check": {"verdict": "inconsistent"},
+                     "qa_check": {"verdict": "inconsistent", "analysis": "the log differs"},
+                     "predict": {"answer": "ABCDE"[h % 5]}}[kind]  # fmt: skip
+            out.append({"value": value, "p": None})
+    return out
+
+
+class _Asked(dict):
+    """Question id (its request, without a shortlist's options: content the settings
+    choose) -> key, for every question a run asks; one id is one question."""
+
+    def record(self, asks) -> None:
+        for a in asks:
+            qid = json.dumps({k: v for k, v in a.request.items() if k != "options"},
+                             sort_keys=True)  # fmt: skip
+            assert self.setdefault(qid, a.key) == a.key, f"two questions under one id {qid}"
+
+
+def _gist_later_questions(config, users, tmp_path, monkeypatch) -> _Asked:
+    """Every question GISTBench's later stages (evidence filter, taxonomy, specificity with
+    its distractor checks) ask about fixed interests of ``users``; answered by ``_stand_in``."""
+    asked = _Asked()
+
+    def ask(run, llm, asks, desc, sampling, kind="judge"):
+        asked.record(asks)
+        return run_stored(run.store, asks, _stand_in, progress=False)
+
+    def judge(run, asks, answer, desc, batch_size=None):
+        asked.record(asks)
+        return run_stored(run.store, asks, _stand_in, progress=False)
+
+    def embed(llm, texts, batch=32):  # the shortlist's similarity: any fixed vectors
+        return np.stack([np.random.default_rng(int(stable_hash(t), 16)).normal(size=8)
+                         for t in texts])  # fmt: skip
+
+    monkeypatch.setattr(_gist, "_ask_stored", ask)
+    monkeypatch.setattr(_gist, "_judge_stored", judge)
+    monkeypatch.setattr(_gist, "embed_texts", embed)
+    monkeypatch.setattr(_gist, "taxonomy_rule", lambda judge: "likelihood")
+    ds = load_dataset("ml-100k")
+    histories, text, word, titles = _gist._texts(ds, users, config.max_history)
+    # three interests per user; the second history item is cited by all three, one more
+    # than max_citations allows
+    interests = [_gist._Interest(u, config.models[0], f"{name} {n}",
+                                 [i for i, _ in histories[u][a:b]])
+                 for n, u in enumerate(users)
+                 for name, (a, b) in (("family dramas", (0, 3)), ("crime thrillers", (1, 4)),
+                                      ("space adventures", (1, 2)))]  # fmt: skip
+    with ResultsStore(tmp_path / f"{stable_hash(config.model_dump_json())}.sqlite") as store:
+        run = _gist._Run(config, ds, users, histories, text, word, titles, store, False,
+                         _KeysOnly())  # fmt: skip
+        _gist._verify(run, interests)
+    return asked
+
+
+def test_every_gist_field_acts_on_the_later_stages_keys_as_declared(monkeypatch, tmp_path):
+    """GistConfig after extraction, for the same interests of the same users: each keyed
+    field of the later stages (and ``seed``: distractors, evidence samples) changed alone
+    moves a question's key; every UNKEYED one keeps the key of each question both ask."""
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    base = GistConfig(models=("smollm2-135m",), judge="smollm2-135m", users=2, options=8,
+                      pool_size=40, taxonomy="shortlist", shortlist=6,
+                      agreement_sample=0)  # fmt: skip
+    users = _gist._sampled_users(base, load_dataset("ml-100k"))
+
+    def questions(config):
+        return _gist_later_questions(config, users, tmp_path, monkeypatch)
+
+    asked = questions(base)
+    kinds = {json.loads(q)["kind"] for q in asked}
+    assert kinds == {"relevant", "taxonomy-likelihood-shortlist", "specificity"}
+    later = {"judge": "qwen2.5-coder-0.5b", "evidence_for_specificity": 2, "options": 10,
+             "pool_size": 60, "shortlist": 4, "seed": 1}  # fmt: skip
+    unkeyed = {"users": 5, "min_history": 30, "enforce_citations": True,
+               "agreement_sample": 2, "batch_size": 3, "bootstrap": 10}  # fmt: skip
+    assert set(later) | {"taxonomy"} == GIST_LATER_STAGES | {"seed"}
+    assert set(unkeyed) == GistConfig.UNKEYED
+    for field, value in {**later, **unkeyed}.items():
+        other = questions(base.model_copy(update={field: value}))
+        _moves_and_keeps(asked, other, field in later, field)
+
+    # the full taxonomy asks each interest another question: none under a shortlist key
+    def taxonomy(qs):
+        return {q: k for q, k in qs.items() if json.loads(q)["kind"].startswith("taxonomy")}
+
+    full = questions(base.model_copy(update={"taxonomy": "full"}))
+    _moves_and_keeps(taxonomy(asked), taxonomy(full), True, "taxonomy")
+
+
+def _usersum_later_questions(config, tmp_path, monkeypatch) -> _Asked:
+    """Every question UserSumBench asks (summaries, the verifier's checks, regenerations,
+    the predictor's tasks), answered by ``_stand_in``."""
+    asked = _Asked()
+
+    def stored(llm, store, asks, **kw):
+        asked.record(asks)
+        return run_stored(store, asks, _stand_in, progress=False)
+
+    monkeypatch.setattr(_usersum, "generate_stored", stored)
+    monkeypatch.setattr(_usersum, "ask_stored", stored)
+    world = _usersum._world(config, "ml-100k")
+    with ResultsStore(tmp_path / f"{stable_hash(config.model_dump_json())}.sqlite") as store:
+        _usersum._ask_all(_usersum._Sum(config, *world, store, False, _KeysOnly()))
+    return asked
+
+
+def test_every_usersum_field_acts_on_the_later_stages_keys_as_declared(monkeypatch, tmp_path):
+    """UserSumConfig through every stage (each question named by user, stage, segment,
+    round, summariser, run and task): each keyed field of the later stages changed alone
+    moves a question's key; every UNKEYED one keeps the key of each question both ask."""
+    monkeypatch.setenv("RECJUDGE_DTYPE", "float32")
+    base = UserSumConfig(model="smollm2-135m", predictor="smollm2-135m", users=3,
+                         max_activities=60, future=5, min_segment=10, runs=1)  # fmt: skip
+
+    def questions(config):
+        return _usersum_later_questions(config, tmp_path, monkeypatch)
+
+    asked = questions(base)
+    kinds = {json.loads(q)["kind"] for q in asked}
+    assert kinds == {"gen", "query_check", "qg", "qa_check", "predict"}
+    later = {"predictor": "qwen2.5-coder-0.5b", "segmentation": "count", "min_segment": 20,
+             "max_segments": 2, "critique_rounds": 1, "qa_pairs": 2, "recent": 5}  # fmt: skip
+    unkeyed = {"summarizers": ("single",), "users": 4, "min_activities": 60, "m": 2,
+               "batch_size": 2, "bootstrap": 200, "runs": 2}  # fmt: skip
+    assert set(later) == USERSUM_LATER_STAGES
+    assert set(unkeyed) == UserSumConfig.UNKEYED
+    for field, value in {**later, **unkeyed}.items():
+        other = questions(base.model_copy(update={field: value}))
+        _moves_and_keeps(asked, other, field in later, field)

@@ -123,15 +123,17 @@ class UserSumConfig(BaseModel):
     # Every field is classified (tests/evaluators/test_store_keys.py). KEYED: in a stored
     # question's key, as a part (the two models, the summary budget from word_limit) or
     # through the messages and schemas hashed into it (timeline cut, query, segments,
-    # critique rounds, QA pairs, recent items, option samples per run and seed). UNKEYED:
-    # which summaries and users are run, how answers are scored (m), speed, intervals.
+    # critique rounds, QA pairs, recent items, option samples by seed). UNKEYED: which
+    # summaries, users and prediction runs are asked (run r's options are drawn from
+    # (seed, r, user) whatever the number of runs), how answers are scored (m), speed,
+    # intervals.
     KEYED: ClassVar[frozenset[str]] = frozenset(
         {"model", "predictor", "max_activities", "future", "word_limit", "query",
          "segmentation", "min_segment", "max_segments", "critique_rounds", "qa_pairs",
-         "recent", "runs", "seed"}
+         "recent", "seed"}
     )  # fmt: skip
     UNKEYED: ClassVar[frozenset[str]] = frozenset(
-        {"summarizers", "users", "min_activities", "m", "batch_size", "bootstrap"}
+        {"summarizers", "users", "min_activities", "m", "batch_size", "bootstrap", "runs"}
     )
 
     def deviations(self) -> list[str]:
@@ -211,12 +213,15 @@ def usersum_summary_asks(config: UserSumConfig, data: str) -> list[Any]:
     model: nothing is asked or stored. The later stages' questions need these answers."""
     users, timelines, text, genres, query, word = _world(config, data)
     run = _Sum(config, users, timelines, text, genres, query, word, None, False, LLMPool())
-    return _gen_asks(run, _single_prompts(run))
+    return _gen_asks(run, _single_prompts(run), _single_requests(run))
 
 
-def _gen_asks(run: _Sum, prompts: Sequence[list[dict[str, str]]]) -> list[Any]:
+def _gen_asks(
+    run: _Sum, prompts: Sequence[list[dict[str, str]]], requests: Sequence[dict[str, Any]]
+) -> list[Any]:
     """A stored free-text question per prompt, keyed with the summariser's settings and the
-    summary budget (and the key's form until 2026-12-02 as ``formerly``)."""
+    summary budget (and the key's form until 2026-12-02 as ``formerly``); ``requests`` say
+    which summary each is (user, stage, segment, round: stored beside it, in no key)."""
     c = run.config
     budget = _gen_budget(c)
 
@@ -227,19 +232,26 @@ def _gen_asks(run: _Sum, prompts: Sequence[list[dict[str, str]]]) -> list[Any]:
     # and the LLM settings' earlier forms (a server's key held the client's dtype guess)
     now, before = run.llms.key(c.model), run.llms.former(c.model)
     forms = [(s, f) for s in (budget.key(), budget.former_key()) for f in (now, *before)][1:]
-    return [StoredAsk(key(m, budget.key(), now), {"kind": "gen"}, m,
-                      formerly=tuple(key(m, s, f) for s, f in forms)) for m in prompts]  # fmt: skip
+    return [StoredAsk(key(m, budget.key(), now), {"kind": "gen", **r}, m,
+                      formerly=tuple(key(m, s, f) for s, f in forms))
+            for m, r in zip(prompts, requests, strict=True)]  # fmt: skip
 
 
 def _gen_budget(c: UserSumConfig) -> Any:
     return SamplingConfig(max_new_tokens=int(c.word_limit * 1.6) + 32)
 
 
-def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> list[str]:
-    """Free-text generation by the summariser, stored per prompt."""
+def _generate(
+    run: _Sum,
+    prompts: Sequence[list[dict[str, str]]],
+    requests: Sequence[dict[str, Any]],
+    desc: str,
+) -> list[str]:
+    """Free-text generation by the summariser, stored per prompt (``requests``: what each
+    is, stored beside it)."""
     c = run.config
     budget = _gen_budget(c)
-    asks = _gen_asks(run, prompts)
+    asks = _gen_asks(run, prompts, requests)
     adopt_former(run.store, asks)  # before the meter counts what the store lacks
     got = run.cost.measure(
         "free_text",
@@ -259,14 +271,21 @@ def _generate(run: _Sum, prompts: Sequence[list[dict[str, str]]], desc: str) -> 
 
 
 def _closed(
-    run: _Sum, model: str, prompts: Sequence[Any], schemas: Sequence[Any], kind: str, budget: int
+    run: _Sum,
+    model: str,
+    prompts: Sequence[Any],
+    schemas: Sequence[Any],
+    requests: Sequence[dict[str, Any]],
+    kind: str,
+    budget: int,
 ) -> list[Any]:
-    """Grammar-constrained questions to ``model``, stored; the parsed values in order."""
+    """Grammar-constrained questions to ``model``, stored; the parsed values in order
+    (``requests``: which user, segment, round or task each is, stored beside it)."""
     asks = [
         StoredAsk(
             # the budget is no part: one constant per kind of question, with its schema
             ask_key(USERSUM_PROMPT_VERSION, "ask", model, m, s.key(), llm=run.llms.key(model)),
-            {"kind": kind},
+            {"kind": kind, **r},
             m,
             s,
             _value_result,
@@ -275,7 +294,7 @@ def _closed(
                 for f in run.llms.former(model)
             ),  # fmt: skip
         )
-        for m, s in zip(prompts, schemas, strict=True)
+        for m, s, r in zip(prompts, schemas, requests, strict=True)
     ]
     # A batch's eight rows decode together (ask_stored's default): each step streams the
     # weights once for all of them (the fast engine keeps per-row buffers, so prompts of
@@ -330,20 +349,27 @@ def _single_prompts(run: _Sum) -> list[list[dict[str, str]]]:
     return [summary_messages(run.timelines[u][0], run.query, c.word_limit) for u in run.users]
 
 
+def _single_requests(run: _Sum) -> list[dict[str, Any]]:
+    return [{"stage": "single", "user_id": u} for u in run.users]
+
+
 def _single(run: _Sum) -> dict[str, dict[str, Any]]:
-    texts = _generate(run, _single_prompts(run), "summarise: single")
+    texts = _generate(run, _single_prompts(run), _single_requests(run), "summarise: single")
     return {u: {"text": t} for u, t in zip(run.users, texts, strict=True)}
 
 
-def _verify(run: _Sum, segs: dict, jobs: list, seg_text: dict) -> tuple[dict, list]:
-    """The self-critique verifier on the pending segment summaries: the query check and the
-    question-answer checks. Returns (job -> failed checks as lines, audit rows)."""
+def _verify(run: _Sum, segs: dict, jobs: list, seg_text: dict, rnd: int) -> tuple[dict, list]:
+    """The self-critique verifier on the pending segment summaries (critique round
+    ``rnd``): the query check and the question-answer checks. Returns (job -> failed checks
+    as lines, audit rows)."""
     c = run.config
+    reqs = [{"user_id": u, "segment": s, "round": rnd} for u, s in jobs]
     qc = _closed(
         run,
         c.model,
         [query_check_messages(seg_text[j], run.query) for j in jobs],
         [Choice(["consistent", "inconsistent"], answer_key="verdict")] * len(jobs),
+        reqs,
         "query_check",
         64,
     )
@@ -352,6 +378,7 @@ def _verify(run: _Sum, segs: dict, jobs: list, seg_text: dict) -> tuple[dict, li
         c.model,
         [qg_messages(seg_text[j], c.qa_pairs) for j in jobs],
         [QAPairs(c.qa_pairs)] * len(jobs),
+        reqs,
         "qg",
         90 * c.qa_pairs,
     )
@@ -362,6 +389,11 @@ def _verify(run: _Sum, segs: dict, jobs: list, seg_text: dict) -> tuple[dict, li
         c.model,
         [qa_messages(segs[j[0]][j[1]], qa["question"], qa["answer"]) for j, qa in flat],
         [verdict] * len(flat),
+        [
+            {"user_id": j[0], "segment": j[1], "round": rnd, "qa": n}
+            for j, pairs in zip(jobs, qas, strict=True)
+            for n, _ in enumerate(pairs or [])
+        ],
         "qa_check",
         160,
     )
@@ -404,6 +436,7 @@ def _hierarchy(run: _Sum) -> dict[str, dict[str, Any]]:
                     summary_messages(segs[u][s], run.query, c.word_limit, ranges[(u, s)])
                     for u, s in jobs
                 ],
+                [{"stage": "segment", "user_id": u, "segment": s} for u, s in jobs],
                 "summarise: segments",
             ),
             strict=True,
@@ -413,7 +446,7 @@ def _hierarchy(run: _Sum) -> dict[str, dict[str, Any]]:
     regenerated: set[tuple[str, int]] = set()
     pending = jobs
     for rnd in range(c.critique_rounds):
-        failed, rows = _verify(run, segs, pending, seg_text)
+        failed, rows = _verify(run, segs, pending, seg_text, rnd)
         for row in rows:
             audit[row.pop("job")].append({"round": rnd, **row})
         pending = [j for j in pending if j in failed]
@@ -431,7 +464,17 @@ def _hierarchy(run: _Sum) -> dict[str, dict[str, Any]]:
             for u, s in pending
         ]
         for j, t in zip(
-            pending, _generate(run, prompts, f"regenerate (round {rnd + 1})"), strict=True
+            pending,
+            _generate(
+                run,
+                prompts,
+                [
+                    {"stage": "regenerate", "user_id": u, "segment": s, "round": rnd + 1}
+                    for u, s in pending
+                ],
+                f"regenerate (round {rnd + 1})",
+            ),
+            strict=True,
         ):
             seg_text[j] = t
             regenerated.add(j)
@@ -444,7 +487,9 @@ def _hierarchy(run: _Sum) -> dict[str, dict[str, Any]]:
         )
         for u in run.users
     ]
-    combined = _generate(run, prompts, "summarise: combine")
+    combined = _generate(
+        run, prompts, [{"stage": "combine", "user_id": u} for u in run.users], "summarise: combine"
+    )
     return {
         u: {
             "text": t,
@@ -566,6 +611,31 @@ def _uncertainty(config: UserSumConfig, per_user: Mapping[str, list[np.ndarray]]
     return out
 
 
+def _ask_all(run: _Sum) -> tuple[dict[tuple[str, str], dict[str, Any]], list, list]:
+    """Every question of the run, stage by stage: each summariser's summaries, the four
+    tasks' questions on them and the predictor's answers (letters)."""
+    config = run.config
+    summaries: dict[tuple[str, str], dict[str, Any]] = {}
+    if "single" in config.summarizers:
+        summaries.update({(u, "single"): s for u, s in _single(run).items()})
+    if "hierarchy" in config.summarizers:
+        summaries.update({(u, "hierarchy"): s for u, s in _hierarchy(run).items()})
+    questions = _questions(run, summaries)
+    letters = _closed(
+        run,
+        config.predictor,
+        [q.messages for q in questions],
+        [Choice(LETTERS)] * len(questions),
+        [
+            {"user_id": q.user_id, "summarizer": q.summarizer, "run": q.run, "task": q.task}
+            for q in questions
+        ],
+        "predict",
+        16,
+    )
+    return summaries, questions, letters
+
+
 def run_usersum(
     config: UserSumConfig,
     data: str = "ml-1m",
@@ -580,21 +650,8 @@ def run_usersum(
     t0 = time.time()
     out = Path(out)
     run = _load(config, data, out, llms, progress)
-    summaries: dict[tuple[str, str], dict[str, Any]] = {}
     try:
-        if "single" in config.summarizers:
-            summaries.update({(u, "single"): s for u, s in _single(run).items()})
-        if "hierarchy" in config.summarizers:
-            summaries.update({(u, "hierarchy"): s for u, s in _hierarchy(run).items()})
-        questions = _questions(run, summaries)
-        letters = _closed(
-            run,
-            config.predictor,
-            [q.messages for q in questions],
-            [Choice(LETTERS)] * len(questions),
-            "predict",
-            16,
-        )
+        summaries, questions, letters = _ask_all(run)
     finally:
         run.store.close()
     table, per_run, rows, per_user = _score(run, summaries, questions, letters)
