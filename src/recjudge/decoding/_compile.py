@@ -119,14 +119,14 @@ class GrammarCache:
         self.misses = 0
 
     def table(self, tokenizer: Any, width: int | None = None) -> TokenTable:
-        with imports_paused():  # the first table imports xgrammar (and transformers' package)
-            import xgrammar as xgr
-
         width = int(width or len(tokenizer))
         with self._lock:
             hit = self._tables.get(tokenizer, {}).get(width)
             if hit is not None:
                 return hit
+        with imports_paused():  # the first table imports xgrammar (and transformers' package)
+            import xgrammar as xgr
+
         stop = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else None
         key = _table_key(tokenizer, width, stop)
         got = _read_table(key) if key is not None else None

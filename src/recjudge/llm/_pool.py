@@ -22,8 +22,9 @@ class LLMPool:
 
     def __init__(self, loaded: Mapping[str, Any] | None = None, needed: Iterable[str] = ()) -> None:
         self._llms: dict[str, Any] = dict(loaded or {})
-        self._keys: dict[tuple[Any, ...], dict[str, Any]] = {}
-        self._former: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+        #: (``llm_key``, its former forms) by (model, loaded, resolution state): resolved
+        #: once per model, not per stored question (a run keys 10^4)
+        self._settings: dict[tuple[Any, ...], tuple[dict[str, Any], list[dict[str, Any]]]] = {}
         check_models(n for n in needed if n not in self._llms)
 
     def get(self, name: str) -> Any:
@@ -31,22 +32,24 @@ class LLMPool:
             self._llms[name] = load_llm(name)
         return self._llms[name]
 
+    def _resolved(self, name: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+        state = (name, name in self._llms, *resolution_state())
+        if state not in self._settings:
+            loaded = self._llms.get(name)
+            self._settings[state] = (
+                llm_settings_of(loaded, name),
+                former_llm_settings_of(loaded, name),
+            )
+        return self._settings[state]
+
     def key(self, name: str) -> dict[str, Any]:
         """``llm_key`` of model ``name``: of the backend it is (or was given as), else of the
         config ``load_llm`` will load it with. Stored answers key what ran them."""
-        # once per model (and resolution state), not per stored question: a run keys 10^4
-        state = (name, name in self._llms, *resolution_state())
-        if state not in self._keys:
-            self._keys[state] = llm_settings_of(self._llms.get(name), name)
-        return self._keys[state]
+        return self._resolved(name)[0]
 
     def former(self, name: str) -> list[dict[str, Any]]:
-        """``key``'s earlier forms for model ``name`` (``former_llm_keys``; none for most),
-        resolved once per model and state, as ``key``."""
-        state = (name, name in self._llms, *resolution_state())
-        if state not in self._former:
-            self._former[state] = former_llm_settings_of(self._llms.get(name), name)
-        return self._former[state]
+        """``key``'s earlier forms for model ``name`` (``former_llm_keys``; none for most)."""
+        return self._resolved(name)[1]
 
     def release(self, name: str) -> None:
         """Forget ``name`` (its memory is freed once nothing else holds it)."""
