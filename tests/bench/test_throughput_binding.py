@@ -13,8 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from recjudge.bench._llamacpp import _load, llamacpp_binding
 from recjudge.bench._throughput import (
     WORKER_VLLM_ARGS,
+    _binding_lines,
     _run_worker,
     _time_runners,
     cpu_list,
@@ -118,3 +120,24 @@ def test_a_real_vllm_worker_pins_its_threads_to_every_core_asked_for(tmp_path):
     assert "failed" not in res, res
     assert res["warmed"] and res["binding"]["omp_threads_bind"] == cpu_list(cores)
     assert set(cores) <= set(res["binding"]["pinned_cores"])
+
+
+def test_the_report_names_llamacpps_threads_and_weights_per_workload():
+    """llama.cpp runs in this process: its row names the threads it was given (read from
+    the loaded engine) and the weights it computes on (its GGUF's file type)."""
+    me = {"pid": 7, "affinity": [0, 1], "torch_threads": 2, "os_threads": 9}
+    lc = {"threads": 2, "batch_threads": 2, "weights": "Q4_K_M"}
+    res = {"binding": {"in_process": me, "cores": [0, 1], "vllm_omp_threads_bind": "0-1",
+                       "vllm_kv_cache_gib": 2},
+           "workloads": {"evidence-heavy": {"bindings": {"llamacpp_full": lc}},
+                         "decision-heavy": {}}}  # fmt: skip
+    rows = [x for x in _binding_lines(res) if x.startswith("| llama.cpp")]
+    assert rows == ["| llama.cpp (evidence-heavy, Q4_K_M weights) | 7 | 2 threads (2 for "
+                    "prompts) | 0-1 | yes |"]  # fmt: skip
+
+
+def test_a_loaded_llamacpp_reports_the_threads_it_was_given():
+    pytest.importorskip("llama_cpp", reason="make setup-llamacpp builds it")
+    b = llamacpp_binding(_load("smollm2-135m", 1))
+    assert b["threads"] == b["batch_threads"] == 1
+    assert b["weights"] not in ("?", "") and not b["weights"].startswith("file type")

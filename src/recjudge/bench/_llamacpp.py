@@ -28,6 +28,8 @@ def _load(model: str, threads: int) -> Any:
         model_path=str(gguf),
         n_ctx=8192,
         n_threads=threads,
+        # prompts too: llama-cpp-python's default for them is every core of the machine
+        n_threads_batch=threads,
         n_batch=512,
         verbose=False,
     )
@@ -79,9 +81,31 @@ def llamacpp_runners(
         return {}
     lcpp = _load(model, threads)
     what = "llama.cpp (llama-cpp-python, preset GGUF, prompt-cache reuse) + recjudge processors"
+    binding = llamacpp_binding(lcpp)
     return {
-        "llamacpp_full": Runner("full", what, _run(lcpp, full, False, max_new_tokens)),
+        "llamacpp_full": Runner(
+            "full", what, _run(lcpp, full, False, max_new_tokens), binding=binding
+        ),
         "llamacpp_readout": Runner(
-            "readout", what + ", stops at the decision", _run(lcpp, readout, True, max_new_tokens)
+            "readout",
+            what + ", stops at the decision",
+            _run(lcpp, readout, True, max_new_tokens),
+            binding=binding,
         ),
     }
+
+
+#: GGUF ``general.file_type`` values (llama.cpp's ``llama_ftype``) of the weights it computes on
+_FILE_TYPES = {0: "F32", 1: "F16", 2: "Q4_0", 3: "Q4_1", 7: "Q8_0", 8: "Q5_0", 9: "Q5_1",
+               10: "Q2_K", 11: "Q3_K_S", 12: "Q3_K_M", 13: "Q3_K_L", 14: "Q4_K_S",
+               15: "Q4_K_M", 16: "Q5_K_S", 17: "Q5_K_M", 18: "Q6_K", 32: "BF16"}  # fmt: skip
+
+
+def llamacpp_binding(lcpp: Any) -> dict[str, Any]:
+    """How the loaded llama.cpp computes, read from it (not from what it was asked): its
+    threads for a batch and for one token, and the weights' GGUF file type."""
+    ftype = lcpp.metadata.get("general.file_type")
+    weights = _FILE_TYPES.get(int(ftype), f"file type {ftype}") if ftype is not None else "?"
+    params = lcpp.context_params
+    return {"threads": int(params.n_threads), "batch_threads": int(params.n_threads_batch),
+            "weights": weights}  # fmt: skip

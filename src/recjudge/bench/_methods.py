@@ -38,6 +38,9 @@ class Runner:
     settings: int = 1  # bias settings judged per pair (sweeps judge many)
     warm: Callable[[list[Any]], None] = field(default=lambda reqs: None)
     judge: Any = None  # the Judge whose prompts and grammar it runs (the naive reference's)
+    #: how it computes, read from the engine once loaded (threads, weights), for the report's
+    #: like-for-like table; ``None`` for the in-process torch methods (the process's row)
+    binding: dict[str, Any] | None = None
 
 
 def processors_for(judge: Any, r: Any) -> tuple[list[int], Any, Any, Any]:
@@ -162,8 +165,10 @@ def method_runners(
     beta: float,
     max_new_tokens: int,
     only: Sequence[str] | None = None,
+    threads: int = 2,
 ) -> dict[str, Runner]:
-    """Every available method, by name (``naive_*`` first: the references)."""
+    """Every available method, by name (``naive_*`` first: the references); ``threads``:
+    what the in-process torch methods compute with, given to llama.cpp too."""
     base = JudgeConfig(
         model=model,
         mode="brief",
@@ -224,7 +229,7 @@ def method_runners(
     # import cycle: _llamacpp builds its runners on this module's
     from recjudge.bench._llamacpp import llamacpp_runners  # noqa: PLC0415
 
-    runners.update(llamacpp_runners(model, full, readout, max_new_tokens))
+    runners.update(llamacpp_runners(model, full, readout, max_new_tokens, threads))
     if only:
         keep = {"naive_full", "naive_readout", *only}
         runners = {k: v for k, v in runners.items() if k in keep}

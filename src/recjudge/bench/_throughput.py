@@ -105,7 +105,7 @@ WORKER_VLLM_ARGS = {"kv_cache_memory_bytes": WORKER_KV_CACHE_GIB << 30, "max_mod
 WORKER_TIMEOUT = 3600  # seconds one vLLM worker (a whole workload) may run
 #: the methods the evidence-heavy workload runs besides the naive references (the sweeps and
 #: the invariant engine are measured on the decision-heavy one)
-EVIDENCE_METHODS = ("engine_full", "engine_readout")
+EVIDENCE_METHODS = ("engine_full", "engine_readout", "llamacpp_full", "llamacpp_readout")
 
 
 def engine_cores(threads: int) -> list[int]:
@@ -213,7 +213,7 @@ def _workload(c: ThroughputConfig, w: str, dtype: str, llm, cf, item_item, group
     b = 0.0 if w == "evidence-heavy" else c.beta
     only = c.methods if w == "decision-heavy" else (c.methods or EVIDENCE_METHODS)
     runners = method_runners(c.model, llm, cf, item_item, c.history, b, c.max_new_tokens,
-                             only=only)  # fmt: skip
+                             only=only, threads=c.threads)  # fmt: skip
     timing, answers, mem = _time_runners(
         runners, [[r for g in groups for r in g]] if c.together else groups, warmup
     )
@@ -249,6 +249,7 @@ def _workload(c: ThroughputConfig, w: str, dtype: str, llm, cf, item_item, group
         "vllm": {k: v for k, v in vllm.items() if k != "rows"},
         "plain_vllm": {k: v for k, v in plain.items() if k != "rows"},
         "ratios": _ratios(rows),
+        "bindings": {name: r.binding for name, r in runners.items() if r.binding},
     }
 
 
@@ -462,6 +463,13 @@ def _binding_lines(res: dict[str, Any]) -> list[str]:
              f"| ours (in process) | {me['pid']} | {me['torch_threads']} torch threads | "
              f"{cpu_list(me['affinity'])} | yes |"]  # fmt: skip
     for w, wl in res["workloads"].items():
+        lc = wl.get("bindings", {}).get("llamacpp_full")
+        if lc:  # in this process, so on its cores
+            lines.append(
+                f"| llama.cpp ({w}, {lc['weights']} weights) | {me['pid']} | {lc['threads']} "
+                f"threads ({lc['batch_threads']} for prompts) | {cpu_list(me['affinity'])} "
+                "| yes |"
+            )
         for key, label in (("vllm", "recjudge's vLLM backend"), ("plain_vllm", "plain vLLM")):
             v = wl.get(key, {})
             if "binding" not in v:
