@@ -121,6 +121,20 @@ def test_tutorial(tmp_path, ml100k):
     for system in ("als", "pop"):
         ppi = est["systems"][system]["precision@2"]["ppi"]
         assert ppi["value"] is None or ppi["ci"][0] <= ppi["value"] <= ppi["ci"][1]
+    # A sequential gold file, its first user labelled: evaluate reads it and says go on.
+    r = rj("gold", "sample", "--runs", runs, "--qrels", "imputed", "--k", "2", "--n", "2",
+           "--sequential", "--out", "seq.csv", "--json", cwd=t)  # fmt: skip
+    assert json.loads(r.stdout)["users"] == 2
+    seq = pd.read_csv(t / "seq.csv", dtype=str, keep_default_na=False)
+    first = seq["order"] == "1"
+    pairs = zip(seq["user_id"][first], seq["item_id"][first], strict=True)
+    seq.loc[first, "label"] = [str(q[u][i]) for u, i in pairs]
+    seq.to_csv(t / "seq.csv", index=False)
+    r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics",
+           "precision@2", "--estimators", "dm", "--gold", "seq.csv", "--json",
+           cwd=t)  # fmt: skip
+    step = json.loads(r.stdout)["estimators"]["next_step"]
+    assert step["sequential"] and (step["users"], step["of"]) == (1, 2) and not step["stop"]
     metrics = "ndcg@3,precision@3"
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics", metrics,
            "--out", "report", "--json", cwd=t)  # fmt: skip

@@ -113,8 +113,10 @@ def cross_fitted(p: np.ndarray, y: np.ndarray, folds: int, seed: int) -> np.ndar
     return out
 
 
-def read_labels(path: str | Path) -> dict[tuple[str, str], int]:
-    """Labelled pairs from CSV or JSONL with ``user_id, item_id, label`` (label 0 or 1).
+def read_labels(path: str | Path, skip_unlabelled: bool = False) -> dict[tuple[str, str], int]:
+    """Labelled pairs from CSV or JSONL with ``user_id, item_id, label`` (label 0 or 1);
+    ``skip_unlabelled``: rows with an empty label are left out (a sequential gold file,
+    labelled from the top), not refused.
 
     Raises:
         DataError: a missing file or column, or a label that is not 0/1 (file and row named).
@@ -128,7 +130,11 @@ def read_labels(path: str | Path) -> dict[tuple[str, str], int]:
         if col not in df.columns:
             raise DataError(f"no {col} column; found {list(df.columns)}.", source=str(path),
                             field=col, fix=fix)  # fmt: skip
-    for r, v in enumerate(df["label"].tolist(), 1):
+    df = df.reset_index(drop=True)  # index + 1: the file's row (a parquet keeps its own)
+    blank = df["label"].map(lambda v: str(v).strip() in ("", "nan", "None", "<NA>"))
+    if skip_unlabelled:
+        df = df[~blank]
+    for r, v in zip(df.index + 1, df["label"].tolist(), strict=True):
         text = str(v).strip()
         if text in ("", "nan", "None", "<NA>"):
             raise DataError("this row has no label yet.", source=str(path), row=r,
@@ -139,7 +145,7 @@ def read_labels(path: str | Path) -> dict[tuple[str, str], int]:
                             field="label", fix=fix)  # fmt: skip
     keys = list(zip(df["user_id"].astype(str), df["item_id"].astype(str), strict=True))
     seen: dict[tuple[str, str], int] = {}
-    for r, key in enumerate(keys, 1):
+    for r, key in zip(df.index + 1, keys, strict=True):
         if key in seen:
             raise DataError(f"pair {key} is labelled twice (rows {seen[key]} and {r}); which "
                             "label holds is ambiguous.", source=str(path), row=r,

@@ -71,6 +71,8 @@ class GoldSample:
     inclusion: Mapping[tuple[str, str], float] = field(default_factory=dict)
     design: str = "unknown"
     source: str = ""
+    #: a sequential file's (users labelled, users in its order); None for a fixed sample
+    sequential: tuple[int, int] | None = None
 
     def __len__(self) -> int:
         return len(self.labels)
@@ -99,15 +101,23 @@ def sample_gold(
     design: str = "users",
     seed: int = 0,
     judged: Mapping[tuple[str, str], tuple[float, bool]] | None = None,
+    sequential: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows ``{user_id, item_id, inclusion_prob, stratum}`` under ``design`` (module
-    docstring); ``judged`` (``read_judged``) is needed by ``stratified``.
+    docstring); ``judged`` (``read_judged``) is needed by ``stratified``. ``sequential``
+    (``users`` design only): every user in the seeded random order, each row with its
+    user's ``order`` (1, 2, ...) and no inclusion probability yet (``read_gold`` computes it
+    from how many users are labelled); ``n`` is then the first batch the labeller is told.
 
     Raises:
-        ValueError: an unknown design, ``n`` < 2, or no listed pair.
+        ValueError: an unknown design, ``n`` < 2, no listed pair, or ``sequential`` with a
+            design other than ``users``.
     """
     if design not in GOLD_DESIGNS:
         raise ValueError(f"unknown gold design {design!r}; use one of {', '.join(GOLD_DESIGNS)}")
+    if sequential and design != "users":
+        raise ValueError(f"--sequential labels whole users in a random order: it takes the "
+                         f"users design, not {design!r}")  # fmt: skip
     if n < 2:
         raise ValueError("a gold sample needs at least 2 pairs (--n)")
     frame = listed_pairs(runs, users, k)
@@ -115,7 +125,7 @@ def sample_gold(
         raise ValueError("the runs list no pair for the evaluation users")
     g = rng("gold", design, seed)
     if design == "users":
-        return _by_users(frame, users, n, g)
+        return _by_users(frame, users, len(frame) if sequential else n, g, sequential)
     if design == "uniform":
         take = min(n, len(frame))
         pick = sorted(g.choice(len(frame), take, replace=False).tolist())
@@ -157,8 +167,11 @@ def _active(frame, n, g, judged) -> list[dict[str, Any]]:
              "stratum": "active"} for j in pick]  # fmt: skip
 
 
-def _by_users(frame: list[tuple[str, str]], users: Sequence[str], n: int, g: Any) -> list:
-    """Whole users in a random order until ``n`` pairs are reached (the ``users`` design)."""
+def _by_users(
+    frame: list[tuple[str, str]], users: Sequence[str], n: int, g: Any, sequential: bool = False
+) -> list:
+    """Whole users in a random order until ``n`` pairs are reached (the ``users`` design);
+    ``sequential``: every user, rows in that order, each with its user's ``order``."""
     by_user: dict[str, list[str]] = {}
     for u, i in frame:
         by_user.setdefault(u, []).append(i)
@@ -169,6 +182,9 @@ def _by_users(frame: list[tuple[str, str]], users: Sequence[str], n: int, g: Any
             break
         chosen.append(u)
         total += len(by_user[u])
+    if sequential:
+        return [{"user_id": u, "item_id": i, "inclusion_prob": None, "stratum": "users",
+                 "order": n} for n, u in enumerate(chosen, 1) for i in by_user[u]]  # fmt: skip
     pi = len(chosen) / len(by_user)
     keep = set(chosen)
     return [{"user_id": u, "item_id": i, "inclusion_prob": pi, "stratum": "users"}
@@ -224,8 +240,10 @@ def write_gold(
             hist[str(u)] = part["item_id"].astype(str).tolist()[-history:]
     table = pd.DataFrame([{
         "user_id": r["user_id"], "item_id": r["item_id"], "label": "",
-        "inclusion_prob": repr(float(r["inclusion_prob"])), "design": design["design"],
-        "stratum": r.get("stratum", ""),
+        # a sequential file's: known once the labeller stops (read_gold)
+        "inclusion_prob": "" if r["inclusion_prob"] is None
+        else repr(float(r["inclusion_prob"])), "design": design["design"],
+        "stratum": r.get("stratum", ""), **({"order": r["order"]} if "order" in r else {}),
         "title": titles.get(r["item_id"], ""),
         "history": " | ".join(titles.get(i, i) for i in reversed(hist.get(r["user_id"], []))),
     } for r in rows])  # fmt: skip
@@ -254,7 +272,19 @@ def read_gold(
             evaluated runs do not list together, a bad inclusion probability (file and
             row named), or a file that does not match its design record.
     """
+    if (seq := _design_record(Path(path))) is not None and seq.get("sequential"):
+        return _read_sequential(Path(path), seq, users, listed, runs, k)
     labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
+    _check_listed(Path(path), labels, users, listed)
+    inclusion, design, record = _inclusion_and_design(Path(path))
+    if record is not None:
+        _check_record(Path(path), record, len(labels), runs, k)
+    return GoldSample(labels, inclusion, design, str(path))
+
+
+def _check_listed(path: Path, labels: Mapping[tuple[str, str], int], users: Sequence[str],
+                  listed: set[tuple[str, str]]) -> None:  # fmt: skip
+    """Refuse an empty gold file, and a pair the evaluated runs do not list (row named)."""
     if not labels:
         raise DataError("the gold file holds no labelled pair.", source=str(path),
                         fix="label the rows of `recjudge gold sample`'s file")  # fmt: skip
@@ -271,10 +301,48 @@ def read_gold(
                 "... --k K`, the same runs and k as evaluate); a pair outside them cannot be "
                 "weighed",
             )
-    inclusion, design, record = _inclusion_and_design(Path(path))
-    if record is not None:
-        _check_record(Path(path), record, len(labels), runs, k)
-    return GoldSample(labels, inclusion, design, str(path))
+
+
+def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
+                     listed: set[tuple[str, str]], runs: Sequence[str] | None,
+                     k: int | None) -> GoldSample:  # fmt: skip
+    """A sequential file (``gold sample --sequential``), labelled from the top: the labelled
+    users must be the first ``m`` of its random order, each wholly labelled; they are then a
+    uniform random sample of ``m`` of its ``U`` users, ``pi = m / U`` for each of their
+    pairs (the ``users`` design at ``m``)."""
+    labels = read_labels(path, skip_unlabelled=True)
+    _check_listed(path, labels, users, listed)
+    order = [str(u) for u in record.get("order") or []]
+    df = read_table(path)
+    rows = list(zip(df["user_id"].astype(str), df["label"].astype(str).str.strip(), strict=True))
+    first_row = {}
+    for r, (u, _) in enumerate(rows, 1):
+        first_row.setdefault(u, r)
+    done = {u for u, _ in labels}
+    m = len(done)
+    if done != set(order[:m]):
+        gap = next(u for u in order if u not in done)
+        late = max(done - set(order[:m]), key=lambda u: order.index(u) if u in order else m)
+        raise DataError(
+            f"user {late!r} (order {order.index(late) + 1 if late in order else 'none'}) is "
+            f"labelled but user {gap!r} (order {order.index(gap) + 1}) is not: a sequential "
+            "gold file is labelled user by user from the top, which keeps the labelled users "
+            "a random sample.",
+            source=str(path), row=first_row.get(late), field="label",
+            fix=f"label user {gap!r}'s rows first (or clear user {late!r}'s labels)",
+        )  # fmt: skip
+    for r, (u, label) in enumerate(rows, 1):
+        if u in done and label in ("", "nan", "None", "<NA>"):
+            raise DataError(
+                f"user {u!r} is partly labelled: a user's rows are one cluster of the sample "
+                "and count only whole.",
+                source=str(path), row=r, field="label",
+                fix=f"label every row of user {u!r} (or clear its labels)",
+            )  # fmt: skip
+    _check_record(path, {**record, "pairs": None}, len(labels), runs, k)
+    pi = m / len(order)
+    return GoldSample(labels, dict.fromkeys(labels, pi), "users", str(path),
+                      sequential=(m, len(order)))  # fmt: skip
 
 
 def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence[str] | None,
@@ -337,18 +405,27 @@ def _inclusion_and_design(
         if "design" in df.columns and len(df):
             values = set(df["design"].astype(str))
             design = values.pop() if len(values) == 1 else "unknown"
-    sidecar = Path(f"{path}.design.json")
-    record = None
-    if sidecar.is_file():
-        try:
-            record = json_loads(sidecar.read_text(encoding="utf-8"))
-            design = str(record.get("design", design))
-        except (json.JSONDecodeError, AttributeError, UnicodeDecodeError):
-            raise DataError(
-                "not a gold design record (JSON).",
-                source=str(sidecar),
-                fix="delete it; the CSV's design column is used then",
-            ) from None
+    record = _design_record(path)
+    if record is not None:
+        design = str(record.get("design", design))
     if design not in GOLD_DESIGNS:
         design = "unknown"
     return inclusion, design, record
+
+
+def _design_record(path: Path) -> dict[str, Any] | None:
+    """``PATH.design.json`` (``gold sample``'s record of the design), None without one."""
+    sidecar = Path(f"{path}.design.json")
+    if not sidecar.is_file():
+        return None
+    try:
+        record = json_loads(sidecar.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        record = None
+    if not isinstance(record, dict):
+        raise DataError(
+            "not a gold design record (JSON).",
+            source=str(sidecar),
+            fix="delete it; the CSV's design column is used then",
+        )
+    return record

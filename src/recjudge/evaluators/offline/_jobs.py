@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -214,6 +214,11 @@ class GoldSampleJob(BaseModel):
         "active (pairs drawn more where the judge is unsure, about n, 1/pi weighted)."
     )  # fmt: skip
     seed: int = Field(0, description="The sample's seed.")
+    sequential: bool = Field(
+        False, description="users design: every evaluation user in a random order; label "
+        "from the top, whole users, and evaluate any time: the report says whether to stop "
+        "(--n: the first batch to label)."
+    )  # fmt: skip
     data: str | None = Field(
         None, description="The dataset the judge read (adds titles and recent history for "
         "the labeller)."
@@ -238,7 +243,7 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
     if job.design in ("stratified", "active"):
         judged = read_judged(Path(job.qrels) / "imputed.jsonl")
     rows = sample_gold(recs, users, job.k, job.n, design=job.design, seed=job.seed,
-                       judged=judged)  # fmt: skip
+                       judged=judged, sequential=job.sequential)  # fmt: skip
     data = None
     if job.data:
         data = load_dataset(job.data)
@@ -250,13 +255,26 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
         "runs": {r.name: r.path for r in recs},
         "evaluation_users": len(users),
     }
+    first = None
+    if job.sequential:  # the order the labeller follows, and the first batch to label
+        order = list(dict.fromkeys(r["user_id"] for r in rows))
+        design |= {"sequential": True, "order": order}
+        first = next((r["order"] for n, r in enumerate(rows, 1) if n >= job.n), len(order))
     write_gold(rows, out, design, data)
     return {"pairs": len(rows), "users": len({r["user_id"] for r in rows}), "design": job.design,
-            "out": str(out), "design_record": f"{out}.design.json"}  # fmt: skip
+            "out": str(out), "design_record": f"{out}.design.json",
+            "first_batch_users": first}  # fmt: skip
 
 
 def gold_text(job: GoldSampleJob, s: dict[str, Any]) -> str:
     """``gold sample``'s one-line summary."""
+    if s.get("first_batch_users"):
+        return (
+            f"{s['pairs']} pairs of {s['users']} users in a random order (sequential users "
+            f"design) -> {s['out']}: label whole users from the top (order 1 to "
+            f"{s['first_batch_users']} first: about {job.n} pairs), then `recjudge evaluate ... "
+            f"--gold {s['out']}`; its next step says whether to stop or how far to go on"
+        )
     return (
         f"{s['pairs']} pairs of {s['users']} users ({s['design']} design) -> {s['out']}: "
         "fill its label column with 0/1, then `recjudge evaluate ... --gold "
@@ -639,7 +657,10 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
                           "folds": fitted.folds, "gold_pairs": fitted.gold_pairs,
                           "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
     got["lead"] = _lead(got, wanted, metrics[0], calibrated)
-    got["next_step"] = _next_step(recs, users, judged, metrics[0], got, job)
+    if gold is not None and gold.sequential is not None:
+        got["next_step"] = sequential_step(got, metrics[0], *gold.sequential, job.gold)
+    else:
+        got["next_step"] = _next_step(recs, users, judged, metrics[0], got, job)
     if job.obp_out:
         files = export_obp(recs, q["logged"], judged, props, users, metrics, job.obp_out)
         got["obp_export"] = {"folder": str(job.obp_out), "files": len(files)}
@@ -691,6 +712,76 @@ def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: b
     return {"estimator": name, "metric": metric, "validation": checked[name]}
 
 
+#: the sequential gold file's target: every system's PPI half-width within this share of
+#: its value (or ``SEQUENTIAL_FLOOR``), as the fixed design's next step aims for
+SEQUENTIAL_TARGET = 0.10
+SEQUENTIAL_FLOOR = 1e-3
+#: the fewest labelled users a sequential file may stop at: a width-based stop is valid as
+#: the width shrinks (Chow and Robbins 1965), and at a handful of clusters the width itself
+#: is too noisy to stop on (twice the users design's smallest interval, MIN_USER_CLUSTERS)
+MIN_SEQUENTIAL_USERS = 10
+
+
+def sequential_stop(
+    intervals: Mapping[str, tuple[float, float, float] | None], m: int, total: int
+) -> dict[str, Any]:
+    """Whether a sequentially labelled gold file may stop, after ``m`` of its ``total``
+    users: the fixed-width stopping rule of Chow and Robbins ("On the asymptotic theory of
+    fixed-width sequential confidence intervals for the mean", Ann. Math. Statist. 36, 1965)
+    on each system's clustered-PPI interval ``(value, lo, hi)`` (None: refused at this
+    size): stop once every half-width ``h`` is at most ``max(0.1 |value|, 1e-3)`` and at
+    least ``MIN_SEQUENTIAL_USERS`` users are labelled; else go on to about
+    ``ceil(m (h / target)^2)`` users (the width shrinks as ``1 / sqrt(users)``). The labelled
+    users are a random prefix of the file's order, whatever the stop, so the interval at the
+    stop is the users design's at that ``m`` (its coverage at the stop: the test's
+    simulation).
+
+    Returns:
+        ``{"stop", "users" (labelled), "of" (total), "target_users", "widest"}``; ``target_users``
+        above ``total``: the target is out of reach with these users.
+    """
+    need, widest = max(m, MIN_SEQUENTIAL_USERS), None
+    for name, iv in intervals.items():
+        if iv is None:  # no valid interval yet: at least one more user, and the minimum
+            need = max(need, m + 1)
+            continue
+        value, lo, hi = iv
+        half, goal = (hi - lo) / 2, max(SEQUENTIAL_TARGET * abs(value), SEQUENTIAL_FLOOR)
+        need = max(need, int(np.ceil(m * (half / goal) ** 2 - 1e-9)))
+        if widest is None or half / goal > widest[1]:
+            widest = (name, half / goal)
+    return {"stop": need <= m, "users": m, "of": total, "target_users": need,
+            "widest": widest[0] if widest else None}  # fmt: skip
+
+
+def sequential_step(got: dict[str, Any], metric: str, m: int, total: int,
+                    gold: str | None) -> dict[str, Any]:  # fmt: skip
+    """``evaluate``'s next step with a sequential gold file: stop labelling, or how many
+    users to label next (``sequential_stop`` on each system's PPI interval of ``metric``)."""
+    intervals = {}
+    for name, by_metric in got["systems"].items():
+        e = (by_metric.get(metric) or {}).get("ppi") or {}
+        ci = e.get("ci")
+        intervals[name] = None if ci is None or e.get("value") is None else (
+            e["value"], ci[0], ci[1])  # fmt: skip
+    s = sequential_stop(intervals, m, total)
+    head = f"sequential gold, {m} of {total} users labelled"
+    if s["stop"]:
+        text = (f"{head}: stop labelling; every system's PPI interval of {metric} is within "
+                f"+-{SEQUENTIAL_TARGET:.0%} of its value")  # fmt: skip
+    elif s["target_users"] > total:
+        text = (f"{head}: +-{SEQUENTIAL_TARGET:.0%} needs about {s['target_users']} users, "
+                f"more than the file's {total}: label them all for the narrowest interval "
+                "this evaluation allows, or impute more users (--users) and draw "
+                "again")  # fmt: skip
+    else:
+        text = (f"{head}: go on to order {s['target_users']} (whole users, from the top of "
+                f"{gold}), then evaluate again"
+                + (f"; {s['widest']}'s interval is the widest" if s["widest"] else "; some "
+                   "system has no valid interval yet"))  # fmt: skip
+    return {**s, "sequential": True, "text": text}
+
+
 def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
     """How many gold pairs to label for a +-10 % interval on the lead estimate: the users'
     metric spread under the judge's probabilities (per user, the spread of the judge's
@@ -727,6 +818,20 @@ def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
     return {"users": need, "pairs": pairs, "have_gold": have,
             "command": f"recjudge gold sample --runs {job.runs} --qrels {job.qrels} --k {k} "
                        f"--n {pairs} --out gold.csv"}  # fmt: skip
+
+
+def _next_step_lines(step: dict[str, Any] | None) -> list[str]:
+    """The report's next-step line: how many gold pairs to label, or, with a sequential gold
+    file, whether to stop."""
+    if not step:
+        return []
+    if step.get("sequential"):
+        return [f"- next step: {step['text']}"]
+    if step.get("unreachable"):
+        return [f"- next step: {step['unreachable']} (`{step['command']}`)"]
+    return [f"- next step: for a +-10 % interval label about {step['pairs']} pairs "
+            f"({step['users']} users' lists, the gold alone; PPI needs fewer the better the "
+            f"judge agrees): `{step['command']}`, then evaluate with --gold gold.csv"]  # fmt: skip
 
 
 def estimator_lines(est: dict) -> list[str]:
@@ -780,15 +885,7 @@ def estimator_lines(est: dict) -> list[str]:
     if est.get("skipped_metrics"):
         lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "
                      "below)")  # fmt: skip
-    step = est.get("next_step")
-    if step and step.get("unreachable"):
-        lines.append(f"- next step: {step['unreachable']} (`{step['command']}`)")
-    elif step:
-        lines.append(
-            f"- next step: for a +-10 % interval label about {step['pairs']} pairs "
-            f"({step['users']} users' lists, the gold alone; PPI needs fewer the better the "
-            f"judge agrees): `{step['command']}`, then evaluate with --gold gold.csv"
-        )
+    lines += _next_step_lines(est.get("next_step"))
     order = [lead.get("estimator")] if lead else []
     lines += ["", "| system | metric | estimator | value [95 % CI] | rank [95 % CI] | "
               "judge share | note |", "|---|---|---|---|---|---|---|"]  # fmt: skip
