@@ -10,12 +10,14 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
 from recjudge._util import UserFacingError
 from recjudge.llm import LLMConfig, load_llm
 from recjudge.llm._models import resolve_model_path
 from recjudge.llm._native import (
     NativeCausalLM,
+    RMSNorm,
     load_native,
     native_support,
 )
@@ -170,3 +172,19 @@ def test_a_cold_judgment_never_imports_transformers_modelling():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=True
     )
     assert out.stdout.strip().splitlines()[-1] == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_rms_norm_is_transformers_formula(dtype):
+    """The fused kernel computes ``w * x / sqrt(mean(x^2) + eps)`` in fp32, cast back before
+    the weight, as transformers' ``LlamaRMSNorm`` (up to the output dtype's rounding)."""
+    g = torch.Generator().manual_seed(0)
+    ours, theirs = RMSNorm(96, 1e-6), LlamaRMSNorm(96, eps=1e-6)
+    w = torch.randn(96, generator=g)
+    ours.weight.data, theirs.weight.data = w.to(dtype), w.to(dtype)
+    for scale in (1e-3, 1.0, 1e3):
+        x = (torch.randn(5, 7, 96, generator=g) * scale).to(dtype)
+        a, b = ours(x), theirs(x)
+        assert a.dtype == b.dtype == dtype
+        torch.testing.assert_close(a, b, rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-6,
+                                   atol=0)  # fmt: skip
