@@ -4,6 +4,8 @@ interval at the stop still covers."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 
@@ -77,6 +79,10 @@ def test_a_skipped_user_or_a_partly_labelled_one_is_refused_by_row(tmp_path):
     with pytest.raises(DataError, match=f"user '{order[1]}' is partly labelled") as e:
         read_gold(path, USERS, listed, ["a"], 4)
     assert e.value.row == 6
+    record = json.loads((tmp_path / "gold.csv.design.json").read_text())
+    (tmp_path / "gold.csv.design.json").write_text(json.dumps({**record, "order": []}))
+    with pytest.raises(DataError, match="needs the users' order"):
+        read_gold(path, USERS, listed, ["a"], 4)
 
 
 def test_the_stop_waits_for_every_system_and_the_minimum():

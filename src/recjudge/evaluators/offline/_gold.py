@@ -313,6 +313,12 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
     labels = read_labels(path, skip_unlabelled=True)
     _check_listed(path, labels, users, listed)
     order = [str(u) for u in record.get("order") or []]
+    if not order or len(set(order)) != len(order):
+        raise DataError(
+            "a sequential design record needs the users' order (each user once).",
+            source=f"{path}.design.json", field="order",
+            fix="keep the record as `gold sample --sequential` wrote it, or draw again",
+        )  # fmt: skip
     df = read_table(path)
     rows = list(zip(df["user_id"].astype(str), df["label"].astype(str).str.strip(), strict=True))
     first_row = {}
@@ -320,11 +326,18 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
         first_row.setdefault(u, r)
     done = {u for u, _ in labels}
     m = len(done)
+    if stray := sorted(done - set(order)):
+        raise DataError(
+            f"user {stray[0]!r} is labelled but not in the file's order: its pairs were not "
+            "drawn by this design.",
+            source=str(path), row=first_row.get(stray[0]), field="user_id",
+            fix=f"delete user {stray[0]!r}'s rows (they cannot be weighed)",
+        )  # fmt: skip
     if done != set(order[:m]):
         gap = next(u for u in order if u not in done)
-        late = max(done - set(order[:m]), key=lambda u: order.index(u) if u in order else m)
+        late = max(done - set(order[:m]), key=order.index)
         raise DataError(
-            f"user {late!r} (order {order.index(late) + 1 if late in order else 'none'}) is "
+            f"user {late!r} (order {order.index(late) + 1}) is "
             f"labelled but user {gap!r} (order {order.index(gap) + 1}) is not: a sequential "
             "gold file is labelled user by user from the top, which keeps the labelled users "
             "a random sample.",
