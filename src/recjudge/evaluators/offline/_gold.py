@@ -50,6 +50,9 @@ __all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_go
            "write_gold"]  # fmt: skip
 
 GOLD_DESIGNS = ("users", "uniform", "stratified", "active")
+#: the designs a sequential file can follow: a prefix of a random order of users (of pairs)
+#: is a uniform sample of them, whatever its length
+SEQUENTIAL_DESIGNS = ("users", "uniform")
 #: share of the active design's inclusion probability spread uniformly (the rest follows the
 #: judge's uncertainty): keeps every weight 1 / pi within 1 / ACTIVE_FLOOR of uniform's
 ACTIVE_FLOOR = 0.5
@@ -105,19 +108,20 @@ def sample_gold(
 ) -> list[dict[str, Any]]:
     """Rows ``{user_id, item_id, inclusion_prob, stratum}`` under ``design`` (module
     docstring); ``judged`` (``read_judged``) is needed by ``stratified``. ``sequential``
-    (``users`` design only): every user in the seeded random order, each row with its
-    user's ``order`` (1, 2, ...) and no inclusion probability yet (``read_gold`` computes it
-    from how many users are labelled); ``n`` is then the first batch the labeller is told.
+    (``users`` and ``uniform`` designs): every user (every listed pair) in a seeded random
+    order, each row with its user's (its own) ``order`` (1, 2, ...) and no inclusion
+    probability yet (``read_gold`` computes it from how many are labelled); ``n`` is then
+    the first batch the labeller is told.
 
     Raises:
         ValueError: an unknown design, ``n`` < 2, no listed pair, or ``sequential`` with a
-            design other than ``users``.
+            design other than ``users`` or ``uniform``.
     """
     if design not in GOLD_DESIGNS:
         raise ValueError(f"unknown gold design {design!r}; use one of {', '.join(GOLD_DESIGNS)}")
-    if sequential and design != "users":
-        raise ValueError(f"--sequential labels whole users in a random order: it takes the "
-                         f"users design, not {design!r}")  # fmt: skip
+    if sequential and design not in SEQUENTIAL_DESIGNS:
+        raise ValueError(f"--sequential labels users or pairs in a random order: it takes the "
+                         f"users or uniform design, not {design!r}")  # fmt: skip
     if n < 2:
         raise ValueError("a gold sample needs at least 2 pairs (--n)")
     frame = listed_pairs(runs, users, k)
@@ -126,6 +130,10 @@ def sample_gold(
     g = rng("gold", design, seed)
     if design == "users":
         return _by_users(frame, users, len(frame) if sequential else n, g, sequential)
+    if design == "uniform" and sequential:
+        return [{"user_id": frame[j][0], "item_id": frame[j][1], "inclusion_prob": None,
+                 "stratum": "all", "order": n}
+                for n, j in enumerate(g.permutation(len(frame)).tolist(), 1)]  # fmt: skip
     if design == "uniform":
         take = min(n, len(frame))
         pick = sorted(g.choice(len(frame), take, replace=False).tolist())
@@ -307,55 +315,65 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
                      listed: set[tuple[str, str]], runs: Sequence[str] | None,
                      k: int | None) -> GoldSample:  # fmt: skip
     """A sequential file (``gold sample --sequential``), labelled from the top: the labelled
-    users must be the first ``m`` of its random order, each wholly labelled; they are then a
-    uniform random sample of ``m`` of its ``U`` users, ``pi = m / U`` for each of their
-    pairs (the ``users`` design at ``m``)."""
+    units (users for the ``users`` design, each wholly labelled; pairs for ``uniform``) must
+    be the first ``m`` of its random order; they are then a uniform random sample of ``m`` of
+    its ``N`` units, ``pi = m / N`` for each labelled pair (the design at ``m``)."""
     labels = read_labels(path, skip_unlabelled=True)
     _check_listed(path, labels, users, listed)
-    order = [str(u) for u in record.get("order") or []]
-    if not order or len(set(order)) != len(order):
+    by_pair = record.get("design") == "uniform"
+    what = "pair" if by_pair else "user"
+    raw = record.get("order") or []
+    try:
+        order = [(str(x[0]), str(x[1])) if by_pair and len(x) == 2 else str(x) for x in raw]
+        ok = bool(order) and len(set(order)) == len(order) and all(
+            isinstance(x, tuple) == by_pair for x in order)  # fmt: skip
+    except (TypeError, KeyError, IndexError):
+        ok = False
+    if not ok:
         raise DataError(
-            "a sequential design record needs the users' order (each user once).",
+            f"a sequential design record needs the {what}s' order (each {what} once).",
             source=f"{path}.design.json", field="order",
             fix="keep the record as `gold sample --sequential` wrote it, or draw again",
         )  # fmt: skip
     df = read_table(path)
-    rows = list(zip(df["user_id"].astype(str), df["label"].astype(str).str.strip(), strict=True))
-    first_row = {}
-    for r, (u, _) in enumerate(rows, 1):
-        first_row.setdefault(u, r)
-    done = {u for u, _ in labels}
+    rows = [((u, i) if by_pair else u, label) for u, i, label in zip(
+        df["user_id"].astype(str), df["item_id"].astype(str),
+        df["label"].astype(str).str.strip(), strict=True)]  # fmt: skip
+    first_row: dict[Any, int] = {}
+    for r, (unit, _) in enumerate(rows, 1):
+        first_row.setdefault(unit, r)
+    done = set(labels) if by_pair else {u for u, _ in labels}
     m = len(done)
     if stray := sorted(done - set(order)):
         raise DataError(
-            f"user {stray[0]!r} is labelled but not in the file's order: its pairs were not "
-            "drawn by this design.",
+            f"{what} {stray[0]!r} is labelled but not in the file's order: it was not drawn "
+            "by this design.",
             source=str(path), row=first_row.get(stray[0]), field="user_id",
-            fix=f"delete user {stray[0]!r}'s rows (they cannot be weighed)",
+            fix=f"delete the rows of {what} {stray[0]!r} (they cannot be weighed)",
         )  # fmt: skip
     if done != set(order[:m]):
-        gap = next(u for u in order if u not in done)
+        gap = next(x for x in order if x not in done)
         late = max(done - set(order[:m]), key=order.index)
         raise DataError(
-            f"user {late!r} (order {order.index(late) + 1}) is "
-            f"labelled but user {gap!r} (order {order.index(gap) + 1}) is not: a sequential "
-            "gold file is labelled user by user from the top, which keeps the labelled users "
-            "a random sample.",
+            f"{what} {late!r} (order {order.index(late) + 1}) is labelled but {what} "
+            f"{gap!r} (order {order.index(gap) + 1}) is not: a sequential gold file is "
+            f"labelled {what} by {what} from the top, which keeps the labelled {what}s a "
+            "random sample.",
             source=str(path), row=first_row.get(late), field="label",
-            fix=f"label user {gap!r}'s rows first (or clear user {late!r}'s labels)",
+            fix=f"label {what} {gap!r} first (or clear the labels of {what} {late!r})",
         )  # fmt: skip
-    for r, (u, label) in enumerate(rows, 1):
-        if u in done and label in ("", "nan", "None", "<NA>"):
+    for r, (unit, label) in enumerate(rows, 1):
+        if not by_pair and unit in done and label in ("", "nan", "None", "<NA>"):
             raise DataError(
-                f"user {u!r} is partly labelled: a user's rows are one cluster of the sample "
-                "and count only whole.",
+                f"user {unit!r} is partly labelled: a user's rows are one cluster of the "
+                "sample and count only whole.",
                 source=str(path), row=r, field="label",
-                fix=f"label every row of user {u!r} (or clear its labels)",
+                fix=f"label every row of user {unit!r} (or clear its labels)",
             )  # fmt: skip
     _check_record(path, {**record, "pairs": None}, len(labels), runs, k)
     pi = m / len(order)
-    return GoldSample(labels, dict.fromkeys(labels, pi), "users", str(path),
-                      sequential=(m, len(order)))  # fmt: skip
+    return GoldSample(labels, dict.fromkeys(labels, pi), "uniform" if by_pair else "users",
+                      str(path), sequential=(m, len(order)))  # fmt: skip
 
 
 def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence[str] | None,

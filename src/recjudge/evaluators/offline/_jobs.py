@@ -215,9 +215,9 @@ class GoldSampleJob(BaseModel):
     )  # fmt: skip
     seed: int = Field(0, description="The sample's seed.")
     sequential: bool = Field(
-        False, description="users design: every evaluation user in a random order; label "
-        "from the top, whole users, and evaluate any time: the report says whether to stop "
-        "(--n: the first batch to label)."
+        False, description="users (uniform) design: every evaluation user (listed pair) in a "
+        "random order; label from the top, whole users, and evaluate any time: the report "
+        "says whether to stop (--n: the first batch to label)."
     )  # fmt: skip
     data: str | None = Field(
         None, description="The dataset the judge read (adds titles and recent history for "
@@ -257,9 +257,10 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
     }
     first = None
     if job.sequential:  # the order the labeller follows, and the first batch to label
-        order = list(dict.fromkeys(r["user_id"] for r in rows))
+        order = (list(dict.fromkeys(r["user_id"] for r in rows)) if job.design == "users"
+                 else [[r["user_id"], r["item_id"]] for r in rows])  # fmt: skip
         design |= {"sequential": True, "order": order}
-        first = next((r["order"] for n, r in enumerate(rows, 1) if n >= job.n), len(order))
+        first = rows[min(job.n, len(rows)) - 1]["order"]
     write_gold(rows, out, design, data)
     return {"pairs": len(rows), "users": len({r["user_id"] for r in rows}), "design": job.design,
             "out": str(out), "design_record": f"{out}.design.json",
@@ -269,9 +270,10 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
 def gold_text(job: GoldSampleJob, s: dict[str, Any]) -> str:
     """``gold sample``'s one-line summary."""
     if s.get("first_batch_users"):
+        what = "whole users" if job.design == "users" else "pairs"
         return (
-            f"{s['pairs']} pairs of {s['users']} users in a random order (sequential users "
-            f"design) -> {s['out']}: label whole users from the top (order 1 to "
+            f"{s['pairs']} pairs of {s['users']} users in a random order (sequential "
+            f"{job.design} design) -> {s['out']}: label {what} from the top (order 1 to "
             f"{s['first_batch_users']} first: about {job.n} pairs), then `recjudge evaluate ... "
             f"--gold {s['out']}`; its next step says whether to stop or how far to go on"
         )
@@ -658,7 +660,8 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
                           "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
     got["lead"] = _lead(got, wanted, metrics[0], calibrated)
     if gold is not None and gold.sequential is not None:
-        got["next_step"] = sequential_step(got, metrics[0], *gold.sequential, job.gold)
+        unit = "pairs" if gold.design == "uniform" else "users"
+        got["next_step"] = sequential_step(got, metrics[0], *gold.sequential, job.gold, unit)
     else:
         got["next_step"] = _next_step(recs, users, judged, metrics[0], got, job)
     if job.obp_out:
@@ -716,31 +719,35 @@ def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: b
 #: its value (or ``SEQUENTIAL_FLOOR``), as the fixed design's next step aims for
 SEQUENTIAL_TARGET = 0.10
 SEQUENTIAL_FLOOR = 1e-3
-#: the fewest labelled users a sequential file may stop at: a width-based stop is valid as
-#: the width shrinks (Chow and Robbins 1965), and at a handful of clusters the width itself
-#: is too noisy to stop on (twice the users design's smallest interval, MIN_USER_CLUSTERS)
-MIN_SEQUENTIAL_USERS = 10
+#: the fewest labelled users (pairs) a sequential file may stop at: a width-based stop is
+#: valid as the width shrinks (Chow and Robbins 1965), and at a handful of clusters the width
+#: itself is too noisy to stop on (users: twice the design's smallest interval,
+#: MIN_USER_CLUSTERS; pairs: each mostly a user of its own)
+MIN_SEQUENTIAL = {"users": 10, "pairs": 50}
+MIN_SEQUENTIAL_USERS = MIN_SEQUENTIAL["users"]
 
 
 def sequential_stop(
-    intervals: Mapping[str, tuple[float, float, float] | None], m: int, total: int
+    intervals: Mapping[str, tuple[float, float, float] | None],
+    m: int,
+    total: int,
+    unit: str = "users",
 ) -> dict[str, Any]:
     """Whether a sequentially labelled gold file may stop, after ``m`` of its ``total``
-    users: the fixed-width stopping rule of Chow and Robbins ("On the asymptotic theory of
-    fixed-width sequential confidence intervals for the mean", Ann. Math. Statist. 36, 1965)
-    on each system's clustered-PPI interval ``(value, lo, hi)`` (None: refused at this
-    size): stop once every half-width ``h`` is at most ``max(0.1 |value|, 1e-3)`` and at
-    least ``MIN_SEQUENTIAL_USERS`` users are labelled; else go on to about
-    ``ceil(m (h / target)^2)`` users (the width shrinks as ``1 / sqrt(users)``). The labelled
-    users are a random prefix of the file's order, whatever the stop, so the interval at the
-    stop is the users design's at that ``m`` (its coverage at the stop: the test's
-    simulation).
+    users (or pairs, ``unit``): the fixed-width stopping rule of Chow and Robbins ("On the
+    asymptotic theory of fixed-width sequential confidence intervals for the mean", Ann.
+    Math. Statist. 36, 1965) on each system's PPI interval ``(value, lo, hi)`` (None: refused
+    at this size): stop once every half-width ``h`` is at most ``max(0.1 |value|, 1e-3)`` and at
+    least ``MIN_SEQUENTIAL[unit]`` are labelled; else go on to about ``ceil(m (h /
+    target)^2)`` (the width shrinks as ``1 / sqrt(m)``). The labelled units are a random
+    prefix of the file's order, whatever the stop, so the interval at the stop is the
+    design's at that ``m`` (its coverage at the stop: the tests' simulations).
 
     Returns:
-        ``{"stop", "users" (labelled), "of" (total), "target_users", "widest"}``; ``target_users``
-        above ``total``: the target is out of reach with these users.
+        ``{"stop", "users" (labelled, in ``unit``), "of" (total), "target_users", "unit",
+        "widest"}``; ``target_users`` above ``total``: the target is out of reach here.
     """
-    need, widest = max(m, MIN_SEQUENTIAL_USERS), None
+    need, widest = max(m, MIN_SEQUENTIAL[unit]), None
     for name, iv in intervals.items():
         if iv is None:  # no valid interval yet: at least one more user, and the minimum
             need = max(need, m + 1)
@@ -750,12 +757,12 @@ def sequential_stop(
         need = max(need, int(np.ceil(m * (half / goal) ** 2 - 1e-9)))
         if widest is None or half / goal > widest[1]:
             widest = (name, half / goal)
-    return {"stop": need <= m, "users": m, "of": total, "target_users": need,
+    return {"stop": need <= m, "users": m, "of": total, "target_users": need, "unit": unit,
             "widest": widest[0] if widest else None}  # fmt: skip
 
 
 def sequential_step(got: dict[str, Any], metric: str, m: int, total: int,
-                    gold: str | None) -> dict[str, Any]:  # fmt: skip
+                    gold: str | None, unit: str = "users") -> dict[str, Any]:  # fmt: skip
     """``evaluate``'s next step with a sequential gold file: stop labelling, or how many
     users to label next (``sequential_stop`` on each system's PPI interval of ``metric``)."""
     intervals = {}
@@ -764,18 +771,19 @@ def sequential_step(got: dict[str, Any], metric: str, m: int, total: int,
         ci = e.get("ci")
         intervals[name] = None if ci is None or e.get("value") is None else (
             e["value"], ci[0], ci[1])  # fmt: skip
-    s = sequential_stop(intervals, m, total)
-    head = f"sequential gold, {m} of {total} users labelled"
+    s = sequential_stop(intervals, m, total, unit)
+    head = f"sequential gold, {m} of {total} {unit} labelled"
     if s["stop"]:
         text = (f"{head}: stop labelling; every system's PPI interval of {metric} is within "
                 f"+-{SEQUENTIAL_TARGET:.0%} of its value")  # fmt: skip
     elif s["target_users"] > total:
-        text = (f"{head}: +-{SEQUENTIAL_TARGET:.0%} needs about {s['target_users']} users, "
+        text = (f"{head}: +-{SEQUENTIAL_TARGET:.0%} needs about {s['target_users']} {unit}, "
                 f"more than the file's {total}: label them all for the narrowest interval "
                 "this evaluation allows, or impute more users (--users) and draw "
                 "again")  # fmt: skip
     else:
-        text = (f"{head}: go on to order {s['target_users']} (whole users, from the top of "
+        whole = "whole users" if unit == "users" else "pairs"
+        text = (f"{head}: go on to order {s['target_users']} ({whole}, from the top of "
                 f"{gold}), then evaluate again"
                 + (f"; {s['widest']}'s interval is the widest" if s["widest"] else "; some "
                    "system has no valid interval yet"))  # fmt: skip
