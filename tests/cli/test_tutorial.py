@@ -133,8 +133,10 @@ def test_tutorial(tmp_path, ml100k):
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics",
            "precision@2", "--estimators", "dm", "--gold", "seq.csv", "--json",
            cwd=t)  # fmt: skip
-    step = json.loads(r.stdout)["estimators"]["next_step"]
+    est = json.loads(r.stdout)["estimators"]
+    step = est["next_step"]
     assert step["sequential"] and (step["users"], step["of"]) == (1, 2) and not step["stop"]
+    assert "sequential: the first 1 of 2 users labelled" in est["gold"]
     metrics = "ndcg@3,precision@3"
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics", metrics,
            "--out", "report", "--json", cwd=t)  # fmt: skip

@@ -286,9 +286,12 @@ def estimate_evaluation(
     classes = set(gold.labels.values())
     warn = (f"; every gold label is {classes.pop()}: the PPI interval is not informative"
             if len(classes) == 1 else "")  # fmt: skip
-    got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}, PPI++ (Student's t; "
-                   f"lambda power-tuned from {MIN_TUNED_CLUSTERS} labelled clusters, else 1)"
-                   f"{warn}")  # fmt: skip
+    seq = "" if gold.sequential is None else (
+        f" (sequential: the first {gold.sequential[0]} of {gold.sequential[1]} "
+        f"{'users' if gold.design == 'users' else 'pairs'} labelled)")  # fmt: skip
+    got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}{seq}, PPI++ "
+                   f"(Student's t; lambda power-tuned from {MIN_TUNED_CLUSTERS} labelled "
+                   f"clusters, else 1){warn}")  # fmt: skip
     if calibrated:  # the calibration checked on each system's own gold pairs
         dm_df = max(refits[2] - 1, 1) if refits is not None else None  # DM's OUA interval
         _check_transport(got, runs, users, judged, gold, metrics, frame, refit, dm_df)
