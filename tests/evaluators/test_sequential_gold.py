@@ -122,6 +122,8 @@ def test_the_stop_waits_for_every_system_and_the_minimum():
     got = {"systems": {"a": {"p@5": {"ppi": {"value": 0.5, "ci": [0.3, 0.7]}}}}}
     step = sequential_step(got, "p@5", 40, 100, "gold.csv")
     assert step["target_users"] > 100 and "more than the file's 100" in step["text"]
+    step = sequential_step(got, "p@5", 100, 100, "gold.csv")
+    assert not step["stop"] and "every one is labelled" in step["text"]
     step = sequential_step(got, "p@5", 40, 1000, "gold.csv")
     assert "go on to order 640" in step["text"] and "gold.csv" in step["text"]
     est = {"systems": {}, "propensity": "none", "clipped": 0, "calibration": "none",

@@ -216,8 +216,8 @@ class GoldSampleJob(BaseModel):
     seed: int = Field(0, description="The sample's seed.")
     sequential: bool = Field(
         False, description="users (uniform) design: every evaluation user (listed pair) in a "
-        "random order; label from the top, whole users, and evaluate any time: the report "
-        "says whether to stop (--n: the first batch to label)."
+        "random order; label from the top (whole users, or pairs) and evaluate any time: the "
+        "report says whether to stop (--n: the first batch to label)."
     )  # fmt: skip
     data: str | None = Field(
         None, description="The dataset the judge read (adds titles and recent history for "
@@ -776,6 +776,10 @@ def sequential_step(got: dict[str, Any], metric: str, m: int, total: int,
     if s["stop"]:
         text = (f"{head}: stop labelling; every system's PPI interval of {metric} is within "
                 f"+-{SEQUENTIAL_TARGET:.0%} of its value")  # fmt: skip
+    elif m >= total:
+        text = (f"{head}: every one is labelled, so this is the narrowest interval this "
+                "evaluation allows; impute more users (--users) and draw again for a "
+                "narrower one")  # fmt: skip
     elif s["target_users"] > total:
         text = (f"{head}: +-{SEQUENTIAL_TARGET:.0%} needs about {s['target_users']} {unit}, "
                 f"more than the file's {total}: label them all for the narrowest interval "
