@@ -20,8 +20,11 @@ SmolLM2, ALS's unlabelled listed pairs got mean sigma 0.89 and 100 % YES, Pop's 
 - **leniency** (``evaluate``, which has the log): a system whose judge YES rate on its
   unlabelled pairs, over its logged hit rate, is at least ``LENIENCY_LIMIT`` times the
   median of the other systems' (the judge favours it far beyond what the log says of it).
-  The threshold is a rule of thumb, not yet measured on the bench's circular and independent
-  sources.
+  Measured on the known-truth bench (1.5B, 200 evaluations,
+  ``reports/brief-offline-estimators/ml-1m-qwen2.5-coder-1.5b/README.md``): no threshold
+  separates its circular source's system (median ratio 1.21x the others') from honest ones
+  (an independent source gives Pop 1.19x), so the 2x rule catches gross leniency only; the
+  identity, family and behaviour rules are what refuse a circular source there.
 
 Any refuses the job (``CircularJudgeError``) unless ``allow_circular``, which the report
 header then names. ``judge_by_system`` puts the judge's YES rate and mean sigma on each
