@@ -13,7 +13,6 @@ ml-1m-qwen2.5-coder-1.5b/leniency_ratios.json, read in that folder's README.
 """
 
 import json
-import statistics
 import sys
 from pathlib import Path
 
@@ -21,30 +20,17 @@ import numpy as np
 
 from recjudge._util import rng
 from recjudge.bench import _offline_estimators as oe
+from recjudge.evaluators._circular import leniency_ratios
 
 CONFIG = Path(__file__).resolve().parents[1] / "checkpoints/brief-offline-ml1m-1.5b/estimators.json"
 THRESHOLDS = (1.1, 1.2, 1.3, 1.5, 2.0)
-
-
-def ratios_of(world, observed, users, imputer):
-    """Per system, its (YES rate / logged hit rate) over the other systems' median."""
-    h = world.imputers[imputer][1]
-    r = {}
-    for name, m in world.slots.items():
-        idx = m[users, :10]
-        idx = idx[idx >= 0]
-        seen = observed[idx].astype(bool)
-        if seen.any() and (~seen).any() and world.relevant[idx][seen].mean() > 0:
-            r[name] = h[idx][~seen].mean() / world.relevant[idx][seen].mean()
-    return {n: v / statistics.median([x for k, x in r.items() if k != n]) for n, v in r.items()}
 
 
 def main(out: Path) -> None:
     cfg = oe.EstimatorCheckConfig(**json.loads(CONFIG.read_text()))
     ds, past, users, world, sources = oe._world_of(cfg)
     oe._judge_world(cfg, ds, past, world, sources, out, None, True)
-    imputers = {s.label: "judge:brief" if s.kind == "judge's CF" else f"judge:brief/sigma={s.label}"
-                for s in sources}  # fmt: skip
+    imputers = oe.source_imputers(world, sources)
     got = {s: {n: [] for n in world.slots} for s in imputers}
     for t in range(cfg.simulated_logs):  # the bench's evaluations, its seeds
         g = rng("estimator-log", (cfg.seed, t))
@@ -52,7 +38,8 @@ def main(out: Path) -> None:
         observed, logged = oe.simulate_log(w, g)
         chosen = oe.selections(w, logged, cfg.draws, cfg.seed + t, oe.runs_of(w))
         for s, imputer in imputers.items():
-            for n, v in ratios_of(w, observed, chosen["listed"][0], imputer).items():
+            rates = oe.leniency_rates(w, observed, chosen["listed"][0], imputer)
+            for n, v in leniency_ratios(rates).items():
                 got[s][n].append(v)
     kinds = {s.label: s.kind for s in sources}
     summary = {s: {"kind": kinds[s], "systems": {n: {

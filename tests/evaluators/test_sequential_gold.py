@@ -13,7 +13,7 @@ from recjudge.data import DataError
 from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
 from recjudge.evaluators.offline._gold import read_gold, write_gold
 from recjudge.evaluators.offline._jobs import (
-    MIN_SEQUENTIAL_USERS,
+    MIN_SEQUENTIAL,
     estimator_lines,
     sequential_step,
     sequential_stop,
@@ -113,7 +113,7 @@ def test_a_sequential_pair_sample_reads_its_labelled_prefix(tmp_path):
 def test_the_stop_waits_for_every_system_and_the_minimum():
     narrow, wide = (0.5, 0.47, 0.53), (0.5, 0.3, 0.7)
     assert sequential_stop({"a": narrow, "b": narrow}, 40, 100)["stop"]
-    assert not sequential_stop({"a": narrow, "b": narrow}, MIN_SEQUENTIAL_USERS - 1, 100)["stop"]
+    assert not sequential_stop({"a": narrow, "b": narrow}, MIN_SEQUENTIAL["users"] - 1, 100)["stop"]
     s = sequential_stop({"a": narrow, "b": wide}, 40, 100)
     # half-width 0.2 against a target of 0.05: 16 times the users
     assert not s["stop"] and s["target_users"] == 640 and s["widest"] == "b"

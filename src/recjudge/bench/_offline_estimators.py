@@ -808,11 +808,7 @@ def _evaluations(config, world, n_draw, truth, gold_imputer, progress, sources=(
     from recjudge.bench._imputer_gold import imputers_on_gold  # noqa: PLC0415
 
     per_log, gold_logs, fits, kept, imputer_logs, lenient = [], [], [], [], [], []
-    by_source = {
-        s.label: "judge:brief" if s.kind == "judge's CF" else f"judge:brief/sigma={s.label}"
-        for s in sources
-    }
-    by_source = {k: v for k, v in by_source.items() if v in world.imputers}
+    by_source = source_imputers(world, sources)
     bar = _bar(progress, config.simulated_logs)
     for t in range(config.simulated_logs):
         g = rng("estimator-log", (config.seed, t))
@@ -839,6 +835,13 @@ def _evaluations(config, world, n_draw, truth, gold_imputer, progress, sources=(
     return per_log, gold_logs, fits, kept, imputer_logs, lenient
 
 
+def source_imputers(world: World, sources: Sequence[SigmaSource]) -> dict[str, str]:
+    """Per sigma source, the imputer the brief judge made with its sigma (those judged)."""
+    out = {s.label: "judge:brief" if s.kind == "judge's CF" else f"judge:brief/sigma={s.label}"
+           for s in sources}  # fmt: skip
+    return {k: v for k, v in out.items() if v in world.imputers}
+
+
 def leniency_flags(
     world: World, observed: np.ndarray, users: np.ndarray, imputers: Mapping[str, str], k: int = 10
 ) -> dict[str, dict[str, bool]]:
@@ -849,19 +852,28 @@ def leniency_flags(
     the imputer judged with that source's sigma)."""
     out: dict[str, dict[str, bool]] = {}
     for source, imputer in imputers.items():
-        h = world.imputers[imputer][1]
-        by_system = {}
-        for name, m in world.slots.items():
-            idx = m[users, :k]
-            idx = idx[idx >= 0]
-            seen = observed[idx].astype(bool)
-            by_system[name] = {
-                "logged_hit_rate": float(world.relevant[idx][seen].mean()) if seen.any() else None,
-                "judge_yes_rate": float(h[idx][~seen].mean()) if (~seen).any() else None,
-            }  # fmt: skip
-        found = lenient_systems(by_system)
+        found = lenient_systems(leniency_rates(world, observed, users, imputer, k))
         out[source] = {name: name in found for name in world.slots}
     return out
+
+
+def leniency_rates(
+    world: World, observed: np.ndarray, users: np.ndarray, imputer: str, k: int = 10
+) -> dict[str, dict[str, float | None]]:
+    """Per system, over its top-``k`` pairs of the ``users`` (row indices): the logged hit
+    rate (relevant among the pairs the log observed) and ``imputer``'s YES rate on the pairs
+    it did not (None where there are none): the leniency rule's input."""
+    h = world.imputers[imputer][1]
+    by_system = {}
+    for name, m in world.slots.items():
+        idx = m[users, :k]
+        idx = idx[idx >= 0]
+        seen = observed[idx].astype(bool)
+        by_system[name] = {
+            "logged_hit_rate": float(world.relevant[idx][seen].mean()) if seen.any() else None,
+            "judge_yes_rate": float(h[idx][~seen].mean()) if (~seen).any() else None,
+        }  # fmt: skip
+    return by_system
 
 
 def leniency_summary(config: EstimatorCheckConfig, flags: Sequence[Mapping[str, Any]],

@@ -47,6 +47,7 @@ __all__ = [
     "circular_message",
     "circular_systems",
     "judge_by_system",
+    "leniency_ratios",
     "lenient_systems",
     "list_overlap",
     "refuse_circular",
@@ -145,22 +146,30 @@ def _same_family(prov: Mapping[str, Any], source: Mapping[str, Any]) -> bool:
     return not a or not b or a == b
 
 
-def lenient_systems(by_system: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """``{system: why}`` for each system the leniency rule (module docstring) finds: its
-    judge YES rate over its logged hit rate at least ``LENIENCY_LIMIT`` times the median of
-    the other systems' (systems without both rates are not compared)."""
+def leniency_ratios(by_system: Mapping[str, Mapping[str, Any]]) -> dict[str, float]:
+    """Per system, its judge YES rate over its logged hit rate, divided by the median of the
+    other systems' (what the leniency rule compares with ``LENIENCY_LIMIT``); systems
+    without both rates, or whose others' median is 0, get none."""
     ratio = {n: d["judge_yes_rate"] / d["logged_hit_rate"] for n, d in by_system.items()
              if d.get("judge_yes_rate") is not None and d.get("logged_hit_rate")}  # fmt: skip
     out = {}
     for n, r in ratio.items():
         others = [v for m, v in ratio.items() if m != n]
-        if not others:
-            continue
-        base = statistics.median(others)
-        if base > 0 and r >= LENIENCY_LIMIT * base:
+        base = statistics.median(others) if others else 0.0
+        if base > 0:
+            out[n] = r / base
+    return out
+
+
+def lenient_systems(by_system: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
+    """``{system: why}`` for each system the leniency rule (module docstring) finds:
+    ``leniency_ratios`` at least ``LENIENCY_LIMIT``."""
+    out = {}
+    for n, x in leniency_ratios(by_system).items():
+        if x >= LENIENCY_LIMIT:
             d = by_system[n]
             out[n] = (f"the judge says YES to {d['judge_yes_rate']:.0%} of its unlabelled pairs "
-                      f"against a logged hit rate of {d['logged_hit_rate']:.0%}: {r / base:.1f}x "
+                      f"against a logged hit rate of {d['logged_hit_rate']:.0%}: {x:.1f}x "
                       f"the other systems' median ratio (limit {LENIENCY_LIMIT:g}x)")  # fmt: skip
     return out
 

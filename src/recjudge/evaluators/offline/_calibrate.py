@@ -133,10 +133,10 @@ def read_labels(path: str | Path, skip_unlabelled: bool = False) -> dict[tuple[s
     df = df.reset_index(drop=True)  # index + 1: the file's row (a parquet keeps its own)
     blank = df["label"].map(lambda v: str(v).strip() in ("", "nan", "None", "<NA>"))
     if skip_unlabelled:
-        df = df[~blank]
-    for r, v in zip(df.index + 1, df["label"].tolist(), strict=True):
+        df, blank = df[~blank], blank[~blank]
+    for r, v, empty in zip(df.index + 1, df["label"].tolist(), blank, strict=True):
         text = str(v).strip()
-        if text in ("", "nan", "None", "<NA>"):
+        if empty:
             raise DataError("this row has no label yet.", source=str(path), row=r,
                             field="label", fix="label every row 0 or 1 (a row left out "
                             "changes what the sample represents)")  # fmt: skip

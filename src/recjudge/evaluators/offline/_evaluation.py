@@ -288,7 +288,7 @@ def estimate_evaluation(
             if len(classes) == 1 else "")  # fmt: skip
     seq = "" if gold.sequential is None else (
         f" (sequential: the first {gold.sequential[0]} of {gold.sequential[1]} "
-        f"{'users' if gold.design == 'users' else 'pairs'} labelled)")  # fmt: skip
+        f"{gold.unit} labelled)")  # fmt: skip
     got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}{seq}, PPI++ "
                    f"(Student's t; lambda power-tuned from {MIN_TUNED_CLUSTERS} labelled "
                    f"clusters, else 1){warn}")  # fmt: skip

@@ -80,6 +80,12 @@ class GoldSample:
     def __len__(self) -> int:
         return len(self.labels)
 
+    @property
+    def unit(self) -> str:
+        """What a sequential file labels one by one: ``pairs`` (uniform design) or
+        ``users`` (whole users)."""
+        return "pairs" if self.design == "uniform" else "users"
+
 
 def listed_pairs(runs: Sequence[Any], users: Sequence[str], k: int) -> list[tuple[str, str]]:
     """Every distinct (user, item) some run lists in its top-k for ``users`` (user order,
@@ -280,11 +286,12 @@ def read_gold(
             evaluated runs do not list together, a bad inclusion probability (file and
             row named), or a file that does not match its design record.
     """
-    if (seq := _design_record(Path(path))) is not None and seq.get("sequential"):
-        return _read_sequential(Path(path), seq, users, listed, runs, k)
+    record = _design_record(Path(path))
+    if record is not None and record.get("sequential"):
+        return _read_sequential(Path(path), record, users, listed, runs, k)
     labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
     _check_listed(Path(path), labels, users, listed)
-    inclusion, design, record = _inclusion_and_design(Path(path))
+    inclusion, design = _inclusion_and_design(Path(path), record)
     if record is not None:
         _check_record(Path(path), record, len(labels), runs, k)
     return GoldSample(labels, inclusion, design, str(path))
@@ -336,12 +343,10 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
             fix="keep the record as `gold sample --sequential` wrote it, or draw again",
         )  # fmt: skip
     df = read_table(path)
-    rows = [((u, i) if by_pair else u, label) for u, i, label in zip(
-        df["user_id"].astype(str), df["item_id"].astype(str),
-        df["label"].astype(str).str.strip(), strict=True)]  # fmt: skip
+    pairs = list(zip(df["user_id"].astype(str), df["item_id"].astype(str), strict=True))
     first_row: dict[Any, int] = {}
-    for r, (unit, _) in enumerate(rows, 1):
-        first_row.setdefault(unit, r)
+    for r, (u, i) in enumerate(pairs, 1):
+        first_row.setdefault((u, i) if by_pair else u, r)
     done = set(labels) if by_pair else {u for u, _ in labels}
     m = len(done)
     if stray := sorted(done - set(order)):
@@ -362,13 +367,13 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
             source=str(path), row=first_row.get(late), field="label",
             fix=f"label {what} {gap!r} first (or clear the labels of {what} {late!r})",
         )  # fmt: skip
-    for r, (unit, label) in enumerate(rows, 1):
-        if not by_pair and unit in done and label in ("", "nan", "None", "<NA>"):
+    for r, (u, i) in enumerate(pairs, 1):  # read_labels left out exactly the empty rows
+        if not by_pair and u in done and (u, i) not in labels:
             raise DataError(
-                f"user {unit!r} is partly labelled: a user's rows are one cluster of the "
+                f"user {u!r} is partly labelled: a user's rows are one cluster of the "
                 "sample and count only whole.",
                 source=str(path), row=r, field="label",
-                fix=f"label every row of user {unit!r} (or clear its labels)",
+                fix=f"label every row of user {u!r} (or clear its labels)",
             )  # fmt: skip
     _check_record(path, {**record, "pairs": None}, len(labels), runs, k)
     pi = m / len(order)
@@ -413,11 +418,11 @@ def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence
 
 
 def _inclusion_and_design(
-    path: Path,
-) -> tuple[dict[tuple[str, str], float], str, dict[str, Any] | None]:
-    """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1]),
-    its design (the ``.design.json`` beside it, else the file's ``design`` column, else
-    ``unknown``) and that design record (None without one)."""
+    path: Path, record: dict[str, Any] | None
+) -> tuple[dict[tuple[str, str], float], str]:
+    """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1])
+    and its design (its design ``record``, the ``.design.json`` beside it, else the file's
+    ``design`` column, else ``unknown``)."""
     df = read_table(path)
     inclusion: dict[tuple[str, str], float] = {}
     design = "unknown"
@@ -436,12 +441,11 @@ def _inclusion_and_design(
         if "design" in df.columns and len(df):
             values = set(df["design"].astype(str))
             design = values.pop() if len(values) == 1 else "unknown"
-    record = _design_record(path)
     if record is not None:
         design = str(record.get("design", design))
     if design not in GOLD_DESIGNS:
         design = "unknown"
-    return inclusion, design, record
+    return inclusion, design
 
 
 def _design_record(path: Path) -> dict[str, Any] | None:

@@ -660,8 +660,8 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
                           "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
     got["lead"] = _lead(got, wanted, metrics[0], calibrated)
     if gold is not None and gold.sequential is not None:
-        unit = "pairs" if gold.design == "uniform" else "users"
-        got["next_step"] = sequential_step(got, metrics[0], *gold.sequential, job.gold, unit)
+        got["next_step"] = sequential_step(got, metrics[0], *gold.sequential, job.gold,
+                                           gold.unit)  # fmt: skip
     else:
         got["next_step"] = _next_step(recs, users, judged, metrics[0], got, job)
     if job.obp_out:
@@ -724,7 +724,6 @@ SEQUENTIAL_FLOOR = 1e-3
 #: itself is too noisy to stop on (users: twice the design's smallest interval,
 #: MIN_USER_CLUSTERS; pairs: each mostly a user of its own)
 MIN_SEQUENTIAL = {"users": 10, "pairs": 50}
-MIN_SEQUENTIAL_USERS = MIN_SEQUENTIAL["users"]
 
 
 def sequential_stop(
