@@ -137,6 +137,22 @@ def test_tutorial(tmp_path, ml100k):
     step = est["next_step"]
     assert step["sequential"] and (step["users"], step["of"]) == (1, 2) and not step["stop"]
     assert "sequential: the first 1 of 2 users labelled" in est["gold"]
+    # The stratified order: one pair of each stratum labelled, read as stratified at m.
+    r = rj("gold", "sample", "--runs", runs, "--qrels", "imputed", "--k", "2", "--n", "2",
+           "--design", "stratified", "--sequential", "--out", "strat.csv", "--json",
+           cwd=t)  # fmt: skip
+    strat = pd.read_csv(t / "strat.csv", dtype=str, keep_default_na=False)
+    m = strat["stratum"].nunique()
+    strat.loc[: m - 1, "label"] = [
+        str(q[u][i]) for u, i in zip(strat["user_id"][:m], strat["item_id"][:m], strict=True)
+    ]
+    strat.to_csv(t / "strat.csv", index=False)
+    r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics",
+           "precision@2", "--estimators", "dm", "--gold", "strat.csv", "--json",
+           cwd=t)  # fmt: skip
+    est = json.loads(r.stdout)["estimators"]
+    assert est["next_step"]["sequential"]
+    assert f"sequential: the first {m} of {len(strat)} pairs labelled" in est["gold"]
     metrics = "ndcg@3,precision@3"
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics", metrics,
            "--out", "report", "--json", cwd=t)  # fmt: skip

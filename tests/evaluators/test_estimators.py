@@ -17,7 +17,8 @@ from recjudge.evaluators.offline._estimators import (
     metric_weights,
 )
 from recjudge.evaluators.offline._evaluation import list_labels
-from recjudge.evaluators.offline._gold_ppi import ppi_mean, ppi_metric, read_gold
+from recjudge.evaluators.offline._gold import read_gold
+from recjudge.evaluators.offline._gold_ppi import ppi_mean, ppi_metric
 from recjudge.evaluators.offline._propensities import (
     Propensities,
     powerlaw_propensities,
@@ -204,10 +205,11 @@ def test_gold_pairs_outside_the_runs_are_refused_by_row(tmp_path):
     run = RecRun("s", "", {"u": ["a", "b", "c"], "v": ["b", "c", "d"]}, {}, RunCheck())
     listed = {(u, i) for u, items in run.rankings.items() for i in items}
     (tmp_path / "g.csv").write_text("user_id,item_id,label\nu,a,1\nv,zz,0\n")
-    with pytest.raises(DataError, match=r"g.csv, row 2: gold pair \('v', 'zz'\): item 'zz'"):
+    listed_by = r"no evaluated run lists item 'zz'"
+    with pytest.raises(DataError, match=r"g.csv, row 2: gold pair \('v', 'zz'\): " + listed_by):
         read_gold(tmp_path / "g.csv", ["u", "v"], listed)
     (tmp_path / "g.csv").write_text("user_id,item_id,label\nu,a,1\nv,b,0\nu,c,1\n")
-    gold = read_gold(tmp_path / "g.csv", ["u", "v"], listed)
+    gold = read_gold(tmp_path / "g.csv", ["u", "v"], listed).labels
     judged = {p: (0.5, True) for p in listed}
     r = ppi_metric(run, ["u", "v"], judged, gold, "precision@3", lam=1.0)
     # M = mean_users sum_r Y/3: judge term 0.5, rectifier mean(c w (Y - p)) over the 3 gold

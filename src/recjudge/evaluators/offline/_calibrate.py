@@ -121,11 +121,25 @@ def read_labels(path: str | Path, skip_unlabelled: bool = False) -> dict[tuple[s
     Raises:
         DataError: a missing file or column, or a label that is not 0/1 (file and row named).
     """
-    path = Path(path)
-    fix = "write user_id,item_id,label rows with label 0 or 1"
-    if not path.is_file():
-        raise DataError("no such labels file.", source=str(path), fix=fix)
-    df = read_table(path)
+    return labels_of(label_table(path), path, skip_unlabelled)
+
+
+LABELS_FIX = "write user_id,item_id,label rows with label 0 or 1"
+
+
+def label_table(path: str | Path) -> Any:
+    """A labels file read as a table (``DataError`` naming a missing file)."""
+    if not Path(path).is_file():
+        raise DataError("no such labels file.", source=str(path), fix=LABELS_FIX)
+    return read_table(path)
+
+
+def labels_of(
+    df: Any, path: str | Path, skip_unlabelled: bool = False
+) -> dict[tuple[str, str], int]:
+    """``read_labels`` on a table already read from ``path`` (named in the errors): a reader
+    that needs the file's other columns too reads it once."""
+    fix = LABELS_FIX
     for col in ("user_id", "item_id", "label"):
         if col not in df.columns:
             raise DataError(f"no {col} column; found {list(df.columns)}.", source=str(path),

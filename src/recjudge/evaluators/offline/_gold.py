@@ -43,16 +43,17 @@ import numpy as np
 import pandas as pd
 
 from recjudge._util import atomic_write_json, atomic_write_text, json_loads, rng
-from recjudge.data import DataError, read_table
-from recjudge.evaluators.offline._calibrate import read_labels
+from recjudge.data import DataError
+from recjudge.evaluators.offline._calibrate import label_table, labels_of
 
 __all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_gold",
            "write_gold"]  # fmt: skip
 
 GOLD_DESIGNS = ("users", "uniform", "stratified", "active")
 #: the designs a sequential file can follow: a prefix of a random order of users (of pairs)
-#: is a uniform sample of them, whatever its length
-SEQUENTIAL_DESIGNS = ("users", "uniform")
+#: is a uniform sample of them, whatever its length; the stratified order takes one pair of
+#: each stratum in turn, so a prefix is a uniform sample within each stratum
+SEQUENTIAL_DESIGNS = ("users", "uniform", "stratified")
 #: share of the active design's inclusion probability spread uniformly (the rest follows the
 #: judge's uncertainty): keeps every weight 1 / pi within 1 / ACTIVE_FLOOR of uniform's
 ACTIVE_FLOOR = 0.5
@@ -82,9 +83,9 @@ class GoldSample:
 
     @property
     def unit(self) -> str:
-        """What a sequential file labels one by one: ``pairs`` (uniform design) or
-        ``users`` (whole users)."""
-        return "pairs" if self.design == "uniform" else "users"
+        """What a sequential file labels one by one: ``users`` (whole users: the users
+        design) or ``pairs`` (the uniform and stratified designs)."""
+        return "users" if self.design == "users" else "pairs"
 
 
 def listed_pairs(runs: Sequence[Any], users: Sequence[str], k: int) -> list[tuple[str, str]]:
@@ -114,20 +115,22 @@ def sample_gold(
 ) -> list[dict[str, Any]]:
     """Rows ``{user_id, item_id, inclusion_prob, stratum}`` under ``design`` (module
     docstring); ``judged`` (``read_judged``) is needed by ``stratified``. ``sequential``
-    (``users`` and ``uniform`` designs): every user (every listed pair) in a seeded random
-    order, each row with its user's (its own) ``order`` (1, 2, ...) and no inclusion
-    probability yet (``read_gold`` computes it from how many are labelled); ``n`` is then
-    the first batch the labeller is told.
+    (``users``, ``uniform`` and ``stratified`` designs): every user (every listed pair) in a
+    seeded random order, each row with its user's (its own) ``order`` (1, 2, ...) and no
+    inclusion probability yet (``read_gold`` computes it from how many are labelled); ``n``
+    is then the first batch the labeller is told. The stratified order visits the strata in
+    turn (each its members in a random order, an exhausted one skipped), so its first ``m``
+    pairs hold the equal allocation ``_stratified`` draws at ``n = m``.
 
     Raises:
-        ValueError: an unknown design, ``n`` < 2, no listed pair, or ``sequential`` with a
-            design other than ``users`` or ``uniform``.
+        ValueError: an unknown design, ``n`` < 2, no listed pair, or ``sequential`` with the
+            ``active`` design.
     """
     if design not in GOLD_DESIGNS:
         raise ValueError(f"unknown gold design {design!r}; use one of {', '.join(GOLD_DESIGNS)}")
     if sequential and design not in SEQUENTIAL_DESIGNS:
         raise ValueError(f"--sequential labels users or pairs in a random order: it takes the "
-                         f"users or uniform design, not {design!r}")  # fmt: skip
+                         f"users, uniform or stratified design, not {design!r}")  # fmt: skip
     if n < 2:
         raise ValueError("a gold sample needs at least 2 pairs (--n)")
     frame = listed_pairs(runs, users, k)
@@ -149,7 +152,10 @@ def sample_gold(
         raise ValueError(f"the {design} design needs the judge's probabilities (--qrels DIR)")
     if design == "active":
         return _active(frame, n, g, judged)
-    return _stratified(frame, runs, users, k, n, g, judged)
+    strata = _strata(frame, runs, users, k, judged)
+    if sequential:
+        return _stratified_order(frame, strata, g)
+    return _stratified(frame, strata, n, g)
 
 
 def active_inclusion(p: Sequence[float], n: int) -> np.ndarray:
@@ -205,9 +211,9 @@ def _by_users(
             for u in by_user if u in keep for i in by_user[u]]  # fmt: skip
 
 
-def _stratified(frame, runs, users, k, n, g, judged) -> list[dict[str, Any]]:
-    """Strata of (first system that lists the pair, quartile of the judge's p_yes), the
-    same number of pairs drawn from each (the ``stratified`` design)."""
+def _strata(frame, runs, users, k, judged) -> dict[str, list[int]]:
+    """The ``stratified`` design's strata, each a list of indices into ``frame``: (first
+    system that lists the pair, quartile of the judge's p_yes within that system)."""
     owner = {}
     for run in runs:
         for u in users:
@@ -222,6 +228,11 @@ def _stratified(frame, runs, users, k, n, g, judged) -> list[dict[str, Any]]:
         cuts = np.quantile(p, [0.25, 0.5, 0.75]) if len(p) > 3 else np.array([])
         for j, q in zip(mine, np.searchsorted(cuts, p, side="right"), strict=True):
             strata.setdefault(f"{run.name}/q{int(q) + 1}", []).append(j)
+    return strata
+
+
+def _stratified(frame, strata, n, g) -> list[dict[str, Any]]:
+    """The same number of pairs drawn from each stratum (the ``stratified`` design)."""
     per = max(1, n // len(strata))
     rows = []
     for name, members in sorted(strata.items()):
@@ -230,6 +241,21 @@ def _stratified(frame, runs, users, k, n, g, judged) -> list[dict[str, Any]]:
             u, i = frame[members[j]]
             rows.append({"user_id": u, "item_id": i, "inclusion_prob": take / len(members),
                          "stratum": name})  # fmt: skip
+    return rows
+
+
+def _stratified_order(frame, strata, g) -> list[dict[str, Any]]:
+    """Every listed pair in the sequential stratified order (``sample_gold``): the strata
+    in turn, one pair each, each stratum's members in a random order."""
+    queues = [(name, [members[j] for j in g.permutation(len(members))])
+              for name, members in sorted(strata.items())]  # fmt: skip
+    rows: list[dict[str, Any]] = []
+    for depth in range(max(len(q) for _, q in queues)):
+        for name, queue in queues:
+            if depth < len(queue):
+                u, i = frame[queue[depth]]
+                rows.append({"user_id": u, "item_id": i, "inclusion_prob": None,
+                             "stratum": name, "order": len(rows) + 1})  # fmt: skip
     return rows
 
 
@@ -289,9 +315,10 @@ def read_gold(
     record = _design_record(Path(path))
     if record is not None and record.get("sequential"):
         return _read_sequential(Path(path), record, users, listed, runs, k)
-    labels = read_labels(path)  # refuses unlabelled, non-binary and repeated rows by row
+    df = label_table(path)  # read once: the labels and the inclusion column
+    labels = labels_of(df, path)  # refuses unlabelled, non-binary and repeated rows by row
     _check_listed(Path(path), labels, users, listed)
-    inclusion, design = _inclusion_and_design(Path(path), record)
+    inclusion, design = _inclusion_and_design(Path(path), df, record)
     if record is not None:
         _check_record(Path(path), record, len(labels), runs, k)
     return GoldSample(labels, inclusion, design, str(path))
@@ -324,14 +351,23 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
     """A sequential file (``gold sample --sequential``), labelled from the top: the labelled
     units (users for the ``users`` design, each wholly labelled; pairs for ``uniform``) must
     be the first ``m`` of its random order; they are then a uniform random sample of ``m`` of
-    its ``N`` units, ``pi = m / N`` for each labelled pair (the design at ``m``)."""
-    labels = read_labels(path, skip_unlabelled=True)
+    its ``N`` units, ``pi = m / N`` for each labelled pair (the design at ``m``). The
+    stratified design's order (``[user, item, stratum]`` each) takes the strata in turn: its
+    first ``m`` pairs hold ``m_h`` of stratum ``h``'s ``N_h``, a uniform sample within it,
+    ``pi = m_h / N_h``."""
+    df = label_table(path)
+    labels = labels_of(df, path, skip_unlabelled=True)
     _check_listed(path, labels, users, listed)
-    by_pair = record.get("design") == "uniform"
+    design = record.get("design")
+    by_pair = design in ("uniform", "stratified")
+    width = 3 if design == "stratified" else 2
     what = "pair" if by_pair else "user"
     raw = record.get("order") or []
+    stratum: dict[Any, str] = {}
     try:
-        order = [(str(x[0]), str(x[1])) if by_pair and len(x) == 2 else str(x) for x in raw]
+        order = [(str(x[0]), str(x[1])) if by_pair and len(x) == width else str(x) for x in raw]
+        if design == "stratified":
+            stratum = {(str(x[0]), str(x[1])): str(x[2]) for x in raw}
         ok = bool(order) and len(set(order)) == len(order) and all(
             isinstance(x, tuple) == by_pair for x in order)  # fmt: skip
     except (TypeError, KeyError, IndexError):
@@ -342,7 +378,6 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
             source=f"{path}.design.json", field="order",
             fix="keep the record as `gold sample --sequential` wrote it, or draw again",
         )  # fmt: skip
-    df = read_table(path)
     pairs = list(zip(df["user_id"].astype(str), df["item_id"].astype(str), strict=True))
     first_row: dict[Any, int] = {}
     for r, (u, i) in enumerate(pairs, 1):
@@ -367,7 +402,7 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
             source=str(path), row=first_row.get(late), field="label",
             fix=f"label {what} {gap!r} first (or clear the labels of {what} {late!r})",
         )  # fmt: skip
-    for r, (u, i) in enumerate(pairs, 1):  # read_labels left out exactly the empty rows
+    for r, (u, i) in enumerate(pairs, 1):  # labels_of left out exactly the empty rows
         if not by_pair and u in done and (u, i) not in labels:
             raise DataError(
                 f"user {u!r} is partly labelled: a user's rows are one cluster of the "
@@ -376,9 +411,35 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
                 fix=f"label every row of user {u!r} (or clear its labels)",
             )  # fmt: skip
     _check_record(path, {**record, "pairs": None}, len(labels), runs, k)
-    pi = m / len(order)
-    return GoldSample(labels, dict.fromkeys(labels, pi), "uniform" if by_pair else "users",
-                      str(path), sequential=(m, len(order)))  # fmt: skip
+    if design == "stratified":
+        inclusion = _stratum_inclusion(path, order, stratum, m)
+    else:
+        inclusion = dict.fromkeys(labels, m / len(order))
+    return GoldSample(labels, inclusion, design if by_pair else "users", str(path),
+                      sequential=(m, len(order)))  # fmt: skip
+
+
+def _stratum_inclusion(path: Path, order: list, stratum: Mapping[Any, str],
+                       m: int) -> dict[tuple[str, str], float]:  # fmt: skip
+    """Per labelled pair of a sequential stratified file's first ``m``: ``m_h / N_h`` of its
+    stratum. A stratum with no labelled pair would leave its pairs out of the estimate
+    (every pair's ``pi`` must be > 0), so the first pair of every stratum must be labelled."""
+    size: dict[str, int] = {}
+    for pair in order:
+        size[stratum[pair]] = size.get(stratum[pair], 0) + 1
+    done: dict[str, int] = {}
+    for pair in order[:m]:
+        done[stratum[pair]] = done.get(stratum[pair], 0) + 1
+    if len(done) < len(size):
+        first = next(n for n, pair in enumerate(order, 1) if stratum[pair] not in done)
+        raise DataError(
+            f"{m} pairs labelled, but {len(size) - len(done)} of the {len(size)} strata have "
+            f"none yet: the estimate needs at least one labelled pair of every stratum.",
+            source=str(path), field="label",
+            fix=f"label from the top down to order {max(first, len(size))} at least (the "
+            "order takes one pair of each stratum in turn)",
+        )  # fmt: skip
+    return {pair: done[stratum[pair]] / size[stratum[pair]] for pair in order[:m]}
 
 
 def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence[str] | None,
@@ -418,12 +479,11 @@ def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence
 
 
 def _inclusion_and_design(
-    path: Path, record: dict[str, Any] | None
+    path: Path, df: Any, record: dict[str, Any] | None
 ) -> tuple[dict[tuple[str, str], float], str]:
     """A gold file's inclusion probabilities (its ``inclusion_prob`` column, each in (0, 1])
     and its design (its design ``record``, the ``.design.json`` beside it, else the file's
-    ``design`` column, else ``unknown``)."""
-    df = read_table(path)
+    ``design`` column, else ``unknown``); ``df`` is the file as read from ``path``."""
     inclusion: dict[tuple[str, str], float] = {}
     design = "unknown"
     if "inclusion_prob" in df.columns:

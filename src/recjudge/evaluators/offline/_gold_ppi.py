@@ -1,18 +1,15 @@
 """Estimates from a gold sample (labels a person gave): prediction-powered inference on a
-metric per system (``ppi_run``, ``ppi_metric``), the checks a design needs (both classes,
-enough labelled users) and the gold file reader (``read_gold``)."""
+metric per system (``ppi_run``, ``ppi_metric``) and the checks a design needs (both classes,
+enough labelled users); the gold file reader is ``_gold.read_gold``."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from recjudge.data import DataError
-from recjudge.evaluators.offline._calibrate import read_labels
 from recjudge.evaluators.offline._estimators import LINEAR, Estimate, metric_weights, parse_metric
 from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
 
@@ -53,30 +50,6 @@ def ppi_mean(
     z = float(norm.ppf(1 - alpha / 2))
     return {"value": theta, "lo": theta - z * se, "hi": theta + z * se, "se": se, "lam": lam,
             "n": n, "N": big_n}  # fmt: skip
-
-
-def read_gold(path: str | Path, users: Sequence[str], listed: set[tuple[str, str]]):
-    """Gold pairs ``(user_id, item_id, label)`` (``calibrate``'s label file format), each of a
-    user and item the evaluated runs list.
-
-    Raises:
-        DataError: a bad label, or a pair for a user or item outside the evaluated runs
-            (file and row named).
-    """
-    gold = read_labels(path)
-    known = set(users)
-    items = {i for _, i in listed}
-    for r, (u, i) in enumerate(gold, 1):
-        if u not in known or i not in items:
-            what = f"user {u!r}" if u not in known else f"item {i!r}"
-            raise DataError(
-                f"gold pair ({u!r}, {i!r}): {what} is not in the evaluated runs' top-k lists.",
-                source=str(path),
-                row=r,
-                fix="draw gold pairs uniformly from the pairs the evaluated runs list (top-k "
-                "of the evaluation users); a pair outside them cannot be weighed",
-            )
-    return gold
 
 
 def require_judged(pairs: Sequence[tuple[str, str]], judged: Mapping[tuple[str, str], Any]):

@@ -215,9 +215,10 @@ class GoldSampleJob(BaseModel):
     )  # fmt: skip
     seed: int = Field(0, description="The sample's seed.")
     sequential: bool = Field(
-        False, description="users (uniform) design: every evaluation user (listed pair) in a "
-        "random order; label from the top (whole users, or pairs) and evaluate any time: the "
-        "report says whether to stop (--n: the first batch to label)."
+        False, description="users (uniform, stratified) design: every evaluation user "
+        "(listed pair) in a random order (stratified: the strata in turn); label from the top "
+        "(whole users, or pairs) and evaluate any time: the report says whether to stop "
+        "(--n: the first batch to label)."
     )  # fmt: skip
     data: str | None = Field(
         None, description="The dataset the judge read (adds titles and recent history for "
@@ -258,6 +259,8 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
     first = None
     if job.sequential:  # the order the labeller follows, and the first batch to label
         order = (list(dict.fromkeys(r["user_id"] for r in rows)) if job.design == "users"
+                 else [[r["user_id"], r["item_id"], r["stratum"]] for r in rows]
+                 if job.design == "stratified"
                  else [[r["user_id"], r["item_id"]] for r in rows])  # fmt: skip
         design |= {"sequential": True, "order": order}
         first = rows[min(job.n, len(rows)) - 1]["order"]
