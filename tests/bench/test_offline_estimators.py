@@ -29,11 +29,14 @@ from recjudge.bench._offline_estimators import (
     summarise,
     synthetic_imputer,
     truth_of,
+    tuned_judge,
     world_from,
 )
 from recjudge.cf_models import MODELS
 from recjudge.evaluators import ListLabels, estimate, propensities_from
 from recjudge.evaluators.offline._gold_ppi import ppi_mean
+from recjudge.evaluators.offline._leakage import TunedLeakageError
+from tuned_folders import fake_tuned
 
 METRICS = ("precision@5", "ndcg_fixed@5", "dcg@3")
 
@@ -321,3 +324,19 @@ def test_the_ppi_limit_is_ppi_pluss_width_over_the_labels_alone():
     assert 0.3 < limit["ppi_width_limit"] < 0.9  # a case where the limit is not trivial
     assert ppi_limit(y, y)["ppi_width_limit"] == pytest.approx(0.0, abs=1e-7)
     assert ppi_limit(np.ones(10), y[:10]) == {"corr_vs_truth": None, "ppi_width_limit": None}
+
+
+def test_a_judge_tuned_on_the_worlds_users_is_refused(tmp_path):
+    """The known-truth world with a tuned judge: a tuning that read any of the world's users
+    is refused (its judgments would not be independent of the truth); one that read none is
+    named in the report's results with its card; a model that is not a tuned folder, or a
+    run without judges, has no record."""
+
+    leaky = fake_tuned(tmp_path / "leaky", {"u1": 5.0, "other": 1.0})
+    with pytest.raises(TunedLeakageError, match="tuned on 1 of this world's 3 users"):
+        tuned_judge(EstimatorCheckConfig(model=str(leaky)), ["u0", "u1", "u2"])
+    clean = fake_tuned(tmp_path / "clean", {"other": 1.0})
+    got = tuned_judge(EstimatorCheckConfig(model=str(clean)), ["u0", "u1", "u2"])
+    assert got is not None and (got["world_users"], got["world_users_read"]) == (3, 0)
+    assert tuned_judge(EstimatorCheckConfig(model=str(tmp_path)), ["u0"]) is None
+    assert tuned_judge(EstimatorCheckConfig(model=str(leaky), judges=()), ["u1"]) is None

@@ -143,6 +143,7 @@ def test_tutorial(tmp_path, ml100k):
            cwd=t)  # fmt: skip
     strat = pd.read_csv(t / "strat.csv", dtype=str, keep_default_na=False)
     m = strat["stratum"].nunique()
+    assert json.loads(r.stdout)["first_batch_users"] == max(2, m)  # reaches every stratum
     strat.loc[: m - 1, "label"] = [
         str(q[u][i]) for u, i in zip(strat["user_id"][:m], strat["item_id"][:m], strict=True)
     ]

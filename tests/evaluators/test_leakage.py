@@ -10,7 +10,6 @@ import pandas as pd
 import pytest
 
 from cli_in_process import run_cli
-from recjudge._util import sha256_file
 from recjudge.data import Dataset, load_from_files
 from recjudge.evaluators import GoldSample
 from recjudge.evaluators.offline._jobs import _check_tuned_gold
@@ -21,20 +20,7 @@ from recjudge.evaluators.offline._leakage import (
     refuse_gold,
     refuse_period,
 )
-from recjudge.llm._card import TUNED_CARD, user_hash
-
-
-def fake_tuned(folder, last_time: dict[str, float]):
-    """A tuned folder's card and users record (what the leakage rules read; no weights)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    users = folder / "tuning-users.json"
-    users.write_text(json.dumps({"format": "recjudge-tuning-users",
-                                 "last_time": {user_hash(u): t for u, t in last_time.items()},
-                                 "validation": []}))  # fmt: skip
-    card = {"format": "recjudge-tuned", "users_sha256": sha256_file(users),
-            "weights_sha256": {"model.safetensors": "0" * 64}}  # fmt: skip
-    (folder / TUNED_CARD).write_text(json.dumps(card))
-    return folder
+from tuned_folders import fake_tuned
 
 
 def _feedback(rows):

@@ -79,6 +79,8 @@ from recjudge.evaluators import (
     snips_normaliser,
 )
 from recjudge.evaluators._circular import LENIENCY_LIMIT, lenient_systems
+from recjudge.evaluators.offline._leakage import TunedLeakageError, gold_overlap
+from recjudge.llm._card import read_card
 from recjudge.reporting import figure, interval, write_report
 from recjudge.reward import Population, ResultsStore, judge_per_user, requests_for
 
@@ -649,6 +651,35 @@ def _judge_world(
     return judged
 
 
+def tuned_judge(config: EstimatorCheckConfig, users: Sequence[str]) -> dict[str, Any] | None:
+    """What the judge's tuned folder (``judge tune``) read of this world, from its card; None
+    for a model that is not a tuned folder (or a run without LLM judges).
+
+    Raises:
+        TunedLeakageError: the tuning read any of the world's users (its past or future):
+            the world's truth would then be what the judge was trained on.
+    """
+    if not config.judges:
+        return None
+    found = gold_overlap(config.model, users)
+    if found is None:
+        return None
+    if found["read_by_tuning"]:
+        raise TunedLeakageError(
+            f"judge model {config.model} was tuned on {found['read_by_tuning']} of this "
+            f"world's {found['gold_users']} users (e.g. user {found['example']!r}): its "
+            "judgments of their listed pairs are not independent of the truth they are checked "
+            "against; tune with --exclude-users naming the world's users"
+        )  # fmt: skip
+    card = read_card(config.model) or {}
+    keep = ("base_model", "steps", "best_step", "validation_auc_before", "validation_auc",
+            "precision")  # fmt: skip
+    pairs = card.get("pairs") or {}
+    return {**{k: card.get(k) for k in keep}, "train_pairs": pairs.get("train"),
+            "users_read": (card.get("data") or {}).get("users_read"),
+            "world_users": found["gold_users"], "world_users_read": 0}  # fmt: skip
+
+
 def bench_brief_offline_estimators(
     config: EstimatorCheckConfig,
     out: str | Path = "reports/brief-offline-estimators",
@@ -662,9 +693,9 @@ def bench_brief_offline_estimators(
     from recjudge.bench._imputer_gold import imputer_summary  # noqa: PLC0415
 
     t0 = time.time()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    (out := Path(out)).mkdir(parents=True, exist_ok=True)
     ds, past, users, world, sources = _world_of(config)
+    tuned = tuned_judge(config, users)  # a tuning that read the world is refused before judging
     judged = _judge_world(config, ds, past, world, sources, out, llm, progress)
     if config.calibration_gold:
         for name in [n for n in world.imputers if n.startswith(("judge:brief", "cf"))]:
@@ -722,6 +753,7 @@ def bench_brief_offline_estimators(
         "gold_imputer": gold_imputer,
         "gold_imputers": imputer_summary(imputer_logs),
         "judging": judged,
+        "tuned_judge": tuned,
         "estimating_seconds": round(time.time() - t2, 1),
         "wall_seconds": round(time.time() - t0, 1),
     }
@@ -1018,7 +1050,17 @@ def _report_method(config: EstimatorCheckConfig, r: Mapping[str, Any]) -> list[s
         else "no LLM judge in this run (`judges` is empty); "
     )
     bound = f"`{BOUND}` = the online truth itself (the bound, below); " if config.bound else ""
+    t = r.get("tuned_judge")
+    tuned = [] if not t else [
+        f"- The judge's model is a folder `judge tune` made (its card): {t['base_model']} "
+        f"tuned with LoRA on {t['train_pairs']} pairs of {t['users_read']} users, best step "
+        f"{t['best_step']} of {t['steps']}, "
+        f"validation AUC {t['validation_auc_before']} -> {t['validation_auc']}; it read none "
+        f"of this world's {t['world_users']} users (checked on the card's users record: a "
+        "tuning that read any is refused)."
+    ]  # fmt: skip
     return [
+        *tuned,
         f"- Imputation models: {judges}`cf` = (sigma + 1) / 2 of the judge's CF model "
         f"(`{config.cf}`), `cf/X` of source X; `all-yes` = 1 everywhere; {bound}"
         + (

@@ -263,7 +263,9 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
                  if job.design == "stratified"
                  else [[r["user_id"], r["item_id"]] for r in rows])  # fmt: skip
         design |= {"sequential": True, "order": order}
-        first = rows[min(job.n, len(rows)) - 1]["order"]
+        # a stratified prefix is read once it holds a pair of every stratum
+        least = len({r["stratum"] for r in rows}) if job.design == "stratified" else 1
+        first = rows[min(max(job.n, least), len(rows)) - 1]["order"]
     write_gold(rows, out, design, data)
     return {"pairs": len(rows), "users": len({r["user_id"] for r in rows}), "design": job.design,
             "out": str(out), "design_record": f"{out}.design.json",
@@ -273,11 +275,13 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
 def gold_text(job: GoldSampleJob, s: dict[str, Any]) -> str:
     """``gold sample``'s one-line summary."""
     if s.get("first_batch_users"):
-        what = "whole users" if job.design == "users" else "pairs"
+        users = job.design == "users"
+        what = "whole users" if users else "pairs"
+        batch = f": about {job.n} pairs" if users else ""
         return (
             f"{s['pairs']} pairs of {s['users']} users in a random order (sequential "
             f"{job.design} design) -> {s['out']}: label {what} from the top (order 1 to "
-            f"{s['first_batch_users']} first: about {job.n} pairs), then `recjudge evaluate ... "
+            f"{s['first_batch_users']} first{batch}), then `recjudge evaluate ... "
             f"--gold {s['out']}`; its next step says whether to stop or how far to go on"
         )
     return (

@@ -1,0 +1,49 @@
+"""Tune a judge for the known-truth world of ``bench brief-offline-estimators`` (issue 88): LoRA
+on that world's past split (each user's timeline before its last 20 %, the split the world's
+recommenders train on), never reading any of the world's users, so the tuned judge is an
+imputer whose training saw neither their past nor their online truth. The settings are those
+of ``reports/judge-tuning/ml-1m-qwen2.5-coder-0.5b-readout-margin`` (tune-v3: 120 steps of
+4, decision weight 1, 200 tuning users, 20 validation users, 10-item histories).
+
+    .venv/bin/python scripts/tune_known_truth.py OUT_FOLDER [MODEL]
+    # then: recjudge bench run brief-offline-estimators --config CONFIG --out DIR
+    # with CONFIG's "model" = OUT_FOLDER and "history_items" = 10
+
+The bench refuses a tuned folder whose card shows it read any of the world's users.
+Last run (2026-12-06, 2-core EPYC): reports/brief-offline-estimators/
+ml-1m-qwen2.5-coder-0.5b-tuned, read in that folder's README.
+"""
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from recjudge.bench._offline import _simulate_log
+from recjudge.bench._offline_estimators import EstimatorCheckConfig
+from recjudge.data import load_dataset
+from recjudge.reward import TuneConfig, tune
+
+CONFIG = Path(__file__).resolve().parents[1] / "checkpoints/brief-offline-ml1m-1.5b/estimators.json"
+
+
+def main(folder: Path, model: str) -> None:
+    world = EstimatorCheckConfig(**json.loads(CONFIG.read_text()))
+    ds = load_dataset(world.data)
+    logs = [_simulate_log(world, ds, s) for s in world.log_seeds()]
+    users = list(dict.fromkeys(u for log in logs for u in log.users))
+    past = ds.with_interactions(logs[0].past, "brief-offline-estimators' world: the past split")
+    tc = TuneConfig(model=model, max_history=10, future_fraction=world.future_fraction,
+                    steps=120, batch_size=4, lr=2e-4, eval_every=20, patience=3,
+                    decision_weight=1.0, max_users=200, validation_users=20,
+                    positives_per_user=2, seed=world.seed)  # fmt: skip
+    t0 = time.time()
+    resume = (Path(f"{folder}.tune") / "state.json").is_file()
+    tune(tc, past, folder, exclude_users=users, resume=resume, progress=True, log=print)
+    print(f"tuned in {time.time() - t0:.0f} s, the world's {len(users)} users excluded -> {folder}")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) not in (2, 3):
+        sys.exit(__doc__)
+    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) == 3 else "qwen2.5-coder-0.5b")
