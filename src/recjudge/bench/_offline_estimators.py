@@ -697,8 +697,8 @@ def bench_brief_offline_estimators(
     ds, past, users, world, sources = _world_of(config)
     tuned = tuned_judge(config, users)  # a tuning that read the world is refused before judging
     judged = _judge_world(config, ds, past, world, sources, out, llm, progress)
-    if config.calibration_gold:
-        for name in [n for n in world.imputers if n.startswith(("judge:brief", "cf"))]:
+    if config.calibration_gold:  # a calibrated twin of every judge's and CF's p
+        for name in [n for n in world.imputers if n.startswith(("judge:", "cf"))]:
             world.imputers[f"{name}+cal"] = calibrated(
                 world, name, config.calibration_gold, config.seed
             )
