@@ -34,6 +34,7 @@ reads the labelled file back: unlabelled, repeated or unlisted pairs are refused
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -424,12 +425,8 @@ def _stratum_inclusion(path: Path, order: list, stratum: Mapping[Any, str],
     """Per labelled pair of a sequential stratified file's first ``m``: ``m_h / N_h`` of its
     stratum. A stratum with no labelled pair would leave its pairs out of the estimate
     (every pair's ``pi`` must be > 0), so the first pair of every stratum must be labelled."""
-    size: dict[str, int] = {}
-    for pair in order:
-        size[stratum[pair]] = size.get(stratum[pair], 0) + 1
-    done: dict[str, int] = {}
-    for pair in order[:m]:
-        done[stratum[pair]] = done.get(stratum[pair], 0) + 1
+    size = Counter(stratum[pair] for pair in order)
+    done = Counter(stratum[pair] for pair in order[:m])
     if len(done) < len(size):
         first = next(n for n, pair in enumerate(order, 1) if stratum[pair] not in done)
         raise DataError(
