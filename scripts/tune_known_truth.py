@@ -5,7 +5,11 @@ imputer whose training saw neither their past nor their online truth. The settin
 of ``reports/judge-tuning/ml-1m-qwen2.5-coder-0.5b-readout-margin`` (tune-v3: 120 steps of
 4, decision weight 1, 200 tuning users, 20 validation users, 10-item histories).
 
-    .venv/bin/python scripts/tune_known_truth.py OUT_FOLDER [MODEL]
+    .venv/bin/python scripts/tune_known_truth.py OUT_FOLDER [MODEL [NEGATIVES]]
+
+NEGATIVES is ``uniform`` (tune-v3's, the default) or ``listed``: the negatives (and the
+positives) drawn from the user's item-kNN and popularity top-20 lists, with 40 validation
+users (a user has at most 2 positives in its list, so 20 users would validate on ~56 pairs).
     # then: recjudge bench run brief-offline-estimators --config CONFIG --out DIR
     # with CONFIG's "model" = OUT_FOLDER and "history_items" = 10
 
@@ -27,7 +31,7 @@ from recjudge.reward import TuneConfig, tune
 CONFIG = Path(__file__).resolve().parents[1] / "checkpoints/brief-offline-ml1m-1.5b/estimators.json"
 
 
-def main(folder: Path, model: str) -> None:
+def main(folder: Path, model: str, negatives: str = "uniform") -> None:
     world = EstimatorCheckConfig(**json.loads(CONFIG.read_text()))
     ds = load_dataset(world.data)
     logs = [_simulate_log(world, ds, s) for s in world.log_seeds()]
@@ -35,8 +39,9 @@ def main(folder: Path, model: str) -> None:
     past = ds.with_interactions(logs[0].past, "brief-offline-estimators' world: the past split")
     tc = TuneConfig(model=model, max_history=10, future_fraction=world.future_fraction,
                     steps=120, batch_size=4, lr=2e-4, eval_every=20, patience=3,
-                    decision_weight=1.0, max_users=200, validation_users=20,
-                    positives_per_user=2, seed=world.seed)  # fmt: skip
+                    decision_weight=1.0, max_users=200,
+                    validation_users=20 if negatives == "uniform" else 40,
+                    positives_per_user=2, seed=world.seed, negatives=negatives)  # fmt: skip
     t0 = time.time()
     resume = (Path(f"{folder}.tune") / "state.json").is_file()
     tune(tc, past, folder, exclude_users=users, resume=resume, progress=True, log=print)
@@ -44,6 +49,6 @@ def main(folder: Path, model: str) -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3):
+    if len(sys.argv) not in (2, 3, 4):
         sys.exit(__doc__)
-    main(Path(sys.argv[1]), sys.argv[2] if len(sys.argv) == 3 else "qwen2.5-coder-0.5b")
+    main(Path(sys.argv[1]), *(sys.argv[2:] or ["qwen2.5-coder-0.5b"]))

@@ -27,6 +27,10 @@ class TuneConfig(BaseModel):
             (the pairs: ``_tune_pairs.build_pairs``).
         positives_per_user: most positives per user.
         negatives_per_positive: never-touched items drawn per positive.
+        negatives: how negatives (and with them positives) are drawn: ``uniform`` from the
+            catalogue, or ``listed`` from the user's item-kNN and popularity lists, positives
+            then the later interactions in that list (``_tune_pairs`` states both rules).
+        listed_items: with ``listed``, each recommender's list length.
         min_rating: a later interaction counts as a positive from this rating.
         validation_users: users held out for the validation AUC.
         max_users: most users the pairs are built from.
@@ -64,6 +68,14 @@ class TuneConfig(BaseModel):
     )
     positives_per_user: int = Field(3, ge=1, description="Most positives per user.")
     negatives_per_positive: int = Field(1, ge=1, description="Unseen items drawn per positive.")
+    negatives: Literal["uniform", "listed"] = Field(
+        "uniform", description="Negatives drawn uniformly from the catalogue, or from the items "
+        "an item-kNN and a popularity recommender list for the user (positives: the user's "
+        "later items in that list), where offline metrics count."
+    )  # fmt: skip
+    listed_items: int = Field(
+        20, ge=1, le=1000, description="With --negatives listed: each recommender's list length."
+    )
     min_rating: float | None = Field(
         None, description="A later interaction is a positive only when rated >= this."
     )
@@ -110,8 +122,13 @@ class TuneConfig(BaseModel):
         return "bfloat16" if device.startswith("cuda") or native_bf16() else "float32"
 
     def fingerprint(self) -> str:
-        """What a checkpoint was made under: every field but ``device``."""
-        return stable_hash(TUNE_VERSION, self.model_dump(mode="json", exclude={"device"}))
+        """What a checkpoint was made under: every field but ``device`` (``listed_items``
+        only with ``listed`` negatives, and neither field at ``uniform``, so checkpoints made
+        before the two fields existed keep their fingerprint)."""
+        dump = self.model_dump(mode="json", exclude={"device"})
+        if dump["negatives"] == "uniform":
+            del dump["negatives"], dump["listed_items"]
+        return stable_hash(TUNE_VERSION, dump)
 
 
 class TuneJob(TuneConfig):

@@ -154,6 +154,20 @@ def test_tutorial(tmp_path, ml100k):
     est = json.loads(r.stdout)["estimators"]
     assert est["next_step"]["sequential"]
     assert f"sequential: the first {m} of {len(strat)} pairs labelled" in est["gold"]
+    # The active order (priority sampling): its first 3 pairs labelled, weighed by the keys.
+    rj("gold", "sample", "--runs", runs, "--qrels", "imputed", "--k", "2", "--n", "3",
+       "--design", "active", "--sequential", "--out", "act.csv", cwd=t)  # fmt: skip
+    act = pd.read_csv(t / "act.csv", dtype=str, keep_default_na=False)
+    act.loc[:2, "label"] = [
+        str(q[u][i]) for u, i in zip(act["user_id"][:3], act["item_id"][:3], strict=True)
+    ]
+    act.to_csv(t / "act.csv", index=False)
+    r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics",
+           "precision@2", "--estimators", "dm", "--gold", "act.csv", "--json",
+           cwd=t)  # fmt: skip
+    est = json.loads(r.stdout)["estimators"]
+    assert est["next_step"]["sequential"]
+    assert f"sequential: the first 3 of {len(act)} pairs labelled" in est["gold"]
     metrics = "ndcg@3,precision@3"
     r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics", metrics,
            "--out", "report", "--json", cwd=t)  # fmt: skip

@@ -18,8 +18,9 @@ import pytest
 
 import recjudge.reward._tune as t
 from cli_in_process import run_cli
-from recjudge._tune_config import TuneConfig
-from recjudge.data import sample_users, split_past_future
+from recjudge._tune_config import TUNE_VERSION, TuneConfig
+from recjudge._util import stable_hash
+from recjudge.data import sample_users, split_past_future, timeline_split
 from recjudge.decoding import EvidenceFirst
 from recjudge.decoding._schemas import NO_MARKER, YES_MARKER, DecisionSpec
 from recjudge.llm import LLMConfig, ModelLoadError, llm_key, load_llm, resolve_model_path
@@ -37,7 +38,7 @@ from recjudge.reward._tune import (
     tune,
     used_examples,
 )
-from recjudge.reward._tune_pairs import EvidenceRule, build_pairs
+from recjudge.reward._tune_pairs import EvidenceRule, Lister, build_pairs
 
 
 def _pairs(ds, **kw):
@@ -45,10 +46,12 @@ def _pairs(ds, **kw):
     return build_pairs(ds, **kw)
 
 
-def test_pairs_never_touch_the_evaluated_future_or_the_excluded_users(ml100k):
+@pytest.mark.parametrize("negatives", ["uniform", "listed"])
+def test_pairs_never_touch_the_evaluated_future_or_the_excluded_users(ml100k, negatives):
     past, future = split_past_future(ml100k, fraction=0.2)
     evaluated = sample_users(future.interactions["user_id"], 60, "eval")
-    got = _pairs(past, exclude_users=evaluated, max_users=None, validation_users=20)
+    got = _pairs(past, exclude_users=evaluated, max_users=None, validation_users=20,
+                 negatives=negatives)  # fmt: skip
     fut = set(zip(future.interactions["user_id"].astype(str),
                   future.interactions["item_id"].astype(str), strict=True))  # fmt: skip
     fut_eval = {(u, i) for u, i in fut if u in set(evaluated)}
@@ -65,8 +68,9 @@ def test_pairs_never_touch_the_evaluated_future_or_the_excluded_users(ml100k):
     assert all(t <= first[u] for u, t in got.users_last_time.items() if u in first.index)
 
 
-def test_positives_are_later_interactions_and_negatives_never_touched(ml100k):
-    got = _pairs(ml100k)
+@pytest.mark.parametrize("negatives", ["uniform", "listed"])
+def test_positives_are_later_interactions_and_negatives_never_touched(ml100k, negatives):
+    got = _pairs(ml100k, negatives=negatives)
     log = ml100k.interactions
     seen = log.groupby("user_id", observed=True)["item_id"].apply(lambda s: set(s.astype(str)))
     for p in got.train + got.validation:
@@ -103,6 +107,62 @@ def test_the_evidence_rule_cites_the_most_similar_shown_items():
     assert EvidenceRule(log, 2).choose("c", ["d", "b", "a"]) == ("a", "b")
     assert rule.choose("c", ["d"]) == ("d",)  # none similar: the most recent shown item
     assert rule.choose("zz", ["d", "b"]) == ("d",)  # unknown candidate
+
+
+def _listing_log():
+    # users 1-3 watched a and c; 4 b and d; 5-7 e (as popular as a and c)
+    seen = {"1": "ac", "2": "ac", "3": "acb", "4": "bd", "5": "e", "6": "e", "7": "ef"}
+    rows = [(u, i) for u, items in seen.items() for i in items]
+    return pd.DataFrame(rows, columns=["user_id", "item_id"])
+
+
+def test_the_list_is_item_knn_over_the_history_then_popularity_without_seen_items():
+    lister = Lister(_listing_log(), k=2)
+    history = pd.DataFrame({"item_id": ["a"]})
+    # item-kNN from a: c (cosine 1), then b (1 / sqrt(3 * 2)); d and e share no user with a;
+    # popularity's top 2 unseen: c and e (3 users each; ties by id), c listed once
+    assert lister.listed(history) == ["c", "b", "e"]
+    # a seen item is never listed; an unknown history item lists popularity only
+    assert "a" not in lister.listed(pd.DataFrame({"item_id": ["a", "c"]}))
+    assert lister.listed(pd.DataFrame({"item_id": ["zz"]})) == ["a", "c"]
+    with pytest.raises(ValueError, match="listed_items"):
+        Lister(_listing_log(), k=0)
+
+
+def test_listed_pairs_are_hits_and_misses_of_the_users_list(ml100k):
+    """Under ``listed`` a positive is a later interaction in the user's list and a negative a
+    listed item the user never touched: both come from the same list, the pairs a metric
+    counts."""
+    got = _pairs(ml100k, negatives="listed", listed_items=10)
+    log = ml100k.interactions
+    assert {p.label for p in got.train} == {0, 1}
+    by_user: dict[str, list] = {}
+    for p in got.train + got.validation:
+        by_user.setdefault(p.request.user_id, []).append(p)
+    history, _ = timeline_split(log, fraction=0.2)
+    val = set(got.validation_users)
+    lister = Lister(history[~history["user_id"].astype(str).isin(val)], 10)
+    for u, pairs in list(by_user.items())[:8]:
+        listed = lister.listed(history[history["user_id"].astype(str) == u])
+        assert len(listed) <= 20
+        assert {p.request.candidate_id for p in pairs} <= set(listed)
+        # one never-touched listed item per positive, fewer only where the list runs out
+        assert 0 < sum(1 - p.label for p in pairs) <= sum(p.label for p in pairs)
+        seen = set(log[log["user_id"].astype(str) == u]["item_id"].astype(str))
+        assert all(p.request.candidate_id not in seen for p in pairs if not p.label)
+
+
+def test_the_negatives_rule_is_checked_and_keyed_only_where_it_acts():
+    with pytest.raises(ValueError, match="negatives must be one of uniform, listed"):
+        build_pairs(None, negatives="popular")
+    base = TuneConfig()
+    # uniform keeps the fingerprint of checkpoints made before the two fields existed
+    old = base.model_dump(mode="json", exclude={"device", "negatives", "listed_items"})
+    assert base.fingerprint() == stable_hash(TUNE_VERSION, old)
+    assert TuneConfig(listed_items=5).fingerprint() == base.fingerprint()
+    listed = TuneConfig(negatives="listed")
+    assert len({base.fingerprint(), listed.fingerprint(),
+                TuneConfig(negatives="listed", listed_items=5).fingerprint()}) == 3  # fmt: skip
 
 
 @pytest.mark.parametrize("titles", [["A"], ['He said "no" \\ then', "x\u2028y"], []])

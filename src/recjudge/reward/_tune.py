@@ -491,6 +491,7 @@ def tuning_pairs(config: TuneConfig, data: Any, exclude_users: Sequence[str] = (
         validation_users=config.validation_users, max_users=config.max_users,
         exclude_users=exclude_users, before=config.before, min_history=config.min_history,
         evidence_items=config.evidence_items, seed=config.seed,
+        negatives=config.negatives, listed_items=config.listed_items,
     )  # fmt: skip
 
 

@@ -23,6 +23,20 @@ the estimators weight it correctly (``_ppi``):
   half bounds the weights where the judge is confident and wrong. Pairs the judge is sure of
   are labelled less, those it hesitates on more; the estimators weight each by ``1 / pi``.
 
+``--sequential`` orders every listed pair (every evaluation user) so that the labeller
+labels from the top and stops when ``evaluate`` says the interval is narrow enough; a
+labelled prefix of ``m`` is read as the design at ``m``: ``users`` and ``uniform`` a random
+order (``pi = m / N``), ``stratified`` the strata in turn (``pi = m_h / N_h``), and
+``active`` **priority sampling** (Duffield, Lund and Thorup, "Priority sampling for
+estimation of arbitrary subset sums", J. ACM 54(6), 2007): each pair gets the active
+design's score ``lambda_i`` and a key ``xi_i = U_i / lambda_i`` (``U_i`` uniform on (0, 1]),
+the order is ``xi`` ascending, and the first ``m`` pairs have ``pi_i = min(1, lambda_i
+xi_(m+1))``, ``xi_(m+1)`` the first unlabelled pair's key (1 once all are labelled). Given
+the other pairs' keys a pair is in the prefix exactly when ``U_i < lambda_i xi'``, ``xi'``
+their ``m``-th smallest, which is ``xi_(m+1)`` whenever it is in; so ``1 / pi`` weights are
+exactly unbiased and distinct pairs' weighted terms are uncorrelated (the theorem), as under
+Poisson sampling, whatever ``m`` the labeller stops at.
+
 Pair designs are estimated with the design-based user-total PPI (``ppi_user_totals``).
 
 The file is CSV: ``user_id, item_id, label`` (empty, for the labeller), ``inclusion_prob``,
@@ -53,8 +67,9 @@ __all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_go
 GOLD_DESIGNS = ("users", "uniform", "stratified", "active")
 #: the designs a sequential file can follow: a prefix of a random order of users (of pairs)
 #: is a uniform sample of them, whatever its length; the stratified order takes one pair of
-#: each stratum in turn, so a prefix is a uniform sample within each stratum
-SEQUENTIAL_DESIGNS = ("users", "uniform", "stratified")
+#: each stratum in turn, so a prefix is a uniform sample within each stratum; the active
+#: order is priority sampling's (module docstring)
+SEQUENTIAL_DESIGNS = ("users", "uniform", "stratified", "active")
 #: share of the active design's inclusion probability spread uniformly (the rest follows the
 #: judge's uncertainty): keeps every weight 1 / pi within 1 / ACTIVE_FLOOR of uniform's
 ACTIVE_FLOOR = 0.5
@@ -115,23 +130,23 @@ def sample_gold(
     sequential: bool = False,
 ) -> list[dict[str, Any]]:
     """Rows ``{user_id, item_id, inclusion_prob, stratum}`` under ``design`` (module
-    docstring); ``judged`` (``read_judged``) is needed by ``stratified``. ``sequential``
-    (``users``, ``uniform`` and ``stratified`` designs): every user (every listed pair) in a
-    seeded random order, each row with its user's (its own) ``order`` (1, 2, ...) and no
-    inclusion probability yet (``read_gold`` computes it from how many are labelled); ``n``
-    is then the first batch the labeller is told. The stratified order visits the strata in
-    turn (each its members in a random order, an exhausted one skipped), so its first ``m``
-    pairs hold the equal allocation ``_stratified`` draws at ``n = m``.
+    docstring); ``judged`` (``read_judged``) is needed by ``stratified`` and ``active``.
+    ``sequential``: every user (every listed pair) in a seeded order, each row with its
+    user's (its own) ``order`` (1, 2, ...) and no inclusion probability yet (``read_gold``
+    computes it from how many are labelled); ``n`` is then the first batch the labeller is
+    told. The stratified order visits the strata in turn (each its members in a random
+    order, an exhausted one skipped), so its first ``m`` pairs hold the equal allocation
+    ``_stratified`` draws at ``n = m``; the active order is priority sampling's, each row
+    with its ``weight`` (``lambda``) and ``priority`` (``xi``).
 
     Raises:
-        ValueError: an unknown design, ``n`` < 2, no listed pair, or ``sequential`` with the
-            ``active`` design.
+        ValueError: an unknown design, ``n`` < 2, or no listed pair.
     """
     if design not in GOLD_DESIGNS:
         raise ValueError(f"unknown gold design {design!r}; use one of {', '.join(GOLD_DESIGNS)}")
     if sequential and design not in SEQUENTIAL_DESIGNS:
-        raise ValueError(f"--sequential labels users or pairs in a random order: it takes the "
-                         f"users, uniform or stratified design, not {design!r}")  # fmt: skip
+        raise ValueError(f"--sequential takes the {', '.join(SEQUENTIAL_DESIGNS)} designs, "
+                         f"not {design!r}")  # fmt: skip
     if n < 2:
         raise ValueError("a gold sample needs at least 2 pairs (--n)")
     frame = listed_pairs(runs, users, k)
@@ -152,21 +167,29 @@ def sample_gold(
     if judged is None:
         raise ValueError(f"the {design} design needs the judge's probabilities (--qrels DIR)")
     if design == "active":
-        return _active(frame, n, g, judged)
+        p = [judged.get(pair, (0.5, False))[0] for pair in frame]
+        return _priority_order(frame, p, g) if sequential else _active(frame, n, g, judged)
     strata = _strata(frame, runs, users, k, judged)
     if sequential:
         return _stratified_order(frame, strata, g)
     return _stratified(frame, strata, n, g)
 
 
-def active_inclusion(p: Sequence[float], n: int) -> np.ndarray:
-    """The ``active`` design's inclusion probabilities (module docstring): ``sum = min(n,
-    len(p))``, each in (0, 1]."""
+def active_score(p: Sequence[float]) -> np.ndarray:
+    """The ``active`` design's relative inclusion scores (module docstring): ``0.5 + 0.5
+    a_i / mean(a)``, ``a_i = sqrt(p_i (1 - p_i))``; each in [0.5, ...), mean 1."""
     q = np.clip(np.asarray(p, dtype=float), 0.0, 1.0)
     a = np.sqrt(q * (1 - q))
     # a judge certain of every pair (p 0 or 1 everywhere) leaves the uniform design
     rel = a / a.mean() if a.mean() > 0 else np.ones(len(q))
-    score = ACTIVE_FLOOR + (1 - ACTIVE_FLOOR) * rel
+    return ACTIVE_FLOOR + (1 - ACTIVE_FLOOR) * rel
+
+
+def active_inclusion(p: Sequence[float], n: int) -> np.ndarray:
+    """The ``active`` design's inclusion probabilities (module docstring): ``sum = min(n,
+    len(p))``, each in (0, 1]."""
+    q = np.asarray(p, dtype=float)
+    score = active_score(q)
     target = float(min(n, len(q)))
     pi = np.zeros(len(q))
     capped = np.zeros(len(q), dtype=bool)
@@ -186,6 +209,27 @@ def _active(frame, n, g, judged) -> list[dict[str, Any]]:
     pick = np.flatnonzero(g.random(len(frame)) < pi)
     return [{"user_id": frame[j][0], "item_id": frame[j][1], "inclusion_prob": float(pi[j]),
              "stratum": "active"} for j in pick]  # fmt: skip
+
+
+def _priority_order(frame, p, g) -> list[dict[str, Any]]:
+    """Every listed pair in priority sampling's order (module docstring): key ``xi = U /
+    lambda`` ascending, ``lambda`` the active score of the judge's ``p``."""
+    lam = active_score(p)
+    xi = (1.0 - g.random(len(frame))) / lam  # U in (0, 1]: no key is 0
+    return [{"user_id": frame[j][0], "item_id": frame[j][1], "inclusion_prob": None,
+             "stratum": "active", "order": n, "weight": float(lam[j]), "priority": float(xi[j])}
+            for n, j in enumerate(np.argsort(xi, kind="stable").tolist(), 1)]  # fmt: skip
+
+
+def priority_inclusion(weight: Sequence[float], priority: Sequence[float],
+                       m: int) -> np.ndarray:  # fmt: skip
+    """Priority sampling's inclusion probabilities of the first ``m`` pairs of an order
+    sorted by ``priority`` (module docstring): ``min(1, weight_i * priority[m])``, 1 for
+    every pair once all are in."""
+    w = np.asarray(weight, dtype=float)[:m]
+    if m >= len(priority):
+        return np.ones(m)
+    return np.minimum(1.0, w * float(priority[m]))
 
 
 def _by_users(
@@ -355,30 +399,15 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
     its ``N`` units, ``pi = m / N`` for each labelled pair (the design at ``m``). The
     stratified design's order (``[user, item, stratum]`` each) takes the strata in turn: its
     first ``m`` pairs hold ``m_h`` of stratum ``h``'s ``N_h``, a uniform sample within it,
-    ``pi = m_h / N_h``."""
+    ``pi = m_h / N_h``. The active design's (``[user, item, weight, priority]``) is priority
+    sampling's: ``pi = min(1, weight * priority_(m+1))`` (``priority_inclusion``)."""
     df = label_table(path)
     labels = labels_of(df, path, skip_unlabelled=True)
     _check_listed(path, labels, users, listed)
     design = record.get("design")
-    by_pair = design in ("uniform", "stratified")
-    width = 3 if design == "stratified" else 2
+    by_pair = design in ("uniform", "stratified", "active")
     what = "pair" if by_pair else "user"
-    raw = record.get("order") or []
-    stratum: dict[Any, str] = {}
-    try:
-        order = [(str(x[0]), str(x[1])) if by_pair and len(x) == width else str(x) for x in raw]
-        if design == "stratified":
-            stratum = {(str(x[0]), str(x[1])): str(x[2]) for x in raw}
-        ok = bool(order) and len(set(order)) == len(order) and all(
-            isinstance(x, tuple) == by_pair for x in order)  # fmt: skip
-    except (TypeError, KeyError, IndexError):
-        ok = False
-    if not ok:
-        raise DataError(
-            f"a sequential design record needs the {what}s' order (each {what} once).",
-            source=f"{path}.design.json", field="order",
-            fix="keep the record as `gold sample --sequential` wrote it, or draw again",
-        )  # fmt: skip
+    order, stratum, keys = _sequential_order(path, record, by_pair)
     pairs = list(zip(df["user_id"].astype(str), df["item_id"].astype(str), strict=True))
     first_row: dict[Any, int] = {}
     for r, (u, i) in enumerate(pairs, 1):
@@ -414,10 +443,52 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
     _check_record(path, {**record, "pairs": None}, len(labels), runs, k)
     if design == "stratified":
         inclusion = _stratum_inclusion(path, order, stratum, m)
+    elif design == "active":
+        pi = priority_inclusion(keys[:, 0], keys[:, 1], m)
+        inclusion = {pair: float(v) for pair, v in zip(order[:m], pi, strict=True)}
     else:
         inclusion = dict.fromkeys(labels, m / len(order))
     return GoldSample(labels, inclusion, design if by_pair else "users", str(path),
                       sequential=(m, len(order)))  # fmt: skip
+
+
+def _sequential_order(path: Path, record: dict[str, Any],
+                      by_pair: bool) -> tuple[list, dict[Any, str], np.ndarray]:  # fmt: skip
+    """A sequential record's order (users, or (user, item) pairs), the stratified design's
+    stratum per pair and the active design's [weight, priority] per pair.
+
+    Raises:
+        DataError: an order that is not the design's (each unit once; the active design's
+            keys positive and ascending).
+    """
+    design = record.get("design")
+    what = "pair" if by_pair else "user"
+    width = {"stratified": 3, "active": 4}.get(str(design), 2)
+    raw = record.get("order") or []
+    stratum: dict[Any, str] = {}
+    keys = np.zeros((0, 2))
+    try:
+        order = [(str(x[0]), str(x[1])) if by_pair and len(x) == width else str(x) for x in raw]
+        if design == "stratified":
+            stratum = {(str(x[0]), str(x[1])): str(x[2]) for x in raw}
+        if design == "active":  # [user, item, weight, priority], priorities ascending
+            keys = np.array([[float(x[2]), float(x[3])] for x in raw])
+        ok = bool(order) and len(set(order)) == len(order) and all(
+            isinstance(x, tuple) == by_pair for x in order)  # fmt: skip
+        if design == "active":
+            ok = ok and bool(np.isfinite(keys).all() and (keys > 0).all()
+                             and (np.diff(keys[:, 1]) >= 0).all())  # fmt: skip
+    except (TypeError, KeyError, IndexError, ValueError):
+        ok = False
+    if not ok:
+        keyed = ", each with its weight and priority, priorities ascending" if (
+            design == "active") else ""  # fmt: skip
+        raise DataError(
+            f"a sequential design record needs the {what}s' order (each {what} once{keyed}).",
+            source=f"{path}.design.json", field="order",
+            fix="keep the record as `gold sample --sequential` wrote it, or draw again",
+        )  # fmt: skip
+    return order, stratum, keys
 
 
 def _stratum_inclusion(path: Path, order: list, stratum: Mapping[Any, str],

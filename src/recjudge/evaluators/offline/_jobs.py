@@ -215,10 +215,11 @@ class GoldSampleJob(BaseModel):
     )  # fmt: skip
     seed: int = Field(0, description="The sample's seed.")
     sequential: bool = Field(
-        False, description="users (uniform, stratified) design: every evaluation user "
-        "(listed pair) in a random order (stratified: the strata in turn); label from the top "
-        "(whole users, or pairs) and evaluate any time: the report says whether to stop "
-        "(--n: the first batch to label)."
+        False, description="users (uniform, stratified, active) design: every evaluation "
+        "user (listed pair) in a random order (stratified: the strata in turn; active: "
+        "priority sampling, pairs the judge is unsure of earlier); label from the top (whole "
+        "users, or pairs) and evaluate any time: the report says whether to stop (--n: the "
+        "first batch to label)."
     )  # fmt: skip
     data: str | None = Field(
         None, description="The dataset the judge read (adds titles and recent history for "
@@ -261,6 +262,8 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
         order = (list(dict.fromkeys(r["user_id"] for r in rows)) if job.design == "users"
                  else [[r["user_id"], r["item_id"], r["stratum"]] for r in rows]
                  if job.design == "stratified"
+                 else [[r["user_id"], r["item_id"], r["weight"], r["priority"]] for r in rows]
+                 if job.design == "active"
                  else [[r["user_id"], r["item_id"]] for r in rows])  # fmt: skip
         design |= {"sequential": True, "order": order}
         # a stratified prefix is read once it holds a pair of every stratum
