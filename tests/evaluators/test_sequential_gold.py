@@ -166,32 +166,53 @@ def test_the_interval_at_the_stop_covers():
     assert np.median(stops) < n_users / 2
 
 
-def test_the_pair_designs_interval_at_the_stop_covers():
-    """The same campaigns labelling pairs (the uniform design, 25 at a time, the
-    design-based user-total PPI with pi = m / S): the interval at the stop covers in >= 90 %
-    of campaigns, and the stop comes early in most."""
-    g = np.random.default_rng(11)
+def _pair_campaigns(design, seed=11, campaigns=200):
+    """Simulated labelling campaigns over pairs (300 users x 10 pairs, clustered relevance,
+    a biased informative proxy), 25 pairs a look, the design-based user-total PPI with
+    ``design(g, proxy)``'s ``pi_at(m)`` (per pair, 0 where unlabelled), stopped by
+    ``sequential_stop``: (coverage of the interval at the stop, the stops, the pairs)."""
+    g = np.random.default_rng(seed)
     n_users, per = 300, 10
     pairs = n_users * per
     covered, stops = 0, []
-    for _ in range(200):
+    for _ in range(campaigns):
         rate = g.beta(4, 4, size=n_users)
         y = (g.random((n_users, per)) < rate[:, None]).astype(float)
         proxy = np.clip(rate[:, None] + 0.1 + g.normal(0, 0.1, (n_users, per)), 0, 1)
-        order = g.permutation(pairs)
+        pi_at = design(g, proxy.ravel())
         for m in range(25, pairs - 1, 25):
-            lab = np.zeros(pairs, dtype=bool)
-            lab[order[:m]] = True
-            lab = lab.reshape(n_users, per)
-            w = 1 / per / (m / pairs)  # the metric's weight over pi
-            e = ppi_user_totals(proxy.sum(1) / per, (y * lab).sum(1) * w,
-                                (proxy * lab).sum(1) * w)  # fmt: skip
+            pi = pi_at(m)
+            w = np.divide(1.0, per * pi, out=np.zeros(pairs), where=pi > 0).reshape(n_users, per)
+            e = ppi_user_totals(proxy.sum(1) / per, (y * w).sum(1), (proxy * w).sum(1))
             iv = (e["value"], e["lo"], e["hi"])
             if sequential_stop({"a": iv}, m, pairs, "pairs")["stop"]:
                 break
         stops.append(m)
         covered += iv[1] <= y.mean() <= iv[2]
-    assert covered / 200 >= 0.90
+    return covered / campaigns, stops, pairs
+
+
+def _prefix(order, values):
+    """``pi_at`` for a prefix of ``order`` whose labelled pairs get ``values(m, labelled)``."""
+
+    def pi_at(m):
+        pi = np.zeros(len(order))
+        pi[order[:m]] = values(m, order[:m])
+        return pi
+
+    return pi_at
+
+
+def test_the_pair_designs_interval_at_the_stop_covers():
+    """The same campaigns labelling pairs (the uniform design, 25 at a time, the
+    design-based user-total PPI with pi = m / S): the interval at the stop covers in >= 90 %
+    of campaigns, and the stop comes early in most."""
+
+    def uniform(g, proxy):
+        return _prefix(g.permutation(len(proxy)), lambda m, _: m / len(proxy))
+
+    coverage, stops, pairs = _pair_campaigns(uniform)
+    assert coverage >= 0.90
     assert np.median(stops) < pairs / 2
 
 
@@ -266,32 +287,18 @@ def test_the_stratified_designs_interval_at_the_stop_covers():
     """Campaigns labelling pairs in the stratified order (strata: the judge's quartile),
     25 at a time, the design-based user-total PPI with pi = m_h / N_h: the interval at the
     stop covers in >= 90 % of 200 campaigns, and the stop comes early in most."""
-    g = np.random.default_rng(11)
-    n_users, per = 300, 10
-    pairs = n_users * per
-    covered, stops = 0, []
-    for _ in range(200):
-        rate = g.beta(4, 4, size=n_users)
-        y = (g.random((n_users, per)) < rate[:, None]).astype(float)
-        proxy = np.clip(rate[:, None] + 0.1 + g.normal(0, 0.1, (n_users, per)), 0, 1)
-        flat = proxy.ravel()
-        stratum = np.searchsorted(np.quantile(flat, [0.25, 0.5, 0.75]), flat, side="right")
+
+    def stratified(g, proxy):
+        stratum = np.searchsorted(np.quantile(proxy, [0.25, 0.5, 0.75]), proxy, side="right")
         queues = [g.permutation(np.flatnonzero(stratum == h)) for h in range(4)]
         order = np.array([q[d] for d in range(max(map(len, queues)))
                           for q in queues if d < len(q)])  # fmt: skip
         sizes = np.bincount(stratum, minlength=4)
-        for m in range(25, pairs - 1, 25):
-            lab = np.zeros(pairs, dtype=bool)
-            lab[order[:m]] = True
-            pi = (np.bincount(stratum[lab], minlength=4) / sizes)[stratum]
-            w = np.where(lab, 1 / per / pi, 0.0).reshape(n_users, per)
-            e = ppi_user_totals(proxy.sum(1) / per, (y * w).sum(1), (proxy * w).sum(1))
-            iv = (e["value"], e["lo"], e["hi"])
-            if sequential_stop({"a": iv}, m, pairs, "pairs")["stop"]:
-                break
-        stops.append(m)
-        covered += iv[1] <= y.mean() <= iv[2]
-    assert covered / 200 >= 0.90
+        return _prefix(order, lambda m, lab: (np.bincount(stratum[lab], minlength=4)
+                                              / sizes)[stratum[lab]])  # fmt: skip
+
+    coverage, stops, pairs = _pair_campaigns(stratified)
+    assert coverage >= 0.90
     assert np.median(stops) < pairs / 2
 
 
@@ -377,26 +384,13 @@ def test_the_active_designs_interval_at_the_stop_covers():
     """Campaigns labelling pairs in priority sampling's order (weights: the active score of
     a noisy judge), 25 at a time, the design-based user-total PPI with priority inclusion:
     the interval at the stop covers in >= 90 % of 200 campaigns, and the stop comes early."""
-    g = np.random.default_rng(11)
-    n_users, per = 300, 10
-    pairs = n_users * per
-    covered, stops = 0, []
-    for _ in range(200):
-        rate = g.beta(4, 4, size=n_users)
-        y = (g.random((n_users, per)) < rate[:, None]).astype(float)
-        proxy = np.clip(rate[:, None] + 0.1 + g.normal(0, 0.1, (n_users, per)), 0, 1)
-        lam = active_score(proxy.ravel())
-        xi = (1.0 - g.random(pairs)) / lam
+
+    def active(g, proxy):
+        lam = active_score(proxy)
+        xi = (1.0 - g.random(len(proxy))) / lam
         order = np.argsort(xi)
-        for m in range(25, pairs - 1, 25):
-            pi = np.zeros(pairs)
-            pi[order[:m]] = priority_inclusion(lam[order], xi[order], m)
-            w = np.divide(1.0, per * pi, out=np.zeros(pairs), where=pi > 0).reshape(n_users, per)
-            e = ppi_user_totals(proxy.sum(1) / per, (y * w).sum(1), (proxy * w).sum(1))
-            iv = (e["value"], e["lo"], e["hi"])
-            if sequential_stop({"a": iv}, m, pairs, "pairs")["stop"]:
-                break
-        stops.append(m)
-        covered += iv[1] <= y.mean() <= iv[2]
-    assert covered / 200 >= 0.90
+        return _prefix(order, lambda m, _: priority_inclusion(lam[order], xi[order], m))
+
+    coverage, stops, pairs = _pair_campaigns(active)
+    assert coverage >= 0.90
     assert np.median(stops) < pairs / 2
