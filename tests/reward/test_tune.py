@@ -141,7 +141,10 @@ def test_listed_pairs_are_hits_and_misses_of_the_users_list(ml100k):
         by_user.setdefault(p.request.user_id, []).append(p)
     history, _ = timeline_split(log, fraction=0.2)
     val = set(got.validation_users)
-    lister = Lister(history[~history["user_id"].astype(str).isin(val)], 10)
+    known = history[~history["user_id"].astype(str).isin(val)]
+    lister = Lister(known, 10)
+    # every user whose history the lists read is in the users record (the leakage checks)
+    assert set(known["user_id"].astype(str)) <= set(got.users_last_time)
     for u, pairs in list(by_user.items())[:8]:
         listed = lister.listed(history[history["user_id"].astype(str) == u])
         assert len(listed) <= 20

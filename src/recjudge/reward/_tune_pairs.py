@@ -16,14 +16,15 @@ Protocol (the one ``bench brief-ratings`` evaluates the judge under, moved insid
   - ``listed``: from what recommenders would list for the user, which is where offline
     metrics count: the user's **list** is the union of the top ``listed_items`` of an
     item-kNN recommender over the user's whole history (the sum of the candidate's cosine
-    with each history item, binary co-occurrence over the training users' histories, Sarwar
-    et al. 2001) and of the most popular items among those users, items the user touched
-    left out. The positives are the user's later interactions **in its list** (hits), the
-    negatives listed items the user never touched; a user without a hit adds no pair. A
-    judge tuned on uniform negatives learns to tell a plausible item from a random one, and
-    every listed item is plausible: on the known-truth world's listed pairs such a judge
-    ranked hits no better than chance (AUC 0.512, ``reports/brief-offline-estimators/
-    ml-1m-qwen2.5-coder-0.5b-tuned``);
+    with each history item, binary co-occurrence over every readable user's history but the
+    validation users', Sarwar et al. 2001) and of the most popular items among those users,
+    items the user's history holds left out (every user whose history the lists read is in
+    the users record, with that history's last time). The positives are the user's later
+    interactions **in its list** (hits), the negatives listed items the user never
+    touched; a user without a hit adds no pair. A judge tuned on uniform negatives learns to
+    tell a plausible item from a random one, and every listed item is plausible: on the
+    known-truth world's listed pairs such a judge ranked hits no better than chance (AUC
+    0.512, ``reports/brief-offline-estimators/ml-1m-qwen2.5-coder-0.5b-tuned``);
 - the target answer is the evidence-first JSON the grammar allows. YES cites evidence chosen
   by a stated rule (``evidence_for``): the shown history items with the highest item-item
   cosine similarity to the candidate over the training users' interactions (binary
@@ -251,14 +252,12 @@ def build_pairs(
     # similarity from the training users' histories only (no validation user, no later item)
     rule_log = history[history["user_id"].astype(str).isin(set(train_users))]
     rule = EvidenceRule(rule_log, evidence_items)
-    # the recommenders see every readable history but the validation users' (as a team's
-    # recommenders see its whole past); never a later interaction
-    known = history[~history["user_id"].astype(str).isin(set(val_users))]
-    lister = Lister(known, listed_items) if negatives == "listed" else None
+    lister, read = (_listing(history, val_users, listed_items) if negatives == "listed"
+                    else (None, {}))  # fmt: skip
     touched = {str(u): set(g["item_id"].astype(str))
                for u, g in log.groupby("user_id", observed=True)}  # fmt: skip
     catalogue = sorted(ds.items["item_id"].astype(str))
-    out = TunePairs([], [], rule, interactions=int(len(log)),
+    out = TunePairs([], [], rule, users_last_time=read, interactions=int(len(log)),
                     first_time=float(log["timestamp"].min()),
                     last_time=float(log["timestamp"].max()))  # fmt: skip
     for split, users in (("train", train_users), ("validation", val_users)):
@@ -281,6 +280,16 @@ def build_pairs(
         raise ValueError(f"no training pair was built (every training user lacks a positive "
                          f"under --min-rating{why})")  # fmt: skip
     return out
+
+
+def _listing(history: pd.DataFrame, val_users: Sequence[str],
+             k: int) -> tuple[Lister, dict[str, float]]:  # fmt: skip
+    """The ``listed`` rule's recommenders, fitted on every history but the validation users'
+    (as a team's recommenders see its whole past; never a later interaction), and each user
+    they read with that history's last time (the users record: the leakage checks)."""
+    known = history[~history["user_id"].astype(str).isin(set(val_users))]
+    last = known.groupby(known["user_id"].astype(str))["timestamp"].max()
+    return Lister(known, k), {str(u): float(t) for u, t in last.items()}
 
 
 def _candidates(
