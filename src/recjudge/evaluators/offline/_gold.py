@@ -31,11 +31,11 @@ order (``pi = m / N``), ``stratified`` the strata in turn (``pi = m_h / N_h``), 
 estimation of arbitrary subset sums", J. ACM 54(6), 2007): each pair gets the active
 design's score ``lambda_i`` and a key ``xi_i = U_i / lambda_i`` (``U_i`` uniform on (0, 1]),
 the order is ``xi`` ascending, and the first ``m`` pairs have ``pi_i = min(1, lambda_i
-xi_(m+1))``, ``xi_(m+1)`` the first unlabelled pair's key (1 once all are labelled). Given
-the other pairs' keys a pair is in the prefix exactly when ``U_i < lambda_i xi'``, ``xi'``
-their ``m``-th smallest, which is ``xi_(m+1)`` whenever it is in; so ``1 / pi`` weights are
-exactly unbiased and distinct pairs' weighted terms are uncorrelated (the theorem), as under
-Poisson sampling, whatever ``m`` the labeller stops at.
+xi_(m+1))``, ``xi_(m+1)`` the first unlabelled pair's key (``pi = 1`` once all are
+labelled). Given the other pairs' keys a pair is in the prefix exactly when ``U_i <
+lambda_i xi'``, ``xi'`` their ``m``-th smallest, which is ``xi_(m+1)`` whenever it is in; so
+``1 / pi`` weights are exactly unbiased and distinct pairs' weighted terms are uncorrelated
+(the theorem), as under Poisson sampling, whatever ``m`` the labeller stops at.
 
 Pair designs are estimated with the design-based user-total PPI (``ppi_user_totals``).
 
