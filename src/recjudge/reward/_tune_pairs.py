@@ -37,6 +37,7 @@ Everything here is numpy/pandas: the pairs are plain records that the tests chec
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -116,10 +117,16 @@ class EvidenceRule:
             return out
         at, rows = (list(x) for x in zip(*known, strict=True))
         # one sparse product: the candidate's co-occurrence with every known shown item
-        dots = np.asarray((self.matrix[rows] @ self.matrix[c].T).todense()).ravel()
-        norms = self.norms[rows] * self.norms[c]
-        out[at] = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
+        out[at] = self.cosine(rows, [c])[:, 0]
         return out
+
+    def cosine(self, rows: Any, cols: Sequence[int]) -> np.ndarray:
+        """[rows, cols] cosine of the items at matrix rows ``rows`` (``slice(None)``: every
+        item) with the items at ``cols``: shared users over the product of the norms (0 for
+        an item without users)."""
+        dots = np.asarray((self.matrix[rows] @ self.matrix[cols].T).todense())
+        norms = np.outer(self.norms[rows], self.norms[cols])
+        return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
 
     def choose(self, candidate: str, shown: Sequence[str]) -> tuple[str, ...]:
         """Item ids of ``shown`` (most recent first) to cite for ``candidate``: the highest
@@ -152,10 +159,10 @@ class Lister:
         rule = EvidenceRule(log)
         self.rule, self.k = rule, k
         self.names = np.array(sorted(rule.items, key=rule.items.__getitem__), dtype=object)
-        counts = log[["item_id", "user_id"]].astype(str).drop_duplicates()["item_id"]
-        by_count = counts.value_counts()
-        # most popular first, ties by item id (a stated, seed-free order)
-        self.popular = sorted(by_count.index, key=lambda i: (-by_count[i], i))
+        # an item's users: its squared norm in the binary co-occurrence matrix; most popular
+        # first, ties by item id (a stated, seed-free order)
+        users = np.rint(rule.norms**2)
+        self.popular = [str(i) for i in self.names[np.lexsort((self.names, -users))]]
 
     def listed(self, history: pd.DataFrame) -> list[str]:
         """Item-kNN's top ``k`` then popularity's (duplicates once), none of ``history``'s
@@ -165,10 +172,7 @@ class Lister:
         rows = sorted({rule.items[i] for i in touched if i in rule.items})
         out: list[str] = []
         if rows:
-            m = rule.matrix
-            dots = np.asarray((m @ m[rows].T).todense())  # items x history items
-            norms = np.outer(rule.norms, rule.norms[rows])
-            score = np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0).sum(axis=1)
+            score = rule.cosine(slice(None), rows).sum(axis=1)  # every item x history items
             # highest score first, ties by item id; only items with a positive score
             order = np.lexsort((self.names, -score))
             for n in order:
@@ -176,7 +180,7 @@ class Lister:
                     break
                 if self.names[n] not in touched:
                     out.append(str(self.names[n]))
-        top = [i for i in self.popular if i not in touched][: self.k]
+        top = list(itertools.islice((i for i in self.popular if i not in touched), self.k))
         return out + [i for i in top if i not in out]
 
 
