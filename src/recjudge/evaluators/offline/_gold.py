@@ -452,6 +452,17 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
                       sequential=(m, len(order)))  # fmt: skip
 
 
+def order_record(design: str, rows: Sequence[Mapping[str, Any]]) -> list:
+    """A sequential sample's order as its design record keeps it (``_sequential_order``
+    reads it back): users once each for ``users``; per pair ``[user, item]`` for
+    ``uniform``, ``[user, item, stratum]`` for ``stratified``, ``[user, item, weight,
+    priority]`` for ``active``."""
+    if design == "users":
+        return list(dict.fromkeys(r["user_id"] for r in rows))
+    extra = {"stratified": ("stratum",), "active": ("weight", "priority")}.get(design, ())
+    return [[r["user_id"], r["item_id"], *(r[f] for f in extra)] for r in rows]
+
+
 def _sequential_order(path: Path, record: dict[str, Any],
                       by_pair: bool) -> tuple[list, dict[Any, str], np.ndarray]:  # fmt: skip
     """A sequential record's order (users, or (user, item) pairs), the stratified design's

@@ -56,7 +56,13 @@ from recjudge.evaluators.offline._evaluation import (
     estimate_evaluation,
     read_judged,
 )
-from recjudge.evaluators.offline._gold import listed_pairs, read_gold, sample_gold, write_gold
+from recjudge.evaluators.offline._gold import (
+    listed_pairs,
+    order_record,
+    read_gold,
+    sample_gold,
+    write_gold,
+)
 from recjudge.evaluators.offline._impute import (
     ITEM_POPULARITY,
     ImputeConfig,
@@ -259,13 +265,7 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
     }
     first = None
     if job.sequential:  # the order the labeller follows, and the first batch to label
-        order = (list(dict.fromkeys(r["user_id"] for r in rows)) if job.design == "users"
-                 else [[r["user_id"], r["item_id"], r["stratum"]] for r in rows]
-                 if job.design == "stratified"
-                 else [[r["user_id"], r["item_id"], r["weight"], r["priority"]] for r in rows]
-                 if job.design == "active"
-                 else [[r["user_id"], r["item_id"]] for r in rows])  # fmt: skip
-        design |= {"sequential": True, "order": order}
+        design |= {"sequential": True, "order": order_record(job.design, rows)}
         # a stratified prefix is read once it holds a pair of every stratum
         least = len({r["stratum"] for r in rows}) if job.design == "stratified" else 1
         first = rows[min(max(job.n, least), len(rows)) - 1]["order"]
