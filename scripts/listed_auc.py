@@ -31,9 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
-from recjudge._stats import auc, bootstrap_ci, user_draws
+from recjudge._stats import bootstrap_ci, user_draws
 from recjudge.bench._offline_estimators import (
     EstimatorCheckConfig,
+    _auc,
     _judge_world,
     _world_of,
     tuned_judge,
@@ -44,10 +45,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "reports/brief-offline-estimators/ml-1m-qwen2.5-coder-0.5b-tuned/results.json"
 
 
-def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
-    return auc(p[y == 1], p[y == 0])
-
-
 def _boot(scores: dict[str, np.ndarray], y: np.ndarray, owner: np.ndarray, n_users: int,
           draws: int, seed: int) -> dict[str, list[float]]:  # fmt: skip
     """Per score, its AUC on each resample of users (a user drawn twice counts twice)."""
@@ -56,7 +53,8 @@ def _boot(scores: dict[str, np.ndarray], y: np.ndarray, owner: np.ndarray, n_use
     for rows in user_draws(n_users, draws, seed):
         idx = np.concatenate([by_user[r] for r in rows])
         for k, p in scores.items():
-            out[k].append(_auc(p[idx], y[idx]) or np.nan)
+            a = _auc(p[idx], y[idx])  # None: a resample of one class
+            out[k].append(np.nan if a is None else a)
     return out
 
 
@@ -75,8 +73,9 @@ def main() -> None:
     ds, past, users, world, sources = _world_of(base)
     chosen = set(sample_users(users, a.users, ("listed-auc", base.seed)))
     keep = [n for n, (u, _) in enumerate(world.pairs) if u in chosen]
-    order = sorted(chosen, key=users.index)
-    owner = np.array([order.index(world.pairs[n][0]) for n in keep])
+    order = [u for u in users if u in chosen]
+    row = {u: r for r, u in enumerate(order)}
+    owner = np.array([row[world.pairs[n][0]] for n in keep])
     y = world.relevant[keep]
     sub = dataclasses.replace(world, pairs=[world.pairs[n] for n in keep], imputers={})
     print(f"world built in {time.time() - t0:.0f} s: {len(keep)} listed pairs of "
@@ -111,7 +110,7 @@ def main() -> None:
         if judge and label != first and ref in scores:
             d = b - np.asarray(boots[ref])
             lo, hi = bootstrap_ci(d[np.isfinite(d)])
-            rows[k]["minus_" + first] = {"diff": rows[k]["auc"] - _auc(scores[ref], y),
+            rows[k]["minus_" + first] = {"diff": rows[k]["auc"] - rows[ref]["auc"],
                                           "lo": lo, "hi": hi}  # fmt: skip
         if judge == "judge:brief":
             d = b - np.asarray(boots["cf"])
