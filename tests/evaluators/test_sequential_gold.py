@@ -13,6 +13,7 @@ from recjudge.data import DataError
 from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
 from recjudge.evaluators.offline._gold import (
     active_score,
+    order_record,
     priority_inclusion,
     read_gold,
     write_gold,
@@ -250,12 +251,13 @@ def test_the_stratified_order_takes_the_strata_in_turn():
     assert alloc == {h: sum(r["stratum"] == h for r in fixed) for h in size}
 
 
-def _write_stratified(tmp_path, rows):
+def _write_pairs(tmp_path, rows, design):
+    """A sequential pair sample of runs a and b at k = 5 as `gold sample` writes it: the
+    file and its lines."""
     path = tmp_path / "gold.csv"
-    write_gold(rows, path, {"design": "stratified", "seed": 3, "k": 5, "n": 8,
+    write_gold(rows, path, {"design": design, "seed": 3, "k": 5, "n": 8,
                             "runs": {"a": "a.jsonl", "b": "b.jsonl"}, "sequential": True,
-                            "order": [[r["user_id"], r["item_id"], r["stratum"]]
-                                      for r in rows]})  # fmt: skip
+                            "order": order_record(design, rows)})  # fmt: skip
     return path, path.read_text().splitlines()
 
 
@@ -263,7 +265,7 @@ def test_a_stratified_prefix_reads_with_each_stratums_share(tmp_path):
     """The first m labelled pairs read as stratified sampling at m: pi = m_h / N_h per
     stratum; fewer labelled pairs than strata is refused with the order to label down to."""
     rows = _stratified_rows()
-    path, text = _write_stratified(tmp_path, rows)
+    path, text = _write_pairs(tmp_path, rows, "stratified")
     listed = set(listed_pairs([RUN, RUN_B], USERS, 5))
     strata = sorted({r["stratum"] for r in rows})
     m = len(strata) + 5
@@ -307,15 +309,6 @@ def _active_rows(seed=3):
                        sequential=True)  # fmt: skip
 
 
-def _write_active(tmp_path, rows):
-    path = tmp_path / "gold.csv"
-    order = [[r["user_id"], r["item_id"], r["weight"], r["priority"]] for r in rows]
-    write_gold(rows, path, {"design": "active", "seed": 3, "k": 5, "n": 8,
-                            "runs": {"a": "a.jsonl", "b": "b.jsonl"}, "sequential": True,
-                            "order": order})  # fmt: skip
-    return path, path.read_text().splitlines()
-
-
 def test_the_active_order_is_priority_sampling_over_every_listed_pair():
     """Every listed pair once, keys ascending, each pair's weight its active score, and pairs
     the judge is unsure of (p near 0.5) come earlier on average than those it is sure of."""
@@ -341,7 +334,7 @@ def test_an_active_prefix_reads_with_priority_inclusion(tmp_path):
     """The first m labelled pairs: pi = min(1, weight * the (m+1)-th pair's key); all of
     them labelled: pi = 1; an order whose keys are not ascending is refused."""
     rows = _active_rows()
-    path, text = _write_active(tmp_path, rows)
+    path, text = _write_pairs(tmp_path, rows, "active")
     listed = set(listed_pairs([RUN, RUN_B], USERS, 5))
     m = 9
     path.write_text("\n".join([text[0], *(line.replace(",,", ",0,", 1) for line in text[1:m + 1]),
