@@ -129,6 +129,30 @@ def test_the_list_is_item_knn_over_the_history_then_popularity_without_seen_item
         Lister(_listing_log(), k=0)
 
 
+def test_the_knn_list_is_the_top_k_of_summed_cosines_on_a_random_log():
+    """The list's kNN part against its definition, computed from the users' sets: the k
+    untouched items of highest positive ``sum_c |U_i & U_c| / sqrt(|U_i| |U_c|)`` (scores
+    within 1e-12 count as tied, so any summation order passes)."""
+    g = np.random.default_rng(5)
+    rows = [(str(u), f"i{i:02d}") for u in range(40) for i in range(30) if g.random() < 0.15]
+    log = pd.DataFrame(rows, columns=["user_id", "item_id"])
+    users = log.groupby("item_id")["user_id"].apply(set).to_dict()
+    k = 6
+    lister = Lister(log, k)
+    for u in map(str, range(0, 40, 3)):
+        touched = set(log.loc[log["user_id"] == u, "item_id"])
+        score = {i: sum(len(users[i] & users[c]) / math.sqrt(len(users[i]) * len(users[c]))
+                        for c in touched) for i in users if i not in touched}  # fmt: skip
+        got = lister.listed(pd.DataFrame({"item_id": sorted(touched)}))
+        knn = [i for i in got if score.get(i, 0) > 0][:k]
+        assert got[: len(knn)] == knn  # kNN first, then popularity
+        s = [score[i] for i in knn]
+        assert all(a >= b - 1e-12 for a, b in zip(s, s[1:], strict=False))
+        rest = [v for i, v in score.items() if i not in knn and v > 1e-12]
+        assert len(knn) == min(k, len(rest) + len(knn))
+        assert not rest or not knn or max(rest) <= s[-1] + 1e-12
+
+
 def test_listed_pairs_are_hits_and_misses_of_the_users_list(ml100k):
     """Under ``listed`` a positive is a later interaction in the user's list and a negative a
     listed item the user never touched: both come from the same list, the pairs a metric

@@ -167,21 +167,34 @@ class Lister:
     def listed(self, history: pd.DataFrame) -> list[str]:
         """Item-kNN's top ``k`` then popularity's (duplicates once), none of ``history``'s
         items (a recommender lists what the user has not seen yet)."""
-        rule = self.rule
         touched = set(history["item_id"].astype(str))
-        rows = sorted({rule.items[i] for i in touched if i in rule.items})
-        out: list[str] = []
-        if rows:
-            score = rule.cosine(slice(None), rows).sum(axis=1)  # every item x history items
-            # highest score first, ties by item id; only items with a positive score
-            order = np.lexsort((self.names, -score))
-            for n in order:
-                if len(out) == self.k or score[n] <= 0:
-                    break
-                if self.names[n] not in touched:
-                    out.append(str(self.names[n]))
+        out = self._knn(touched)
         top = list(itertools.islice((i for i in self.popular if i not in touched), self.k))
         return out + [i for i in top if i not in out]
+
+    def _knn(self, touched: set[str]) -> list[str]:
+        """Item-kNN's top ``k`` for a user who touched ``touched``: the items of positive
+        score ``s_i = sum_c cos(i, c)`` over the history items ``c``, highest first, ties by
+        item id, none of ``touched``.
+
+        ``s_i = (M_i . v) / |M_i|`` with ``v = sum_c M_c / |M_c|``: two sparse
+        matrix-vector products, so memory and time grow with the log's non-zeros, not with
+        items x history (a catalogue of 10^5 items and a long history stay cheap)."""
+        rule = self.rule
+        rows = sorted({rule.items[i] for i in touched if i in rule.items})
+        if not rows:
+            return []
+        inv = np.divide(1.0, rule.norms[rows], out=np.zeros(len(rows)), where=rule.norms[rows] > 0)
+        v = rule.matrix[rows].T @ inv  # users: the history's normalised co-occurrence
+        dots = rule.matrix @ v
+        score = np.divide(dots, rule.norms, out=np.zeros_like(dots), where=rule.norms > 0)
+        score[rows] = 0.0  # a recommender lists what the user has not seen yet
+        keep = np.flatnonzero(score > 0)
+        if len(keep) > self.k:  # the k-th highest score, ties with it kept for the id order
+            kth = np.partition(score[keep], len(keep) - self.k)[len(keep) - self.k]
+            keep = keep[score[keep] >= kth]
+        order = keep[np.lexsort((self.names[keep], -score[keep]))][: self.k]
+        return [str(n) for n in self.names[order]]
 
 
 def _positives(
