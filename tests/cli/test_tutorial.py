@@ -121,6 +121,14 @@ def test_tutorial(tmp_path, ml100k):
     for system in ("als", "pop"):
         ppi = est["systems"][system]["precision@2"]["ppi"]
         assert ppi["value"] is None or ppi["ci"][0] <= ppi["value"] <= ppi["ci"][1]
+        if ppi["value"] is not None:  # the judge's worth: PPI's width over the labels alone's
+            worth = est["judge_worth"][system]["precision@2"]
+            lo, hi = worth["labels_only"]["ci"]
+            width = ppi["ci"][1] - ppi["ci"][0]
+            if hi > lo:
+                assert worth["ppi_over_labels"] == pytest.approx(width / (hi - lo))
+            else:  # every listed pair labelled: the labels alone are exact, no ratio
+                assert worth["ppi_over_labels"] is None
     # A sequential gold file, its first user labelled: evaluate reads it and says go on.
     r = rj("gold", "sample", "--runs", runs, "--qrels", "imputed", "--k", "2", "--n", "2",
            "--sequential", "--out", "seq.csv", "--json", cwd=t)  # fmt: skip

@@ -35,6 +35,7 @@ from recjudge.evaluators.offline._transport import (
     residual_interval,
     transport_check,
 )
+from recjudge.evaluators.offline._worth import judge_worth
 
 if TYPE_CHECKING:
     from recjudge.evaluators.offline._transport import Refit
@@ -262,7 +263,11 @@ def estimate_evaluation(
     With a calibrated judge and gold, each system's calibration is checked (``_transport``:
     leave-system-out when ``refit`` refits the calibration on given labels, else on the pooled
     map's residuals): a failing system's ``dm``/``dr`` are refused, and every ``dm`` interval
-    becomes the transport-bounded one (``bound_levels``)."""
+    becomes the transport-bounded one (``bound_levels``).
+
+    ``judge_worth`` (``_worth``): per system and metric, DR's interval width over SNIPS's and,
+    with gold, PPI's over the same design's labels-only estimate (``ppi_run``'s
+    ``labels_only``)."""
     got = estimate_runs(runs, logged, judged, propensities, users, metrics, estimators,
                         refits=refits)  # fmt: skip
     got["propensity_fit"] = dict(propensities.fit) if propensities.fit else None
@@ -278,6 +283,7 @@ def estimate_evaluation(
     )
     got["gold"] = "none"
     if gold is None:
+        got["judge_worth"] = judge_worth(got["systems"], {}, {})  # DR against SNIPS only
         return got
     if not isinstance(gold, GoldSample):
         gold = GoldSample(dict(gold), design="unknown", source=gold_name)
@@ -295,6 +301,7 @@ def estimate_evaluation(
     if calibrated:  # the calibration checked on each system's own gold pairs
         dm_df = max(refits[2] - 1, 1) if refits is not None else None  # DM's OUA interval
         _check_transport(got, runs, users, judged, gold, metrics, frame, refit, dm_df)
+    labels_only: dict[str, dict[str, dict]] = {}
     for run in runs:
         for m in (m for m in metrics if parse_metric(m)[0] in LINEAR):
             try:
@@ -302,6 +309,12 @@ def estimate_evaluation(
             except ValueError as err:
                 e = Estimate("ppi", m, None, None, note=str(err))
             got["systems"][run.name][m]["ppi"] = e.to_dict()
+            if e.value is not None:  # the same design without the judge: its worth's yardstick
+                base = ppi_run(run, users, judged, gold, m, frame, ppi_intervals, labels_only=True)
+                labels_only.setdefault(run.name, {})[m] = base.to_dict()
+    got["judge_worth"] = judge_worth(got["systems"], labels_only, {
+        run.name: sum((u, i) in gold.labels for u in users for i in run.rankings.get(u, [])[:k])
+        for run in runs})  # fmt: skip
     return got
 
 

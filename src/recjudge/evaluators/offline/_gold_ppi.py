@@ -130,6 +130,7 @@ def ppi_run(
     metric: str,
     frame: int,
     intervals: str = "auto",
+    labels_only: bool = False,
 ) -> Estimate:
     """The PPI estimate of a linear ``metric@k`` for one run, by the gold sample's design:
     ``users`` -> ``clustered_ppi_mean`` on the users' metric values; a pair design in which
@@ -141,6 +142,13 @@ def ppi_run(
     its degrees of freedom (labelled clusters - 1, Welch-Satterthwaite for the clustered
     one; gold pairs - 1 for the iid one) instead of z, and lambda is power-tuned only with
     ``MIN_TUNED_CLUSTERS`` or more labelled clusters (else 1, classic PPI).
+
+    ``labels_only``: the same design's estimate from the gold labels alone, what the team has
+    without a judge (the yardstick of the judge's worth, ``_worth``): the judge replaced by
+    the constant 1, a control variate that carries no information on any pair but takes out
+    the variance of how many gold pairs a user drew (the ratio estimator's efficiency;
+    lambda power-tuned as above, 0 (Horvitz-Thompson) below the cluster floor). For the iid
+    and users designs it is the plain (cluster) mean of the gold labels.
 
     Raises:
         ValueError: as the estimator chosen does (too few gold pairs), or a run whose gold
@@ -163,9 +171,12 @@ def ppi_run(
     clustered = weighted or (intervals != "iid" and (
         gold.design == "users" or max(per_user_gold.values(), default=0) > 1))  # fmt: skip
     tuned = (len(mine) if not clustered else len(per_user_gold)) >= MIN_TUNED_CLUSTERS
-    lam = None if tuned else 1.0
+    lam = None if tuned else 0.0 if labels_only else 1.0
     how = "power-tuned lambda" if tuned else (
         f"lambda 1: fewer than {MIN_TUNED_CLUSTERS} labelled clusters to tune it")  # fmt: skip
+    if labels_only:
+        judged = {key: (1.0, hard) for key, (_, hard) in judged.items()}
+        how = f"the gold labels alone (a constant 1 for the judge), {how.replace(' 1:', ' 0:')}"
     if not clustered:
         p = _t_interval(ppi_metric(run, users, judged, labels, metric, lam=lam), p_df(len(mine)))
         return _ppi_estimate(metric, p, f"{p['n']} gold pairs, iid interval, t({p['df']:.0f}), "
@@ -180,7 +191,8 @@ def ppi_run(
             f"{c['n']} gold pairs of {c['clusters_labelled']} "
             f"users, clustered by user (GLIDE's clustered PPI++), t({c['df'] or 0:.1f}), {how}",
         )
-    c = ppi_user_totals(*_weighted_user_totals(run, users, judged, gold, k, w, frame), lam=lam)
+    c = ppi_user_totals(*_weighted_user_totals(run, users, judged, gold, k, w, frame), lam=lam,
+                        holders=len(per_user_gold))  # fmt: skip
     return _ppi_estimate(
         metric,
         c,

@@ -89,6 +89,7 @@ from recjudge.evaluators.offline._supervised import fit_imputer, read_feature_ro
 from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS, POWER
 from recjudge.evaluators.offline._tune_job import TuneJob, run_tune, tune_text
 from recjudge.evaluators.offline._validation import validation_of
+from recjudge.evaluators.offline._worth import worth_lines
 from recjudge.reporting import interval, write_report
 from recjudge.reward import JudgeConfig, ResultsStore
 
@@ -926,7 +927,7 @@ def estimator_lines(est: dict) -> list[str]:
                         if e.get("rank_ci") else "n/a")  # fmt: skip
                 lines.append(f"| {system} | {metric} | {label} | {shown} | {rank} | "
                              f"{e['judge_share']:.2f} | {e['note']} |")  # fmt: skip
-    return lines
+    return lines + worth_lines(est.get("judge_worth") or {})
 
 
 def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJob, out: str):

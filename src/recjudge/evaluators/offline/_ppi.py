@@ -149,6 +149,7 @@ def ppi_user_totals(
     lam: float | None = None,
     alpha: float = 0.05,
     quantile: str = "t",
+    holders: int | None = None,
 ) -> dict[str, Any]:
     """Design-based PPI of a mean over users, users as clusters (module docstring).
 
@@ -160,6 +161,9 @@ def ppi_user_totals(
         quantile: ``t``: Student's t with (users holding a gold pair - 1) degrees of
             freedom: only they carry the rectifier's variance, the others only the judge's
             (the few-cluster t of Cameron and Miller 2015); ``normal``: ``z``.
+        holders: how many users hold a gold pair. None: those whose gold or proxy total is
+            not 0, which misses a user whose gold pairs are all 0 with predictions of 0
+            there (hard labels, an isotonic map's lowest level): pass the count when known.
 
     Returns:
         ``{"value", "lo", "hi", "se", "df", "lam", "users", "gold_users"}``.
@@ -178,7 +182,8 @@ def ppi_user_totals(
     z_u = g + lam * d
     value = float(z_u.mean())
     se = float(np.std(z_u, ddof=1) / math.sqrt(n))
-    holders = int(np.count_nonzero((g != 0) | (h != 0)))  # users with a gold pair
+    if holders is None:
+        holders = int(np.count_nonzero((g != 0) | (h != 0)))  # users with a gold pair
     df = float(max(holders - 1, 1)) if quantile == "t" else None
     return {**_normal(value, se, alpha, df), "lam": float(lam), "users": n,
             "gold_users": holders}  # fmt: skip
