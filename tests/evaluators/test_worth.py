@@ -30,7 +30,7 @@ def test_the_ratios_are_the_interval_widths_and_the_label_equivalent_scales_as_t
     }
     labels = {"a": {"precision@10": _est(0.32, 0.22, 0.42)},
               "b": {"precision@10": _est(0.1, 0.0, 0.3)}}  # fmt: skip
-    got = judge_worth(systems, labels, {"a": 120, "b": 80})
+    got = judge_worth(systems, labels, {"a": {"precision@10": 120}, "b": {"precision@10": 80}})
     a = got["a"]["precision@10"]
     assert a["ppi_over_labels"] == pytest.approx(0.5)  # 0.10 wide against 0.20
     assert a["label_equivalent"] == pytest.approx(480)  # 120 / 0.5^2

@@ -312,9 +312,10 @@ def estimate_evaluation(
             if e.value is not None:  # the same design without the judge: its worth's yardstick
                 base = ppi_run(run, users, judged, gold, m, frame, ppi_intervals, labels_only=True)
                 labels_only.setdefault(run.name, {})[m] = base.to_dict()
-    got["judge_worth"] = judge_worth(got["systems"], labels_only, {
-        run.name: sum((u, i) in gold.labels for u in users for i in run.rankings.get(u, [])[:k])
-        for run in runs})  # fmt: skip
+    held = {run.name: {m: sum((u, i) in gold.labels for u in users
+                              for i in run.rankings.get(u, [])[:parse_metric(m)[1]])
+                       for m in metrics} for run in runs}  # fmt: skip
+    got["judge_worth"] = judge_worth(got["systems"], labels_only, held)
     return got
 
 

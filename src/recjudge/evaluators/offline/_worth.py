@@ -45,7 +45,7 @@ def _ratio(num: float | None, den: float | None) -> float | None:
 def judge_worth(
     systems: Mapping[str, Mapping[str, Mapping[str, Mapping[str, Any]]]],
     labels_only: Mapping[str, Mapping[str, Mapping[str, Any]]],
-    gold_pairs: Mapping[str, int],
+    gold_pairs: Mapping[str, Mapping[str, int]],
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Per system and metric, the judge's intervals against those without it.
 
@@ -54,7 +54,8 @@ def judge_worth(
             ``Estimate.to_dict()``), with ``ppi`` where gold was given.
         labels_only: system -> metric -> the labels-only estimate (``ppi_run`` with
             ``labels_only=True``) as ``Estimate.to_dict()``.
-        gold_pairs: system -> gold pairs in its lists (``n`` of the label equivalent).
+        gold_pairs: system -> metric -> gold pairs in its top-k lists at the metric's k
+            (``n`` of the label equivalent).
 
     Returns:
         system -> metric -> ``{"ppi_over_labels": w_ppi / w_labels, "label_equivalent":
@@ -68,7 +69,7 @@ def judge_worth(
         for metric, by_est in by_metric.items():
             w_ppi = _width(by_est.get("ppi"))
             w_lab = _width((labels_only.get(name) or {}).get(metric))
-            n = gold_pairs.get(name, 0)
+            n = (gold_pairs.get(name) or {}).get(metric, 0)
             ppi = _ratio(w_ppi, w_lab)
             row = {
                 "ppi_over_labels": ppi,
