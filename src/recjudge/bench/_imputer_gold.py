@@ -4,8 +4,10 @@ On each evaluation that draws gold samples, every gold sample (size x design, dr
 by ``gold sample``'s and ``evaluate --gold``'s code) is used four ways, each estimating every
 system's metric with a 95 % interval that is then held against the population truth:
 
-- ``labels-only``: PPI++ with a constant predictor (its power-tuned weight is 0): the gold
-  labels alone, design-weighted, clustered by user as ``evaluate`` does;
+- ``labels-only``: the gold labels alone, design-weighted, clustered by user, as ``evaluate``
+  reads them for its "what the judge is worth" line (``ppi_run``'s ``labels_only``: a
+  constant 1 for the judge; until 2026-12-07 a constant 0, i.e. Horvitz-Thompson, whose
+  t counted only users with a relevant gold pair: wider than the labels allow);
 - ``ppi [judge]``: PPI++ on the judge's raw ``p_yes`` (what ``evaluate --gold`` runs today);
 - ``ppi [supervised:M]``: PPI++ on the supervised imputer ``M`` (``evaluators.offline._supervised``:
   logistic regression or gradient boosting of the gold label on the judge's log-odds, the
@@ -365,7 +367,8 @@ def _estimate_cells(
         for run in runs:
             t = truth[metric][run.name]
             try:
-                e = ppi_run(run, world.users, jd, gold, metric, frame, "auto")
+                e = ppi_run(run, world.users, jd, gold, metric, frame, "auto",
+                            labels_only=name == LABELS_ONLY)  # fmt: skip
                 add(f"ppi [{name}]", t, e.value, e.ci)
             except ValueError:
                 add(f"ppi [{name}]", t, None, None)
@@ -394,7 +397,8 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
         "## Imputers fitted on the gold sample (the supervised imputer)",
         "",
         f"On each of the first {draws} evaluations and each gold sample: labels alone "
-        "(`labels-only`: PPI++ with a constant predictor), PPI++ on the judge's raw p_yes, and "
+        "(`labels-only`: a constant 1 for the judge, as `evaluate`'s worth line reads them), "
+        "PPI++ on the judge's raw p_yes, and "
         "PPI++ and DR (fitted propensities) on the supervised imputers fitted on that sample "
         "(`evaluate --gold --calibration logistic|boosting`: the judge's log-odds, the "
         "unbiased LLM's log-odds, sigma and the item's log popularity, cross-fitted over the "
