@@ -5,11 +5,15 @@ imputer whose training saw neither their past nor their online truth. The settin
 of ``reports/judge-tuning/ml-1m-qwen2.5-coder-0.5b-readout-margin`` (tune-v3: 120 steps of
 4, decision weight 1, 200 tuning users, 20 validation users, 10-item histories).
 
-    .venv/bin/python scripts/tune_known_truth.py OUT_FOLDER [MODEL [NEGATIVES]]
+    .venv/bin/python scripts/tune_known_truth.py OUT_FOLDER [MODEL [NEGATIVES]] \
+        [--min-rating R] [--users N] [--validation-users V]
 
 NEGATIVES is ``uniform`` (tune-v3's, the default) or ``listed``: the negatives (and the
 positives) drawn from the user's item-kNN and popularity top-20 lists, with 40 validation
 users (a user has at most 2 positives in its list, so 20 users would validate on ~56 pairs).
+``--min-rating 4`` keeps only later items rated >= 4 as positives, as the world's online truth
+counts them (default: any later interaction); ``--users`` (default 200) and
+``--validation-users`` (default 20 uniform, 40 listed) size the tuning.
     # then: recjudge bench run brief-offline-estimators --config CONFIG --out DIR
     # with CONFIG's "model" = OUT_FOLDER and "history_items" = 10
 
@@ -18,8 +22,8 @@ Last run (2026-12-06, 2-core EPYC): reports/brief-offline-estimators/
 ml-1m-qwen2.5-coder-0.5b-tuned, read in that folder's README.
 """
 
+import argparse
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -31,7 +35,8 @@ from recjudge.reward import TuneConfig, tune
 CONFIG = Path(__file__).resolve().parents[1] / "checkpoints/brief-offline-ml1m-1.5b/estimators.json"
 
 
-def main(folder: Path, model: str, negatives: str = "uniform") -> None:
+def main(folder: Path, model: str, negatives: str = "uniform", min_rating: float | None = None,
+         users_n: int = 200, validation: int | None = None) -> None:  # fmt: skip
     world = EstimatorCheckConfig(**json.loads(CONFIG.read_text()))
     ds = load_dataset(world.data)
     logs = [_simulate_log(world, ds, s) for s in world.log_seeds()]
@@ -39,8 +44,8 @@ def main(folder: Path, model: str, negatives: str = "uniform") -> None:
     past = ds.with_interactions(logs[0].past, "brief-offline-estimators' world: the past split")
     tc = TuneConfig(model=model, max_history=10, future_fraction=world.future_fraction,
                     steps=120, batch_size=4, lr=2e-4, eval_every=20, patience=3,
-                    decision_weight=1.0, max_users=200,
-                    validation_users=20 if negatives == "uniform" else 40,
+                    decision_weight=1.0, max_users=users_n, min_rating=min_rating,
+                    validation_users=validation or (20 if negatives == "uniform" else 40),
                     positives_per_user=2, seed=world.seed, negatives=negatives)  # fmt: skip
     t0 = time.time()
     resume = (Path(f"{folder}.tune") / "state.json").is_file()
@@ -49,6 +54,12 @@ def main(folder: Path, model: str, negatives: str = "uniform") -> None:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) not in (2, 3, 4):
-        sys.exit(__doc__)
-    main(Path(sys.argv[1]), *(sys.argv[2:] or ["qwen2.5-coder-0.5b"]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("folder", type=Path)
+    ap.add_argument("model", nargs="?", default="qwen2.5-coder-0.5b")
+    ap.add_argument("negatives", nargs="?", default="uniform", choices=["uniform", "listed"])
+    ap.add_argument("--min-rating", type=float, default=None)
+    ap.add_argument("--users", type=int, default=200)
+    ap.add_argument("--validation-users", type=int, default=None)
+    a = ap.parse_args()
+    main(a.folder, a.model, a.negatives, a.min_rating, a.users, a.validation_users)
