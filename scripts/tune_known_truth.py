@@ -18,8 +18,10 @@ counts them (default: any later interaction); ``--users`` (default 200) and
     # with CONFIG's "model" = OUT_FOLDER and "history_items" = 10
 
 The bench refuses a tuned folder whose card shows it read any of the world's users.
-Last run (2026-12-06, 2-core EPYC): reports/brief-offline-estimators/
-ml-1m-qwen2.5-coder-0.5b-tuned, read in that folder's README.
+Runs (2-core EPYC): reports/brief-offline-estimators/ml-1m-qwen2.5-coder-0.5b-tuned (uniform,
+2026-12-06), reports/judge-tuning/ml-1m-qwen2.5-coder-0.5b-listed-negatives (listed) and
+...-listed-negatives-min-rating-4 (listed, --min-rating 4; 2026-12-07): each folder's README
+has the command and the cost.
 """
 
 import argparse
