@@ -104,7 +104,6 @@ def imputers_on_gold(
     observed, theta, chosen = log
     p, h = world.imputers[judge]
     base = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
-    zero = {pair: (0.0, False) for pair in world.pairs}
     rows = feature_rows(world, judge)
     index = {pair: n for n, pair in enumerate(world.pairs)}
     k = max(parse_metric(m)[1] for m in metrics)
@@ -130,7 +129,9 @@ def imputers_on_gold(
             out.setdefault((n, design, "transport", "-"), []).append(
                 _transport_flags(world, p, labels, runs, k, index)
             )
-            judged = {LABELS_ONLY: zero, f"judge {judge}": base}
+            # labels-only reads no prediction (``ppi_run``'s ``labels_only`` puts a constant
+            # in the judge's place): it takes the judge's pairs only for their keys
+            judged = {LABELS_ONLY: base, f"judge {judge}": base}
             unlabelled = np.array([pair not in labels for pair in world.pairs])
             for method in SUPERVISED:
                 try:

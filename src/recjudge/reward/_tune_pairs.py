@@ -120,10 +120,11 @@ class EvidenceRule:
         out[at] = self.cosine(rows, [c])[:, 0]
         return out
 
-    def cosine(self, rows: Any, cols: Sequence[int]) -> np.ndarray:
-        """[rows, cols] cosine of the items at matrix rows ``rows`` (``slice(None)``: every
-        item) with the items at ``cols``: shared users over the product of the norms (0 for
-        an item without users)."""
+    def cosine(self, rows: Sequence[int], cols: Sequence[int]) -> np.ndarray:
+        """[rows, cols] cosine of the items at matrix rows ``rows`` with the items at
+        ``cols``: shared users over the product of the norms (0 for an item without users).
+        The listed rule's kNN does not call it: it needs only each item's sum over a
+        history, which ``Lister._knn`` gets from two matrix-vector products."""
         dots = np.asarray((self.matrix[rows] @ self.matrix[cols].T).todense())
         norms = np.outer(self.norms[rows], self.norms[cols])
         return np.divide(dots, norms, out=np.zeros_like(dots), where=norms > 0)
