@@ -92,13 +92,13 @@ def test_a_judge_that_knows_the_labels_narrows_both_and_a_guessing_one_neither()
 
 def test_the_labels_only_yardstick_does_not_read_the_judge():
     a, b = _evaluate("oracle", 3), _evaluate("noise", 3)
-    # same world and gold (same seed), two judges: the labels-only interval is one
-    wa, wb = a["judge_worth"]["sys"]["precision@10"], b["judge_worth"]["sys"]["precision@10"]
-    wid_a = (a["systems"]["sys"]["precision@10"]["ppi"]["ci"][1]
-             - a["systems"]["sys"]["precision@10"]["ppi"]["ci"][0])  # fmt: skip
-    wid_b = (b["systems"]["sys"]["precision@10"]["ppi"]["ci"][1]
-             - b["systems"]["sys"]["precision@10"]["ppi"]["ci"][0])  # fmt: skip
-    assert wid_a / wa["ppi_over_labels"] == pytest.approx(wid_b / wb["ppi_over_labels"])
+    # same world and gold (same seed), two judges: the labels-only estimate is one
+    la, lb = (r["judge_worth"]["sys"]["precision@10"]["labels_only"] for r in (a, b))
+    assert la["value"] == pytest.approx(lb["value"]) and la["ci"] == pytest.approx(lb["ci"])
+    for r, lab in ((a, la), (b, lb)):  # and each ratio is PPI's width over that interval's
+        lo, hi = r["systems"]["sys"]["precision@10"]["ppi"]["ci"]
+        ratio = r["judge_worth"]["sys"]["precision@10"]["ppi_over_labels"]
+        assert ratio == pytest.approx((hi - lo) / (lab["ci"][1] - lab["ci"][0]))
     assert any("What the judge is worth here" in line for line in estimator_lines(a))
 
 
