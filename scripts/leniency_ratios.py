@@ -12,8 +12,8 @@ Last run (2026-12-06, 2-core EPYC, 20 min): reports/brief-offline-estimators/
 ml-1m-qwen2.5-coder-1.5b/leniency_ratios.json, read in that folder's README.
 """
 
+import argparse
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +28,8 @@ THRESHOLDS = (1.1, 1.2, 1.3, 1.5, 2.0)
 
 def main(out: Path) -> None:
     cfg = oe.EstimatorCheckConfig(**json.loads(CONFIG.read_text()))
-    ds, past, users, world, sources = oe._world_of(cfg)
-    oe._judge_world(cfg, ds, past, world, sources, out, None, True)
+    ds, past, users, world, sources = oe.world_of(cfg)
+    oe.judge_world(cfg, ds, past, world, sources, out, None, True)
     imputers = oe.source_imputers(world, sources)
     got = {s: {n: [] for n in world.slots} for s in imputers}
     for t in range(cfg.simulated_logs):  # the bench's evaluations, its seeds
@@ -52,4 +52,6 @@ def main(out: Path) -> None:
 
 
 if __name__ == "__main__":
-    main(Path(sys.argv[1]))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path, help="folder holding store.sqlite (the imported checkpoint)")
+    main(ap.parse_args().out)

@@ -6,7 +6,7 @@ model, with user-bootstrap intervals and paired differences on the same pairs.
 per model in fp32 here) before estimating; when the question is only whether one tuning
 ranks listed pairs better than another, a sample of users answers it at a quarter of the
 cost, on exactly the pairs, prompts and settings the bench judges (its world, its
-``_judge_world``, its store, so the bench's own store replays a model it already judged).
+``judge_world``, its store, so the bench's own store replays a model it already judged).
 
     .venv/bin/python scripts/listed_auc.py OUT LABEL=MODEL[@STORE_DIR] [LABEL=MODEL...] \
         [--users N] [--config RESULTS_JSON]
@@ -31,13 +31,12 @@ from pathlib import Path
 
 import numpy as np
 
-from recjudge._stats import bootstrap_ci, user_draws
+from recjudge._stats import bootstrap_ci, labelled_auc, user_draws
 from recjudge.bench._offline_estimators import (
     EstimatorCheckConfig,
-    _auc,
-    _judge_world,
-    _world_of,
+    judge_world,
     tuned_judge,
+    world_of,
 )
 from recjudge.data import sample_users
 
@@ -53,7 +52,7 @@ def _boot(scores: dict[str, np.ndarray], y: np.ndarray, owner: np.ndarray, n_use
     for rows in user_draws(n_users, draws, seed):
         idx = np.concatenate([by_user[r] for r in rows])
         for k, p in scores.items():
-            a = _auc(p[idx], y[idx])  # None: a resample of one class
+            a = labelled_auc(p[idx], y[idx])  # None: a resample of one class
             out[k].append(np.nan if a is None else a)
     return out
 
@@ -70,7 +69,7 @@ def main() -> None:
     base = EstimatorCheckConfig(**{k: v for k, v in raw.items()
                                    if k in EstimatorCheckConfig.model_fields})  # fmt: skip
     t0 = time.time()
-    ds, past, users, world, sources = _world_of(base)
+    ds, past, users, world, sources = world_of(base)
     chosen = set(sample_users(users, a.users, ("listed-auc", base.seed)))
     keep = [n for n, (u, _) in enumerate(world.pairs) if u in chosen]
     order = [u for u in users if u in chosen]
@@ -93,7 +92,7 @@ def main() -> None:
                 shutil.copy(f, folder / f.name)
         card = tuned_judge(config, users)  # a tuning that read the world is refused
         sub.imputers = {}
-        judged = _judge_world(config, ds, past, sub, sources, folder, None, True)
+        judged = judge_world(config, ds, past, sub, sources, folder, None, True)
         models[label] = {"model": model, "tuned_judge": card, "judging": judged}
         for name, (p, _) in sub.imputers.items():
             scores[f"{label}/{name}"] = p
@@ -104,7 +103,7 @@ def main() -> None:
     for k, p in scores.items():
         b = np.asarray(boots[k])
         lo, hi = bootstrap_ci(b[np.isfinite(b)])
-        rows[k] = {"auc": _auc(p, y), "lo": lo, "hi": hi}
+        rows[k] = {"auc": labelled_auc(p, y), "lo": lo, "hi": hi}
         label, _, judge = k.partition("/")
         ref = f"{first}/{judge}"
         if judge and label != first and ref in scores:

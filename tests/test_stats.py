@@ -13,6 +13,7 @@ import recjudge
 from recjudge._stats import (
     arm_interval,
     bootstrap_ci,
+    labelled_auc,
     paired_comparisons,
     paired_difference,
     user_draws,
@@ -131,6 +132,18 @@ def test_bootstrap_ci_percentile_and_basic_intervals():
     lo, hi = bootstrap_ci(np.stack([draws, -draws], axis=1))  # one interval per column
     assert lo.tolist() == [25.0, -975.0] and hi.tolist() == [975.0, -25.0]
     assert bootstrap_ci([]) == (None, None)
+
+
+def test_labelled_auc_counts_ordered_pairs_with_ties_as_half():
+    scores = [0.9, 0.4, 0.4, 0.1, 0.4]
+    labels = [1, 1, 0, 0, 0]
+    # positives 0.9 and 0.4 against negatives 0.4, 0.1, 0.4: 3 + (0.5 + 1 + 0.5) of 6 pairs
+    assert labelled_auc(scores, labels) == pytest.approx(5 / 6)
+    g = np.random.default_rng(1)
+    s, y = g.random(200), g.integers(0, 2, 200)
+    direct = np.mean([(a > b) + 0.5 * (a == b) for a in s[y == 1] for b in s[y == 0]])
+    assert labelled_auc(s, y) == pytest.approx(direct, abs=1e-12)
+    assert labelled_auc([0.2, 0.3], [1, 1]) is None  # one class: no AUC
 
 
 def test_no_module_computes_its_own_bootstrap_percentiles():

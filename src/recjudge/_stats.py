@@ -27,6 +27,7 @@ import numpy as np
 __all__ = [
     "auc",
     "arm_interval",
+    "labelled_auc",
     "bootstrap_ci",
     "paired_comparisons",
     "paired_difference",
@@ -196,6 +197,13 @@ def auc(pos: Sequence[float], neg: Sequence[float]) -> float | None:
     ranks = rankdata(np.concatenate([p, n]))
     u = ranks[: len(p)].sum() - len(p) * (len(p) + 1) / 2
     return float(u / (len(p) * len(n)))
+
+
+def labelled_auc(scores: Sequence[float], labels: Sequence[float]) -> float | None:
+    """``auc`` of ``scores`` with the pairs labelled 1 (any label > 0) as positives and those
+    labelled 0 as negatives; None when either class is absent."""
+    s, y = np.asarray(scores, float), np.asarray(labels, float)
+    return auc(s[y > 0], s[y == 0])
 
 
 def bootstrap_ranks(boot: Any, point: Sequence[float]) -> list[dict[str, Any]]:

@@ -29,10 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from recjudge._stats import bootstrap_ci
+from recjudge._stats import bootstrap_ci, labelled_auc
 from recjudge.bench._offline_estimators import (
     GOLD_DESIGNS,
-    _auc,
     _gather,
     _padded_weights,
     draw_gold,
@@ -145,7 +144,7 @@ def imputers_on_gold(
                 pv = np.array([fitted.p[pair] for pair in world.pairs])
                 y = world.relevant[unlabelled]
                 out.setdefault((n, design, f"auc [supervised:{method}]", "-"), []).append(
-                    (_auc(pv[unlabelled], y), fitted.oof["auc"]))  # fmt: skip
+                    (labelled_auc(pv[unlabelled], y), fitted.oof["auc"]))  # fmt: skip
             for metric in metrics:
 
                 def cell(row: str, t: float, v: Any, ci: Any, key=(n, design), m=metric) -> None:

@@ -47,7 +47,7 @@ import numpy as np
 from pydantic import ConfigDict, Field, model_validator
 from tqdm.auto import tqdm
 
-from recjudge._stats import auc, bootstrap_ci, seed_interval, user_draws
+from recjudge._stats import bootstrap_ci, labelled_auc, seed_interval, user_draws
 from recjudge._util import rng
 from recjudge.bench._judging import SIMULATORS, judges_for
 from recjudge.bench._offline import (
@@ -595,7 +595,7 @@ def sigma_sources(config: EstimatorCheckConfig, ds: Any, past: Any, positives: A
     return out
 
 
-def _judge_world(
+def judge_world(
     config: EstimatorCheckConfig,
     ds: Any,
     past: Any,
@@ -694,9 +694,9 @@ def bench_brief_offline_estimators(
 
     t0 = time.time()
     (out := Path(out)).mkdir(parents=True, exist_ok=True)
-    ds, past, users, world, sources = _world_of(config)
+    ds, past, users, world, sources = world_of(config)
     tuned = tuned_judge(config, users)  # a tuning that read the world is refused before judging
-    judged = _judge_world(config, ds, past, world, sources, out, llm, progress)
+    judged = judge_world(config, ds, past, world, sources, out, llm, progress)
     if config.calibration_gold:  # a calibrated twin of every judge's and CF's p
         for name in [n for n in world.imputers if n.startswith(("judge:", "cf"))]:
             world.imputers[f"{name}+cal"] = calibrated(
@@ -735,7 +735,7 @@ def bench_brief_offline_estimators(
             n: {
                 "mean_p": float(p.mean()),
                 "yes_rate": float(h.mean()),
-                "auc_vs_truth": _auc(p, world.relevant),
+                "auc_vs_truth": labelled_auc(p, world.relevant),
                 **ppi_limit(p, world.relevant),
             }  # fmt: skip
             for n, (p, h) in world.imputers.items()
@@ -762,7 +762,7 @@ def bench_brief_offline_estimators(
     return results
 
 
-def _world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World, list]:
+def world_of(config: EstimatorCheckConfig) -> tuple[Any, Any, list[str], World, list]:
     """The simulated world: the data, the logs' shared past, the users, every listed pair
     with its truth and propensity, the CF imputers (one per sigma source) and all-yes."""
     k = max(parse_metric(m)[1] for m in config.metrics)
@@ -945,10 +945,6 @@ def ppi_limit(p: np.ndarray, y: np.ndarray) -> dict[str, float | None]:
         return {"corr_vs_truth": None, "ppi_width_limit": None}
     rho = float(np.corrcoef(p, y)[0, 1])
     return {"corr_vs_truth": rho, "ppi_width_limit": float(np.sqrt(max(0.0, 1 - rho**2)))}
-
-
-def _auc(p: np.ndarray, y: np.ndarray) -> float | None:
-    return auc(p[y > 0].tolist(), p[y == 0].tolist())
 
 
 def _paired(

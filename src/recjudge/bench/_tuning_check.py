@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from recjudge._stats import auc, bootstrap_ci, user_draws
+from recjudge._stats import bootstrap_ci, labelled_auc, user_draws
 from recjudge._util import release_freed_memory
 from recjudge.llm._backend import _quiet_loading
 from recjudge.reward import TuneConfig, TunePair
@@ -70,11 +70,6 @@ def _adapter(tc: Any, work: Path) -> Any | None:
     return model.eval()
 
 
-def _auc_of(scores: Sequence[float], labels: Sequence[int]) -> float | None:
-    s, y = np.asarray(scores, float), np.asarray(labels, int)
-    return auc(s[y == 1], s[y == 0])
-
-
 def paired_auc(a: Sequence[float], b: Sequence[float], labels: Sequence[int],
                users: Sequence[str], draws: int, seed: int) -> dict[str, Any]:  # fmt: skip
     """AUC of scores ``a`` and ``b`` on the same pairs, and ``a - b`` with a 95 % percentile
@@ -88,10 +83,10 @@ def paired_auc(a: Sequence[float], b: Sequence[float], labels: Sequence[int],
     diffs = []
     for draw in user_draws(len(groups), draws, seed):  # the project's user resamples
         idx = np.concatenate([groups[k] for k in draw])
-        x, z = _auc_of(a[idx], y[idx]), _auc_of(b[idx], y[idx])
+        x, z = labelled_auc(a[idx], y[idx]), labelled_auc(b[idx], y[idx])
         if x is not None and z is not None:
             diffs.append(x - z)
-    point_a, point_b = _auc_of(a, y), _auc_of(b, y)
+    point_a, point_b = labelled_auc(a, y), labelled_auc(b, y)
     lo, hi = bootstrap_ci(diffs)
     diff = None if point_a is None or point_b is None else point_a - point_b
     return {"a": point_a, "b": point_b, "diff": diff, "lo": lo, "hi": hi,
