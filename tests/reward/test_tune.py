@@ -35,6 +35,7 @@ from recjudge.reward._tune import (
     decision_scores,
     learning_rate,
     order_of,
+    training_loss,
     tune,
     used_examples,
 )
@@ -271,8 +272,46 @@ def test_the_decision_loss_is_the_logistic_loss_of_the_validation_score(tiny_dir
                for e, s in zip(examples, scores, strict=True)) / len(examples)  # fmt: skip
     ids, mask, _ = _batch(examples, 2, "cpu", "all")
     with torch.no_grad():
-        got = float(decision_loss(model(input_ids=ids, attention_mask=mask).logits, examples))
+        logits = model(input_ids=ids, attention_mask=mask).logits
+        rows = [logits[n, e.decision_at - 1] for n, e in enumerate(examples)]
+        got = float(decision_loss(rows, examples))
     assert got == pytest.approx(want, abs=1e-4)
+
+
+@pytest.mark.parametrize("weight", [0.0, 1.0])
+def test_the_training_loss_on_answer_positions_equals_the_full_logits_loss(
+    tiny_dir, ml100k, weight
+):
+    """``training_loss`` runs the LM head only where an answer token is predicted; its loss
+    and the adapter's gradients equal transformers' loss over the whole right-padded batch
+    (``labels``: -100 on prompts and padding) plus the decision loss at each decision."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    pairs = _pairs(ml100k, max_users=6, validation_users=2)
+    llm = load_llm(LLMConfig(model=str(tiny_dir), dtype="float32"), reuse=False)
+    judge = Judge(JudgeConfig(model=str(tiny_dir), mode="no-behavior", max_history=5), llm=llm)
+    examples = list(_examples(judge, pairs.train[:6], pairs.rule, []).values())
+    assert len({len(e.ids) for e in examples}) > 1  # rows of several lengths: padding at stake
+    torch.manual_seed(0)
+    model = get_peft_model(
+        AutoModelForCausalLM.from_pretrained(tiny_dir, dtype=torch.float32),
+        LoraConfig(r=4, target_modules=["q_proj"], init_lora_weights=False),
+    )
+    params = [q for q in model.parameters() if q.requires_grad]
+
+    def grads(loss):
+        return [g.clone() for g in torch.autograd.grad(loss, params)]
+
+    ids, mask, labels = _batch(examples, 2, "cpu", "all")
+    out = model(input_ids=ids, attention_mask=mask, labels=labels)
+    rows = [out.logits[n, e.decision_at - 1] for n, e in enumerate(examples)]
+    want = out.loss + weight * decision_loss(rows, examples) if weight else out.loss
+    got = training_loss(model, examples, 2, "cpu", weight, "float32")
+    assert got.item() == pytest.approx(want.item(), rel=1e-5)
+    for a, b in zip(grads(got), grads(want), strict=True):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-6)
 
 
 def _tiny_config(tiny_dir, **kw):

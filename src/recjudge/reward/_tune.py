@@ -7,7 +7,8 @@ renders it, and the evidence-first answer the grammar allows as the target
 (``_tune_pairs``: pairs from the log only, the evidence rule, the negatives).
 
 Training: LoRA (Hu et al. 2022, through ``peft``) on the attention projections, the causal LM
-loss on the answer's tokens only (the prompt is context), plus, with ``decision_weight``, a
+loss on the answer's tokens only (the prompt is context; the LM head runs only at the positions
+that predict them, ``training_loss``), plus, with ``decision_weight``, a
 logistic loss on the decision margin ``s`` below (``decision_loss``), AdamW with a linear
 warm-up and decay, padded micro-batches, on CPU or CUDA. Every ``eval_every`` steps the
 validation users' pairs are scored teacher-forced at the decision, in fp32: ``s = logit(YES
@@ -263,16 +264,46 @@ def _margin(row: Any, e: Example) -> Any:
     return torch.logsumexp(row[yes], 0) - torch.logsumexp(row[no], 0)
 
 
-def decision_loss(logits: Any, batch: Sequence[Example]) -> Any:
+def decision_loss(rows: Sequence[Any], batch: Sequence[Example]) -> Any:
     """``mean softplus(-(2y - 1) * m)`` with ``m = logsumexp(YES tokens) - logsumexp(NO
-    tokens)`` at each example's decision token (``logits`` of the right-padded batch
-    ``_batch`` made): the logistic loss of the margin ``decision_scores`` measures, in fp32."""
+    tokens)`` at each example's decision token (``rows[n]``: example ``n``'s logits at the
+    position before its decision token): the logistic loss of the margin
+    ``decision_scores`` measures, in fp32."""
     import torch
 
-    margin = torch.stack([_margin(logits[n, e.decision_at - 1].float(), e)
-                          for n, e in enumerate(batch)])  # fmt: skip
-    sign = torch.tensor([2.0 * e.label - 1.0 for e in batch], device=logits.device)
+    margin = torch.stack([_margin(r.float(), e) for r, e in zip(rows, batch, strict=True)])
+    sign = torch.tensor([2.0 * e.label - 1.0 for e in batch], device=margin.device)
     return torch.nn.functional.softplus(-sign * margin).mean()
+
+
+def training_loss(model: Any, batch: Sequence[Example], pad: int, device: str,
+                  decision_weight: float, precision: str) -> Any:  # fmt: skip
+    """One micro-batch's loss: the causal LM loss on the answers' tokens (mean over them, as
+    transformers' ``labels`` loss) plus ``decision_weight`` times ``decision_loss``, in fp32.
+
+    The LM head runs only at the positions that predict an answer token (``logits_to_keep``
+    as a boolean mask; each row's decision position is among them), not at every prompt
+    position: the prompt is ~90 % of a pair's tokens, and a head over a 150k vocabulary at
+    every position was a large part of a step's time and most of its memory (the 0.5B: a
+    ``[4, ~600, 151,936]`` fp32 logits tensor and its gradient). The loss is the same up to
+    floating-point rounding (tests: against the full-logits loss and its gradients)."""
+    import torch
+
+    ids, mask, _ = _batch(batch, pad, device, "all")
+    keep = torch.zeros(mask.shape, dtype=torch.bool, device=ids.device)
+    for n, e in enumerate(batch):  # positions prompt_len-1 .. len-2 predict the answer
+        keep[n, e.prompt_len - 1 : len(e.ids) - 1] = True
+    with _autocast(device, precision):
+        logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
+    if logits.dim() == 3:  # a model that ignored logits_to_keep: the same rows, from all
+        logits = logits[keep]
+    logits = logits.float()  # [answer positions of every row, in row order, vocab]
+    loss = torch.nn.functional.cross_entropy(logits, ids[:, 1:][keep[:, :-1]])
+    if decision_weight:
+        first = np.cumsum([0] + [len(e.ids) - e.prompt_len for e in batch])
+        rows = [logits[int(first[n]) + e.decision_at - e.prompt_len] for n, e in enumerate(batch)]
+        loss = loss + decision_weight * decision_loss(rows, batch)
+    return loss
 
 
 def validation_auc(model: Any, examples: Sequence[Example], pad: int, device: str) -> float | None:
@@ -572,12 +603,8 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
         t_step = time.perf_counter()
         if batch:
             with torch_seeded(config.seed * 1_000_003 + step):  # dropout: as on a resumed run
-                ids, mask, labels = _batch(batch, pad, device, "all")
-                with _autocast(device, precision):
-                    out = model(input_ids=ids, attention_mask=mask, labels=labels)
-                loss = out.loss
-                if config.decision_weight:
-                    loss = loss + config.decision_weight * decision_loss(out.logits, batch)
+                loss = training_loss(model, batch, pad, device, config.decision_weight,
+                                     precision)  # fmt: skip
                 loss.backward()
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
