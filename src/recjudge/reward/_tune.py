@@ -283,10 +283,10 @@ def training_loss(model: Any, batch: Sequence[Example], pad: int, device: str,
 
     The LM head runs only at the positions that predict an answer token (``logits_to_keep``
     as a boolean mask; each row's decision position is among them), not at every prompt
-    position: the prompt is ~95 % of a pair's tokens (ML-1M, 10-item histories: 417 of 438),
-    and a head over a 150k vocabulary at every position took ~30 % of the 0.5B's step time
-    and ~4.4 GB of its peak memory (a ``[4, ~440, 151,936]`` fp32 logits tensor and its
-    gradient). The loss is the same up to
+    position: the prompt is ~95 % of a pair's tokens (ML-1M, 10-item histories, the 0.5B's
+    tokenizer: 396 of 417), and a head over a 150k vocabulary at every position took ~30 % of
+    the 0.5B's step time and ~4.4 GB of its peak memory (a ``[4, ~420, 151,936]`` fp32 logits
+    tensor and its gradient). The loss is the same up to
     floating-point rounding (tests: against the full-logits loss and its gradients)."""
     import torch
 
