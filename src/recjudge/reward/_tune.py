@@ -286,8 +286,8 @@ def training_loss(model: Any, batch: Sequence[Example], pad: int, device: str,
     position: the prompt is ~95 % of a pair's tokens (ML-1M, 10-item histories, the 0.5B's
     tokenizer: 396 of 417), and a head over a 150k vocabulary at every position took ~30 % of
     the 0.5B's step time and ~4.4 GB of its peak memory (a ``[4, ~420, 151,936]`` fp32 logits
-    tensor and its gradient). The loss is the same up to
-    floating-point rounding (tests: against the full-logits loss and its gradients)."""
+    tensor and its gradient). The loss is the same up to floating-point rounding (tests:
+    against the full-logits loss and its gradients)."""
     import torch
 
     ids, mask, _ = _batch(batch, pad, device, "all")
