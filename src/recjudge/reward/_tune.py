@@ -290,16 +290,15 @@ def training_loss(model: Any, batch: Sequence[Example], pad: int, device: str,
     against the full-logits loss and its gradients)."""
     import torch
 
-    ids, mask, _ = _batch(batch, pad, device, "all")
-    keep = torch.zeros(mask.shape, dtype=torch.bool, device=ids.device)
-    for n, e in enumerate(batch):  # positions prompt_len-1 .. len-2 predict the answer
-        keep[n, e.prompt_len - 1 : len(e.ids) - 1] = True
+    ids, mask, labels = _batch(batch, pad, device, "all")
+    answer = labels[:, 1:] != -100  # position p predicts the answer token at p + 1
+    keep = torch.cat([answer, answer.new_zeros((len(batch), 1))], dim=1)
     with _autocast(device, precision):
         logits = model(input_ids=ids, attention_mask=mask, logits_to_keep=keep).logits
     if logits.dim() == 3:  # a model that ignored logits_to_keep: the same rows, from all
         logits = logits[keep]
     logits = logits.float()  # [answer positions of every row, in row order, vocab]
-    loss = torch.nn.functional.cross_entropy(logits, ids[:, 1:][keep[:, :-1]])
+    loss = torch.nn.functional.cross_entropy(logits, labels[:, 1:][answer])
     if decision_weight:
         first = np.cumsum([0] + [len(e.ids) - e.prompt_len for e in batch])
         rows = [logits[int(first[n]) + e.decision_at - e.prompt_len] for n, e in enumerate(batch)]
