@@ -16,10 +16,14 @@ from recjudge._util import UserFacingError
 from recjudge.llm import LLMConfig, load_llm
 from recjudge.llm._models import resolve_model_path
 from recjudge.llm._native import (
+    _REORDER,
+    Linear,
     NativeCausalLM,
     RMSNorm,
+    drop_packed,
     load_native,
     native_support,
+    packed_weights,
 )
 from recjudge.llm._tokenizer import NativeTokenizer, load_transformers_tokenizer
 
@@ -188,3 +192,67 @@ def test_rms_norm_is_transformers_formula(dtype):
         assert a.dtype == b.dtype == dtype
         torch.testing.assert_close(a, b, rtol=2 ** -7 if dtype == torch.bfloat16 else 1e-6,
                                    atol=0)  # fmt: skip
+
+
+@pytest.mark.skipif(_REORDER is None, reason="torch built without oneDNN")
+def test_packed_weights_compute_the_same_linear_map():
+    """Without autograd on the CPU in bf16, ``Linear`` multiplies by a packed copy of its
+    weight: the same map as ``F.linear`` (up to bf16 rounding; bitwise on the CPUs measured),
+    remade when the weight changes in place or is replaced, and only there."""
+    g = torch.Generator().manual_seed(0)
+    lin = Linear(64, 96, bias=True)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(96, 64, generator=g) * 0.1)
+        lin.bias.copy_(torch.randn(96, generator=g))
+    lin = lin.to(torch.bfloat16)
+    x = torch.randn(2, 5, 64, generator=g).to(torch.bfloat16)
+    tol = {"rtol": 2**-7, "atol": 1e-2}
+
+    def check() -> None:
+        with torch.inference_mode():
+            got = lin(x)
+        assert "_packed_weight" in lin.__dict__
+        want = torch.nn.functional.linear(x.float(), lin.weight.float(), lin.bias.float())
+        torch.testing.assert_close(got.float(), want, **tol)
+
+    check()
+    with torch.no_grad():
+        lin.weight.mul_(-2)  # in place: the version counter moves, the copy is remade
+    check()
+    lin.weight = torch.nn.Parameter(lin.weight.detach().flip(0))  # replaced
+    check()
+    lin.weight.data.mul_(3)  # through .data, which no counter sees: drop_packed says so
+    drop_packed(lin)
+    assert "_packed_weight" not in lin.__dict__
+    check()
+    # with autograd, or switched off, it is F.linear on the weight itself
+    drop_packed(lin)
+    xg = x.clone().requires_grad_()
+    lin(xg).float().sum().backward()
+    assert xg.grad is not None and "_packed_weight" not in lin.__dict__
+    with torch.inference_mode(), packed_weights(False):
+        lin(x)
+    assert "_packed_weight" not in lin.__dict__
+    # fp32 stays F.linear (oneDNN's fp32 product is not MKL's bit for bit)
+    lin32 = Linear(64, 96, bias=False)
+    with torch.no_grad():
+        lin32.weight.copy_(torch.randn(96, 64, generator=g))
+    with torch.inference_mode():
+        lin32(torch.randn(3, 64, generator=g))
+    assert "_packed_weight" not in lin32.__dict__
+
+
+def test_bf16_native_forward_with_and_without_packed_weights(tmp_path):
+    """A whole bf16 forward (decoder, head, a cached step) gives the same logits with the
+    packed weights as without them."""
+    folder, _ = _tiny(tmp_path, "qwen2", tie_word_embeddings=False)
+    model = load_native(folder, torch.bfloat16)
+    ids = torch.tensor([[5, 9, 17, 33, 2, 71, 8]])
+    out = {}
+    for packed in (False, True):
+        with torch.inference_mode(), packed_weights(packed):
+            cache_out = model(input_ids=ids[:, :5], use_cache=True)
+            step = model(input_ids=ids[:, 5:6], past_key_values=cache_out.past_key_values)
+            out[packed] = (cache_out.logits.float(), step.logits.float())
+    for a, b in zip(out[False], out[True], strict=True):
+        torch.testing.assert_close(a, b, rtol=2**-7, atol=2e-2)
