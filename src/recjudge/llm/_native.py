@@ -168,9 +168,10 @@ class Linear(nn.Linear):
     Measured on a 2-core AMD EPYC (native bf16), every linear shape of SmolLM2-135M and
     Qwen2.5 0.5B and 1.5B at 1 to 2,100 rows: bitwise equal to ``F.linear`` (242 of 242
     products), 1-6 % faster at 1,330 rows and 6-38 % at 20 (the vocabulary heads most); the
-    0.5B's 20 read-outs of one user 12 % faster with the same p_yes. The first use pays the
-    reorder (~0.2 s for the 0.5B) and the weights' size in memory; a cold CLI judgment was
-    still faster with it. Only without autograd (the engines run under ``inference_mode``),
+    0.5B's 20 read-outs of one user 5-12 % faster with the same p_yes. The first use pays the
+    reorder and the weights' size in memory (a first forward of every linear layer: 0.2 s and
+    256 MB for SmolLM2, 0.5-1.0 s and 942 MB for the 0.5B); a cold CLI judgment was still
+    faster with it. Only without autograd (the engines run under ``inference_mode``),
     on the CPU, in bf16 (in fp32 oneDNN's product is not MKL's bit for bit, so fp32 stays
     ``F.linear``). The packed copy is remade when the weight is replaced or changed in place
     (its ``data_ptr`` or version counter moves); a write through ``.data`` moves neither,
