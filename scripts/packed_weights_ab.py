@@ -4,7 +4,9 @@ in one process on the same requests: ``bench throughput``'s user 0 (ML-1M, 20 ca
 (beta 0) and read-outs of the decision-heavy one (BRIEF at beta 25, ALS sigma). Each variant
 judges another user's requests untimed first; the rounds alternate which variant goes first.
 Prints and writes (``--out``) each variant's seconds per round, their medians and ratio, and
-whether verdicts, evidence and p_yes agree.
+whether verdicts, evidence and p_yes agree. ``--dtype float32`` for the fp32 path; with
+``ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 ATEN_CPU_CAPABILITY=avx2`` in the
+environment the libraries keep to AVX2, as on an AVX2-only CPU.
 
     .venv/bin/python scripts/packed_weights_ab.py --out reports/throughput/DIR/packed-ab.json
 
@@ -13,6 +15,7 @@ Last run: reports/throughput/README.md (issue 93, packed weights).
 
 import argparse
 import json
+import os
 import statistics
 import time
 from pathlib import Path
@@ -28,6 +31,7 @@ from recjudge.reporting import environment
 from recjudge.reward import Judge, JudgeConfig, clear_prefix_cache
 
 MODEL = "qwen2.5-coder-0.5b"
+ISA_VARIABLES = ("ONEDNN_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS", "ATEN_CPU_CAPABILITY")
 #: (name, beta, full answers)
 WORKLOADS = (
     ("evidence-heavy read-outs", 0.0, False),
@@ -62,13 +66,14 @@ def _one(judge: Judge, group: list, warmup: list, rounds: int) -> dict:
     }  # fmt: skip
 
 
-def main(rounds: int, out: Path | None) -> None:
+def main(rounds: int, out: Path | None, dtype: str) -> None:
     torch.set_num_threads(2)
     ds = load_dataset("ml-1m")
     cf, _, _ = cached_cf("als", ds, {"factors": 64, "iterations": 15}, seed=0)
-    llm = load_llm(LLMConfig(model=MODEL, backend="transformers"))
+    llm = load_llm(LLMConfig(model=MODEL, backend="transformers", dtype=dtype))
     group, warmup = _requests(ds, 2, 20, 50, 0)
-    res = {"model": MODEL, "dtype": str(llm.model.dtype), "rounds": rounds,
+    isa = {k: os.environ.get(k) for k in ISA_VARIABLES}
+    res = {"model": MODEL, "dtype": str(llm.model.dtype), "rounds": rounds, "isa_limits": isa,
            "environment": environment(), "workloads": {}}  # fmt: skip
     for name, beta, full in WORKLOADS:
         cfg = JudgeConfig(model=MODEL, mode="brief", beta=beta, max_history=50,
@@ -88,5 +93,6 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=6, help="timed rounds per variant")
     ap.add_argument("--out", type=Path, default=None, help="JSON to write")
+    ap.add_argument("--dtype", default="auto", help="auto (bf16 where native), float32, ...")
     a = ap.parse_args()
-    main(a.rounds, a.out)
+    main(a.rounds, a.out, a.dtype)

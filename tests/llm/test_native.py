@@ -196,9 +196,9 @@ def test_rms_norm_is_transformers_formula(dtype):
 
 @pytest.mark.skipif(_REORDER is None, reason="torch built without oneDNN")
 def test_packed_weights_compute_the_same_linear_map():
-    """Without autograd on the CPU in bf16, ``Linear`` multiplies by a packed copy of its
-    weight: the same map as ``F.linear`` (up to bf16 rounding; bitwise on the CPUs measured),
-    remade when the weight changes in place or is replaced, and only there."""
+    """Without autograd on the CPU in bf16 or fp32, ``Linear`` multiplies by a packed copy of
+    its weight: the same map as ``F.linear`` (up to the dtype's rounding), remade when the
+    weight changes in place or is replaced, and only there."""
     g = torch.Generator().manual_seed(0)
     lin = Linear(64, 96, bias=True)
     with torch.no_grad():
@@ -233,20 +233,27 @@ def test_packed_weights_compute_the_same_linear_map():
     with torch.inference_mode(), packed_weights(False):
         lin(x)
     assert "_packed_weight" not in lin.__dict__
-    # fp32 stays F.linear (oneDNN's fp32 product is not MKL's bit for bit)
+    # fp32 packs too (the same map up to fp32 rounding); fp16 does not
     lin32 = Linear(64, 96, bias=False)
     with torch.no_grad():
         lin32.weight.copy_(torch.randn(96, 64, generator=g))
+    x32 = torch.randn(3, 64, generator=g)
     with torch.inference_mode():
-        lin32(torch.randn(3, 64, generator=g))
-    assert "_packed_weight" not in lin32.__dict__
+        got = lin32(x32)
+    assert "_packed_weight" in lin32.__dict__
+    torch.testing.assert_close(got, x32 @ lin32.weight.detach().T, rtol=1e-5, atol=1e-5)
+    lin16 = Linear(64, 96, bias=False).to(torch.float16)
+    with torch.inference_mode():
+        lin16(torch.ones(3, 64, dtype=torch.float16))
+    assert "_packed_weight" not in lin16.__dict__
 
 
-def test_bf16_native_forward_with_and_without_packed_weights(tmp_path):
-    """A whole bf16 forward (decoder, head, a cached step) gives the same logits with the
-    packed weights as without them."""
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_native_forward_with_and_without_packed_weights(tmp_path, dtype):
+    """A whole forward (decoder, head, a cached step) gives the same logits with the packed
+    weights as without them, up to the dtype's rounding."""
     folder, _ = _tiny(tmp_path, "qwen2", tie_word_embeddings=False)
-    model = load_native(folder, torch.bfloat16)
+    model = load_native(folder, dtype)
     ids = torch.tensor([[5, 9, 17, 33, 2, 71, 8]])
     out = {}
     for packed in (False, True):
@@ -254,5 +261,6 @@ def test_bf16_native_forward_with_and_without_packed_weights(tmp_path):
             cache_out = model(input_ids=ids[:, :5], use_cache=True)
             step = model(input_ids=ids[:, 5:6], past_key_values=cache_out.past_key_values)
             out[packed] = (cache_out.logits.float(), step.logits.float())
+    tol = TOL[dtype]
     for a, b in zip(out[False], out[True], strict=True):
-        torch.testing.assert_close(a, b, rtol=2**-7, atol=2e-2)
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
