@@ -143,7 +143,7 @@ _PACKING: contextvars.ContextVar[bool] = contextvars.ContextVar("recjudge_packin
 @contextlib.contextmanager
 def packed_weights(enabled: bool) -> Iterator[None]:
     """Inside, ``Linear`` uses its packed weight (``enabled``, the default outside) or not:
-    for the A/B of ``bench throughput`` and the tests that compare both."""
+    for an A/B (``scripts/packed_weights_ab.py``) and the tests that compare both."""
     token = _PACKING.set(enabled)
     try:
         yield
@@ -175,15 +175,15 @@ class Linear(nn.Linear):
     - fp32: not MKL's product bit for bit (the 0.5B's p_yes within 1.2e-6 of it, the same
       verdicts and evidence), 1.10-1.15x at 1,330 rows and 2.0-3.3x at 20 (1.02-1.05x and
       1.8-2.7x with oneDNN and MKL held to AVX2, as on an AVX2-only CPU); the 0.5B's
-      read-outs 1.16x and full answers 1.27x faster.
+      read-outs 1.08-1.22x and full answers 1.26x faster (``scripts/packed_weights_ab.py``).
 
     The first use pays the reorder and the weights' size in memory (a first forward of every
     linear layer in bf16: 0.2 s and 256 MB for SmolLM2, 0.5-1.0 s and 942 MB for the 0.5B);
     a cold CLI judgment was still faster with it. Only without autograd (the engines run
     under ``inference_mode``), on the CPU, in bf16 or fp32. The packed copy is remade when
-    the weight is replaced or changed in place (its ``data_ptr`` or version counter moves);
-    a write through ``.data`` moves neither, so code that writes weights that way calls
-    ``drop_packed``.
+    the weight is replaced (another tensor object, or another ``data_ptr``) or changed in
+    place (its version counter moves); a write through ``.data`` moves neither, so code that
+    writes weights that way calls ``drop_packed``.
     """
 
     def reset_parameters(self) -> None:
@@ -210,10 +210,12 @@ class Linear(nn.Linear):
             return None
         key = (w.data_ptr(), -1 if w.is_inference() else w._version)
         got = self.__dict__.get("_packed_weight")
-        if got is None or got[0] != key:
+        # the weight object itself is kept and compared: a new weight allocated where a freed
+        # one was would otherwise match its address and version
+        if got is None or got[0] is not w or got[1] != key:
             with torch.no_grad():
-                got = self.__dict__["_packed_weight"] = (key, _REORDER(w.detach(), None))
-        return got[1]
+                got = self.__dict__["_packed_weight"] = (w, key, _REORDER(w.detach(), None))
+        return got[2]
 
 
 class Embedding(nn.Embedding):
