@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -16,6 +17,7 @@ from recjudge._util import UserFacingError
 from recjudge.llm import LLMConfig, load_llm
 from recjudge.llm._models import resolve_model_path
 from recjudge.llm._native import (
+    _BF16_PACKS,
     _REORDER,
     Linear,
     NativeCausalLM,
@@ -194,7 +196,7 @@ def test_rms_norm_is_transformers_formula(dtype):
                                    atol=0)  # fmt: skip
 
 
-@pytest.mark.skipif(_REORDER is None, reason="torch built without oneDNN")
+@pytest.mark.skipif(not _BF16_PACKS, reason="oneDNN computes no bf16 product on this CPU")
 def test_packed_weights_compute_the_same_linear_map():
     """Without autograd on the CPU in bf16 or fp32, ``Linear`` multiplies by a packed copy of
     its weight: the same map as ``F.linear`` (up to the dtype's rounding), remade when the
@@ -246,6 +248,34 @@ def test_packed_weights_compute_the_same_linear_map():
     with torch.inference_mode():
         lin16(torch.ones(3, 64, dtype=torch.float16))
     assert "_packed_weight" not in lin16.__dict__
+
+
+@pytest.mark.skipif(_REORDER is None, reason="torch built without oneDNN")
+def test_bf16_stays_unpacked_where_onednn_has_no_bf16_product():
+    """On a CPU without AVX512-BW/VL/DQ (an AVX2-only one: oneDNN held to AVX2 here), oneDNN's
+    bf16 reorder raises; there bf16 ``Linear`` is ``F.linear`` and fp32 still packs."""
+    code = """
+import torch
+from recjudge.llm._native import _BF16_PACKS, Linear
+assert not _BF16_PACKS
+g = torch.Generator().manual_seed(0)
+for dtype in (torch.bfloat16, torch.float32):
+    lin = Linear(64, 96, bias=True).to(dtype)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(96, 64, generator=g))
+        lin.bias.copy_(torch.randn(96, generator=g))
+    x = torch.randn(3, 64, generator=g).to(dtype)
+    with torch.inference_mode():
+        got = lin(x)
+    want = torch.nn.functional.linear(x, lin.weight, lin.bias)
+    torch.testing.assert_close(got.float(), want.float(), rtol=2**-7, atol=1e-2)
+    print(dtype, "_packed_weight" in lin.__dict__)
+"""
+    env = {**os.environ, "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300, env=env)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split("\n")[:2] == ["torch.bfloat16 False", "torch.float32 True"]
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])

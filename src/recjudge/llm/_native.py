@@ -136,7 +136,10 @@ def native_support(source: Any) -> str | None:
 #: inductor's weight freezing does on the CPU); ``None`` where torch was built without oneDNN
 _PACKED_LINEAR = getattr(torch.ops.mkldnn, "_linear_pointwise", None)
 _REORDER = getattr(torch.ops.mkldnn, "_reorder_linear_weight", None)
-_PACKED_DTYPES = (torch.bfloat16, torch.float32)
+_BF16_PACKS = _REORDER is not None and bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+#: oneDNN's bf16 linear needs AVX512-BW/VL/DQ or AVX-NE-CONVERT (it raises on an AVX2-only CPU,
+#: where torch emulates bf16 and ``F.linear`` stays)
+_PACKED_DTYPES = (torch.float32, torch.bfloat16) if _BF16_PACKS else (torch.float32,)
 _PACKING: contextvars.ContextVar[bool] = contextvars.ContextVar("recjudge_packing", default=True)
 
 
@@ -180,10 +183,11 @@ class Linear(nn.Linear):
     The first use pays the reorder and the weights' size in memory (a first forward of every
     linear layer in bf16: 0.2 s and 256 MB for SmolLM2, 0.5-1.0 s and 942 MB for the 0.5B);
     a cold CLI judgment was still faster with it. Only without autograd (the engines run
-    under ``inference_mode``), on the CPU, in bf16 or fp32. The packed copy is remade when
-    the weight is replaced (another tensor object, or another ``data_ptr``) or changed in
-    place (its version counter moves); a write through ``.data`` moves neither, so code that
-    writes weights that way calls ``drop_packed``.
+    under ``inference_mode``), on the CPU, in fp32, and in bf16 where oneDNN computes it
+    (AVX512-BW/VL/DQ or AVX-NE-CONVERT; not on an AVX2-only CPU). The packed copy is remade
+    when the weight is replaced (another tensor object, or another ``data_ptr``) or changed
+    in place (its version counter moves); a write through ``.data`` moves neither, so code
+    that writes weights that way calls ``drop_packed``.
     """
 
     def reset_parameters(self) -> None:
