@@ -36,6 +36,7 @@ from recjudge.bench._offline_estimators import (
     _padded_weights,
     draw_gold,
     gold_summary,
+    synthetic_name,
 )
 from recjudge.evaluators import linear_values, listed_pairs, parse_metric, ppi_run
 from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
@@ -125,9 +126,10 @@ def imputers_on_gold(
                                          theta, chosen, seed).items():  # fmt: skip
                 for t, value, ci in cells:
                     add((n, design, *key), t, value, ci)
-            out.setdefault((n, design, "transport", "-"), []).append(
-                _transport_flags(world, p, labels, runs, k, index)
-            )
+            for name in transport_judges(world, judge):
+                out.setdefault((n, design, transport_row(name, judge), "-"), []).append(
+                    _transport_flags(world, world.imputers[name][0], labels, runs, k, index)
+                )
             # labels-only reads no prediction (``ppi_run``'s ``labels_only`` puts a constant
             # in the judge's place): it takes the judge's pairs only for their keys
             judged = {LABELS_ONLY: base, f"judge {judge}": base}
@@ -159,6 +161,10 @@ def imputers_on_gold(
 OUA_BENCH_DRAWS = 100
 #: the logit shift of the planted lenient system's judge probabilities (transport rows)
 PLANTED_SHIFT = 1.5
+#: the synthetic calibrated imputers (``synthetic_imputer``'s AUC) whose transport check the
+#: bench runs beside the judge's: judges whose scores carry the signal, so that a lenient
+#: system's shifted scores move its calibrated level (the 1.5B judge's AUC 0.567 barely does)
+TRANSPORT_AUCS = (0.8, 0.9)
 #: unplanted world: a pooled map whose true mean residual on a system's listed pairs is below
 #: this transports to it (the test should pass), at or above ``FAILS_TO_TRANSPORT`` it does
 #: not (the test should fail); on a 9 % base rate, 0.005 and 0.02 are ~5 % and ~20 % of it
@@ -233,6 +239,40 @@ def _vals(est: str, cell: tuple, p: np.ndarray, users: np.ndarray) -> np.ndarray
     return linear_values(est, w, o, y, _gather(p, m) * valid, zero, t)[users]
 
 
+def transport_judges(world: Any, judge: str) -> list[str]:
+    """The imputers the bench's transport check runs on: the judge and the synthetic
+    calibrated imputers of ``TRANSPORT_AUCS`` the world holds (``bound``)."""
+    synth = [synthetic_name(auc) for auc in TRANSPORT_AUCS]
+    return [judge, *(name for name in synth if name in world.imputers)]
+
+
+def transport_row(name: str, judge: str) -> str:
+    """The results' row of the transport check on imputer ``name``: ``transport`` for the
+    bench's judge (the key older results have), ``transport [name]`` for the others."""
+    return "transport" if name == judge else f"transport [{name}]"
+
+
+def oracle_power(residuals: np.ndarray, n: int, alpha: float = 0.05) -> float:
+    """The power of the best test of a mean residual on ``n`` gold pairs drawn independently
+    from ``residuals`` (a system's every listed pair, ``Y - p_cal`` under the map its check
+    uses), the residuals' mean and spread known: ``Phi(|d| / se - z) + Phi(-|d| / se - z)``
+    with ``d`` their mean, ``se = sd / sqrt(n)`` and ``z`` the two-sided normal quantile
+    (the mean of ``n`` pairs taken as normal: for 0/1 labels at a few dozen pairs, a
+    few points off either way).
+    No check on these pairs can do better (the map's own error and the users' clustering
+    only add variance), so where it is below 90 % the goal is out of reach at this size."""
+    from scipy.stats import norm
+
+    if n < 2 or len(residuals) == 0:
+        return float("nan")
+    d = abs(float(np.mean(residuals)))
+    se = float(np.std(residuals)) / math.sqrt(n)
+    if se == 0:
+        return float(d > 0)
+    z = float(norm.ppf(1 - alpha / 2))
+    return float(norm.cdf(d / se - z) + norm.cdf(-d / se - z))
+
+
 def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     """The transport check on this gold sample: with the judge's probabilities of the first
     system's pairs shifted by ``PLANTED_SHIFT`` on the logit scale (a lenient system) and each
@@ -243,7 +283,7 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     Returns (planted flagged, others flagged, honest world flagged, flagged where it
     transports, such systems, flagged where it does not, such systems, the planted system's
     true bias under its leave-system-out map, the residual its check could detect at 80 %
-    power)."""
+    power, and the power of the best test on its gold pairs, ``oracle_power``)."""
     target = runs[0].name
     mine = np.zeros(len(world.pairs), dtype=bool)
     m = world.slots[target]
@@ -272,10 +312,11 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     try:
         fx, fy = fit_isotonic(planted[[index[key] for key in others_gold]],
                               list(others_gold.values()))  # fmt: skip
-        planted_bias = abs(float(np.mean(world.relevant[target_pairs]
-                                         - apply_map(fx, fy, planted[target_pairs]))))  # fmt: skip
+        resid = world.relevant[target_pairs] - apply_map(fx, fy, planted[target_pairs])
+        planted_bias = abs(float(np.mean(resid)))
+        oracle = oracle_power(resid, sum(bool(mine[index[key]]) for key in labels))
     except ValueError:
-        planted_bias = np.nan
+        planted_bias = oracle = np.nan
     detectable = got[0][target].get("detectable")
     flagged = {n: d["verdict"] == "fails" for n, d in got[0].items()}
     others = [v for n, v in flagged.items() if n != target]
@@ -297,7 +338,7 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     return (float(flagged[target]), float(np.mean(others)) if others else np.nan,
             float(np.mean(honest)), mean["small"], len(cells["small"]), mean["big"],
             len(cells["big"]), planted_bias,
-            float(detectable) if detectable is not None else np.nan)  # fmt: skip
+            float(detectable) if detectable is not None else np.nan, oracle)  # fmt: skip
 
 
 def imputer_summary(
@@ -312,21 +353,22 @@ def imputer_summary(
     transport: dict[tuple[str, str], list[tuple]] = {}
     for log in per_log:
         for (n, design, row, metric), vals in log.items():
-            if row == "transport":
-                transport.setdefault((str(n), design), []).extend(vals)
+            if row.startswith("transport"):
+                transport.setdefault((str(n), design, row), []).extend(vals)
             elif metric == "-":
                 aucs.setdefault((str(n), design, row), []).extend(vals)
-    for (n, design), vals in transport.items():
+    for (n, design, row), vals in transport.items():
         a = np.array(vals, dtype=float)
         transports, transports_n = _share(a, 3, 4)
         fails, fails_n = _share(a, 5, 6)
-        out.setdefault(n, {}).setdefault(design, {})["transport"] = {
+        out.setdefault(n, {}).setdefault(design, {})[row] = {
             "planted_flagged": float(np.nanmean(a[:, 0])),
             "others_flagged": float(np.nanmean(a[:, 1])),
             "honest_world_flagged": float(np.nanmean(a[:, 2])), "samples": len(a),
             "flagged_where_it_transports": transports, "systems_where_it_transports": transports_n,
             "flagged_where_it_does_not": fails, "systems_where_it_does_not": fails_n,
-            "planted_true_bias": _nanmean(a, 7), "planted_detectable": _nanmean(a, 8)}  # fmt: skip
+            "planted_true_bias": _nanmean(a, 7), "planted_detectable": _nanmean(a, 8),
+            "planted_oracle_power": _nanmean(a, 9)}  # fmt: skip
     for (n, design, row), vals in aucs.items():
         a = [v[0] for v in vals if v[0] is not None]
         g = [v[1] for v in vals if v[1] is not None]
@@ -419,14 +461,19 @@ def imputer_section(r: Mapping[str, Any], metrics: Sequence[str], draws: int) ->
               "jackknife); the share of samples in "
               "which that system fails (goal >= 90 %), in which the other systems fail (the "
               "lenient one pulls the map they are checked against, so their levels move too), "
-              "and in which any system fails without the plant (goal <= 10 %):", "",
-              "| gold pairs | design | samples | planted flagged | others flagged | "
+              "and in which any system fails without the plant (goal <= 10 %). The judge: "
+              "the bench's, and synthetic calibrated imputers of a known AUC in its place "
+              "(`synthetic_imputer`: scores that carry the signal, so the plant moves the "
+              "calibrated level). `best test's power`: no check on the planted system's "
+              "gold pairs can flag it more often (`oracle_power`: its pairs independent, "
+              "the residuals' mean and spread known):", "",
+              "| judge | gold pairs | design | samples | planted flagged | others flagged | "
               "honest world flagged | of them: where the map transports (true bias < "
               f"{TRANSPORTS:g}) | where it does not (>= {FAILS_TO_TRANSPORT:g}) | planted: "
               "true bias of its calibrated level | planted: residual its check detects at "
-              "80 % power |",
-              "|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
-    lines += _transport_rows(got)
+              "80 % power | planted: best test's power |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    lines += _transport_rows(got, r["gold_imputer"])
     lines += ["", "The supervised imputers' discrimination (mean over the samples it was fitted "
               "on; the judge's own AUC against the truth over every listed pair: "
               f"{_num(r['imputers'][r['gold_imputer']]['auc_vs_truth'], 3)}):", "",
@@ -450,7 +497,7 @@ def _width_rows(got: Mapping[str, Any], metrics: Sequence[str], snips: Mapping) 
                 ref = (by_row.get(f"ppi [{LABELS_ONLY}]") or {}).get(metric) or {}
                 sn = (snips.get(metric) or {}).get("ci_width")
                 for row, by_m in by_row.items():
-                    if row.startswith("auc [") or row == "transport":
+                    if row.startswith(("auc [", "transport")):
                         continue
                     c = by_m.get(metric)
                     if not c:
@@ -476,22 +523,32 @@ def _nanmean(a: np.ndarray, col: int) -> float | None:
     return float(np.nanmean(a[:, col]))
 
 
-def _transport_rows(got: Mapping[str, Any]) -> list[str]:
-    """``imputer_section``'s transport table rows: per gold size and design."""
-    out: list[str] = []
+def _transport_rows(got: Mapping[str, Any], judge: str) -> list[str]:
+    """``imputer_section``'s transport table rows: per judge, gold size and design."""
+    cells: dict[str, list[tuple[str, str, Mapping[str, Any]]]] = {}
     for n, by_design in got.items():
         for design, by_row in by_design.items():
-            c = by_row.get("transport")
-            if c:
-                out.append(f"| {n} | {design} | {c['samples']} | {_pct(c['planted_flagged'])} "
-                             f"| {_pct(c['others_flagged'])} | "
-                             f"{_pct(c['honest_world_flagged'])} | "
-                             f"{_pct(c.get('flagged_where_it_transports'))} of "
-                             f"{c.get('systems_where_it_transports', 0)} | "
-                             f"{_pct(c.get('flagged_where_it_does_not'))} of "
-                             f"{c.get('systems_where_it_does_not', 0)} | "
-                             f"{_num(c.get('planted_true_bias'))} | "
-                             f"{_num(c.get('planted_detectable'))} |")  # fmt: skip
+            for row, c in by_row.items():
+                if row.startswith("transport"):
+                    name = (
+                        judge
+                        if row == "transport"
+                        else row.removeprefix("transport [").removesuffix("]")
+                    )
+                    cells.setdefault(name, []).append((n, design, c))
+    out: list[str] = []
+    for name, rows in cells.items():
+        for n, design, c in rows:
+            out.append(f"| {name} | {n} | {design} | {c['samples']} | "
+                       f"{_pct(c['planted_flagged'])} | {_pct(c['others_flagged'])} | "
+                       f"{_pct(c['honest_world_flagged'])} | "
+                       f"{_pct(c.get('flagged_where_it_transports'))} of "
+                       f"{c.get('systems_where_it_transports', 0)} | "
+                       f"{_pct(c.get('flagged_where_it_does_not'))} of "
+                       f"{c.get('systems_where_it_does_not', 0)} | "
+                       f"{_num(c.get('planted_true_bias'))} | "
+                       f"{_num(c.get('planted_detectable'))} | "
+                       f"{_pct(c.get('planted_oracle_power'))} |")  # fmt: skip
     return out
 
 
