@@ -296,8 +296,9 @@ def estimate_evaluation(
         f" (sequential: the first {gold.sequential[0]} of {gold.sequential[1]} "
         f"{gold.unit} labelled)")  # fmt: skip
     got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}{seq}, PPI++ "
-                   f"(Student's t; lambda power-tuned from {MIN_TUNED_CLUSTERS} labelled "
-                   f"clusters, else 1){warn}")  # fmt: skip
+                   "(Student's t, skewness-corrected (Hall) for pair designs; lambda "
+                   f"power-tuned from {MIN_TUNED_CLUSTERS} labelled clusters, else 1)"
+                   f"{warn}")  # fmt: skip
     if calibrated:  # the calibration checked on each system's own gold pairs
         dm_df = max(refits[2] - 1, 1) if refits is not None else None  # DM's OUA interval
         _check_transport(got, runs, users, judged, gold, metrics, frame, refit, dm_df)

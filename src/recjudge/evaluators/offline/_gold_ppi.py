@@ -110,8 +110,13 @@ MIN_TUNED_CLUSTERS = 20
 
 #: fewest gold labels of each class among a run's gold pairs for a PPI interval: a one-class
 #: sample (every pair relevant, or none) has no observed residual spread on one side and gives
-#: zero-width or one-sided intervals (``1.0 [1.0, 1.0]``).
-MIN_CLASS_LABELS = 1
+#: zero-width or one-sided intervals (``1.0 [1.0, 1.0]``); with one label of the rarer class
+#: the spread and skewness rest on that one pair: on the known-truth bench
+#: (``brief-offline-estimators``, pair designs, 100-1,000 gold pairs; ``scripts/
+#: ppi_interval_diag.py``) such intervals covered 80.6 % (symmetric t) and 92.3 % (Hall's,
+#: ``_ppi.hall_interval``), and with them the active design's @20 cells at 100 gold pairs
+#: covered 87.8-88.3 % (91.0-91.3 % without them).
+MIN_CLASS_LABELS = 2
 
 
 #: fewest labelled users of the ``users`` design for a PPI interval: with 3-4 (about 100 gold
@@ -141,7 +146,8 @@ def ppi_run(
     Small samples (what a team labels: 100-300 pairs): every interval uses Student's t on
     its degrees of freedom (labelled clusters - 1, Welch-Satterthwaite for the clustered
     one; gold pairs - 1 for the iid one) instead of z, and lambda is power-tuned only with
-    ``MIN_TUNED_CLUSTERS`` or more labelled clusters (else 1, classic PPI).
+    ``MIN_TUNED_CLUSTERS`` or more labelled clusters (else 1, classic PPI). The design-based
+    interval is Hall's skewness-corrected one (``_ppi``); ``MIN_CLASS_LABELS`` of each class.
 
     ``labels_only``: the same design's estimate from the gold labels alone, what the team has
     without a judge (the yardstick of the judge's worth, ``_worth``): the judge replaced by
@@ -151,8 +157,9 @@ def ppi_run(
     and users designs it is the plain (cluster) mean of the gold labels.
 
     Raises:
-        ValueError: as the estimator chosen does (too few gold pairs), or a run whose gold
-            pairs are all of one class (the message says how many more pairs to label).
+        ValueError: as the estimator chosen does (too few gold pairs), or a run with fewer
+            than ``MIN_CLASS_LABELS`` gold labels of a class (the message says how many more
+            pairs to label).
     """
     base, k = parse_metric(metric)
     w = metric_weights(base, k)
@@ -219,10 +226,11 @@ def _t_interval(got: Mapping[str, Any], df: float, alpha: float = 0.05) -> dict[
 
 def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: Sequence[int],
                           k: int) -> None:  # fmt: skip
-    """Refuse a run whose gold labels are one class (``MIN_CLASS_LABELS``), saying how many
-    gold pairs would hold both: about ``5 / q`` for the rarer class's share ``q`` (the
-    judge's mean probability on the run's lists; 5 expected labels of the rarer class, the
-    normal approximation's usual rule)."""
+    """Refuse a run with fewer than ``MIN_CLASS_LABELS`` gold labels of either class,
+    saying how many gold pairs would hold enough: about ``5 / q`` for the rarer class's share
+    ``q`` (its share in the sample; with none of it, the judge's mean probability on the
+    run's lists; 5 expected labels of the rarer class, the normal approximation's usual
+    rule)."""
     pos = int(sum(labels))
     neg = len(labels) - pos
     if len(labels) < 2 or min(pos, neg) >= MIN_CLASS_LABELS:
@@ -230,13 +238,25 @@ def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: S
     p = [judged[(u, i)][0] for u in users for i in run.rankings.get(u, [])[:k]
          if (u, i) in judged]  # fmt: skip
     rate = float(np.mean(p)) if p else 0.5
+    rarer = min(pos, neg)
+    if rarer:  # the sample's own rate of the rarer class says more than the judge's
+        rate = pos / len(labels)
     q = min(max(min(rate, 1 - rate), 1e-3), 0.5)
     need = int(math.ceil(5 / q))
-    cls = "relevant (1)" if pos else "not relevant (0)"
+    if min(pos, neg) == 0:
+        cls = "relevant (1)" if pos else "not relevant (0)"
+        what = (f"all {len(labels)} gold pairs in its top-{k} lists are labelled {cls}: a "
+                "one-class sample gives no valid interval")  # fmt: skip
+    else:
+        cls = "relevant (1)" if pos < neg else "not relevant (0)"
+        what = (f"{min(pos, neg)} of its {len(labels)} gold pairs in its top-{k} lists is "
+                f"labelled {cls}: the interval's spread would rest on that one pair (it "
+                f"covered 81-92 % of 95 % intervals on the known-truth bench); "
+                f"{MIN_CLASS_LABELS} of each class are needed")  # fmt: skip
     raise ValueError(
-        f"{run.name}: all {len(labels)} gold pairs in its top-{k} lists are labelled {cls}: a "
-        f"one-class sample gives no valid interval; label about {need} of its pairs (5 of the "
-        f"rarer class at the judge's rate {rate:.2f}): `gold sample --n` with more pairs"
+        f"{run.name}: {what}; label about {need} of its pairs (5 of the rarer class at the "
+        f"{'sample' if rarer else 'judge'}'s rate {rate:.2f}): `gold sample --n` with more "
+        "pairs"
     )
 
 

@@ -23,7 +23,26 @@ the spread. Two estimators treat each user as one cluster:
   rectifier, ``pi = n / S``); only the interval differs.
 
 Both are normal intervals (``z_{1 - alpha/2}``), valid when the users are a sample drawn
-without looking at the labels and the gold design is the one recorded.
+without looking at the labels and the gold design is the one recorded; with ``quantile="t"``
+(the default) Student's t on their degrees of freedom.
+
+**Skewed user totals** (``ppi_user_totals``' default, ``skew=True``): with a few hundred gold
+pairs and a rare relevant class, a handful of users carry every ``w_r Y_r / pi_r`` term, so
+``Z`` is strongly right-skewed; a symmetric interval then misses mostly from below (a sample
+that drew few relevant pairs has a low mean *and* a small spread). On the known-truth bench
+(``brief-offline-estimators``: ML-1M, 8.6 % relevant, 200 users, 100 evaluations x 5
+systems) the t interval covered 83.6-89.8 % for nDCG and for the ``active`` design at 100-1,000
+gold pairs. Hall's transformation (P. Hall, "On the removal of skewness by transformation",
+JRSS B 54(1), 1992) removes the skewness term of ``T = (theta_hat - theta) / se`` to second
+order: with ``gamma`` the skewness of ``Z`` over the ``U`` users,
+``a = gamma / (3 sqrt U)``, ``b = gamma / (6 sqrt U)``,
+``g(T) = T + a T^2 + a^2 T^3 / 3 + b`` (monotone, so invertible in closed form:
+``g^-1(x) = ((1 + 3 a (x - b))^(1/3) - 1) / a``), and the interval is
+``[theta_hat - se g^-1(q), theta_hat - se g^-1(-q)]``: longer on the side the skewness
+points to. On the same samples it covered 91.0-98.3 % in every cell (four metrics, uniform
+and active pairs, 100-1,000 gold pairs; with two labels of each class,
+``_gold_ppi.MIN_CLASS_LABELS``), at 1.03-1.21x the symmetric interval's mean width at 1,000
+gold pairs and 1.1-1.9x at 100-300.
 """
 
 from __future__ import annotations
@@ -34,7 +53,14 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["clustered_ppi_mean", "gold_units_needed", "ppi_user_totals", "satterthwaite_df"]
+__all__ = [
+    "clustered_ppi_mean",
+    "gold_units_needed",
+    "hall_interval",
+    "ppi_user_totals",
+    "satterthwaite_df",
+    "skewness",
+]
 
 
 def _z(alpha: float) -> float:
@@ -58,6 +84,38 @@ def _normal(value: float, se: float, alpha: float, df: float | None = None) -> d
     q = _quantile(alpha, df)
     return {"value": value, "lo": value - q * se, "hi": value + q * se, "se": se,
             "df": None if df is None else float(df)}  # fmt: skip
+
+
+def hall_interval(
+    value: float, se: float, gamma: float, units: int, alpha: float, df: float | None = None
+) -> dict[str, Any]:
+    """``value`` with Hall's skewness-corrected ``1 - alpha`` interval (module docstring):
+    ``[value - se g^-1(q), value - se g^-1(-q)]`` with ``q`` the normal or Student's t
+    quantile (``df``), ``gamma`` the skewness of the ``units`` summands whose mean is
+    ``value`` (its standard error ``se``). ``gamma = 0`` gives ``value +- q se``."""
+    q = _quantile(alpha, df)
+    a = gamma / (3 * math.sqrt(units))
+    b = gamma / (6 * math.sqrt(units))
+
+    def inverse(x: float) -> float:
+        if abs(a) < 1e-12:  # no skewness: g(T) = T + b
+            return x - b
+        return (float(np.cbrt(1 + 3 * a * (x - b))) - 1) / a
+
+    lo, hi = value - se * inverse(q), value - se * inverse(-q)
+    return {"value": value, "lo": lo, "hi": hi, "se": se, "skewness": float(gamma),
+            "df": None if df is None else float(df)}  # fmt: skip
+
+
+def skewness(x: np.ndarray) -> float:
+    """The sample skewness ``m3 / s^3`` (``m3`` the mean cubed deviation, ``s`` the standard
+    deviation with ``ddof=1``, as Hall's interval takes it); 0 without spread."""
+    x = np.asarray(x, dtype=float)
+    if len(x) < 3:
+        return 0.0
+    c = x - x.mean()
+    s = float(np.std(x, ddof=1))
+    return float(np.mean(c**3) / s**3) if s > 0 else 0.0
 
 
 def satterthwaite_df(parts: Sequence[tuple[float, int]]) -> float | None:
@@ -150,6 +208,7 @@ def ppi_user_totals(
     alpha: float = 0.05,
     quantile: str = "t",
     holders: int | None = None,
+    skew: bool = True,
 ) -> dict[str, Any]:
     """Design-based PPI of a mean over users, users as clusters (module docstring).
 
@@ -164,9 +223,12 @@ def ppi_user_totals(
         holders: how many users hold a gold pair. None: those whose gold or proxy total is
             not 0, which misses a user whose gold pairs are all 0 with predictions of 0
             there (hard labels, an isotonic map's lowest level): pass the count when known.
+        skew: Hall's skewness-corrected interval on ``Z``'s skewness (module docstring);
+            False: the symmetric ``value +- q se``.
 
     Returns:
-        ``{"value", "lo", "hi", "se", "df", "lam", "users", "gold_users"}``.
+        ``{"value", "lo", "hi", "se", "df", "lam", "users", "gold_users"}`` and, with
+        ``skew``, ``"skewness"``.
 
     Raises:
         ValueError: fewer than two users.
@@ -185,8 +247,9 @@ def ppi_user_totals(
     if holders is None:
         holders = int(np.count_nonzero((g != 0) | (h != 0)))  # users with a gold pair
     df = float(max(holders - 1, 1)) if quantile == "t" else None
-    return {**_normal(value, se, alpha, df), "lam": float(lam), "users": n,
-            "gold_users": holders}  # fmt: skip
+    got = hall_interval(value, se, skewness(z_u), n, alpha, df) if skew else _normal(
+        value, se, alpha, df)  # fmt: skip
+    return {**got, "lam": float(lam), "users": n, "gold_users": holders}
 
 
 def gold_units_needed(sd: float, half_width: float, alpha: float = 0.05) -> int | None:
