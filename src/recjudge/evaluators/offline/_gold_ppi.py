@@ -243,13 +243,13 @@ def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: S
         rate = pos / len(labels)
     q = min(max(min(rate, 1 - rate), 1e-3), 0.5)
     need = int(math.ceil(5 / q))
-    if min(pos, neg) == 0:
+    if rarer == 0:
         cls = "relevant (1)" if pos else "not relevant (0)"
         what = (f"all {len(labels)} gold pairs in its top-{k} lists are labelled {cls}: a "
                 "one-class sample gives no valid interval")  # fmt: skip
     else:
         cls = "relevant (1)" if pos < neg else "not relevant (0)"
-        what = (f"{min(pos, neg)} of its {len(labels)} gold pairs in its top-{k} lists is "
+        what = (f"{rarer} of its {len(labels)} gold pairs in its top-{k} lists is "
                 f"labelled {cls}: the interval's spread would rest on that one pair (it "
                 f"covered 81-92 % of 95 % intervals on the known-truth bench); "
                 f"{MIN_CLASS_LABELS} of each class are needed")  # fmt: skip
