@@ -249,10 +249,11 @@ def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: S
                 "one-class sample gives no valid interval")  # fmt: skip
     else:
         cls = "relevant (1)" if pos < neg else "not relevant (0)"
-        what = (f"{rarer} of its {len(labels)} gold pairs in its top-{k} lists is "
-                f"labelled {cls}: the interval's spread would rest on that one pair (it "
-                f"covered 81-92 % of 95 % intervals on the known-truth bench); "
-                f"{MIN_CLASS_LABELS} of each class are needed")  # fmt: skip
+        few = "that one pair" if rarer == 1 else f"those {rarer} pairs"
+        what = (f"{rarer} of its {len(labels)} gold pairs in its top-{k} lists "
+                f"{'is' if rarer == 1 else 'are'} labelled {cls}: the interval's spread would "
+                f"rest on {few} (with one it covered 81-92 % of 95 % intervals on the "
+                f"known-truth bench); {MIN_CLASS_LABELS} of each class are needed")  # fmt: skip
     raise ValueError(
         f"{run.name}: {what}; label about {need} of its pairs (5 of the rarer class at the "
         f"{'sample' if rarer else 'judge'}'s rate {rate:.2f}): `gold sample --n` with more "
