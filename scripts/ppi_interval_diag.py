@@ -41,18 +41,17 @@ JUDGE = "judge:brief"
 BINS = ((1, 1), (2, 2), (3, 5), (6, 10), (11, 20), (21, 10**9))
 
 
-def _cells(world, runs, gold, metric, frame, truth) -> list[dict]:
-    """One record per run: truth, relevant and gold labels, both intervals' coverage."""
+def _cells(world, runs, gold, judged, metric, frame, truth) -> list[dict]:
+    """One record per run: truth, relevant and gold labels, both intervals' coverage
+    (``judged``: the judge's probability per listed pair)."""
     base, k = parse_metric(metric)
     w = metric_weights(base, k)
-    p, h = world.imputers[JUDGE]
-    judged = {pair: (float(a), bool(b)) for pair, a, b in zip(world.pairs, p, h, strict=True)}
     out = []
     for run in runs:
-        mine = [gold.labels[(u, i)] for u in world.users for i in run.rankings.get(u, [])[:k]
-                if (u, i) in gold.labels]  # fmt: skip
-        holders = {u for u in world.users for i in run.rankings.get(u, [])[:k]
-                   if (u, i) in gold.labels}  # fmt: skip
+        held = [(u, gold.labels[(u, i)]) for u in world.users
+                for i in run.rankings.get(u, [])[:k] if (u, i) in gold.labels]  # fmt: skip
+        mine = [y for _, y in held]
+        holders = {u for u, _ in held}
         if len(mine) < 2 or min(sum(mine), len(mine) - sum(mine)) == 0:
             continue  # too few or one class: refused either way
         lam = None if len(holders) >= MIN_TUNED_CLUSTERS else 1.0
@@ -102,7 +101,7 @@ def main(out: Path) -> None:
                 gold = oe.draw_gold(w, runs, k, n, design, t, index, base)
                 for metric in cfg.metrics:
                     recs.setdefault((design, n, metric), []).extend(
-                        _cells(w, runs, gold, metric, frame, truth)
+                        _cells(w, runs, gold, base, metric, frame, truth)
                     )
     every = [r for rs in recs.values() for r in rs]
     summary = {

@@ -314,7 +314,7 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
                               list(others_gold.values()))  # fmt: skip
         resid = world.relevant[target_pairs] - apply_map(fx, fy, planted[target_pairs])
         planted_bias = abs(float(np.mean(resid)))
-        oracle = oracle_power(resid, sum(bool(mine[index[key]]) for key in labels))
+        oracle = oracle_power(resid, len(labels) - len(others_gold))  # its gold pairs
     except ValueError:
         planted_bias = oracle = np.nan
     detectable = got[0][target].get("detectable")

@@ -233,14 +233,15 @@ def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: S
     rule)."""
     pos = int(sum(labels))
     neg = len(labels) - pos
-    if len(labels) < 2 or min(pos, neg) >= MIN_CLASS_LABELS:
-        return  # too few pairs: the estimator chosen says so in its own words
-    p = [judged[(u, i)][0] for u in users for i in run.rankings.get(u, [])[:k]
-         if (u, i) in judged]  # fmt: skip
-    rate = float(np.mean(p)) if p else 0.5
     rarer = min(pos, neg)
+    if len(labels) < 2 or rarer >= MIN_CLASS_LABELS:
+        return  # too few pairs: the estimator chosen says so in its own words
     if rarer:  # the sample's own rate of the rarer class says more than the judge's
         rate = pos / len(labels)
+    else:
+        p = [judged[(u, i)][0] for u in users for i in run.rankings.get(u, [])[:k]
+             if (u, i) in judged]  # fmt: skip
+        rate = float(np.mean(p)) if p else 0.5
     q = min(max(min(rate, 1 - rate), 1e-3), 0.5)
     need = int(math.ceil(5 / q))
     if rarer == 0:
