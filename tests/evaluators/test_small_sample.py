@@ -125,6 +125,24 @@ def test_one_class_gold_in_a_runs_lists_is_refused_with_how_many_to_label():
         ppi_run(runs[0], users, judged, ones, "ndcg_fixed@10", len(frame))
 
 
+def test_one_class_gold_counts_what_is_labelled_not_the_judges_rate():
+    # 160 pairs all labelled 0 while the judge says ~half are relevant: the sample bounds
+    # the relevant share below 3 / 160 (rule of three), so far more than 11 pairs are needed,
+    # and the message counts the 160 already labelled
+    runs, users, rel, judged, _ = _world(7)
+    frame = listed_pairs(runs, users, 10)
+    mine = [(u, i) for u in users for i in runs[0].rankings[u][:10]][:160]
+    assert len(mine) == 160
+    zeros = GoldSample(dict.fromkeys(mine, 0), design="unknown")
+    loud = {key: (0.5, True) for key in judged}
+    with pytest.raises(ValueError, match=r"all 160 gold pairs .* not relevant \(0\)") as err:
+        ppi_run(runs[0], users, loud, zeros, "precision@10", len(frame))
+    text = str(err.value)
+    assert "rule of three" in text and "160 labelled now" in text
+    more = int(text.split("label about ")[1].split(" more")[0])
+    assert more + 160 >= 5 * 160 / 3  # 5 of a class whose share is below 3 / 160
+
+
 def test_satterthwaite_df_is_n_minus_1_for_one_part_and_between_for_two():
     assert satterthwaite_df([(0.3, 8)]) == pytest.approx(7)
     df = satterthwaite_df([(0.3, 8), (0.01, 200)])
@@ -142,7 +160,8 @@ def test_a_single_label_of_the_rarer_class_is_refused_with_how_many_to_label():
                        r"about (\d+)") as err:  # fmt: skip
         ppi_run(runs[0], users, judged, one, "precision@10", len(frame))
     # 5 of the rarer class at the sample's rate (1 in 40): more than the 40 it has
-    assert "label about 200 of its pairs" in str(err.value)
+    assert "about 200 of its pairs hold 5" in str(err.value)
+    assert "label about 160 more (40 labelled now" in str(err.value)
     two = GoldSample({pair: int(n < 2) for n, pair in enumerate(mine)}, design="unknown")
     e = ppi_run(runs[0], users, judged, two, "precision@10", len(frame))
     assert e.ci[0] < e.value < e.ci[1]

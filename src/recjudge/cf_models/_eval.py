@@ -380,7 +380,7 @@ def recommend_saved(
     tmp.replace(out)
     atomic_write_json(provenance_path(out), {
         "written_by": "recjudge cf recommend", "model": model.name,
-        "model_folder": str(Path(path).resolve()), "model_fingerprint": model_fingerprint(path),
+        "model_folder": str(path), "model_fingerprint": model_fingerprint(path),
         "dataset": dataset.name, "k": k,
     })  # fmt: skip
     return out

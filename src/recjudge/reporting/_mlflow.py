@@ -82,6 +82,10 @@ def report_metrics(results: Mapping[str, Any]) -> dict[str, float]:
     (``.lo`` / ``.hi``), else every finite number of the results (the environment aside),
     at most ``MAX_METRICS``."""
     out: dict[str, float] = {}
+    for m, v in (results.get("verdicts") or {}).items():  # the answer first
+        for r in v.get("rows") or []:
+            ci = r.get("ci") or (None, None)
+            _with_interval(out, f"verdict.{m}.{r['a']} - {r['b']}", r.get("value"), *ci)
     for kind, system, m, v, lo, hi in scores_grid(results):
         _with_interval(out, f"{kind}.{system}.{m}", v, lo, hi)
     for system, m, e, v, lo, hi in estimates_grid(results):
@@ -124,6 +128,10 @@ def report_tags(results: Mapping[str, Any], title: str) -> dict[str, str]:
                     tags[f"judge.{k}"] = str(d[k])
     if results.get("prompt_version"):
         tags["judge.result_key_version"] = str(results["prompt_version"])
+    for m, v in (results.get("verdicts") or {}).items():  # one sentence per metric and pair
+        if isinstance(v, Mapping):
+            tags[f"verdict.{_key(m)}"] = (f"{v.get('estimator')}: " + "; ".join(
+                str(r.get("text")) for r in v.get("rows") or []))  # fmt: skip
     sigma = results.get("sigma_source") or (results.get("judge") or {}).get("cf")
     if sigma:
         tags["judge.sigma_source"] = str(sigma.get("folder", sigma) if isinstance(sigma, Mapping)

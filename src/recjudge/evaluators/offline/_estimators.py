@@ -271,6 +271,9 @@ class Estimate:
     note: str = ""
     #: the bootstrap draws of the value (shared resamples across systems: rank intervals)
     boot: np.ndarray | None = field(default=None, repr=False, compare=False)
+    #: the Student's t quantile of an interval ``value +- t sd(boot)`` (the OUA bootstrap);
+    #: None: the percentile interval of ``boot`` (a paired difference takes the same kind)
+    t_quantile: float | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """The estimate without its per-user values (what reports and ``--json`` carry)."""
@@ -377,6 +380,7 @@ def _metric_estimates(
         elif idx is not None:
             boot = arr[idx].mean(axis=1)
             ci = bootstrap_ci(boot)
+        oua = t_oua if p_draws is not None and spec.reads_p and idx is not None else None
         out.append(Estimate(est, name, float(arr.mean()), ci, arr.tolist(),
-                            share if spec.judged else 0.0, boot=boot))  # fmt: skip
+                            share if spec.judged else 0.0, boot=boot, t_quantile=oua))  # fmt: skip
     return out

@@ -5,16 +5,17 @@ rank intervals, the transport check and the weight diagnostics."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from recjudge._stats import bootstrap_ranks
+from recjudge._stats import bootstrap_ci, bootstrap_ranks
 from recjudge._util import json_loads
 from recjudge.data import DataError
 from recjudge.evaluators.offline._estimators import (
@@ -27,7 +28,13 @@ from recjudge.evaluators.offline._estimators import (
     parse_metric,
 )
 from recjudge.evaluators.offline._gold import GoldSample, listed_pairs
-from recjudge.evaluators.offline._gold_ppi import MIN_TUNED_CLUSTERS, ppi_run
+from recjudge.evaluators.offline._gold_ppi import (
+    MIN_TUNED_CLUSTERS,
+    every_listed_labelled,
+    labels_lists,
+    ppi_difference,
+    ppi_run,
+)
 from recjudge.evaluators.offline._propensities import Propensities
 from recjudge.evaluators.offline._transport import (
     bound_levels,
@@ -163,7 +170,46 @@ def estimate_runs(
         for m, by_est in by_metric.items():
             for e, r in by_est.items():
                 systems[name][m][e].update(r)
-    return {"systems": systems, "clipped": clipped, "propensity": propensities.describe}
+    return {"systems": systems, "clipped": clipped, "propensity": propensities.describe,
+            "differences": estimator_differences(raw)}  # fmt: skip
+
+
+def paired_difference(a: Estimate, b: Estimate) -> dict[str, Any]:
+    """``a - b`` of two systems' estimates over the same bootstrap resamples (draw ``b`` of
+    each holds the same users, and calibration refits): the difference of the values, and the
+    interval of the same kind as theirs (``bootstrap_ci`` of the paired draws, or ``+- t
+    sd(draws)`` for the OUA bootstrap's). ``ci`` is None where either has no draws."""
+    if a.value is None or b.value is None:
+        return {"value": None, "ci": None}
+    value = a.value - b.value
+    if a.boot is None or b.boot is None or len(a.boot) != len(b.boot):
+        return {"value": value, "ci": None}
+    d = np.asarray(a.boot) - np.asarray(b.boot)
+    if a.t_quantile is not None:
+        half = float(a.t_quantile * d.std(ddof=1))
+        return {"value": value, "ci": [value - half, value + half]}
+    return {"value": value, "ci": [float(x) for x in bootstrap_ci(d)]}
+
+
+def estimator_differences(
+    systems: Mapping[str, Mapping[str, Mapping[str, Estimate]]],
+) -> dict[str, dict[str, dict[str, dict[str, Any]]]]:
+    """``{metric: {estimator: {"a - b": paired_difference}}}`` for every pair of systems
+    (in the order given), the verdict table's input."""
+    names = list(systems)
+    out: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
+    if len(names) < 2:
+        return out
+    for m, by_est in systems[names[0]].items():
+        for e in by_est:
+            cells = {n: systems[n].get(m, {}).get(e) for n in names}
+            if any(c is None for c in cells.values()):
+                continue
+            out.setdefault(m, {})[e] = {
+                f"{a} - {b}": paired_difference(cells[a], cells[b])  # type: ignore[arg-type]
+                for a, b in itertools.combinations(names, 2)
+            }
+    return out
 
 
 def rank_intervals(
@@ -289,16 +335,7 @@ def estimate_evaluation(
         gold = GoldSample(dict(gold), design="unknown", source=gold_name)
     k = max(parse_metric(m)[1] for m in metrics)
     frame = len(listed_pairs(runs, users, k))
-    classes = set(gold.labels.values())
-    warn = (f"; every gold label is {classes.pop()}: the PPI interval is not informative"
-            if len(classes) == 1 else "")  # fmt: skip
-    seq = "" if gold.sequential is None else (
-        f" (sequential: the first {gold.sequential[0]} of {gold.sequential[1]} "
-        f"{gold.unit} labelled)")  # fmt: skip
-    got["gold"] = (f"{gold_name}: {len(gold)} pairs, design {gold.design}{seq}, PPI++ "
-                   "(Student's t, skewness-corrected (Hall) for pair designs; lambda "
-                   f"power-tuned from {MIN_TUNED_CLUSTERS} labelled clusters, else 1)"
-                   f"{warn}")  # fmt: skip
+    got["gold"] = _describe_gold(gold, gold_name)
     if calibrated:  # the calibration checked on each system's own gold pairs
         dm_df = max(refits[2] - 1, 1) if refits is not None else None  # DM's OUA interval
         _check_transport(got, runs, users, judged, gold, metrics, frame, refit, dm_df)
@@ -313,11 +350,65 @@ def estimate_evaluation(
             if e.value is not None:  # the same design without the judge: its worth's yardstick
                 base = ppi_run(run, users, judged, gold, m, frame, ppi_intervals, labels_only=True)
                 labels_only.setdefault(run.name, {})[m] = base.to_dict()
+    _gold_differences(got, runs, users, judged, gold, metrics, frame)
     held = {run.name: {m: sum((u, i) in gold.labels for u in users
                               for i in run.rankings.get(u, [])[:parse_metric(m)[1]])
                        for m in metrics} for run in runs}  # fmt: skip
     got["judge_worth"] = judge_worth(got["systems"], labels_only, held)
+    _flag_out_of_range(got["systems"])  # the gold estimates too
     return got
+
+
+def _describe_gold(gold: GoldSample, gold_name: str) -> str:
+    """The report header's line on the gold sample: size, design, the PPI variant."""
+    classes = set(gold.labels.values())
+    warn = (f"; every gold label is {classes.pop()}: the PPI interval is not informative"
+            if len(classes) == 1 else "")  # fmt: skip
+    seq = "" if gold.sequential is None else (
+        f" (sequential: the first {gold.sequential[0]} of {gold.sequential[1]} "
+        f"{gold.unit} labelled)")  # fmt: skip
+    return (f"{gold_name}: {len(gold)} pairs, design {gold.design}{seq}, PPI++ "
+            "(Student's t, skewness-corrected (Hall) for pair designs; lambda "
+            f"power-tuned from {MIN_TUNED_CLUSTERS} labelled clusters, else 1){warn}")  # fmt: skip
+
+
+def _gold_differences(got: dict[str, Any], runs: Sequence[Any], users: Sequence[str],
+                      judged: Mapping[tuple[str, str], tuple[float, bool]], gold: Any,
+                      metrics: Sequence[str], frame: int) -> None:  # fmt: skip
+    """In place on ``got``: the paired differences of the gold-based estimates, ``ppi``
+    (``ppi_difference``, where both systems' PPI is defined) and, when the gold sample labels
+    every listed pair, ``labels`` (each user's metric is then known: the labels alone, with
+    an interval over resampled users, ranks and differences on the shared resamples)."""
+    linear = [m for m in metrics if parse_metric(m)[0] in LINEAR]
+    diffs = got.setdefault("differences", {})
+    for m in linear:
+        for a, b in itertools.combinations(runs, 2):
+            ea, eb = (got["systems"][r.name][m]["ppi"] for r in (a, b))
+            if ea["value"] is None or eb["value"] is None:
+                d = {"value": None, "ci": None, "note": "PPI undefined for a system"}
+            else:
+                try:
+                    d = ppi_difference(a, b, users, judged, gold, m, frame)
+                except ValueError as err:
+                    d = {"value": None, "ci": None, "note": str(err)}
+            diffs.setdefault(m, {}).setdefault("ppi", {})[f"{a.name} - {b.name}"] = d
+    k = max(parse_metric(m)[1] for m in metrics)
+    if not every_listed_labelled(runs, users, gold, k):
+        return
+    raw: dict[str, dict[str, dict[str, Estimate]]] = {}
+    note = ("every listed pair is labelled: the metric from the gold labels alone (no judge), "
+            "95 % interval over resampled users")  # fmt: skip
+    for run in runs:
+        got_run = estimate(labels_lists(run, users, gold.labels, k), list(metrics), ["logged"])
+        for m, by_est in got_run.items():
+            e = replace(by_est["logged"], estimator="labels", note=note)
+            raw.setdefault(run.name, {})[m] = {"labels": e}
+            got["systems"][run.name][m]["labels"] = e.to_dict()
+    for name, by_metric in rank_intervals(raw).items():
+        for m, by_est in by_metric.items():
+            got["systems"][name][m]["labels"].update(by_est["labels"])
+    for m, by_est in estimator_differences(raw).items():
+        diffs.setdefault(m, {}).update(by_est)
 
 
 def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[str],
@@ -341,18 +432,32 @@ def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[s
 
 
 def _flag_out_of_range(systems: Mapping[str, Mapping[str, Mapping[str, dict]]]) -> None:
-    """Add to the note of every estimate outside its metric's range why that happens and
-    that it is not to be trusted."""
+    """Add to the note of every estimate outside its metric's range, or whose interval
+    reaches outside it, why that happens and that it is not to be trusted (``out_of_range``
+    set on the estimate: ``value`` or ``interval``)."""
     for by_metric in systems.values():
         for m, by_est in by_metric.items():
             top = metric_range(m)
+
+            def inside(x: float, top: float = top) -> bool:
+                return -1e-9 <= x <= top + 1e-9
+
             for e in by_est.values():
-                v = e["value"]
-                if v is not None and not -1e-12 <= v <= top + 1e-12:
-                    e["note"] = (e["note"] + "; " if e["note"] else "") + (
-                        f"outside the metric's range [0, {top:g}]: inverse-propensity weights "
-                        "(small or clipped propensities) or a judge far from the labels; "
-                        "treat it as unreliable")  # fmt: skip
+                v, ci = e["value"], e.get("ci")
+                if e.get("out_of_range"):
+                    continue  # flagged by an earlier call
+                if v is not None and not inside(v):
+                    what = "outside the metric's range"
+                    e["out_of_range"] = "value"
+                elif v is not None and ci and not (inside(ci[0]) and inside(ci[1])):
+                    what = f"its interval [{ci[0]:.3g}, {ci[1]:.3g}] reaches outside the range"
+                    e["out_of_range"] = "interval"
+                else:
+                    continue
+                e["note"] = (e["note"] + "; " if e["note"] else "") + (
+                    f"{what} [0, {top:g}]: inverse-propensity weights (small or clipped "
+                    "propensities), few gold labels or a judge far from the labels; treat it "
+                    "as unreliable")  # fmt: skip
 
 
 def metric_range(metric: str) -> float:

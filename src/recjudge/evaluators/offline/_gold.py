@@ -365,7 +365,7 @@ def read_gold(
     _check_listed(Path(path), labels, users, listed)
     inclusion, design = _inclusion_and_design(Path(path), df, record)
     if record is not None:
-        _check_record(Path(path), record, len(labels), runs, k)
+        _check_record(Path(path), record, len(labels), runs, k, len(users))
     return GoldSample(labels, inclusion, design, str(path))
 
 
@@ -440,7 +440,7 @@ def _read_sequential(path: Path, record: dict[str, Any], users: Sequence[str],
                 source=str(path), row=r, field="label",
                 fix=f"label every row of user {u!r} (or clear its labels)",
             )  # fmt: skip
-    _check_record(path, {**record, "pairs": None}, len(labels), runs, k)
+    _check_record(path, {**record, "pairs": None}, len(labels), runs, k, len(users))
     if design == "stratified":
         inclusion = _stratum_inclusion(path, order, stratum, m)
     elif design == "active":
@@ -522,9 +522,22 @@ def _stratum_inclusion(path: Path, order: list, stratum: Mapping[Any, str],
 
 
 def _check_record(path: Path, rec: dict[str, Any], labelled: int, runs: Sequence[str] | None,
-                  k: int | None) -> None:  # fmt: skip
-    """The gold file against ``gold sample``'s design record beside it (``rec``)."""
+                  k: int | None, users: int | None = None) -> None:  # fmt: skip
+    """The gold file against ``gold sample``'s design record beside it (``rec``); ``users``:
+    how many evaluation users evaluate has."""
     sidecar = Path(f"{path}.design.json")
+    drawn_users = rec.get("evaluation_users")
+    if users is not None and isinstance(drawn_users, int) and drawn_users != users:
+        raise DataError(
+            f"drawn among {drawn_users} evaluation users but evaluate has {users}: the pairs "
+            f"of the other {abs(users - drawn_users)} users "
+            f"{'could never be drawn' if users > drawn_users else 'are not evaluated'}, so "
+            "the inclusion probabilities are wrong for this evaluation (such intervals covered "
+            "77-86 % at 1,000 gold pairs in simulation).",
+            source=str(path), field="evaluation_users",
+            fix="draw the gold sample again from this --qrels folder (`recjudge gold sample "
+            "--qrels` of the same impute --out folder evaluate reads)",
+        )  # fmt: skip
     drawn = rec.get("pairs")
     redraw = (f"`recjudge gold sample` with --seed {rec.get('seed')} --n {rec.get('n')} "
               f"--design {rec.get('design')} redraws the same pairs")  # fmt: skip

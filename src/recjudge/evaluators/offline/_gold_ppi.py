@@ -10,7 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from recjudge.evaluators.offline._estimators import LINEAR, Estimate, metric_weights, parse_metric
+from recjudge.evaluators.offline._estimators import (
+    LINEAR,
+    Estimate,
+    ListLabels,
+    metric_weights,
+    parse_metric,
+)
 from recjudge.evaluators.offline._ppi import clustered_ppi_mean, ppi_user_totals
 
 
@@ -236,14 +242,21 @@ def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: S
     rarer = min(pos, neg)
     if len(labels) < 2 or rarer >= MIN_CLASS_LABELS:
         return  # too few pairs: the estimator chosen says so in its own words
+    source = "sample"
     if rarer:  # the sample's own rate of the rarer class says more than the judge's
         rate = pos / len(labels)
     else:
         p = [judged[(u, i)][0] for u in users for i in run.rankings.get(u, [])[:k]
              if (u, i) in judged]  # fmt: skip
-        rate = float(np.mean(p)) if p else 0.5
+        rate, source = (float(np.mean(p)) if p else 0.5), "judge"
+        # none of n labels in the rarer class: its share is below 3 / n with 95 % confidence
+        # (the rule of three), whatever the judge says
+        bound = 3 / len(labels)
+        if min(rate, 1 - rate) > bound:
+            rate, source = (bound if pos == 0 else 1 - bound), "rule of three"
     q = min(max(min(rate, 1 - rate), 1e-3), 0.5)
     need = int(math.ceil(5 / q))
+    more = max(need - len(labels), 1)
     if rarer == 0:
         cls = "relevant (1)" if pos else "not relevant (0)"
         what = (f"all {len(labels)} gold pairs in its top-{k} lists are labelled {cls}: a "
@@ -255,10 +268,13 @@ def _require_both_classes(run: Any, users: Sequence[str], judged: Any, labels: S
                 f"{'is' if rarer == 1 else 'are'} labelled {cls}: the interval's spread would "
                 f"rest on {few} (with one it covered 81-92 % of 95 % intervals on the "
                 f"known-truth bench); {MIN_CLASS_LABELS} of each class are needed")  # fmt: skip
+    why = {"sample": f"the sample's rate {rate:.3f}", "judge": f"the judge's rate {rate:.3f}",
+           "rule of three": f"a rate below {min(rate, 1 - rate):.3f}, the rule of three on "
+                            f"{len(labels)} pairs without one"}[source]  # fmt: skip
     raise ValueError(
-        f"{run.name}: {what}; label about {need} of its pairs (5 of the rarer class at the "
-        f"{'sample' if rarer else 'judge'}'s rate {rate:.2f}): `gold sample --n` with more "
-        "pairs"
+        f"{run.name}: {what}; about {need} of its pairs hold 5 of the rarer class at {why}: "
+        f"label about {more} more ({len(labels)} labelled now; `gold sample --n` with more "
+        "pairs)"
     )
 
 
@@ -326,3 +342,102 @@ def _ppi_estimate(metric: str, got: Mapping[str, Any], note: str) -> Estimate:
     """A PPI estimator's result as the report's ``Estimate`` (its lambda in the note)."""
     return Estimate("ppi", metric, got["value"], (got["lo"], got["hi"]), judge_share=1.0,
                     note=f"{note}, lambda {got['lam']:.2f}")  # fmt: skip
+
+
+def _user_value(run: Any, u: str, values: Mapping[tuple[str, str], float], k: int,
+                w: np.ndarray) -> float | None:  # fmt: skip
+    """``sum_r w_r values[(u, i_r)]`` over ``run``'s top-k for ``u`` (0 for no list); None
+    when a listed pair has no value."""
+    total = 0.0
+    for r, i in enumerate(run.rankings.get(u, [])[:k]):
+        v = values.get((u, i))
+        if v is None:
+            return None
+        total += w[r] * v
+    return total
+
+
+def ppi_difference(
+    run_a: Any,
+    run_b: Any,
+    users: Sequence[str],
+    judged: Mapping[tuple[str, str], tuple[float, bool]],
+    gold: Any,
+    metric: str,
+    frame: int,
+) -> dict[str, Any]:
+    """The PPI estimate of ``M_a - M_b`` (a linear ``metric@k`` of two runs on the same
+    users and the same gold sample) with its 95 % interval, by the gold design: a linear
+    metric's difference is itself linear in the labels, so the estimators of ``ppi_run``
+    apply to the per-user differences. ``users``: ``clustered_ppi_mean`` with one row per
+    user (``M_a(u) - M_b(u)`` from the labels where the user was sampled, the judge's
+    difference everywhere); a pair design: ``ppi_user_totals`` on the differences of the two
+    runs' weighted totals (``_weighted_user_totals``), users as clusters, Hall's interval;
+    lambda power-tuned from ``MIN_TUNED_CLUSTERS`` labelled users, else 1.
+
+    Returns:
+        ``{"value", "ci": [lo, hi], "note"}``.
+
+    Raises:
+        ValueError: too few labelled users, a partly labelled sampled user, or no spread.
+    """
+    base, k = parse_metric(metric)
+    if base not in LINEAR:
+        raise ValueError(f"PPI here is for the linear metrics ({', '.join(LINEAR)}): {metric}")
+    w = metric_weights(base, k)
+    labels = gold.labels
+    for run in (run_a, run_b):
+        require_judged([(u, i) for u in users for i in run.rankings.get(u, [])[:k]], judged)
+    probs = {key: p for key, (p, _) in judged.items()}
+    if gold.design == "users":
+        sampled = {u for u, _ in labels}
+        y, yp = [], []
+        for u in users:
+            ja = _user_value(run_a, u, probs, k, w) or 0.0
+            jb = _user_value(run_b, u, probs, k, w) or 0.0
+            yp.append(ja - jb)
+            if u not in sampled:
+                y.append(np.nan)
+                continue
+            ga, gb = (_user_value(r, u, labels, k, w) for r in (run_a, run_b))
+            if ga is None or gb is None:
+                raise ValueError(f"user {u} of the users design has listed pairs without a "
+                                 "gold label: label every pair of a sampled user")  # fmt: skip
+            y.append(ga - gb)
+        n_lab = int(np.sum(~np.isnan(y)))
+        lam = None if n_lab >= MIN_TUNED_CLUSTERS else 1.0
+        c = clustered_ppi_mean(y, yp, list(users), lam=lam)
+        return {"value": c["value"], "ci": [c["lo"], c["hi"]],
+                "note": f"clustered PPI++ on the per-user differences, {n_lab} labelled users, "
+                        f"t({c['df'] or 0:.1f}), lambda {c['lam']:.2f}"}  # fmt: skip
+    ta = _weighted_user_totals(run_a, users, judged, gold, k, w, frame)
+    tb = _weighted_user_totals(run_b, users, judged, gold, k, w, frame)
+    p, g, h = (np.asarray(x) - np.asarray(y) for x, y in zip(ta, tb, strict=True))
+    holders = sum(any((u, i) in labels for r in (run_a, run_b)
+                      for i in r.rankings.get(u, [])[:k]) for u in users)  # fmt: skip
+    lam = None if holders >= MIN_TUNED_CLUSTERS else 1.0
+    c = ppi_user_totals(p, g, h, lam=lam, holders=holders)
+    return {"value": c["value"], "ci": [c["lo"], c["hi"]],
+            "note": f"design-based PPI on the per-user differences (1/pi weights), "
+                    f"{holders} users with gold pairs, t({c['df']:.0f}), Hall's interval, "
+                    f"lambda {c['lam']:.2f}"}  # fmt: skip
+
+
+def every_listed_labelled(runs: Sequence[Any], users: Sequence[str], gold: Any, k: int) -> bool:
+    """Whether the gold sample labels every top-k pair any run lists for ``users`` (then
+    each user's metric is known exactly and the labels alone give the estimate)."""
+    labels = gold.labels
+    return all((u, i) in labels for run in runs for u in users
+               for i in run.rankings.get(u, [])[:k])  # fmt: skip
+
+
+def labels_lists(run: Any, users: Sequence[str], labels: Mapping[tuple[str, str], int],
+                 k: int) -> dict[str, ListLabels]:  # fmt: skip
+    """One run's lists with every listed pair's gold label as an observed label of
+    propensity 1: ``estimate``'s ``logged`` on them is the metric itself, per user."""
+    out = {}
+    for u in users:
+        y = np.array([float(labels[(u, i)]) for i in run.rankings.get(u, [])[:k]])
+        ones = np.ones(len(y))
+        out[u] = ListLabels(ones, y, y, y, ones)
+    return out

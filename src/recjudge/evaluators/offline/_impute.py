@@ -225,6 +225,8 @@ def impute(
     if circular is None:
         circular = circular_check(judge, data, runs, users, config.k, sigma_source,
                                   allow_circular)  # fmt: skip
+    circular = dict(circular)
+    own = circular.pop(JUDGE_CF_LISTS, None)
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
@@ -247,6 +249,8 @@ def impute(
         **circular,
         "runs": {r.name: {"path": r.path, **r.check.to_dict()} for r in runs},
     }  # fmt: skip
+    if own is not None:
+        atomic_write_json(out / JUDGE_CF_LISTS, {u: list(v) for u, v in own.items()})
     atomic_write_json(out / "summary.json", summary)
     return summary
 
@@ -293,6 +297,8 @@ def _counts(judge, plan, runs, config, judged, labels, base) -> dict[str, Any]:
 
 #: the file in an impute folder with the training data's item counts (``read_item_popularity``)
 ITEM_POPULARITY = "item_popularity.json"
+#: the judge's CF model's own top-k lists of the evaluation users (item ids), beside the qrels
+JUDGE_CF_LISTS = "judge_cf_topk.json"
 
 
 def read_item_popularity(path: str | Path) -> dict[str, int] | None:
@@ -354,16 +360,20 @@ def circular_check(
     """``_circular``'s rule for this judge and these runs: the summary's fields
     (``circular``, ``allow_circular``, ``overlap_with_judge_cf``), or the refusal
     (``CircularJudgeError``)."""
-    overlap = None
+    overlap, own = None, None
     if judge.config.uses_cf() and isinstance(judge.cf, CFModel):
         # the evaluation users are users the runs list, so these are the lists compared
-        overlap = list_overlap(runs, top_k_lists(judge.cf, data, k, users), users, k)
+        own = top_k_lists(judge.cf, data, k, users)
+        overlap = list_overlap(runs, own, users, k)
     found = circular_systems(source, runs, overlap)
     refuse_circular(found, allow)
     return {
         "circular": found,
         "allow_circular": bool(allow and found),
         "overlap_with_judge_cf": overlap,
+        # not for the summary: impute writes it beside the qrels (JUDGE_CF_LISTS), so that
+        # evaluate compares any run's lists with the judge's CF model, whatever it is called
+        JUDGE_CF_LISTS: own,
     }
 
 

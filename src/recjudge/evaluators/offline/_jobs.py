@@ -36,7 +36,9 @@ from recjudge.evaluators._circular import (
     circular_systems,
     judge_by_system,
     lenient_systems,
+    list_overlap,
     refuse_circular,
+    related_systems,
     sigma_source,
 )
 from recjudge.evaluators.offline._augment import AugmentConfig, augment
@@ -65,6 +67,7 @@ from recjudge.evaluators.offline._gold import (
 )
 from recjudge.evaluators.offline._impute import (
     ITEM_POPULARITY,
+    JUDGE_CF_LISTS,
     ImputeConfig,
     circular_check,
     evaluation_users,
@@ -88,7 +91,13 @@ from recjudge.evaluators.offline._runs import RecRun, read_qrels, read_run, rest
 from recjudge.evaluators.offline._supervised import fit_imputer, read_feature_rows, refit_draws
 from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS, POWER
 from recjudge.evaluators.offline._tune_job import TuneJob, run_tune, tune_text
-from recjudge.evaluators.offline._validation import validation_of
+from recjudge.evaluators.offline._verdict import (
+    LEAD_RULE,
+    Advice,
+    choose_lead,
+    verdict_lines,
+    verdict_table,
+)
 from recjudge.evaluators.offline._worth import worth_lines
 from recjudge.reporting import interval, write_report
 from recjudge.reward import JudgeConfig, ResultsStore
@@ -452,19 +461,28 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
         q = {kind: read_qrels(Path(job.qrels) / f"qrels_{kind}.json") for kind in QRELS_KINDS}
         users = sorted(q["imputed"])
         summary = _impute_summary(Path(job.qrels))
+        _require_imputed(recs, q["imputed"], users, config.k, job, summary)
     elif job.feedback:
-        q = {"logged": logged_qrels(load_dataset(job.feedback), job.min_rating)}
+        feedback = load_dataset(job.feedback)
+        recs = [_known_users(r, feedback, warn) for r in recs]
+        q = {"logged": logged_qrels(feedback, job.min_rating)}
         users = evaluation_users(recs, q["logged"])
     else:
         raise ValueError("give --qrels DIR (from `recjudge impute`) or --feedback DATA")
     circular = _circular_runs(summary, recs, job.allow_circular)
     by_system = _judge_by_system(job, q, recs, users, config) if job.qrels else {}
+    related: dict[str, str] = {}
     if summary.get("sigma_source"):  # a judge with a CF signal: is it lenient to one system?
         lenient = lenient_systems(by_system)
-        refuse_circular(lenient, job.allow_circular)
-        circular = {**circular, **lenient}
+        # what the judge did on each system's lists, whatever the run files are called
+        refused, related = related_systems(by_system, _overlap_by_lists(job, recs, users))
+        refuse_circular({**lenient, **refused}, job.allow_circular)
+        circular = {**circular, **lenient, **refused}
+        for name, why in related.items():
+            warn(f"related judge: {name}: {why}")
     res = evaluate_runs(q, recs, users, config)
     res["circular"] = circular
+    res["related"] = related
     if summary.get("judge"):  # who imputed the labels (report header, MLflow tags)
         res["judge"] = summary["judge"]
         res["prompt_version"] = summary.get("prompt_version")
@@ -474,6 +492,7 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
         warn(res["few_users"])
     if job.qrels:
         res["estimators"] = _estimate(job, q, recs, users, config, summary)
+        res["verdicts"] = res["estimators"].pop("verdicts")
         res["judge_by_system"] = by_system
         if summary.get("tuned"):  # after _estimate: its gold check adds to it
             res["tuned"] = summary["tuned"]
@@ -481,9 +500,96 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
         flag = "--estimators" if job.estimators else "--gold" if job.gold else "--obp-out"
         raise ValueError(f"{flag} needs --qrels DIR (an impute --out folder: its imputed.jsonl "
                          "holds the judge's probabilities)")  # fmt: skip
+    else:
+        res["verdicts"] = _logged_verdicts(res, recs, users, config.k, job.runs)
     if job.out:
         write_evaluation(res, recs, job, job.out)
     return res
+
+
+def _logged_verdicts(res: dict[str, Any], recs: Sequence[RecRun], users: Sequence[str], k: int,
+                     runs: str) -> dict[str, Any]:  # fmt: skip
+    """The verdict table of an evaluation on logged feedback alone (no judge): ranx's metrics,
+    an unlabelled pair taken as irrelevant, so without guarantee."""
+    leads = {m: {"estimator": "logged", "metric": m, "guarantee": False,
+                 "why": "logged feedback alone (--feedback, no --qrels): an unlabelled listed "
+                        "pair counts as irrelevant, WITHOUT GUARANTEE for systems the log did "
+                        "not show; impute and evaluate with --qrels for the estimators"}
+             for m in res["metrics"]}  # fmt: skip
+    diffs = {m: {"logged": d} for m, d in (res.get("differences") or {}).get("logged", {}).items()}
+    return verdict_table(diffs, leads, recs, users, {}, Advice(runs, None, k))
+
+
+def _known_users(run: RecRun, data: Any, warn: Warn) -> RecRun:
+    """``run`` without the users ``data`` (the held-out feedback) does not know, counted in
+    its check and said once, as ``impute`` does against its ``--data``: a user id no log
+    holds (a typo, another dataset's id) is no evaluation user."""
+    known = set(data.interactions["user_id"].astype(str).unique())
+    if data.users is not None and "user_id" in data.users:
+        known |= set(data.users["user_id"].astype(str))
+    unknown = [u for u in run.rankings if u not in known]
+    if not unknown:
+        return run
+    for u in unknown:
+        run.check.note("unknown_users", repr(u))
+    if len(unknown) == len(run.rankings):
+        raise DataError(f"no user of run {run.name!r} is in the feedback data.",
+                        source=run.path, fix="pass the --feedback split of the data the "
+                        "recommender was trained on (the user ids must match)")  # fmt: skip
+    warn(f"{run.path}: {len(unknown)} users the feedback data does not know are left out "
+         f"(e.g. {unknown[0]!r}); they are not evaluation users")  # fmt: skip
+    keep = {u: v for u, v in run.rankings.items() if u in known}
+    return RecRun(run.name, run.path, keep, {u: run.scores[u] for u in keep}, run.check,
+                  run.provenance)  # fmt: skip
+
+
+def _require_imputed(recs: Sequence[RecRun], imputed: dict[str, dict[str, int]],
+                     users: Sequence[str], k: int, job: EvaluateJob,
+                     summary: dict[str, Any]) -> None:  # fmt: skip
+    """Refuse a run whose top-k lists hold pairs the imputed qrels lack (neither logged nor
+    judged: a run added after ``impute``, a larger ``--k``, or judgments that failed): its
+    metric would count them as irrelevant, and the comparison is silently wrong."""
+    for run in recs:
+        missing = [(u, i) for u in users for i in run.rankings.get(u, [])[:k]
+                   if i not in imputed.get(u, {})]  # fmt: skip
+        if not missing:
+            continue
+        listed = sum(len(run.rankings.get(u, [])[:k]) for u in users)
+        judged_k = (summary.get("config") or {}).get("k")
+        why = (f"impute judged the top-{judged_k} and evaluate reads the top-{k}"
+               if isinstance(judged_k, int) and judged_k < k else
+               f"{run.name!r} was not among impute's --runs, or judgments of its pairs "
+               "failed")  # fmt: skip
+        u, i = missing[0]
+        raise DataError(
+            f"run {run.name!r} ({run.path}) lists {len(missing)} of its {listed} top-{k} "
+            f"pairs of the {len(users)} evaluation users that {job.qrels} neither logged nor "
+            f"judged (e.g. user {u!r}, item {i!r}): {why}; its metric would count them as "
+            "irrelevant.",
+            source=str(Path(job.qrels or "") / "qrels_imputed.json"),
+            fix=f"judge them: `recjudge impute --runs {job.runs} --k {max(k, judged_k or k)} "
+                f"--out {job.qrels} --resume` with impute's other options as before (finished "
+                "pairs are reused, only the new ones are judged), then evaluate again",
+        )  # fmt: skip
+
+
+def _overlap_by_lists(job: EvaluateJob, recs: Sequence[RecRun],
+                      users: Sequence[str]) -> dict[str, float] | None:  # fmt: skip
+    """Per run, the share of its top-k that the judge's CF model's own top-k holds
+    (``impute`` wrote those lists beside the qrels), for every run evaluated now; None
+    when the folder holds no such lists (an older impute)."""
+    path = Path(job.qrels or "") / JUDGE_CF_LISTS
+    if not path.is_file():
+        return None
+    try:
+        own = json_loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise DataError("not the judge's CF lists (JSON).", source=str(path),
+                        fix="run `recjudge impute` into this folder again") from None  # fmt: skip
+    if not isinstance(own, dict):
+        return None
+    return list_overlap(recs, {str(u): [str(i) for i in v] for u, v in own.items()
+                               if isinstance(v, list)}, users, job.k)  # fmt: skip
 
 
 def _impute_summary(folder: Path) -> dict[str, Any]:
@@ -550,8 +656,16 @@ def evaluation_lines(res: dict[str, Any], header: list[str]) -> list[str]:
         lines += ["", "**CIRCULAR JUDGE (--allow-circular)**: the judge's CF signal is "
                   + "; ".join(f"{n} ({why})" for n, why in res["circular"].items())
                   + ". Its imputed metrics are inflated by construction."]  # fmt: skip
+    if res.get("related"):
+        lines += [
+            "",
+            "**RELATED JUDGE**: "
+            + "; ".join(f"{n}: {why}" for n, why in res["related"].items())
+            + ".",
+        ]
     if res.get("few_users"):
         lines += ["", f"**Warning**: {res['few_users']}."]
+    lines += verdict_lines(res.get("verdicts") or {})
     lines += tuned_lines(res.get("tuned"))
     if "estimators" in res:
         lines += estimator_lines(res["estimators"])
@@ -669,7 +783,13 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         got["imputer"] = {"method": fitted.method, "features": fitted.features,
                           "folds": fitted.folds, "gold_pairs": fitted.gold_pairs,
                           "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
-    got["lead"] = _lead(got, wanted, metrics[0], calibrated)
+    got["leads"] = {m: choose_lead(got, wanted, m, calibrated, job.propensities)
+                    for m in metrics}  # fmt: skip
+    got["lead"] = got["leads"][metrics[0]]
+    got["lead_rule"] = LEAD_RULE
+    ctx = Advice(job.runs, job.qrels, config.k, len(gold) if gold is not None else 0)
+    got["verdicts"] = verdict_table(got.get("differences") or {}, got["leads"], recs, users,
+                                    judged, ctx)  # fmt: skip
     if gold is not None and gold.sequential is not None:
         got["next_step"] = sequential_step(got, metrics[0], *gold.sequential, job.gold,
                                            gold.unit)  # fmt: skip
@@ -703,27 +823,6 @@ def _check_tuned_gold(summary: dict[str, Any], gold: Any, allow: bool) -> None:
     found = gold_overlap(model, {u for u, _ in gold.labels})
     refuse_gold(found, model, allow)
     tuned["gold"] = found
-
-
-def _lead(got: dict[str, Any], wanted: Sequence[str], metric: str, calibrated: bool) -> dict:
-    """The estimator the report leads with: of dr, snips and ips (those defined here), the
-    one ``bench brief-offline-estimators`` measured closest to a known truth as ``evaluate``
-    runs it (estimated propensities; the judge calibrated or not: uncalibrated, DR inherits
-    the judge's bias), quoting its measured error and coverage; without the bench's results,
-    dr for a calibrated judge, else snips. The BRIEF paper's ``imputed`` is never the lead."""
-    defined = [e for e in (("dr", "snips", "ips") if calibrated else ("snips", "ips", "dr"))
-               if e in wanted and all((by.get(metric, {}).get(e) or {}).get("value") is not None
-                                      for by in got["systems"].values())]  # fmt: skip
-    # weights carried by a few pairs (any system's): a weighted estimate may not lead
-    fragile = any(d["verdict"] == "fragile" for d in (got.get("weights") or {}).values())
-    barred = {"ips", "snips", "dr"} if fragile else set()
-    defined = [e for e in defined if e not in barred]
-    if not defined:
-        defined = [e for e in wanted if e != "imputed" and e not in barred] or list(wanted)
-    checked = {e: validation_of(e, metric, calibrated) for e in defined}
-    measured = [e for e in defined if checked[e]["found"]]
-    name = min(measured, key=lambda e: checked[e]["rel_error_pct"]) if measured else defined[0]
-    return {"estimator": name, "metric": metric, "validation": checked[name]}
 
 
 #: the sequential gold file's target: every system's PPI half-width within this share of
@@ -861,11 +960,11 @@ def estimator_lines(est: dict) -> list[str]:
     system and metric each estimator with its 95 % user bootstrap interval and the share of
     the metric the judge decides; ``imputed`` labelled as the BRIEF paper's biased protocol."""
     lead = est.get("lead") or {}
-    val = lead.get("validation") or {}
     lines = ["", "## Estimators", ""]
     if lead:
-        lines += [f"**Lead estimator: {lead['estimator']}** ({lead['metric']}). "
-                  f"{val.get('text', 'No known-truth validation found.')}", ""]  # fmt: skip
+        lines += [f"**Lead estimator: {lead['estimator']}** ({lead['metric']}): "
+                  f"{lead.get('why', '')}. The rule: {est.get('lead_rule', LEAD_RULE)}.",
+                  ""]  # fmt: skip
     fit = est.get("propensity_fit")
     lines += [f"- propensities: {est['propensity']} ({est['clipped']} lookups clipped; share "
               "of inverse-propensity weight on clipped pairs: " + ", ".join(
