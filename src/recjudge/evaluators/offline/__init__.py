@@ -93,6 +93,7 @@ from recjudge.evaluators.offline._supervised import (
     read_feature_rows,
 )
 from recjudge.evaluators.offline._tune_job import TuneJob, read_user_ids, run_tune, tune_text
+from recjudge.evaluators.offline._verdict import LEAD_RULE, choose_lead, verdict_frame
 
 __all__ = [
     "FittedImputer",
@@ -119,6 +120,9 @@ __all__ = [
     "JudgeJob",
     "JudgeOptions",
     "estimator_lines",
+    "LEAD_RULE",
+    "choose_lead",
+    "verdict_frame",
     "parse_runs",
     "run_augment",
     "run_evaluate",

@@ -276,10 +276,12 @@ class Estimate:
     t_quantile: float | None = field(default=None, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
-        """The estimate without its per-user values (what reports and ``--json`` carry)."""
+        """The estimate without its per-user values (what reports and ``--json`` carry);
+        every key is present, None where undefined (``rank`` and ``rank_ci`` are filled in
+        where the systems share bootstrap draws: ``_evaluation.rank_intervals``)."""
         return {"estimator": self.estimator, "metric": self.metric, "value": self.value,
                 "ci": list(self.ci) if self.ci else None, "judge_share": self.judge_share,
-                "note": self.note}  # fmt: skip
+                "note": self.note, "rank": None, "rank_ci": None}  # fmt: skip
 
 
 def estimate(

@@ -193,13 +193,10 @@ def impute(
         feedback: the logged held-out feedback (the labels offline evaluation has).
         runs: the recommenders' runs (``read_run`` + ``restrict_to``).
         store: a ``ResultsStore``; finished pairs are reused, so a rerun resumes.
-        plan: ``imputation_plan(data, feedback, runs, config)`` when the caller has built it
-            already (several judges on the same runs); None builds it here.
-        calibration: an isotonic map ``(x, y)`` from ``recjudge calibrate`` (``load_map``
-            checks it was made for this judge): each pair also gets ``p_calibrated``.
-        sigma_source: the judge's CF source (``_circular.sigma_source``: its folder and
-            fingerprint), held against the runs' provenance; the judge's own CF model is
-            held against the runs' lists (``list_overlap``) in any case.
+        plan: ``imputation_plan(data, feedback, runs, config)`` if built already, else None.
+        calibration: ``recjudge calibrate``'s map (``load_map``): adds ``p_calibrated``.
+        sigma_source: the judge's CF source (``_circular.sigma_source``), held against the
+            runs' provenance; its own top-k against the runs' lists (``list_overlap``).
         allow_circular: go on when a run is the judge's own CF signal (named in the summary).
         circular: ``circular_check``'s result when the caller ran it already.
 
@@ -211,7 +208,8 @@ def impute(
     Writes:
         ``qrels_logged.{trec,json}``, ``qrels_imputed.{trec,json}`` (logged + imputed),
         ``imputed.jsonl`` (per judged pair: label, p_yes, sigma, delta, evidence and its
-        item ids, the history's length, or the error), ``summary.json``.
+        item ids, the history's length, or the error), ``summary.json``, and the judge's CF
+        model's own top-k lists (``JUDGE_CF_LISTS``, for evaluate's circular guard).
 
     Returns:
         The summary: users, pairs judged/failed/reused, YES rate, seconds per pair, per-run
@@ -225,8 +223,7 @@ def impute(
     if circular is None:
         circular = circular_check(judge, data, runs, users, config.k, sigma_source,
                                   allow_circular)  # fmt: skip
-    circular = dict(circular)
-    own = circular.pop(JUDGE_CF_LISTS, None)
+    circular, circular_lists = _without_lists(circular)
     t0 = time.perf_counter()
     judged = judge.judge_many(reqs, store=store, progress=progress, errors="record")
     seconds = time.perf_counter() - t0
@@ -249,10 +246,21 @@ def impute(
         **circular,
         "runs": {r.name: {"path": r.path, **r.check.to_dict()} for r in runs},
     }  # fmt: skip
-    if own is not None:
-        atomic_write_json(out / JUDGE_CF_LISTS, {u: list(v) for u, v in own.items()})
+    _write_cf_lists(out, circular_lists)
     atomic_write_json(out / "summary.json", summary)
     return summary
+
+
+def _without_lists(circular: Mapping[str, Any]) -> tuple[dict[str, Any], Any]:
+    """``circular_check``'s summary fields, and the CF model's lists it carries apart."""
+    return {n: v for n, v in circular.items() if n != JUDGE_CF_LISTS}, circular.get(
+        JUDGE_CF_LISTS)  # fmt: skip
+
+
+def _write_cf_lists(out: Path, own: Mapping[str, Sequence[str]] | None) -> None:
+    """The judge's CF model's own top-k lists beside the qrels (``JUDGE_CF_LISTS``)."""
+    if own is not None:
+        atomic_write_json(out / JUDGE_CF_LISTS, {u: list(v) for u, v in own.items()})
 
 
 def _write_labels(out: Path, data: Dataset, base: dict, labels: dict) -> None:
