@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from recjudge.evaluators import GoldSample, RecRun, RunCheck, listed_pairs, ppi_run, sample_gold
+from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
 
 DESIGNS = ("users", "uniform", "stratified", "active")
 SIZES = (100, 300, 1000)
@@ -51,8 +52,6 @@ def world(seed: int, n_users: int = 300, k: int = 10, items: int = 400):
 
 
 def truth(run, users, rel, metric: str) -> float:
-    from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
-
     base, k = parse_metric(metric)
     w = metric_weights(base, k)
     return float(np.mean([sum(w[r] * rel[(u, i)] for r, i in enumerate(run.rankings[u][:k]))
@@ -64,8 +63,15 @@ def cell(design: str, n: int, reps: int) -> dict:
     widths: list[float] = []
     for rep in range(reps):
         runs, users, rel, judged = world(10_000 + rep)
-        rows = sample_gold(runs, users, 10, n, design=design, seed=rep,
-                           judged=judged if design in ("stratified", "active") else None)
+        rows = sample_gold(
+            runs,
+            users,
+            10,
+            n,
+            design=design,
+            seed=rep,
+            judged=judged if design in ("stratified", "active") else None,
+        )
         keys = [(r["user_id"], r["item_id"]) for r in rows]
         gold = GoldSample({key: rel[key] for key in keys},
                           {key: float(r["inclusion_prob"]) for key, r in zip(keys, rows,

@@ -164,3 +164,49 @@ def test_the_circular_guard_reads_the_lists(world):
     res = json.loads(rj("evaluate", "--runs", honest, "--qrels", "imp-honest", "--k", "10",
                         "--json", cwd=t).stdout)  # fmt: skip
     assert not res["related"] and not res["circular"]
+
+
+def test_unknown_users_in_a_run_are_left_out_and_counted_under_feedback(world):
+    t = world
+    lines = (t / "runs/pop.jsonl").read_text().splitlines()
+    stray = [json.dumps({**json.loads(x), "user_id": "99999"}) for x in lines[:10]]
+    (t / "pop_stray.jsonl").write_text("\n".join(lines + stray) + "\n")
+    args = ("evaluate", "--feedback", "data/split/future", "--k", "10", "--metrics",
+            "precision@10", "--json")  # fmt: skip
+    clean = json.loads(rj(*args, "--runs", "als=runs/als.jsonl,pop=runs/pop.jsonl", cwd=t).stdout)
+    r = rj(*args, "--runs", "als=runs/als.jsonl,pop=pop_stray.jsonl", cwd=t)
+    assert json.loads(r.stdout)["users"] == clean["users"]  # not one more
+    assert "1 users the feedback data does not know are left out" in r.stderr
+    assert "'99999'" in r.stderr
+
+
+def test_every_listed_pair_labelled_leads_with_the_labels_alone(world):
+    t = world
+    two = "als=runs/als.jsonl,pop=runs/pop.jsonl"
+    _impute(t, two, "runs/judge-cf", "imputed3", "--users", "8")
+    q = json.loads((t / "imputed3/qrels_imputed.json").read_text())
+    listed = {(u, i) for name in ("als", "pop")
+              for x in (t / f"runs/{name}.jsonl").read_text().splitlines()
+              for u, i in [(json.loads(x)["user_id"], json.loads(x)["item_id"])]
+              if u in q and json.loads(x)["rank"] <= 10}  # fmt: skip
+    rj("gold", "sample", "--runs", two, "--qrels", "imputed3", "--k", "10", "--n",
+       str(len(listed)), "--out", "all.csv", cwd=t)  # fmt: skip
+    rows = (t / "all.csv").read_text().splitlines()
+    header = rows[0].split(",")
+    assert len(rows) - 1 == len(listed)
+    ui, ii, li = header.index("user_id"), header.index("item_id"), header.index("label")
+    out = [rows[0]]
+    for row in rows[1:]:
+        f = row.split(",")
+        f[li] = str(int(q[f[ui]].get(f[ii], 0) > 0))
+        out.append(",".join(f))
+    (t / "all.csv").write_text("\n".join(out) + "\n")
+    r = rj("evaluate", "--runs", two, "--qrels", "imputed3", "--k", "10", "--metrics",
+           "precision@10", "--gold", "all.csv", "--json", cwd=t)  # fmt: skip
+    res = json.loads(r.stdout)
+    v = res["verdicts"]["precision@10"]
+    assert v["estimator"] == "labels" and v["guarantee"]
+    assert all(row["ci"] is not None for row in v["rows"])
+    for name in ("als", "pop"):
+        e = res["estimators"]["systems"][name]["precision@10"]["labels"]
+        assert e["ci"][0] <= e["value"] <= e["ci"][1]

@@ -129,3 +129,22 @@ def test_a_system_the_judge_favours_far_beyond_its_log_is_lenient():
                              "knn": row(0.38, 0.25)})  # fmt: skip
     assert list(found) == ["als"] and "97.7" not in found["als"] and "98%" in found["als"]
     assert lenient_systems({"a": row(0.5, 0.3), "b": row(0.45, 0.25), "c": row(0.6, 0.35)}) == {}
+
+
+def test_gold_drawn_among_other_evaluation_users_is_refused(tmp_path):
+    """Gold drawn from an impute of 20 users, read by an evaluation of 30 (impute resumed with
+    a larger --users): the pairs of the 10 others could never be drawn (issue 109)."""
+    a = _run("a", LISTS)
+    users = sorted(LISTS)
+    some = users[:20]
+    rows = sample_gold([a], some, 5, 20, design="uniform", seed=1)
+    path = tmp_path / "gold.csv"
+    write_gold(rows, path, {"design": "uniform", "seed": 1, "k": 5, "n": 20,
+                            "runs": {"a": a.path}, "evaluation_users": len(some)})  # fmt: skip
+    text = path.read_text().splitlines()
+    path.write_text("\n".join([text[0]] + [line.replace(",,", ",1,", 1) for line in text[1:]])
+                    + "\n")  # fmt: skip
+    listed = set(listed_pairs([a], users, 5))
+    assert len(read_gold(path, some, set(listed_pairs([a], some, 5)), ["a"], 5)) == 20
+    with pytest.raises(DataError, match="drawn among 20 evaluation users but evaluate has 30"):
+        read_gold(path, users, listed, ["a"], 5)

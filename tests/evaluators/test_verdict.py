@@ -12,7 +12,12 @@ import pytest
 
 from recjudge.evaluators import GoldSample, RecRun, RunCheck, listed_pairs, sample_gold
 from recjudge.evaluators.offline._estimators import Estimate, ListLabels, estimate
-from recjudge.evaluators.offline._evaluation import estimate_evaluation, paired_difference
+from recjudge.evaluators.offline._evaluate import report_lines
+from recjudge.evaluators.offline._evaluation import (
+    _flag_out_of_range,
+    estimate_evaluation,
+    paired_difference,
+)
 from recjudge.evaluators.offline._gold_ppi import ppi_difference
 from recjudge.evaluators.offline._propensities import logged_propensities
 from recjudge.evaluators.offline._verdict import (
@@ -22,6 +27,7 @@ from recjudge.evaluators.offline._verdict import (
     verdict_lines,
     verdict_table,
 )
+from recjudge.reporting._mlflow import report_metrics, report_tags
 
 
 def _world(seed: int, n_users: int = 300, k: int = 10, items: int = 400):
@@ -244,3 +250,39 @@ def test_every_listed_pair_labelled_gives_the_labels_alone_with_an_interval():
     assert lead["estimator"] == "labels"
     d = got["differences"]["precision@10"]["labels"]["s0 - s2"]
     assert d["value"] == pytest.approx(truth["s0"] - truth["s2"])
+
+
+def test_an_interval_outside_the_metrics_range_is_flagged_not_only_a_value():
+    systems = {"a": {"precision@10": {
+        "dr": {"value": 0.4, "ci": [-0.408, 1.711], "note": ""},
+        "snips": {"value": 1.3, "ci": [1.1, 1.5], "note": ""},
+        "dm": {"value": 0.4, "ci": [0.3, 0.5], "note": ""}}}}  # fmt: skip
+    _flag_out_of_range(systems)
+    _flag_out_of_range(systems)  # a second call (after the gold estimates) adds nothing
+    got = systems["a"]["precision@10"]
+    assert got["dr"]["out_of_range"] == "interval" and "reaches outside" in got["dr"]["note"]
+    assert got["dr"]["note"].count("unreliable") == 1
+    assert got["snips"]["out_of_range"] == "value"
+    assert "out_of_range" not in got["dm"] and got["dm"]["note"] == ""
+
+
+def test_the_paired_differences_print_intervals_without_a_p_value():
+    res = {"users": 40, "metrics": ["ndcg@10"], "scores": {"logged": {"a": {"ndcg@10": 0.2},
+                                                                     "b": {"ndcg@10": 0.1}}},
+           "intervals": {}, "tests": {"logged": {"ndcg@10": {"a vs b": 0.10}}},
+           "differences": {"logged": {"ndcg@10": {"a - b": {"value": 0.1,
+                                                            "ci": [0.02, 0.18]}}}}}  # fmt: skip
+    text = "\n".join(report_lines(res, []))
+    assert "a - b 0.1000 [0.0200, 0.1800]" in text and "p=" not in text
+
+
+def test_mlflow_logs_the_verdict_first():
+    v = _table({"a - b": {"value": 0.05, "ci": [0.01, 0.09]},
+                "a - c": {"value": -0.02, "ci": [-0.03, -0.01]},
+                "b - c": {"value": -0.07, "ci": [-0.15, 0.01]}})  # fmt: skip
+    got = report_metrics({"verdicts": v})
+    assert list(got)[:3] == ["verdict.precision_10.a - b", "verdict.precision_10.a - b.lo",
+                             "verdict.precision_10.a - b.hi"]  # fmt: skip
+    assert got["verdict.precision_10.a - c.hi"] == -0.01
+    tags = report_tags({"verdicts": v}, "t")
+    assert tags["verdict.precision_10"].startswith("snips: a better than b by 0.0500")
