@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from cli_in_process import run_checked
+from recjudge.data import load_dataset
 
 USERS = "60"
 
@@ -210,3 +211,43 @@ def test_every_listed_pair_labelled_leads_with_the_labels_alone(world):
     for name in ("als", "pop"):
         e = res["estimators"]["systems"][name]["precision@10"]["labels"]
         assert e["ci"][0] <= e["value"] <= e["ci"][1]
+
+
+def test_a_related_judge_is_refused_when_the_gold_labels_show_its_leniency(world):
+    """(c) with gold: BPR judged with ALS's sigma; the gold labels (here the held-out log's,
+    an unlogged pair taken as irrelevant) show the judge saying YES to BPR's pairs far beyond
+    what they say of Pop's: refused; the honest item-kNN judge with the same labels passes."""
+    t = world
+    future = load_dataset(str(t / "data/split/future")).interactions
+    liked = {
+        (str(u), str(i))
+        for u, i, r in zip(future["user_id"], future["item_id"], future["rating"], strict=True)
+        if r >= 4
+    }
+
+    def gold_for(qrels: str, runs: str, out: str) -> None:
+        rj("gold", "sample", "--runs", runs, "--qrels", qrels, "--k", "10", "--n", "300",
+           "--out", out, cwd=t)  # fmt: skip
+        rows = (t / out).read_text().splitlines()
+        header = rows[0].split(",")
+        ui, ii, li = header.index("user_id"), header.index("item_id"), header.index("label")
+        fixed = [rows[0]]
+        for row in rows[1:]:
+            f = row.split(",")
+            f[li] = str(int((f[ui], f[ii]) in liked))
+            fixed.append(",".join(f))
+        (t / out).write_text("\n".join(fixed) + "\n")
+
+    related = "bpr=runs/bpr.jsonl,pop=runs/pop.jsonl"
+    _impute(t, related, "runs/als", "imp-rel-gold")
+    gold_for("imp-rel-gold", related, "rel-gold.csv")
+    r = rj("evaluate", "--runs", related, "--qrels", "imp-rel-gold", "--k", "10", "--gold",
+           "rel-gold.csv", cwd=t, check=False)  # fmt: skip
+    assert r.code != 0 and "'bpr'" in r.stderr and "gold labels show the judge's leniency" in (
+        r.stderr)  # fmt: skip
+    honest = "als=runs/als.jsonl,pop=runs/pop.jsonl"
+    _impute(t, honest, "runs/judge-cf", "imp-honest-gold")
+    gold_for("imp-honest-gold", honest, "honest-gold.csv")
+    res = json.loads(rj("evaluate", "--runs", honest, "--qrels", "imp-honest-gold", "--k", "10",
+                        "--gold", "honest-gold.csv", "--json", cwd=t).stdout)  # fmt: skip
+    assert not res["circular"]

@@ -45,7 +45,7 @@ def _flags(reps: int, lenient: float, n_gold: int) -> dict[str, float]:
         check = transport_check(runs, users, {key: (float(p), False) for key, p in cal.items()},
                                 gold, 10)  # fmt: skip
         for name in hits:
-            hits[name] += check[name]["verdict"] == "fails"
+            hits[name] += check[name]["verdict"] == "fail"
     return {name: h / reps for name, h in hits.items()}
 
 
@@ -71,7 +71,7 @@ def test_a_failing_system_loses_its_calibrated_level_and_keeps_the_rest():
             }
         }
     }
-    check = {"c": {"verdict": "fails", "gold_pairs": 90, "users": 80, "mean_residual": -0.2,
+    check = {"c": {"verdict": "fail", "gold_pairs": 90, "users": 80, "mean_residual": -0.2,
                    "ci": [-0.25, -0.15], "p": 1e-9}}  # fmt: skip
     refuse_levels(systems, check)
     assert systems["c"]["precision@10"]["dm"]["value"] is None
@@ -96,7 +96,7 @@ def test_the_leave_system_out_check_flags_the_planted_system():
             runs, users, cal, gold, 10, refit=lambda lab, judged=judged: _isotonic(lab, judged)
         )
         assert check["c"]["map"] == "leave-system-out"
-        flagged.append(check["c"]["verdict"] == "fails" and check["c"]["mean_residual"] < 0)
+        flagged.append(check["c"]["verdict"] == "fail" and check["c"]["mean_residual"] < 0)
     assert np.mean(flagged) >= 0.9
 
 
@@ -111,7 +111,7 @@ def test_the_leave_system_out_check_keeps_honest_systems_near_its_level():
         check = transport_check(
             runs, users, cal, gold, 10, refit=lambda lab, judged=judged: _isotonic(lab, judged)
         )
-        flags += [d["verdict"] == "fails" for d in check.values()]
+        flags += [d["verdict"] == "fail" for d in check.values()]
     assert np.mean(flags) <= 0.1
 
 
@@ -124,7 +124,7 @@ def test_a_refit_that_cannot_be_made_leaves_the_system_untested_with_the_reason(
 
     check = transport_check(runs, users, {k: (p, False) for k, p in judged.items()}, gold, 10,
                             refit=refit)  # fmt: skip
-    assert all(d["verdict"] == "untested" and "too few gold users" in d["why"]
+    assert all(d["verdict"] == "inconclusive" and "too few gold users" in d["why"]
                for d in check.values())  # fmt: skip
 
 
@@ -147,7 +147,7 @@ def test_the_detectable_residual_is_flagged_at_the_stated_power():
             keys = list(judged)
             gold = {keys[j]: rel[keys[j]] for j in g.choice(len(keys), 600, replace=False)}
             d = transport_check(runs, users, probs, gold, 10)["c"]
-            hits += d["verdict"] == "fails"
+            hits += d["verdict"] == "fail"
             sizes.append(d["detectable"])
         return hits / reps, float(np.mean(sizes))
 
@@ -162,10 +162,33 @@ def test_a_pass_is_printed_with_what_the_sample_could_detect():
     est = {"propensity": "fit", "clipped": 0, "calibration": "isotonic", "gold": "300 pairs",
            "systems": {},
            "transport": {
-               "als": {"verdict": "ok", "mean_residual": 0.01, "ci": [-0.04, 0.06],
+               "als": {"verdict": "inconclusive", "mean_residual": 0.01, "ci": [-0.04, 0.06],
                        "gold_pairs": 120, "users": 30, "p": 0.7, "detectable": 0.071},
-               "pop": {"verdict": "fails", "mean_residual": 0.2, "ci": [0.1, 0.3],
+               "pop": {"verdict": "fail", "mean_residual": 0.2, "ci": [0.1, 0.3],
                        "gold_pairs": 90, "users": 25, "p": 0.001, "detectable": 0.09}}}  # fmt: skip
     lines = [x for x in estimator_lines(est) if x.startswith("- transport check")]
     assert "detects a residual of 0.071 or more at 80% power" in lines[0]
     assert "refused" in lines[1] and "detects" not in lines[1]
+
+
+def test_the_equivalence_outcomes_follow_the_margin_and_the_users():
+    """pass: the 90 % interval inside +-margin from 20+ labelled users; fail: significant and
+    at least the margin; anything else inconclusive (issue 109, item 7)."""
+    g, runs, users, judged, rel = _world(3, 0.0, n_users=400)
+    keys = list(judged)
+    gold = {keys[j]: rel[keys[j]] for j in g.choice(len(keys), 3000, replace=False)}
+    cal = {key: (p, False) for key, p in judged.items()}  # the truth's probability: transports
+    wide = transport_check(runs, users, cal, gold, 10, margin=0.2)
+    assert all(d["verdict"] == "pass" for d in wide.values())
+    assert all(d["ci_equivalence"][0] >= -0.2 and d["ci_equivalence"][1] <= 0.2
+               for d in wide.values())  # fmt: skip
+    tight = transport_check(runs, users, cal, gold, 10, margin=1e-4)
+    assert all(d["verdict"] == "inconclusive" for d in tight.values())
+    # a residual of 0.05 on c: significant at this size; a fail against 0.02, not against 0.1
+    shifted = {key: (p - 0.05 if key[1][0] == "c" else p, False) for key, p in judged.items()}
+    assert transport_check(runs, users, shifted, gold, 10, margin=0.02)["c"]["verdict"] == "fail"
+    assert transport_check(runs, users, shifted, gold, 10, margin=0.1)["c"]["verdict"] != "fail"
+    # the same sample cut to 15 users' gold pairs: never a pass, whatever the margin
+    few = {key: v for key, v in gold.items() if int(key[0]) < 15}
+    got = transport_check(runs, users, cal, few, 10, margin=0.5)
+    assert all(d["verdict"] == "inconclusive" and d["users"] < 20 for d in got.values())

@@ -318,9 +318,9 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
     except ValueError:
         planted_bias = oracle = np.nan
     detectable = got[0][target].get("detectable")
-    flagged = {n: d["verdict"] == "fails" for n, d in got[0].items()}
+    flagged = {n: d["verdict"] == "fail" for n, d in got[0].items()}
     others = [v for n, v in flagged.items() if n != target]
-    honest = [d["verdict"] == "fails" for d in got[1].values()]
+    honest = [d["verdict"] == "fail" for d in got[1].values()]
     # unplanted: does the pooled map really transport to each system? Its true mean residual
     # over the system's listed pairs (the truth the test estimates), beside its verdict
     xs, ys = fit_isotonic(p[gi], y)
@@ -331,9 +331,9 @@ def _transport_flags(world, p, labels, runs, k, index) -> tuple[float, ...]:
         idx = m[m >= 0]
         bias = abs(float(np.mean(world.relevant[idx] - cal[idx])))
         if bias < TRANSPORTS:
-            cells["small"].append(float(d["verdict"] == "fails"))
+            cells["small"].append(float(d["verdict"] == "fail"))
         elif bias >= FAILS_TO_TRANSPORT:
-            cells["big"].append(float(d["verdict"] == "fails"))
+            cells["big"].append(float(d["verdict"] == "fail"))
     mean = {c: float(np.mean(v)) if v else np.nan for c, v in cells.items()}
     return (float(flagged[target]), float(np.mean(others)) if others else np.nan,
             float(np.mean(honest)), mean["small"], len(cells["small"]), mean["big"],

@@ -50,6 +50,7 @@ __all__ = [
     "circular_systems",
     "judge_by_system",
     "leniency_ratios",
+    "gold_leniency",
     "lenient_systems",
     "list_overlap",
     "refuse_circular",
@@ -282,3 +283,56 @@ def related_systems(
                              "its imputed metric may be inflated: check it with gold labels "
                              "(--gold)")  # fmt: skip
     return refused, flagged
+
+
+def _clustered_mean(values: Mapping[tuple[str, str], float]) -> tuple[float, float, int]:
+    """The mean of per-pair ``values`` with its cluster-robust (by user, CR1) variance."""
+    sums: dict[str, list[float]] = {}
+    for (u, _), v in values.items():
+        c = sums.setdefault(u, [0.0, 0.0])
+        c[0] += v
+        c[1] += 1
+    n = sum(c[1] for c in sums.values())
+    g = len(sums)
+    if n == 0 or g < 2:
+        return 0.0, float("inf"), g
+    mean = sum(c[0] for c in sums.values()) / n
+    var = g / (g - 1) * sum((c[0] - mean * c[1]) ** 2 for c in sums.values()) / n**2
+    return mean, var, g
+
+
+def gold_leniency(
+    systems: Sequence[str],
+    runs: Sequence[Any],
+    users: Sequence[str],
+    k: int,
+    hard: Mapping[tuple[str, str], bool],
+    gold: Mapping[tuple[str, str], int],
+    z: float = 1.959964,
+) -> dict[str, str]:
+    """``{system: why}`` for each of ``systems`` (those ``related_systems`` flagged) whose
+    gold labels show the judge's leniency: on its gold pairs the judge's excess of YES over
+    the labels (``mean(h - y)``) exceeds that on the other systems' gold pairs, the 95 %
+    interval of the gap (cluster-robust by user, the two groups taken as independent) above
+    0. A related model whose lists the judge favours beyond what the labels say is circular
+    in effect."""
+    by_name = {r.name: r for r in runs}
+    out = {}
+    for name in systems:
+        run = by_name.get(name)
+        if run is None:
+            continue
+        mine = {(u, i) for u in users for i in run.rankings.get(u, [])[:k]}
+        excess = {key: float(hard[key]) - y for key, y in gold.items() if key in hard}
+        a = {key: v for key, v in excess.items() if key in mine}
+        b = {key: v for key, v in excess.items() if key not in mine}
+        (ma, va, ga), (mb, vb, gb) = _clustered_mean(a), _clustered_mean(b)
+        if min(ga, gb) < 2:
+            continue
+        gap, half = ma - mb, z * (va + vb) ** 0.5
+        if gap - half > 0:
+            out[name] = (f"the gold labels show the judge's leniency: on {len(a)} gold pairs "
+                         f"of its lists it says YES {ma:+.2f} beyond the labels, on the other "
+                         f"systems' {len(b)} {mb:+.2f} (gap {gap:+.2f} [{gap - half:+.2f}, "
+                         f"{gap + half:+.2f}])")  # fmt: skip
+    return out

@@ -37,6 +37,7 @@ from recjudge.evaluators.offline._gold_ppi import (
 )
 from recjudge.evaluators.offline._propensities import Propensities
 from recjudge.evaluators.offline._transport import (
+    TRANSPORT_MARGIN,
     bound_levels,
     refuse_levels,
     residual_interval,
@@ -299,6 +300,7 @@ def estimate_evaluation(
     ppi_intervals: str = "auto",
     refits: tuple[Mapping[tuple[str, str], int], np.ndarray, int] | None = None,
     refit: Refit | None = None,
+    transport_margin: float = TRANSPORT_MARGIN,
 ) -> dict[str, Any]:
     """``estimate_runs`` with what the report header names (calibration, gold sample, the
     propensity fit, the share of inverse-propensity weight on clipped pairs) and, given a gold
@@ -307,9 +309,10 @@ def estimate_evaluation(
     note). An estimate outside the metric's range is flagged in its note.
 
     With a calibrated judge and gold, each system's calibration is checked (``_transport``:
-    leave-system-out when ``refit`` refits the calibration on given labels, else on the pooled
-    map's residuals): a failing system's ``dm``/``dr`` are refused, and every ``dm`` interval
-    becomes the transport-bounded one (``bound_levels``).
+    an equivalence test against ``transport_margin``, leave-system-out when ``refit`` refits
+    the calibration on given labels, else on the pooled map's residuals): a failing system's
+    ``dm``/``dr`` are refused, and every ``dm`` interval becomes the transport-bounded one
+    (``bound_levels``).
 
     ``judge_worth`` (``_worth``): per system and metric, DR's interval width over SNIPS's and,
     with gold, PPI's over the same design's labels-only estimate (``ppi_run``'s
@@ -338,7 +341,8 @@ def estimate_evaluation(
     got["gold"] = _describe_gold(gold, gold_name)
     if calibrated:  # the calibration checked on each system's own gold pairs
         dm_df = max(refits[2] - 1, 1) if refits is not None else None  # DM's OUA interval
-        _check_transport(got, runs, users, judged, gold, metrics, frame, refit, dm_df)
+        _check_transport(got, runs, users, judged, gold, metrics, frame, refit, dm_df,
+                         transport_margin)  # fmt: skip
     labels_only: dict[str, dict[str, dict]] = {}
     for run in runs:
         for m in (m for m in metrics if parse_metric(m)[0] in LINEAR):
@@ -414,10 +418,11 @@ def _gold_differences(got: dict[str, Any], runs: Sequence[Any], users: Sequence[
 def _check_transport(got: dict[str, Any], runs: Sequence[Any], users: Sequence[str],
                      judged: Mapping[tuple[str, str], tuple[float, bool]], gold: Any,
                      metrics: Sequence[str], frame: int, refit: Refit | None,
-                     dm_df: float | None) -> None:  # fmt: skip
+                     dm_df: float | None, margin: float) -> None:  # fmt: skip
     """``estimate_evaluation``'s transport step (its docstring), in place on ``got``."""
     k = max(parse_metric(m)[1] for m in metrics)
-    got["transport"] = transport_check(runs, users, judged, gold.labels, k, refit=refit)
+    got["transport"] = transport_check(runs, users, judged, gold.labels, k, refit=refit,
+                                       margin=margin)  # fmt: skip
     refuse_levels(got["systems"], got["transport"])
     nonlinear = "a nonlinear metric: the calibration's bias on it has no bound from gold pairs"
     bounds = {

@@ -34,6 +34,7 @@ from recjudge.data import DataError, load_dataset
 from recjudge.distributed import ray_executor
 from recjudge.evaluators._circular import (
     circular_systems,
+    gold_leniency,
     judge_by_system,
     lenient_systems,
     list_overlap,
@@ -89,7 +90,12 @@ from recjudge.evaluators.offline._ppi import gold_units_needed
 from recjudge.evaluators.offline._propensities import propensities_from
 from recjudge.evaluators.offline._runs import RecRun, read_qrels, read_run, restrict_to
 from recjudge.evaluators.offline._supervised import fit_imputer, read_feature_rows, refit_draws
-from recjudge.evaluators.offline._transport import MIN_TRANSPORT_USERS, POWER
+from recjudge.evaluators.offline._transport import (
+    MIN_PASS_USERS,
+    MIN_TRANSPORT_USERS,
+    POWER,
+    TRANSPORT_MARGIN,
+)
 from recjudge.evaluators.offline._tune_job import TuneJob, run_tune, tune_text
 from recjudge.evaluators.offline._verdict import (
     LEAD_RULE,
@@ -194,6 +200,11 @@ class EvaluateJob(EvaluateConfig):
     ppi_intervals: Literal["auto", "iid"] = Field(
         "auto", description="auto: users as clusters whenever a user holds 2+ gold pairs (or "
         "the users design); iid: every gold pair independent (for comparison)."
+    )  # fmt: skip
+    transport_margin: float = Field(
+        TRANSPORT_MARGIN, gt=0, le=1, description="With --calibration: the transport check's "
+        "equivalence margin on the calibration's mean residual per gold pair (on precision@k, "
+        "the calibrated level's bias): pass when its 90 % interval lies within it."
     )  # fmt: skip
     allow_circular: bool = Field(
         False, description="Go on when the judge's CF signal is one of the runs (its imputed "
@@ -497,6 +508,11 @@ def run_evaluate(job: EvaluateJob, progress: bool = True, warn: Warn | None = No
     if job.qrels:
         res["estimators"] = _estimate(job, q, recs, users, config, summary)
         res["verdicts"] = res["estimators"].pop("verdicts")
+        gold = res["estimators"].pop("_gold", None)
+        if related and gold is not None:  # a related model: do the gold labels show it?
+            shown = gold_leniency(list(related), recs, users, config.k, gold[1], gold[0])
+            refuse_circular(shown, job.allow_circular)
+            res["circular"] = {**res["circular"], **shown}
         res["judge_by_system"] = by_system
         if summary.get("tuned"):  # after _estimate: its gold check adds to it
             res["tuned"] = summary["tuned"]
@@ -776,6 +792,7 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         recs, q["logged"], judged, props, users, metrics, wanted,
         calibrated=calibrated, gold=gold, gold_name=Path(job.gold or "").name,
         ppi_intervals=job.ppi_intervals, refits=refits, refit=refit,
+        transport_margin=job.transport_margin,
     )  # fmt: skip
     got["skipped_metrics"] = skipped
     if fitted is not None and refits is not None:
@@ -787,6 +804,8 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         got["imputer"] = {"method": fitted.method, "features": fitted.features,
                           "folds": fitted.folds, "gold_pairs": fitted.gold_pairs,
                           "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
+    if gold is not None:  # for run_evaluate's leniency check; not written anywhere
+        got["_gold"] = (gold.labels, {key: hard for key, (_, hard) in judged.items()})
     got["leads"] = {m: choose_lead(got, wanted, m, calibrated, job.propensities)
                     for m in metrics}  # fmt: skip
     got["lead"] = got["leads"][metrics[0]]
@@ -989,24 +1008,7 @@ def estimator_lines(est: dict) -> list[str]:
                "and DR cannot lead)" if d["verdict"] == "fragile" else "")
         )  # fmt: skip
     lines += [f"- calibration: {est['calibration']}", f"- gold sample: {est['gold']}"]
-    for name, d in (est.get("transport") or {}).items():
-        if d["verdict"] == "untested":
-            lines.append(f"- transport check, {name}: untested ("
-                         + (d.get("why") or f"{d['users']} users hold its gold pairs; "
-                            f"{MIN_TRANSPORT_USERS} needed") + ")")  # fmt: skip
-            continue
-        lo, hi = d["ci"]
-        how = ", map fitted without its pairs" if d.get("map") == "leave-system-out" else ""
-        lines.append(
-            f"- transport check, {name}{how}: **{d['verdict']}**: calibration's mean residual "
-            f"{d['mean_residual']:+.3f} [{lo:+.3f}, {hi:+.3f}] on {d['gold_pairs']} gold pairs "
-            f"(p = {d['p']:.3g})" + ("; its calibrated level (dm, dr) is refused"
-                                     if d["verdict"] == "fails" else
-                                     f"; this sample detects a residual of "
-                                     f"{d['detectable']:.3f} or more at {POWER:.0%} power, "
-                                     "not a smaller one"
-                                     if d.get("detectable") is not None else "")
-        )  # fmt: skip
+    lines += [transport_line(name, d) for name, d in (est.get("transport") or {}).items()]
     if est.get("skipped_metrics"):
         lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "
                      "below)")  # fmt: skip
@@ -1031,6 +1033,32 @@ def estimator_lines(est: dict) -> list[str]:
                 lines.append(f"| {system} | {metric} | {label} | {shown} | {rank} | "
                              f"{e['judge_share']:.2f} | {e['note']} |")  # fmt: skip
     return lines + worth_lines(est.get("judge_worth") or {})
+
+
+def transport_line(name: str, d: dict[str, Any]) -> str:
+    """The report's line on one system's transport check (``_transport``: pass, fail or
+    inconclusive against the margin)."""
+    if d.get("mean_residual") is None:
+        return (f"- transport check, {name}: inconclusive ("
+                + (d.get("why") or f"{d['users']} users hold its gold pairs; "
+                   f"{MIN_TRANSPORT_USERS} needed") + ")")  # fmt: skip
+    lo, hi = d["ci"]
+    how = ", map fitted without its pairs" if d.get("map") == "leave-system-out" else ""
+    margin = d.get("margin", TRANSPORT_MARGIN)
+    head = (f"- transport check, {name}{how}: **{d['verdict']}** (margin +-{margin:g}): "
+            f"calibration's mean residual {d['mean_residual']:+.3f} [{lo:+.3f}, {hi:+.3f}] on "
+            f"{d['gold_pairs']} gold pairs of {d['users']} users (p = {d['p']:.3g})")  # fmt: skip
+    if d["verdict"] == "fail":
+        return head + "; its calibrated level (dm, dr) is refused"
+    if d["verdict"] == "pass":
+        lo90, hi90 = d.get("ci_equivalence") or (lo, hi)
+        return head + f"; its 90 % interval [{lo90:+.3f}, {hi90:+.3f}] lies within the margin"
+    why = (f"fewer than {MIN_PASS_USERS} labelled users to pass" if d["users"] < MIN_PASS_USERS
+           else "its 90 % interval reaches past the margin")  # fmt: skip
+    if d.get("detectable") is not None:
+        why += (f"; this sample detects a residual of {d['detectable']:.3f} or more at "
+                f"{POWER:.0%} power, not a smaller one")  # fmt: skip
+    return f"{head}: transport not shown ({why})"
 
 
 def write_evaluation(res: dict[str, Any], recs: Sequence[RecRun], job: EvaluateJob, out: str):

@@ -12,9 +12,21 @@ for system ``s`` with gold pairs ``(u, i)`` in its top-k lists, residuals
 ``mean = sum E_u / sum n_u``, cluster-robust standard error
 ``se = sqrt(G / (G - 1) * sum_u (E_u - mean n_u)^2) / sum n_u`` over the ``G`` users
 (CR1, Cameron and Miller 2015), and ``t = mean / se`` against Student's t with ``G - 1``
-degrees of freedom. A system fails when the two-sided p-value is below ``alpha`` (0.05); its
-calibrated level is refused (the report says why), while PPI, which rectifies each system with
-its own gold pairs, and the differences between systems stay.
+degrees of freedom.
+
+**An equivalence test with a declared margin** ``delta`` (``--transport-margin``, 0.02 by
+default: on precision@k the mean residual per pair is the bias of the calibrated level itself),
+three outcomes:
+
+- ``fail``: the residual differs from 0 (two-sided p-value below ``alpha``) *and* its estimate
+  is at least ``delta`` (CJE's FAIL: clear bias of a size that matters); the system's
+  calibrated level (DM, DR) is refused, while PPI, which rectifies each system with its own
+  gold pairs, and the differences between systems stay;
+- ``pass``: the ``1 - 2 alpha`` interval lies inside ``[-delta, delta]`` (two one-sided tests,
+  Schuirmann 1987: equivalence shown at level ``alpha``), from at least ``MIN_PASS_USERS``
+  labelled users (a pass from a handful of clusters rests on a variance no one can trust);
+- ``inconclusive``: anything else (too few users, an interval too wide to show either, or a
+  residual that is significant but below the margin); the level stands, marked as unshown.
 
 **Leave the system out** (``refit``): a map fitted on the gold pairs of every system fits the
 lenient system's own pairs wherever its scores stand apart (an isotonic map of scores near 1
@@ -45,9 +57,11 @@ import numpy as np
 from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
 
 __all__ = [
+    "MIN_PASS_USERS",
     "MIN_TRANSPORT_USERS",
-    "Refit",
     "POWER",
+    "TRANSPORT_MARGIN",
+    "Refit",
     "bound_levels",
     "detectable_residual",
     "refuse_levels",
@@ -58,8 +72,13 @@ __all__ = [
 #: the calibration refitted on the gold labels given: ``{pair: label}`` -> ``{pair: p}``
 Refit = Callable[[Mapping[tuple[str, str], int]], Mapping[tuple[str, str], float]]
 
-#: fewest users holding a system's gold pairs for the test to say anything (fewer: untested)
+#: fewest users holding a system's gold pairs for the test to say anything (fewer:
+#: inconclusive, untested)
 MIN_TRANSPORT_USERS = 3
+#: fewest labelled users for a ``pass``
+MIN_PASS_USERS = 20
+#: the default equivalence margin on the mean residual per gold pair
+TRANSPORT_MARGIN = 0.02
 
 
 def transport_check(
@@ -70,10 +89,11 @@ def transport_check(
     k: int,
     alpha: float = 0.05,
     refit: Refit | None = None,
+    margin: float = TRANSPORT_MARGIN,
 ) -> dict[str, dict[str, Any]]:
     """Per run, the calibration's mean residual on its gold pairs with its ``1 - alpha``
-    interval, the test's p-value and the verdict (``ok``, ``fails`` or ``untested``; module
-    docstring).
+    interval (``ci``) and ``1 - 2 alpha`` one (``ci_equivalence``), the test's p-value and the
+    verdict (``pass``, ``fail`` or ``inconclusive`` against ``margin``; module docstring).
 
     Args:
         judged: the calibrated probability per pair (``p`` first).
@@ -106,22 +126,36 @@ def transport_check(
         n = sum(c[1] for c in sums.values())
         how = "leave-system-out" if refit is not None else "pooled"
         if g < MIN_TRANSPORT_USERS or why:
-            out[run.name] = {"verdict": "untested", "gold_pairs": int(n), "users": g,
-                             "mean_residual": None, "ci": None, "p": None, "map": how,
+            out[run.name] = {"verdict": "inconclusive", "gold_pairs": int(n), "users": g,
+                             "mean_residual": None, "ci": None, "ci_equivalence": None,
+                             "p": None, "map": how, "margin": margin, "detectable": None,
                              "why": why or f"gold pairs of {g} users (fewer than "
-                             f"{MIN_TRANSPORT_USERS})"}  # fmt: skip
+                             f"{MIN_TRANSPORT_USERS}): untested"}  # fmt: skip
             continue
         mean = sum(c[0] for c in sums.values()) / n
         var = g / (g - 1) * sum((c[0] - mean * c[1]) ** 2 for c in sums.values())
         se = math.sqrt(var / n**2 + map_var)
         q = float(student.ppf(1 - alpha / 2, g - 1))
-        # no spread at all: fails unless the residuals are exactly 0
+        q_eq = float(student.ppf(1 - alpha, g - 1))
+        # no spread at all: significant unless the residuals are exactly 0
         p = float(2 * student.sf(abs(mean / se), g - 1)) if se > 0 else float(mean == 0)
-        out[run.name] = {"verdict": "fails" if p < alpha else "ok", "gold_pairs": int(n),
-                         "users": g, "mean_residual": mean,
-                         "ci": [mean - q * se, mean + q * se], "p": p, "map": how,
+        eq = [mean - q_eq * se, mean + q_eq * se]
+        out[run.name] = {"verdict": _outcome(mean, p, eq, g, alpha, margin),
+                         "gold_pairs": int(n), "users": g, "mean_residual": mean,
+                         "ci": [mean - q * se, mean + q * se], "ci_equivalence": eq, "p": p,
+                         "map": how, "margin": margin,
                          "detectable": detectable_residual(se, g, alpha)}  # fmt: skip
     return out
+
+
+def _outcome(mean: float, p: float, eq: Sequence[float], users: int, alpha: float,
+             margin: float) -> str:  # fmt: skip
+    """``fail``, ``pass`` or ``inconclusive`` (module docstring)."""
+    if p < alpha and abs(mean) >= margin:
+        return "fail"
+    if users >= MIN_PASS_USERS and -margin <= eq[0] and eq[1] <= margin:
+        return "pass"
+    return "inconclusive"
 
 
 #: the power at which ``detectable_residual`` is stated
@@ -144,7 +178,7 @@ def refuse_levels(systems: Mapping[str, Any], check: Mapping[str, Mapping[str, A
     """Refuse ``dm`` and ``dr`` (the calibrated level) of every system whose check fails, in
     place: value and interval None, the note saying why."""
     for name, d in check.items():
-        if d["verdict"] != "fails":
+        if d["verdict"] != "fail":
             continue
         lo, hi = d["ci"]
         how = " (map fitted without its pairs)" if d.get("map") == "leave-system-out" else ""
