@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-from scipy.stats import norm
 
 from recjudge.evaluators import RecRun, RunCheck, sample_gold
 from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
@@ -35,6 +34,8 @@ AUC = 0.8
 
 def world(seed: int, n_users: int = 200, k: int = 10, items: int = 1000, systems: int = 5):
     """Systems' lists, the truth per listed pair and the calibrated judge's probability."""
+    from scipy.stats import norm
+
     g = np.random.default_rng(seed)
     taste, quality = g.normal(0, 1, n_users), g.normal(0, 1, items)
     tau = 1.0 / (np.sqrt(2.0) * norm.ppf(AUC))
