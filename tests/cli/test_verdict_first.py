@@ -251,3 +251,25 @@ def test_a_related_judge_is_refused_when_the_gold_labels_show_its_leniency(world
     res = json.loads(rj("evaluate", "--runs", honest, "--qrels", "imp-honest-gold", "--k", "10",
                         "--gold", "honest-gold.csv", "--json", cwd=t).stdout)  # fmt: skip
     assert not res["circular"]
+
+
+def test_a_labelled_gold_file_is_never_written_over(world):
+    """Issue 111: `gold sample --out g.csv` onto a labelled file is refused, naming how many
+    rows are labelled; --force keeps the old file and its design record as g.csv.bak-1."""
+    t = world
+    two = "als=runs/als.jsonl,pop=runs/pop.jsonl"
+    _impute(t, two, "runs/judge-cf", "imputed4")
+    args = ("gold", "sample", "--runs", two, "--qrels", "imputed4", "--k", "10", "--n", "40",
+            "--out", "g.csv")  # fmt: skip
+    rj(*args, cwd=t)
+    lines = (t / "g.csv").read_text().splitlines()
+    labelled = [lines[0]] + [x.replace(",,", ",1,", 1) for x in lines[1:]]
+    (t / "g.csv").write_text("\n".join(labelled) + "\n")
+    before = (t / "g.csv").read_text()
+    r = rj(*args, "--seed", "3", cwd=t, check=False)
+    assert r.code != 0 and "g.csv exists (40 labelled rows)" in r.stderr and "--force" in r.stderr
+    assert (t / "g.csv").read_text() == before
+    out = json.loads(rj(*args, "--seed", "3", "--force", "--json", cwd=t).stdout)
+    assert out["backup"].endswith("g.csv.bak-1")
+    assert (t / "g.csv.bak-1").read_text() == before and (t / "g.csv.bak-1.design.json").exists()
+    assert (t / "g.csv").read_text() != before

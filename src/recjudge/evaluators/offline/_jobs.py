@@ -17,6 +17,7 @@ command line prints as one line.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -30,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob, JudgeOptions, Warn
 from recjudge._registry import Registry, suggest
 from recjudge._util import atomic_write_json, json_loads
-from recjudge.data import DataError, load_dataset
+from recjudge.data import DataError, load_dataset, read_table
 from recjudge.distributed import ray_executor
 from recjudge.evaluators._circular import (
     circular_systems,
@@ -257,15 +258,21 @@ class GoldSampleJob(BaseModel):
         "the labeller)."
     )  # fmt: skip
     run_format: str = Field("auto", description="auto, trec, ranx, jsonl, parquet.")
+    force: bool = Field(
+        False, description="Write over an existing --out file; the old file (and its design "
+        "record) is kept beside it as OUT.bak-N first."
+    )  # fmt: skip
 
 
 def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None = None) -> dict:
     """Draw ``job.n`` pairs under ``job.design`` (``_gold.sample_gold``) and write the
-    labeller's CSV and its design record."""
+    labeller's CSV and its design record. An existing ``--out`` is a file a person may have
+    labelled: refused unless ``force``, which backs it up first (``_keep_labelled``)."""
     out = Path(job.out)
     if out.is_dir():
         raise ValueError(f"--out {out} is a folder; give the CSV file to write, e.g. "
                          f"{out / 'gold.csv'}")  # fmt: skip
+    backup = _keep_labelled(out, job.force)
     recs = parse_runs(job.runs, job.run_format)
     qrels = Path(job.qrels) / "qrels_imputed.json"
     if not qrels.is_file():
@@ -297,7 +304,33 @@ def run_gold_sample(job: GoldSampleJob, progress: bool = True, warn: Warn | None
     write_gold(rows, out, design, data)
     return {"pairs": len(rows), "users": len({r["user_id"] for r in rows}), "design": job.design,
             "out": str(out), "design_record": f"{out}.design.json",
-            "first_batch_users": first}  # fmt: skip
+            "first_batch_users": first, "backup": backup}  # fmt: skip
+
+
+def _keep_labelled(out: Path, force: bool) -> str | None:
+    """Refuse to write over ``out`` (a gold file: hours of a person's labelling) unless
+    ``force``; with it, move ``out`` and its design record to the first free ``OUT.bak-N``
+    and return that path. Nothing is deleted either way."""
+    if not out.exists():
+        return None
+    labelled = None
+    # not a table: refused all the same, without a count
+    with contextlib.suppress(DataError, OSError, ValueError, UnicodeDecodeError):
+        labelled = sum(1 for v in read_table(out).get("label", []) if str(v).strip())
+    what = f" ({labelled} labelled rows)" if labelled is not None else ""
+    if not force:
+        raise ValueError(f"--out {out} exists{what}: a gold file a person labels is never "
+                         "written over; give another --out, or --force to write it anew "
+                         f"(the old file is kept as {out}.bak-N)")  # fmt: skip
+    n = 1
+    while Path(f"{out}.bak-{n}").exists() or Path(f"{out}.bak-{n}.design.json").exists():
+        n += 1
+    backup = Path(f"{out}.bak-{n}")
+    out.rename(backup)
+    record = Path(f"{out}.design.json")
+    if record.exists():
+        record.rename(Path(f"{backup}.design.json"))
+    return str(backup)
 
 
 def gold_text(job: GoldSampleJob, s: dict[str, Any]) -> str:
