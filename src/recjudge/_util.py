@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import numpy as np
 from pydantic import AfterValidator, ValidationInfo
@@ -107,16 +107,87 @@ def redact(text: str, secret: str | None) -> str:
     return text.replace(secret, "[redacted]")
 
 
+#: what may hold a credential in text: a URI (``scheme://...``) or a schemeless address with
+#: userinfo (``user:PASSWORD@host:port``, as ``--ray`` takes it); quotes and brackets end one
+_URI_LIKE = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+|[^\s'\"<>/=(@]+@[^\s'\"<>]+")
+#: sentence punctuation after an address in a message, kept outside it
+_TRAILING = ".,;:)]'\""
+
+
+def _hide_uri(token: str) -> str:
+    """One address with its credentials replaced by ``***`` (``redact_uri``)."""
+    tail = ""
+    while token and token[-1] in _TRAILING:
+        token, tail = token[:-1], token[-1] + tail
+    scheme = "://" in token
+    if not scheme:  # only an address: user:PASSWORD@host, or TOKEN@host:PORT (not ndcg@10)
+        userinfo, _, host = token.rpartition("@")
+        if ":" not in userinfo and not re.fullmatch(r"[\w.\-\[\]:]+:\d+/?", host):
+            return token + tail
+    try:
+        parts = urlsplit(token if scheme else f"//{token}")
+    except ValueError:  # an unparsable address: hide all of it rather than print a secret
+        return "***" + tail
+    netloc, query, fragment = parts.netloc, parts.query, parts.fragment
+    if "@" in netloc:  # the host follows the last @: a password may hold @ and :
+        userinfo, _, host = netloc.rpartition("@")
+        user, colon, _ = userinfo.partition(":")
+        netloc = f"{user}:***@{host}" if colon else f"***@{host}"
+    if query:  # every value (a token, a signature, a key): the names stay readable
+        query = "&".join(
+            f"{name}=***" if eq else "***"
+            for name, eq, _ in (x.partition("=") for x in query.split("&"))
+        )
+    if fragment:
+        fragment = "***"
+    if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
+        return token + tail  # nothing to hide: the text as the user wrote it
+    out = urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
+    return (out if scheme else out.removeprefix("//")) + tail
+
+
 def redact_uri(text: str) -> str:
-    """``text`` with the password of every URI's credentials (``scheme://user:PASSWORD@host``)
-    replaced by ``***``, and a bare token (``scheme://TOKEN@host``) likewise: what may be
-    printed, logged or written into a report of a tracking, server or cluster address."""
+    """``text`` with the credentials of every address in it replaced by ``***``, what may be
+    printed, logged or written into a report of a tracking, server or cluster address: the
+    password of ``scheme://user:PASSWORD@host`` (parsed by ``urllib.parse``: the host follows
+    the *last* ``@``, so a password holding ``@`` or ``:`` is hidden whole), a bare token
+    (``scheme://TOKEN@host``), every query value (``?token=...``), the fragment, and the same
+    in a schemeless ``user:PASSWORD@host:port`` (a Ray address)."""
+    text = _URI_LIKE.sub(lambda m: _hide_uri(m.group(0)), text)
+    # a query quoted without its host (an HTTP library's "url: /path?token=..."), and a
+    # password's own text wherever a message repeats it
+    return _QUERY_VALUE.sub(lambda m: f"{m.group(1)}{m.group(2)}=***", text)
 
-    def hide(m: re.Match[str]) -> str:  # user:PASSWORD@ keeps the user; TOKEN@ keeps nothing
-        scheme, user, password = m.groups()
-        return f"{scheme}{user}:***@" if password is not None else f"{scheme}***@"
 
-    return re.sub(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://)([^/@\s:]*)(?::([^/@\s]*))?@", hide, text)
+#: ``?name=value`` / ``&name=value`` anywhere (the value up to a space, ``&``, ``#`` or quote)
+_QUERY_VALUE = re.compile(r"([?&])([A-Za-z0-9_.\-]+)=(?!\*\*\*)[^\s&#'\"<>/]+")
+
+
+def uri_secrets(uri: str) -> list[str]:
+    """The parts of ``uri`` that are secret (the userinfo's password or bare token, every
+    query value, the fragment), each of 4+ characters: what ``redact_secrets`` removes from a
+    message that quotes them out of the URI's shape."""
+    try:
+        parts = urlsplit(uri if "://" in uri else f"//{uri}")
+    except ValueError:
+        return [uri]
+    out = []
+    if "@" in parts.netloc:
+        userinfo = parts.netloc.rpartition("@")[0]
+        user, colon, password = userinfo.partition(":")
+        out.append(password if colon else user)
+    out += [v for _, _, v in (x.partition("=") for x in parts.query.split("&")) if v]
+    out += [parts.fragment] if parts.fragment else []
+    return [x for x in out if len(x) >= 4]
+
+
+def redact_secrets(text: str, uri: str | None) -> str:
+    """``redact_uri(text)`` and, beyond it, every secret part of ``uri`` (``uri_secrets``)
+    wherever it occurs in ``text``, in whatever shape a library quoted it."""
+    text = redact_uri(text)
+    for secret in uri_secrets(uri) if uri else []:
+        text = text.replace(secret, "***")
+    return text
 
 
 def first_line(error: BaseException, limit: int | None = None, empty: str | None = None) -> str:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import math
 import os
 import shutil
 import sys
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -462,8 +464,19 @@ def _register_extensions(argv: list[str] | None = None) -> None:
             importlib.import_module(f"recjudge.cli.{m}")
 
 
+def _show_warning(message: Any, category: type[Warning], filename: str, lineno: int,
+                  file: Any = None, line: str | None = None) -> None:  # fmt: skip
+    """A warning as one line, ``warning: Category: message``, credentials redacted: no
+    file name and line of the library that raised it (the install's absolute path, which no
+    output of ours holds), no source line."""
+    out = file if file is not None else sys.stderr
+    with contextlib.suppress(OSError, ValueError):  # stderr closed: not worth a crash
+        out.write(f"warning: {category.__name__}: {redact_uri(str(message))}\n")
+
+
 def main() -> None:
     _register_extensions(sys.argv[1:])
+    warnings.showwarning = _show_warning
 
     try:
         app()

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import psutil
 
-from recjudge._util import RunFault, cache_dir, first_line
+from recjudge._util import RunFault, cache_dir, first_line, redact_uri
 
 if TYPE_CHECKING:
     pass
@@ -128,7 +128,8 @@ def connect(address: str) -> Any:
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as e:
             first = first_line(e)
             raise RayClusterError(
-                f"Ray cluster {address!r} cannot be reached ({first}); start one with "
+                f"Ray cluster {redact_uri(address)!r} cannot be reached ({redact_uri(first)}); "
+                "start one with "
                 f"`{LOOPBACK_ENV}=0 ray start --head --node-ip-address 127.0.0.1` (then --ray "
                 "auto), give its HOST:PORT, or use --ray local on one machine; a head with "
                 f"token authentication also needs {AUTH_MODE_ENV}=token here (and "
@@ -157,18 +158,23 @@ def _probe(address: str) -> None:
     minutes)."""
     if address in ADDRESS_WORDS or "://" in address:
         return
+    shown = redact_uri(address)  # user:PASSWORD@host:port prints as user:***@host:port
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit():
         raise RayClusterError(
-            f"--ray {address!r}: a cluster address is HOST:PORT (the head's `ray start "
+            f"--ray {shown!r}: a cluster address is HOST:PORT (the head's `ray start "
             "--head --port`), auto or local"
         )
+    if not 1 <= int(port) <= 65535:
+        raise RayClusterError(f"--ray {shown}: port {port} is not a TCP port (1-65535); give "
+                              "the port the head printed (`ray start --head` says it)")  # fmt: skip
     try:
-        with socket.create_connection((host.strip("[]"), int(port)), timeout=5):
+        with socket.create_connection((host.rpartition("@")[2].strip("[]"), int(port)),
+                                      timeout=5):  # fmt: skip
             pass
     except OSError as e:
         raise RayClusterError(
-            f"--ray {address}: nothing answers there ({e.strerror or e}); start the head with "
+            f"--ray {shown}: nothing answers there ({e.strerror or e}); start the head with "
             f"`ray start --head --port {port}` or check the address"
         ) from None
 

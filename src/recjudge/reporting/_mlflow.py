@@ -18,6 +18,7 @@ logged.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -33,6 +34,7 @@ from recjudge._util import (
     first_line,
     json_loads,
     redact,
+    redact_secrets,
     redact_uri,
 )
 from recjudge.reporting._results import estimates_grid, finite, scores_grid
@@ -57,9 +59,25 @@ def tracking_uri() -> str | None:
     return os.environ.get(ENV_URI) or None
 
 
+#: MLflow's longest metric, param and tag key
+MAX_KEY = 250
+
+
 def _key(name: str) -> str:
-    """An MLflow-safe metric or param name (``@`` and other characters become ``_``)."""
-    return _KEY.sub("_", name)[:250]
+    """An MLflow-safe metric or param name (``@`` and other characters become ``_``), unique
+    by construction: a name longer than ``MAX_KEY`` keeps its head and ends in ``~`` and the
+    first 10 hex digits of the sha256 of the whole name (two long system names that share
+    their first 250 characters no longer map to one key and overwrite each other)."""
+    safe = _KEY.sub("_", name)
+    if len(safe) <= MAX_KEY:
+        return safe
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:10]
+    return f"{safe[: MAX_KEY - 11]}~{digest}"
+
+
+def shortened_keys(results: Mapping[str, Any]) -> int:
+    """How many of the report's metric keys ``_key`` had to shorten (the tags say so)."""
+    return sum(1 for k in report_metrics(results) if "~" in k and len(k) == MAX_KEY)
 
 
 def _flatten(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -136,6 +154,12 @@ def report_tags(results: Mapping[str, Any], title: str) -> dict[str, str]:
     if sigma:
         tags["judge.sigma_source"] = str(sigma.get("folder", sigma) if isinstance(sigma, Mapping)
                                          else sigma)  # fmt: skip
+    short = shortened_keys(results)
+    if short:
+        tags["recjudge.shortened_keys"] = (
+            f"{short} metric keys were longer than MLflow's {MAX_KEY} characters (long system "
+            "names): each keeps its head and ends in ~ and a hash of the whole name; "
+            "results.json holds the full names")  # fmt: skip
     env = results.get("environment") or {}
     if isinstance(env, Mapping) and env.get("cpu"):
         tags["machine.cpu"] = str(env["cpu"])
@@ -190,7 +214,7 @@ def _client(uri: str) -> tuple[Any, Any]:
         client = MlflowClient(tracking_uri=uri)
         client.search_experiments(max_results=1)  # the store opens (or says why not)
     except (mlflow.exceptions.MlflowException, ImportError, OSError) as e:
-        why = redact_uri(first_line(e))[:200]  # redacted whole: a cut could split a password
+        why = redact_secrets(first_line(e), uri)[:200]  # whole first: a cut could split one
         raise TrackingError(
             f"MLflow cannot use the tracking URI {redact_uri(uri)} ({why}); give a local "
             "folder (file:///path/mlruns) or a server's http(s) URL"
@@ -257,7 +281,7 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
                 client.log_artifact(run_id, str(out / name))
     except mlflow.exceptions.MlflowException as e:
         raise TrackingError(f"MLflow at {redact_uri(uri)} refused the run "
-                            f"({redact_uri(first_line(e))[:200]})"
+                            f"({redact_secrets(first_line(e), uri)[:200]})"
                             "; check the URI (e.g. file:///path/mlruns or sqlite:///mlflow.db)"
                             ) from None  # fmt: skip
     return run_id
