@@ -27,6 +27,7 @@ from recjudge.data import load_dataset, load_from_files
 from recjudge.evaluators import AugmentConfig, ImputeConfig, augment, impute, read_run
 from recjudge.evaluators.offline._calibrate import load_map
 from recjudge.evaluators.offline._impute import JobFailedError
+from recjudge.evaluators.offline._jobs import parse_runs
 from recjudge.llm._models import resolve_model_path
 from recjudge.reward import Judge, JudgeConfig, ResultsStore, export_portable, import_portable
 from recjudge.reward._portable import _write as write_checkpoint
@@ -466,3 +467,16 @@ def test_clean_personas_import_and_chat_markup_is_never_exported(tmp_path):
         p.put_many([("b" * 32, {"text": bad, PORTABLE_FORM: {"text": bad}}, {})])
     out = export_portable(tmp_path / "s.sqlite", tmp_path / "again.gz")
     assert out.personas == 1 and out.left_out == 1
+
+
+def test_a_run_path_holding_equals_signs_is_read_as_given(world, tmp_path):
+    """Issue 111: `--runs 'als=dir/evil<svg onload=alert(1)>/r.jsonl'` was split at the last
+    `=` and named a path the user did not give."""
+    odd = tmp_path / "a=b <svg onload=alert(1)>"
+    odd.mkdir()
+    (odd / "r.jsonl").write_text(RUN)
+    runs = parse_runs(f"als={odd}/r.jsonl,{odd}/r.jsonl", "auto")
+    assert [r.name for r in runs][0] == "als" and all(r.path == f"{odd}/r.jsonl" for r in runs)
+    r = run_cli("evaluate", "--runs", "als=dir/evil<svg onload=alert(1)>/r.jsonl",
+                "--feedback", str(world / "ds"))  # fmt: skip
+    assert r.code == 2 and "dir/evil<svg onload=alert(1)>/r.jsonl: no such file" in r.stderr

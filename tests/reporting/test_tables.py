@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import re
 
 import pytest
 
@@ -89,3 +90,29 @@ def test_a_system_with_a_non_finite_value_stays_in_the_table_as_undefined():
         "c": {"p@10": {"snips": {"value": float("inf"), "ci": None}}}}}}  # fmt: skip
     tex = to_latex(paper_table(bad))
     assert "\nb & --" in tex and "\nc & --" in tex
+
+
+def test_a_system_with_non_finite_scores_stays_and_a_non_number_is_named(tmp_path):
+    """Issue 111: the ranx-scores table (an evaluate without --qrels) dropped a system whose
+    values were NaN or Infinity, and strings, lists or bools gave "no systems x metrics
+    table" without naming the entry."""
+    res = {"scores": {"logged": {"a": {"ndcg@10": 0.3}, "b": {"ndcg@10": float("nan")},
+                                 "c": {"ndcg@10": float("inf")}}}}  # fmt: skip
+    tex = to_latex(paper_table(res))
+    assert "\nb & --" in tex and "\nc & --" in tex
+    for bad, shown in (("x", "'x' (str)"), ([1, 2], "'[1, 2]' (list)"), (True, "'True' (bool)")):
+        odd = {"scores": {"logged": {"a": {"ndcg@10": 0.3}, "b": {"ndcg@10": bad}}}}
+        with pytest.raises(ValueError, match=r"scores\.logged\.b\.ndcg@10 is " + re.escape(shown)):
+            paper_table(odd)
+    (tmp_path / "results.json").write_text(json.dumps(
+        {"scores": {"logged": {"a": {"ndcg@10": "x"}}}}))  # fmt: skip
+    r = run_cli("report", "latex", str(tmp_path))
+    assert r.code == 2 and "scores.logged.a.ndcg@10 is 'x' (str)" in r.stderr
+
+
+def test_report_html_on_a_report_md_that_is_not_utf8_names_the_file(tmp_path):
+    (tmp_path / "results.json").write_text(json.dumps({"scores": {}}))
+    (tmp_path / "report.md").write_bytes("# Caf\xe9 report\n".encode("latin-1"))
+    r = run_cli("report", "html", str(tmp_path))
+    assert r.code == 2 and "Traceback" not in r.stderr
+    assert "report.md: not UTF-8 text (byte 0xe9" in r.stderr and "save it as UTF-8" in r.stderr

@@ -26,10 +26,31 @@ def _pair(ci: Any) -> tuple[float | None, float | None]:
     return None, None
 
 
+def _number_or_none(v: Any) -> bool:
+    """A value a table cell can hold: null, or a number (NaN and infinities included, shown
+    as undefined), not a bool."""
+    return v is None or (isinstance(v, int | float) and not isinstance(v, bool))
+
+
+def bad_cells(results: Mapping[str, Any]) -> list[str]:
+    """Where ``scores`` holds something that is neither a number nor null (a string, a list,
+    a bool): ``scores.KIND.SYSTEM.METRIC is 'x' (str)``, for an error that names the entry."""
+    out = []
+    scores = results.get("scores")
+    for kind, by_sys in scores.items() if isinstance(scores, Mapping) else ():
+        for system, by_m in by_sys.items() if isinstance(by_sys, Mapping) else ():
+            for m, v in by_m.items() if isinstance(by_m, Mapping) else ():
+                if not _number_or_none(v):
+                    out.append(f"scores.{kind}.{system}.{m} is {str(v)[:40]!r} "
+                               f"({type(v).__name__})")  # fmt: skip
+    return out
+
+
 def scores_grid(results: Mapping[str, Any]) -> list[Row]:
     """``(kind, system, metric, value, lo, hi)`` of ``scores[kind][system][metric]`` with
-    ``intervals`` alike as ``[lo, hi]``: a value that is a number, or null (undefined), is a
-    row; entries of another shape are left out."""
+    ``intervals`` alike as ``[lo, hi]``: a value that is a number or null is a row (NaN and
+    infinities as None: undefined, so a table never drops a system without a word); entries
+    of another shape are left out (``bad_cells`` names them)."""
     out: list[Row] = []
     scores, ints = results.get("scores"), results.get("intervals")
     if not isinstance(scores, Mapping):
@@ -42,8 +63,8 @@ def scores_grid(results: Mapping[str, Any]) -> list[Row]:
             if not isinstance(by_m, Mapping):
                 continue
             for m, v in by_m.items():
-                if v is not None and finite(v) is None:
-                    continue
+                if not _number_or_none(v):
+                    continue  # not a number at all: ``bad_cells`` names it
                 ci: Any = ints.get(kind)
                 for part in (system, m):
                     ci = ci.get(part) if isinstance(ci, Mapping) else None

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import json_loads
-from recjudge.reporting._results import estimates_grid, scores_grid
+from recjudge.reporting._results import bad_cells, estimates_grid, scores_grid
 
 __all__ = ["PaperTable", "latex_escape", "paper_table", "read_results", "to_csv", "to_latex"]
 
@@ -73,6 +73,12 @@ def paper_table(results: Mapping[str, Any], estimator: str | None = None,
     if estimator is not None and kind is None:
         raise ValueError(f"estimator {estimator!r}: this report has no estimators (`evaluate "
                          "--qrels` runs them); omit --estimator for its ranx metrics")  # fmt: skip
+    bad = bad_cells(results)
+    if bad:
+        raise ValueError(f"{bad[0]}, not a number"
+                         + (f" (and {len(bad) - 1} more such entries)" if len(bad) > 1 else "")
+                         + "; a value in scores is a number or null: fix or remove it, or "
+                         "write the report again with `recjudge evaluate`")  # fmt: skip
     scores = scores_grid(results)
     if not scores:
         raise ValueError("these results hold no systems x metrics table (an `evaluate` "

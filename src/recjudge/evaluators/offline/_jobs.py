@@ -367,10 +367,15 @@ def _sub(job: BaseModel, cls: type[BaseModel]) -> Any:
 
 
 def parse_runs(spec: str, fmt: str) -> list[RecRun]:
-    """``NAME=PATH,PATH,...`` -> the runs, read and checked (``read_run``)."""
+    """``NAME=PATH,PATH,...`` -> the runs, read and checked (``read_run``). ``NAME`` is what
+    precedes the first ``=`` (a path may hold ``=``; a name holds no ``/``): a part that is an
+    existing file, or whose text before the first ``=`` holds a path separator, is a path
+    alone."""
     runs = []
     for part in [p.strip() for p in spec.split(",") if p.strip()]:
-        name, _, path = part.rpartition("=") if "=" in part else ("", "", part)
+        name, eq, path = part.partition("=")
+        if not eq or Path(part).is_file() or "/" in name or "\\" in name:
+            name, path = "", part
         runs.append(read_run(path, fmt, name or None))
     if not runs:
         raise ValueError("--runs names no file; give one or more run files, comma-separated")
