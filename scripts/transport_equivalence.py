@@ -27,7 +27,7 @@ from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
 from recjudge.evaluators.offline._transport import transport_check
 
 SIZES = (100, 300, 1000)
-MARGINS = (0.02, 0.05)
+MARGINS = (0.02, 0.05, 0.1)
 SHIFT = 1.5
 AUC = 0.8
 

@@ -4,13 +4,14 @@ does not match the runs, k or row count it was drawn for."""
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 
 from recjudge.data import DataError
 from recjudge.evaluators import RecRun, RunCheck, listed_pairs, sample_gold
 from recjudge.evaluators._circular import circular_systems, lenient_systems
 from recjudge.evaluators.offline._evaluation import weight_diagnostics
-from recjudge.evaluators.offline._gold import read_gold, write_gold
+from recjudge.evaluators.offline._gold import check_redraw, read_gold, write_gold
 from recjudge.evaluators.offline._impute import judge_record
 from recjudge.evaluators.offline._propensities import Propensities, fit_propensities
 from recjudge.reward import JudgeConfig
@@ -148,3 +149,31 @@ def test_gold_drawn_among_other_evaluation_users_is_refused(tmp_path):
     assert len(read_gold(path, some, set(listed_pairs([a], some, 5)), ["a"], 5)) == 20
     with pytest.raises(DataError, match="drawn among 20 evaluation users but evaluate has 30"):
         read_gold(path, users, listed, ["a"], 5)
+
+
+@pytest.mark.parametrize("design", ["uniform", "active"])
+def test_an_edited_inclusion_probability_is_refused_against_the_redraw(tmp_path, design):
+    """Issue 111: an active gold file whose inclusion_prob column was set to 1 everywhere
+    was weighed by the edited column; the redraw from its design record names the row."""
+    a = _run("a", LISTS)
+    users = sorted(LISTS)
+    g = np.random.default_rng(0)
+    judged = {pair: (float(g.random()), False) for pair in listed_pairs([a], users, 5)}
+    rows = sample_gold([a], users, 5, 30, design=design, seed=2, judged=judged)
+    path = tmp_path / "gold.csv"
+    write_gold(rows, path, {"design": design, "seed": 2, "k": 5, "n": 30, "runs": {"a": a.path},
+                            "evaluation_users": len(users)})  # fmt: skip
+    text = path.read_text().splitlines()
+    path.write_text("\n".join([text[0]] + [line.replace(",,", ",1,", 1) for line in text[1:]])
+                    + "\n")  # fmt: skip
+    listed = set(listed_pairs([a], users, 5))
+    gold = read_gold(path, users, listed, ["a"], 5)
+    check_redraw(path, gold, [a], users, judged)  # as drawn: accepted
+    df = pd.read_csv(path, dtype=str, keep_default_na=False)
+    df["inclusion_prob"] = "1.0"
+    df.to_csv(path, index=False)
+    edited = read_gold(path, users, listed, ["a"], 5)
+    with pytest.raises(DataError, match=r"inclusion_prob 1\.0 of pair .* is not what its "
+                       r"design drew") as err:  # fmt: skip
+        check_redraw(path, edited, [a], users, judged)
+    assert err.value.row == 1 and err.value.field == "inclusion_prob"

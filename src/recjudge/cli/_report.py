@@ -60,8 +60,10 @@ def report_html(
         results = read_results(str(folder))
         lines = md.read_text(encoding="utf-8").splitlines()
     except UnicodeDecodeError as e:  # before ValueError, whose subclass it is
-        fail(f"{md}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
-             "save it as UTF-8, or write the report again with `recjudge evaluate --out`")
+        fail(
+            f"{md}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start}); "
+            "save it as UTF-8, or write the report again with `recjudge evaluate --out`"
+        )
     except ValueError as e:
         fail(str(e))
     except FileNotFoundError:

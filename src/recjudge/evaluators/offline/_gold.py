@@ -616,3 +616,62 @@ def _design_record(path: Path) -> dict[str, Any] | None:
             fix="delete it; the CSV's design column is used then",
         )
     return record
+
+
+def check_redraw(
+    path: str | Path,
+    gold: GoldSample,
+    runs: Sequence[Any],
+    users: Sequence[str],
+    judged: Mapping[tuple[str, str], tuple[float, bool]] | None = None,
+) -> None:
+    """A fixed gold file against what its design record redraws: ``sample_gold`` with the
+    record's design, seed, ``n`` and ``k`` on the same runs (in the record's order) and
+    users must give every labelled pair and its inclusion probability. An edited
+    ``inclusion_prob`` (the 1/pi weights would come from it), a pair the design never drew,
+    or a stratum moved, is refused naming the row. A file without a record, or a sequential
+    one (checked against its own order), is left as it is.
+
+    Raises:
+        DataError: the first row that differs, its field and the redrawn value.
+    """
+    path = Path(path)
+    record = _design_record(path)
+    if record is None or record.get("sequential") or gold.sequential is not None:
+        return
+    design, seed, n, k = (record.get(f) for f in ("design", "seed", "n", "k"))
+    if design not in GOLD_DESIGNS or not isinstance(n, int) or not isinstance(k, int):
+        return
+    order = list(record.get("runs") or {})
+    by_name = {r.name: r for r in runs}
+    ordered = [by_name[x] for x in order if x in by_name] or list(runs)
+    rows = sample_gold(
+        ordered,
+        users,
+        k,
+        n,
+        design=design,
+        seed=seed if isinstance(seed, int) else 0,
+        judged=judged if design in ("stratified", "active") else None,
+    )
+    drawn = {(r["user_id"], r["item_id"]): r for r in rows}
+    redraw = (f"`recjudge gold sample --design {design} --seed {seed} --n {n} --k {k}` with "
+              "the same --runs and --qrels redraws it")  # fmt: skip
+    table = label_table(path)
+    for r, (u, i) in enumerate(zip(table["user_id"].astype(str), table["item_id"].astype(str),
+                                   strict=True), 1):  # fmt: skip
+        if (u, i) not in gold.labels:
+            continue
+        want = drawn.get((u, i))
+        if want is None:
+            raise DataError(f"pair ({u!r}, {i!r}) is not one the design record draws: the file "
+                            "was edited or drawn from other lists.", source=str(path), row=r,
+                            field="item_id", fix=f"label the file as drawn ({redraw})")  # fmt: skip
+        got, pi = gold.inclusion.get((u, i)), want.get("inclusion_prob")
+        if pi is not None and (got is None or abs(got - float(pi)) > 1e-9 * max(1.0, pi)):
+            raise DataError(
+                f"inclusion_prob {got} of pair ({u!r}, {i!r}) is not what its design drew "
+                f"({float(pi)!r}): its 1/pi weight would come from the edited value.",
+                source=str(path), row=r, field="inclusion_prob",
+                fix=f"restore the column ({redraw}); labels are the only column to edit",
+            )  # fmt: skip

@@ -61,6 +61,7 @@ from recjudge.evaluators.offline._evaluation import (
     read_judged,
 )
 from recjudge.evaluators.offline._gold import (
+    check_redraw,
     listed_pairs,
     order_record,
     read_gold,
@@ -807,6 +808,7 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         k = max(int(m.partition("@")[2]) for m in metrics)
         gold = read_gold(job.gold, users, set(listed_pairs(recs, users, k)),
                          [r.name for r in recs], k)  # fmt: skip
+        check_redraw(job.gold, gold, recs, users, judged)  # the design's own pi, not edits
         _check_tuned_gold(summary, gold, job.allow_tuned_overlap)
     fitted = refits = refit = None
     if job.calibration:
