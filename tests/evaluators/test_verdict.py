@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ast
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -19,6 +20,7 @@ from recjudge.evaluators.offline._evaluation import (
     paired_difference,
 )
 from recjudge.evaluators.offline._gold_ppi import ppi_difference
+from recjudge.evaluators.offline._jobs import _imputer_worse
 from recjudge.evaluators.offline._propensities import logged_propensities
 from recjudge.evaluators.offline._verdict import (
     Advice,
@@ -286,3 +288,20 @@ def test_mlflow_logs_the_verdict_first():
     assert got["verdict.precision_10.a - c.hi"] == -0.01
     tags = report_tags({"verdicts": v}, "t")
     assert tags["verdict.precision_10"].startswith("snips: a better than b by 0.0500")
+
+
+def test_an_imputer_worse_than_the_raw_judge_is_said_and_does_not_lead():
+    """Issue 111: a supervised imputer whose out-of-fold AUC (0.398) is below the raw
+    judge's (0.469) led DM/DR without a word."""
+    bad = SimpleNamespace(method="boosting", oof={"auc": 0.398, "auc_raw": 0.469})
+    line = _imputer_worse(bad)
+    assert "0.398 vs 0.469" in line and "do not lead" in line
+    good = SimpleNamespace(method="logistic", oof={"auc": 0.6, "auc_raw": 0.55})
+    assert _imputer_worse(good) is None
+    assert _imputer_worse(None) is None
+    both = {"a": {"snips": 0.1, "dr": 0.2, "dm": 0.2}, "b": {"snips": 0.1, "dr": 0.2, "dm": 0.2}}
+    got = _got(both)
+    assert choose_lead(got, ["snips", "dr", "dm"], "precision@10", True, "fit")["estimator"] == "dr"
+    # evaluate passes calibrated=False to the rule when the imputer is worse
+    assert choose_lead(got, ["snips", "dr", "dm"], "precision@10", False,
+                       "fit")["estimator"] == "snips"  # fmt: skip

@@ -846,7 +846,10 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
                           "gold_users": fitted.gold_users, "out_of_fold": fitted.oof}  # fmt: skip
     if gold is not None:  # for run_evaluate's leniency check; not written anywhere
         got["_gold"] = (gold.labels, {key: hard for key, (_, hard) in judged.items()})
-    got["leads"] = {m: choose_lead(got, wanted, m, calibrated, job.propensities)
+    worse = _imputer_worse(fitted)
+    if worse:  # by its own cross-fitted numbers: DM and DR on it may not lead
+        got["imputer_worse"] = worse
+    got["leads"] = {m: choose_lead(got, wanted, m, calibrated and not worse, job.propensities)
                     for m in metrics}  # fmt: skip
     got["lead"] = got["leads"][metrics[0]]
     got["lead_rule"] = LEAD_RULE
@@ -862,6 +865,22 @@ def _estimate(job: EvaluateJob, q: dict, recs: list[RecRun], users: list[str], c
         files = export_obp(recs, q["logged"], judged, props, users, metrics, job.obp_out)
         got["obp_export"] = {"folder": str(job.obp_out), "files": len(files)}
     return got
+
+
+def _imputer_worse(fitted: Any) -> str | None:
+    """The report's line when the fitted imputer ranks the gold pairs worse than the raw
+    judge by its own out-of-fold numbers (AUC), else None: a calibration that loses the
+    judge's signal must not decide the lead (DM and DR on it)."""
+    if fitted is None:
+        return None
+    a, raw = fitted.oof.get("auc"), fitted.oof.get("auc_raw")
+    if a is None or raw is None or a >= raw:
+        return None
+    return (
+        f"the {fitted.method} imputer ranks the gold pairs worse than the raw judge by its "
+        f"own cross-fitted numbers (out-of-fold AUC {a:.3f} vs {raw:.3f}): DM and DR on it "
+        "do not lead; label more gold pairs, or try --calibration isotonic (p_yes alone)"
+    )
 
 
 #: calibration refits inside dm/dr's bootstrap per method (boosting fits 100 trees a draw)
@@ -1048,6 +1067,8 @@ def estimator_lines(est: dict) -> list[str]:
                "and DR cannot lead)" if d["verdict"] == "fragile" else "")
         )  # fmt: skip
     lines += [f"- calibration: {est['calibration']}", f"- gold sample: {est['gold']}"]
+    if est.get("imputer_worse"):
+        lines.append(f"- **imputer worse than the judge**: {est['imputer_worse']}")
     lines += [transport_line(name, d) for name, d in (est.get("transport") or {}).items()]
     if est.get("skipped_metrics"):
         lines.append(f"- no estimator for {', '.join(est['skipped_metrics'])} (ranx only, "
