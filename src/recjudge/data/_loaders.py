@@ -330,7 +330,28 @@ def _read_table(path: Path, encoding: str) -> pd.DataFrame:
             fix="pass --encoding latin-1 (or the file's real encoding), or re-save as UTF-8.",
         ) from None
     except (ValueError, pd.errors.ParserError) as e:
+        row = _bad_json_line(path, encoding) if suffix.startswith(".jsonl") else None
+        if row is not None:
+            raise DataError("not a JSON object on this line.", source=str(path), row=row,
+                            fix="write one JSON object per line") from None  # fmt: skip
         raise DataError(f"cannot parse: {e}", source=str(path)) from None
+
+
+def _bad_json_line(path: Path, encoding: str) -> int | None:
+    """The first line of a JSONL file that is not a JSON object (pandas' error names none)."""
+    try:
+        with open(path, encoding=encoding) as f:
+            for n, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    if not isinstance(json.loads(line), dict):
+                        return n
+                except (json.JSONDecodeError, RecursionError):
+                    return n
+    except (OSError, UnicodeDecodeError):
+        return None
+    return None
 
 
 def parse_mapping(spec: str | Mapping[str, str] | None) -> dict[str, str]:

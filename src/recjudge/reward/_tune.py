@@ -383,6 +383,32 @@ def save_checkpoint(work: Path, model: Any, optimizer: Any, state: dict[str, Any
     atomic_write_json(work / STATE, state)
 
 
+def check_resumable(work: Path, config: Any) -> None:
+    """Refuse ``--resume`` of a checkpoint made under other settings, naming each option that
+    differs with its saved and its current value (not the whole config).
+
+    Raises:
+        ValueError: the options that differ, and what to do.
+    """
+    path = work / STATE
+    if not path.is_file():
+        return
+    try:
+        state = json_loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        return  # load_checkpoint says what is wrong with it
+    saved = state.get("config") if isinstance(state, dict) else None
+    if not isinstance(saved, dict) or state.get("fingerprint") == config.fingerprint():
+        return
+    now = config.model_dump(mode="json")
+    diff = [f"--{k.replace('_', '-')} {saved.get(k)!r} in the checkpoint, {now.get(k)!r} now"
+            for k in sorted(set(saved) | set(now)) if saved.get(k) != now.get(k)]  # fmt: skip
+    if diff:
+        raise ValueError(f"{work} holds a tuning checkpoint made with other settings: "
+                         + "; ".join(diff) + ". Resume with the checkpoint's values, or "
+                         "choose another --out")  # fmt: skip
+
+
 def load_checkpoint(work: Path, model: Any, optimizer: Any, fingerprint: str) -> dict | None:
     """The state of ``work``'s checkpoint, its adapter and moments loaded (None: none yet).
 
@@ -397,9 +423,8 @@ def load_checkpoint(work: Path, model: Any, optimizer: Any, fingerprint: str) ->
         return None
     state = json_loads(path.read_text(encoding="utf-8"))
     if state.get("fingerprint") != fingerprint:
-        raise ValueError(f"{work} holds a tuning checkpoint made with other settings "
-                         f"({state.get('config')}); resume with those, or choose another "
-                         "--out")  # fmt: skip
+        raise ValueError(f"{work} holds a tuning checkpoint made with other settings; resume "
+                         "with those, or choose another --out")  # fmt: skip
     _set_lora(model, work / LORA_FILE)
     flat = load_file(str(work / OPTIMIZER_FILE))
     moments: dict[int, dict[str, Any]] = {}
@@ -482,6 +507,8 @@ def tune(
     if work.exists() and not resume and (work / STATE).exists():
         raise ValueError(f"{work} holds a tuning checkpoint; pass --resume to continue it, or "
                          "choose another --out")  # fmt: skip
+    if resume:  # before the model loads: names the options that differ
+        check_resumable(work, config)
     device = require_device(LLMConfig(device=config.device).resolved_device())
     t0 = time.perf_counter()
     pairs, train, val, pad, skipped = _prepared(config, data, exclude_users, log)

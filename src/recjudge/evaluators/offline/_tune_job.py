@@ -21,19 +21,33 @@ def read_user_ids(path: str | Path) -> list[str]:
     """
     path = Path(path)
     fix = "give a CSV/JSONL/Parquet file with a user_id column, or one user id per line"
+    if path.is_dir():
+        raise DataError("a folder, not a users file.", source=str(path),
+                        fix=f"give a file in it ({fix})")  # fmt: skip
     if not path.is_file():
         raise DataError("no such users file.", source=str(path), fix=fix)
+    utf8 = "save it as UTF-8 (judge tune reads the users file as UTF-8)"
     if path.suffix.lower() in (".csv", ".jsonl", ".json", ".parquet", ".tsv"):
-        df = read_table(path)
+        try:
+            df = read_table(path)
+        except DataError as e:  # its own fix names data import's --encoding
+            raise DataError(e.problem, source=e.source, row=e.row, field=e.field,
+                            fix=utf8 if "decode" in e.problem else fix) from None  # fmt: skip
         if "user_id" not in df.columns:
             raise DataError(f"no user_id column; found {list(df.columns)}.", source=str(path),
                             field="user_id", fix=fix)  # fmt: skip
-        return sorted({str(u) for u in df["user_id"].tolist()})
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError:
-        raise DataError("not UTF-8 text.", source=str(path), fix=fix) from None
-    return sorted({ln.strip() for ln in lines if ln.strip()})
+        ids = sorted({str(u) for u in df["user_id"].tolist()})
+    else:
+        try:
+            lines = path.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError as e:
+            raise DataError(f"not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset "
+                            f"{e.start}).", source=str(path), fix=utf8) from None  # fmt: skip
+        ids = sorted({ln.strip() for ln in lines if ln.strip()})
+    if not ids:
+        raise DataError("holds no user id: --exclude-users would exclude nobody.",
+                        source=str(path), fix=f"{fix}; or drop --exclude-users")  # fmt: skip
+    return ids
 
 
 def run_tune(job: TuneJob, progress: bool = True,
