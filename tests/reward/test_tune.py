@@ -503,3 +503,10 @@ def test_memory_freed_after_training_goes_back_to_the_os():
     if got[0] == "0":
         pytest.skip("no malloc_trim here (not glibc)")
     assert int(got[1]) > 64 * 2**20  # of ~128 MB freed, at least half handed back
+
+
+def test_target_modules_naming_no_module_of_the_model_lists_those_it_has(tiny_dir):
+    """Issue 111: --target-modules with a name the architecture lacks says which exist."""
+    with pytest.raises(ValueError, match=r"--target-modules nope_proj: .*this model's linear "
+                       r"layers are .*q_proj"):  # fmt: skip
+        t.load_trainable(_tiny_config(tiny_dir, target_modules=("nope_proj",)), "cpu")

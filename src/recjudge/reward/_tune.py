@@ -43,6 +43,7 @@ from recjudge._util import (
     atomic_dir,
     atomic_write_bytes,
     atomic_write_json,
+    first_line,
     json_loads,
     release_freed_memory,
     sha256_file,
@@ -183,7 +184,11 @@ def load_trainable(config: TuneConfig, device: str) -> Any:
         with torch_seeded(config.seed):  # the adapter's initial A matrices: the same every run
             model = get_peft_model(base, lora)
     except ValueError as e:  # e.g. a target module this architecture does not have
-        raise ValueError(f"--target-modules: {e}") from None
+        have = sorted({n.rsplit(".", 1)[-1] for n, m in base.named_modules()
+                       if isinstance(m, torch.nn.Linear)})  # fmt: skip
+        raise ValueError(f"--target-modules {','.join(config.target_modules)}: "
+                         f"{first_line(e, 200)}; this model's linear layers are "
+                         f"{','.join(have)}") from None  # fmt: skip
     return model.to(device)
 
 
