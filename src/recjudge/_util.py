@@ -109,7 +109,7 @@ def redact(text: str, secret: str | None) -> str:
 
 #: what may hold a credential in text: a URI (``scheme://...``) or a schemeless address with
 #: userinfo (``user:PASSWORD@host:port``, as ``--ray`` takes it); quotes and brackets end one
-_URI_LIKE = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+|[^\s'\"<>/=(@]+@[^\s'\"<>]+")
+_URI_LIKE = re.compile(r"[a-zA-Z][a-zA-Z0-9+.-]*://[^\s'\"<>]+|[^\s'\"<>@]+@[^\s'\"<>]+")
 #: sentence punctuation after an address in a message, kept outside it
 _TRAILING = ".,;:)]'\""
 
@@ -119,31 +119,40 @@ def _hide_uri(token: str) -> str:
     tail = ""
     while token and token[-1] in _TRAILING:
         token, tail = token[:-1], token[-1] + tail
-    scheme = "://" in token
-    if not scheme:  # only an address: user:PASSWORD@host, or TOKEN@host:PORT (not ndcg@10)
-        userinfo, _, host = token.rpartition("@")
+    head, scheme, rest = token.partition("://")
+    if not scheme:
+        lead = len(token) - len(token.lstrip("(["))
+        head, rest = token[:lead], token[lead:]
+        userinfo, _, host = rest.rpartition("@")
+        # only an address: user:PASSWORD@host, or TOKEN@host:PORT (not ndcg@10)
         if ":" not in userinfo and not re.fullmatch(r"[\w.\-\[\]:]+:\d+/?", host):
             return token + tail
+    # userinfo is everything before the *last* @ (a password may hold @ : / ? #): whatever
+    # the password holds, none of it is printed; a path with an @ loses a little display
+    userinfo, at, after = rest.rpartition("@")
+    hidden = ""
+    if at:
+        user, colon, password = userinfo.partition(":")
+        hidden = f"{user}:***@" if colon and "/" not in user else "***@"
+        if any(c in password + user for c in "?#="):
+            # the @ may stand in a query or a fragment ("?token=@x"): what follows it up to
+            # a path, the next parameter or the end may be the rest of a secret
+            cut = min((i for i in (after.find(c) for c in "/&#") if i >= 0), default=len(after))
+            after = "***" + after[cut:]
     try:
-        parts = urlsplit(token if scheme else f"//{token}")
+        parts = urlsplit(f"//{after}")
     except ValueError:  # an unparsable address: hide all of it rather than print a secret
-        return "***" + tail
-    netloc, query, fragment = parts.netloc, parts.query, parts.fragment
-    if "@" in netloc:  # the host follows the last @: a password may hold @ and :
-        userinfo, _, host = netloc.rpartition("@")
-        user, colon, _ = userinfo.partition(":")
-        netloc = f"{user}:***@{host}" if colon else f"***@{host}"
+        return f"{head}{scheme}***" + tail
+    query, fragment = parts.query, parts.fragment
     if query:  # every value (a token, a signature, a key): the names stay readable
-        query = "&".join(
-            f"{name}=***" if eq else "***"
-            for name, eq, _ in (x.partition("=") for x in query.split("&"))
-        )
+        query = "&".join(f"{name}=***" if eq else "***"
+                         for name, eq, _ in (x.partition("=") for x in query.split("&")))
     if fragment:
         fragment = "***"
-    if (netloc, query, fragment) == (parts.netloc, parts.query, parts.fragment):
+    if not hidden and (query, fragment) == (parts.query, parts.fragment):
         return token + tail  # nothing to hide: the text as the user wrote it
-    out = urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
-    return (out if scheme else out.removeprefix("//")) + tail
+    rebuilt = urlunsplit(("", parts.netloc, parts.path, query, fragment)).removeprefix("//")
+    return f"{head}{scheme}{hidden}{rebuilt}" + tail
 
 
 def redact_uri(text: str) -> str:
