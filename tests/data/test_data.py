@@ -415,3 +415,15 @@ def test_history_by_scan_equals_the_per_user_index(tmp_path):
     fresh = load_from_files(tmp_path / "log.csv", name="toy")
     with pytest.raises(KeyError, match="u9"):
         fresh.history("u9")  # an unknown user is still a clear error on the scan path
+
+
+def test_bidi_overrides_and_zero_width_characters_never_reach_a_prompt():
+    """Issue 110: U+202E passed into prompts and every printed evidence list (display
+    spoofing, Trojan Source); joiners that scripts need stay."""
+    spoof = "Heat (1995)\u202e)5991( taeH\u2066\u2069\u200b\u200e\u200f\ufeff\u061c"
+    got = clean_text(spoof)
+    assert not any(c in got for c in "\u202e\u2066\u2069\u200b\u200e\u200f\ufeff\u061c")
+    assert got.startswith("Heat (1995)")
+    assert clean_text("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == (
+        "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
+    )  # ZWNJ in Persian stays

@@ -10,18 +10,24 @@ from typing import Any
 import pandas as pd
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+#: invisible characters that reorder or hide text (bidi embeddings, overrides and isolates,
+#: directional marks, zero-width space, BOM): a title could display as another title, or
+#: spoof a report, with them (Trojan Source, CVE-2021-42574); ZWJ/ZWNJ stay (scripts need them)
+_INVISIBLE = re.compile("[\u061c\u200b\u200e\u200f\u202a-\u202e\u2066-\u2069\ufeff]")
 _SPACES = re.compile(r"\s+")
 _YEAR_SUFFIX = re.compile(r"\(\d{4}\)\s*$")
 
 
 def clean_text(text: Any, max_chars: int = 200) -> str:
-    """Strip control characters (newlines included), fold white space, cap the length.
+    """Strip control characters (newlines included) and invisible bidi / zero-width
+    characters, fold white space, cap the length.
 
     Item text is untrusted: it goes into prompts and grammars only through this function and
     JSON escaping, never as code.
     """
     s = "" if text is None else str(text)
     s = unicodedata.normalize("NFC", s)
+    s = _INVISIBLE.sub("", s)
     s = _CONTROL.sub(" ", s)
     s = _SPACES.sub(" ", s).strip()
     if len(s) > max_chars:

@@ -58,7 +58,7 @@ import numpy as np
 import pandas as pd
 
 from recjudge._util import atomic_write_json, atomic_write_text, json_loads, rng
-from recjudge.data import DataError
+from recjudge.data import DataError, clean_text
 from recjudge.evaluators.offline._calibrate import label_table, labels_of
 
 __all__ = ["GOLD_DESIGNS", "GoldSample", "listed_pairs", "read_gold", "sample_gold",
@@ -317,7 +317,10 @@ def write_gold(
     titles: dict[str, str] = {}
     hist: dict[str, list[str]] = {}
     if data is not None:
-        titles = dict(zip(data.items["item_id"].astype(str), data.items["title"].astype(str),
+        # through the one renderer's cleaning: no control or bidi character reaches the file
+        # a person reads (a title that displays as another)
+        titles = dict(zip(data.items["item_id"].astype(str),
+                          (clean_text(t) for t in data.items["title"].astype(str)),
                           strict=True))  # fmt: skip
         wanted = {r["user_id"] for r in rows}
         df = data.interactions[data.interactions["user_id"].astype(str).isin(wanted)]
