@@ -344,6 +344,8 @@ def test_a_tuned_folder_loads_on_both_implementations_with_its_card_in_the_key(
     assert card["pairs"]["train"] <= 12 < card["pairs"]["train_available"]
     assert [h["step"] for h in card["history"]] == [0, 2, 4, 6]
     assert set(card["weights_sha256"]) == {"model.safetensors"}
+    assert card["data"]["location"] == "ml-100k"  # a name or a folder's last part, no path
+    assert t._location_name("/home/someone/data/split/past") == "past"
     assert res.out == tmp_path / "tuned"
     key = llm_key(LLMConfig(model=str(tmp_path / "tuned")))
     assert key["tuned"] == card_digest(tmp_path / "tuned")[:16]

@@ -674,6 +674,15 @@ def _loop(config, model, optimizer, train, n, val, pad, device, work, state, pro
     return state
 
 
+def _location_name(location: str | None) -> str | None:
+    """Where the tuning data came from, as the card may show it: a dataset name as it is,
+    a folder by its last part (``load_dataset`` records folders resolved)."""
+    if not location:
+        return None
+    path = Path(location)
+    return path.name if path.is_absolute() else location
+
+
 def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> dict[str, Any]:
     """The card's fields (``llm._card``; the weight digests are added when saved)."""
     # the distinct pairs the steps that ran read (an early stop reads fewer than were encoded)
@@ -686,7 +695,8 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
         "base_digest": base_digest(config.model),
         "data": {
             "name": data.name,
-            "location": getattr(data, "location", None),
+            # a registered name, or the folder's name: never this machine's path
+            "location": _location_name(getattr(data, "location", None)),
             "interactions_read": pairs.interactions,
             "first_time": pairs.first_time,
             "last_time": pairs.last_time,
