@@ -145,8 +145,10 @@ def _hide_uri(token: str) -> str:
         return f"{head}{scheme}***" + tail
     query, fragment = parts.query, parts.fragment
     if query:  # every value (a token, a signature, a key): the names stay readable
-        query = "&".join(f"{name}=***" if eq else "***"
-                         for name, eq, _ in (x.partition("=") for x in query.split("&")))
+        query = "&".join(
+            f"{name}=***" if eq else "***"
+            for name, eq, _ in (x.partition("=") for x in query.split("&"))
+        )
     if fragment:
         fragment = "***"
     if not hidden and (query, fragment) == (parts.query, parts.fragment):

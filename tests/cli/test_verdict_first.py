@@ -273,3 +273,19 @@ def test_a_labelled_gold_file_is_never_written_over(world):
     assert out["backup"].endswith("g.csv.bak-1")
     assert (t / "g.csv.bak-1").read_text() == before and (t / "g.csv.bak-1.design.json").exists()
     assert (t / "g.csv").read_text() != before
+
+
+def test_augment_says_who_got_what_and_warns_of_an_all_yes_or_circular_judge(world):
+    """Issue 112: `per user: {"2": 3}` read as "user 2 got 3"; 30 of 30 YES with --cf on the
+    candidates' own model passed without a word."""
+    t = world
+    r = rj("augment", "--data", "data/split/past", "--candidates", "runs/als.jsonl", "--k", "10",
+           "--top-m", "2", "--users", "12", "--mode", "cf-only", "--cf", "runs/als", "--out",
+           "data/aug-own", cwd=t)  # fmt: skip
+    assert "12 users got 2" in r.stdout and "per user:" not in r.stdout
+    assert "model that wrote the candidates" in r.stderr and "120 of 120 candidates" in r.stderr
+    r = rj("augment", "--data", "data/split/past", "--candidates", "runs/als.jsonl", "--k", "10",
+           "--top-m", "2", "--users", "12", "--mode", "cf-only", "--cf", "runs/judge-cf",
+           "--out", "data/aug-knn", "--json", cwd=t)  # fmt: skip
+    s = json.loads(r.stdout)
+    assert not any("wrote the candidates" in w for w in s["warnings"])

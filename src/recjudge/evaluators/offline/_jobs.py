@@ -1147,19 +1147,45 @@ def run_augment(job: AugmentJob, progress: bool = True, warn: Warn | None = None
     run = restrict_to(read_run(job.candidates, job.run_format), data)
     _warn_checks([run], warn)
     judge, store = _judge_and_store(data, job, Path(f"{job.out}.judge"))
+    source = sigma_source(job.cf, JudgeConfig(mode=job.mode).uses_cf(), data.name)
     with store:
-        return augment(judge, data, run, _sub(job, AugmentConfig), job.out, store=store,
-                       progress=progress)  # fmt: skip
+        s = augment(judge, data, run, _sub(job, AugmentConfig), job.out, store=store,
+                    progress=progress)  # fmt: skip
+    s["warnings"] = _augment_warnings(s, circular_systems(source, [run]))
+    for line in s["warnings"]:
+        warn(line)
+    return s
+
+
+#: a YES rate at or above this on at least ``ALL_YES_MIN`` candidates: the judge did not
+#: discriminate, and the pseudo-positives are the candidate list itself
+ALL_YES, ALL_YES_MIN = 0.99, 10
+
+
+def _augment_warnings(s: dict[str, Any], circular: dict[str, str]) -> list[str]:
+    """What a team must know before retraining on the augmented data: a judge whose CF
+    signal wrote the candidates, and a judge that said YES to (nearly) everything."""
+    out = [f"the judge's CF signal is the model that wrote the candidates ({why}): it says YES "
+           "to what that model ranks high, so the augmented data feeds the model its own picks"
+           for why in circular.values()]  # fmt: skip
+    judged = s["candidates"] - s["failed"]
+    if judged >= ALL_YES_MIN and s["yes"] >= ALL_YES * judged:
+        out.append(f"the judge said YES to {s['yes']} of {judged} candidates: it does not "
+                   "discriminate here, and the pseudo-positives are the candidate list itself "
+                   "(check the judge on gold labels, or a sigma source independent of the "
+                   "candidates)")  # fmt: skip
+    return out
 
 
 def augment_text(job: AugmentJob, s: dict[str, Any]) -> str:
-    """``augment``'s one-line console summary."""
+    """``augment``'s console summary: counts and how many users got how many pseudo-positives
+    (``3 users got 2``); its warnings went to stderr as the run ended."""
     per = s["seconds_per_judged_pair"]
-    return (
-        f"{s['users']} users, {s['candidates']} candidates: {s['yes']} YES, {s['added']} added "
-        f"(per user: {json.dumps(s['added_per_user'])}), {s['failed']} failed"
-        f"{f', {per} s per judged pair' if per else ''} -> {job.out}"
-    )
+    dist = sorted(((int(n), c) for n, c in s["added_per_user"].items()), reverse=True)
+    spread = ", ".join(f"{c} user{'s' if c != 1 else ''} got {n}" for n, c in dist)
+    return (f"{s['users']} users, {s['candidates']} candidates: {s['yes']} YES, {s['added']} "
+            f"pseudo-positives added ({spread}), {s['failed']} failed"
+            f"{f', {per} s per judged pair' if per else ''} -> {job.out}")  # fmt: skip
 
 
 @dataclass(frozen=True)
