@@ -427,3 +427,16 @@ def test_bidi_overrides_and_zero_width_characters_never_reach_a_prompt():
     assert clean_text("\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645") == (
         "\u0645\u06cc\u200c\u062e\u0648\u0627\u0647\u0645"
     )  # ZWNJ in Persian stays
+
+
+def test_import_says_how_ratings_became_events_and_takes_a_threshold(tmp_path):
+    """Issue 112: ML-100K's ratings 3-4 became implicit_positive (61,319 of 100,000) without
+    a word; the card now says how and counts each event type, and --positive-rating sets it."""
+    (tmp_path / "log.csv").write_text("user_id,item_id,rating\n1,a,5\n1,b,4\n2,a,3\n2,b,1\n")
+    ds = load_from_files(tmp_path / "log.csv")
+    assert "star convention" in ds.card["event_mapping"]
+    assert ds.card["event_counts"]["implicit_positive"] == 2
+    ds = load_from_files(tmp_path / "log.csv", positive_rating=4)
+    assert ds.card["event_counts"]["explicit_positive"] == 2
+    assert ds.card["event_counts"]["explicit_negative"] == 2
+    assert ds.card["event_mapping"].startswith("rating >= 4 explicit_positive")

@@ -252,10 +252,17 @@ def data_import(
     drop_orphans: bool = typer.Option(
         False, "--drop-orphans", help="Drop interactions whose item has no items row."
     ),
+    positive_rating: float = typer.Option(
+        None,
+        "--positive-rating",
+        help="With ratings and no event column: rating >= this is "
+        "explicit_positive, else explicit_negative (default: 5 explicit, 3-4 implicit, 1-2 "
+        "negative; the output says which).",
+    ),  # fmt: skip
     as_json: bool = typer.Option(False, "--json", help="Print the results as JSON."),
 ) -> None:
     """Validate your files and write a dataset folder (parquet + card.json) that every
-    --data option accepts."""
+    --data option accepts; says how ratings became events and counts each."""
     from recjudge.data import DataError, load_from_files, parse_mapping
 
     try:
@@ -263,12 +270,14 @@ def data_import(
         ds = load_from_files(
             interactions, items, users, mapping, name=name or Path(out).name, domain=domain,
             fmt=fmt, encoding=encoding, event_map=event_map, dedupe=dedupe,
-            drop_orphans=drop_orphans,
+            drop_orphans=drop_orphans, positive_rating=positive_rating,
         )  # fmt: skip
         ds.save(out)
     except (DataError, FileNotFoundError) as e:
         fail(str(e))
-    info = {**ds.info(), "out": str(out), "removed": ds.card.get("removed", {})}
+    info = {**ds.info(), "out": str(out), "removed": ds.card.get("removed", {}),
+            "events": ds.card.get("event_counts", {}), "event_mapping": ds.card.get(
+                "event_mapping")}  # fmt: skip
     if as_json:
         emit(info)
     else:

@@ -428,6 +428,7 @@ def load_from_files(
     event_map: Mapping[str, str] | None = None,
     dedupe: bool = False,
     drop_orphans: bool = False,
+    positive_rating: float | None = None,
 ) -> Dataset:
     """Load any CSV/TSV/parquet/JSONL with a column mapping.
 
@@ -443,6 +444,10 @@ def load_from_files(
         dedupe: keep the first of duplicate (user, item, timestamp) rows and report the count.
         drop_orphans: drop interactions whose item has no row in ``items`` (counted in the
             card's ``removed``) instead of refusing the file.
+        positive_rating: with ratings and no event column: a rating at or above it is
+            ``explicit_positive``, below it ``explicit_negative``; None: GISTBench's star
+            convention (``movielens_event``). The card says which (``event_mapping``) and
+            counts each event type (``event_counts``).
     """
     inter_path = Path(interactions)
     if domain not in DOMAINS:
@@ -460,7 +465,7 @@ def load_from_files(
         )
     cols = dict(GISTBENCH_COLUMNS) if fmt == "gistbench" else {}
     cols.update(parse_mapping(mapping))
-    df = _interactions_table(inter_path, cols, encoding, event_map)
+    df, how = _interactions_table(inter_path, cols, encoding, event_map, positive_rating)
     removed = {}
     if dedupe:
         before = len(df)
@@ -484,17 +489,31 @@ def load_from_files(
         df.reset_index(drop=True), str(inter_path), pd.Index(it["item_id"]), allow_duplicates=False
     )
     us = _users_table(Path(users), cols, encoding) if users is not None else None
-    card: dict[str, Any] = {"source": str(inter_path), "format": fmt, "mapping": cols}
+    card: dict[str, Any] = {"source": str(inter_path), "format": fmt, "mapping": cols,
+                            "event_mapping": how,
+                            "event_counts": {str(k): int(v) for k, v in
+                                             df["event_type"].value_counts().items()}}  # fmt: skip
     if removed:
         card["removed"] = removed
     return Dataset(name, df, it.reset_index(drop=True), us, card, domain)
 
 
+#: how ratings become events without --positive-rating, as the card and `data import` say it
+STAR_CONVENTION = ("ratings by GISTBench's star convention: 5 -> explicit_positive, 3-4 -> "
+                   "implicit_positive, 1-2 -> explicit_negative (--positive-rating R instead: "
+                   "rating >= R explicit_positive, else explicit_negative)")  # fmt: skip
+
+
 def _interactions_table(
-    path: Path, cols: Mapping[str, str], encoding: str, event_map: Mapping[str, str] | None
-) -> pd.DataFrame:
-    """Our interaction columns from the file; timestamps default to file order, events to
-    the rating's MovieLens mapping (or implicit_positive without ratings)."""
+    path: Path,
+    cols: Mapping[str, str],
+    encoding: str,
+    event_map: Mapping[str, str] | None,
+    positive_rating: float | None = None,
+) -> tuple[pd.DataFrame, str]:
+    """Our interaction columns from the file, and how events were set: timestamps default
+    to file order, events to the rating (``positive_rating``, else the star convention) or
+    implicit_positive without ratings."""
     raw = _read_table(path, encoding)
     ours = {
         c: raw[cols.get(c, c)]
@@ -526,16 +545,37 @@ def _interactions_table(
         df["timestamp"] = np.arange(len(df), dtype="float64")
     if "rating" not in df:
         df["rating"] = np.nan
+    how = "the file's event column"
     if "event_type" not in df:
         if df["rating"].isna().all():
             df["event_type"] = "implicit_positive"
+            how = "no rating and no event column: every interaction implicit_positive"
+        elif positive_rating is not None:
+            stars = pd.to_numeric(df["rating"], errors="coerce")
+            df["event_type"] = np.where(stars >= positive_rating, "explicit_positive",
+                                        "explicit_negative")  # fmt: skip
+            how = (f"rating >= {positive_rating:g} explicit_positive, else explicit_negative "
+                   "(--positive-rating)")  # fmt: skip
         else:
             stars = pd.to_numeric(df["rating"], errors="coerce")
             _check_star_scale(stars, str(path), cols.get("rating", "rating"))
             df["event_type"] = movielens_event(stars.fillna(3))
+            how = STAR_CONVENTION
+    elif positive_rating is not None and not df["rating"].isna().all():
+        # asked for explicitly: a rated row's event follows the threshold, not the column
+        stars = pd.to_numeric(df["rating"], errors="coerce")
+        rated = stars.notna().to_numpy()
+        df["event_type"] = np.where(rated, np.where(stars >= positive_rating,
+                                                    "explicit_positive", "explicit_negative"),
+                                    df["event_type"].astype(str))  # fmt: skip
+        how = (
+            f"rating >= {positive_rating:g} explicit_positive, else explicit_negative "
+            "(--positive-rating, over the file's event column; unrated rows keep it)"
+        )
     elif event_map:
         df["event_type"] = df["event_type"].map(lambda v: event_map.get(v, v))
-    return df
+        how = "the file's event column through --events"
+    return df, how
 
 
 def _items_table(path: Path, cols: Mapping[str, str], encoding: str) -> pd.DataFrame:
