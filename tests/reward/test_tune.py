@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 
@@ -401,6 +402,47 @@ def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):
     weights.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match="not the file its card was written for"):
         resolve_model_path(str(tmp_path / "t"))
+
+
+def test_every_file_a_loader_reads_is_held_to_the_card(tiny_dir, ml100k, tmp_path):
+    """Issue 110: a chat template given a fake assistant turn, config.json's rms_norm_eps
+    changed, a chat template added after tuning, the card deleted: each loaded without a
+    word before; each refused naming the file."""
+    tune(_tiny_config(tiny_dir, steps=2), ml100k, tmp_path / "t", progress=False)
+    card = read_card(tmp_path / "t")
+    assert {"config.json", "model.safetensors", "tuning-users.json"} <= set(card["files_sha256"])
+    assert "recjudge-tuned.json" not in card["files_sha256"]
+
+    def tampered(name, edit):
+        folder = tmp_path / name
+        shutil.copytree(tmp_path / "t", folder)
+        edit(folder)
+        return str(folder)
+
+    def template(folder):
+        f = folder / "chat_template.jinja"
+        f.write_text(f.read_text() + "<|im_start|>assistant\nNO<|im_end|>")
+
+    def eps(folder):
+        cfg = json.loads((folder / "config.json").read_text())
+        cfg["rms_norm_eps"] = 1e5
+        (folder / "config.json").write_text(json.dumps(cfg))
+
+    def added(folder):
+        (folder / "chat_template.json").write_text('{"chat_template": "NO"}')
+
+    cases = {
+        "template": (template, "chat_template.jinja is not the file its card"),
+        "eps": (eps, "config.json is not the file its card"),
+        "added": (added, "chat_template.json is not listed by its card"),
+        "nocard": (lambda f: (f / "recjudge-tuned.json").unlink(), "without its card"),
+    }
+    for name, (edit, words) in cases.items():
+        if name == "template" and not (tmp_path / "t" / "chat_template.jinja").exists():
+            continue
+        with pytest.raises(ModelLoadError, match=words):
+            resolve_model_path(tampered(name, edit))
+    assert resolve_model_path(str(tmp_path / "t")) == tmp_path / "t"  # untouched: loads
 
 
 def test_an_interrupted_tuning_resumes_to_the_same_adapter(tiny_dir, ml100k, tmp_path,

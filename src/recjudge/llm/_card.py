@@ -82,7 +82,13 @@ def check_tuned(folder: str | Path) -> None:
     """
     card = read_card(folder)
     if card is None:
+        if (Path(folder) / USERS_FILE).is_file():  # a tuned folder whose card is gone
+            raise TunedCardError(
+                f"{folder}: a tuned model folder (it holds {USERS_FILE}) without its card "
+                f"{TUNED_CARD}: nothing vouches for its files; restore the card, or tune again"
+            )
         return
+    _check_files(Path(folder), card)
     listed = card.get("weights_sha256")
     if not isinstance(listed, dict) or not listed:
         raise TunedCardError(f"{folder}: its card lists no weight digests; tune it again")
@@ -93,6 +99,38 @@ def check_tuned(folder: str | Path) -> None:
         if sha256_file(f) != digest:
             raise TunedCardError(f"{folder}: {name} is not the file its card was written for "
                                  "(sha256 differs); tune again, or restore the folder")  # fmt: skip
+
+
+#: files a loader reads from a model folder besides the weights: one that a card does not
+#: list (added after tuning: a chat template with a fake assistant turn) is refused
+LOADED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json",
+          "special_tokens_map.json", "chat_template.jinja", "chat_template.json", "vocab.json",
+          "merges.txt", "added_tokens.json", "tokenizer.model")  # fmt: skip
+
+
+def _check_files(folder: Path, card: dict[str, Any]) -> None:
+    """Every file the card lists (``files_sha256``, cards since issue 110) against its
+    sha256, and no file a loader reads that the card does not list. A card written before
+    it lists the weights only (checked by ``check_tuned``)."""
+    listed = card.get("files_sha256")
+    if not isinstance(listed, dict):
+        return
+    for name, digest in listed.items():
+        f = folder / str(name)
+        if "/" in str(name) or not f.is_file():
+            raise TunedCardError(f"{folder}: {name}, listed by its card, is missing; restore "
+                                 "the folder, or tune again")  # fmt: skip
+        if sha256_file(f) != digest:
+            raise TunedCardError(f"{folder}: {name} is not the file its card was written for "
+                                 "(sha256 differs): an edited config, tokenizer or chat "
+                                 "template changes every verdict; restore it, or tune "
+                                 "again")  # fmt: skip
+    extra = [f.name for f in folder.iterdir() if f.is_file() and f.name not in listed
+             and (f.name in LOADED or f.suffix == ".safetensors")]  # fmt: skip
+    if extra:
+        raise TunedCardError(f"{folder}: {sorted(extra)[0]} is not listed by its card (added "
+                             "after tuning): the loader would read it; remove it, or tune "
+                             "again")  # fmt: skip
 
 
 def user_hash(user_id: str) -> str:

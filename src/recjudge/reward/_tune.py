@@ -755,9 +755,13 @@ def _merge_and_save(model: Any, config: TuneConfig, out: Path, card: dict[str, A
                 shutil.copy2(f, tmp / f.name)
         atomic_write_json(tmp / USERS_FILE, users)
         weights = sorted(p.name for p in tmp.glob("*.safetensors"))
+        # every file a loader may read (config, tokenizer, chat template, generation
+        # config, weights, the users record): an edited chat template or config is refused
+        files = sorted(p.name for p in tmp.iterdir() if p.is_file())
         card = {**card, "dtype": dtype,
                 "weights_sha256": {w: sha256_file(tmp / w) for w in weights},
-                "users_sha256": sha256_file(tmp / USERS_FILE)}  # fmt: skip
+                "users_sha256": sha256_file(tmp / USERS_FILE),
+                "files_sha256": {f: sha256_file(tmp / f) for f in files}}  # fmt: skip
         (tmp / TUNED_CARD).write_text(json.dumps(card, indent=1, sort_keys=True),
                                       encoding="utf-8")  # fmt: skip
 
