@@ -444,10 +444,8 @@ def load_from_files(
         dedupe: keep the first of duplicate (user, item, timestamp) rows and report the count.
         drop_orphans: drop interactions whose item has no row in ``items`` (counted in the
             card's ``removed``) instead of refusing the file.
-        positive_rating: with ratings and no event column: a rating at or above it is
-            ``explicit_positive``, below it ``explicit_negative``; None: GISTBench's star
-            convention (``movielens_event``). The card says which (``event_mapping``) and
-            counts each event type (``event_counts``).
+        positive_rating: a rating at or above it is ``explicit_positive``, below it
+            ``explicit_negative`` (None: ``STAR_CONVENTION``); the card says which.
     """
     inter_path = Path(interactions)
     if domain not in DOMAINS:

@@ -31,6 +31,7 @@ from recjudge.llm import (
     resolve_llm_config,
 )
 from recjudge.reward._call import Role, decode_call, judge_call, prompts_for
+from recjudge.reward._eta import WorkAhead
 from recjudge.reward._judge_config import JUDGES, JudgeConfig
 from recjudge.reward._judgment import DecodedCall, JudgeRequest, Judgment, RunSummary, error_text
 from recjudge.reward._keys import JudgeKeys
@@ -279,10 +280,11 @@ class Judge:
         plan = JudgePlan.build(self, reqs, store, retry_failed, record, spread)
         results, keys = dict(plan.done), plan.keys
         imported = len(store.imported(list(results))) if store is not None and results else 0
-        bar = None
+        bar, ahead = None, WorkAhead(tqdm.write)
         if progress:
             bar = tqdm(total=len(reqs), initial=len(reqs) - len(plan.todo), desc="judge",
                        unit="pair")  # fmt: skip
+            ahead.start(len(plan.todo), len(plan.done))
         for batch, judged in self._stream(plan, record):
             for i, j in zip(batch, judged, strict=True):
                 if isinstance(j, Exception):
@@ -293,6 +295,7 @@ class Judge:
                 self.persist(store, [(reqs[i], results[keys[i]]) for i in batch])
             if bar is not None:
                 bar.update(len(batch))
+                ahead.done(len(batch))
             if on_batch is not None:
                 on_batch(len(batch))
         if bar is not None:
