@@ -116,3 +116,12 @@ def test_report_html_on_a_report_md_that_is_not_utf8_names_the_file(tmp_path):
     r = run_cli("report", "html", str(tmp_path))
     assert r.code == 2 and "Traceback" not in r.stderr
     assert "report.md: not UTF-8 text (byte 0xe9" in r.stderr and "save it as UTF-8" in r.stderr
+
+
+def test_two_systems_that_render_alike_keep_two_rows():
+    """Issue 111: names that differ only in control characters escaped to one LaTeX row."""
+    res = {"scores": {"logged": {"a\x01": {"ndcg@10": 0.1}, "a": {"ndcg@10": 0.2}}}}
+    tex = to_latex(paper_table(res))
+    rows = [line for line in tex.splitlines() if line.startswith("a ")]
+    assert len(rows) == 2 and len({r.split(" & ")[0] for r in rows}) == 2
+    assert all(r"\#" in r for r in rows)

@@ -12,6 +12,7 @@ untrusted text: LaTeX's special characters are escaped.
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import json
 from collections.abc import Mapping
@@ -93,6 +94,20 @@ def paper_table(results: Mapping[str, Any], estimator: str | None = None,
                       "95 % user-bootstrap interval")  # fmt: skip
 
 
+def unique_labels(names: list[str], render: Any) -> dict[str, str]:
+    """Each name as ``render`` shows it, unique by construction: two names that render alike
+    (control characters dropped, a name cut) each get `` #`` and 6 hex digits of the sha256
+    of the whole name, so no row of a table stands for two systems."""
+    out = {n: render(n) for n in names}
+    seen: dict[str, int] = {}
+    for v in out.values():
+        seen[v] = seen.get(v, 0) + 1
+    for n, v in out.items():
+        if seen[v] > 1:
+            out[n] = f"{v} \\#{hashlib.sha256(n.encode('utf-8')).hexdigest()[:6]}"
+    return out
+
+
 def _grid(t: PaperTable) -> tuple[list[str], list[str], dict[tuple[str, str], tuple]]:
     systems = list(dict.fromkeys(r[0] for r in t.rows))
     metrics = list(dict.fromkeys(r[1] for r in t.rows))
@@ -106,6 +121,7 @@ def to_latex(t: PaperTable, caption: str | None = None, label: str = "tab:recjud
     every other system's (a "best" whose interval overlaps another's is not shown as one);
     the caption names the estimator."""
     systems, metrics, cell = _grid(t)
+    shown = unique_labels(systems, latex_escape)
     best = {m: _separated_best([cell[(s, m)] for s in systems if (s, m) in cell])
             for m in metrics}  # fmt: skip
     lines = [r"\begin{table}[t]", r"\centering",
@@ -125,7 +141,7 @@ def to_latex(t: PaperTable, caption: str | None = None, label: str = "tab:recjud
             if lo is not None and hi is not None:
                 text += rf" {{\scriptsize [{lo:.{digits}f}, {hi:.{digits}f}]}}"
             cells.append(text)
-        lines.append(latex_escape(s) + " & " + " & ".join(cells) + r" \\")
+        lines.append(shown[s] + " & " + " & ".join(cells) + r" \\")
     cap = caption or (f"Per system and metric: {t.source}, with its {t.interval} in brackets; "
                       "the best value of each metric in bold where its interval lies above "
                       "every other system's.")  # fmt: skip
