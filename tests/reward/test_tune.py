@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pandas as pd
@@ -554,3 +556,36 @@ def test_target_modules_naming_no_module_of_the_model_lists_those_it_has(tiny_di
     with pytest.raises(ValueError, match=r"--target-modules nope_proj: .*this model's linear "
                        r"layers are .*q_proj"):  # fmt: skip
         t.load_trainable(_tiny_config(tiny_dir, target_modules=("nope_proj",)), "cpu")
+
+
+@pytest.mark.e2e
+def test_sigint_during_judge_tune_keeps_the_checkpoint_and_resume_finishes(tiny_dir, tmp_path):
+    """Issue 111: SIGINT with the default handler (Ctrl-C in a terminal) during `judge tune`,
+    then `--resume`: the interrupted process exits 130 without a traceback, its checkpoint is
+    kept, a resume with another --steps is refused naming it, and the same command with
+    --resume finishes every step."""
+    out, steps = tmp_path / "tuned", 60
+    args = ["judge", "tune", "--data", "ml-100k", "--out", str(out), "--model", str(tiny_dir),
+            "--batch-size", "1", "--eval-every", "2", "--max-history", "5", "--max-users", "8",
+            "--validation-users", "3", "--positives-per-user", "1", "--patience", "1000",
+            "--device", "cpu"]  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-m", "recjudge", *args, "--steps", str(steps)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    state = tmp_path / "tuned.tune" / "state.json"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and proc.poll() is None:
+        if state.is_file() and json.loads(state.read_text()).get("step", 0) >= 2:
+            break
+        time.sleep(0.1)
+    assert proc.poll() is None, proc.communicate()[1][-2000:]
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "Traceback" not in err, err[-2000:]
+    assert "finished work is kept" in err
+    kept = json.loads(state.read_text())["step"]
+    assert 2 <= kept < steps and not out.exists()
+    r = run_cli(*args, "--steps", str(steps + 1), "--resume", "--json")
+    assert r.code != 0 and "--steps 60 in the checkpoint, 61 now" in r.stderr
+    r = run_cli(*args, "--steps", str(steps), "--resume", "--json")
+    assert r.code == 0, r.stderr[-2000:]
+    assert json.loads(r.stdout)["steps"] == steps
