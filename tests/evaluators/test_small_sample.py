@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from recjudge.evaluators import GoldSample, RecRun, RunCheck, listed_pairs, ppi_run, sample_gold
+from recjudge.evaluators import GoldSample, listed_pairs, ppi_run
 from recjudge.evaluators.offline._gold_ppi import MIN_CLASS_LABELS, MIN_USER_CLUSTERS
 from recjudge.evaluators.offline._ppi import (
     clustered_ppi_mean,
@@ -19,37 +19,9 @@ from recjudge.evaluators.offline._ppi import (
     satterthwaite_df,
     skewness,
 )
+from synthetic_world import gold, world
 
-
-def _world(seed: int, n_users: int = 300, k: int = 10, items: int = 400):
-    g = np.random.default_rng(seed)
-    taste, quality = g.normal(0, 1, n_users), g.normal(0, 1, items)
-    runs, rel, judged = [], {}, {}
-    for s, effect in enumerate((-0.3, 0.0, 0.4)):
-        lists = {}
-        for u in range(n_users):
-            pool = g.choice(items, k, replace=False)
-            lists[str(u)] = [str(i) for i in pool]
-            for i in pool:
-                key = (str(u), str(i))
-                if key not in rel:
-                    z = -2.4 + taste[u] + 0.7 * quality[i] + effect
-                    rel[key] = int(g.random() < 1 / (1 + np.exp(-z)))
-                    judged[key] = (float(1 / (1 + np.exp(-(0.6 * z + g.normal())))), False)
-        runs.append(RecRun(f"s{s}", "", lists, {}, RunCheck()))
-    users = [str(u) for u in range(n_users)]
-    truth = {r.name: float(np.mean([np.mean([rel[(u, i)] for i in r.rankings[u][:k]])
-                                    for u in users])) for r in runs}  # fmt: skip
-    return runs, users, rel, judged, truth
-
-
-def _gold(runs, users, rel, n, design, seed):
-    rows = sample_gold(runs, users, 10, n, design=design, seed=seed)
-    keys = [(r["user_id"], r["item_id"]) for r in rows]
-    return GoldSample({key: rel[key] for key in keys},
-                      {key: float(r["inclusion_prob"]) for key, r in zip(keys, rows,
-                                                                         strict=True)},
-                      design=design)  # fmt: skip
+_world, _gold = world, gold
 
 
 def test_users_design_at_200_gold_pairs_covers_where_the_tuned_normal_interval_did_not():

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from recjudge.evaluators import GoldSample, RecRun, RunCheck, listed_pairs, sample_gold
+from recjudge.evaluators import GoldSample, RecRun, RunCheck, listed_pairs
 from recjudge.evaluators.offline._estimators import Estimate, ListLabels, estimate
 from recjudge.evaluators.offline._evaluate import report_lines
 from recjudge.evaluators.offline._evaluation import (
@@ -30,39 +30,15 @@ from recjudge.evaluators.offline._verdict import (
     verdict_table,
 )
 from recjudge.reporting._mlflow import report_metrics, report_tags
+from synthetic_world import gold, world
 
 
-def _world(seed: int, n_users: int = 300, k: int = 10, items: int = 400):
-    """Three systems of known quality over users whose relevance shares a taste, and a judge
-    that tracks relevance in part (tests/evaluators/test_small_sample.py's world)."""
-    g = np.random.default_rng(seed)
-    taste, quality = g.normal(0, 1, n_users), g.normal(0, 1, items)
-    runs, rel, judged = [], {}, {}
-    for s, effect in enumerate((-0.3, 0.0, 0.4)):
-        lists = {}
-        for u in range(n_users):
-            pool = g.choice(items, k, replace=False)
-            lists[str(u)] = [str(i) for i in pool]
-            for i in pool:
-                key = (str(u), str(i))
-                if key not in rel:
-                    z = -2.0 + taste[u] + 0.7 * quality[i] + effect
-                    rel[key] = int(g.random() < 1 / (1 + np.exp(-z)))
-                    judged[key] = (float(1 / (1 + np.exp(-(0.6 * z + g.normal())))), False)
-        runs.append(RecRun(f"s{s}", "", lists, {}, RunCheck()))
-    users = [str(u) for u in range(n_users)]
-    truth = {r.name: float(np.mean([np.mean([rel[(u, i)] for i in r.rankings[u][:k]])
-                                    for u in users])) for r in runs}  # fmt: skip
-    return runs, users, rel, judged, truth
+def _world(seed: int, n_users: int = 300):
+    """``synthetic_world.world`` with more relevant pairs (logit base -2.0)."""
+    return world(seed, n_users=n_users, base=-2.0)
 
 
-def _gold(runs, users, rel, n, design, seed):
-    rows = sample_gold(runs, users, 10, n, design=design, seed=seed)
-    keys = [(r["user_id"], r["item_id"]) for r in rows]
-    return GoldSample({key: rel[key] for key in keys},
-                      {key: float(r["inclusion_prob"]) for key, r in zip(keys, rows,
-                                                                         strict=True)},
-                      design=design)  # fmt: skip
+_gold = gold
 
 
 @pytest.mark.parametrize("design", ["uniform", "users"])

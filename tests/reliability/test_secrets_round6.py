@@ -6,10 +6,10 @@ with ``urllib.parse``) serves them all."""
 
 from __future__ import annotations
 
-import json
 import warnings
 
 import pytest
+from test_secrets_round5 import _files_hold, pairs  # noqa: F401 - pairs is a fixture
 
 from cli_in_process import run_cli
 from recjudge._util import redact_secrets, redact_uri, uri_secrets
@@ -62,17 +62,6 @@ def test_a_warning_prints_one_line_without_a_path_or_a_secret(capsys):
     assert "site-packages" not in err and S not in err
 
 
-def _files_hold(folder, text: str) -> list[str]:
-    return [str(p) for p in folder.rglob("*") if p.is_file() and text.encode() in p.read_bytes()]
-
-
-@pytest.fixture
-def pairs(tmp_path):
-    path = tmp_path / "pairs.jsonl"
-    path.write_text(json.dumps({"user_id": "1", "candidate": "50"}) + "\n")
-    return path
-
-
 JUDGE = ["judge", "--data", "ml-100k", "--pairs", "pairs.jsonl", "--out", "out", "--mode",
          "no-behavior"]  # fmt: skip
 CASES = [
@@ -85,8 +74,9 @@ CASES = [
 ]  # fmt: skip
 
 
+@pytest.mark.usefixtures("pairs")
 @pytest.mark.parametrize(("case", "args", "env"), CASES, ids=[c[0] for c in CASES])
-def test_a_planted_secret_is_in_no_output(tmp_path, pairs, case, args, env):
+def test_a_planted_secret_is_in_no_output(tmp_path, case, args, env):
     r = run_cli(*args, cwd=tmp_path, env=env)
     assert r.code != 0 and "Traceback" not in r.stderr, (case, r.stderr[-1500:])
     assert S not in r.stdout + r.stderr, (case, r.stderr[-1500:])
