@@ -17,38 +17,27 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-from recjudge.evaluators import GoldSample, RecRun, RunCheck, listed_pairs, ppi_run, sample_gold
+from recjudge.evaluators import GoldSample, listed_pairs, ppi_run, sample_gold
 from recjudge.evaluators.offline._estimators import metric_weights, parse_metric
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+import synthetic_world  # noqa: E402 - the tests' world, found through the line above
 
 DESIGNS = ("users", "uniform", "stratified", "active")
 SIZES = (100, 300, 1000)
 METRICS = ("precision@10", "ndcg_fixed@10")
 
 
-def world(seed: int, n_users: int = 300, k: int = 10, items: int = 400):
-    """Three systems' top-k lists, the truth of every listed pair, the judge's (p, label)."""
-    g = np.random.default_rng(seed)
-    taste, quality = g.normal(0, 1, n_users), g.normal(0, 1, items)
-    runs, rel, judged = [], {}, {}
-    for s, effect in enumerate((-0.3, 0.0, 0.4)):
-        lists = {}
-        for u in range(n_users):
-            pool = g.choice(items, k, replace=False)
-            lists[str(u)] = [str(i) for i in pool]
-            for i in pool:
-                key = (str(u), str(i))
-                if key not in rel:
-                    z = -2.4 + taste[u] + 0.7 * quality[i] + effect
-                    rel[key] = int(g.random() < 1 / (1 + np.exp(-z)))
-                    p = float(1 / (1 + np.exp(-(0.6 * z + g.normal()))))
-                    judged[key] = (p, p > 0.5)
-        runs.append(RecRun(f"s{s}", "", lists, {}, RunCheck()))
-    return runs, [str(u) for u in range(n_users)], rel, judged
+def world(seed: int):
+    """``tests/synthetic_world.py``'s world (one definition for the tests and this run)."""
+    runs, users, rel, judged, _ = synthetic_world.world(seed)
+    return runs, users, rel, {key: (p, p > 0.5) for key, (p, _) in judged.items()}
 
 
 def truth(run, users, rel, metric: str) -> float:
