@@ -8,6 +8,7 @@ run (``reward._plan``), one engine call (``reward._call``) and a simulator's per
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -280,7 +281,7 @@ class Judge:
         plan = JudgePlan.build(self, reqs, store, retry_failed, record, spread)
         results, keys = dict(plan.done), plan.keys
         imported = len(store.imported(list(results))) if store is not None and results else 0
-        bar, ahead = None, WorkAhead(tqdm.write)
+        bar, ahead = None, WorkAhead(lambda m: tqdm.write(m, file=sys.stderr))
         if progress:
             bar = tqdm(total=len(reqs), initial=len(reqs) - len(plan.todo), desc="judge",
                        unit="pair")  # fmt: skip
