@@ -100,7 +100,12 @@ def test_tutorial(tmp_path, ml100k):
         assert dm == pytest.approx(est["systems"][x["run"]][x["metric"]]["dm"]["value"])
     assert {x["metric"] for x in index} >= {"ndcg_fixed@2"}  # not ranx's ndcg@2
     assert "power law" in est["propensity"] and est["calibration"] and est["gold"] == "none"
-    assert est["propensity_fit"]["exponent"] >= 0 and est["lead"]["estimator"] != "imputed"
+    assert est["propensity_fit"]["exponent"] >= 0
+    # 2 users: fragile weights, so the lead is the judge's own estimate, said to carry no
+    # guarantee (the lead rule, issue 109), never a weighted one
+    lead = est["lead"]
+    assert lead["guarantee"] or (lead["estimator"] in ("imputed", "dm")
+                                 and "WITHOUT GUARANTEE" in lead["why"])  # fmt: skip
     for system in ("als", "pop"):
         e = est["systems"][system]["precision@2"]
         for kind in ("logged", "imputed"):
