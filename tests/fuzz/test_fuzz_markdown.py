@@ -7,7 +7,7 @@ from __future__ import annotations
 import html.parser
 
 from _fuzz import FUZZ, texts
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from recjudge.reporting import markdown_to_html
@@ -37,6 +37,8 @@ class _Tags(html.parser.HTMLParser):
 
 @FUZZ
 @given(lines)
+@example(["[a](JavaScript:x)"])  # found by this target at 50,000 examples (issue 111)
+@example(["[b](vbscript:y) [c](DATA:text/html,z)"])
 def test_hostile_report_lines_become_only_the_renderers_own_markup(report_lines):
     page = markdown_to_html(report_lines)
     parser = _Tags()

@@ -107,13 +107,26 @@ def _inline(text: str, folder: Path | None) -> str:
         return f'<img alt="{alt}" src="{data}">'
 
     out = _IMAGE.sub(image, out)
-    out = _LINK.sub(lambda m: f'<span class="rj-link" title="{m.group(2)}">{m.group(1)}</span>',
-                    out)  # fmt: skip
+    out = _LINK.sub(lambda m: f'<span class="rj-link" title="{_link_title(m.group(2))}">'
+                              f"{m.group(1)}</span>", out)  # fmt: skip
     out = re.sub(r"`([^`]+)`", r"<code>\1</code>", out)
     out = re.sub(r"\*\*([^*]+)\*\*", r"<strong>\1</strong>", out)
     out = re.sub(r"(?<![\w*])\*([^*\s][^*]*)\*(?![\w*])", r"<em>\1</em>", out)
     out = re.sub(r"(?<![\w])_([^_\s][^_]*)_(?![\w])", r"<em>\1</em>", out)
     return out
+
+
+#: link schemes whose target is code, not a place: never put into an attribute, even a title
+_SCRIPT_SCHEMES = ("javascript", "vbscript", "data", "file")
+
+
+def _link_title(target: str) -> str:
+    """A link's (escaped) target as the span's title, or what it was when its scheme runs code
+    (a fuzz find: ``[a](JavaScript:x)`` became ``title="JavaScript:x"``)."""
+    scheme = html.unescape(target).strip().partition(":")[0].strip().lower()
+    if ":" in html.unescape(target) and scheme in _SCRIPT_SCHEMES:
+        return f"a {scheme} link, not shown"
+    return target
 
 
 def _data_uri(folder: Path | None, src: str) -> str | None:
