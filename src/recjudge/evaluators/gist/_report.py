@@ -109,7 +109,7 @@ def _report_scores(results: Mapping[str, Any]) -> list[str]:
         "Medians over users (higher is better), with 95 % intervals over users (bootstrap, "
         "users resampled) where computed.",
         "",
-        "| model | IG_P | IG_R | IG_F1 | IS | interests | verified % |",
+        "| system (model or profile file) | IG_P | IG_R | IG_F1 | IS | interests | verified % |",
         "|---|---|---|---|---|---|---|",
     ]
     iv = results.get("intervals") or {}
