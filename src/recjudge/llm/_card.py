@@ -88,7 +88,7 @@ def check_tuned(folder: str | Path) -> None:
                 f"{TUNED_CARD}: nothing vouches for its files; restore the card, or tune again"
             )
         return
-    _check_files(Path(folder), card)
+    verified = _check_files(Path(folder), card)
     listed = card.get("weights_sha256")
     if not isinstance(listed, dict) or not listed:
         raise TunedCardError(f"{folder}: its card lists no weight digests; tune it again")
@@ -96,6 +96,8 @@ def check_tuned(folder: str | Path) -> None:
         f = Path(folder) / str(name)
         if "/" in str(name) or not f.is_file():
             raise TunedCardError(f"{folder}: weight file {name!r} of its card is missing")
+        if verified.get(str(name)) == digest:
+            continue  # hashed by _check_files already: a weight file is read once per load
         if sha256_file(f) != digest:
             raise TunedCardError(f"{folder}: {name} is not the file its card was written for "
                                  "(sha256 differs); tune again, or restore the folder")  # fmt: skip
@@ -108,13 +110,14 @@ LOADED = ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_
           "merges.txt", "added_tokens.json", "tokenizer.model")  # fmt: skip
 
 
-def _check_files(folder: Path, card: dict[str, Any]) -> None:
+def _check_files(folder: Path, card: dict[str, Any]) -> dict[str, str]:
     """Every file the card lists (``files_sha256``, cards since issue 110) against its
-    sha256, and no file a loader reads that the card does not list. A card written before
-    it lists the weights only (checked by ``check_tuned``)."""
+    sha256, and no file a loader reads that the card does not list; returns the digests it
+    verified (``check_tuned`` does not hash those weights again). A card written before
+    lists the weights only (checked by ``check_tuned``)."""
     listed = card.get("files_sha256")
     if not isinstance(listed, dict):
-        return
+        return {}
     for name, digest in listed.items():
         f = folder / str(name)
         if "/" in str(name) or not f.is_file():
@@ -131,6 +134,7 @@ def _check_files(folder: Path, card: dict[str, Any]) -> None:
         raise TunedCardError(f"{folder}: {sorted(extra)[0]} is not listed by its card (added "
                              "after tuning): the loader would read it; remove it, or tune "
                              "again")  # fmt: skip
+    return {str(k): str(v) for k, v in listed.items()}
 
 
 def user_hash(user_id: str) -> str:

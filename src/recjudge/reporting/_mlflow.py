@@ -75,9 +75,9 @@ def _key(name: str) -> str:
     return f"{safe[: MAX_KEY - 11]}~{digest}"
 
 
-def shortened_keys(results: Mapping[str, Any]) -> int:
-    """How many of the report's metric keys ``_key`` had to shorten (the tags say so)."""
-    return sum(1 for k in report_metrics(results) if "~" in k and len(k) == MAX_KEY)
+def shortened_keys(metrics: Mapping[str, float]) -> int:
+    """How many of the metric keys (``report_metrics``) ``_key`` had to shorten."""
+    return sum(1 for k in metrics if "~" in k and len(k) == MAX_KEY)
 
 
 def _flatten(d: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
@@ -135,8 +135,10 @@ def report_params(results: Mapping[str, Any]) -> dict[str, str]:
     return out
 
 
-def report_tags(results: Mapping[str, Any], title: str) -> dict[str, str]:
-    """The judge's identity and what produced the report."""
+def report_tags(results: Mapping[str, Any], title: str,
+                metrics: Mapping[str, float] | None = None) -> dict[str, str]:  # fmt: skip
+    """The judge's identity and what produced the report; ``metrics``: ``report_metrics``'s,
+    when the caller has them (else computed here), for the count of shortened keys."""
     tags = {"recjudge.version": __version__, "recjudge.report": title[:250]}
     for part in ("judge", "job", "config"):
         d = results.get(part)
@@ -154,7 +156,7 @@ def report_tags(results: Mapping[str, Any], title: str) -> dict[str, str]:
     if sigma:
         tags["judge.sigma_source"] = str(sigma.get("folder", sigma) if isinstance(sigma, Mapping)
                                          else sigma)  # fmt: skip
-    short = shortened_keys(results)
+    short = shortened_keys(report_metrics(results) if metrics is None else metrics)
     if short:
         tags["recjudge.shortened_keys"] = (
             f"{short} metric keys were longer than MLflow's {MAX_KEY} characters (long system "
@@ -269,8 +271,9 @@ def log_report(out: str | Path, results: Mapping[str, Any], title: str,
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
-        metrics = [Metric(k, v, now, step) for k, v in report_metrics(results).items()]
-        tags = [RunTag(k, v) for k, v in report_tags(results, title).items()]
+        values = report_metrics(results)
+        metrics = [Metric(k, v, now, step) for k, v in values.items()]
+        tags = [RunTag(k, v) for k, v in report_tags(results, title, values).items()]
         plist = [Param(k, v) for k, v in params.items()]
         for i in range(0, max(len(metrics), len(plist), 1), 100):  # the REST API's batch limit
             client.log_batch(run_id, metrics=metrics[i:i + 100], params=plist[i:i + 100],

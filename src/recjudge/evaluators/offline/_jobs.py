@@ -45,7 +45,7 @@ from recjudge.evaluators._circular import (
 )
 from recjudge.evaluators.offline._augment import AugmentConfig, augment
 from recjudge.evaluators.offline._calibrate import load_map
-from recjudge.evaluators.offline._estimators import ESTIMATORS, metric_weights, parse_metric
+from recjudge.evaluators.offline._estimators import ESTIMATORS, parse_metric
 from recjudge.evaluators.offline._evaluate import (
     QRELS_KINDS,
     EvaluateConfig,
@@ -103,6 +103,7 @@ from recjudge.evaluators.offline._verdict import (
     LEAD_RULE,
     Advice,
     choose_lead,
+    judge_spread,
     verdict_lines,
     verdict_table,
 )
@@ -987,24 +988,16 @@ def sequential_step(got: dict[str, Any], metric: str, m: int, total: int,
 
 def _next_step(recs, users, judged, metric, got, job) -> dict[str, Any] | None:
     """How many gold pairs to label for a +-10 % interval on the lead estimate: the users'
-    metric spread under the judge's probabilities (per user, the spread of the judge's
-    values plus the Bernoulli variance of its labels), ``gold_units_needed`` users, times the
-    mean listed pairs per user (the ``users`` design labels all of them)."""
+    metric spread under the judge's probabilities (``judge_spread``), ``gold_units_needed``
+    users, times the mean listed pairs per user (the ``users`` design labels all of them)."""
     base, k = parse_metric(metric)
     if base not in ("precision", "dcg", "ndcg_fixed") or len(users) < 2:
         return None
-    w = metric_weights(base, k)
     need = 0
     for run in recs:
-        vals, within = [], []
-        for u in users:
-            p = np.array([judged.get((u, i), (0.5, False))[0]
-                          for i in run.rankings.get(u, [])[:k]])  # fmt: skip
-            vals.append(float(p @ w[: len(p)]))
-            within.append(float((p * (1 - p)) @ (w[: len(p)] ** 2)))
-        sd = float(np.sqrt(np.var(vals, ddof=1) + np.mean(within)))
+        mean, sd = judge_spread([(1.0, run)], users, judged, metric)
         lead = got["systems"][run.name][metric].get(got["lead"]["estimator"]) or {}
-        target = 0.1 * abs(lead.get("value") or np.mean(vals))
+        target = 0.1 * abs(lead.get("value") or mean)
         need = max(need, gold_units_needed(sd, max(target, 1e-3)) or 0)
     if not need:
         return None

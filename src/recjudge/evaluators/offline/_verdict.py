@@ -38,12 +38,14 @@ import numpy as np
 import pandas as pd
 
 from recjudge.evaluators.offline._estimators import LINEAR, metric_weights, parse_metric
+from recjudge.evaluators.offline._evaluation import metric_range
 from recjudge.evaluators.offline._gold import listed_pairs
 
 __all__ = [
     "LEAD_RULE",
     "Advice",
     "choose_lead",
+    "judge_spread",
     "verdict_frame",
     "verdict_lines",
     "verdict_table",
@@ -129,34 +131,39 @@ def _lead(e: str, metric: str, guarantee: bool, why: str) -> dict[str, Any]:
 
 
 def _range(metric: str) -> float:
-    """The metric's largest value: an estimator's linear metric's weight sum, else 1 (ranx's
-    metrics, hit, mrr)."""
+    """``metric_range``, and 1 for ranx's names (ndcg@10, recall@10) on logged feedback."""
     try:
-        base, k = parse_metric(metric)
-    except ValueError:  # ranx's names (ndcg@10, recall@10) on logged feedback alone
+        return metric_range(metric)
+    except ValueError:  # not an estimator's metric name: ranx's, in [0, 1]
         return 1.0
-    return float(metric_weights(base, k).sum()) if base in LINEAR else 1.0
 
 
-def _judge_sd(runs: Mapping[str, Any], a: str, b: str, users: Sequence[str],
-              judged: Mapping[tuple[str, str], tuple[float, bool]],
-              metric: str) -> float:  # fmt: skip
-    """The spread over users of ``M_a(u) - M_b(u)`` under the judge's probabilities (each
-    user's spread of the values plus the Bernoulli variance of the labels): one labelled
-    user's standard deviation, to plan a gold sample (as ``_jobs._next_step`` does)."""
+def judge_spread(
+    terms: Sequence[tuple[float, Any]],
+    users: Sequence[str],
+    judged: Mapping[tuple[str, str], tuple[float, bool]],
+    metric: str,
+) -> tuple[float, float]:
+    """Per user, ``sum_s sign_s M_s(u)`` under the judge's probabilities (``terms``: ``(sign,
+    run)``; one run for its metric, ``(1, a), (-1, b)`` for a difference): its mean over the
+    users and one labelled user's standard deviation (the spread of the judge's values plus
+    the Bernoulli variance of its labels), to plan a gold sample. A pair the judge did not
+    answer counts as p = 0.5."""
     base, k = parse_metric(metric)
     w = metric_weights(base, k) if base in LINEAR else 1.0 / np.arange(1, k + 1)
     vals, within = [], []
     for u in users:
         v = var = 0.0
-        for sign, name in ((1.0, a), (-1.0, b)):
-            top = runs[name].rankings.get(u, [])[:k]
-            p = np.array([judged.get((u, i), (0.5, False))[0] for i in top])
+        for sign, run in terms:
+            p = np.array([judged.get((u, i), (0.5, False))[0]
+                          for i in run.rankings.get(u, [])[:k]])  # fmt: skip
             v += sign * float(p @ w[: len(p)])
             var += float((p * (1 - p)) @ (w[: len(p)] ** 2))
         vals.append(v)
         within.append(var)
-    return float(np.sqrt(np.var(vals, ddof=1) + np.mean(within))) if len(vals) > 1 else 0.0
+    if len(vals) < 2:
+        return (float(vals[0]) if vals else 0.0), 0.0
+    return float(np.mean(vals)), float(np.sqrt(np.var(vals, ddof=1) + np.mean(within)))
 
 
 def _advice(d: Mapping[str, Any], metric: str, lead: str, pair: tuple[str, str], ctx: Advice,
@@ -183,7 +190,7 @@ def _advice(d: Mapping[str, Any], metric: str, lead: str, pair: tuple[str, str],
                             f"about {total - ctx.gold_pairs} more"}  # fmt: skip
         return {"pairs": frame, "text": f"{what}, more gold pairs than these lists hold "
                 f"({frame}): impute more users (--users) and label their pairs"}  # fmt: skip
-    sd = _judge_sd(runs, pair[0], pair[1], users, judged, metric)
+    _, sd = judge_spread([(1.0, runs[pair[0]]), (-1.0, runs[pair[1]])], users, judged, metric)
     need = int(math.ceil((_POWER_Z * sd / delta) ** 2)) if sd > 0 else 0
     if need <= 1:
         return {"text": f"{what}: gold labels would decide it (the judge's lists differ "
