@@ -8,6 +8,7 @@ import shutil
 
 import pytest
 
+import recjudge.evaluators.gist._pipeline as pipeline
 from recjudge.data import load_dataset
 from recjudge.llm import DTYPE_ENV, LLMConfig, auto_dtype, load_llm, resolve_model_path
 
@@ -91,3 +92,11 @@ def tiny_dir(tmp_path_factory):
     for f in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         shutil.copy2(base / f, out / f)
     return out
+
+
+@pytest.fixture(autouse=True)
+def _own_gist_answers(monkeypatch, tmp_path_factory):
+    """Each test gets its own store of shared GISTBench judge answers (the real one lives in
+    the cache and would carry answers from test to test and from run to run)."""
+    path = tmp_path_factory.mktemp("gist-answers") / "judge-answers.sqlite"
+    monkeypatch.setattr(pipeline, "judge_answers_path", lambda: path)

@@ -56,7 +56,7 @@ def test_gist_verify_takes_the_verification_settings_not_the_extraction_ones():
     cmd = _command("gist", "verify")
     names = {p.name for p in cmd.params}
     assert names == (set(GistConfig.model_fields) - set(EXTRACTION_FIELDS)) | {
-        "data", "profiles", "oracle", "out", "as_json"}  # fmt: skip
+        "data", "profiles", "oracle", "out", "users", "as_json"}  # fmt: skip
     assert {"predicate", "taxonomy", "options", "deterministic"} <= names
 
 

@@ -3,7 +3,7 @@ bash (its two blocks, with the gold labels filled in between as a person would),
 two Python blocks of ``python.md`` in the folder the tutorial left.
 
 Small size is the same text with these substitutions and nothing else: the embedded SmolLM2
-for the 0.5B, 3 users (2 in Python) for 200, 6 gold pairs for 300.
+for the 0.5B, 3 users (2 in Python) for 30, 6 gold pairs for 60.
 """
 
 from __future__ import annotations
@@ -20,8 +20,8 @@ from _blocks import DOCS, block
 
 SMALL = [
     ("qwen2.5-coder-0.5b", "smollm2-135m"),
-    ("--users 200", "--users 3"),
-    ("--n 300", "--n 6"),
+    ("--users 30", "--users 3"),
+    ("--n 60", "--n 6"),
     ("users=200", "users=2"),
 ]
 
@@ -92,3 +92,49 @@ def test_the_tutorial_page_runs_then_the_python_page_in_its_folder(tmp_path):
     assert bool(j.evidence) == bool(j.is_relevant)
     assert ns["summary"]["users"] == 2 and ns["summary"]["pairs"] > 0
     assert ns["res"]  # evaluate_runs' scores for both runs
+
+
+@pytest.mark.e2e
+@pytest.mark.model
+def test_the_profiles_first_run_runs_as_written(tmp_path):
+    b = block(DOCS / "profiles.md", "A first run", 0, "bash")
+    assert "gist example-profiles" in b.text and "gist verify" in b.text
+    out = _bash(b.text, tmp_path)
+    scores = json.loads(out[out.rindex("\n{") + 1 :])
+    assert set(scores) == {"genres", "popular"}
+    res = json.loads((tmp_path / "reports/my-profiles/results.json").read_text())
+    assert res["user_sample"]["users"] == 3 and len(res["users"]) == 3
+    assert (tmp_path / "reports/my-profiles/report.md").is_file()
+
+
+@pytest.mark.e2e
+def test_the_export_for_other_libraries_runs_as_written(tmp_path):
+    b = block(DOCS / "models.md", "Export a dataset or a split", 0, "bash")
+    _bash(b.text, tmp_path)
+    header = (tmp_path / "export/recbole/past/past.inter").read_text().split("\n", 1)[0]
+    assert header.startswith("user_id:token\titem_id:token")
+    cols = (tmp_path / "export/past/interactions.csv").read_text().split("\n", 1)[0].split(",")
+    assert {"user_id", "item_id", "rating", "timestamp"} <= set(cols)
+
+
+@pytest.mark.e2e
+@pytest.mark.model
+def test_the_tune_first_run_runs_as_written(tmp_path):
+    b = block(DOCS / "tune.md", "A first run", 0, "bash")
+    assert "judge tune" in b.text
+    out = _bash(b.text, tmp_path)
+    card = json.loads((tmp_path / "runs/judge-tuned/recjudge-tuned.json").read_text())
+    assert card["base_model"] == "smollm2-135m" and card["steps"] <= 4
+    got = json.loads(out[out.rindex("\n{") + 1 :])
+    assert got["is_relevant"] in (True, False) and 0.0 <= got["p_yes"] <= 1.0
+
+
+@pytest.mark.e2e
+@pytest.mark.model
+def test_the_augment_first_run_runs_as_written(tmp_path):
+    b = block(DOCS / "augment.md", "A first run", 0, "bash")
+    assert "augment" in b.text and "--users 30" in b.text
+    _bash(b.text, tmp_path)
+    assert (tmp_path / "data/augmented").is_dir()
+    res = json.loads((tmp_path / "report_aug/results.json").read_text())
+    assert set(res["scores"]["logged"]) == {"als", "als_aug"}

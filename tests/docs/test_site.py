@@ -126,6 +126,21 @@ def test_the_search_box_finds(served, word):
 
 
 @needs_chromium
+@pytest.mark.parametrize(("query", "page"), [("trec", "evaluate.html"),
+                                             ("interest profiles", "profiles.html")])  # fmt: skip
+def test_the_search_ranks_the_how_to_pages_above_the_api(served, query, page):
+    with Browser() as b:
+        b.open(f"{served}/index.html?q={query.replace(' ', '%20')}")
+        b.wait_for("document.querySelectorAll('.md-search-result__item').length", 90)
+        hrefs = b.eval("[...document.querySelectorAll('.md-search-result__item > a')]"
+                       ".map(a => a.getAttribute('href'))")  # fmt: skip
+        assert hrefs and "/api/" not in hrefs[0], hrefs[:5]
+        api = [i for i, h in enumerate(hrefs) if "/api/" in h]
+        first = next((i for i, h in enumerate(hrefs) if page in h), None)
+        assert first is not None and (not api or api[0] > first), hrefs
+
+
+@needs_chromium
 def test_the_tutorial_page_renders_and_is_screenshotted(served, tmp_path):
     with Browser(width=1280, height=1600) as b:
         b.open(f"{served}/evaluate.html")

@@ -344,7 +344,8 @@ def test_every_gist_field_acts_on_the_extraction_keys_as_declared(monkeypatch):
     later = {"judge": "qwen2.5-coder-0.5b", "evidence_for_specificity": 3, "options": 20,
              "pool_size": 500, "taxonomy": "shortlist", "shortlist": 10}  # fmt: skip
     unkeyed = {"users": 4, "min_history": 10, "enforce_citations": True,
-               "agreement_sample": 5, "batch_size": 3, "bootstrap": 10}  # fmt: skip
+               "agreement_sample": 5, "batch_size": 3, "bootstrap": 10,
+               "share_judge_answers": False}  # fmt: skip
     assert set(later) == GIST_LATER_STAGES
     assert set(extraction) | set(later) | {"seed"} == GistConfig.KEYED
     assert set(unkeyed) == GistConfig.UNKEYED
@@ -523,7 +524,8 @@ def test_every_gist_field_acts_on_the_later_stages_keys_as_declared(monkeypatch,
     later = {"judge": "qwen2.5-coder-0.5b", "evidence_for_specificity": 2, "options": 10,
              "pool_size": 60, "shortlist": 4, "seed": 1}  # fmt: skip
     unkeyed = {"users": 5, "min_history": 30, "enforce_citations": True,
-               "agreement_sample": 2, "batch_size": 3, "bootstrap": 10}  # fmt: skip
+               "agreement_sample": 2, "batch_size": 3, "bootstrap": 10,
+               "share_judge_answers": False}  # fmt: skip
     assert set(later) | {"taxonomy"} == GIST_LATER_STAGES | {"seed"}
     assert set(unkeyed) == GistConfig.UNKEYED
     for field, value in {**later, **unkeyed}.items():

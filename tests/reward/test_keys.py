@@ -69,6 +69,9 @@ def test_unkeyed_and_conditional_settings_act_as_classified(monkeypatch):
     assert Judge(det, llm=object()).key(req) != Judge(det.model_copy(update={"decode_rows": 3}),
                                                        llm=object()).key(req)  # fmt: skip
     assert Judge(JudgeConfig(persona_tokens=64), llm=object()).key(req) == base
+    q = Judge(JudgeConfig(layout="question-last"), llm=object())  # keyed when not the default
+    assert q.key(req) != base
+    assert q.decision_key(req) != Judge(JudgeConfig(), llm=object()).decision_key(req)
     for field in sorted(JudgeConfig.AFTER_DECISION):
         other = {"mode": "no-behavior", "beta": 2.0, "need_evidence": False,
                  "cf_threshold": 0.5}[field]  # fmt: skip

@@ -11,11 +11,13 @@ from pydantic import BaseModel
 from recjudge._registry import Registry
 from recjudge.bench._augment import AugmentBenchConfig, bench_brief_augment
 from recjudge.bench._brief import BriefExperimentConfig, bench_brief_beta, bench_brief_ratings
+from recjudge.bench._injection import InjectionConfig, bench_injection
 from recjudge.bench._offline import OfflineConfig, bench_brief_offline
 from recjudge.bench._offline_estimators import (
     EstimatorCheckConfig,
     bench_brief_offline_estimators,
 )
+from recjudge.bench._profiles import ProfileScoringConfig, bench_profile_scoring
 from recjudge.bench._ray_scaling import RayScalingConfig, bench_ray_scaling
 from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
 from recjudge.bench._speed import SPEED
@@ -122,6 +124,17 @@ def _register() -> None:
             "the judge tuned on the log (LoRA) and the supervised imputer vs the prompted "
             "judge and CF alone: relevance AUC, rating Spearman, paired differences",
             _tuning_text),
+        "injection": BenchSpec(
+            InjectionConfig, bench_injection,
+            "hostile item text (answer-shaped, instructions, roles, chat markers, ...) in a "
+            "candidate and a history title: flips and p_yes shifts against a control, today's "
+            "renderer and the defended one",
+            default_out=lambda c: f"reports/injection/{c.data}-{c.model}"),
+        "profile-scoring": BenchSpec(
+            ProfileScoringConfig, bench_profile_scoring,
+            "gist verify's wall time: a first run, a later run with and without the shared "
+            "judge answers, ten systems",
+            default_out=lambda c: f"reports/profile-scoring/{c.data}-{c.model}"),
         "retrain-workers": BenchSpec(
             RetrainWorkersConfig, bench_retrain_workers,
             "brief-augment's retrainings run one or several at once",

@@ -278,8 +278,21 @@ def data_import(
     except (DataError, FileNotFoundError) as e:
         fail(str(e))
     info = {**ds.info(), "out": str(out), "removed": ds.card.get("removed", {}),
-            "events": ds.card.get("event_counts", {}), "event_mapping": ds.card.get(
-                "event_mapping")}  # fmt: skip
+            "events": ds.card.get("event_counts", {}),
+            "event_mapping": ds.card.get("event_mapping"),
+            "suspicious_text": ds.card.get("suspicious_text", {})}  # fmt: skip
+    flagged = ds.card.get("suspicious_text")
+    if flagged:
+        # Said on stderr whatever --json: text a seller or creator wrote that is shaped like
+        # an instruction or the judge's answer is the first thing to look at before judging.
+        typer.echo(
+            f"warning: {flagged['items']} items hold text shaped like an instruction or an "
+            f"answer ({', '.join(f'{k} {v}' for k, v in flagged['by_family'].items())}; e.g. "
+            f"item ids {', '.join(map(repr, flagged['item_ids'][:5]))}; card.json lists them): a "
+            "judge can be talked into a verdict by such text; check those items, and `recjudge "
+            "audit` of an impute run counts the labels that rest on them",
+            err=True,
+        )
     if as_json:
         emit(info)
     else:
@@ -290,28 +303,40 @@ def data_import(
 def data_export(
     name: str,
     out: str = typer.Option(
-        ..., "--out", help="gistbench: a .csv/.jsonl/.parquet file; csv/jsonl/parquet: a folder."
+        ...,
+        "--out",
+        help="gistbench: a .csv/.jsonl/.parquet file; csv/jsonl/parquet: a "
+        "folder; recbole: a folder named as the dataset RecBole will load.",
     ),
     fmt: str = typer.Option(
         "gistbench",
         "--format",
-        help="gistbench (its published columns), or csv / jsonl / parquet tables "
-        "(interactions, items, users) that `data import` reads back as they are.",
+        help="gistbench (its published columns), csv / jsonl / parquet tables "
+        "(interactions, items, users) that `data import` reads back as they are (and "
+        "LensKit or Cornac read with pandas), or recbole (its atomic files).",
     ),
 ) -> None:
-    """Export a dataset: GISTBench's columns, or plain tables in our column names."""
-    from recjudge.data import export_gistbench, export_tables, load_dataset
+    """Export a dataset or a split's folder: GISTBench's columns, plain tables in our column
+    names, or RecBole's atomic files."""
+    from recjudge.data import (
+        DataError,
+        export_gistbench,
+        export_recbole,
+        export_tables,
+        load_dataset,
+    )
 
-    if fmt not in ("gistbench", "csv", "jsonl", "parquet"):
-        fail(f"unknown format {fmt!r}; supported: gistbench, csv, jsonl, parquet")
+    if fmt not in ("gistbench", "csv", "jsonl", "parquet", "recbole"):
+        fail(f"unknown format {fmt!r}; supported: gistbench, csv, jsonl, parquet, recbole")
     try:
         ds = load_dataset(name)
         if fmt == "gistbench":
             typer.echo(f"wrote {export_gistbench(ds, out)}")
             return
-        for path in export_tables(ds, out, fmt):
+        paths = export_recbole(ds, out) if fmt == "recbole" else export_tables(ds, out, fmt)
+        for path in paths:
             typer.echo(f"wrote {path}")
-    except UnknownNameError as e:
+    except (UnknownNameError, DataError) as e:
         fail(str(e))
 
 

@@ -11,15 +11,18 @@ from recjudge._util import comma_list
 from recjudge.cli._app import app, emit, fail, option_errors
 from recjudge.cli._evaluators import evaluator_command
 from recjudge.cli._jobs import JOB_ERRORS
-from recjudge.cli._options import command_from_config, flag, text_option
+from recjudge.cli._options import command_from_config, count_option, flag, text_option
+from recjudge.data import load_dataset
 from recjudge.evaluators import (
     EVALUATORS,
+    EXAMPLE_SYSTEMS,
     GistConfig,
     gist_intervals,
     gist_scores,
     read_interest_records,
     read_oracle,
     verify_profiles,
+    write_example_profiles,
 )
 from recjudge.reporting import interval
 
@@ -41,11 +44,12 @@ EXTRACTION_FIELDS = ("models", "users", "min_history", "max_history", "chunk_siz
 
 
 def _verify(cfg: GistConfig, data: str, profiles: str, oracle: str | None, out: str,
-            as_json: bool) -> None:  # fmt: skip
+            users: int | None, as_json: bool) -> None:  # fmt: skip
     """Verify interest profiles from your own system: IG precision/recall/F1 and IS."""
     try:
         files = list(comma_list(profiles))
-        r = verify_profiles(cfg, data, files, out, read_oracle(oracle) if oracle else None)
+        r = verify_profiles(cfg, data, files, out, read_oracle(oracle) if oracle else None,
+                            users=users)  # fmt: skip
     except ValidationError as e:
         fail(option_errors(e))
     except JOB_ERRORS as e:
@@ -74,10 +78,35 @@ gist_app.command("verify")(command_from_config(
         text_option("oracle", "--oracle", 'JSON {"oracle": {user_id: [category_ids]}} '
                     "(default: the union)."),
         text_option("out", "--out", "Report folder (records gist score reads).", ...),
+        count_option("users", "--users", "Score this many users (sha256 order) among those "
+                     "with interests in every file: a first answer in minutes; a larger "
+                     "number later extends the sample and a rerun into the same --out keeps "
+                     "every answer (default: every user of the files)."),
         flag("as_json", "--json", "Print the scores as JSON."),
     ],
     exclude=EXTRACTION_FIELDS,
 ))  # fmt: skip
+
+
+@gist_app.command("example-profiles")
+def gist_example_profiles(
+    data: str = typer.Option("ml-100k", "--data", help="A dataset with item genres."),
+    users: int = typer.Option(3, "--users", min=1, help="Users profiled (sha256 order)."),
+    out: str = typer.Option(..., "--out", help="Folder for genres.jsonl and popular.jsonl."),
+    force: bool = typer.Option(False, "--force", help="Replace files already there."),
+) -> None:
+    """Write two reference profile systems built from the dataset's genres (each user's
+    favourite genres; the catalogue's most frequent ones for everyone), in the format
+    `gist verify --profiles` reads: a first run before you have profiles of your own, and
+    baselines beside yours."""
+    try:
+        paths = write_example_profiles(load_dataset(data), out, users=users, force=force)
+    except JOB_ERRORS as e:
+        fail(str(e).strip("'\""))
+    for system, what in EXAMPLE_SYSTEMS.items():
+        typer.echo(f"{Path(out) / paths[system].name}: {what}")
+    listed = ",".join(str(Path(out) / p.name) for p in paths.values())
+    typer.echo(f"next: recjudge gist verify --data {data} --profiles {listed} --out DIR")
 
 
 @gist_app.command("score")

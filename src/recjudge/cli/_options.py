@@ -174,6 +174,17 @@ def flag(name: str, decl: str, help_: str) -> inspect.Parameter:
     )
 
 
+def count_option(name: str, decl: str, help_: str) -> inspect.Parameter:
+    """An extra optional count (``--users N``, at least 1; unset: ``None``) for
+    ``command_from_config``."""
+    return inspect.Parameter(
+        name,
+        inspect.Parameter.KEYWORD_ONLY,
+        default=typer.Option(None, decl, min=1, help=help_),
+        annotation=int | None,
+    )
+
+
 def text_option(name: str, decl: str, help_: str, default: Any = None) -> inspect.Parameter:
     """An extra text option (``--out``; ``default`` ``...``: required) for
     ``command_from_config``."""

@@ -6,14 +6,16 @@ from recjudge.data._loaders import (
     bookcrossing_event,
     bookcrossing_wheel,
     export_gistbench,
+    export_recbole,
     export_tables,
     load_dataset,
     load_from_files,
     movielens_event,
     parse_mapping,
     read_table,
+    suspicious_summary,
 )
-from recjudge.data._render import clean_text, item_title, render_item
+from recjudge.data._render import clean_text, item_title, neutralise, render_item
 from recjudge.data._schema import (
     EVENT_TYPES,
     INTERACTION_COLUMNS,
@@ -33,6 +35,7 @@ from recjudge.data._splits import (
     timeline_split,
     user_order_key,
 )
+from recjudge.data._suspicious import SUSPICIOUS_FAMILIES, suspicious_items, suspicious_text
 from recjudge.data._titles import TitleScreen
 
 __all__ = [
@@ -41,6 +44,7 @@ __all__ = [
     "INTERACTION_COLUMNS",
     "LOADERS",
     "POSITIVE_EVENTS",
+    "SUSPICIOUS_FAMILIES",
     "DataError",
     "Dataset",
     "Split",
@@ -48,6 +52,7 @@ __all__ = [
     "bookcrossing_event",
     "clean_text",
     "export_gistbench",
+    "export_recbole",
     "export_tables",
     "item_title",
     "kcore",
@@ -55,7 +60,11 @@ __all__ = [
     "load_dataset",
     "load_from_files",
     "read_table",
+    "suspicious_items",
+    "suspicious_summary",
+    "suspicious_text",
     "movielens_event",
+    "neutralise",
     "bookcrossing_wheel",
     "parse_mapping",
     "render_item",

@@ -22,6 +22,7 @@ from recjudge._registry import Registry
 from recjudge._util import cache_dir, stable_hash
 from recjudge.data._render import render_item
 from recjudge.data._schema import DOMAINS, DataError, Dataset, validate_interactions
+from recjudge.data._suspicious import suspicious_items
 
 LOADERS: Registry[Callable[..., Dataset]] = Registry("dataset")
 
@@ -493,7 +494,24 @@ def load_from_files(
                                              df["event_type"].value_counts().items()}}  # fmt: skip
     if removed:
         card["removed"] = removed
+    card |= _suspicious_card(it)
     return Dataset(name, df, it.reset_index(drop=True), us, card, domain)
+
+
+def _suspicious_card(items: pd.DataFrame) -> dict[str, Any]:
+    """The card's ``suspicious_text`` entry (none when no item text is suspicious)."""
+    flagged = suspicious_items(items.to_dict("records"))
+    return {"suspicious_text": suspicious_summary(flagged, examples=1000)} if flagged else {}
+
+
+def suspicious_summary(flagged: Mapping[str, list[str]], examples: int = 1000) -> dict[str, Any]:
+    """What ``suspicious_items`` found, for a card or a report: how many items, per family,
+    and the first ``examples`` item ids."""
+    by: dict[str, int] = {}
+    for families in flagged.values():
+        for f in families:
+            by[f] = by.get(f, 0) + 1
+    return {"items": len(flagged), "by_family": by, "item_ids": list(flagged)[:examples]}
 
 
 #: how ratings become events without --positive-rating, as the card and `data import` say it
@@ -648,20 +666,26 @@ def export_gistbench(ds: Dataset, out: str | Path) -> Path:
     return out
 
 
+def _tables(
+    ds: Dataset, out: str | Path, names: tuple[str, str, str], pattern: str
+) -> list[tuple[pd.DataFrame, Path]]:
+    """The dataset's interactions, items and users tables (those it has) with the path each
+    is written to in the folder ``out`` (created): ``pattern`` formatted with its name."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    frames = (ds.interactions, ds.items, ds.users)
+    return [(df, out / pattern.format(n)) for n, df in zip(names, frames, strict=True)
+            if df is not None]  # fmt: skip
+
+
 def export_tables(ds: Dataset, out: str | Path, fmt: str = "csv") -> list[Path]:
     """Write ``interactions``, ``items`` (and ``users``) as CSV, JSONL or Parquet files in
     the folder ``out``, in our column names: ``recjudge data import`` reads them back as they
     are (no --mapping needed)."""
     if fmt not in ("csv", "jsonl", "parquet"):
         raise ValueError(f"unknown table format {fmt!r}; use csv, jsonl or parquet")
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
     written = []
-    tables = {"interactions": ds.interactions, "items": ds.items, "users": ds.users}
-    for name, df in tables.items():
-        if df is None:
-            continue
-        path = out / f"{name}.{fmt}"
+    for df, path in _tables(ds, out, ("interactions", "items", "users"), f"{{}}.{fmt}"):
         tmp = path.with_name(path.name + ".tmp")
         if fmt == "csv":
             df.to_csv(tmp, index=False)
@@ -669,6 +693,63 @@ def export_tables(ds: Dataset, out: str | Path, fmt: str = "csv") -> list[Path]:
             df.to_parquet(tmp, index=False)
         else:
             df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        tmp.replace(path)
+        written.append(path)
+    return written
+
+
+#: RecBole's atomic-file field types for our columns (anything else: ``token``)
+_RECBOLE_TYPES = {"rating": "float", "timestamp": "float", "year": "token", "genres": "token_seq",
+                  "title": "token_seq"}  # fmt: skip
+
+
+def _recbole_column(df: pd.DataFrame, col: str, table: str, source: Path) -> pd.Series:
+    """One column as RecBole atomic-file text: tokens may not hold a tab or a line break
+    (refused, naming the row); a ``token_seq`` is space-separated, so the genres' own spaces
+    become ``_`` and their ``|`` a space."""
+    kind = _RECBOLE_TYPES.get(col, "token")
+    values = df[col]
+    text = values.map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v))
+                      else str(v))  # fmt: skip
+    bad = text.str.contains(r"[\t\r\n]", regex=True)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
+        if col == "title":  # free text: its whitespace carries no meaning RecBole keeps
+            text = text.str.replace(r"\s+", " ", regex=True)
+        else:
+            raise DataError(
+                "holds a tab or a line break, which RecBole's atomic files cannot carry.",
+                source=f"{source.name} ({table})",
+                row=row,
+                field=col,
+                fix="replace those characters in your ids before importing the data",
+            )
+    if col == "genres":
+        text = text.map(lambda g: " ".join(x.strip().replace(" ", "_")
+                                           for x in g.split("|") if x.strip()))  # fmt: skip
+    return text.rename(f"{col}:{kind}")
+
+
+def export_recbole(ds: Dataset, out: str | Path) -> list[Path]:
+    """Write RecBole's atomic files ``<name>.inter``, ``.item`` (and ``.user``) in the folder
+    ``out``, where ``<name>`` is the folder's name (RecBole reads ``data_path/dataset/
+    dataset.inter``): tab-separated, a ``field:type`` header (``user_id:token``,
+    ``item_id:token``, ``rating:float``, ``timestamp:float``, ``event_type:token``, ...).
+
+    Raises:
+        DataError: an id or other token holds a tab or a line break (names the row).
+    """
+    written = []
+    for df, path in _tables(ds, out, ("inter", "item", "user"), f"{Path(out).name}.{{}}"):
+        suffix = path.suffix[1:]
+        cols = [_recbole_column(df, c, suffix, path) for c in df.columns]
+        table = pd.concat(cols, axis=1)
+        tmp = path.with_name(path.name + ".tmp")
+        # written by hand, not by a CSV writer: RecBole splits each line at tabs and takes
+        # every other character (quotes included) as data, so nothing may be quoted
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write("\t".join(table.columns) + "\n")
+            f.writelines("\t".join(row) + "\n" for row in table.itertuples(index=False))
         tmp.replace(path)
         written.append(path)
     return written

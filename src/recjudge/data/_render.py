@@ -18,17 +18,55 @@ _SPACES = re.compile(r"\s+")
 _YEAR_SUFFIX = re.compile(r"\(\d{4}\)\s*$")
 
 
-def clean_text(text: Any, max_chars: int = 200) -> str:
+#: chat-template markers of any model family written out as text (they never become special
+#: tokens; rewritten so they do not read as a turn boundary either)
+_CHAT_MARKER = re.compile(
+    r"<\|[^|<>]{0,40}\|>|<</?SYS>>|\[/?INST\]|<(?:start|end)_of_turn>|<\|?eot_id\|?>", re.I
+)
+#: a quoted JSON key (``"is_relevant":``): the shape of the judge's own answer
+_QUOTED_KEY = re.compile(r'"\s*([^"{}\[\]:]{1,40}?)\s*"\s*:')
+_SCHEMA_KEY = re.compile(r"is[_\s]*relevant", re.I)
+
+
+def neutralise(text: str) -> str:
+    """Rewrite the answer- and template-shaped parts of untrusted text so that nothing in it
+    reads as the judge's answer or as a turn of the chat: braces become parentheses (no JSON
+    object survives), a quoted key loses its quotes (``"evidence":`` -> ``evidence:``), the
+    answer schema's key ``is_relevant`` becomes ``is relevant``, and chat-template markers
+    (``<|im_start|>``, ``[INST]``, ...) become a space. Text without these shapes (every
+    ML-100K and ML-1M title) is returned unchanged; the rewrite is idempotent.
+
+    After the spotlighting / datamarking idea (Hines et al., 2024): keep the prompt's own
+    structure out of the data. What it does against a judge is measured by ``bench run
+    injection``.
+    """
+    if not any(c in text for c in '{}"<[') and "relevant" not in text.lower():
+        return text
+    s = _CHAT_MARKER.sub(" ", text)
+    s = s.replace("{", "(").replace("}", ")")
+    s = _QUOTED_KEY.sub(lambda m: m.group(1).strip() + ":", s)
+    s = _SCHEMA_KEY.sub("is relevant", s)
+    return s
+
+
+def clean_text(text: Any, max_chars: int = 200, defend: bool = True) -> str:
     """Strip control characters (newlines included) and invisible bidi / zero-width
-    characters, fold white space, cap the length.
+    characters, neutralise answer- and template-shaped content (``neutralise``), fold white
+    space, cap the length.
 
     Item text is untrusted: it goes into prompts and grammars only through this function and
     JSON escaping, never as code.
+
+    Args:
+        defend: ``neutralise`` the text (``False``: the renderer before it, for the
+            injection bench's comparison only).
     """
     s = "" if text is None else str(text)
     s = unicodedata.normalize("NFC", s)
     s = _INVISIBLE.sub("", s)
     s = _CONTROL.sub(" ", s)
+    if defend:
+        s = neutralise(s)
     s = _SPACES.sub(" ", s).strip()
     if len(s) > max_chars:
         s = s[: max_chars - 1].rstrip() + "…"

@@ -114,6 +114,7 @@ def _prefix(
         token_budget=config.token_budget,
         max_items=config.max_history,
         older=req.older,
+        question_last=config.layout == "question-last",
     )
     text = llm.chat_prompt(rendered.messages)
     head, slot, tail = text.partition(" " + CANDIDATE_SLOT)

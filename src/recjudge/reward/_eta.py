@@ -25,18 +25,36 @@ def _duration(seconds: float) -> str:
 
 class WorkAhead:
     """The work ahead (``start``) and, once ``FIRST_SHARE`` of it or ``FIRST_SECONDS`` are
-    behind, the projected time of the rest (``done``), each said once through ``say``."""
+    behind, the projected time of the rest (``done``), each said once through ``say``.
 
-    def __init__(self, say: Callable[[str], None], unit: str = "pair") -> None:
-        self.say, self.unit = say, unit
+    Args:
+        unit: what is counted (``pair``, ``question``).
+        verb: what is done to each (``judge``, ``ask``).
+        label: the stage, said first (an evaluator runs several).
+        resume: how a run stopped now keeps its work (said with the over-an-hour advice).
+    """
+
+    def __init__(
+        self,
+        say: Callable[[str], None],
+        unit: str = "pair",
+        verb: str = "judge",
+        label: str = "",
+        resume: str = "a later run into the same --out with --resume keeps every judged pair",
+    ) -> None:
+        self.say, self.unit, self.verb, self.resume = say, unit, verb, resume
+        self.label = f"{label}: " if label else ""
         self.total = self.finished = 0
         self.t0 = 0.0
         self.projected: float | None = None
 
     def start(self, todo: int, reused: int) -> None:
         self.total, self.t0 = todo, time.perf_counter()
-        kept = f" ({reused} {self.unit}s reused from the store)" if reused else ""
-        self.say(f"work ahead: {todo} {self.unit}s to judge{kept}")
+        units = f"{self.unit}{'s' * (reused != 1)}"
+        kept = f" ({reused} {units} reused from the store)" if reused else ""
+        self.say(
+            f"{self.label}work ahead: {todo} {self.unit}{'s' * (todo != 1)} to {self.verb}{kept}"
+        )
 
     def done(self, n: int) -> None:
         self.finished += n
@@ -48,11 +66,12 @@ class WorkAhead:
         rate = self.finished / max(elapsed, 1e-9)
         self.projected = (self.total - self.finished) / rate
         line = (
-            f"projected: {_duration(self.projected)} more for {self.total - self.finished} "
-            f"{self.unit}s at {rate:.2f} {self.unit}s/s (from the first {self.finished})"
+            f"{self.label}projected: {_duration(self.projected)} more for "
+            f"{self.total - self.finished} {self.unit}s at {rate:.2f} {self.unit}s/s "
+            f"(from the first {self.finished})"
         )
         if self.projected > LONG_RUN_S:
-            line += ("; over an hour: a smaller --users gives a first answer sooner, and a "
-                     "later run into the same --out with --resume keeps every judged "
-                     f"{self.unit}")  # fmt: skip
+            line += (
+                "; over an hour: a smaller --users gives a first answer sooner, and " + self.resume
+            )
         self.say(line)

@@ -61,6 +61,11 @@ class JudgeConfig(BaseModel):
         jump_forward_prefix: prefill the forced opening ``{"evidence`` instead of decoding it.
         domain: prompt wording (None: from the dataset).
         persona_tokens: simulators: most tokens of the persona answer.
+        layout: where the candidate sits: ``candidate-last`` (after the question, the
+            paper's prompt) or ``question-last`` (the candidate, then the question and the
+            answer format, so the last text before the answer is ours, not the item's: a
+            defence against instructions in item text, measured by ``bench run injection``).
+            Keyed when not the default (keys made before it stay).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -83,6 +88,7 @@ class JudgeConfig(BaseModel):
     jump_forward_prefix: bool = True
     domain: str | None = None
     persona_tokens: int = Field(160, ge=8)
+    layout: Literal["candidate-last", "question-last"] = "candidate-last"
 
     # Every field is classified by name, and tests/reward/test_keys.py fails on a field that is
     # not: a new setting must say whether it changes an answer (and so re-keys every stored
@@ -100,6 +106,7 @@ class JudgeConfig(BaseModel):
     KEYED_WHEN: ClassVar[dict[str, str]] = {
         "decode_rows": "deterministic",
         "persona_tokens": "simulator",
+        "layout": "not candidate-last",
     }
     # Acts only at or after the decision: left out of the unbiased decision record's key, so
     # every sweepable setting shares one record.

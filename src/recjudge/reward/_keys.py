@@ -98,6 +98,8 @@ class JudgeKeys:
             keyed.add("decode_rows")
         if self._role is not None:  # a simulator's role text is in the key too
             keyed.add("persona_tokens")
+        if c.layout != "candidate-last":  # keys made before the layout existed stay
+            keyed.add("layout")
         if not bias:
             keyed -= c.AFTER_DECISION
         settings = c.model_dump(include=keyed) | llm

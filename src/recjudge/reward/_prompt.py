@@ -66,6 +66,35 @@ def _rating_note(rating: float | None, scale: float | None) -> str:
     return f" (rated {r}/{int(scale)})"
 
 
+def _user_text(
+    words: dict[str, str],
+    body: str,
+    candidate_text: str,
+    evidence: bool,
+    question: str | None,
+    question_last: bool,
+) -> str:
+    """The user message: the history, the question with the answer format and the
+    candidate, in ``build_messages``'s layout."""
+    if evidence:
+        rule = (
+            "First list, as evidence, the exact titles from the history that show the "
+            "user would enjoy the candidate. List evidence titles if and only if the "
+            "candidate is relevant; if it is not, leave the list empty. Then give the "
+            "verdict.\nAnswer in JSON: "
+            '{"evidence": ["<title from the history>", ...], "is_relevant": "YES" or "NO"}'
+        )
+    else:
+        rule = 'Answer in JSON: {"is_relevant": "YES" or "NO"}'
+    history = f"The user's {words['items']}, most recent first:\n{body}\n\n"
+    candidate = f"Candidate {words['item']}: {candidate_text}"
+    if question_last:
+        ask = question or "Is the candidate above relevant to this user?"
+        return f"{history}{candidate}\n\n{ask} {rule}"
+    ask = question or "Is the candidate below relevant to this user?"
+    return f"{history}{ask} {rule}\n\n{candidate}"
+
+
 def build_messages(
     history: Sequence[HistoryItem],
     candidate_text: str,
@@ -79,6 +108,7 @@ def build_messages(
     system: str | None = None,
     question: str | None = None,
     older: int = 0,
+    question_last: bool = False,
 ) -> RenderedPrompt:
     """Render the judge prompt.
 
@@ -95,6 +125,8 @@ def build_messages(
         question: replaces "Is the candidate below relevant to this user?".
         older: items before ``history`` that were not passed (``JudgeRequest.older``),
             counted with the items not shown.
+        question_last: the candidate before the question and the answer format
+            (``JudgeConfig.layout``), so no item text is the last thing read before the answer.
     """
     words = DOMAINS.get(domain, DOMAINS["generic"])
     recent = citable(list(reversed(history))[:max_items])
@@ -120,21 +152,7 @@ def build_messages(
         f"{words['items']} a user has {words['verb']}, you decide whether a candidate "
         f"{words['item']} is relevant to them, i.e. whether they would enjoy it."
     )
-    if evidence:
-        rule = (
-            "First list, as evidence, the exact titles from the history that show the "
-            "user would enjoy the candidate. List evidence titles if and only if the "
-            "candidate is relevant; if it is not, leave the list empty. Then give the "
-            "verdict.\nAnswer in JSON: "
-            '{"evidence": ["<title from the history>", ...], "is_relevant": "YES" or "NO"}'
-        )
-    else:
-        rule = 'Answer in JSON: {"is_relevant": "YES" or "NO"}'
-    user = (
-        f"The user's {words['items']}, most recent first:\n{body}\n\n"
-        f"{question or 'Is the candidate below relevant to this user?'} {rule}\n\n"
-        f"Candidate {words['item']}: {candidate_text}"
-    )
+    user = _user_text(words, body, candidate_text, evidence, question, question_last)
     return RenderedPrompt(
         messages=chat(system, user),
         shown=shown,

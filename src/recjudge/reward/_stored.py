@@ -8,6 +8,7 @@ loop, once.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -17,6 +18,7 @@ from tqdm.auto import tqdm
 from recjudge._util import stable_hash
 from recjudge.decoding import ConstrainedOutput, Schema
 from recjudge.reward._ask import ask
+from recjudge.reward._eta import WorkAhead
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend
@@ -132,6 +134,21 @@ def adopt_former(store: Any, asks: Sequence[StoredAsk]) -> int:
                                   if a.key in missing}))  # fmt: skip
 
 
+def adopt_shared(store: Any, shared: Any, asks: Sequence[StoredAsk]) -> int:
+    """Copy into ``store`` the answers ``shared`` (a store every run shares) holds for the
+    questions ``store`` lacks, with each question's request; one transaction. Returns how
+    many were copied (0 without ``shared``)."""
+    if shared is None or not asks:
+        return 0
+    lacking = {a.key: a for a in asks}
+    for k in store.get_many(list(lacking)):
+        del lacking[k]
+    found = shared.get_many(list(lacking)) if lacking else {}
+    if found:
+        store.put_many((k, lacking[k].request, r) for k, r in found.items())
+    return len(found)
+
+
 def default_result(answer: ConstrainedOutput) -> dict[str, Any]:
     """The parsed answer with its decision record (branches and their probabilities, or
     ``None`` for a schema without a decision point)."""
@@ -150,32 +167,51 @@ def run_stored(
     desc: str = "asking",
     progress: bool = True,
     order: Callable[[list[StoredAsk]], list[StoredAsk]] | None = None,
+    shared: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """The loop itself: every question the store lacks goes to ``answer`` in batches of
     ``batch_size`` (one transaction each); returns the stored result of every question.
     Each result is stored with its question's title-free form (``StoredAsk.portable``).
+    With ``progress``, the work ahead and a projection from the first batches are said on
+    stderr (``WorkAhead``) beside the bar.
 
     Args:
         answer: stored results for one batch, in order.
         order: reorders the pending questions before batching (e.g. by prompt length).
+        shared: a second store that every run shares (answers that depend on the data and
+            the judge only, not on the system under test): what it holds is copied into
+            ``store`` first, and each batch's new answers go to both. The keys are the same
+            content hashes, so a shared answer is the one this run would have stored.
     """
     unique = list({a.key: a for a in asks}.values())
     adopt_former(store, unique)
+    adopt_shared(store, shared, unique)
     have = store.get_many([a.key for a in unique])
     todo = [a for a in unique if a.key not in have]
     if order is not None and len(todo) > 1:
         todo = order(todo)
+    ahead = WorkAhead(
+        lambda m: tqdm.write(m, file=sys.stderr),
+        "question",
+        "ask",
+        desc,
+        "a rerun into the same --out keeps every answer",
+    )
     bar = None
     if progress and todo:
         bar = tqdm(total=len(unique), initial=len(unique) - len(todo), desc=desc)
+        ahead.start(len(todo), len(unique) - len(todo))
     for b in range(0, len(todo), batch_size):
         part = todo[b : b + batch_size]
         results = answer(part)
-        store.put_many(
-            (q.key, q.request, _with_portable(q, r)) for q, r in zip(part, results, strict=True)
-        )
+        rows = [(q.key, q.request, _with_portable(q, r))
+                for q, r in zip(part, results, strict=True)]  # fmt: skip
+        store.put_many(rows)
+        if shared is not None:
+            shared.put_many(rows)
         if bar is not None:
             bar.update(len(part))
+            ahead.done(len(part))
     if bar is not None:
         bar.close()
     return store.get_many([a.key for a in asks])
@@ -203,6 +239,7 @@ def ask_stored(
     desc: str = "asking",
     progress: bool = True,
     deterministic: bool = False,
+    shared: Any = None,
 ) -> dict[str, dict[str, Any]]:
     """Ask every grammar-constrained question the store does not hold, ``batch_size`` at a
     time, and return the stored result of every question (key -> result).
@@ -224,6 +261,7 @@ def ask_stored(
         progress: show a progress bar with ETA.
         deterministic: ``ask``'s batch-invariant engine (``decode_rows`` is then the fixed
             row count, so a question asked again in a smaller batch gets the same answer).
+        shared: ``run_stored``'s store shared by every run.
     """
 
     def answer(part: list[StoredAsk]) -> list[dict[str, Any]]:
@@ -238,9 +276,8 @@ def ask_stored(
         return [(q.result or default_result)(o) for q, o in zip(part, outs, strict=True)]
 
     order = by_prompt_length(llm) if sort_by_length else None
-    return run_stored(
-        store, asks, answer, batch_size=batch_size, desc=desc, progress=progress, order=order
-    )
+    return run_stored(store, asks, answer, batch_size=batch_size, desc=desc, progress=progress,
+                      order=order, shared=shared)  # fmt: skip
 
 
 def generate_stored(

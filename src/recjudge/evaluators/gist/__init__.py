@@ -1,6 +1,11 @@
 """GISTBench (interest extraction, grounding and verification): the public names of this family
 (also importable flat from ``recjudge.evaluators``)."""
 
+from recjudge.evaluators.gist._examples import (
+    EXAMPLE_SYSTEMS,
+    example_profiles,
+    write_example_profiles,
+)
 from recjudge.evaluators.gist._gist import (
     GistConfig,
     Predicate,
@@ -19,11 +24,15 @@ from recjudge.evaluators.gist._gist import (
 )
 from recjudge.evaluators.gist._pipeline import (
     gist_extraction_asks,
+    judge_answers_path,
     run_gist,
     verify_profiles,
 )
 
 __all__ = [
+    "EXAMPLE_SYSTEMS",
+    "example_profiles",
+    "write_example_profiles",
     "GistConfig",
     "Predicate",
     "build_oracle",
@@ -39,6 +48,7 @@ __all__ = [
     "specificity_options",
     "user_scores",
     "gist_extraction_asks",
+    "judge_answers_path",
     "run_gist",
     "verify_profiles",
 ]

@@ -60,6 +60,11 @@ class GistConfig(BaseModel):
             transformers backends only. Not a deviation: it changes how, not what, is asked.
         seed: sampling seed.
         bootstrap: user resamples for the intervals over users (``gist_intervals``).
+        share_judge_answers: the judge's answers (evidence filter, taxonomy, distractor
+            verdicts, specificity) are also kept in one store under
+            ``$RECJUDGE_CACHE/gist`` and reused by every later run and every system, whatever
+            its ``--out``: they depend on the dataset, the interest and the judge only, and
+            their keys are content hashes of exactly that. ``False``: only the run's store.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -93,6 +98,7 @@ class GistConfig(BaseModel):
     deterministic: bool = False
     seed: int = 0
     bootstrap: int = Field(1000, ge=0)
+    share_judge_answers: bool = True
 
     # Every field is classified (tests/evaluators/test_store_keys.py fails on one that is not).
     # KEYED: in a stored question's key, as a part or setting (models, judge, budget, engine)
@@ -100,7 +106,8 @@ class GistConfig(BaseModel):
     # the citation limit and the verification rule the extraction prompt states, options
     # and distractors, the seed that draws them). UNKEYED: which questions are asked (users,
     # the agreement sample), what is computed from the answers (the citation rule's
-    # enforcement, bootstrap), or speed (batch_size: documented above).
+    # enforcement, bootstrap), or speed (batch_size: documented above; share_judge_answers:
+    # where an answer under the same key is looked up first).
     KEYED: ClassVar[frozenset[str]] = frozenset(
         {"models", "judge", "max_history", "chunk_size", "max_interests", "max_ids",
          "extraction_tokens", "words", "interest_example", "max_citations", "predicate",
@@ -109,7 +116,7 @@ class GistConfig(BaseModel):
     )  # fmt: skip
     UNKEYED: ClassVar[frozenset[str]] = frozenset(
         {"users", "min_history", "enforce_citations", "agreement_sample", "batch_size",
-         "bootstrap"}
+         "bootstrap", "share_judge_answers"}
     )  # fmt: skip
 
     def deviations(self) -> list[str]:

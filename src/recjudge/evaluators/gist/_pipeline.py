@@ -21,10 +21,18 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from tqdm.auto import tqdm
 
-from recjudge._util import UserFacingError, atomic_write_json, atomic_write_text, json_loads, rng
+from recjudge._util import (
+    UserFacingError,
+    atomic_write_json,
+    atomic_write_text,
+    cache_dir,
+    json_loads,
+    rng,
+)
 from recjudge.data import (
     DataError,
     TitleScreen,
+    clean_text,
     item_title,
     load_dataset,
     render_item,
@@ -64,6 +72,7 @@ from recjudge.reward import (
     ResultsStore,
     StoredAsk,
     adopt_former,
+    adopt_shared,
     ask_key,
     ask_shared,
     ask_stored,
@@ -120,6 +129,13 @@ class _Run:
     cost: AskMeter = field(default_factory=AskMeter)
     #: a question's keys under the LLM settings' earlier forms (``_key``), by its key
     formerly: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the judge answers every run shares (``GistConfig.share_judge_answers``)
+    shared: Any = None
+
+    def close(self) -> None:
+        self.store.close()
+        if self.shared is not None:
+            self.shared.close()
 
     def llm(self, name: str) -> Any:
         return self.llms.get(name)
@@ -161,10 +177,11 @@ def _with_formerly(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
 
 
 def _adopted(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
-    """``_with_formerly``, their former answers adopted in the store at once (before the
-    meter counts what it lacks)."""
+    """``_with_formerly``, their former answers adopted in the store at once, and the shared
+    judge answers copied in (before the meter counts what it lacks)."""
     out = _with_formerly(run, asks)
     adopt_former(run.store, out)
+    adopt_shared(run.store, run.shared, out)
     return out
 
 
@@ -193,6 +210,7 @@ def _ask_stored(
             desc=desc,
             progress=run.progress,
             deterministic=run.config.deterministic,
+            shared=None if kind == "extraction" else run.shared,
         ),
     )
 
@@ -214,15 +232,25 @@ def _judge_stored(
             batch_size=batch_size or run.config.batch_size,
             desc=desc,
             progress=run.progress,
+            shared=run.shared,
         ),
     )
 
 
-def _open_run(config, ds, users, out: Path, pool, progress, max_history) -> _Run:
+def judge_answers_path() -> Path:
+    """The store of judge answers every GISTBench run shares (``share_judge_answers``)."""
+    return cache_dir() / "gist" / "judge-answers.sqlite"
+
+
+def _open_run(config, ds, users, out: Path, pool, progress, max_history, answers=None) -> _Run:
     histories, text, word, titles = _texts(ds, users, max_history)
     out.mkdir(parents=True, exist_ok=True)
     store = ResultsStore(out / "store.sqlite")
-    return _Run(config, ds, users, histories, text, word, titles, store, progress, pool)
+    shared = None
+    if config.share_judge_answers:
+        shared = ResultsStore(answers if answers is not None else judge_answers_path())
+    return _Run(config, ds, users, histories, text, word, titles, store, progress, pool,
+                shared=shared)  # fmt: skip
 
 
 def _texts(ds, users, max_history) -> tuple[dict[str, list[tuple[str, str]]], dict, str, dict]:
@@ -793,6 +821,7 @@ def run_gist(
     out: str | Path = "reports/gist",
     llms: Mapping[str, Any] | None = None,
     progress: bool = True,
+    answers: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run GISTBench for every model in ``config.models`` on ``data``; write
     ``interests.jsonl``, ``oracle.json``, ``results.json``, ``report.md`` and ``pr.png``.
@@ -802,18 +831,20 @@ def run_gist(
 
     Args:
         llms: already loaded backends by model name (tests); others are loaded on demand.
+        answers: the store of judge answers every run shares (default
+            ``judge_answers_path()``; unused without ``config.share_judge_answers``).
     """
     t0 = time.time()
     out = Path(out)
     pool = _open_pool(config, llms, (*config.models, config.judge))
     ds = load_dataset(data)
     users = _sampled_users(config, ds)
-    run = _open_run(config, ds, users, out, pool, progress, config.max_history)
+    run = _open_run(config, ds, users, out, pool, progress, config.max_history, answers)
     try:
         interests, incomplete = _extract(run)
         records, facts = _verify(run, interests)
     finally:
-        run.store.close()
+        run.close()
     for r in records:  # only answers to our prompt can echo its example (not ``gist verify``)
         r["echoes_example"] = echoes_example(r["interest"], config.interest_example)
         r["names_signal"] = names_signal(r["interest"])
@@ -876,7 +907,8 @@ def _profile_line(path: Path, n: int, line: str) -> tuple[str, list[Any]]:
 def _merge_interest(path, n, k, entry, user, model, history, merged, check) -> None:
     """Interest ``k`` of line ``n`` merged into ``merged`` (same user, same normalised name:
     one interest), its objects kept where they are in the user's history (counted if not)."""
-    name = " ".join(str(entry.get("name", "")).split()) if isinstance(entry, dict) else ""
+    # a profile is untrusted text like a title: the one renderer's cleaning and neutralising
+    name = clean_text(entry.get("name", "")) if isinstance(entry, dict) else ""
     ids = entry.get("object_ids", []) if isinstance(entry, dict) else None
     if not name or not isinstance(ids, list):
         raise DataError(f"interest {k} needs a name and an object_ids list.", source=str(path),
@@ -946,6 +978,8 @@ def verify_profiles(
     oracle: Mapping[str, Sequence[Any]] | None = None,
     llms: Mapping[str, Any] | None = None,
     progress: bool = True,
+    users: int | None = None,
+    answers: str | Path | None = None,
 ) -> dict[str, Any]:
     """Verify interest profiles from your own system with GISTBench's judge stages.
 
@@ -954,6 +988,13 @@ def verify_profiles(
     scores come out (``interests.jsonl``, ``oracle.json``, ``results.json``, ``report.md``).
     IG recall is against ``oracle`` if given, else the union of verified categories over the
     given files. ``config.models`` and the extraction settings are not used.
+
+    Args:
+        users: score only this many users, sampled in sha256 order (``config.seed``) among
+            those with interests in every file, so the systems are compared on the same
+            users; a larger number extends the sample (a rerun into the same ``out`` keeps
+            every answer). ``None`` (the default): every user of the files.
+        answers: ``run_gist``'s.
     """
     t0 = time.time()
     out = Path(out)
@@ -977,18 +1018,44 @@ def verify_profiles(
                   f"{check.questions} evidence-filter questions"
                   f"{'; ' + check.problems() if check.problems() else ''}",
                   file=sys.stderr)  # fmt: skip
-    users = sorted({it.user_id for it in interests} | set(oracle or {}))
-    run = _open_run(config, ds, users, out, pool, progress, None)
+    sample = None
+    if users is not None:
+        interests, sample = _user_sample(interests, len(profiles), users, config.seed)
+        oracle = {u: c for u, c in (oracle or {}).items() if u in set(sample["sampled"])}
+    chosen = sorted({it.user_id for it in interests} | set(oracle or {}))
+    run = _open_run(config, ds, chosen, out, pool, progress, None, answers)
     try:
         records, facts = _verify(run, interests)
     finally:
-        run.store.close()
+        run.close()
     return _finish(
         run,
         records,
         out,
         data,
         dict(oracle) if oracle else None,
-        {**facts, "incomplete_extractions": 0, "profiles": checks},
+        {**facts, "incomplete_extractions": 0, "profiles": checks,
+         **({"user_sample": sample} if sample else {})},
         t0,
-    )
+    )  # fmt: skip
+
+
+def _user_sample(
+    interests: list[_Interest], files: int, n: int, seed: int
+) -> tuple[list[_Interest], dict[str, Any]]:
+    """The interests of ``n`` users sampled (sha256 order) among those with interests in
+    every one of the ``files`` systems, and what was sampled from what."""
+    systems: dict[str, set[str]] = {}
+    for it in interests:
+        systems.setdefault(it.user_id, set()).add(it.model)
+    every = sorted(u for u, m in systems.items() if len(m) == files)
+    if not every:
+        raise UserFacingError(
+            "--users samples users with interests in every profile file, and no user has: "
+            "give files about the same users, or leave --users out to score every user"
+        )
+    sampled = sample_users(every, n, seed)
+    keep = set(sampled)
+    sample = {"users": len(sampled), "asked": n, "in_every_file": len(every),
+              "profiled": len(systems), "sampled": sampled}  # fmt: skip
+    return [it for it in interests if it.user_id in keep], sample

@@ -94,10 +94,25 @@ def _report_header(config: GistConfig, data: str, results: Mapping[str, Any]) ->
         f"{_RULE_TEXT.get(results.get('taxonomy_rule'), '')}, seed {config.seed}. "
         + _cost_line(results),
         "",
+        *_sample_line(results),
         "**Deviations from the paper:** " + ("; ".join(devs) if devs else "none") + ".",
         "",
         f"Always ours: an extraction answer is cut at {config.extraction_tokens} tokens (the "
         "paper sets no bound; a cut answer keeps its complete entries and is counted below).",
+        "",
+    ]
+
+
+def _sample_line(results: Mapping[str, Any]) -> list[str]:
+    """``gist verify --users``: which users were scored, and how to extend them."""
+    s = results.get("user_sample")
+    if not s:
+        return []
+    return [
+        f"Users: {s['users']} sampled in sha256 order (`--users {s['asked']}`) among the "
+        f"{s['in_every_file']} with interests in every file ({s['profiled']} profiled); a "
+        "larger `--users` extends this sample, and a rerun into the same `--out` keeps every "
+        "answer.",
         "",
     ]
 

@@ -27,7 +27,13 @@ from typing import Any
 import numpy as np
 
 from recjudge._util import json_loads
-from recjudge.data import DataError, item_title, load_dataset
+from recjudge.data import (
+    DataError,
+    item_title,
+    load_dataset,
+    suspicious_items,
+    suspicious_summary,
+)
 from recjudge.evaluators.arena._metrics import OPTIONS, order_flip_rate, position_shares
 from recjudge.evaluators.offline._calibrate import read_labels
 from recjudge.evaluators.offline._evaluation import read_judged
@@ -259,10 +265,59 @@ def run_audit(
     told = f"labels: {labels}" if labels else "no labels (YES rates only)"
     header = ["# Judge bias audit", "",
               f"{len(pairs)} judged pairs from {judgments}; dataset {data}; {told}."]  # fmt: skip
+    flagged = suspicious_pairs(ds, pairs, [judged[k][1] for k in pairs])
+    lines = audit_lines(res, header) + suspicious_lines(flagged)
     Path(out).mkdir(parents=True, exist_ok=True)
     plot_audit(res, Path(out) / "audit.png")  # first: report.html embeds it
-    write_report(out, {"factors": res, "pairs": len(pairs)}, audit_lines(res, header))
-    return {"pairs": len(pairs), "factors": res}, audit_lines(res, header)
+    results = {"factors": res, "pairs": len(pairs), "suspicious_text": flagged}
+    write_report(out, results, lines)
+    return results, lines
+
+
+def suspicious_pairs(
+    ds: Any, pairs: Sequence[tuple[str, str]], yes: Sequence[bool]
+) -> dict[str, Any]:
+    """How many judged pairs rest on item text shaped like an instruction or an answer
+    (``data.suspicious_items``): the candidate's own text, or an item of the user's history,
+    with the YES rate on those pairs and on the others."""
+    flagged = suspicious_items(ds.items.to_dict("records"))
+    if not flagged:
+        return {"items": 0}
+    users = {u for u, _ in pairs}
+    inter = ds.interactions
+    hit = inter[inter["item_id"].astype(str).isin(set(flagged))]
+    touched = set(hit["user_id"].astype(str)) & users
+    cand = np.array([i in flagged for _, i in pairs])
+    hist = np.array([u in touched for u, _ in pairs])
+    y = np.asarray(yes, dtype=float)
+
+    def rate(m: np.ndarray) -> float | None:
+        return float(y[m].mean()) if m.any() else None
+
+    return {**suspicious_summary(flagged), "candidate_pairs": int(cand.sum()),
+            "candidate_yes_rate": rate(cand), "history_pairs": int(hist.sum()),
+            "history_yes_rate": rate(hist), "other_yes_rate": rate(~cand & ~hist)}  # fmt: skip
+
+
+def suspicious_lines(s: Mapping[str, Any]) -> list[str]:
+    """The audit's section on suspicious item text."""
+    lines = ["", "## Item text shaped like an instruction or an answer", ""]
+    if not s.get("items"):
+        return lines + ["No item of the dataset holds such text."]
+
+    def r(x: float | None) -> str:
+        return "-" if x is None else f"{x:.3f}"
+
+    fams = ", ".join(f"{k} {v}" for k, v in s["by_family"].items())
+    return lines + [
+        f"{s['items']} items of the dataset hold such text ({fams}; e.g. item ids "
+        f"{', '.join(map(repr, s['item_ids'][:5]))}). Of the judged pairs, {s['candidate_pairs']} "
+        f"have such a candidate (YES rate {r(s['candidate_yes_rate'])}) and "
+        f"{s['history_pairs']} a user whose history holds one (YES rate "
+        f"{r(s['history_yes_rate'])}); the other pairs' YES rate is {r(s['other_yes_rate'])}. "
+        "Imputed labels on these pairs rest on text a third party wrote: check them, or "
+        "leave those items out of the evaluation.",
+    ]
 
 
 _AUDIT_FIX = "pass the --data the impute run used (its results.json names it)"
