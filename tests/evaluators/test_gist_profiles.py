@@ -115,3 +115,14 @@ def test_example_profiles_command(tmp_path):
     bad = run_cli("gist", "verify", "--data", "ml-100k", "--profiles", str(out / "genres.jsonl"),
                   "--users", "0", "--out", str(tmp_path / "v"))  # fmt: skip
     assert bad.code == 2 and "--users" in bad.stderr
+
+
+@pytest.mark.model
+def test_a_shared_store_that_cannot_open_only_costs_speed(smollm, ml100k, tmp_path, caplog):
+    profiles = example_profiles(ml100k, users=1, interests=1, cite=1)
+    a = _write(tmp_path / "a.jsonl", profiles["genres"])
+    (tmp_path / "answers").mkdir()  # a folder where the store file should be
+    r = verify_profiles(_config(), "ml-100k", [a], tmp_path / "o", progress=False,
+                        llms={"smollm2-135m": smollm}, answers=tmp_path / "answers")  # fmt: skip
+    assert r["scores"] and r["cost"]["judge"]["asked_now"] > 0
+    assert "shared GISTBench judge answers are not used" in caplog.text

@@ -71,6 +71,7 @@ from recjudge.reporting import write_report
 from recjudge.reward import (
     ResultsStore,
     StoredAsk,
+    StoreError,
     adopt_former,
     adopt_shared,
     ask_key,
@@ -248,7 +249,11 @@ def _open_run(config, ds, users, out: Path, pool, progress, max_history, answers
     store = ResultsStore(out / "store.sqlite")
     shared = None
     if config.share_judge_answers:
-        shared = ResultsStore(answers if answers is not None else judge_answers_path())
+        try:
+            shared = ResultsStore(answers if answers is not None else judge_answers_path())
+        except (StoreError, OSError) as e:  # a speed-up only: the run goes on without it
+            log.warning("the shared GISTBench judge answers are not used (%s); this run asks "
+                        "everything its own store lacks", e)  # fmt: skip
     return _Run(config, ds, users, histories, text, word, titles, store, progress, pool,
                 shared=shared)  # fmt: skip
 
