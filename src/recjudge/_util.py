@@ -293,6 +293,21 @@ def sha256_file(path: str | os.PathLike[str], chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
+def keep_as_backup(path: Path, companions: tuple[str, ...] = ()) -> Path:
+    """Move ``path`` (and each ``path + suffix`` of ``companions`` that exists, e.g. a design
+    record) to the first ``PATH.bak-N`` free for all of them; return it. A file a person
+    edited is never deleted: the commands that would write over one keep it this way."""
+    n = 1
+    while any(Path(f"{path}.bak-{n}{s}").exists() for s in ("", *companions)):
+        n += 1
+    backup = Path(f"{path}.bak-{n}")
+    path.rename(backup)
+    for s in companions:
+        if Path(f"{path}{s}").exists():
+            Path(f"{path}{s}").rename(Path(f"{backup}{s}"))
+    return backup
+
+
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
     """Write ``text`` to ``path`` via a temp file in the same folder and ``os.replace``."""
     atomic_write_bytes(path, text.encode("utf-8"))

@@ -44,6 +44,11 @@ def _bash(text: str, cwd: Path) -> str:
     return r.stdout
 
 
+def _last_json(out: str) -> dict:
+    """The JSON object a block's last command printed (after the other commands' text)."""
+    return json.loads(out[out.rindex("\n{") + 1 :])
+
+
 def _label(cwd: Path) -> int:
     """Fill gold.csv's empty label column as the judge's imputed qrels say (a stand-in for a
     person; the test is about the commands, not the labels)."""
@@ -100,7 +105,7 @@ def test_the_profiles_first_run_runs_as_written(tmp_path):
     b = block(DOCS / "profiles.md", "A first run", 0, "bash")
     assert "gist example-profiles" in b.text and "gist verify" in b.text
     out = _bash(b.text, tmp_path)
-    scores = json.loads(out[out.rindex("\n{") + 1 :])
+    scores = _last_json(out)
     assert set(scores) == {"genres", "popular"}
     res = json.loads((tmp_path / "reports/my-profiles/results.json").read_text())
     assert res["user_sample"]["users"] == 3 and len(res["users"]) == 3
@@ -125,7 +130,7 @@ def test_the_tune_first_run_runs_as_written(tmp_path):
     out = _bash(b.text, tmp_path)
     card = json.loads((tmp_path / "runs/judge-tuned/recjudge-tuned.json").read_text())
     assert card["base_model"] == "smollm2-135m" and card["steps"] <= 4
-    got = json.loads(out[out.rindex("\n{") + 1 :])
+    got = _last_json(out)
     assert got["is_relevant"] in (True, False) and 0.0 <= got["p_yes"] <= 1.0
 
 

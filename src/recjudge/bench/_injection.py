@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from recjudge._stats import auc
 from recjudge._util import rng
 from recjudge.cf_models import cached_cf
 from recjudge.data import Dataset, clean_text, item_title, load_dataset, render_item, sample_users
@@ -175,13 +176,6 @@ class _Renderer:
                             domain=self.domain)  # fmt: skip
 
 
-def _auc(pos: list[float], neg: list[float]) -> float | None:
-    if not pos or not neg:
-        return None
-    p, n = np.asarray(pos)[:, None], np.asarray(neg)[None, :]
-    return float(((p > n).sum() + 0.5 * (p == n).sum()) / (p.size * n.size))
-
-
 def _row(cases: list[dict[str, Any]], got: dict[str, tuple[bool, float]]) -> dict[str, Any]:
     """One table row from its cases' (injected, control) verdicts."""
     flips = [got[c["inj"]][0] != got[c["ctl"]][0] for c in cases]
@@ -198,9 +192,9 @@ def _row(cases: list[dict[str, Any]], got: dict[str, tuple[bool, float]]) -> dic
         else None,
         "negatives_yes_control": round(float(np.mean([got[c["ctl"]][0] for c in neg])), 4)
         if neg else None,
-        "auc": _auc([got[c["inj"]][1] for c in cases if c["label"] == 1],
+        "auc": auc([got[c["inj"]][1] for c in cases if c["label"] == 1],
                     [got[c["inj"]][1] for c in neg]),
-        "auc_control": _auc([got[c["ctl"]][1] for c in cases if c["label"] == 1],
+        "auc_control": auc([got[c["ctl"]][1] for c in cases if c["label"] == 1],
                             [got[c["ctl"]][1] for c in neg]),
     }  # fmt: skip
 
@@ -210,9 +204,8 @@ ARMS = (("today", False, "candidate-last"), ("defended", True, "candidate-last")
         ("defended, question last", True, "question-last"))  # fmt: skip
 
 
-def _cases(config: InjectionConfig, ds: Dataset) -> tuple[dict, list, list]:
-    """The requests by name (per layout), the cases and the pairs."""
-    pairs, _ = _pairs(ds, config.users, config.seed)
+def _cases(config: InjectionConfig, ds: Dataset, pairs: list[dict[str, Any]]) -> tuple[dict, list]:
+    """The requests by name (per layout) and the cases, over ``pairs`` (``_pairs``)."""
     ren = _Renderer(ds)
     titles = [ren.item(i)[0] for p in pairs for i in p["history"][-3:]]
     texts = hostile_texts(config.variants, titles)
@@ -232,16 +225,17 @@ def _cases(config: InjectionConfig, ds: Dataset) -> tuple[dict, list, list]:
     for layout in reqs:
         for i, p in enumerate(pairs):
             reqs[layout][f"clean:{i}"] = ren.request(p, config.max_history)
-    return reqs, cases, pairs
+    return reqs, cases
 
 
 def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = True) -> dict:
     """Judge every (text, position, renderer) and its control; write the report."""
     ds = load_dataset(config.data)
-    reqs, cases, pairs = _cases(config, ds)
-    _, train = _pairs(ds, config.users, config.seed)
+    pairs, train = _pairs(ds, config.users, config.seed)
+    reqs, cases = _cases(config, ds, pairs)
     cf = cached_cf("itemknn", train, seed=config.seed)[0] if "brief" in config.modes else None
-    results: dict[str, Any] = {"config": config.model_dump(), "texts": len(cases) // 6,
+    per_text = 2 * len(ARMS)  # two positions, each in every arm
+    results: dict[str, Any] = {"config": config.model_dump(), "texts": len(cases) // per_text,
                                "pairs": len(pairs), "modes": {}}  # fmt: skip
     llm = None
     for mode in config.modes:
@@ -267,7 +261,7 @@ def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = T
             v = [g[f"clean:{i}"] for i in range(len(pairs))]
             clean[layout] = {
                 "yes_rate": round(float(np.mean([x[0] for x in v])), 4),
-                "auc": _auc([x[1] for x, p in zip(v, pairs, strict=True) if p["label"]],
+                "auc": auc([x[1] for x, p in zip(v, pairs, strict=True) if p["label"]],
                             [x[1] for x, p in zip(v, pairs, strict=True) if not p["label"]]),
             }  # fmt: skip
         results["modes"][mode] = {"clean": clean, "rows": rows}

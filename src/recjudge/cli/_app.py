@@ -265,7 +265,7 @@ def data_import(
 ) -> None:
     """Validate your files and write a dataset folder (parquet + card.json) that every
     --data option accepts; says how ratings became events and counts each."""
-    from recjudge.data import DataError, load_from_files, parse_mapping
+    from recjudge.data import DataError, describe_suspicious, load_from_files, parse_mapping
 
     try:
         event_map = parse_mapping(events) if events else None
@@ -286,11 +286,9 @@ def data_import(
         # Said on stderr whatever --json: text a seller or creator wrote that is shaped like
         # an instruction or the judge's answer is the first thing to look at before judging.
         typer.echo(
-            f"warning: {flagged['items']} items hold text shaped like an instruction or an "
-            f"answer ({', '.join(f'{k} {v}' for k, v in flagged['by_family'].items())}; e.g. "
-            f"item ids {', '.join(map(repr, flagged['item_ids'][:5]))}; card.json lists them): a "
-            "judge can be talked into a verdict by such text; check those items, and `recjudge "
-            "audit` of an impute run counts the labels that rest on them",
+            f"warning: {describe_suspicious(flagged)}; card.json lists them: a judge can be "
+            "talked into a verdict by such text; check those items, and `recjudge audit` of "
+            "an impute run counts the labels that rest on them",
             err=True,
         )
     if as_json:

@@ -13,7 +13,6 @@ from recjudge.data._loaders import (
     movielens_event,
     parse_mapping,
     read_table,
-    suspicious_summary,
 )
 from recjudge.data._render import clean_text, item_title, neutralise, render_item
 from recjudge.data._schema import (
@@ -35,7 +34,13 @@ from recjudge.data._splits import (
     timeline_split,
     user_order_key,
 )
-from recjudge.data._suspicious import SUSPICIOUS_FAMILIES, suspicious_items, suspicious_text
+from recjudge.data._suspicious import (
+    SUSPICIOUS_FAMILIES,
+    describe_suspicious,
+    suspicious_items,
+    suspicious_summary,
+    suspicious_text,
+)
 from recjudge.data._titles import TitleScreen
 
 __all__ = [
@@ -51,6 +56,7 @@ __all__ = [
     "TitleScreen",
     "bookcrossing_event",
     "clean_text",
+    "describe_suspicious",
     "export_gistbench",
     "export_recbole",
     "export_tables",

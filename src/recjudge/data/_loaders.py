@@ -22,7 +22,7 @@ from recjudge._registry import Registry
 from recjudge._util import cache_dir, stable_hash
 from recjudge.data._render import render_item
 from recjudge.data._schema import DOMAINS, DataError, Dataset, validate_interactions
-from recjudge.data._suspicious import suspicious_items
+from recjudge.data._suspicious import suspicious_items, suspicious_summary
 
 LOADERS: Registry[Callable[..., Dataset]] = Registry("dataset")
 
@@ -504,16 +504,6 @@ def _suspicious_card(items: pd.DataFrame) -> dict[str, Any]:
     return {"suspicious_text": suspicious_summary(flagged, examples=1000)} if flagged else {}
 
 
-def suspicious_summary(flagged: Mapping[str, list[str]], examples: int = 1000) -> dict[str, Any]:
-    """What ``suspicious_items`` found, for a card or a report: how many items, per family,
-    and the first ``examples`` item ids."""
-    by: dict[str, int] = {}
-    for families in flagged.values():
-        for f in families:
-            by[f] = by.get(f, 0) + 1
-    return {"items": len(flagged), "by_family": by, "item_ids": list(flagged)[:examples]}
-
-
 #: how ratings become events without --positive-rating, as the card and `data import` say it
 STAR_CONVENTION = ("ratings by GISTBench's star convention: 5 -> explicit_positive, 3-4 -> "
                    "implicit_positive, 1-2 -> explicit_negative (--positive-rating R instead: "
@@ -708,22 +698,19 @@ def _recbole_column(df: pd.DataFrame, col: str, table: str, source: Path) -> pd.
     (refused, naming the row); a ``token_seq`` is space-separated, so the genres' own spaces
     become ``_`` and their ``|`` a space."""
     kind = _RECBOLE_TYPES.get(col, "token")
-    values = df[col]
-    text = values.map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v))
-                      else str(v))  # fmt: skip
+    text = df[col].map(lambda v: "" if v is None or (isinstance(v, float) and np.isnan(v))
+                       else str(v))  # fmt: skip
     bad = text.str.contains(r"[\t\r\n]", regex=True)
-    if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0]) + 1
-        if col == "title":  # free text: its whitespace carries no meaning RecBole keeps
-            text = text.str.replace(r"\s+", " ", regex=True)
-        else:
-            raise DataError(
-                "holds a tab or a line break, which RecBole's atomic files cannot carry.",
-                source=f"{source.name} ({table})",
-                row=row,
-                field=col,
-                fix="replace those characters in your ids before importing the data",
-            )
+    if bad.any() and col == "title":  # free text: its whitespace carries no meaning RecBole keeps
+        text = text.str.replace(r"\s+", " ", regex=True)
+    elif bad.any():
+        raise DataError(
+            "holds a tab or a line break, which RecBole's atomic files cannot carry.",
+            source=f"{source.name} ({table})",
+            row=int(np.flatnonzero(bad.to_numpy())[0]) + 1,
+            field=col,
+            fix="replace those characters in your ids before importing the data",
+        )
     if col == "genres":
         text = text.map(lambda g: " ".join(x.strip().replace(" ", "_")
                                            for x in g.split("|") if x.strip()))  # fmt: skip

@@ -15,10 +15,17 @@ be explained and checked: each returns the family it belongs to.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["SUSPICIOUS_FAMILIES", "suspicious_items", "suspicious_text"]
+__all__ = [
+    "SUSPICIOUS_FAMILIES",
+    "describe_suspicious",
+    "suspicious_items",
+    "suspicious_summary",
+    "suspicious_text",
+]
 
 #: family -> pattern; a text is flagged with every family whose pattern it matches
 SUSPICIOUS_FAMILIES: dict[str, re.Pattern[str]] = {
@@ -80,3 +87,19 @@ def suspicious_items(
         if found:
             out[str(item.get("item_id"))] = found
     return out
+
+
+def suspicious_summary(flagged: Mapping[str, list[str]], examples: int = 1000) -> dict[str, Any]:
+    """What ``suspicious_items`` found, for a card or a report: how many items, per family,
+    and the first ``examples`` item ids."""
+    by = Counter(f for families in flagged.values() for f in families)
+    return {"items": len(flagged), "by_family": dict(by), "item_ids": list(flagged)[:examples]}
+
+
+def describe_suspicious(summary: Mapping[str, Any]) -> str:
+    """``suspicious_summary`` in words, as ``data import`` and ``audit`` say it: the count,
+    the families and the first five item ids."""
+    families = ", ".join(f"{k} {v}" for k, v in summary["by_family"].items())
+    ids = ", ".join(map(repr, summary["item_ids"][:5]))
+    return (f"{summary['items']} items hold text shaped like an instruction or an answer "
+            f"({families}; e.g. item ids {ids})")  # fmt: skip

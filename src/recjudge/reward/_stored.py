@@ -134,19 +134,19 @@ def adopt_former(store: Any, asks: Sequence[StoredAsk]) -> int:
                                   if a.key in missing}))  # fmt: skip
 
 
-def adopt_shared(store: Any, shared: Any, asks: Sequence[StoredAsk]) -> int:
-    """Copy into ``store`` the answers ``shared`` (a store every run shares) holds for the
-    questions ``store`` lacks, with each question's request; one transaction. Returns how
-    many were copied (0 without ``shared``)."""
-    if shared is None or not asks:
-        return 0
-    lacking = {a.key: a for a in asks}
-    for k in store.get_many(list(lacking)):
-        del lacking[k]
-    found = shared.get_many(list(lacking)) if lacking else {}
+def adopt_shared(
+    store: Any, shared: Any, lacking: Sequence[StoredAsk]
+) -> dict[str, dict[str, Any]]:
+    """Copy into ``store`` the answers ``shared`` (a store every run shares) holds for
+    ``lacking``, questions ``store`` does not hold, with each question's request; one
+    transaction. Returns the copied results by key (none without ``shared``)."""
+    if shared is None or not lacking:
+        return {}
+    by_key = {a.key: a for a in lacking}
+    found = shared.get_many(list(by_key))
     if found:
-        store.put_many((k, lacking[k].request, r) for k, r in found.items())
-    return len(found)
+        store.put_many((k, by_key[k].request, r) for k, r in found.items())
+    return found
 
 
 def default_result(answer: ConstrainedOutput) -> dict[str, Any]:
@@ -185,8 +185,8 @@ def run_stored(
     """
     unique = list({a.key: a for a in asks}.values())
     adopt_former(store, unique)
-    adopt_shared(store, shared, unique)
     have = store.get_many([a.key for a in unique])
+    have |= adopt_shared(store, shared, [a for a in unique if a.key not in have])
     todo = [a for a in unique if a.key not in have]
     if order is not None and len(todo) > 1:
         todo = order(todo)

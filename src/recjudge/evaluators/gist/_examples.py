@@ -12,7 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from recjudge._util import atomic_write_text
+from recjudge._util import atomic_write_text, keep_as_backup
 from recjudge.data import DataError, sample_users
 
 __all__ = ["EXAMPLE_SYSTEMS", "example_profiles", "write_example_profiles"]
@@ -98,10 +98,7 @@ def write_example_profiles(
                         "FILE.bak-N), or another --out")  # fmt: skip
     profiles = example_profiles(ds, **options)
     for p in there:
-        n = 1
-        while p.with_name(f"{p.name}.bak-{n}").exists():
-            n += 1
-        p.rename(p.with_name(f"{p.name}.bak-{n}"))
+        keep_as_backup(p)
     out.mkdir(parents=True, exist_ok=True)
     for s, p in paths.items():
         atomic_write_text(p, "".join(json.dumps(r) + "\n" for r in profiles[s]))

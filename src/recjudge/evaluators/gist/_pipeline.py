@@ -182,7 +182,9 @@ def _adopted(run: _Run, asks: Sequence[StoredAsk]) -> list[StoredAsk]:
     judge answers copied in (before the meter counts what it lacks)."""
     out = _with_formerly(run, asks)
     adopt_former(run.store, out)
-    adopt_shared(run.store, run.shared, out)
+    if run.shared is not None:
+        missing = set(run.store.missing([a.key for a in out]))
+        adopt_shared(run.store, run.shared, [a for a in out if a.key in missing])
     return out
 
 
@@ -1026,7 +1028,8 @@ def verify_profiles(
     sample = None
     if users is not None:
         interests, sample = _user_sample(interests, len(profiles), users, config.seed)
-        oracle = {u: c for u, c in (oracle or {}).items() if u in set(sample["sampled"])}
+        sampled = set(sample["sampled"])
+        oracle = {u: c for u, c in (oracle or {}).items() if u in sampled}
     chosen = sorted({it.user_id for it in interests} | set(oracle or {}))
     run = _open_run(config, ds, chosen, out, pool, progress, None, answers)
     try:

@@ -29,6 +29,7 @@ import numpy as np
 from recjudge._util import json_loads
 from recjudge.data import (
     DataError,
+    describe_suspicious,
     item_title,
     load_dataset,
     suspicious_items,
@@ -308,11 +309,9 @@ def suspicious_lines(s: Mapping[str, Any]) -> list[str]:
     def r(x: float | None) -> str:
         return "-" if x is None else f"{x:.3f}"
 
-    fams = ", ".join(f"{k} {v}" for k, v in s["by_family"].items())
     return lines + [
-        f"{s['items']} items of the dataset hold such text ({fams}; e.g. item ids "
-        f"{', '.join(map(repr, s['item_ids'][:5]))}). Of the judged pairs, {s['candidate_pairs']} "
-        f"have such a candidate (YES rate {r(s['candidate_yes_rate'])}) and "
+        f"Of the dataset's items, {describe_suspicious(s)}. Of the judged pairs, "
+        f"{s['candidate_pairs']} have such a candidate (YES rate {r(s['candidate_yes_rate'])}) and "
         f"{s['history_pairs']} a user whose history holds one (YES rate "
         f"{r(s['history_yes_rate'])}); the other pairs' YES rate is {r(s['other_yes_rate'])}. "
         "Imputed labels on these pairs rest on text a third party wrote: check them, or "

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from recjudge._judge_options import JUDGE_SUMMARY, JudgeJob, JudgeOptions, Warn
 from recjudge._registry import Registry, suggest
-from recjudge._util import atomic_write_json, json_loads
+from recjudge._util import atomic_write_json, json_loads, keep_as_backup
 from recjudge.data import DataError, load_dataset, read_table
 from recjudge.distributed import ray_executor
 from recjudge.evaluators._circular import (
@@ -324,15 +324,7 @@ def _keep_labelled(out: Path, force: bool) -> str | None:
         raise ValueError(f"--out {out} exists{what}: a gold file a person labels is never "
                          "written over; give another --out, or --force to write it anew "
                          f"(the old file is kept as {out}.bak-N)")  # fmt: skip
-    n = 1
-    while Path(f"{out}.bak-{n}").exists() or Path(f"{out}.bak-{n}.design.json").exists():
-        n += 1
-    backup = Path(f"{out}.bak-{n}")
-    out.rename(backup)
-    record = Path(f"{out}.design.json")
-    if record.exists():
-        record.rename(Path(f"{backup}.design.json"))
-    return str(backup)
+    return str(keep_as_backup(out, (".design.json",)))
 
 
 def gold_text(job: GoldSampleJob, s: dict[str, Any]) -> str:
