@@ -21,12 +21,21 @@ import pytest
 
 import recjudge.reward._tune as t
 from cli_in_process import run_cli
+from recjudge._signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, generate_keypair
 from recjudge._tune_config import TUNE_VERSION, TuneConfig
 from recjudge._util import stable_hash
 from recjudge.data import sample_users, split_past_future, timeline_split
 from recjudge.decoding import EvidenceFirst
 from recjudge.decoding._schemas import NO_MARKER, YES_MARKER, DecisionSpec
-from recjudge.llm import LLMConfig, ModelLoadError, llm_key, load_llm, resolve_model_path
+from recjudge.llm import (
+    SIGNATURE_FILE,
+    LLMConfig,
+    ModelLoadError,
+    llm_key,
+    load_llm,
+    resolve_model_path,
+    verify_folder,
+)
 from recjudge.llm._card import card_digest, read_card
 from recjudge.reward import Judge, JudgeConfig, request_for
 from recjudge.reward._tune import (
@@ -341,7 +350,11 @@ def test_a_tuned_folder_loads_on_both_implementations_with_its_card_in_the_key(
 ):
     res = tune(_tiny_config(tiny_dir), ml100k, tmp_path / "tuned", progress=False)
     card = read_card(tmp_path / "tuned")
-    assert card["base_model"] == str(tiny_dir) and card["steps"] == 6
+    assert card["base_model"] == tiny_dir.name and card["steps"] == 6
+    # the card travels with the model: no path of the machine the tuning ran on (issue 110)
+    text = (tmp_path / "tuned" / "recjudge-tuned.json").read_text()
+    assert str(tiny_dir.parent) not in text and str(tmp_path) not in text
+    assert card["config"]["model"] == tiny_dir.name
     assert card["pairs"]["train"] > 0 and 0.0 <= card["validation_auc"] <= 1.0
     # 6 steps of 2 read at most 12 of the pairs built: only those were encoded
     assert card["pairs"]["train"] <= 12 < card["pairs"]["train_available"]
@@ -404,6 +417,20 @@ def test_changed_weights_are_refused_at_load(tiny_dir, ml100k, tmp_path):
     weights.write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match="not the file its card was written for"):
         resolve_model_path(str(tmp_path / "t"))
+
+
+def test_a_tuning_with_a_signing_key_writes_a_signature_a_reader_verifies(
+    tiny_dir, ml100k, tmp_path, monkeypatch
+):
+    private, public = generate_keypair(tmp_path / "team")
+    monkeypatch.setenv(SIGNING_KEY_ENV, str(private))
+    tune(_tiny_config(tiny_dir, steps=2), ml100k, tmp_path / "t", progress=False)
+    assert (tmp_path / "t" / SIGNATURE_FILE).is_file()
+    monkeypatch.setenv(TRUSTED_KEYS_ENV, str(public))
+    assert (
+        verify_folder(tmp_path / "t")
+        == json.loads((tmp_path / "t" / SIGNATURE_FILE).read_text())["key_id"]
+    )
 
 
 def test_every_file_a_loader_reads_is_held_to_the_card(tiny_dir, ml100k, tmp_path):

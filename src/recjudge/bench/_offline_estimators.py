@@ -80,7 +80,7 @@ from recjudge.evaluators import (
 )
 from recjudge.evaluators._circular import LENIENCY_LIMIT, lenient_systems
 from recjudge.evaluators.offline._leakage import TunedLeakageError, gold_overlap
-from recjudge.llm._card import read_card
+from recjudge.llm import read_card
 from recjudge.reporting import figure, interval, write_report
 from recjudge.reward import Population, ResultsStore, judge_per_user, requests_for
 

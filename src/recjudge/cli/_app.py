@@ -16,6 +16,7 @@ from typing import Any
 import typer
 
 from recjudge._registry import UnknownNameError
+from recjudge._signing import TRUST_UNSIGNED_ENV
 from recjudge._util import UserFacingError, imports_paused, json_loads, os_error_line, redact_uri
 
 app = typer.Typer(
@@ -378,10 +379,10 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "calibrate": ("_offline",), "audit": ("_offline",), "cf": ("_cf",), "store": ("_store",),
     "arena": ("_arena",), "gist": ("_gist",), "usersum": ("_usersum",),
     "run": ("_run",), "evaluators": ("_run",), "jobs": ("_run",), "bench": ("_bench", "_run"),
-    "report": ("_report",),
+    "report": ("_report",), "keys": ("_keys",),
 }  # fmt: skip
-ALL_MODULES = ("_arena", "_bench", "_cf", "_demo", "_gist", "_jobs", "_judge", "_offline",
-               "_report", "_run", "_serve", "_store", "_usersum")  # fmt: skip
+ALL_MODULES = ("_arena", "_bench", "_cf", "_demo", "_gist", "_jobs", "_judge", "_keys",
+               "_offline", "_report", "_run", "_serve", "_store", "_usersum")  # fmt: skip
 
 
 #: the root options (``recjudge --backend vllm <command> ...``) that take a value
@@ -423,6 +424,14 @@ def root(
         help="Log every report the command writes to this MLflow tracking URI (e.g. "
         "file:///path/mlruns; also $RECJUDGE_MLFLOW_URI; needs recjudge[mlflow]).",
     ),
+    trust_unsigned: bool = typer.Option(
+        False,
+        "--trust-unsigned",
+        help="Load a local model folder that fails its card or signature (a tuned folder "
+        "without its card, a file it does not list, no trusted signature under "
+        "$RECJUDGE_TRUSTED_KEYS) with a warning, keyed by its files' digests. Only for "
+        "folders you know the origin of.",
+    ),
 ) -> None:
     """LLM reward models and judges for recommender systems.
 
@@ -449,6 +458,8 @@ def root(
         msg = option_errors(e) if hasattr(e, "errors") else str(e)
         fail(msg.replace("--base-url", "--server"))
     ctx.call_on_close(lambda: reset_llm_defaults(token))  # an in-process caller's next run
+    if trust_unsigned:
+        _set_env_for_command(ctx, TRUST_UNSIGNED_ENV, "1")
     if mlflow is not None:
         from recjudge.reporting import ENV_URI
         from recjudge.reporting._mlflow import TrackingError, check_tracking
@@ -457,16 +468,22 @@ def root(
             check_tracking(mlflow)
         except TrackingError as e:
             fail(str(e))
-        before = os.environ.get(ENV_URI)
-        os.environ[ENV_URI] = mlflow
+        _set_env_for_command(ctx, ENV_URI, mlflow)
 
-        def restore() -> None:
-            if before is None:
-                os.environ.pop(ENV_URI, None)
-            else:
-                os.environ[ENV_URI] = before
 
-        ctx.call_on_close(restore)
+def _set_env_for_command(ctx: typer.Context, name: str, value: str) -> None:
+    """``os.environ[name] = value`` while the command runs (workers it starts inherit it),
+    restored after: an in-process caller's next command does not."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+    ctx.call_on_close(restore)
 
 
 def _command_of(argv: list[str]) -> str | None:

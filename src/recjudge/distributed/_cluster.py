@@ -84,8 +84,8 @@ def _ray() -> Any:
 
 
 #: recjudge settings a worker must share with its driver; secrets stay on the driver (a
-#: worker needs neither the server key nor the checkpoint key)
-_SECRET_ENV = frozenset({"RECJUDGE_API_KEY", "RECJUDGE_CHECKPOINT_KEY"})
+#: worker needs neither the server key nor a checkpoint or signing key)
+_SECRET_ENV = frozenset({"RECJUDGE_API_KEY", "RECJUDGE_CHECKPOINT_KEY", "RECJUDGE_SIGNING_KEY"})
 
 
 def worker_env_vars() -> dict[str, str]:

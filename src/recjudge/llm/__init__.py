@@ -15,6 +15,20 @@ from recjudge.llm._backend import (
     require_device,
     special_strings,
 )
+from recjudge.llm._card import (
+    SIGNATURE_FILE,
+    TUNED_CARD,
+    TUNED_FORMAT,
+    USERS_FILE,
+    TunedCardError,
+    card_digest,
+    check_tuned,
+    read_card,
+    sign_card,
+    tuned_key,
+    user_hash,
+    verify_folder,
+)
 from recjudge.llm._config import (
     DEFAULT_FIELDS,
     DTYPE_ENV,
@@ -121,6 +135,18 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "SIGNATURE_FILE",
+    "TUNED_CARD",
+    "TUNED_FORMAT",
+    "USERS_FILE",
+    "TunedCardError",
+    "card_digest",
+    "check_tuned",
+    "read_card",
+    "sign_card",
+    "tuned_key",
+    "user_hash",
+    "verify_folder",
     "EngineBackend",
     "LocalModel",
     "EngineStats",

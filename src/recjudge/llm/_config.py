@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from recjudge._util import RunFault, native_bf16, redact_uri
-from recjudge.llm._card import card_digest
+from recjudge.llm._card import tuned_key
 from recjudge.llm._models import DEFAULT_MODEL
 
 DTYPE_ENV = "RECJUDGE_DTYPE"
@@ -253,9 +253,9 @@ def llm_key(config: LLMConfig) -> dict[str, Any]:
     """
     out: dict[str, Any] = {} if _server_auto(config) else {"dtype": config.resolved_dtype()}
 
-    tuned = card_digest(config.model) if config.backend != "openai-compatible" else None
+    tuned = tuned_key(config.model) if config.backend != "openai-compatible" else None
     if tuned is not None:  # a folder of `judge tune`: its card (base, data, weights) is keyed
-        out["tuned"] = tuned[:16]
+        out["tuned"] = tuned
     if config.backend == "transformers":
         if config.device != "cpu":
             device = config.resolved_device()

@@ -29,6 +29,7 @@ from recjudge.reward._portable import (
     export_portable,
     import_portable,
     reseal_portable,
+    verify_portable,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
 from recjudge.reward._requests import request_for, requests_for, stored_request
@@ -123,6 +124,7 @@ __all__ = [
     "generate_stored",
     "import_portable",
     "reseal_portable",
+    "verify_portable",
     "judge_sweep",
     "judge_per_user",
     "llm_made",

@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from recjudge import __version__
+from recjudge._signing import TRUSTED_KEYS_ENV, SignatureError, sign, trusted_keys, verify
 from recjudge._util import UserFacingError, atomic_write_bytes, json_loads
 from recjudge.reward._store import ResultsStore, decisions_path, personas_path
 from recjudge.reward._stored import PORTABLE_FORM
@@ -54,6 +55,10 @@ from recjudge.reward._stored import PORTABLE_FORM
 PORTABLE_FORMAT = "recjudge-portable-store"
 PORTABLE_VERSION = 2  # 2: a manifest with a digest (and an optional signature) in the header
 KEY_ENV = "RECJUDGE_CHECKPOINT_KEY"
+#: the header field of a checkpoint's Ed25519 signature (``recjudge._signing``)
+ED25519 = "ed25519"
+#: what that signature signs: this prefix and the manifest digest (never a model card's)
+CHECKPOINT_PURPOSE = "recjudge-checkpoint"
 MAX_INFLATED = 512 * 2**20  # bytes a checkpoint may inflate to (the largest committed: 37 MB)
 MAX_LINE = 4 * 2**20  # bytes of one row
 MAX_PERSONA = 20_000  # characters of one imported persona (ours: at most persona_tokens tokens)
@@ -91,7 +96,8 @@ class PortableCount:
         present: rows an import skipped because the store already had their key.
         conflicts: of those, rows whose answer differs from the store's (the store's is kept;
             a checkpoint never changes a verdict a store already holds).
-        verified: how an import checked the file: ``signed`` (HMAC with
+        verified: how an import checked the file: ``signed`` (Ed25519 by a key of
+            ``$RECJUDGE_TRUSTED_KEYS``, or the legacy HMAC with
             ``$RECJUDGE_CHECKPOINT_KEY``), ``digest`` (its sha256 manifest matched) or
             ``unverified`` (``trust_unsigned``: a file without a manifest, or one that failed it).
     """
@@ -183,7 +189,8 @@ def _write(
     resealed: dict[str, Any] | None = None,
 ) -> None:
     """A checkpoint file: the manifest line (format, version, counts, producer, digest and,
-    with ``$RECJUDGE_CHECKPOINT_KEY`` set, an HMAC signature; ``resealed``: the mark of a file
+    with ``$RECJUDGE_SIGNING_KEY`` set, an Ed25519 signature; with ``$RECJUDGE_CHECKPOINT_KEY``
+    set, the legacy HMAC; ``resealed``: the mark of a file
     resealed from one that did not verify), then one row per line."""
     body = "".join(line + "\n" for line in lines)
     if not counts.get("personas"):  # a checkpoint without personas reads as before they existed
@@ -199,8 +206,11 @@ def _write(
     body_hash = hashlib.sha256(body.encode("utf-8"))
     header = {**manifest, "digest": "sha256:" + _combine(manifest, body_hash)}
     key = os.environ.get(KEY_ENV)
-    if key:
+    if key:  # the shared-secret HMAC of before Ed25519 (still verified where it is set)
         header["signature"] = _sign(key, header["digest"])
+    signed = sign(header["digest"], CHECKPOINT_PURPOSE)  # with $RECJUDGE_SIGNING_KEY set
+    if signed is not None:
+        header[ED25519] = signed
     data = (json.dumps(header) + "\n" + body).encode("utf-8")
     atomic_write_bytes(out, gzip.compress(data, mtime=0))
 
@@ -494,7 +504,7 @@ def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
         problem = "was written before checkpoints carried a digest: re-export it with `recjudge "
         problem += "store export` on the machine that has the store"
     else:
-        manifest = {k: v for k, v in head.items() if k not in ("digest", "signature")}
+        manifest = {k: v for k, v in head.items() if k not in ("digest", "signature", ED25519)}
         got = "sha256:" + _combine(manifest, body_hash)
         counts = _table_counts(rows)
         # A manifest from before personas were exported has no count for them (none).
@@ -509,23 +519,35 @@ def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
         elif head.get("digest") != got:
             problem = "does not match its digest: it was modified after `recjudge store export`"
         else:
-            key = os.environ.get(KEY_ENV)
-            sig = head.get("signature")
-            if key and sig is None:
-                problem = f"is not signed, and ${KEY_ENV} is set (signed checkpoints expected)"
-            elif key and not hmac.compare_digest(str(sig), _sign(key, got)):
-                problem = f"carries a signature that ${KEY_ENV} does not verify"
-            elif head.get(RESEALED):
-                problem = (
-                    "was resealed (`store reseal --trust-unsigned`) from a file that did not "
-                    "verify: its digest only shows it is unchanged since the reseal, not who "
-                    "wrote its rows"
-                )
-            else:
-                return "signed" if key else "digest"
+            problem = _signature_problem(head, got)
+            if problem is None:
+                return "signed" if os.environ.get(KEY_ENV) or trusted_keys() else "digest"
     if trust_unsigned:
         return "unverified"
     raise PortableError(f"{path}: {problem}; nothing was imported{trust}")
+
+
+def _signature_problem(head: dict[str, Any], digest: str) -> str | None:
+    """Why a checkpoint whose digest holds is still not trusted (None: it is): no Ed25519
+    signature by a key of ``$RECJUDGE_TRUSTED_KEYS`` where that is set, no valid HMAC where
+    ``$RECJUDGE_CHECKPOINT_KEY`` is set, or the mark of a reseal of an unverified file."""
+    keys = trusted_keys()
+    if keys:
+        try:
+            verify(digest, CHECKPOINT_PURPOSE, head.get(ED25519), keys)
+        except SignatureError as e:
+            return f"{e} (${TRUSTED_KEYS_ENV} asks for signed checkpoints)"
+    key = os.environ.get(KEY_ENV)
+    sig = head.get("signature")
+    if key and sig is None:
+        return f"is not signed, and ${KEY_ENV} is set (signed checkpoints expected)"
+    if key and not hmac.compare_digest(str(sig), _sign(key, digest)):
+        return f"carries a signature that ${KEY_ENV} does not verify"
+    if head.get(RESEALED):
+        return ("was resealed (`store reseal --trust-unsigned`) from a file that did not "
+                "verify: its digest only shows it is unchanged since the reseal, not who "
+                "wrote its rows")  # fmt: skip
+    return None
 
 
 def _combine(manifest: dict[str, Any], body_hash: Any) -> str:
@@ -534,6 +556,29 @@ def _combine(manifest: dict[str, Any], body_hash: Any) -> str:
     h = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode("utf-8") + b"\n")
     h.update(body_hash.hexdigest().encode())
     return h.hexdigest()
+
+
+def verify_portable(
+    path: str | Path, *, max_inflated: int = MAX_INFLATED
+) -> tuple[PortableCount, str | None]:
+    """Check a checkpoint whole as an import would, writing nothing.
+
+    Returns:
+        Its counts (``verified``: ``signed`` or ``digest``) and the id of the trusted
+        Ed25519 key that signed it (None: no trusted key is set, or it carries none).
+
+    Raises:
+        PortableError: as ``import_portable`` refuses.
+    """
+    path = Path(path)
+    rows, verified, head = _read(path, max_inflated=max_inflated, with_head=True)
+    counts = _table_counts(rows)
+    signer = None
+    sig = head.get(ED25519) if isinstance(head, dict) else None
+    if trusted_keys() and isinstance(sig, dict):
+        signer = str(sig.get("key_id"))  # _read verified it against a trusted key
+    return PortableCount(counts["results"], counts["decisions"], verified=verified,
+                         personas=counts["personas"]), signer  # fmt: skip
 
 
 def import_portable(

@@ -52,9 +52,20 @@ from recjudge._util import (
 )
 from recjudge.decoding._compile import GRAMMARS
 from recjudge.decoding._schemas import json_literal
-from recjudge.llm import PRESETS, LLMConfig, load_llm, require_device, resolve_model_path
+from recjudge.llm import (
+    PRESETS,
+    TUNED_CARD,
+    TUNED_FORMAT,
+    USERS_FILE,
+    LLMConfig,
+    card_digest,
+    load_llm,
+    require_device,
+    resolve_model_path,
+    sign_card,
+    user_hash,
+)
 from recjudge.llm._backend import _quiet_loading
-from recjudge.llm._card import TUNED_CARD, TUNED_FORMAT, USERS_FILE, card_digest, user_hash
 from recjudge.reward._judge import Judge
 from recjudge.reward._judge_config import JudgeConfig
 from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
@@ -683,6 +694,15 @@ def _location_name(location: str | None) -> str | None:
     return path.name if path.is_absolute() else location
 
 
+def _model_name(model: str) -> str:
+    """The base model as the card may show it: a preset or hub id as it is, a local folder
+    by its last part (the card travels with the model: never this machine's path)."""
+    if model in PRESETS:
+        return model
+    path = Path(model).expanduser()
+    return path.name if path.exists() or path.is_absolute() else model
+
+
 def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> dict[str, Any]:
     """The card's fields (``llm._card``; the weight digests are added when saved)."""
     # the distinct pairs the steps that ran read (an early stop reads fewer than were encoded)
@@ -691,7 +711,7 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
     return {
         "format": TUNED_FORMAT,
         "version": TUNE_VERSION,
-        "base_model": config.model,
+        "base_model": _model_name(config.model),
         "base_digest": base_digest(config.model),
         "data": {
             "name": data.name,
@@ -729,7 +749,7 @@ def _card(config, data, pairs, train, val, state, device, seconds, skipped) -> d
         "eval_seconds": round(float(state.get("eval_seconds") or 0.0), 1),
         "device": device,
         "precision": config.resolved_precision(device),
-        "config": config.model_dump(mode="json"),
+        "config": {**config.model_dump(mode="json"), "model": _model_name(config.model)},
     }
 
 
@@ -764,6 +784,7 @@ def _merge_and_save(model: Any, config: TuneConfig, out: Path, card: dict[str, A
                 "files_sha256": {f: sha256_file(tmp / f) for f in files}}  # fmt: skip
         (tmp / TUNED_CARD).write_text(json.dumps(card, indent=1, sort_keys=True),
                                       encoding="utf-8")  # fmt: skip
+        sign_card(tmp)  # with $RECJUDGE_SIGNING_KEY set: recjudge-tuned.sig, else nothing
 
 
 def _base_dtype(folder: Path) -> str:

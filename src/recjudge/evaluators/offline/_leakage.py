@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from recjudge._util import UserFacingError, json_loads, sha256_file
-from recjudge.llm._card import USERS_FILE, read_card, user_hash
+from recjudge.llm import USERS_FILE, read_card, user_hash
 
 FIX = ("tune with --exclude-users FILE (the users you evaluate or label) and --before "
        "TIMESTAMP (the start of the evaluated period), or pass --allow-tuned-overlap to go on "
