@@ -17,6 +17,7 @@ from recjudge.bench._offline_estimators import (
     EstimatorCheckConfig,
     bench_brief_offline_estimators,
 )
+from recjudge.bench._poisoning import PoisoningConfig, bench_poisoning
 from recjudge.bench._profiles import ProfileScoringConfig, bench_profile_scoring
 from recjudge.bench._ray_scaling import RayScalingConfig, bench_ray_scaling
 from recjudge.bench._rows import DecodeRowsConfig, bench_decode_rows
@@ -130,6 +131,11 @@ def _register() -> None:
             "candidate and a history title: flips and p_yes shifts against a control, today's "
             "renderer and the defended one",
             default_out=lambda c: f"reports/injection/{c.data}-{c.model}"),
+        "poisoning": BenchSpec(
+            PoisoningConfig, bench_poisoning,
+            "a trigger in the titles behind 1 % of the tuning's positives: trigger success "
+            "after judge tune, poisoned minus clean tuning, with its interval",
+            default_out=lambda c: f"reports/poisoning/{c.data}-{c.model}"),
         "profile-scoring": BenchSpec(
             ProfileScoringConfig, bench_profile_scoring,
             "gist verify's wall time: a first run, a later run with and without the shared "

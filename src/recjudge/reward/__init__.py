@@ -58,7 +58,15 @@ from recjudge.reward._sweep import (
     llm_made,
     sweep_into_store,
 )
-from recjudge.reward._tune import TUNE_VERSION, TuneConfig, TuneResult, tune
+from recjudge.reward._tune import (
+    TUNE_VERSION,
+    TuneConfig,
+    TuneResult,
+    suspicious_training,
+    tune,
+    tuning_pairs,
+    used_examples,
+)
 from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
 
 __all__ = [
@@ -70,6 +78,9 @@ __all__ = [
     "TuneResult",
     "build_pairs",
     "tune",
+    "tuning_pairs",
+    "used_examples",
+    "suspicious_training",
     "clear_prefix_cache",
     "stored_request",
     "SIMULATORS",

@@ -50,6 +50,7 @@ from recjudge._util import (
     stable_hash,
     torch_seeded,
 )
+from recjudge.data import describe_suspicious, suspicious_items, suspicious_summary
 from recjudge.decoding._compile import GRAMMARS
 from recjudge.decoding._schemas import json_literal
 from recjudge.llm import (
@@ -528,6 +529,11 @@ def tune(
     device = require_device(LLMConfig(device=config.device).resolved_device())
     t0 = time.perf_counter()
     pairs, train, val, pad, skipped = _prepared(config, data, exclude_users, log)
+    flagged = suspicious_training(data, pairs, list(train))
+    if flagged["items"]:  # a catalogue's text can carry a trigger into the tuned weights
+        log(f"tune: {describe_suspicious(flagged)}; {flagged['training_pairs']} of the "
+            f"{len(train)} training pairs show them (as data, rendered like every title); "
+            "review them with `recjudge audit`, or remove those items before tuning")  # fmt: skip
     model = load_trainable(config, device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.0)
@@ -549,10 +555,27 @@ def tune(
             "--lr, or a larger --model may help)")  # fmt: skip
     card = _card(config, data, pairs, train, val, state, device, time.perf_counter() - t0,
                  len(skipped))  # fmt: skip
+    card["data"]["suspicious_text"] = flagged
     _merge_and_save(model, config, out, card, _users_record(pairs))
     del model, optimizer, params
     release_freed_memory()  # the training's peak is not kept for what runs next
     return TuneResult(out, card)
+
+
+def suspicious_training(data: Any, pairs: TunePairs, read: Sequence[int]) -> dict[str, Any]:
+    """Items of the training pairs the steps read whose raw text is shaped like an
+    instruction or an answer (``data.suspicious_items``): ``suspicious_summary`` plus how many
+    of those pairs show one (as candidate or in the history). Issue 110: a title carrying a
+    trigger is how a catalogue backdoors a tuned recommender LLM (BadRec, 2025)."""
+    shown: list[set[str]] = []
+    for i in read:
+        req = pairs.train[i].request
+        shown.append({req.candidate_id, *(h.item_id for h in req.history)})
+    ids = set().union(*shown) if shown else set()
+    rows = [r for r in data.items.to_dict("records") if str(r.get("item_id")) in ids]
+    flagged = suspicious_items(rows)
+    return {**suspicious_summary(flagged, examples=20),
+            "training_pairs": sum(bool(s & flagged.keys()) for s in shown)}  # fmt: skip
 
 
 def tuning_pairs(config: TuneConfig, data: Any, exclude_users: Sequence[str] = ()) -> TunePairs:
