@@ -57,6 +57,45 @@ def test_every_package_imports_only_the_layers_below_it():
     assert not wrong, "\n".join(wrong)
 
 
+def test_a_package_reaches_another_only_through_its_public_names():
+    """Issue 114: ``from recjudge.reward._judge import Judge`` in another package couples it
+    to a private module that may move; ``from recjudge.reward import Judge`` does not. The
+    shared modules (``recjudge._util``, ...) are below every package and exempt."""
+    wrong = []
+    for f in sorted(ROOT.rglob("*.py")):
+        rel = f.relative_to(ROOT)
+        own = rel.parts[0] if len(rel.parts) > 1 else None
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                continue
+            parts = node.module.split(".")
+            if parts[0] != "recjudge" or len(parts) < 2 or parts[1].startswith("_"):
+                continue
+            if parts[1] == own:
+                continue
+            private = [p for p in parts[2:] if p.startswith("_")]
+            names = [a.name for a in node.names if a.name.startswith("_")]
+            if private or names:
+                wrong.append(f"{rel}:{node.lineno} from {node.module} import "
+                             f"{', '.join(a.name for a in node.names)}")  # fmt: skip
+    assert not wrong, "\n".join(wrong)
+
+
+#: the longest class a reader takes in (issue 114)
+MAX_CLASS_LINES = 300
+
+
+def test_no_class_is_longer_than_three_hundred_lines():
+    long = []
+    for f in sorted(ROOT.rglob("*.py")):
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ClassDef):
+                n = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+                if n > MAX_CLASS_LINES:
+                    long.append(f"{f.relative_to(ROOT)}:{node.lineno} {node.name}: {n} lines")
+    assert not long, "\n".join(long)
+
+
 #: the longest function body a reader takes in at once (issue 90: none over 80 lines)
 MAX_FUNCTION_LINES = 80
 

@@ -52,7 +52,8 @@ def test_the_check_reproduces_the_cards_validation_auc(tiny_dir, ml100k, tmp_pat
                     device="cpu", lr=1e-2)  # fmt: skip
     tune(tc, log, tmp_path / "tuned", exclude_users=users, progress=False)
     card = read_card(tmp_path / "tuned")
-    got = teacher_forced_check(SimpleNamespace(bootstrap=20, seed=0), ml100k, past, reqs,
+    got = teacher_forced_check(SimpleNamespace(bootstrap=20, seed=0, model=str(tiny_dir)),
+                               ml100k, past, reqs,
                                users, tmp_path / "tuned", card)  # fmt: skip
     assert got["models"] == ["base", "tuned, adapter as trained (fp32)",
                              "tuned, merged folder (fp32 load)"]  # fmt: skip

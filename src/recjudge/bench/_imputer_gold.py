@@ -39,9 +39,16 @@ from recjudge.bench._offline_estimators import (
     synthetic_name,
 )
 from recjudge.evaluators import linear_values, listed_pairs, parse_metric, ppi_run
-from recjudge.evaluators.offline._calibrate import apply_map, fit_isotonic
-from recjudge.evaluators.offline._supervised import fit_imputer, logit, refit_draws
-from recjudge.evaluators.offline._transport import bound_levels, residual_interval, transport_check
+from recjudge.evaluators.offline import (
+    apply_map,
+    bound_levels,
+    fit_imputer,
+    fit_isotonic,
+    logit,
+    refit_draws,
+    residual_interval,
+    transport_check,
+)
 
 #: the supervised imputers compared (``evaluators.offline._supervised`` methods)
 SUPERVISED = ("logistic", "boosting")

@@ -61,6 +61,7 @@ from recjudge.bench._offline import (
 from recjudge.cf_models import SideInfo, calibrate_on, calibrated_cf
 from recjudge.data import Dataset, leave_one_out, load_dataset
 from recjudge.evaluators import (
+    LENIENCY_LIMIT,
     GoldSample,
     RecRun,
     RunCheck,
@@ -68,6 +69,7 @@ from recjudge.evaluators import (
     evaluation_users,
     fit_isotonic,
     kendall_tau,
+    lenient_systems,
     linear_values,
     list_overlap,
     listed_pairs,
@@ -78,8 +80,7 @@ from recjudge.evaluators import (
     sample_gold,
     snips_normaliser,
 )
-from recjudge.evaluators._circular import LENIENCY_LIMIT, lenient_systems
-from recjudge.evaluators.offline._leakage import TunedLeakageError, gold_overlap
+from recjudge.evaluators.offline import TunedLeakageError, gold_overlap
 from recjudge.llm import read_card
 from recjudge.reporting import figure, interval, write_report
 from recjudge.reward import Population, ResultsStore, judge_per_user, requests_for

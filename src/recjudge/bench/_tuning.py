@@ -45,7 +45,7 @@ from recjudge.bench._brief import (
 from recjudge.bench._brief_stats import setting_difference
 from recjudge.bench._tuning_check import check_lines, teacher_forced_check
 from recjudge.data import load_dataset
-from recjudge.evaluators.offline._supervised import features_of, fit_imputer
+from recjudge.evaluators.offline import features_of, fit_imputer
 from recjudge.llm import read_card
 from recjudge.reporting import write_report
 from recjudge.reward import TuneConfig, tune

@@ -34,17 +34,18 @@ import numpy as np
 
 from recjudge._stats import bootstrap_ci, labelled_auc, user_draws
 from recjudge._util import release_freed_memory
-from recjudge.llm._backend import _quiet_loading
-from recjudge.reward import TuneConfig, TunePair
-from recjudge.reward._tune import (
+from recjudge.llm import quiet_loading
+from recjudge.reward import (
     BEST_FILE,
-    _base_folder,
-    _examples,
-    _set_lora,
+    TuneConfig,
+    TunePair,
+    base_folder,
     decision_scores,
+    encode_examples,
     load_trainable,
     pad_id,
     prompting_judge,
+    set_lora,
     tuning_pairs,
 )
 
@@ -56,7 +57,7 @@ def _fp32(folder: Path) -> Any:
     import torch
     from transformers import AutoModelForCausalLM
 
-    with _quiet_loading():
+    with quiet_loading():
         return AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
 
 
@@ -66,7 +67,7 @@ def _adapter(tc: Any, work: Path) -> Any | None:
     if not (work / BEST_FILE).is_file():
         return None
     model = load_trainable(tc, "cpu")
-    _set_lora(model, work / BEST_FILE)
+    set_lora(model, work / BEST_FILE)
     return model.eval()
 
 
@@ -124,21 +125,23 @@ def teacher_forced_check(
         {...paired_auc against the base}}}, "card": {"validation_auc_before",
         "validation_auc"}}``.
     """
-    tc = TuneConfig(**card["config"])
+    # the card names a local base folder by its name only (no machine path): the base is
+    # the bench's own model
+    tc = TuneConfig(**{**card["config"], "model": config.model})
     pair_sets, rule = _sets(tc, ds, past, reqs, users)
     judge = prompting_judge(tc)
     pad = pad_id(judge)
     examples, info = {}, {}
     for name, pairs in pair_sets.items():
         skipped: list[str] = []
-        enc = _examples(judge, pairs, rule, skipped)
+        enc = encode_examples(judge, pairs, rule, skipped)
         examples[name] = ([enc[i] for i in sorted(enc)],
                           [pairs[i].request.user_id for i in sorted(enc)])  # fmt: skip
         info[name] = {"pairs": len(enc), "users": len(set(examples[name][1])),
                       "positive": sum(e.label for e in examples[name][0]),
                       "skipped": len(skipped)}  # fmt: skip
     del judge
-    loaders = {"base": lambda: _fp32(_base_folder(tc.model)),
+    loaders = {"base": lambda: _fp32(base_folder(tc.model)),
                "tuned, adapter as trained (fp32)": lambda: _adapter(tc, Path(f"{folder}.tune")),
                "tuned, merged folder (fp32 load)": lambda: _fp32(folder)}  # fmt: skip
     scores: dict[str, dict[str, list[float]]] = {}

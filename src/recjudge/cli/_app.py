@@ -461,8 +461,7 @@ def root(
     if trust_unsigned:
         _set_env_for_command(ctx, TRUST_UNSIGNED_ENV, "1")
     if mlflow is not None:
-        from recjudge.reporting import ENV_URI
-        from recjudge.reporting._mlflow import TrackingError, check_tracking
+        from recjudge.reporting import ENV_URI, TrackingError, check_tracking
 
         try:  # before the job: a bad URI is one line now, not after an hour's work
             check_tracking(mlflow)

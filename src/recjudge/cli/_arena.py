@@ -68,7 +68,7 @@ def arena_summarize(
     """All aggregates from per-comparison records alone (no model needed)."""
     from recjudge.data import DataError
     from recjudge.evaluators import order_stats, summarize
-    from recjudge.evaluators.offline._audit import verdict_records
+    from recjudge.evaluators.offline import verdict_records
 
     try:
         records, repeats = verdict_records(verdicts, "give a JSONL file of user_id, system_a, "

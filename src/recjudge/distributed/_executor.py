@@ -43,14 +43,11 @@ from recjudge.distributed._ray_data_llm import stream_on_ray_data_llm
 from recjudge.distributed._run import RayRun
 from recjudge.distributed._worker import JudgeWorker, call_units
 from recjudge.llm import LLMConfig, resolve_llm_config
-from recjudge.reward import history_sent
-from recjudge.reward._judgment import Judgment
+from recjudge.reward import Judgment, history_sent
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMConfig
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judgment import Judgment
-    from recjudge.reward._plan import JudgePlan
+    from recjudge.reward import Judge, JudgePlan, Judgment
 
 log = logging.getLogger(__name__)
 

@@ -23,16 +23,21 @@ from recjudge._util import RunFault, first_line
 from recjudge.decoding import engine_stage
 from recjudge.distributed._cluster import RayClusterError
 from recjudge.llm import RayDataLLM, fingerprint, run_requests
-from recjudge.reward._call import call_job, decoded, judgment_of, prompts_for
-from recjudge.reward._judge import Judge
-from recjudge.reward._judgment import RECORDED_ERRORS, error_text
+from recjudge.reward import (
+    RECORDED_ERRORS,
+    Judge,
+    call_job,
+    decoded,
+    error_text,
+    judgment_of,
+    prompts_for,
+)
 
 if TYPE_CHECKING:
     from recjudge._ray_config import RayConfig
     from recjudge.distributed._run import RayRun
     from recjudge.llm import RayDataLLM
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judgment import Judgment
+    from recjudge.reward import Judge, Judgment
 
 log = logging.getLogger(__name__)
 

@@ -10,8 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMConfig
-    from recjudge.reward._judge import Judge
-    from recjudge.reward._judgment import JudgeRequest, Judgment
+    from recjudge.reward import Judge, JudgeRequest, Judgment
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,10 @@ import numpy as np
 
 from recjudge._util import RunFault
 from recjudge.llm import LLMConfig
-from recjudge.reward._judge import Judge
-from recjudge.reward._judge_config import JudgeConfig
-from recjudge.reward._judgment import JudgeRequest, Judgment, error_text
-from recjudge.reward._prompt import HistoryItem
+from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest, Judgment, error_text
 
 if TYPE_CHECKING:
-    from recjudge.reward._judgment import JudgeRequest
+    from recjudge.reward import JudgeRequest
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 from recjudge.llm._backend import (
     TransformersBackend,
     escape_special,
+    quiet_loading,
     require_device,
     special_strings,
 )
@@ -135,6 +136,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "quiet_loading",
     "SIGNATURE_FILE",
     "TUNED_CARD",
     "TUNED_FORMAT",

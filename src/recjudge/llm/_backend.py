@@ -100,7 +100,7 @@ def require_device(device: str) -> str:
 
 
 @contextmanager
-def _quiet_loading() -> Iterator[None]:
+def quiet_loading() -> Iterator[None]:
     """transformers' weight-loading progress bar off for the block (restored after)."""
     from transformers.utils import logging as hf_logging
 
@@ -163,7 +163,7 @@ class TransformersBackend:
 
                 # never transformers' torch.load fallback (a pickle); GGUF files are no pickle
                 safe = {} if kwargs else {"use_safetensors": True}
-                with _quiet_loading():  # a per-tensor bar would break into the caller's bar
+                with quiet_loading():  # a per-tensor bar would break into the caller's bar
                     model = AutoModelForCausalLM.from_pretrained(
                         source, dtype=dtype, **kwargs, **safe
                     )
@@ -182,7 +182,7 @@ class TransformersBackend:
             import torch
             from transformers import AutoModelForCausalLM
 
-            with _quiet_loading():
+            with quiet_loading():
                 twin = AutoModelForCausalLM.from_pretrained(
                     self._source, dtype=getattr(torch, self.dtype), **self._load_kwargs
                 )

@@ -3,7 +3,13 @@
 from recjudge.reporting._figure import figure
 from recjudge.reporting._format import interval
 from recjudge.reporting._html import interval_svg, markdown_to_html, render_html, write_html
-from recjudge.reporting._mlflow import ENV_URI, TrackingError, log_report, tracking_uri
+from recjudge.reporting._mlflow import (
+    ENV_URI,
+    TrackingError,
+    check_tracking,
+    log_report,
+    tracking_uri,
+)
 from recjudge.reporting._tables import (
     PaperTable,
     latex_escape,
@@ -15,6 +21,7 @@ from recjudge.reporting._tables import (
 from recjudge.reporting._write import environment, write_report
 
 __all__ = [
+    "check_tracking",
     "ENV_URI",
     "TrackingError",
     "log_report",

@@ -2,7 +2,13 @@
 
 from recjudge.reward._ask import SLOT, ask, ask_shared, choose, choose_shared
 from recjudge.reward._build import build_judge
-from recjudge.reward._call import history_sent
+from recjudge.reward._call import (
+    call_job,
+    decoded,
+    history_sent,
+    judgment_of,
+    prompts_for,
+)
 from recjudge.reward._judge import Judge, JudgeExecutor, cf_identity, clear_prefix_cache
 from recjudge.reward._judge_config import JUDGES, JudgeConfig
 from recjudge.reward._judgment import (
@@ -11,6 +17,7 @@ from recjudge.reward._judgment import (
     JudgeRequest,
     Judgment,
     RunSummary,
+    error_text,
     is_run_fault,
 )
 from recjudge.reward._modes import (
@@ -59,9 +66,17 @@ from recjudge.reward._sweep import (
     sweep_into_store,
 )
 from recjudge.reward._tune import (
+    BEST_FILE,
     TUNE_VERSION,
     TuneConfig,
     TuneResult,
+    base_folder,
+    decision_scores,
+    encode_examples,
+    load_trainable,
+    pad_id,
+    prompting_judge,
+    set_lora,
     suspicious_training,
     tune,
     tuning_pairs,
@@ -70,6 +85,19 @@ from recjudge.reward._tune import (
 from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
 
 __all__ = [
+    "BEST_FILE",
+    "base_folder",
+    "encode_examples",
+    "set_lora",
+    "decision_scores",
+    "load_trainable",
+    "pad_id",
+    "prompting_judge",
+    "error_text",
+    "call_job",
+    "decoded",
+    "judgment_of",
+    "prompts_for",
     "TUNE_VERSION",
     "EvidenceRule",
     "TuneConfig",

@@ -51,8 +51,7 @@ from recjudge._util import (
     torch_seeded,
 )
 from recjudge.data import describe_suspicious, suspicious_items, suspicious_summary
-from recjudge.decoding._compile import GRAMMARS
-from recjudge.decoding._schemas import json_literal
+from recjudge.decoding import GRAMMARS, json_literal
 from recjudge.llm import (
     PRESETS,
     TUNED_CARD,
@@ -61,12 +60,12 @@ from recjudge.llm import (
     LLMConfig,
     card_digest,
     load_llm,
+    quiet_loading,
     require_device,
     resolve_model_path,
     sign_card,
     user_hash,
 )
-from recjudge.llm._backend import _quiet_loading
 from recjudge.reward._judge import Judge
 from recjudge.reward._judge_config import JudgeConfig
 from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
@@ -159,7 +158,7 @@ def branch_tokens(
 
 
 # -- the model ---------------------------------------------------------------------------------
-def _base_folder(model: str) -> Path:
+def base_folder(model: str) -> Path:
     path = resolve_model_path(model)
     if not isinstance(path, Path) or not path.is_dir():
         raise ValueError(f"--model {model!r}: tuning needs a local model folder or a preset "
@@ -172,7 +171,7 @@ def base_digest(model: str) -> str:
     the sha256 of the folder's weight files' digests."""
     if model in PRESETS:
         return PRESETS.get(model).sha256
-    folder = _base_folder(model)
+    folder = base_folder(model)
     tuned = card_digest(folder)
     if tuned:
         return tuned
@@ -186,8 +185,8 @@ def load_trainable(config: TuneConfig, device: str) -> Any:
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    with _quiet_loading():
-        base = AutoModelForCausalLM.from_pretrained(_base_folder(config.model),
+    with quiet_loading():
+        base = AutoModelForCausalLM.from_pretrained(base_folder(config.model),
                                                     dtype=torch.float32)  # fmt: skip
     lora = LoraConfig(r=config.rank, lora_alpha=config.alpha, lora_dropout=config.dropout,
                       target_modules=list(config.target_modules), bias="none",
@@ -381,7 +380,7 @@ def _write_tensors(path: Path, tensors: dict[str, Any]) -> None:
     atomic_write_bytes(path, save(tensors))
 
 
-def _set_lora(model: Any, path: Path) -> None:
+def set_lora(model: Any, path: Path) -> None:
     from peft import set_peft_model_state_dict
     from safetensors.torch import load_file
 
@@ -442,7 +441,7 @@ def load_checkpoint(work: Path, model: Any, optimizer: Any, fingerprint: str) ->
     if state.get("fingerprint") != fingerprint:
         raise ValueError(f"{work} holds a tuning checkpoint made with other settings; resume "
                          "with those, or choose another --out")  # fmt: skip
-    _set_lora(model, work / LORA_FILE)
+    set_lora(model, work / LORA_FILE)
     flat = load_file(str(work / OPTIMIZER_FILE))
     moments: dict[int, dict[str, Any]] = {}
     for key, value in flat.items():
@@ -475,7 +474,7 @@ def _users_record(pairs: TunePairs) -> dict[str, Any]:
     }
 
 
-def _examples(judge: Any, pairs: Sequence[TunePair], rule: EvidenceRule, skipped: list[str],
+def encode_examples(judge: Any, pairs: Sequence[TunePair], rule: EvidenceRule, skipped: list[str],
               which: Sequence[int] | None = None) -> dict[int, Example]:  # fmt: skip
     """The pairs at ``which`` (default all) encoded, by index; a pair that cannot be encoded
     is left out and named in ``skipped``."""
@@ -548,7 +547,7 @@ def tune(
         save_checkpoint(work, model, optimizer, state)
     state = _loop(config, model, optimizer, train, len(pairs.train), val, pad, device, work,
                   state, progress, log)  # fmt: skip
-    _set_lora(model, work / BEST_FILE)
+    set_lora(model, work / BEST_FILE)
     if state["best_step"] == 0:  # the folder is then the base model, said before it is used
         log(f"tune: no step beat the base model's validation AUC ({state['best_auc']:.3f}); "
             "the folder holds the base model's weights (more training pairs or users, a lower "
@@ -621,9 +620,9 @@ def _prepared(
     judge = prompting_judge(config)
     skipped: list[str] = []
     # only the training pairs the steps read are rendered and tokenised
-    train = _examples(judge, pairs.train, pairs.rule, skipped,
+    train = encode_examples(judge, pairs.train, pairs.rule, skipped,
                       used_examples(len(pairs.train), config) if pairs.train else [])  # fmt: skip
-    val = list(_examples(judge, pairs.validation, pairs.rule, skipped).values())
+    val = list(encode_examples(judge, pairs.validation, pairs.rule, skipped).values())
     for s in skipped[:3]:
         log(f"tune: pair skipped ({s})")
     if not train or len({e.label for e in val}) < 2:
@@ -786,7 +785,7 @@ def _merge_and_save(model: Any, config: TuneConfig, out: Path, card: dict[str, A
     tokenizer files, the users record and the card (written last), atomically."""
     import torch
 
-    base = _base_folder(config.model)
+    base = base_folder(config.model)
     merged = model.merge_and_unload()
     dtype = _base_dtype(base)
     merged = merged.to(dtype=getattr(torch, dtype), device="cpu")

@@ -2,7 +2,11 @@
 estimators: the public names of this family (also importable flat from ``recjudge.evaluators``)."""
 
 from recjudge.evaluators._circular import OVERLAP_LIMIT, list_overlap
-from recjudge.evaluators.offline._audit import run_audit, run_position_audit
+from recjudge.evaluators.offline._audit import (
+    run_audit,
+    run_position_audit,
+    verdict_records,
+)
 from recjudge.evaluators.offline._augment import (
     AugmentConfig,
     AugmentPlan,
@@ -90,12 +94,25 @@ from recjudge.evaluators.offline._supervised import (
     FittedImputer,
     features_of,
     fit_imputer,
+    logit,
     read_feature_rows,
+    refit_draws,
+)
+from recjudge.evaluators.offline._transport import (
+    bound_levels,
+    residual_interval,
+    transport_check,
 )
 from recjudge.evaluators.offline._tune_job import TuneJob, read_user_ids, run_tune, tune_text
 from recjudge.evaluators.offline._verdict import LEAD_RULE, choose_lead, verdict_frame
 
 __all__ = [
+    "verdict_records",
+    "bound_levels",
+    "residual_interval",
+    "transport_check",
+    "logit",
+    "refit_draws",
     "FittedImputer",
     "TuneJob",
     "TunedLeakageError",
