@@ -40,11 +40,11 @@ from recjudge.llm._card import card_digest, read_card
 from recjudge.reward import Judge, JudgeConfig, request_for
 from recjudge.reward._tune import (
     _batch,
-    encode_examples,
     answer_text,
     branch_tokens,
     decision_loss,
     decision_scores,
+    encode_examples,
     learning_rate,
     order_of,
     training_loss,
