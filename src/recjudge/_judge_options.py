@@ -42,6 +42,15 @@ class JudgeOptions(BaseModel):
         "up to 64)."
     )  # fmt: skip
     max_history: int = Field(50, ge=1, description="History items the judge reads per user.")
+    layout: Literal["candidate-last", "question-last"] = Field(
+        "candidate-last", description="Where the candidate sits: candidate-last (the paper's "
+        "prompt) or question-last (the candidate, then the question: item text is not the last "
+        "thing read before the answer; see docs/reliability.md)."
+    )  # fmt: skip
+    marking: Literal["none", "datamark"] = Field(
+        "none", description="How item text is shown: none, or datamark (its words joined by a "
+        "mark the system message declares as data; spotlighting, see docs/reliability.md)."
+    )  # fmt: skip
     allow_cf_mismatch: bool = Field(
         False, description="Use a CF model trained on other data than --data."
     )

@@ -72,6 +72,8 @@ def test_unkeyed_and_conditional_settings_act_as_classified(monkeypatch):
     q = Judge(JudgeConfig(layout="question-last"), llm=object())  # keyed when not the default
     assert q.key(req) != base
     assert q.decision_key(req) != Judge(JudgeConfig(), llm=object()).decision_key(req)
+    m = Judge(JudgeConfig(marking="datamark"), llm=object())  # likewise
+    assert m.key(req) != base and m.key(req) != q.key(req)
     for field in sorted(JudgeConfig.AFTER_DECISION):
         other = {"mode": "no-behavior", "beta": 2.0, "need_evidence": False,
                  "cf_threshold": 0.5}[field]  # fmt: skip

@@ -199,9 +199,13 @@ def _row(cases: list[dict[str, Any]], got: dict[str, tuple[bool, float]]) -> dic
     }  # fmt: skip
 
 
-#: the renderers compared: (name, neutralised text, judge layout)
-ARMS = (("today", False, "candidate-last"), ("defended", True, "candidate-last"),
-        ("defended, question last", True, "question-last"))  # fmt: skip
+#: the renderers compared: (name, neutralised text, judge layout, judge marking)
+ARMS = (("today", False, "candidate-last", "none"), ("defended", True, "candidate-last", "none"),
+        ("defended, question last", True, "question-last", "none"),
+        ("defended, datamarked", True, "candidate-last", "datamark"),
+        ("defended, datamarked, question last", True, "question-last", "datamark"))  # fmt: skip
+#: the judge settings the arms need: (layout, marking)
+SETTINGS = tuple(dict.fromkeys((layout, marking) for _, _, layout, marking in ARMS))
 
 
 def _cases(config: InjectionConfig, ds: Dataset, pairs: list[dict[str, Any]]) -> tuple[dict, list]:
@@ -217,11 +221,12 @@ def _cases(config: InjectionConfig, ds: Dataset, pairs: list[dict[str, Any]]) ->
             ctl = f"ctl:{n}:{where}"
             for layout in reqs:
                 reqs[layout][ctl] = ren.request(pair, config.max_history, where, _control(text))
-            for arm, defend, layout in ARMS:
+            for arm, defend, layout, marking in ARMS:
                 inj = f"inj:{n}:{where}:{defend}"
                 reqs[layout][inj] = ren.request(pair, config.max_history, where, text, defend)
-                cases.append({"family": fam, "where": where, "arm": arm, "layout": layout,
-                              "inj": inj, "ctl": ctl, "label": pair["label"]})  # fmt: skip
+                cases.append({"family": fam, "where": where, "arm": arm,
+                              "setting": (layout, marking), "inj": inj, "ctl": ctl,
+                              "label": pair["label"]})  # fmt: skip
     for layout in reqs:
         for i, p in enumerate(pairs):
             reqs[layout][f"clean:{i}"] = ren.request(p, config.max_history)
@@ -239,27 +244,32 @@ def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = T
                                "pairs": len(pairs), "modes": {}}  # fmt: skip
     llm = None
     for mode in config.modes:
-        got: dict[str, dict[str, tuple[bool, float]]] = {}
-        for layout, named in reqs.items():
+        got: dict[tuple[str, str], dict[str, tuple[bool, float]]] = {}
+        for layout, marking in SETTINGS:
+            # the requests of the arms judged under this setting, their controls, the clean
+            named = {k: r for k, r in reqs[layout].items()
+                     if not k.startswith("inj:") or k.endswith(":True")
+                     or marking == "none"}  # fmt: skip
             judge = Judge(JudgeConfig(model=config.model, mode=mode, need_evidence=False,
-                                      max_history=config.max_history, layout=layout), llm=llm,
+                                      max_history=config.max_history, layout=layout,
+                                      marking=marking), llm=llm,
                           cf=cf if mode != "no-behavior" else None)  # fmt: skip
             keys = list(named)
             judged = judge.judge_many([named[k] for k in keys], progress=progress)
             llm = judge.llm
-            got[layout] = {k: (bool(j.is_relevant), float(j.p_yes))
-                           for k, j in zip(keys, judged, strict=True)}  # fmt: skip
+            got[(layout, marking)] = {k: (bool(j.is_relevant), float(j.p_yes))
+                                      for k, j in zip(keys, judged, strict=True)}  # fmt: skip
         rows = {}
         for fam in [*INJECTION_FAMILIES, "all"]:
             for where in ("candidate", "history"):
-                for arm, _, layout in ARMS:
+                for arm, _, layout, marking in ARMS:
                     sel = [c for c in cases if (fam == "all" or c["family"] == fam)
                            and c["where"] == where and c["arm"] == arm]  # fmt: skip
-                    rows[f"{fam}|{where}|{arm}"] = _row(sel, got[layout])
+                    rows[f"{fam}|{where}|{arm}"] = _row(sel, got[(layout, marking)])
         clean = {}
-        for layout, g in got.items():
+        for (layout, marking), g in got.items():
             v = [g[f"clean:{i}"] for i in range(len(pairs))]
-            clean[layout] = {
+            clean[layout if marking == "none" else f"{layout}, {marking}"] = {
                 "yes_rate": round(float(np.mean([x[0] for x in v])), 4),
                 "auc": auc([x[1] for x, p in zip(v, pairs, strict=True) if p["label"]],
                             [x[1] for x, p in zip(v, pairs, strict=True) if not p["label"]]),
@@ -283,8 +293,10 @@ def _report(config: InjectionConfig, r: dict[str, Any]) -> list[str]:
         f"a candidate's title and (separately) to the most recent history title of one of "
         f"{r['pairs']} pairs ({config.users} users: the held-out item and a random untouched "
         f"one), judged by read-out with {config.max_history} history items, rendered by "
-        "today's renderer, by the defended one (`data.neutralise`) and by the defended one with "
-        "the candidate before the question (`--layout question-last`); each against a neutral "
+        "today's renderer, by the defended one (`data.neutralise`), by the defended one with "
+        "the candidate before the question (`--layout question-last`), datamarked (`--marking "
+        "datamark`: the words of every item text joined by U+02C6, declared as data in the "
+        "system message), and datamarked with the question last; each against a neutral "
         "sentence of the same length in the same place (the control). Extra flips: verdicts "
         "that differ from the control's; shift: p_yes minus the control's.",
     ]

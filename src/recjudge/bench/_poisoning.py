@@ -45,8 +45,14 @@ class PoisoningConfig(BaseModel):
         trigger: the text appended to those items' titles.
         test_users: held-out users (one untouched item each, and their last item for the
             AUC); excluded from both tunings.
-        steps, batch_size, lr, decision_weight, eval_every, tune_users, validation_users,
-            max_history: the tunings' settings (``TuneConfig``), the same for both.
+        steps: optimiser steps of each tuning (the same settings for both).
+        batch_size: pairs per step.
+        lr: peak learning rate.
+        decision_weight: weight of the decision-margin loss (``TuneConfig``).
+        eval_every: validation AUC every N steps (the best step's weights are kept).
+        tune_users: training users sampled from the log.
+        validation_users: users held out for the validation AUC.
+        max_history: history items each prompt shows, in tuning and judging.
         draws: bootstrap draws of the interval.
         seed: pairs, order, the poisoned items and the draws.
     """

@@ -14,7 +14,14 @@ from recjudge.data._loaders import (
     parse_mapping,
     read_table,
 )
-from recjudge.data._render import clean_text, item_title, neutralise, render_item
+from recjudge.data._render import (
+    DATAMARK,
+    clean_text,
+    datamark,
+    item_title,
+    neutralise,
+    render_item,
+)
 from recjudge.data._schema import (
     EVENT_TYPES,
     INTERACTION_COLUMNS,
@@ -56,6 +63,8 @@ __all__ = [
     "TitleScreen",
     "bookcrossing_event",
     "clean_text",
+    "DATAMARK",
+    "datamark",
     "describe_suspicious",
     "export_gistbench",
     "export_recbole",

@@ -49,6 +49,20 @@ def neutralise(text: str) -> str:
     return s
 
 
+#: the datamarking character (Hines et al., 2024 used U+02C6 MODIFIER LETTER CIRCUMFLEX)
+DATAMARK = "\u02c6"
+
+
+def datamark(text: str, mark: str = DATAMARK) -> str:
+    """Spotlighting by datamarking (Hines et al., 2024, "Defending Against Indirect Prompt
+    Injection Attacks With Spotlighting"): every run of white space in untrusted text becomes
+    ``mark``, so the model can tell item text from the prompt that the system message says
+    is marked. ``"Toy Story (1995)"`` -> ``"ToyˆStoryˆ(1995)"`` with the default mark.
+    Applied at prompt time (``JudgeConfig.marking``), after ``clean_text``; the evidence
+    grammar keeps the clean titles."""
+    return _SPACES.sub(mark, text.strip())
+
+
 def clean_text(text: Any, max_chars: int = 200, defend: bool = True) -> str:
     """Strip control characters (newlines included) and invisible bidi / zero-width
     characters, neutralise answer- and template-shaped content (``neutralise``), fold white

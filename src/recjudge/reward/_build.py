@@ -33,12 +33,15 @@ def build_judge(
     dataset: Any = None,
     device: str = "auto",
     executor: JudgeExecutor | None = None,
+    layout: str = "candidate-last",
+    marking: str = "none",
 ) -> Judge:
     """A judge from command-line style options: which backend serves the model (in
     process on ``device``, vLLM, or an OpenAI-compatible ``server``), the CF model saved at
     ``cf`` (wrapped as the calibrated item-item signal for ``mode="item-item"``), and the
     simulators' population from ``dataset``. ``executor``: where the judge's calls run
-    (``distributed.ray_executor`` for ``--ray``; None: in this process). Raises ValueError
+    (``distributed.ray_executor`` for ``--ray``; None: in this process); ``layout`` and
+    ``marking``: ``JudgeConfig``'s defences against item text. Raises ValueError
     for a mode that needs a CF model without one, pydantic's ValidationError for a bad
     device."""
     JUDGES.get(mode)
@@ -53,6 +56,8 @@ def build_judge(
         batch_size=batch_size,
         max_evidence=max_evidence,
         max_history=max_history,
+        layout=layout,
+        marking=marking,
     )
     llm = None
     on_workers = {"backend": backend} if executor is not None and backend == "vllm" else {}

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from recjudge._util import RunFault
+from recjudge.data import datamark
 from recjudge.decoding import DecodeJob, decode
 from recjudge.llm import escape_special
 from recjudge.reward._judge_config import JudgeConfig
@@ -115,6 +116,7 @@ def _prefix(
         max_items=config.max_history,
         older=req.older,
         question_last=config.layout == "question-last",
+        datamarked=config.marking == "datamark",
     )
     text = llm.chat_prompt(rendered.messages)
     head, slot, tail = text.partition(" " + CANDIDATE_SLOT)
@@ -150,7 +152,8 @@ def prompts_for(
             if isinstance(got, Exception):
                 raise got
             rendered, prefix, tail = got
-            candidate = escape_special(llm.tokenizer, r.candidate_text)
+            text = datamark(r.candidate_text) if config.marking == "datamark" else r.candidate_text
+            candidate = escape_special(llm.tokenizer, text)
             out.append(Prompt(rendered, prefix, llm.encode(" " + candidate + tail)))
         except RunFault:
             raise

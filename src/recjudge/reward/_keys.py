@@ -100,6 +100,8 @@ class JudgeKeys:
             keyed.add("persona_tokens")
         if c.layout != "candidate-last":  # keys made before the layout existed stay
             keyed.add("layout")
+        if c.marking != "none":  # likewise
+            keyed.add("marking")
         if not bias:
             keyed -= c.AFTER_DECISION
         settings = c.model_dump(include=keyed) | llm

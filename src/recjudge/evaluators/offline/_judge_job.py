@@ -61,7 +61,8 @@ def judge_of(
     judge = build_judge(
         opts.model, opts.mode, opts.cf, opts.beta, not opts.no_evidence, samples, seed,
         opts.batch_size, backend=backend, server=server, max_history=opts.max_history,
-        dataset=data, device=opts.device, executor=executor,
+        dataset=data, device=opts.device, executor=executor, layout=opts.layout,
+        marking=opts.marking,
     )  # fmt: skip
     if judge.cf is not None:
         check_fits(judge.cf, data, allow_mismatch=opts.allow_cf_mismatch)
