@@ -32,7 +32,7 @@ from pathlib import Path
 from recjudge.bench._offline import _simulate_log
 from recjudge.bench._offline_estimators import EstimatorCheckConfig
 from recjudge.data import load_dataset
-from recjudge.reward import TuneConfig, tune
+from recjudge.tune import TuneConfig, tune
 
 CONFIG = Path(__file__).resolve().parents[1] / "checkpoints/brief-offline-ml1m-1.5b/estimators.json"
 

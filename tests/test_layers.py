@@ -21,9 +21,10 @@ ALLOWED: dict[str, set[str]] = {
     "decoding": {"llm"},
     "reward": _BELOW_REWARD,
     "distributed": _BELOW_REWARD | {"reward"},
-    "evaluators": _BELOW_REWARD | {"reward", "distributed", "reporting"},
-    "bench": _BELOW_REWARD | {"reward", "distributed", "reporting", "evaluators"},
-    "cli": _BELOW_REWARD | {"reward", "distributed", "reporting", "evaluators", "bench"},
+    "tune": _BELOW_REWARD | {"reward"},
+    "evaluators": _BELOW_REWARD | {"reward", "distributed", "reporting", "tune"},
+    "bench": _BELOW_REWARD | {"reward", "distributed", "reporting", "evaluators", "tune"},
+    "cli": _BELOW_REWARD | {"reward", "distributed", "reporting", "evaluators", "bench", "tune"},
 }
 
 

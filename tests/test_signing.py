@@ -95,7 +95,7 @@ def test_key_files_that_are_not_keys_are_named(tmp_path, keys):
 
 def _folder(tiny_dir, where: Path) -> Path:
     """A tuned-shaped folder: the tiny model and a card listing every file (as `judge tune`
-    writes it; its loop is tested in tests/reward/test_tune.py)."""
+    writes it; its loop is tested in tests/tune/test_tune.py)."""
     shutil.copytree(tiny_dir, where)
     (where / "tuning-users.json").write_text('{"format": "recjudge-tuning-users"}')
     files = sorted(p.name for p in where.iterdir() if p.is_file())

@@ -47,8 +47,8 @@ class JudgeOptions(BaseModel):
         "prompt) or question-last (the candidate, then the question: item text is not the last "
         "thing read before the answer; see docs/reliability.md)."
     )  # fmt: skip
-    marking: Literal["none", "datamark"] = Field(
-        "none", description="How item text is shown: none, or datamark (its words joined by a "
+    marking: Literal["plain", "datamark"] = Field(
+        "plain", description="How item text is shown: plain, or datamark (its words joined by a "
         "mark the system message declares as data; spotlighting, see docs/reliability.md)."
     )  # fmt: skip
     allow_cf_mismatch: bool = Field(

@@ -1,5 +1,5 @@
 """The settings of ``recjudge judge tune`` (pure pydantic: the command line builds its options
-from them without importing torch; ``reward._tune`` runs them)."""
+from them without importing torch; ``recjudge.tune`` runs them)."""
 
 from __future__ import annotations
 
@@ -24,12 +24,12 @@ class TuneConfig(BaseModel):
         max_evidence: most titles an answer may cite (as the judge's).
         evidence_items: most titles a positive's target cites (the evidence rule).
         future_fraction: the share of each user's timeline whose items are positives
-            (the pairs: ``_tune_pairs.build_pairs``).
+            (the pairs: ``tune.build_pairs``).
         positives_per_user: most positives per user.
         negatives_per_positive: never-touched items drawn per positive.
         negatives: how negatives (and with them positives) are drawn: ``uniform`` from the
             catalogue, or ``listed`` from the user's item-kNN and popularity lists, positives
-            then the later interactions in that list (``_tune_pairs`` states both rules).
+            then the later interactions in that list (``tune._pairs`` states both rules).
         listed_items: with ``listed``, each recommender's list length.
         min_rating: a later interaction counts as a positive from this rating.
         validation_users: users held out for the validation AUC.

@@ -14,7 +14,7 @@ from recjudge.bench._brief import _requests
 from recjudge.bench._tuning import JudgeTuningConfig
 from recjudge.bench._tuning_check import SETS, paired_auc, teacher_forced_check
 from recjudge.llm._card import read_card
-from recjudge.reward._tune import tune
+from recjudge.tune import tune
 
 
 def test_paired_auc_is_antisymmetric_and_zero_on_equal_scores():

@@ -61,7 +61,7 @@ def test_the_judge_marks_the_candidate_keys_the_marking_and_cites_clean_titles(s
     assert j.error is None
     assert set(j.evidence) <= {"Up (2009)", "Fargo (1996)"}  # the grammar's clean titles
     keys = {Judge(JudgeConfig(mode="no-behavior", marking=m), llm=object()).key(req)
-            for m in ("none", "datamark")}  # fmt: skip
+            for m in ("plain", "datamark")}  # fmt: skip
     assert len(keys) == 2
     default = Judge(JudgeConfig(mode="no-behavior"), llm=object())
     assert "marking" not in default.keys._settings_json(True, {})  # keys made before stay

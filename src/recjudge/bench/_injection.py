@@ -200,8 +200,8 @@ def _row(cases: list[dict[str, Any]], got: dict[str, tuple[bool, float]]) -> dic
 
 
 #: the renderers compared: (name, neutralised text, judge layout, judge marking)
-ARMS = (("today", False, "candidate-last", "none"), ("defended", True, "candidate-last", "none"),
-        ("defended, question last", True, "question-last", "none"),
+ARMS = (("today", False, "candidate-last", "plain"), ("defended", True, "candidate-last", "plain"),
+        ("defended, question last", True, "question-last", "plain"),
         ("defended, datamarked", True, "candidate-last", "datamark"),
         ("defended, datamarked, question last", True, "question-last", "datamark"))  # fmt: skip
 #: the judge settings the arms need: (layout, marking)
@@ -249,7 +249,7 @@ def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = T
             # the requests of the arms judged under this setting, their controls, the clean
             named = {k: r for k, r in reqs[layout].items()
                      if not k.startswith("inj:") or k.endswith(":True")
-                     or marking == "none"}  # fmt: skip
+                     or marking == "plain"}  # fmt: skip
             judge = Judge(JudgeConfig(model=config.model, mode=mode, need_evidence=False,
                                       max_history=config.max_history, layout=layout,
                                       marking=marking), llm=llm,
@@ -269,7 +269,7 @@ def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = T
         clean = {}
         for (layout, marking), g in got.items():
             v = [g[f"clean:{i}"] for i in range(len(pairs))]
-            clean[layout if marking == "none" else f"{layout}, {marking}"] = {
+            clean[layout if marking == "plain" else f"{layout}, {marking}"] = {
                 "yes_rate": round(float(np.mean([x[0] for x in v])), 4),
                 "auc": auc([x[1] for x, p in zip(v, pairs, strict=True) if p["label"]],
                             [x[1] for x, p in zip(v, pairs, strict=True) if not p["label"]]),

@@ -30,7 +30,8 @@ from recjudge.bench._injection import _pairs, _Renderer
 from recjudge.data import Dataset, item_title, load_dataset, render_item, suspicious_items
 from recjudge.llm import read_card
 from recjudge.reporting import write_report
-from recjudge.reward import Judge, JudgeConfig, TuneConfig, tune, tuning_pairs, used_examples
+from recjudge.reward import Judge, JudgeConfig
+from recjudge.tune import TuneConfig, tune, tuning_pairs, used_examples
 
 __all__ = ["PoisoningConfig", "bench_poisoning"]
 

@@ -48,7 +48,7 @@ from recjudge.data import load_dataset
 from recjudge.evaluators.offline import features_of, fit_imputer
 from recjudge.llm import read_card
 from recjudge.reporting import write_report
-from recjudge.reward import TuneConfig, tune
+from recjudge.tune import TuneConfig, tune
 
 #: the rows judged with the base model and with the tuned folder: (name, mode, CF source)
 BASE_ROWS = (("zero-shot", "zero-shot", "-"), ("no-behavior", "no-behavior", "-"),

@@ -35,7 +35,7 @@ import numpy as np
 from recjudge._stats import bootstrap_ci, labelled_auc, user_draws
 from recjudge._util import release_freed_memory
 from recjudge.llm import quiet_loading
-from recjudge.reward import (
+from recjudge.tune import (
     BEST_FILE,
     TuneConfig,
     TunePair,

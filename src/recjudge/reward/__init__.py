@@ -39,7 +39,13 @@ from recjudge.reward._portable import (
     verify_portable,
 )
 from recjudge.reward._prompt import PROMPT_VERSION, HistoryItem, build_messages
-from recjudge.reward._requests import request_for, requests_for, stored_request
+from recjudge.reward._requests import (
+    history_items,
+    request_for,
+    request_of,
+    requests_for,
+    stored_request,
+)
 from recjudge.reward._simulators import SIMULATORS, Population, diversity_count
 from recjudge.reward._store import ResultsStore, StoreError, repair_store, salvage
 from recjudge.reward._stored import (
@@ -65,50 +71,15 @@ from recjudge.reward._sweep import (
     llm_made,
     sweep_into_store,
 )
-from recjudge.reward._tune import (
-    BEST_FILE,
-    TUNE_VERSION,
-    TuneConfig,
-    TuneResult,
-    base_folder,
-    decision_scores,
-    encode_examples,
-    load_trainable,
-    pad_id,
-    prompting_judge,
-    set_lora,
-    suspicious_training,
-    tune,
-    tuning_pairs,
-    used_examples,
-)
-from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
 
 __all__ = [
-    "BEST_FILE",
-    "base_folder",
-    "encode_examples",
-    "set_lora",
-    "decision_scores",
-    "load_trainable",
-    "pad_id",
-    "prompting_judge",
+    "history_items",
+    "request_of",
     "error_text",
     "call_job",
     "decoded",
     "judgment_of",
     "prompts_for",
-    "TUNE_VERSION",
-    "EvidenceRule",
-    "TuneConfig",
-    "TunePair",
-    "TunePairs",
-    "TuneResult",
-    "build_pairs",
-    "tune",
-    "tuning_pairs",
-    "used_examples",
-    "suspicious_training",
     "clear_prefix_cache",
     "stored_request",
     "SIMULATORS",

@@ -34,7 +34,7 @@ def build_judge(
     device: str = "auto",
     executor: JudgeExecutor | None = None,
     layout: str = "candidate-last",
-    marking: str = "none",
+    marking: str = "plain",
 ) -> Judge:
     """A judge from command-line style options: which backend serves the model (in
     process on ``device``, vLLM, or an OpenAI-compatible ``server``), the CF model saved at

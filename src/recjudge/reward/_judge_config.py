@@ -66,11 +66,11 @@ class JudgeConfig(BaseModel):
             answer format, so the last text before the answer is ours, not the item's: a
             defence against instructions in item text, measured by ``bench run injection``).
             Keyed when not the default (keys made before it stay).
-        marking: ``none`` or ``datamark``: every space of item text (history and
+        marking: ``plain`` or ``datamark``: every space of item text (history and
             candidate) shown as ``ˆ`` and the system message told that marked text is data,
             never instructions (spotlighting, Hines et al., 2024); measured by ``bench run
             injection``. The evidence grammar keeps the clean titles. Keyed when not
-            ``none``.
+            ``plain``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -94,7 +94,7 @@ class JudgeConfig(BaseModel):
     domain: str | None = None
     persona_tokens: int = Field(160, ge=8)
     layout: Literal["candidate-last", "question-last"] = "candidate-last"
-    marking: Literal["none", "datamark"] = "none"
+    marking: Literal["plain", "datamark"] = "plain"
 
     # Every field is classified by name, and tests/reward/test_keys.py fails on a field that is
     # not: a new setting must say whether it changes an answer (and so re-keys every stored
@@ -113,7 +113,7 @@ class JudgeConfig(BaseModel):
         "decode_rows": "deterministic",
         "persona_tokens": "simulator",
         "layout": "not candidate-last",
-        "marking": "not none",
+        "marking": "not plain",
     }
     # Acts only at or after the decision: left out of the unbiased decision record's key, so
     # every sweepable setting shares one record.

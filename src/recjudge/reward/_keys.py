@@ -100,7 +100,7 @@ class JudgeKeys:
             keyed.add("persona_tokens")
         if c.layout != "candidate-last":  # keys made before the layout existed stay
             keyed.add("layout")
-        if c.marking != "none":  # likewise
+        if c.marking != "plain":  # likewise
             keyed.add("marking")
         if not bias:
             keyed -= c.AFTER_DECISION

@@ -67,7 +67,7 @@ def _of_user(read: Callable[[str], Any], ds: Any, user_id: str) -> Any:
         raise KeyError(_closest(user_id, ds.user_ids(), "user", ds.name)) from None
 
 
-def _history_items(ds: Any, h: Any) -> list[HistoryItem]:
+def history_items(ds: Any, h: Any) -> list[HistoryItem]:
     """The history rows ``h`` as prompt items (each item rendered once per dataset)."""
     # str() per value, not Series.astype(str): that builds a string dtype per call, which
     # was a third of building a batch's requests
@@ -81,7 +81,13 @@ def _items_of(ds: Any, ids: list[str], ratings: list[Any]) -> list[HistoryItem]:
                                             strict=True)]  # fmt: skip
 
 
-def _request(ds, user_id, items, candidate, sigma, meta) -> JudgeRequest:
+def request_of(ds, user_id, items, candidate, sigma=None, meta=None) -> JudgeRequest:
+    """The request for ``candidate`` against the prompt items ``items`` (``history_items``)
+    of ``user_id`` in ``ds``.
+
+    Raises:
+        ValueError: an empty history (the judge needs at least one past item).
+    """
     if not items:
         raise ValueError(
             f"user {user_id!r} has no history before {candidate!r}; the judge needs"
@@ -124,7 +130,7 @@ def request_for(
     candidate = _resolve_candidate(ds, candidate)
     ids = h["item_id"].astype(str).to_numpy()
     h = h[_shown(ids, h["timestamp"].to_numpy(), candidate, history)]
-    return _request(ds, user_id, _history_items(ds, h), candidate, sigma, meta)
+    return request_of(ds, user_id, history_items(ds, h), candidate, sigma, meta)
 
 
 def requests_for(
@@ -166,9 +172,9 @@ def _requests_for(
             if item in seen:
                 keep = _shown(np.array(ids, dtype=object), ts, item, history)
                 shown = [x for x, k in zip(items, keep.tolist(), strict=True) if k]
-                out.append(_request(ds, user, shown, item, None, None))
+                out.append(request_of(ds, user, shown, item, None, None))
             else:
-                out.append(_request(ds, user, items, item, None, None))
+                out.append(request_of(ds, user, items, item, None, None))
         except (KeyError, ValueError) as e:
             out.append(e)
     return out

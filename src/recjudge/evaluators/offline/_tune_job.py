@@ -1,4 +1,4 @@
-"""``recjudge judge tune``: the registered job around ``reward.tune`` (files in, folder out)."""
+"""``recjudge judge tune``: the registered job around ``tune.tune`` (files in, folder out)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 from recjudge._tune_config import TuneConfig, TuneJob
 from recjudge.data import DataError, load_dataset, read_table
-from recjudge.reward import tune
+from recjudge.tune import tune
 
 __all__ = ["TuneJob", "read_user_ids", "run_tune", "tune_text"]
 
@@ -52,7 +52,7 @@ def read_user_ids(path: str | Path) -> list[str]:
 
 def run_tune(job: TuneJob, progress: bool = True,
              warn: Callable[[str], None] | None = None) -> dict[str, Any]:  # fmt: skip
-    """Tune the judge's model on ``job.data`` and write the merged folder (see ``reward.tune``);
+    """Tune the judge's model on ``job.data`` and write the merged folder (see ``tune.tune``);
     returns the card."""
     config = TuneConfig(**{f: getattr(job, f) for f in TuneConfig.model_fields})
     excluded = read_user_ids(job.exclude_users) if job.exclude_users else []

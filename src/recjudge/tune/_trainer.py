@@ -4,7 +4,7 @@ TALLRec (Bao et al., RecSys 2023) showed a prompted LLM near AUC 0.5 on MovieLen
 the same LLM LoRA-tuned on a few hundred of the domain's yes/no examples well above it. This
 module does that for the judge as it runs: the BRIEF prompt exactly as ``Judge.prompt_ids``
 renders it, and the evidence-first answer the grammar allows as the target
-(``_tune_pairs``: pairs from the log only, the evidence rule, the negatives).
+(``tune._pairs``: pairs from the log only, the evidence rule, the negatives).
 
 Training: LoRA (Hu et al. 2022, through ``peft``) on the attention projections, the causal LM
 loss on the answer's tokens only (the prompt is context; the LM head runs only at the positions
@@ -66,9 +66,8 @@ from recjudge.llm import (
     sign_card,
     user_hash,
 )
-from recjudge.reward._judge import Judge
-from recjudge.reward._judge_config import JudgeConfig
-from recjudge.reward._tune_pairs import EvidenceRule, TunePair, TunePairs, build_pairs
+from recjudge.reward import Judge, JudgeConfig
+from recjudge.tune._pairs import EvidenceRule, TunePair, TunePairs, build_pairs
 
 __all__ = ["TUNE_VERSION", "TuneConfig", "TuneResult", "tune"]
 

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-import recjudge.reward._tune as t
+import recjudge.tune._trainer as t
 from cli_in_process import run_cli
 from recjudge._signing import SIGNING_KEY_ENV, TRUSTED_KEYS_ENV, generate_keypair
 from recjudge._tune_config import TUNE_VERSION, TuneConfig
@@ -38,10 +38,12 @@ from recjudge.llm import (
 )
 from recjudge.llm._card import card_digest, read_card
 from recjudge.reward import Judge, JudgeConfig, request_for
-from recjudge.reward._tune import (
-    _batch,
+from recjudge.tune import (
+    EvidenceRule,
+    Lister,
     answer_text,
     branch_tokens,
+    build_pairs,
     decision_loss,
     decision_scores,
     encode_examples,
@@ -51,7 +53,7 @@ from recjudge.reward._tune import (
     tune,
     used_examples,
 )
-from recjudge.reward._tune_pairs import EvidenceRule, Lister, build_pairs
+from recjudge.tune._trainer import _batch
 
 
 def _pairs(ds, **kw):

@@ -48,8 +48,7 @@ from scipy.sparse import csr_matrix
 
 from recjudge._util import rng
 from recjudge.data import sample_users, timeline_split
-from recjudge.reward._judgment import JudgeRequest
-from recjudge.reward._requests import _history_items, _request
+from recjudge.reward import JudgeRequest, history_items, request_of
 
 
 @dataclass(frozen=True)
@@ -286,9 +285,9 @@ def build_pairs(
             )  # fmt: skip
             if not positives:
                 continue
-            items = _history_items(ds, hist_by[u])
+            items = history_items(ds, hist_by[u])
             getattr(out, split).extend(
-                TunePair(_request(ds, u, items, c, None, {"label": y}), y)
+                TunePair(request_of(ds, u, items, c, None, {"label": y}), y)
                 for y, group in ((1, positives), (0, drawn)) for c in group)  # fmt: skip
             # the latest interaction read: a later one (the timeline split keeps time order)
             out.users_last_time[u] = float(later_by[u]["timestamp"].max())
