@@ -35,7 +35,7 @@ from recjudge.bench._offline_estimators import (
 from recjudge.cf_models import MODELS
 from recjudge.evaluators import ListLabels, estimate, propensities_from
 from recjudge.evaluators.offline._gold_ppi import ppi_mean
-from recjudge.evaluators.offline._leakage import TunedLeakageError
+from recjudge.tune import TunedLeakageError
 from tuned_folders import fake_tuned
 
 METRICS = ("precision@5", "ndcg_fixed@5", "dcg@3")

@@ -80,10 +80,10 @@ from recjudge.evaluators import (
     sample_gold,
     snips_normaliser,
 )
-from recjudge.evaluators.offline import TunedLeakageError, gold_overlap
 from recjudge.llm import read_card
 from recjudge.reporting import figure, interval, write_report
 from recjudge.reward import Population, ResultsStore, judge_per_user, requests_for
+from recjudge.tune import TunedLeakageError, gold_overlap
 
 if TYPE_CHECKING:
     from recjudge.llm import LLMBackend

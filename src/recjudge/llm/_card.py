@@ -38,7 +38,7 @@ from recjudge._util import atomic_write_text, json_loads, sha256_file, stable_ha
 
 TUNED_CARD = "recjudge-tuned.json"
 TUNED_FORMAT = "recjudge-tuned"
-#: the tuned folder's record of the users its tuning read (``evaluators.offline._leakage`` reads it)
+#: the tuned folder's record of the users its tuning read (``tune.tuning_users`` reads it)
 USERS_FILE = "tuning-users.json"
 #: the detached Ed25519 signature of the card (``sign_card``)
 SIGNATURE_FILE = "recjudge-tuned.sig"

@@ -6,6 +6,15 @@ command line that run it. The card itself (``llm.read_card``, ``llm.check_tuned`
 ``llm``: every loader checks it."""
 
 from recjudge._tune_config import TUNE_VERSION, TuneConfig, TuneJob
+from recjudge.tune._job import read_user_ids, run_tune, tune_text
+from recjudge.tune._leakage import (
+    TunedLeakageError,
+    gold_overlap,
+    period_overlap,
+    refuse_gold,
+    refuse_period,
+    tuning_users,
+)
 from recjudge.tune._pairs import EvidenceRule, Lister, TunePair, TunePairs, build_pairs
 from recjudge.tune._trainer import (
     BEST_FILE,
@@ -36,6 +45,15 @@ from recjudge.tune._trainer import (
 )
 
 __all__ = [
+    "TunedLeakageError",
+    "gold_overlap",
+    "period_overlap",
+    "refuse_gold",
+    "refuse_period",
+    "tuning_users",
+    "read_user_ids",
+    "run_tune",
+    "tune_text",
     "BEST_FILE",
     "LORA_FILE",
     "TUNE_VERSION",

@@ -65,12 +65,6 @@ from recjudge.evaluators.offline._jobs import (
     run_judge,
     write_evaluation,
 )
-from recjudge.evaluators.offline._leakage import (
-    TunedLeakageError,
-    gold_overlap,
-    period_overlap,
-    tuning_users,
-)
 from recjudge.evaluators.offline._obp import export_obp, to_obp
 from recjudge.evaluators.offline._propensities import (
     Propensities,
@@ -103,7 +97,6 @@ from recjudge.evaluators.offline._transport import (
     residual_interval,
     transport_check,
 )
-from recjudge.evaluators.offline._tune_job import TuneJob, read_user_ids, run_tune, tune_text
 from recjudge.evaluators.offline._verdict import LEAD_RULE, choose_lead, verdict_frame
 
 __all__ = [
@@ -114,17 +107,9 @@ __all__ = [
     "logit",
     "refit_draws",
     "FittedImputer",
-    "TuneJob",
-    "TunedLeakageError",
     "features_of",
     "fit_imputer",
-    "gold_overlap",
-    "period_overlap",
     "read_feature_rows",
-    "read_user_ids",
-    "run_tune",
-    "tune_text",
-    "tuning_users",
     "apply_map",
     "calibration_lines",
     "fit_isotonic",

@@ -80,13 +80,6 @@ from recjudge.evaluators.offline._impute import (
     read_item_popularity,
 )
 from recjudge.evaluators.offline._judge_job import judge_of, judge_text, run_judge
-from recjudge.evaluators.offline._leakage import (
-    TunedLeakageError,
-    gold_overlap,
-    period_overlap,
-    refuse_gold,
-    refuse_period,
-)
 from recjudge.evaluators.offline._obp import export_obp
 from recjudge.evaluators.offline._ppi import gold_units_needed
 from recjudge.evaluators.offline._propensities import propensities_from
@@ -98,7 +91,6 @@ from recjudge.evaluators.offline._transport import (
     POWER,
     TRANSPORT_MARGIN,
 )
-from recjudge.evaluators.offline._tune_job import TuneJob, run_tune, tune_text
 from recjudge.evaluators.offline._verdict import (
     LEAD_RULE,
     Advice,
@@ -110,6 +102,16 @@ from recjudge.evaluators.offline._verdict import (
 from recjudge.evaluators.offline._worth import worth_lines
 from recjudge.reporting import interval, write_report
 from recjudge.reward import JudgeConfig, ResultsStore
+from recjudge.tune import (
+    TunedLeakageError,
+    TuneJob,
+    gold_overlap,
+    period_overlap,
+    refuse_gold,
+    refuse_period,
+    run_tune,
+    tune_text,
+)
 
 __all__ = [
     "JOBS",
@@ -120,7 +122,6 @@ __all__ = [
     "JobSpec",
     "JudgeJob",
     "JudgeOptions",
-    "TuneJob",
     "estimator_lines",
     "parse_runs",
     "run_augment",
@@ -128,7 +129,6 @@ __all__ = [
     "run_gold_sample",
     "run_impute",
     "run_judge",
-    "run_tune",
     "write_evaluation",
 ]
 
@@ -881,7 +881,7 @@ OUA_DRAWS = {"isotonic": 1000, "logistic": 1000, "boosting": 200}
 
 
 def _check_tuned_gold(summary: dict[str, Any], gold: Any, allow: bool) -> None:
-    """Refuse gold labels of users the judge's tuning read (``_leakage``); the outcome goes
+    """Refuse gold labels of users the judge's tuning read (``tune.gold_overlap``); the outcome goes
     into ``summary['tuned']`` for the report's header."""
     tuned = summary.get("tuned")
     model = (summary.get("judge") or {}).get("model")

@@ -13,7 +13,7 @@ from cli_in_process import run_cli
 from recjudge.data import Dataset, load_from_files
 from recjudge.evaluators import GoldSample
 from recjudge.evaluators.offline._jobs import _check_tuned_gold
-from recjudge.evaluators.offline._leakage import (
+from recjudge.tune import (
     TunedLeakageError,
     gold_overlap,
     period_overlap,

@@ -8,7 +8,7 @@ from typing import Any
 
 from recjudge._tune_config import TuneConfig, TuneJob
 from recjudge.data import DataError, load_dataset, read_table
-from recjudge.tune import tune
+from recjudge.tune._trainer import tune
 
 __all__ = ["TuneJob", "read_user_ids", "run_tune", "tune_text"]
 

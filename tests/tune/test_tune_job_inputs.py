@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from recjudge.data import DataError
-from recjudge.evaluators.offline._tune_job import read_user_ids
+from recjudge.tune import read_user_ids
 
 CASES = [
     ("bad.jsonl", b'{"user_id": 1}\n{bad\n', "row 2: not a JSON object on this line"),
