@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import statistics
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -85,6 +85,8 @@ class InjectionConfig(BaseModel):
         max_history: history items shown.
         modes: judge modes (``brief`` takes its sigma from item-kNN on the history).
         variants: texts per family (templates x YES wordings x suffixes, in a fixed order).
+        positions: where each text goes: the candidate's title, the most recent history
+            title (each such request has a prefix of its own, so it costs ~6x a candidate's).
         seed: the negatives' draw.
     """
 
@@ -96,6 +98,7 @@ class InjectionConfig(BaseModel):
     max_history: int = Field(10, ge=1)
     modes: tuple[str, ...] = ("no-behavior", "brief")
     variants: int = Field(64, ge=1)
+    positions: tuple[Literal["candidate", "history"], ...] = ("candidate", "history")
     seed: int = 0
 
 
@@ -217,7 +220,7 @@ def _cases(config: InjectionConfig, ds: Dataset, pairs: list[dict[str, Any]]) ->
     cases: list[dict[str, Any]] = []
     for n, (fam, text) in enumerate(texts):
         pair = pairs[n % len(pairs)]
-        for where in ("candidate", "history"):
+        for where in config.positions:
             ctl = f"ctl:{n}:{where}"
             for layout in reqs:
                 reqs[layout][ctl] = ren.request(pair, config.max_history, where, _control(text))
@@ -239,7 +242,7 @@ def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = T
     pairs, train = _pairs(ds, config.users, config.seed)
     reqs, cases = _cases(config, ds, pairs)
     cf = cached_cf("itemknn", train, seed=config.seed)[0] if "brief" in config.modes else None
-    per_text = 2 * len(ARMS)  # two positions, each in every arm
+    per_text = len(config.positions) * len(ARMS)  # each position in every arm
     results: dict[str, Any] = {"config": config.model_dump(), "texts": len(cases) // per_text,
                                "pairs": len(pairs), "modes": {}}  # fmt: skip
     llm = None
@@ -261,7 +264,7 @@ def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = T
                                       for k, j in zip(keys, judged, strict=True)}  # fmt: skip
         rows = {}
         for fam in [*INJECTION_FAMILIES, "all"]:
-            for where in ("candidate", "history"):
+            for where in config.positions:
                 for arm, _, layout, marking in ARMS:
                     sel = [c for c in cases if (fam == "all" or c["family"] == fam)
                            and c["where"] == where and c["arm"] == arm]  # fmt: skip
@@ -285,12 +288,17 @@ def _f(x: float | None, signed: bool = False) -> str:
     return f"{x:+.3f}" if signed else f"{x:.3f}"
 
 
+def _where(positions: tuple[str, ...]) -> str:
+    said = {"candidate": "a candidate's title", "history": "the most recent history title"}
+    return " and (separately) to ".join(said[p] for p in positions)
+
+
 def _report(config: InjectionConfig, r: dict[str, Any]) -> list[str]:
     lines = [
         f"# Injection robustness: `{config.model}` on {config.data}",
         "",
         f"{r['texts']} hostile texts in {len(INJECTION_FAMILIES)} families, each appended to "
-        f"a candidate's title and (separately) to the most recent history title of one of "
+        f"{_where(config.positions)} of one of "
         f"{r['pairs']} pairs ({config.users} users: the held-out item and a random untouched "
         f"one), judged by read-out with {config.max_history} history items, rendered by "
         "today's renderer, by the defended one (`data.neutralise`), by the defended one with "
