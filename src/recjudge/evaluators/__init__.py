@@ -4,10 +4,6 @@ impute, evaluate, augment, the metric estimators), ``arena`` (RecSys Arena), ``g
 and ``EVALUATORS`` is the registry the CLI dispatches through."""
 
 from recjudge.evaluators import arena, gist, offline, usersum
-from recjudge.evaluators._circular import (
-    LENIENCY_LIMIT,
-    lenient_systems,
-)
 from recjudge.evaluators._registry import EVALUATORS, EvaluatorSpec
 from recjudge.evaluators.arena import *  # noqa: F403
 from recjudge.evaluators.gist import *  # noqa: F403
@@ -16,8 +12,6 @@ from recjudge.evaluators.offline._jobs import JOBS, JobSpec
 from recjudge.evaluators.usersum import *  # noqa: F403
 
 __all__ = [  # noqa: PLE0604 - the families' own lists
-    "LENIENCY_LIMIT",
-    "lenient_systems",
     "EVALUATORS",
     "JOBS",
     "JobSpec",

@@ -1,7 +1,12 @@
 """Offline evaluation of a team's recommender: runs, impute, evaluate, augment, the metric
 estimators: the public names of this family (also importable flat from ``recjudge.evaluators``)."""
 
-from recjudge.evaluators._circular import OVERLAP_LIMIT, list_overlap
+from recjudge.evaluators._circular import (
+    LENIENCY_LIMIT,
+    OVERLAP_LIMIT,
+    lenient_systems,
+    list_overlap,
+)
 from recjudge.evaluators.offline._audit import (
     run_audit,
     run_position_audit,
@@ -100,6 +105,8 @@ from recjudge.evaluators.offline._transport import (
 from recjudge.evaluators.offline._verdict import LEAD_RULE, choose_lead, verdict_frame
 
 __all__ = [
+    "LENIENCY_LIMIT",
+    "lenient_systems",
     "verdict_records",
     "bound_levels",
     "residual_interval",
