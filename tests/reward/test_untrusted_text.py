@@ -5,7 +5,16 @@ from __future__ import annotations
 
 import pytest
 
-from recjudge.bench._injection import INJECTION_FAMILIES, _control, _row, hostile_texts
+from recjudge.bench._injection import (
+    INJECTION_FAMILIES,
+    PARAPHRASES,
+    _control,
+    _pairs,
+    _Paraphrased,
+    _Renderer,
+    _row,
+    hostile_texts,
+)
 from recjudge.data import DATAMARK, datamark
 from recjudge.reward import HistoryItem, Judge, JudgeConfig, JudgeRequest
 from recjudge.reward._call import _prefix, prompts_for
@@ -65,6 +74,17 @@ def test_the_judge_marks_the_candidate_keys_the_marking_and_cites_clean_titles(s
     assert len(keys) == 2
     default = Judge(JudgeConfig(mode="no-behavior"), llm=object())
     assert "marking" not in default.keys._settings_json(True, {})  # keys made before stay
+
+
+def test_paraphrases_rewrite_only_the_candidates_title(ml100k):
+    assert PARAPHRASES["article first"]("Godfather, The (1972)") == "The Godfather (1972)"
+    assert PARAPHRASES["no year"]("Heat (1995)") == "Heat"
+    assert PARAPHRASES["film suffix"]("Heat (1995)") == "Heat (1995 film)"
+    pairs, _ = _pairs(ml100k, 2, 0)
+    plain = _Renderer(ml100k).request(pairs[0], 5)
+    lower = _Paraphrased(ml100k, "lower case").request(pairs[0], 5)
+    assert lower.history == plain.history  # the history is untouched
+    assert lower.candidate_title == plain.candidate_title.lower() != plain.candidate_title
 
 
 def test_hostile_texts_cover_every_family_in_a_fixed_order():

@@ -14,6 +14,7 @@ P(YES) are what an imputation keeps.
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any, Literal
@@ -233,7 +234,57 @@ def _cases(config: InjectionConfig, ds: Dataset, pairs: list[dict[str, Any]]) ->
     for layout in reqs:
         for i, p in enumerate(pairs):
             reqs[layout][f"clean:{i}"] = ren.request(p, config.max_history)
+            for rule in PARAPHRASES:
+                reqs[layout][f"para:{rule}:{i}"] = _Paraphrased(ds, rule).request(
+                    p, config.max_history
+                )
     return reqs, cases
+
+
+def _no_year(title: str) -> str:
+    return re.sub(r"\s*\(\d{4}\)\s*$", "", title) or title
+
+
+def _article_first(title: str) -> str:
+    """``Godfather, The (1972)`` -> ``The Godfather (1972)`` (MovieLens puts it last)."""
+    m = re.match(r"^(.*), (The|A|An) (\(\d{4}\))$", title)
+    return f"{m.group(2)} {m.group(1)} {m.group(3)}" if m else title
+
+
+#: benign rewrites of a candidate's title: the same item said another way; a defence that
+#: changes these decisions costs relevance (issue 110: >= 95 % of decisions kept)
+PARAPHRASES: dict[str, Any] = {
+    "lower case": str.lower,
+    "no year": _no_year,
+    "article first": _article_first,
+    "film suffix": lambda t: re.sub(r"\((\d{4})\)\s*$", r"(\1 film)", t),
+}
+
+
+class _Paraphrased(_Renderer):
+    """The candidate's title rewritten by one of ``PARAPHRASES`` (history items as they are)."""
+
+    def __init__(self, ds: Dataset, rule: str) -> None:
+        super().__init__(ds)
+        self.rule = PARAPHRASES[rule]
+
+    def request(self, pair: dict[str, Any], max_history: int, where: str = "", extra: str = "",
+                defend: bool = True) -> JudgeRequest:  # fmt: skip
+        req = super().request(pair, max_history)
+        row = {**self.rows[pair["candidate"]]}
+        row["title"] = self.rule(str(row["title"]))
+        req.candidate_title, req.candidate_text = item_title(row), render_item(row, self.domain)
+        return req
+
+
+def _kept(g: dict[str, tuple[bool, float]], n: int) -> dict[str, float]:
+    """Per paraphrase rule and over all: the share of the clean pairs' decisions kept."""
+    out = {}
+    for rule in PARAPHRASES:
+        out[rule] = round(float(np.mean([g[f"para:{rule}:{i}"][0] == g[f"clean:{i}"][0]
+                                         for i in range(n)])), 4)  # fmt: skip
+    out["all"] = round(float(np.mean([out[r] for r in PARAPHRASES])), 4)
+    return out
 
 
 def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = True) -> dict:
@@ -276,6 +327,7 @@ def bench_injection(config: InjectionConfig, out: str | Path, progress: bool = T
                 "yes_rate": round(float(np.mean([x[0] for x in v])), 4),
                 "auc": auc([x[1] for x, p in zip(v, pairs, strict=True) if p["label"]],
                             [x[1] for x, p in zip(v, pairs, strict=True) if not p["label"]]),
+                "paraphrases_kept": _kept(g, len(pairs)),
             }  # fmt: skip
         results["modes"][mode] = {"clean": clean, "rows": rows}
     write_report(out, results, _report(config, results))
@@ -309,7 +361,9 @@ def _report(config: InjectionConfig, r: dict[str, Any]) -> list[str]:
         "that differ from the control's; shift: p_yes minus the control's.",
     ]
     for mode, m in r["modes"].items():
-        clean = "; ".join(f"{layout}: YES rate {_f(c['yes_rate'])}, AUC {_f(c['auc'])}"
+        clean = "; ".join(f"{layout}: YES rate {_f(c['yes_rate'])}, AUC {_f(c['auc'])}, "
+                          f"decisions kept under benign paraphrases of the candidate's title "
+                          f"{_f(c['paraphrases_kept']['all'])}"
                           for layout, c in m["clean"].items())  # fmt: skip
         lines += ["", f"## {mode}", "", f"Clean pairs ({clean}).", "",
                   "| family | position | renderer | texts | extra flips | to YES | median "
