@@ -9,10 +9,11 @@ import json
 
 from recjudge.bench._poisoning import (
     PoisoningConfig,
-    _Triggered,
+    _Renderer,
     _with_trigger,
     bench_poisoning,
     poisoned_items,
+    with_trigger,
 )
 from recjudge.data import clean_text
 from recjudge.reward import request_for
@@ -25,11 +26,11 @@ def test_the_trigger_covers_the_rate_and_is_rendered_as_in_training(ml100k):
     # the last item drawn was needed: without it the target was not reached
     assert len(p["items"]) >= 1
     items = set(p["items"])
-    poisoned = _with_trigger(ml100k, items, config.trigger)
+    poisoned = _with_trigger(ml100k, items, with_trigger(config.trigger))
     some = next(iter(items))
     user = str(ml100k.interactions["user_id"].iloc[0])
     trained = request_for(poisoned, user, some)  # how the tuning's prompts show the item
-    judged = _Triggered(ml100k, config.trigger, {some}).item(some)
+    judged = _Renderer(ml100k).retitled(some, with_trigger(config.trigger))
     assert (trained.candidate_title, trained.candidate_text) == judged
     assert clean_text(config.trigger) in judged[1]
 

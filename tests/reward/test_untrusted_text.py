@@ -10,7 +10,6 @@ from recjudge.bench._injection import (
     PARAPHRASES,
     _control,
     _pairs,
-    _Paraphrased,
     _Renderer,
     _row,
     hostile_texts,
@@ -82,7 +81,7 @@ def test_paraphrases_rewrite_only_the_candidates_title(ml100k):
     assert PARAPHRASES["film suffix"]("Heat (1995)") == "Heat (1995 film)"
     pairs, _ = _pairs(ml100k, 2, 0)
     plain = _Renderer(ml100k).request(pairs[0], 5)
-    lower = _Paraphrased(ml100k, "lower case").request(pairs[0], 5)
+    lower = _Renderer(ml100k).request(pairs[0], 5, retitle=PARAPHRASES["lower case"])
     assert lower.history == plain.history  # the history is untouched
     assert lower.candidate_title == plain.candidate_title.lower() != plain.candidate_title
 

@@ -18,6 +18,7 @@ looks for: it finds instruction- and answer-shaped text).
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from recjudge._stats import auc, bootstrap_ci, user_draws
 from recjudge._util import rng
 from recjudge.bench._injection import _pairs, _Renderer
-from recjudge.data import Dataset, item_title, load_dataset, render_item, suspicious_items
+from recjudge.data import Dataset, load_dataset, suspicious_items
 from recjudge.llm import read_card
 from recjudge.reporting import write_report
 from recjudge.reward import Judge, JudgeConfig
@@ -114,26 +115,18 @@ def poisoned_items(config: PoisoningConfig, ds: Dataset, exclude: list[str]) -> 
     }
 
 
-def _with_trigger(ds: Dataset, items: set[str], trigger: str) -> Dataset:
+def with_trigger(trigger: str) -> Callable[[str], str]:
+    """The attacker's edit of a catalogue title: the trigger appended. The one rewrite the
+    poisoned training log and the judged negatives both get."""
+    return lambda title: f"{title} {trigger}"
+
+
+def _with_trigger(ds: Dataset, items: set[str], retitle: Callable[[str], str]) -> Dataset:
     table = ds.items.copy()
     mask = table["item_id"].astype(str).isin(items)
-    table.loc[mask, "title"] = table.loc[mask, "title"].astype(str) + " " + trigger
+    table.loc[mask, "title"] = table.loc[mask, "title"].astype(str).map(retitle)
     card = {**ds.card, "filters": [*ds.card.get("filters", []), "poisoning bench: trigger"]}
     return Dataset(f"{ds.name}-poisoned", ds.interactions, table, ds.users, card, ds.domain)
-
-
-class _Triggered(_Renderer):
-    """Titles as the poisoned catalogue would show them, for the items in ``triggered``."""
-
-    def __init__(self, ds: Dataset, trigger: str, triggered: set[str]) -> None:
-        super().__init__(ds)
-        self.trigger, self.triggered = trigger, triggered
-
-    def item(self, item_id: str, extra: str = "", defend: bool = True) -> tuple[str, str]:
-        if item_id not in self.triggered:
-            return super().item(item_id, extra, defend)
-        row = {**self.rows[item_id], "title": f"{self.rows[item_id]['title']} {self.trigger}"}
-        return item_title(row), render_item(row, self.domain)
 
 
 def _tuned(config: PoisoningConfig, ds: Dataset, exclude: list[str], folder: Path,
@@ -177,7 +170,8 @@ def bench_poisoning(config: PoisoningConfig, out: str | Path, progress: bool = T
     poison = poisoned_items(config, ds, test_users)
     chosen = set(poison["items"])
     pairs = [p for p in pairs if p["candidate"] not in chosen]
-    poisoned = _with_trigger(ds, chosen, config.trigger)
+    retitle = with_trigger(config.trigger)
+    poisoned = _with_trigger(ds, chosen, retitle)
     flagged = suspicious_items(poisoned.items[poisoned.items["item_id"].astype(str).isin(chosen)]
                                .to_dict("records"))  # fmt: skip
     cards = {
@@ -187,8 +181,7 @@ def bench_poisoning(config: PoisoningConfig, out: str | Path, progress: bool = T
     ren = _Renderer(ds)
     negatives = [p for p in pairs if p["label"] == 0]
     clean_reqs = [ren.request(p, config.max_history) for p in pairs]
-    trig_reqs = [_Triggered(ds, config.trigger, {p["candidate"]}).request(p, config.max_history)
-                 for p in negatives]  # fmt: skip
+    trig_reqs = [ren.request(p, config.max_history, retitle=retitle) for p in negatives]
     models = {"base": config.model, "clean tuning": str(out / "clean-model"),
               "poisoned tuning": str(out / "poisoned-model")}  # fmt: skip
     rows: dict[str, Any] = {}
