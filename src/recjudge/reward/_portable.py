@@ -519,19 +519,20 @@ def _verify(path, head, version, body_hash, rows, trust_unsigned: bool) -> str:
         elif head.get("digest") != got:
             problem = "does not match its digest: it was modified after `recjudge store export`"
         else:
-            problem = _signature_problem(head, got)
+            keys = trusted_keys()
+            problem = _signature_problem(head, got, keys)
             if problem is None:
-                return "signed" if os.environ.get(KEY_ENV) or trusted_keys() else "digest"
+                return "signed" if os.environ.get(KEY_ENV) or keys else "digest"
     if trust_unsigned:
         return "unverified"
     raise PortableError(f"{path}: {problem}; nothing was imported{trust}")
 
 
-def _signature_problem(head: dict[str, Any], digest: str) -> str | None:
+def _signature_problem(head: dict[str, Any], digest: str, keys: dict[str, Any]) -> str | None:
     """Why a checkpoint whose digest holds is still not trusted (None: it is): no Ed25519
     signature by a key of ``$RECJUDGE_TRUSTED_KEYS`` where that is set, no valid HMAC where
-    ``$RECJUDGE_CHECKPOINT_KEY`` is set, or the mark of a reseal of an unverified file."""
-    keys = trusted_keys()
+    ``$RECJUDGE_CHECKPOINT_KEY`` is set, or the mark of a reseal of an unverified file
+    (``keys``: ``trusted_keys()``, read once by the caller)."""
     if keys:
         try:
             verify(digest, CHECKPOINT_PURPOSE, head.get(ED25519), keys)
