@@ -220,10 +220,10 @@ def verify_folder(folder: str | Path) -> str | None:
 
 def tuned_key(model: str | Path) -> str | None:
     """What keys a local model folder's answers beside its name: the card's digest (16 hex
-    digits), or,
-    for a folder loaded under ``--trust-unsigned`` that fails its checks, ``unverified-``
-    and the digest of its files (its answers never share a key with the folder its card
-    describes). None for a folder without a card that passes (a base model) or a hub id."""
+    digits), or, for a folder loaded under ``--trust-unsigned`` that fails its checks,
+    ``unverified-`` and the digest of its files (its answers never share a key with the
+    folder its card describes). None for a folder without a card that passes (a base model)
+    or a hub id."""
     digest = card_digest(model)
     path = Path(str(model)).expanduser()
     if not trust_unsigned() or not path.is_dir() or _problem(path) is None:
